@@ -1,0 +1,133 @@
+// The steward binary: `model synth`, `generate` (later: run, serve, bench, config check).
+// Errors print one line naming the problem and the fix, and exit non-zero; only the CLI exits.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cpu/generator.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+using namespace steward;
+
+namespace {
+
+int fail(const std::string& msg) {
+    std::fprintf(stderr, "steward: error: %s\n", msg.c_str());
+    return 1;
+}
+
+Expected<GgmlType> parse_dtype(const std::string& s) {
+    if (s == "f32" || s == "F32") return GgmlType::F32;
+    if (s == "f16" || s == "F16") return GgmlType::F16;
+    if (s == "bf16" || s == "BF16") return GgmlType::BF16;
+    if (s == "q8_0" || s == "Q8_0") return GgmlType::Q8_0;
+    return make_error("unknown dtype '", s, "'; use f32, f16, bf16 or q8_0");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Steward: an LLM serving runtime that decides, per workload bucket, where to spend compute, KV memory and strong-model calls."};
+    app.require_subcommand(1);
+
+    // ---- steward model synth
+    auto* model_cmd = app.add_subcommand("model", "Model tools");
+    model_cmd->require_subcommand(1);
+    auto* synth = model_cmd->add_subcommand("synth", "Write a synthetic GGUF model (deterministic random weights)");
+    SynthSpec spec;
+    std::string synth_out, dtype_s = "f32", draft_from;
+    int keep_layers = 0;
+    synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
+    synth->add_option("--arch", spec.arch, "llama, mistral or qwen2")->capture_default_str();
+    synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
+    synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
+    synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
+    synth->add_option("--kv-heads", spec.n_head_kv, "KV heads (GQA when fewer than heads)")->capture_default_str();
+    synth->add_option("--ffn", spec.n_ff, "Feed-forward size")->capture_default_str();
+    synth->add_option("--vocab", spec.n_vocab, "Vocabulary size")->capture_default_str();
+    synth->add_option("--ctx", spec.n_ctx, "Context length")->capture_default_str();
+    synth->add_option("--dtype", dtype_s, "Weight type: f32, f16, bf16, q8_0")->capture_default_str();
+    synth->add_option("--seed", spec.seed, "Weight seed")->capture_default_str();
+    synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
+    synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
+    synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
+
+    // ---- steward generate
+    auto* gen = app.add_subcommand("generate", "Generate text from a GGUF model");
+    std::string model_path, prompt;
+    int n_predict = 64, n_threads = 0, top_k = 0;
+    float temp = 0.8f, top_p = 1.0f;
+    uint64_t seed = 0;
+    bool print_ids = false, kv_f16 = false;
+    gen->add_option("-m,--model", model_path, "GGUF model path")->required();
+    gen->add_option("-p,--prompt", prompt, "Prompt text (empty: start from BOS alone)");
+    gen->add_option("-n,--n-predict", n_predict, "Tokens to generate")->capture_default_str();
+    gen->add_option("--temp", temp, "Temperature (0: greedy)")->capture_default_str();
+    gen->add_option("--top-p", top_p, "Nucleus sampling mass")->capture_default_str();
+    gen->add_option("--top-k", top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+    gen->add_option("--seed", seed, "Sampling seed")->capture_default_str();
+    gen->add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
+    gen->add_flag("--kv-f16", kv_f16, "Store the KV cache in F16");
+    gen->add_flag("--ids", print_ids, "Also print the generated token ids on one line");
+
+    CLI11_PARSE(app, argc, argv);
+
+    if (synth->parsed()) {
+        if (!draft_from.empty()) {
+            if (keep_layers <= 0) return fail("--draft-from needs --keep-layers N (N >= 1)");
+            auto r = synth_draft(draft_from, keep_layers, synth_out);
+            if (!r) return fail(r.error().message);
+            std::fprintf(stderr, "wrote draft %s (%d layers of %s)\n", synth_out.c_str(), keep_layers, draft_from.c_str());
+            return 0;
+        }
+        auto dt = parse_dtype(dtype_s);
+        if (!dt) return fail(dt.error().message);
+        spec.dtype = *dt;
+        auto r = synth_write(spec, synth_out);
+        if (!r) return fail(r.error().message);
+        std::fprintf(stderr, "wrote %s (%s, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, ctx %d, %s)\n",
+                     synth_out.c_str(), spec.arch.c_str(), spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv,
+                     spec.n_ff, spec.n_vocab, spec.n_ctx, dtype_s.c_str());
+        return 0;
+    }
+
+    if (gen->parsed()) {
+        auto m = Model::load(model_path);
+        if (!m) return fail(m.error().message);
+        const Model& model = **m;
+        const Tokenizer& tok = model.tokenizer();
+        std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() || prompt.empty());
+        Generator g(model, n_threads, kv_f16 ? KvDtype::F16 : KvDtype::F32);
+        SamplingParams sp;
+        sp.temperature = temp;
+        sp.top_p = top_p;
+        sp.top_k = top_k;
+        sp.seed = seed;
+        StreamDecoder dec(tok);
+        std::vector<int32_t> out_ids;
+        std::fputs(prompt.c_str(), stdout);
+        auto st = g.generate(ids, n_predict, sp, [&](int32_t id, float) {
+            out_ids.push_back(id);
+            const std::string piece = dec.push(id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        });
+        const std::string rest = dec.flush();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+        std::fputc('\n', stdout);
+        if (!st) return fail(st.error().message);
+        if (print_ids) {
+            for (size_t i = 0; i < out_ids.size(); i++) std::printf(i ? " %d" : "%d", out_ids[i]);
+            std::printf("\n");
+        }
+        std::fprintf(stderr, "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
+                     st->n_prompt, st->prefill_s, st->n_prompt / std::max(st->prefill_s, 1e-9), st->n_generated,
+                     st->decode_s, st->n_generated > 1 ? (st->n_generated - 1) / std::max(st->decode_s, 1e-9) : 0.0);
+        return 0;
+    }
+    return 0;
+}

@@ -1,0 +1,255 @@
+// The batched forward pass over paged KV, read top to bottom: validate, embed, then per layer
+// rmsnorm -> QKV -> RoPE -> write KV -> attention -> output projection -> rmsnorm -> SwiGLU FFN,
+// then the final norm and the output head for the rows that asked for logits.
+#include "cpu/forward.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cpu/kernels.h"
+
+namespace steward {
+
+CpuForward::CpuForward(const Model& model, int n_threads, int max_tokens)
+    : model_(model), n_threads_(n_threads > 0 ? n_threads : cpu_count()), max_tokens_(max_tokens) {
+    const ModelParams& p = model.params();
+    const size_t T = (size_t)max_tokens;
+    x_.resize(T * p.n_embd);
+    xn_.resize(T * p.n_embd);
+    q_.resize(T * p.n_head * p.head_dim);
+    k_.resize(T * p.n_head_kv * p.head_dim);
+    v_.resize(T * p.n_head_kv * p.head_dim);
+    att_.resize(T * p.n_head * p.head_dim);
+    gate_.resize(T * p.n_ff);
+    up_.resize(T * p.n_ff);
+    tmp_.resize(T * std::max(p.n_embd, p.n_head * p.head_dim));
+    // We split matmuls across our own threads; OpenBLAS runs single-threaded inside each slice.
+    blas_set_threads(1);
+}
+
+namespace {
+
+// Where each new token of the batch lives.
+struct TokenRef {
+    int seq;     // index in the batch
+    int i;       // index among the sequence's new tokens
+    int pos;     // RoPE position
+    int slot;    // logical KV slot
+};
+
+// Rotates pairs of x (one head, n_rot dims) by pos * theta_i.
+void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeType type) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const int a = type == RopeType::NORM ? 2 * i : i;
+        const int b = type == RopeType::NORM ? 2 * i + 1 : i + half;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cs[i] - x1 * sn[i];
+        x[b] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+void add_bias(float* y, const WeightView& b, int n, int n_tok) {
+    if (!b) return;
+    const float* bv = static_cast<const float*>(b.data);
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < n; i++) y[(int64_t)t * n + i] += bv[i];
+}
+
+}  // namespace
+
+Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
+    const ModelParams& p = model_.params();
+    const ModelWeights& W = model_.weights();
+    const KvConfig& kc = kv.config();
+    if (kc.n_layer != p.n_layer || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
+        return make_error("KV storage shape (layers ", std::to_string(kc.n_layer), ", kv heads ",
+                          std::to_string(kc.n_head_kv), ", head dim ", std::to_string(kc.head_dim),
+                          ") does not match the model");
+
+    // ---- validate everything before touching the KV
+    std::vector<TokenRef> refs;
+    int n_out = 0;
+    for (size_t s = 0; s < batch.size(); s++) {
+        const SeqInput& in = batch[s];
+        const int n = (int)in.tokens.size();
+        const std::string who = "sequence " + std::to_string(s) + " of the batch";
+        if (in.n_past < 0) return make_error(who, ": n_past is negative (", std::to_string(in.n_past), ")");
+        if (!in.positions.empty() && (int)in.positions.size() != n)
+            return make_error(who, ": ", std::to_string(in.positions.size()), " positions for ", std::to_string(n), " tokens");
+        if (!in.mask.empty() && (int64_t)in.mask.size() != (int64_t)n * n)
+            return make_error(who, ": attention mask has ", std::to_string(in.mask.size()), " entries, expected ",
+                              std::to_string((int64_t)n * n), " (n_new x n_new)");
+        const int64_t n_slots = (int64_t)in.n_past + n;
+        const int64_t need_blocks = (n_slots + kc.block_size - 1) / kc.block_size;
+        if ((int64_t)in.block_table.size() < need_blocks)
+            return make_error(who, ": block table has ", std::to_string(in.block_table.size()), " blocks but ",
+                              std::to_string(n_slots), " slots need ", std::to_string(need_blocks));
+        for (int64_t b = 0; b < need_blocks; b++)
+            if (in.block_table[b] < 0 || in.block_table[b] >= kc.n_blocks)
+                return make_error(who, ": block id ", std::to_string(in.block_table[b]), " is outside the pool of ",
+                                  std::to_string(kc.n_blocks), " blocks");
+        for (int i = 0; i < n; i++) {
+            if (in.tokens[i] < 0 || in.tokens[i] >= p.n_vocab)
+                return make_error(who, ": token id ", std::to_string(in.tokens[i]), " is outside the vocabulary of ",
+                                  std::to_string(p.n_vocab));
+            const int pos = in.positions.empty() ? in.n_past + i : in.positions[i];
+            if (pos < 0 || pos >= p.n_ctx_train)
+                return make_error(who, ": position ", std::to_string(pos), " is past the model's context of ",
+                                  std::to_string(p.n_ctx_train),
+                                  " tokens; shorten the prompt or max_tokens");
+            refs.push_back({(int)s, i, pos, in.n_past + i});
+        }
+        n_out += in.logits == LogitsMode::ALL ? n : (in.logits == LogitsMode::LAST && n > 0 ? 1 : 0);
+    }
+    const int n_tok = (int)refs.size();
+    if (n_tok > max_tokens_)
+        return make_error("batch of ", std::to_string(n_tok), " tokens exceeds this backend's max of ",
+                          std::to_string(max_tokens_), "; split it into chunks");
+    logits.assign((size_t)n_out * p.n_vocab, 0.0f);
+    if (n_tok == 0) return true;
+
+    const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
+    const int QD = NH * HD, KVD = NKV * HD;
+    const int nth = n_threads_;
+    const bool f16kv = kc.dtype == KvDtype::F16;
+
+    // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
+    const int half = p.n_rot / 2;
+    std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < half; i++) {
+            const double theta = refs[t].pos * std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
+            rcos[(size_t)t * half + i] = (float)std::cos(theta);
+            rsin[(size_t)t * half + i] = (float)std::sin(theta);
+        }
+
+    // ---- embeddings
+    float* x = x_.data();  // [n_tok][E]
+    for (int t = 0; t < n_tok; t++) {
+        const SeqInput& in = batch[refs[t].seq];
+        dequantize_row(W.tok_embd.type, W.tok_embd.row(in.tokens[refs[t].i]), x + (int64_t)t * E, E);
+    }
+
+    // First token index of each sequence in refs.
+    std::vector<int> seq_start(batch.size() + 1, 0);
+    for (size_t s = 0; s < batch.size(); s++) seq_start[s + 1] = seq_start[s] + (int)batch[s].tokens.size();
+
+    const float scale = 1.0f / std::sqrt((float)HD);
+    const int bs = kc.block_size;
+    const int gqa = NH / NKV;
+
+    for (int l = 0; l < p.n_layer; l++) {
+        const LayerWeights& L = W.layers[l];
+        // -- attention block
+        rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
+        matmul(L.wq, xn_.data(), n_tok, q_.data(), nth);  // [n_tok][QD]
+        matmul(L.wk, xn_.data(), n_tok, k_.data(), nth);  // [n_tok][KVD]
+        matmul(L.wv, xn_.data(), n_tok, v_.data(), nth);  // [n_tok][KVD]
+        add_bias(q_.data(), L.bq, QD, n_tok);
+        add_bias(k_.data(), L.bk, KVD, n_tok);
+        add_bias(v_.data(), L.bv, KVD, n_tok);
+        for (int t = 0; t < n_tok; t++) {
+            const float* cs = rcos.data() + (size_t)t * half;
+            const float* sn = rsin.data() + (size_t)t * half;
+            for (int h = 0; h < NH; h++) rope_head(q_.data() + (int64_t)t * QD + h * HD, cs, sn, p.n_rot, p.rope_type);
+            for (int h = 0; h < NKV; h++) rope_head(k_.data() + (int64_t)t * KVD + h * HD, cs, sn, p.n_rot, p.rope_type);
+        }
+        // Write the new K/V into their slots. KV layout per slot: [n_head_kv][head_dim].
+        for (int t = 0; t < n_tok; t++) {
+            const SeqInput& in = batch[refs[t].seq];
+            const int slot = refs[t].slot;
+            const int blk = in.block_table[slot / bs];
+            uint8_t* kd = kv.k_slot(l, blk, slot % bs);
+            uint8_t* vd = kv.v_slot(l, blk, slot % bs);
+            if (f16kv) {
+                to_f16(k_.data() + (int64_t)t * KVD, reinterpret_cast<uint16_t*>(kd), KVD);
+                to_f16(v_.data() + (int64_t)t * KVD, reinterpret_cast<uint16_t*>(vd), KVD);
+            } else {
+                std::memcpy(kd, k_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
+                std::memcpy(vd, v_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
+            }
+        }
+        // Attention: one work item per (token, head). Token t sees slots [0, n_past) and the
+        // new slots its mask allows (causal by default).
+        const int n_items = n_tok * NH;
+#pragma omp parallel num_threads(std::min(nth, n_items))
+        {
+            std::vector<float> sc;  // scores over visible slots
+            std::vector<int> vis;   // the visible slots
+#pragma omp for schedule(dynamic, 4)
+            for (int it = 0; it < n_items; it++) {
+                const int t = it / NH, h = it % NH, g = h / gqa;
+                const TokenRef& r = refs[t];
+                const SeqInput& in = batch[r.seq];
+                const int n_new = (int)in.tokens.size();
+                vis.clear();
+                for (int s = 0; s < in.n_past; s++) vis.push_back(s);
+                for (int j = 0; j < n_new; j++) {
+                    const bool ok = in.mask.empty() ? j <= r.i : in.mask[(size_t)r.i * n_new + j] != 0;
+                    if (ok) vis.push_back(in.n_past + j);
+                }
+                const float* qh = q_.data() + (int64_t)t * QD + h * HD;
+                float* out = att_.data() + (int64_t)t * QD + h * HD;
+                std::fill(out, out + HD, 0.0f);
+                if (vis.empty()) continue;
+                sc.resize(vis.size());
+                float mx = -INFINITY;
+                for (size_t k = 0; k < vis.size(); k++) {
+                    const int s = vis[k];
+                    const uint8_t* kp = kv.k_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
+                    const float d = f16kv ? dot_f16(qh, reinterpret_cast<const uint16_t*>(kp), HD)
+                                          : dot_f32(qh, reinterpret_cast<const float*>(kp), HD);
+                    sc[k] = d * scale;
+                    mx = std::max(mx, sc[k]);
+                }
+                float sum = 0.0f;
+                for (auto& v : sc) {
+                    v = std::exp(v - mx);
+                    sum += v;
+                }
+                const float inv = 1.0f / sum;
+                for (size_t k = 0; k < vis.size(); k++) {
+                    const int s = vis[k];
+                    const uint8_t* vp = kv.v_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
+                    if (f16kv)
+                        axpy_f16(sc[k] * inv, reinterpret_cast<const uint16_t*>(vp), out, HD);
+                    else
+                        axpy_f32(sc[k] * inv, reinterpret_cast<const float*>(vp), out, HD);
+                }
+            }
+        }
+        matmul(L.wo, att_.data(), n_tok, tmp_.data(), nth);  // [n_tok][E]
+        for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+
+        // -- feed-forward block
+        rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n_tok, xn_.data());
+        matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), nth);  // [n_tok][n_ff]
+        matmul(L.w_up, xn_.data(), n_tok, up_.data(), nth);      // [n_tok][n_ff]
+        swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
+        matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), nth);  // [n_tok][E]
+        for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+    }
+
+    // ---- output head for the rows that want logits, gathered into xn_ [n_out][E]
+    if (n_out == 0) return true;
+    int o = 0;
+    for (size_t s = 0; s < batch.size(); s++) {
+        const int b = seq_start[s], e = seq_start[s + 1];
+        if (e == b) continue;
+        if (batch[s].logits == LogitsMode::ALL) {
+            for (int t = b; t < e; t++) std::memcpy(tmp_.data() + (int64_t)(o++) * E, x + (int64_t)t * E, (size_t)E * 4);
+        } else if (batch[s].logits == LogitsMode::LAST) {
+            std::memcpy(tmp_.data() + (int64_t)(o++) * E, x + (int64_t)(e - 1) * E, (size_t)E * 4);
+        }
+    }
+    rmsnorm(tmp_.data(), static_cast<const float*>(W.output_norm.data), p.rms_eps, E, n_out, xn_.data());
+    matmul(W.output, xn_.data(), n_out, logits.data(), nth);
+    return true;
+}
+
+}  // namespace steward

@@ -1,0 +1,65 @@
+// The CPU backend's one batched forward pass over paged KV. Prefill, decode, chunked prefill and
+// multi-token (tree) verification are all this call. Readable reference for every other backend.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/kv_storage.h"
+#include "model/model.h"
+
+namespace steward {
+
+enum class LogitsMode { LAST, ALL, NONE };
+
+// One sequence's part of a batch. The sequence's KV lives in the slots its block table maps:
+// logical slot s is physical (block_table[s / block_size], s % block_size).
+struct SeqInput {
+    // Slots [0, n_past) already hold this sequence's KV; every new token sees all of them.
+    // Rolling back is just calling with a smaller n_past: later slots are overwritten.
+    int32_t n_past = 0;
+    // New tokens; token i's K/V are written to slot n_past + i.
+    std::span<const int32_t> tokens;
+    // RoPE position of each new token; empty means n_past + i. Tree verification gives siblings
+    // the same position.
+    std::span<const int32_t> positions;
+    // [n_new][n_new] row-major; mask[i * n_new + j] != 0 lets new token i attend new token j.
+    // Empty means causal (j <= i).
+    std::span<const uint8_t> mask;
+    // Physical block ids covering slots [0, n_past + n_new).
+    std::span<const int32_t> block_table;
+    LogitsMode logits = LogitsMode::LAST;
+};
+
+class CpuForward {
+public:
+    // n_threads <= 0 means all cores. max_tokens bounds the tokens of one batch (scratch size).
+    CpuForward(const Model& model, int n_threads = 0, int max_tokens = 2048);
+
+    // Runs the batch. logits receives one row of n_vocab floats per requested output, in batch
+    // order (LAST: one row; ALL: one per new token; NONE: none). Errors (token out of range, a
+    // block table too short, a block id out of range, a batch over max_tokens, a position past
+    // the context) leave the KV untouched and name the sequence and the value.
+    Expected<bool> forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits);
+
+    const Model& model() const { return model_; }
+    int n_threads() const { return n_threads_; }
+    int max_tokens() const { return max_tokens_; }
+
+private:
+    const Model& model_;
+    int n_threads_;
+    int max_tokens_;
+    // Scratch, sized for max_tokens rows.
+    std::vector<float> x_;     // [n_tok][n_embd] residual stream
+    std::vector<float> xn_;    // [n_tok][n_embd] normed input
+    std::vector<float> q_;     // [n_tok][n_head * head_dim]
+    std::vector<float> k_;     // [n_tok][n_head_kv * head_dim]
+    std::vector<float> v_;     // [n_tok][n_head_kv * head_dim]
+    std::vector<float> att_;   // [n_tok][n_head * head_dim]
+    std::vector<float> gate_;  // [n_tok][n_ff]
+    std::vector<float> up_;    // [n_tok][n_ff]
+    std::vector<float> tmp_;   // [n_tok][n_embd]
+};
+
+}  // namespace steward

@@ -1,0 +1,37 @@
+// A single-sequence generator over CpuForward with its own contiguous KV: what `steward generate`
+// and the model bench use. The serving path (executor) drives CpuForward with many sequences.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cpu/forward.h"
+#include "cpu/sampling.h"
+
+namespace steward {
+
+struct GenerateStats {
+    int n_prompt = 0;
+    int n_generated = 0;
+    double prefill_s = 0.0;
+    double decode_s = 0.0;
+};
+
+class Generator {
+public:
+    Generator(const Model& model, int n_threads, KvDtype kv_dtype = KvDtype::F32, int block_size = 16);
+    // Prompt ids (may be empty only if the model has BOS: then BOS alone starts it). on_token is
+    // called for every generated id; returning false stops. Stops at an end-of-generation token
+    // (not passed to on_token) or after n_predict tokens. Errors: prompt + n_predict past the
+    // context, or a forward error.
+    Expected<GenerateStats> generate(std::vector<int32_t> prompt, int n_predict, const SamplingParams& sp,
+                                     const std::function<bool(int32_t, float)>& on_token);
+
+private:
+    const Model& model_;
+    CpuForward fwd_;
+    KvStorage kv_;
+    std::vector<int32_t> table_;
+};
+
+}  // namespace steward

@@ -1,0 +1,266 @@
+// CPU kernels. The matmul has two paths: a streaming kernel for few tokens (each weight row is read
+// once and dotted with every token while it sits in L1) and tiled sgemm for many tokens (weights
+// not in F32 are converted a tile at a time, never the whole matrix).
+#include "cpu/kernels.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define STEWARD_AVX2 1
+#endif
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace steward {
+
+int cpu_count() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : (int)n;
+}
+
+void blas_set_threads(int n) { openblas_set_num_threads(n); }
+
+namespace {
+
+#ifdef STEWARD_AVX2
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+// Loads 8 weights starting at column c (c a multiple of 8) as floats.
+template <GgmlType T>
+inline __m256 load8(const uint8_t* row, int64_t c);
+template <>
+inline __m256 load8<GgmlType::F32>(const uint8_t* row, int64_t c) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+}
+template <>
+inline __m256 load8<GgmlType::F16>(const uint8_t* row, int64_t c) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c)));
+}
+template <>
+inline __m256 load8<GgmlType::BF16>(const uint8_t* row, int64_t c) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <>
+inline __m256 load8<GgmlType::Q8_0>(const uint8_t* row, int64_t c) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + c / kQ8BlockSize;
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + c % kQ8BlockSize));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+#endif
+
+template <GgmlType T>
+inline float load1(const uint8_t* row, int64_t c) {
+    if constexpr (T == GgmlType::F32) return reinterpret_cast<const float*>(row)[c];
+    if constexpr (T == GgmlType::F16) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+    if constexpr (T == GgmlType::BF16) return bf16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+    if constexpr (T == GgmlType::Q8_0) {
+        const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + c / kQ8BlockSize;
+        return f16_to_f32(b->d) * b->qs[c % kQ8BlockSize];
+    }
+    return 0.0f;
+}
+
+// R rows x NT tokens of dot products; the R weight rows are streamed once for the NT tokens.
+// out[t * ldy + r]
+template <GgmlType T, int R, int NT>
+inline void dot_tile(const WeightView& W, int64_t r0, const float* X, int64_t ldx, float* Y, int64_t ldy) {
+    const int64_t K = W.n_cols;
+    const uint8_t* rows[R];
+    for (int r = 0; r < R; r++) rows[r] = W.row(r0 + r);
+    int64_t c = 0;
+    float acc_s[R][NT] = {};
+#ifdef STEWARD_AVX2
+    __m256 acc[R][NT];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    for (; c + 8 <= K; c += 8) {
+        __m256 w[R];
+        for (int r = 0; r < R; r++) w[r] = load8<T>(rows[r], c);
+        for (int t = 0; t < NT; t++) {
+            const __m256 x = _mm256_loadu_ps(X + t * ldx + c);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(w[r], x, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) acc_s[r][t] = hsum(acc[r][t]);
+#endif
+    for (; c < K; c++)
+        for (int r = 0; r < R; r++) {
+            const float w = load1<T>(rows[r], c);
+            for (int t = 0; t < NT; t++) acc_s[r][t] += w * X[t * ldx + c];
+        }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) Y[t * ldy + r0 + r] = acc_s[r][t];
+}
+
+template <GgmlType T, int NT>
+void stream_rows(const WeightView& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t r_begin,
+                 int64_t r_end) {
+    constexpr int R = NT <= 2 ? 4 : 2;
+    int64_t r = r_begin;
+    for (; r + R <= r_end; r += R) dot_tile<T, R, NT>(W, r, X, ldx, Y, ldy);
+    for (; r < r_end; r++) dot_tile<T, 1, NT>(W, r, X, ldx, Y, ldy);
+}
+
+// Rows [r_begin, r_end) for all n_tok tokens, in token tiles of 4 (then 2, 1) so that a tile of
+// rows stays in L1 while every token tile passes over it.
+template <GgmlType T>
+void stream_matmul(const WeightView& W, const float* X, int n_tok, float* Y, int64_t r_begin, int64_t r_end) {
+    const int64_t K = W.n_cols, N = W.n_rows;
+    constexpr int64_t kRowChunk = 16;
+    for (int64_t rc = r_begin; rc < r_end; rc += kRowChunk) {
+        const int64_t re = std::min(r_end, rc + kRowChunk);
+        int t = 0;
+        for (; t + 4 <= n_tok; t += 4) stream_rows<T, 4>(W, X + t * K, K, Y + t * N, N, rc, re);
+        for (; t + 2 <= n_tok; t += 2) stream_rows<T, 2>(W, X + t * K, K, Y + t * N, N, rc, re);
+        for (; t < n_tok; t++) stream_rows<T, 1>(W, X + t * K, K, Y + t * N, N, rc, re);
+    }
+}
+
+void stream_matmul_any(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re) {
+    switch (W.type) {
+        case GgmlType::F32: return stream_matmul<GgmlType::F32>(W, X, n_tok, Y, rb, re);
+        case GgmlType::F16: return stream_matmul<GgmlType::F16>(W, X, n_tok, Y, rb, re);
+        case GgmlType::BF16: return stream_matmul<GgmlType::BF16>(W, X, n_tok, Y, rb, re);
+        case GgmlType::Q8_0: return stream_matmul<GgmlType::Q8_0>(W, X, n_tok, Y, rb, re);
+    }
+}
+
+// Rows [rb, re) through sgemm; non-F32 weights are converted kTile rows at a time.
+void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re,
+               std::vector<float>& tile) {
+    const int64_t K = W.n_cols, N = W.n_rows;
+    if (W.type == GgmlType::F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)(re - rb), (int)K, 1.0f, X, (int)K,
+                    reinterpret_cast<const float*>(W.row(rb)), (int)K, 0.0f, Y + rb, (int)N);
+        return;
+    }
+    constexpr int64_t kTile = 128;
+    tile.resize((size_t)(kTile * K));
+    for (int64_t r = rb; r < re; r += kTile) {
+        const int64_t n = std::min(kTile, re - r);
+        for (int64_t i = 0; i < n; i++) dequantize_row(W.type, W.row(r + i), tile.data() + i * K, K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)n, (int)K, 1.0f, X, (int)K, tile.data(),
+                    (int)K, 0.0f, Y + r, (int)N);
+    }
+}
+
+}  // namespace
+
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, int n_threads) {
+    const int64_t N = W.n_rows;
+    const bool gemm = n_tok >= kGemmMinTokens;
+    // Each thread takes a contiguous slice of rows, aligned to 16 so tiles do not straddle.
+    const int nt = std::max(1, std::min<int>(n_threads, (int)((N + 15) / 16)));
+    if (nt == 1) {
+        if (gemm) {
+            thread_local std::vector<float> tile;
+            gemm_rows(W, X, n_tok, Y, 0, N, tile);
+        } else {
+            stream_matmul_any(W, X, n_tok, Y, 0, N);
+        }
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int id = omp_get_thread_num();
+        const int64_t per = (N + nt - 1) / nt;
+        const int64_t chunk = (per + 15) / 16 * 16;
+        const int64_t rb = std::min<int64_t>(N, id * chunk), re = std::min<int64_t>(N, rb + chunk);
+        if (rb < re) {
+            if (gemm) {
+                thread_local std::vector<float> tile;
+                gemm_rows(W, X, n_tok, Y, rb, re, tile);
+            } else {
+                stream_matmul_any(W, X, n_tok, Y, rb, re);
+            }
+        }
+    }
+}
+
+void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y) {
+    for (int t = 0; t < n_tok; t++) {
+        const float* xt = x + (int64_t)t * n;
+        float* yt = y + (int64_t)t * n;
+        double ss = 0.0;
+        for (int i = 0; i < n; i++) ss += (double)xt[i] * xt[i];
+        const float scale = (float)(1.0 / std::sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++) yt[i] = xt[i] * scale * w[i];
+    }
+}
+
+void swiglu(float* g, const float* u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+float dot_f32(const float* a, const float* b, int n) {
+    int i = 0;
+    float s = 0.0f;
+#ifdef STEWARD_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+float dot_f16(const float* a, const uint16_t* b, int n) {
+    int i = 0;
+    float s = 0.0f;
+#ifdef STEWARD_AVX2
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
+                              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i))), acc);
+    s = hsum(acc);
+#endif
+    for (; i < n; i++) s += a[i] * f16_to_f32(b[i]);
+    return s;
+}
+
+void axpy_f32(float a, const float* x, float* y, int n) {
+    int i = 0;
+#ifdef STEWARD_AVX2
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int n) {
+    int i = 0;
+#ifdef STEWARD_AVX2
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))),
+                                                _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * f16_to_f32(x[i]);
+}
+
+void to_f16(const float* x, uint16_t* y, int n) {
+    for (int i = 0; i < n; i++) y[i] = f32_to_f16(x[i]);
+}
+
+}  // namespace steward

@@ -1,0 +1,35 @@
+// CPU kernels for the forward pass: matrix products over weights in their stored type,
+// norms, RoPE, SwiGLU. Vectorised with AVX2/FMA/F16C where the compiler targets them.
+#pragma once
+#include <cstdint>
+
+#include "model/model.h"
+
+namespace steward {
+
+// Below this many tokens a matmul streams the weights once through our own kernel (decode is
+// memory-bound); at or above it, OpenBLAS sgemm (prefill is compute-bound).
+constexpr int kGemmMinTokens = 16;
+
+// Y[t][r] = sum_c W[r][c] * X[t][c]  for t < n_tok, r < W.n_rows.
+// X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over rows with n_threads.
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, int n_threads);
+
+// y = x / sqrt(mean(x^2) + eps) * w, for n_tok rows of n. w is F32.
+void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y);
+// g[i] = silu(g[i]) * u[i]
+void swiglu(float* g, const float* u, int64_t n);
+// Dot product of n floats with a row stored as F32 or F16 (KV cache types).
+float dot_f32(const float* a, const float* b, int n);
+float dot_f16(const float* a, const uint16_t* b, int n);
+// y += a * x, x as F32 or F16.
+void axpy_f32(float a, const float* x, float* y, int n);
+void axpy_f16(float a, const uint16_t* x, float* y, int n);
+// Converts n floats to F16 / back.
+void to_f16(const float* x, uint16_t* y, int n);
+
+// Sets the thread count OpenBLAS uses for its own calls (we call it from one thread per slice).
+void blas_set_threads(int n);
+int cpu_count();
+
+}  // namespace steward

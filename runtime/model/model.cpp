@@ -1,0 +1,151 @@
+// Loading a llama-family model: hyper-parameters from `<arch>.*` metadata, weights as views
+// into the mapping, every tensor shape checked against the hyper-parameters.
+#include "model/model.h"
+
+#include <set>
+
+namespace steward {
+
+namespace {
+
+// Architectures that are the llama block with at most metadata or bias differences.
+RopeType rope_type_for(const std::string& arch) {
+    static const std::set<std::string> neox = {"qwen2", "qwen", "phi3", "stablelm", "gptneox", "falcon"};
+    return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
+}
+
+bool arch_supported(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+    auto f = GgufFile::open(path);
+    if (!f) return f.error();
+    return from_gguf(std::move(f.value()));
+}
+
+Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = std::move(file);
+    const GgufFile& f = *m->file_;
+    const std::string& path = f.path();
+    ModelParams& p = m->params_;
+
+    auto arch = f.get_string("general.architecture");
+    if (!arch) return make_error("'", path, "' has no general.architecture key: it is a vocabulary-only or non-model GGUF");
+    p.arch = std::string(*arch);
+    if (!arch_supported(p.arch))
+        return make_error("'", path, "' is a '", p.arch,
+                          "' model; Steward runs the llama family (llama, mistral, qwen2)");
+    auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
+        auto v = f.get_int(p.arch + "." + suffix);
+        if (!v || *v <= 0 || *v > (1 << 24))
+            return make_error("'", path, "': metadata key '", p.arch, ".", suffix,
+                              "' is missing or not a positive integer; the file is not a complete model");
+        out = (int)*v;
+        return true;
+    };
+    for (auto [k, dst] : {std::pair<const char*, int*>{"context_length", &p.n_ctx_train},
+                          {"embedding_length", &p.n_embd},
+                          {"block_count", &p.n_layer},
+                          {"feed_forward_length", &p.n_ff},
+                          {"attention.head_count", &p.n_head}}) {
+        auto r = need_int(k, *dst);
+        if (!r) return r.error();
+    }
+    p.n_head_kv = (int)f.get_int(p.arch + ".attention.head_count_kv").value_or(p.n_head);
+    if (p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
+        return make_error("'", path, "': head_count ", std::to_string(p.n_head), " is not a multiple of head_count_kv ",
+                          std::to_string(p.n_head_kv));
+    if (p.n_embd % p.n_head != 0)
+        return make_error("'", path, "': embedding_length ", std::to_string(p.n_embd), " is not a multiple of head_count ",
+                          std::to_string(p.n_head));
+    p.head_dim = (int)f.get_int(p.arch + ".attention.key_length").value_or(p.n_embd / p.n_head);
+    p.n_rot = (int)f.get_int(p.arch + ".rope.dimension_count").value_or(p.head_dim);
+    if (p.head_dim <= 0 || p.head_dim % 2 || p.n_rot <= 0 || p.n_rot > p.head_dim || p.n_rot % 2)
+        return make_error("'", path, "': head size ", std::to_string(p.head_dim), " / rope dimension ",
+                          std::to_string(p.n_rot), " are inconsistent (both even, rope <= head size)");
+    p.rms_eps = (float)f.get_float(p.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
+    p.rope_freq_base = (float)f.get_float(p.arch + ".rope.freq_base").value_or(10000.0);
+    if (!(p.rms_eps > 0) || !(p.rope_freq_base > 0))
+        return make_error("'", path, "': rms epsilon and rope freq_base must be positive");
+    p.rope_type = rope_type_for(p.arch);
+
+    auto tok = Tokenizer::from_gguf(f);
+    if (!tok) return make_error("'", path, "': tokenizer: ", tok.error().message);
+    m->tokenizer_ = std::move(tok.value());
+
+    const auto* embd = f.find_tensor("token_embd.weight");
+    if (!embd) return make_error("'", path, "': tensor 'token_embd.weight' is missing");
+    p.n_vocab = (int)embd->ne[1];
+    if (p.n_vocab != m->tokenizer_->n_vocab())
+        return make_error("'", path, "': token_embd has ", std::to_string(p.n_vocab), " rows but the tokenizer has ",
+                          std::to_string(m->tokenizer_->n_vocab()), " tokens");
+
+    // Looks up a tensor and checks its shape: ne0 = cols, ne1 = rows (rows = 1 for vectors).
+    auto get = [&](const std::string& name, int64_t cols, int64_t rows, bool required,
+                   WeightView& out) -> Expected<bool> {
+        const auto* t = f.find_tensor(name);
+        if (!t) {
+            if (required) return make_error("'", path, "': tensor '", name, "' is missing");
+            return true;
+        }
+        const bool is_vec = rows == 1;
+        if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1 || (is_vec && t->n_dims != 1))
+            return make_error("'", path, "': tensor '", name, "' has shape [", std::to_string(t->ne[0]), ", ",
+                              std::to_string(t->ne[1]), "], expected [", std::to_string(cols),
+                              is_vec ? "" : ", " + std::to_string(rows), "] from the metadata");
+        if (is_vec && t->type != GgmlType::F32)
+            return make_error("'", path, "': vector tensor '", name, "' is ", ggml_type_name((uint32_t)t->type),
+                              "; norms and biases must be F32");
+        out = WeightView{t->type, t->data, cols, rows};
+        return true;
+    };
+    const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
+    ModelWeights& w = m->weights_;
+    Expected<bool> r = get("token_embd.weight", E, p.n_vocab, true, w.tok_embd);
+    if (r) r = get("output_norm.weight", E, 1, true, w.output_norm);
+    if (r) r = get("output.weight", E, p.n_vocab, false, w.output);
+    if (!r) return r.error();
+    if (!w.output) {
+        w.output = w.tok_embd;
+        w.tied_output = true;
+    }
+    w.layers.resize(p.n_layer);
+    for (int l = 0; l < p.n_layer && r; l++) {
+        LayerWeights& L = w.layers[l];
+        const std::string b = "blk." + std::to_string(l) + ".";
+        r = get(b + "attn_norm.weight", E, 1, true, L.attn_norm);
+        if (r) r = get(b + "attn_q.weight", E, Q, true, L.wq);
+        if (r) r = get(b + "attn_k.weight", E, KV, true, L.wk);
+        if (r) r = get(b + "attn_v.weight", E, KV, true, L.wv);
+        if (r) r = get(b + "attn_output.weight", Q, E, true, L.wo);
+        if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
+        if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
+        if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
+        if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
+        if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
+        if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
+        if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
+    }
+    if (!r) return r.error();
+    return m;
+}
+
+int64_t Model::weight_bytes_per_token() const {
+    const auto& w = weights_;
+    int64_t b = w.tok_embd.row_bytes() + w.output.row_bytes() * w.output.n_rows + p_bytes(w.output_norm);
+    for (const auto& L : w.layers)
+        for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm,
+                                    &L.w_gate, &L.w_up, &L.w_down})
+            b += p_bytes(*v);
+    return b;
+}
+
+int64_t Model::n_params() const {
+    int64_t n = 0;
+    for (const auto& t : file_->tensors()) n += t.n_elements();
+    return n;
+}
+
+}  // namespace steward

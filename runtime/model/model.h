@@ -1,0 +1,86 @@
+// A llama-family model loaded from GGUF: hyper-parameters from metadata, weights as views
+// into the memory-mapped file in their stored type (never widened in memory).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+namespace steward {
+
+enum class RopeType {
+    NORM,  // rotate adjacent pairs (x[2i], x[2i+1]): GGUF `llama` (llama.cpp permutes Q/K at conversion)
+    NEOX,  // rotate halves (x[i], x[i + d/2]): GGUF `qwen2` and other NeoX-style families
+};
+
+struct ModelParams {
+    std::string arch;       // general.architecture: llama, qwen2, mistral
+    int n_vocab = 0;
+    int n_ctx_train = 0;    // <arch>.context_length
+    int n_embd = 0;         // dim
+    int n_layer = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int n_ff = 0;
+    int head_dim = 0;       // n_embd / n_head unless <arch>.attention.key_length says otherwise
+    int n_rot = 0;          // <arch>.rope.dimension_count (defaults to head_dim)
+    float rms_eps = 1e-5f;
+    float rope_freq_base = 10000.0f;
+    RopeType rope_type = RopeType::NORM;
+};
+
+// A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
+struct WeightView {
+    GgmlType type = GgmlType::F32;
+    const void* data = nullptr;
+    int64_t n_cols = 0;  // ne0
+    int64_t n_rows = 0;  // ne1
+    int64_t row_bytes() const { return ggml_row_bytes(type, n_cols); }
+    const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(); }
+    explicit operator bool() const { return data != nullptr; }
+};
+
+inline int64_t p_bytes(const WeightView& w) { return w ? w.row_bytes() * w.n_rows : 0; }
+
+struct LayerWeights {
+    WeightView attn_norm;                 // [n_embd]
+    WeightView wq, wk, wv, wo;            // [n_head*head_dim][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
+    WeightView bq, bk, bv;                // optional biases (qwen2)
+    WeightView ffn_norm;                  // [n_embd]
+    WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
+};
+
+struct ModelWeights {
+    WeightView tok_embd;     // [n_vocab][n_embd]
+    WeightView output_norm;  // [n_embd]
+    WeightView output;       // [n_vocab][n_embd]; equals tok_embd when tied
+    bool tied_output = false;
+    std::vector<LayerWeights> layers;
+};
+
+class Model {
+public:
+    // Loads hyper-parameters, weights and tokenizer from a GGUF file. Errors name the key or
+    // tensor that is missing or malformed.
+    static Expected<std::unique_ptr<Model>> load(const std::string& path);
+    // Builds from an already parsed file (takes ownership).
+    static Expected<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file);
+
+    const ModelParams& params() const { return params_; }
+    const ModelWeights& weights() const { return weights_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const GgufFile& file() const { return *file_; }
+    // Bytes of weights read per decoded token (every matrix once, one embedding row).
+    int64_t weight_bytes_per_token() const;
+    int64_t n_params() const;
+
+private:
+    std::unique_ptr<GgufFile> file_;
+    ModelParams params_;
+    ModelWeights weights_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+}  // namespace steward

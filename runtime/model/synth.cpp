@@ -1,0 +1,255 @@
+// Synthetic llama-family models: deterministic random weights and an SPM tokenizer, written as a
+// real GGUF. The weight scales are chosen so that greedy generation stays finite, does not lock
+// onto one token, and has peaked next-token distributions (see output_scale below).
+#include "model/synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "model/ggml_types.h"
+
+namespace steward {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& s) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+}
+
+// Uniform in [-a, a] with a = sqrt(3) * stddev, seeded per tensor name so a draft derived from a
+// target (or a target regenerated with other layers) has identical shared tensors.
+std::vector<float> random_tensor(uint64_t seed, const std::string& name, int64_t n, float stddev, float mean = 0.0f) {
+    uint64_t s = seed ^ fnv1a(name);
+    const float a = std::sqrt(3.0f) * stddev;
+    std::vector<float> v((size_t)n);
+    for (auto& x : v) {
+        const double u = (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+        x = mean + (float)((2.0 * u - 1.0) * a);
+    }
+    return v;
+}
+
+std::vector<uint8_t> encode(const std::vector<float>& v, GgmlType t) {
+    std::vector<uint8_t> out((size_t)ggml_row_bytes(t, (int64_t)v.size()));
+    switch (t) {
+        case GgmlType::F32: std::memcpy(out.data(), v.data(), out.size()); break;
+        case GgmlType::F16: {
+            auto* d = reinterpret_cast<uint16_t*>(out.data());
+            for (size_t i = 0; i < v.size(); i++) d[i] = f32_to_f16(v[i]);
+            break;
+        }
+        case GgmlType::BF16: {
+            auto* d = reinterpret_cast<uint16_t*>(out.data());
+            for (size_t i = 0; i < v.size(); i++) d[i] = f32_to_bf16(v[i]);
+            break;
+        }
+        case GgmlType::Q8_0:
+            quantize_row_q8_0(v.data(), reinterpret_cast<BlockQ8_0*>(out.data()), (int64_t)v.size());
+            break;
+    }
+    return out;
+}
+
+// The synthetic SentencePiece vocabulary: <unk> <s> </s>, the 256 byte-fallback tokens, single
+// characters, then English-like words and syllables, each preceded by all its prefixes so the
+// SPM bigram merge can reach it. Scores fall with the index (earlier pieces are preferred).
+void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<float>& scores,
+                 std::vector<int32_t>& types) {
+    std::set<std::string> seen;
+    auto add = [&](const std::string& piece, int type) {
+        if ((int)tokens.size() >= n_vocab || seen.count(piece)) return;
+        seen.insert(piece);
+        tokens.push_back(piece);
+        scores.push_back(type == 1 ? -(float)tokens.size() * 0.01f : 0.0f);
+        types.push_back(type);
+    };
+    add("<unk>", 2);
+    add("<s>", 3);
+    add("</s>", 3);
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+        add(buf, 6);
+    }
+    const std::string sp = "\xe2\x96\x81";  // U+2581, SPM's space
+    add(sp, 1);
+    for (char c = 32; c < 127; c++)
+        if (c != ' ') add(std::string(1, c), 1);
+    auto add_word = [&](const std::string& w) {
+        const std::string full = sp + w;
+        for (size_t n = 2; n <= w.size(); n++) add(w.substr(0, n), 1);
+        for (size_t n = 1; n <= w.size(); n++) add(sp + w.substr(0, n), 1);
+        (void)full;
+    };
+    static const char* words[] = {
+        "the", "of", "and", "to", "in", "is", "was", "that", "for", "on", "with", "as", "it", "by", "at",
+        "from", "his", "her", "an", "were", "are", "which", "this", "be", "or", "had", "not", "one", "but",
+        "they", "first", "new", "after", "who", "their", "has", "two", "been", "also", "its", "there", "into",
+        "time", "would", "when", "more", "other", "all", "during", "some", "can", "will", "model", "token",
+        "cache", "data", "request", "answer", "question", "story", "once", "upon", "little", "said", "day",
+        "happy", "friend", "play", "went", "saw", "big", "very", "dog", "cat", "tree", "house", "sun",
+        "water", "light", "world", "people", "work", "system", "memory", "block", "value", "agent", "tool",
+        "call", "result", "json", "name", "type", "list", "number", "string", "true", "false", "null"};
+    for (const char* w : words) add_word(w);
+    static const char* cons[] = {"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n",
+                                 "p", "r", "s", "t", "v", "w", "z", "st", "tr", "ch"};
+    static const char* vow[] = {"a", "e", "i", "o", "u"};
+    for (int len = 1; len <= 3 && (int)tokens.size() < n_vocab; len++) {
+        // Words of `len` consonant-vowel syllables, optionally closed by a consonant.
+        std::vector<std::string> cur = {""};
+        for (int s = 0; s < len; s++) {
+            std::vector<std::string> next;
+            for (auto& p : cur)
+                for (const char* c : cons)
+                    for (const char* v : vow) next.push_back(p + c + v);
+            cur.swap(next);
+        }
+        for (auto& w : cur) {
+            if ((int)tokens.size() >= n_vocab) break;
+            add_word(w);
+            for (const char* c : cons) add_word(w + c);
+        }
+    }
+    for (int i = 0; (int)tokens.size() < n_vocab; i++) add("<unused" + std::to_string(i) + ">", 5);
+}
+
+}  // namespace
+
+Expected<bool> synth_validate(const SynthSpec& s) {
+    auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "mistral") return bad("arch must be llama, mistral or qwen2, got '" + s.arch + "'");
+    if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_ctx <= 0)
+        return bad("dim, layers, heads, kv heads, ffn and context must be positive");
+    if (s.n_vocab < 259 + 95) return bad("vocab must be at least 354 (control, byte and character tokens)");
+    if (s.n_embd % s.n_head) return bad("dim " + std::to_string(s.n_embd) + " is not a multiple of heads " + std::to_string(s.n_head));
+    if (s.n_head % s.n_head_kv) return bad("heads " + std::to_string(s.n_head) + " is not a multiple of kv heads " + std::to_string(s.n_head_kv));
+    if ((s.n_embd / s.n_head) % 2) return bad("head size must be even for RoPE");
+    if (s.dtype == GgmlType::Q8_0 && (s.n_embd % 32 || s.n_ff % 32 || (s.n_embd / s.n_head * s.n_head) % 32))
+        return bad("Q8_0 needs dim and ffn to be multiples of 32");
+    return true;
+}
+
+Expected<GgufWriter> synth_model(const SynthSpec& s) {
+    auto ok = synth_validate(s);
+    if (!ok) return ok.error();
+    GgufWriter w;
+    const std::string a = s.arch;
+    const int head_dim = s.n_embd / s.n_head;
+    w.set_string("general.architecture", a);
+    w.set_string("general.name", "steward-synth");
+    w.set_u32("general.file_type", s.dtype == GgmlType::F32 ? 0 : s.dtype == GgmlType::F16 ? 1 : s.dtype == GgmlType::Q8_0 ? 7 : 32);
+    w.set_u64("steward.synth.seed", s.seed);
+    w.set_u32(a + ".context_length", (uint32_t)s.n_ctx);
+    w.set_u32(a + ".embedding_length", (uint32_t)s.n_embd);
+    w.set_u32(a + ".block_count", (uint32_t)s.n_layer);
+    w.set_u32(a + ".feed_forward_length", (uint32_t)s.n_ff);
+    w.set_u32(a + ".attention.head_count", (uint32_t)s.n_head);
+    w.set_u32(a + ".attention.head_count_kv", (uint32_t)s.n_head_kv);
+    w.set_u32(a + ".rope.dimension_count", (uint32_t)head_dim);
+    w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+    w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
+    w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
+
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    synth_vocab(s.n_vocab, tokens, scores, types);
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    w.set_bool("tokenizer.ggml.add_eos_token", false);
+
+    const int64_t E = s.n_embd, Q = (int64_t)s.n_head * head_dim, KV = (int64_t)s.n_head_kv * head_dim, F = s.n_ff;
+    const float in_scale = 1.0f / std::sqrt((float)E);
+    // Residual branches are damped by depth so the stream stays O(1) over many layers.
+    const float branch = 1.0f / std::sqrt(2.0f * (float)s.n_layer);
+    auto mat = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        w.add_tensor(name, s.dtype, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), s.dtype));
+    };
+    auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
+        w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
+    };
+    mat("token_embd.weight", E, s.n_vocab, 1.0f);
+    for (int l = 0; l < s.n_layer; l++) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        vec(b + "attn_norm.weight", E, 0.1f, 1.0f);
+        mat(b + "attn_q.weight", E, Q, in_scale);
+        mat(b + "attn_k.weight", E, KV, in_scale);
+        mat(b + "attn_v.weight", E, KV, in_scale);
+        if (a == "qwen2") {
+            vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
+            vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
+            vec(b + "attn_v.bias", KV, 0.1f, 0.0f);
+        }
+        mat(b + "attn_output.weight", Q, E, branch / std::sqrt((float)Q));
+        vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
+        mat(b + "ffn_gate.weight", E, F, in_scale);
+        mat(b + "ffn_up.weight", E, F, in_scale);
+        mat(b + "ffn_down.weight", F, E, 2.0f * branch / std::sqrt((float)F));
+    }
+    vec("output_norm.weight", E, 0.1f, 1.0f);
+    if (!s.tied_output) {
+        // A random tied head gives near-flat logits (greedy picks near-ties, useless for exactness
+        // tests). An untied head with logit stddev ~4 makes the top token stand out.
+        const float output_scale = 4.0f;
+        mat("output.weight", E, s.n_vocab, output_scale * in_scale);
+    }
+    return w;
+}
+
+Expected<bool> synth_write(const SynthSpec& spec, const std::string& path) {
+    auto w = synth_model(spec);
+    if (!w) return w.error();
+    return w->write(path);
+}
+
+Expected<bool> synth_draft(const std::string& target_path, int keep_layers, const std::string& out_path) {
+    auto f = GgufFile::open(target_path);
+    if (!f) return f.error();
+    const GgufFile& t = **f;
+    auto arch = t.get_string("general.architecture");
+    if (!arch) return make_error("'", target_path, "' has no general.architecture; not a model");
+    const std::string a(*arch);
+    auto n_layer = t.get_int(a + ".block_count");
+    if (!n_layer) return make_error("'", target_path, "' has no ", a, ".block_count");
+    if (keep_layers <= 0 || keep_layers > *n_layer)
+        return make_error("--keep-layers ", std::to_string(keep_layers), " must be between 1 and the target's ",
+                          std::to_string(*n_layer), " layers");
+    GgufWriter w;
+    for (const auto& [key, v] : t.metadata()) {
+        if (key == "general.alignment") continue;
+        if (key == a + ".block_count") {
+            w.set_u32(key, (uint32_t)keep_layers);
+            continue;
+        }
+        auto r = w.set_value(key, v);
+        if (!r) return r.error();
+    }
+    w.set_string("general.name", "steward-synth-draft");
+    for (const auto& ti : t.tensors()) {
+        if (ti.name.rfind("blk.", 0) == 0) {
+            const int layer = std::atoi(ti.name.c_str() + 4);
+            if (layer >= keep_layers) continue;
+        }
+        std::vector<int64_t> dims(ti.ne, ti.ne + ti.n_dims);
+        w.add_tensor(ti.name, ti.type, dims, std::vector<uint8_t>(ti.data, ti.data + ti.n_bytes));
+    }
+    return w.write(out_path, t.alignment());
+}
+
+}  // namespace steward

@@ -1,0 +1,35 @@
+// Synthetic models: a real GGUF with deterministic random weights and a tokenizer, of any shape.
+// Tests and benches use them; they go through the same loader and math as a downloaded model.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/gguf.h"
+
+namespace steward {
+
+struct SynthSpec {
+    std::string arch = "llama";  // llama (adjacent-pair RoPE) or qwen2 (NeoX RoPE, QKV biases)
+    int n_embd = 256;
+    int n_layer = 4;
+    int n_head = 4;
+    int n_head_kv = 4;
+    int n_ff = 688;
+    int n_vocab = 4096;   // at least 259 (3 control tokens + 256 byte tokens)
+    int n_ctx = 2048;
+    GgmlType dtype = GgmlType::F32;  // matrices; norms are always F32
+    bool tied_output = false;        // untied with a larger scale gives peaked logits (see synth.cpp)
+    uint64_t seed = 1;
+    float rope_freq_base = 10000.0f;
+    float rms_eps = 1e-5f;
+};
+
+// Validates the shape (head counts divide, dims multiples of 32 for Q8_0, ...).
+Expected<bool> synth_validate(const SynthSpec& spec);
+// Builds the whole GGUF (metadata, SPM tokenizer, weights) in a writer.
+Expected<GgufWriter> synth_model(const SynthSpec& spec);
+Expected<bool> synth_write(const SynthSpec& spec, const std::string& path);
+// Writes a draft of `target`: its embeddings, first keep_layers layers, final norm and output head.
+Expected<bool> synth_draft(const std::string& target_path, int keep_layers, const std::string& out_path);
+
+}  // namespace steward
