@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds Steward into build/ (or $1) with any extra CMake arguments after it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${1:-build}"; shift || true
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$dir" -j "$(nproc)"
