@@ -142,6 +142,25 @@ void stream_matmul_any(const WeightView& W, const float* X, int n_tok, float* Y,
     }
 }
 
+// A weight row to F32, vectorised (the tile conversion of the sgemm path).
+template <GgmlType T>
+void convert_row(const uint8_t* row, float* dst, int64_t n) {
+    int64_t c = 0;
+#ifdef STEWARD_AVX2
+    for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, load8<T>(row, c));
+#endif
+    for (; c < n; c++) dst[c] = load1<T>(row, c);
+}
+
+void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
+    switch (t) {
+        case GgmlType::F32: return convert_row<GgmlType::F32>(row, dst, n);
+        case GgmlType::F16: return convert_row<GgmlType::F16>(row, dst, n);
+        case GgmlType::BF16: return convert_row<GgmlType::BF16>(row, dst, n);
+        case GgmlType::Q8_0: return convert_row<GgmlType::Q8_0>(row, dst, n);
+    }
+}
+
 // Rows [rb, re) through sgemm; non-F32 weights are converted kTile rows at a time.
 void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re,
                std::vector<float>& tile) {
@@ -155,7 +174,7 @@ void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t
     tile.resize((size_t)(kTile * K));
     for (int64_t r = rb; r < re; r += kTile) {
         const int64_t n = std::min(kTile, re - r);
-        for (int64_t i = 0; i < n; i++) dequantize_row(W.type, W.row(r + i), tile.data() + i * K, K);
+        for (int64_t i = 0; i < n; i++) convert_row_any(W.type, W.row(r + i), tile.data() + i * K, K);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)n, (int)K, 1.0f, X, (int)K, tile.data(),
                     (int)K, 0.0f, Y + r, (int)N);
     }

@@ -34,7 +34,7 @@ public:
     const SamplingParams& params() const { return p_; }
 
     struct Candidate {
-        float logit;    // the unmodified logit (finite, or +inf never reaches here)
+        float logit;  // the unmodified logit (finite, or +inf never reaches here)
         int32_t id;
         double weight;  // exp((logit - max) / temperature), unnormalised
     };

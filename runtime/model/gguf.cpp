@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -210,8 +211,8 @@ Expected<bool> GgufFile::parse_impl() {
     if (magic != kGgufMagic) {
         char m[5] = {0};
         std::memcpy(m, &magic, 4);
-        for (char& ch : m)
-            if (ch && (ch < 32 || ch > 126)) ch = '?';
+        for (int k = 0; k < 4; k++)  // a NUL would end the string early: "wrong magic ''"
+            if (m[k] < 32 || m[k] > 126) m[k] = '?';
         return bad(std::string("wrong magic '") + m + "', expected 'GGUF'");
     }
     if (!c.read(version_, "version")) return bad(c.err);
@@ -240,7 +241,10 @@ Expected<bool> GgufFile::parse_impl() {
     }
 
     if (auto a = find("general.alignment")) {
-        if (!a->is_integer() || a->u == 0 || a->u > (1u << 20) || (a->u & (a->u - 1)) != 0)
+        if (!a->is_integer())
+            return bad(std::string("general.alignment has type ") + gguf_type_name(a->type) +
+                       ", expected an integer power of two");
+        if (a->u == 0 || a->u > (1u << 20) || (a->u & (a->u - 1)) != 0)
             return bad("general.alignment must be a power of two up to 1 MiB, got " + std::to_string(a->u));
         alignment_ = (uint32_t)a->u;
     }
@@ -493,13 +497,18 @@ std::vector<uint8_t> encode_header(const auto& kvs, const auto& tensors, uint32_
     put_raw<uint32_t>(b, 3);
     put_raw<uint64_t>(b, tensors.size());
     const bool has_align = alignment != 32;
-    put_raw<uint64_t>(b, kvs.size() + (has_align ? 1 : 0));
+    // The alignment argument decides the layout. A caller's own general.alignment (copied from
+    // another file, say) would appear twice or contradict the layout, and the reader rejects both.
+    auto is_align_key = [](const auto& kv) { return kv.key == "general.alignment"; };
+    const size_t n_kv = kvs.size() - (size_t)std::count_if(kvs.begin(), kvs.end(), is_align_key);
+    put_raw<uint64_t>(b, n_kv + (has_align ? 1 : 0));
     if (has_align) {
         put_str(b, "general.alignment");
         put_raw<uint32_t>(b, (uint32_t)GgufType::UINT32);
         put_raw<uint32_t>(b, alignment);
     }
     for (auto& kv : kvs) {
+        if (is_align_key(kv)) continue;
         put_str(b, kv.key);
         b.insert(b.end(), kv.encoded.begin(), kv.encoded.end());
     }

@@ -1,0 +1,195 @@
+// Sampling from logits: greedy, temperature, top-k, top-p, seeded. See sampling.h for the contract.
+#include "cpu/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace steward {
+
+namespace {
+
+constexpr float k_neg_inf = -std::numeric_limits<float>::infinity();
+constexpr float k_pos_inf = std::numeric_limits<float>::infinity();
+
+// Largest logit with NaN skipped (comparisons with NaN are false); -inf when there is none.
+float max_logit(std::span<const float> logits) {
+    float m = k_neg_inf;
+    for (float v : logits)
+        if (v > m) m = v;
+    return m;
+}
+
+// Strict weak order: higher logit first, then lower id, so every selection is reproducible.
+bool ranks_before(const Sampler::Candidate& a, const Sampler::Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Length of the shortest prefix of `sorted` whose weight reaches `target`; 0 if none does.
+size_t nucleus_length(const Sampler::Candidate* sorted, size_t n, double target) {
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        cum += sorted[i].weight;
+        if (cum >= target) return i + 1;
+    }
+    return 0;
+}
+
+// sum exp(l - m) over the logits above -inf, for a finite max m. expf in float is several times
+// faster than exp in double over a 150k vocabulary; each term is exact to an ulp and the sum is
+// kept in double, so the logprob stays within ~1e-6 of a long double reference.
+double sum_exp_shifted(std::span<const float> logits, float m) {
+    double sum = 0.0;
+    for (float v : logits)
+        if (v > k_neg_inf) sum += std::exp(v - m);  // NaN and -inf add nothing
+    return sum;
+}
+
+// log softmax at logit lt, given the finite max m and sum_exp_shifted(logits, m).
+float logprob_from_sum(float lt, float m, double sum) {
+    if (!(lt > k_neg_inf)) return k_neg_inf;
+    return static_cast<float>((static_cast<double>(lt) - m) - std::log(sum));
+}
+
+// log softmax when some logit is +inf: the limit is uniform over the +inf tokens.
+float logprob_with_pos_inf(std::span<const float> logits, float lt) {
+    if (lt != k_pos_inf) return k_neg_inf;
+    size_t n_inf = 0;
+    for (float v : logits) n_inf += (v == k_pos_inf);
+    return static_cast<float>(-std::log(static_cast<double>(n_inf)));
+}
+
+}  // namespace
+
+int32_t argmax(std::span<const float> logits) {
+    int32_t best = 0;
+    float best_v = k_neg_inf;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (logits[i] > best_v) {  // strict: ties keep the lowest id; NaN never wins
+            best_v = logits[i];
+            best = static_cast<int32_t>(i);
+        }
+    }
+    return best;
+}
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+    if (token < 0 || static_cast<size_t>(token) >= logits.size()) return k_neg_inf;
+    const float lt = logits[static_cast<size_t>(token)];
+    const float m = max_logit(logits);
+    if (m == k_neg_inf) return k_neg_inf;
+    if (m == k_pos_inf) return logprob_with_pos_inf(logits, lt);
+    if (!(lt > k_neg_inf)) return k_neg_inf;  // skip the pass over the vocabulary
+    return logprob_from_sum(lt, m, sum_exp_shifted(logits, m));
+}
+
+double Sampler::next_uniform() {
+    return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+Sampled Sampler::sample(std::span<const float> logits) {
+    if (logits.empty()) return {-1, k_neg_inf};
+    // !(t > 0) also sends a NaN temperature to greedy.
+    const bool greedy = !(p_.temperature > 0.0f);
+    const int32_t best = argmax(logits);
+    const float m = logits[static_cast<size_t>(best)];
+    // NaN never wins argmax, so m is NaN only when every logit is: the same case as all -inf.
+    if (!(m > k_neg_inf)) return {0, k_neg_inf};
+    if (m == k_pos_inf) {
+        size_t n_inf = 0;
+        for (float v : logits) n_inf += (v == k_pos_inf);
+        const float lp = static_cast<float>(-std::log(static_cast<double>(n_inf)));
+        if (greedy) return {best, lp};
+        size_t pick = std::min(static_cast<size_t>(next_uniform() * static_cast<double>(n_inf)), n_inf - 1);
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (logits[i] == k_pos_inf && pick-- == 0) return {static_cast<int32_t>(i), lp};
+    }
+    if (greedy) return {best, logprob_from_sum(m, m, sum_exp_shifted(logits, m))};
+
+    // Candidates: tokens with a finite logit (m is finite, so NaN and -inf drop out here), either
+    // all of them or the top_k best.
+    candidates_.clear();
+    bool truncated = false;  // did top-k drop a finite token?
+    bool sorted = false;     // are candidates_ in ranks_before order?
+    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < logits.size()) {
+        // A bounded heap whose front is the worst kept token: O(V log k) at worst, and usually one
+        // comparison per token, without materialising V candidates.
+        const auto k = static_cast<size_t>(p_.top_k);
+        candidates_.reserve(k);
+        for (size_t i = 0; i < logits.size(); ++i) {
+            const float v = logits[i];
+            if (!(v > k_neg_inf)) continue;
+            const Candidate x{v, static_cast<int32_t>(i), 0.0};
+            if (candidates_.size() < k) {
+                candidates_.push_back(x);
+                std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
+            } else {
+                truncated = true;
+                if (ranks_before(x, candidates_.front())) {
+                    std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
+                    candidates_.back() = x;
+                    std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
+                }
+            }
+        }
+        std::sort_heap(candidates_.begin(), candidates_.end(), ranks_before);  // best first
+        sorted = true;
+    } else {
+        candidates_.reserve(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (logits[i] > k_neg_inf) candidates_.push_back({logits[i], static_cast<int32_t>(i), 0.0});
+    }
+    Candidate* c = candidates_.data();
+    size_t n_keep = candidates_.size();  // >= 1: the max itself is finite
+
+    // Weights in float exp (see sum_exp_shifted), accumulated in double.
+    double total = 0.0;
+    if (p_.temperature == 1.0f) {
+        for (size_t i = 0; i < n_keep; ++i) total += (c[i].weight = std::exp(c[i].logit - m));
+    } else {
+        const double inv_temp = 1.0 / static_cast<double>(p_.temperature);
+        for (size_t i = 0; i < n_keep; ++i)
+            total += (c[i].weight = std::exp(static_cast<float>((static_cast<double>(c[i].logit) - m) * inv_temp)));
+    }
+    // total >= 1: the max's weight is exp(0), and top-k keeps the max.
+    // At temperature 1 with nothing truncated, total is already the softmax denominator.
+    const double sum_unmodified = (p_.temperature == 1.0f && !truncated) ? total : sum_exp_shifted(logits, m);
+
+    if (p_.top_p < 1.0f) {  // NaN top_p is treated as off
+        const double target = static_cast<double>(p_.top_p) * total;
+        size_t n_nucleus = 0;
+        if (!sorted && n_keep > 1) {
+            // A token with weight below cutoff cannot be in the nucleus: all of those together weigh
+            // less than (n - 1) * cutoff = (1 - top_p) * total. Sorting only the rest is usually far
+            // fewer tokens than the vocabulary (trick from llama2.c). Capped at 1.0, the max's own
+            // weight, so the head is never empty; a lower cutoff only keeps more, which stays correct.
+            const double cutoff =
+                std::min(1.0, (1.0 - static_cast<double>(p_.top_p)) * total / static_cast<double>(n_keep - 1));
+            Candidate* mid = std::partition(c, c + n_keep, [&](const Candidate& a) { return a.weight >= cutoff; });
+            std::sort(c, mid, ranks_before);
+            n_nucleus = nucleus_length(c, static_cast<size_t>(mid - c), target);
+        }
+        if (n_nucleus == 0) {  // already sorted, or rounding kept the pruned head short of target
+            if (!sorted) std::sort(c, c + n_keep, ranks_before);
+            n_nucleus = nucleus_length(c, n_keep, target);
+        }
+        if (n_nucleus != 0) n_keep = n_nucleus;  // else rounding: keep everything
+        total = 0.0;
+        for (size_t i = 0; i < n_keep; ++i) total += c[i].weight;
+    }
+
+    // Inverse CDF over the kept candidates, in their current order. Skipping zero weights (underflow
+    // at low temperature) means the rounding fallback never lands on an impossible token.
+    const double u = next_uniform() * total;
+    double cum = 0.0;
+    size_t chosen = 0;
+    for (size_t i = 0; i < n_keep; ++i) {
+        if (c[i].weight <= 0.0) continue;
+        chosen = i;
+        cum += c[i].weight;
+        if (u < cum) break;
+    }
+    return {c[chosen].id, logprob_from_sum(c[chosen].logit, m, sum_unmodified)};
+}
+
+}  // namespace steward

@@ -1,0 +1,145 @@
+// The block pool: ref counts of a pool's physical KV block ids, the free queue, the hash -> block map of
+// cached full blocks, and eviction (vLLM v1's BlockPool). The KV bytes live in kv/kv_storage.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+
+// Invariant check that stays on in release builds: a broken invariant aborts with a message, it never
+// turns into undefined behaviour. Used by kv/ for caller bugs (unref of a free block, unknown sequence).
+#define STEWARD_KV_CHECK(cond, msg) \
+    ((cond) ? static_cast<void>(0) : ::steward::kv_check_failed(#cond, (msg), __FILE__, __LINE__))
+
+namespace steward {
+
+[[noreturn]] void kv_check_failed(const char* expr, const char* msg, const char* file, int line);
+
+// What an eviction policy sees of one evictable block (ref count 0, holding a cached hash).
+struct EvictionCandidate {
+    int32_t block = -1;
+    BlockHash hash = 0;
+    int32_t tenant = -1;            // the tenant that first wrote (published) it
+    bool is_public = false;         // inside a declared-public prefix
+    int64_t last_access_tick = 0;   // pool tick of the last allocate/ref/unref/find_cached touching it
+    int64_t n_hits = 0;             // find_cached hits since it was published
+};
+
+// Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
+// is LRU. Called only from BlockPool::allocate, on the pool's thread.
+class EvictionPolicy {
+public:
+    virtual ~EvictionPolicy() = default;
+    // `candidates` holds every evictable block, least recently used first; never empty.
+    // Returns an index into it. An index out of range is counted (n_invalid_victims) and replaced by 0 (LRU).
+    virtual size_t choose_victim(std::span<const EvictionCandidate> candidates) = 0;
+};
+
+// A snapshot of one block's bookkeeping (tests, metrics, policies).
+struct BlockInfo {
+    int32_t ref_count = 0;
+    std::optional<BlockHash> hash;  // set while the block is cached (findable by hash)
+    int32_t tenant = -1;
+    bool is_public = false;
+    int64_t last_access_tick = 0;
+    int64_t n_hits = 0;
+};
+
+struct BlockPoolStats {
+    int64_t n_allocations = 0;      // successful allocate() calls
+    int64_t n_alloc_failures = 0;   // allocate() calls that returned nullopt
+    int64_t n_evictions = 0;        // cached unreferenced blocks reclaimed by allocate()
+    int64_t n_cache_lookups = 0;    // find_cached() calls
+    int64_t n_cache_hits = 0;       // find_cached() calls that found a block
+    int64_t n_publishes = 0;        // publish() calls that mapped a new hash
+    int64_t n_publish_dedupes = 0;  // publish() calls whose hash already mapped to another block
+    int64_t n_invalid_victims = 0;  // eviction policy answers out of range (replaced by LRU)
+};
+
+// Not thread-safe: one owner (the kv_allocator actor, or a test) calls it. Every block id argument must
+// be in [0, n_total()); a violated precondition aborts via STEWARD_KV_CHECK.
+class BlockPool {
+public:
+    explicit BlockPool(int32_t n_blocks);
+
+    // A block with ref count 1, or nullopt when every block is referenced (an ordinary answer: the
+    // scheduler preempts). Takes an uncached free block first; otherwise evicts the victim of the
+    // eviction policy (default: least recently used evictable block), dropping its hash.
+    std::optional<int32_t> allocate();
+    // ref count + 1. A block at ref count 0 may only be revived if it is cached (it then leaves the
+    // evictable queue); reviving an uncached free block is a caller bug and aborts.
+    void ref(int32_t block);
+    // ref count - 1; at 0 the block joins the free queue: a cached one at the most-recently-used end of
+    // the evictable queue, keeping its hash. Aborts on a block already at 0.
+    void unref(int32_t block);
+
+    // The block cached under `hash`, or nullopt. A hit counts as an access: it bumps the block's hit count
+    // and tick and, if the block is evictable, moves it to the most-recently-used end. Does not ref it.
+    std::optional<int32_t> find_cached(BlockHash hash);
+    // Same lookup without touching anything (tests, invariant checks, routers peeking).
+    std::optional<int32_t> peek_cached(BlockHash hash) const;
+    // Makes referenced full `block` findable under `hash`, recording its first writer. Returns the block
+    // that now holds `hash`: `block` itself, or the block that already held it (then `block` stays
+    // uncached; the caller keeps using it, without double-mapping). Publishing a block again under the
+    // same hash is a no-op; under a different hash it aborts (cached blocks are immutable).
+    int32_t publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public);
+
+    // nullptr restores the default LRU choice.
+    void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy);
+
+    int32_t n_total() const { return static_cast<int32_t>(blocks_.size()); }
+    int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
+    int32_t n_used() const { return n_used_; }               // ref count > 0
+    int32_t n_cached() const { return static_cast<int32_t>(hash_to_block_.size()); }  // holding a hash
+    int32_t n_evictable() const { return n_evictable_; }     // ref count 0 and holding a hash
+    int32_t ref_count(int32_t block) const;
+    bool is_cached(int32_t block) const;  // holds a hash (referenced or evictable)
+    BlockInfo info(int32_t block) const;
+    // Evictable blocks, least recently used first.
+    std::vector<int32_t> evictable_lru() const;
+    const BlockPoolStats& stats() const { return stats_; }
+    int64_t tick() const { return tick_; }
+
+    // Walks every structure and returns a description of the first inconsistency, or "" when none:
+    // free queues vs ref counts, the hash map vs block hashes, LRU list links and tick order, counters.
+    std::string check_invariants() const;
+
+private:
+    struct Block {
+        int32_t ref_count = 0;
+        bool has_hash = false;
+        BlockHash hash = 0;
+        int32_t tenant = -1;
+        bool is_public = false;
+        int64_t last_access_tick = 0;
+        int64_t n_hits = 0;
+        // Intrusive doubly linked evictable queue (LRU at head); -1 ends it.
+        bool in_evictable = false;
+        int32_t prev = -1;
+        int32_t next = -1;
+    };
+
+    void check_block(int32_t block) const;
+    void evictable_push_back(int32_t block);
+    void evictable_remove(int32_t block);
+    int32_t choose_victim();
+
+    std::vector<Block> blocks_;
+    std::vector<int32_t> uncached_free_;  // stack; popped from the back, seeded so block 0 comes first
+    int32_t lru_head_ = -1;
+    int32_t lru_tail_ = -1;
+    int32_t n_evictable_ = 0;
+    int32_t n_used_ = 0;
+    std::unordered_map<BlockHash, int32_t> hash_to_block_;
+    std::unique_ptr<EvictionPolicy> policy_;
+    int64_t tick_ = 0;
+    BlockPoolStats stats_;
+};
+
+}  // namespace steward

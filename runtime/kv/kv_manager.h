@@ -1,0 +1,140 @@
+// The KV manager: the per-sequence API over the block pool (vLLM v1's KVCacheManager): prefix lookup and
+// pinning, slot allocation with copy-on-write, publishing full blocks, rollback, fork, free, and the
+// prefix-cache and KV-cache figures of METRICS.md.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/block_pool.h"
+
+namespace steward {
+
+using SeqId = int64_t;
+
+// A copy the caller must apply to KV storage before the KV manager next allocates (allocate_slots or
+// fork followed by allocate_slots): slots [0, n_slots) of src_block -> the same slots of dst_block,
+// every layer, K and V (KvStorage::copy_slot). Until then src_block's bytes stay untouched.
+struct BlockCopy {
+    int32_t src_block = -1;
+    int32_t dst_block = -1;
+    int n_slots = 0;
+};
+
+// One sequence's KV state. Read it through KvManager::seq(); only the manager changes it.
+struct SeqKv {
+    int32_t tenant = 0;
+    uint64_t salt = 0;                // tenant_salt(tenant)
+    std::vector<int32_t> tokens;      // every known token id: prompt, then sampled or drafted ones
+    std::vector<int32_t> blocks;      // block table: logical block i -> physical block id
+    int n_computed = 0;               // leading tokens whose KV is written (cache hits included)
+    int n_cached_tokens = 0;          // tokens get_computed_blocks found in the prefix cache
+    bool is_fork = false;             // created by fork(): counts as a branch while alive
+    int n_tokens() const { return static_cast<int>(tokens.size()); }
+
+    // Hashing state, advanced lazily by the manager.
+    std::vector<BlockHash> block_hashes;  // chained hashes of the leading full blocks of `tokens`
+    int hashes_public_blocks = 0;         // public block count block_hashes were computed with
+    int public_len = 0;                   // longest public prefix `tokens` starts with (0: none)
+    int public_checked_len = 0;           // tokens.size() when public_len was last brought up to date
+    int n_published = 0;                  // leading blocks already published or found in the cache
+};
+
+struct PrefixCacheCounts {
+    int64_t n_query_tokens = 0;  // prompt tokens looked up
+    int64_t n_hit_tokens = 0;    // prompt tokens found in cached full blocks
+};
+
+struct KvManagerStats {
+    // Prefix cache (METRICS.md), in tokens.
+    int64_t n_prefix_query_tokens = 0;
+    int64_t n_prefix_hit_tokens = 0;
+    std::map<int32_t, PrefixCacheCounts> per_tenant;  // keyed by tenant id
+    int64_t n_tenant_boundary_hit_tokens = 0;       // hits on blocks another tenant wrote, not public: must stay 0
+    int64_t n_public_cross_tenant_hit_tokens = 0;   // hits on public blocks another tenant wrote
+    int64_t n_publish_dedupes = 0;                  // full blocks computed twice; ours kept, not mapped
+    // KV cache.
+    int64_t n_evictions = 0;
+    int32_t n_blocks_total = 0;
+    int32_t n_blocks_in_use = 0;   // ref count > 0
+    int32_t n_blocks_cached = 0;   // holding a hash (in use or evictable)
+    double fragmentation = 0.0;    // allocated token slots not holding a token / allocated token slots
+    int32_t n_seqs = 0;
+    int32_t n_branches = 0;        // live sequences created by fork()
+    int64_t n_cow_blocks = 0;      // blocks replaced by copy-on-write
+    int64_t n_alloc_failures = 0;  // allocate_slots calls answered nullopt
+};
+
+// Not thread-safe: one owner (the kv_allocator / cache actors of a pool, or a test). Unknown sequence ids
+// and out-of-range counts are caller bugs and abort via STEWARD_KV_CHECK; running out of blocks is not.
+class KvManager {
+public:
+    KvManager(int32_t n_blocks, int block_size);
+
+    // Token sequences whose full blocks every tenant may share (e.g. a common system prompt). A sequence
+    // gets public blocks only when it starts with a whole public prefix; hashes of live sequences are
+    // recomputed against the new list at their next lookup or publish.
+    void set_public_prefixes(std::vector<std::vector<int32_t>> prefixes);
+    const std::vector<std::vector<int32_t>>& public_prefixes() const { return public_prefixes_; }
+    void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) { pool_.set_eviction_policy(std::move(policy)); }
+
+    // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
+    SeqId add_seq(int32_t tenant, std::span<const int32_t> prompt);
+    // Finds the longest chain of the prompt's full blocks in the prefix cache, pins them (ref + 1) into the
+    // block table and returns the number of tokens they hold (n_computed becomes that). Never the whole
+    // prompt: at most (n_tokens - 1) / block_size blocks, so the last token is computed and yields logits.
+    // Counts queries and hits (per tenant). Only on a sequence holding no blocks.
+    int get_computed_blocks(SeqId seq);
+    // Adds known tokens (sampled, drafted) to the sequence; no KV is allocated.
+    void append_tokens(SeqId seq, std::span<const int32_t> tokens);
+    // Fresh blocks allocate_slots(seq, n_new) would take: new table entries plus copy-on-write replacements.
+    int n_blocks_needed(SeqId seq, int n_new) const;
+    // Makes the slots of the next n_new tokens (n_computed + n_new <= n_tokens) writable: grows the block
+    // table and replaces every block in the write range that is shared or cached by a fresh one. Returns the
+    // copies the caller must apply (see BlockCopy), or nullopt when the pool lacks free blocks; then nothing
+    // changed and the scheduler preempts.
+    std::optional<std::vector<BlockCopy>> allocate_slots(SeqId seq, int n_new);
+    // Records that the KV of the next n tokens has been written (after allocate_slots and the forward).
+    void commit_computed(SeqId seq, int n);
+    // Publishes the sequence's computed full blocks not yet published: hashes them (tenant salt, or salt 0
+    // inside a public prefix) and maps them. If a hash already maps to another block, the sequence keeps its
+    // own block (not mapped twice). Returns the number of blocks newly mapped.
+    int publish_full_blocks(SeqId seq);
+    // Rollback to the first n_tokens tokens: unrefs blocks past them (the tail first, so it is evicted first);
+    // a partly filled last block stays (and is copied on the next write if it is shared or cached).
+    void truncate(SeqId seq, int n_tokens);
+    // A new sequence sharing the source's tokens and the blocks holding its computed KV (ref + 1 each).
+    // Either side's next write into a shared block is copy-on-write (allocate_slots).
+    SeqId fork(SeqId seq);
+    // Unrefs the sequence's blocks (the tail first); cached ones stay findable until evicted.
+    void free(SeqId seq);
+
+    bool has_seq(SeqId seq) const { return seqs_.count(seq) != 0; }
+    const SeqKv& seq(SeqId seq) const;
+    std::vector<SeqId> seq_ids() const;  // ascending
+    int block_size() const { return block_size_; }
+    const BlockPool& pool() const { return pool_; }
+    // Allocated token slots not holding a computed token / allocated token slots, over the distinct blocks
+    // referenced by sequences (a shared block counts once, filled as far as its fullest user). 0 when none.
+    double fragmentation() const;
+    KvManagerStats stats() const;
+
+private:
+    SeqKv& get(SeqId seq);
+    bool needs_cow(int32_t block) const;
+    void refresh_hashes(SeqKv& s) const;
+
+    BlockPool pool_;
+    int block_size_;
+    std::vector<std::vector<int32_t>> public_prefixes_;
+    std::unordered_map<SeqId, SeqKv> seqs_;
+    SeqId next_id_ = 1;
+    KvManagerStats counters_;  // the running counters; stats() adds the gauges
+};
+
+}  // namespace steward

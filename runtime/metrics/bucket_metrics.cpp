@@ -1,0 +1,575 @@
+// Per-bucket aggregation of request records and KV samples, and its JSON, table and Prometheus output.
+#include "metrics/bucket_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+
+namespace steward {
+
+namespace {
+
+constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double k_gib = 1024.0 * 1024.0 * 1024.0;
+
+// WORKLOADS.md's order; others follow alphabetically.
+constexpr std::array<std::string_view, 6> k_standard_buckets = {
+    "short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"};
+
+// Histogram boundaries (seconds): vLLM's, with finer steps at the low end where small synthetic
+// models on a CPU land.
+constexpr double k_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+constexpr double k_itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                   0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+constexpr double k_e2e_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
+                                   15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+                                   1920.0, 7680.0};
+
+const std::string& bucket_key(const std::string& b) {
+    static const std::string unclassified = "unclassified";
+    return b.empty() ? unclassified : b;
+}
+
+// Per-request mean time per output token: from the gaps when given, else from first/finish times.
+std::optional<double> request_tpot_s(const RequestRecord& r) {
+    if (r.n_output_tokens < 2) return std::nullopt;
+    if (!r.itl_s.empty())
+        return std::accumulate(r.itl_s.begin(), r.itl_s.end(), 0.0) / (double)r.itl_s.size();
+    if (!r.t_first_token_s) return std::nullopt;
+    return (r.t_finish_s - *r.t_first_token_s) / (double)(r.n_output_tokens - 1);
+}
+
+bool counts_for_e2e(FinishReason f) { return f != FinishReason::ERROR && f != FinishReason::OVERLOADED; }
+
+double ratio(double num, double den) { return den > 0 ? num / den : k_nan; }
+
+nlohmann::json num(double v) {
+    if (!std::isfinite(v)) return nullptr;
+    return v;
+}
+
+// A latency distribution in ms.
+nlohmann::json dist_ms(const Histogram& h) {
+    return {{"count", h.count()},
+            {"mean", num(h.mean() * 1e3)},
+            {"p50", num(h.quantile(0.50) * 1e3)},
+            {"p95", num(h.quantile(0.95) * 1e3)},
+            {"p99", num(h.quantile(0.99) * 1e3)},
+            {"max", num(h.max() * 1e3)}};
+}
+
+std::string fmt(double v, const char* f) {
+    if (!std::isfinite(v)) return "-";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::STOP: return "stop";
+        case FinishReason::LENGTH: return "length";
+        case FinishReason::CANCELLED: return "cancelled";
+        case FinishReason::TIMEOUT: return "timeout";
+        case FinishReason::ERROR: return "error";
+        case FinishReason::OVERLOADED: return "overloaded";
+    }
+    return "unknown";
+}
+
+std::optional<FinishReason> parse_finish_reason(std::string_view s) {
+    for (int i = 0; i < n_finish_reasons; ++i)
+        if (s == finish_reason_name((FinishReason)i)) return (FinishReason)i;
+    return std::nullopt;
+}
+
+bool finish_reason_ok(FinishReason r) { return r == FinishReason::STOP || r == FinishReason::LENGTH; }
+
+double KvShape::block_bytes() const {
+    return 2.0 * n_layers * block_size * n_kv_heads * head_dim * bytes_per_elem;
+}
+
+double KvShape::total_gib() const { return block_bytes() * n_blocks / k_gib; }
+
+void KvGauges::add(const KvSample& s) {
+    double usage = s.n_blocks_total > 0 ? (double)s.n_blocks_used / (double)s.n_blocks_total : 0.0;
+    if (n_samples == 0) {
+        t_first_ = s.t_s;
+    } else {
+        // The previous reading held from its time until now; a sample out of order holds for 0 s.
+        double dt = std::max(0.0, s.t_s - last.t_s);
+        double prev_usage =
+            last.n_blocks_total > 0 ? (double)last.n_blocks_used / (double)last.n_blocks_total : 0.0;
+        span_s_ += dt;
+        i_used_ += (double)last.n_blocks_used * dt;
+        i_usage_ += prev_usage * dt;
+        i_frag_ += last.fragmentation * (double)last.n_blocks_used * dt;
+        i_frag_w_ += (double)last.n_blocks_used * dt;
+    }
+    s_used_ += (double)s.n_blocks_used;
+    s_usage_ += usage;
+    s_frag_ += s.fragmentation * (double)s.n_blocks_used;
+    s_frag_w_ += (double)s.n_blocks_used;
+    n_blocks_used_peak = std::max(n_blocks_used_peak, s.n_blocks_used);
+    page_usage_peak = std::max(page_usage_peak, usage);
+    n_branches_peak = std::max(n_branches_peak, s.n_branches);
+    last = s;
+    ++n_samples;
+}
+
+double KvGauges::blocks_used_mean() const {
+    if (n_samples == 0) return k_nan;
+    return span_s_ > 0 ? i_used_ / span_s_ : s_used_ / (double)n_samples;
+}
+
+double KvGauges::page_usage_mean() const {
+    if (n_samples == 0) return k_nan;
+    return span_s_ > 0 ? i_usage_ / span_s_ : s_usage_ / (double)n_samples;
+}
+
+double KvGauges::fragmentation() const {
+    if (i_frag_w_ > 0) return i_frag_ / i_frag_w_;
+    return ratio(s_frag_, s_frag_w_);
+}
+
+double LengthClassTtft::penalty_s() const {
+    if (n_hit == 0 || n_miss == 0) return k_nan;
+    return ttft_miss_sum_s / (double)n_miss - ttft_hit_sum_s / (double)n_hit;
+}
+
+int prompt_length_class(int64_t n) {
+    if (n <= 0) return -1;
+    int k = 0;
+    while ((n >> 1) > 0) {
+        n >>= 1;
+        ++k;
+    }
+    return k;
+}
+
+void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
+    ++n_requests;
+    ++n_by_finish[(size_t)r.finish];
+    ++n_by_config_generation[r.config_generation];
+
+    std::optional<double> ttft;
+    if (r.t_first_token_s) {
+        ttft = *r.t_first_token_s - r.t_arrival_s;
+        ttft_s.record(*ttft);
+    }
+    if (auto tpot = request_tpot_s(r)) tpot_s.record(*tpot);
+    if (r.n_output_tokens >= 2)
+        for (double g : r.itl_s) itl_s.record(g);
+    if (counts_for_e2e(r.finish)) {
+        e2e_s.record(r.t_finish_s - r.t_arrival_s);
+        if (r.t_scheduled_s) queue_s.record(*r.t_scheduled_s - r.t_arrival_s);
+    }
+
+    n_prompt_tokens += r.n_prompt_tokens;
+    n_cached_tokens += r.n_cached_prompt_tokens;
+    n_saved_tokens += std::max<int64_t>(0, r.n_cached_prompt_tokens - r.n_recomputed_tokens);
+    n_output_tokens += r.n_output_tokens;
+    n_recomputed_tokens += r.n_recomputed_tokens;
+    n_preemptions += r.n_preemptions;
+    n_cross_tenant_hits += r.n_cached_cross_tenant;
+    n_public_hits += r.n_cached_public;
+    TenantCache& t = tenants[r.tenant];
+    ++t.n_requests;
+    t.n_queries += r.n_prompt_tokens;
+    t.n_hits += r.n_cached_prompt_tokens;
+    if (ttft && r.n_prompt_tokens > 0) {
+        LengthClassTtft& c = length_classes[prompt_length_class(r.n_prompt_tokens)];
+        if (r.n_cached_prompt_tokens > 0) {
+            ++c.n_hit;
+            c.ttft_hit_sum_s += *ttft;
+        } else {
+            ++c.n_miss;
+            c.ttft_miss_sum_s += *ttft;
+        }
+    }
+
+    cost_total += cost;
+    if (met_slo) ++n_met_slo;
+
+    ++n_by_pool[r.pool.empty() ? std::string("unknown") : r.pool];
+    if (!r.prior_pools.empty()) ++n_upgraded;
+    if (r.fallback) ++n_fallback;
+
+    n_drafts += r.n_drafts;
+    n_draft_tokens += r.n_draft_tokens;
+    n_accepted_tokens += r.n_accepted_tokens;
+}
+
+int64_t BucketMetrics::n_ok() const {
+    return n_by_finish[(size_t)FinishReason::STOP] + n_by_finish[(size_t)FinishReason::LENGTH];
+}
+
+int64_t BucketMetrics::n_evictions() const {
+    int64_t n = 0;
+    for (const auto& [policy, c] : n_evictions_by_policy) n += c;
+    return n;
+}
+
+double BucketMetrics::hit_rate() const { return ratio((double)n_cached_tokens, (double)n_prompt_tokens); }
+
+double BucketMetrics::miss_penalty_s() const {
+    double sum = 0.0, weight = 0.0;
+    for (const auto& [k, c] : length_classes) {
+        double p = c.penalty_s();
+        if (std::isnan(p)) continue;
+        sum += p * (double)c.n_miss;
+        weight += (double)c.n_miss;
+    }
+    return ratio(sum, weight);
+}
+
+double BucketMetrics::cost_per_request() const { return ratio(cost_total, (double)n_requests); }
+double BucketMetrics::upgrade_rate() const { return ratio((double)n_upgraded, (double)n_requests); }
+double BucketMetrics::fallback_rate() const { return ratio((double)n_fallback, (double)n_requests); }
+
+double BucketMetrics::mean_accepted_length() const {
+    return n_drafts > 0 ? 1.0 + (double)n_accepted_tokens / (double)n_drafts : k_nan;
+}
+
+double request_cost(const RequestRecord& r, const MetricsConfig& cfg) {
+    auto cost_on = [&](const std::string& pool, int64_t n_prompt, int64_t n_cached, int64_t n_output) {
+        auto it = cfg.prices.find(pool);
+        if (it == cfg.prices.end()) return 0.0;
+        const PoolPrice& p = it->second;
+        int64_t n_computed = std::max<int64_t>(0, n_prompt - n_cached);
+        return ((double)n_computed * p.prompt_per_mtok + (double)n_cached * p.cached_prompt_per_mtok +
+                (double)n_output * p.output_per_mtok) /
+               1e6;
+    };
+    double c = cost_on(r.pool, r.n_prompt_tokens, r.n_cached_prompt_tokens, r.n_output_tokens);
+    for (const PoolUse& u : r.prior_pools)
+        c += cost_on(u.pool, u.n_prompt_tokens, u.n_cached_prompt_tokens, u.n_output_tokens);
+    return c;
+}
+
+MetricsRegistry::MetricsRegistry(MetricsConfig cfg) : cfg_(std::move(cfg)) {}
+
+BucketMetrics& MetricsRegistry::row(std::string_view bucket) {
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) it = buckets_.emplace(std::string(bucket), BucketMetrics{}).first;
+    return it->second;
+}
+
+void MetricsRegistry::record(const RequestRecord& r) {
+    const std::string& b = bucket_key(r.bucket);
+    BucketMetrics& m = row(b);
+    double cost = request_cost(r, cfg_);
+    bool met = false;
+    auto slo = cfg_.slo.find(b);
+    if (slo != cfg_.slo.end()) {
+        m.has_slo = all_.has_slo = true;
+        auto tpot = request_tpot_s(r);
+        met = finish_reason_ok(r.finish) && r.t_first_token_s &&
+              (slo->second.ttft_ms <= 0 || (*r.t_first_token_s - r.t_arrival_s) * 1e3 <= slo->second.ttft_ms) &&
+              (slo->second.tpot_ms <= 0 || !tpot || *tpot * 1e3 <= slo->second.tpot_ms);
+    }
+    if (all_.n_requests == 0) {
+        t_first_arrival_s_ = r.t_arrival_s;
+        t_last_finish_s_ = r.t_finish_s;
+    }
+    t_first_arrival_s_ = std::min(t_first_arrival_s_, r.t_arrival_s);
+    t_last_finish_s_ = std::max(t_last_finish_s_, r.t_finish_s);
+    m.add(r, cost, met);
+    all_.add(r, cost, met);
+}
+
+void MetricsRegistry::record_kv(const KvSample& s) {
+    if (s.bucket.empty()) all_.kv.add(s);
+    else row(s.bucket).kv.add(s);
+}
+
+void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::string_view bucket) {
+    std::string p(policy.empty() ? "unknown" : policy);
+    all_.n_evictions_by_policy[p] += n;
+    if (!bucket.empty()) row(bucket).n_evictions_by_policy[p] += n;
+}
+
+void MetricsRegistry::set_window(double t_begin_s, double t_end_s) { window_ = {t_begin_s, t_end_s}; }
+
+double MetricsRegistry::window_s() const {
+    if (window_) return std::max(0.0, window_->second - window_->first);
+    if (all_.n_requests == 0) return 0.0;
+    return std::max(0.0, t_last_finish_s_ - t_first_arrival_s_);
+}
+
+const BucketMetrics* MetricsRegistry::bucket(std::string_view name) const {
+    auto it = buckets_.find(name);
+    return it == buckets_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> MetricsRegistry::bucket_names() const {
+    std::vector<std::string> names;
+    for (std::string_view s : k_standard_buckets)
+        if (buckets_.count(s)) names.emplace_back(s);
+    for (const auto& [name, m] : buckets_)
+        if (std::find(k_standard_buckets.begin(), k_standard_buckets.end(), name) == k_standard_buckets.end())
+            names.push_back(name);
+    return names;
+}
+
+double MetricsRegistry::throughput_tok_s(const BucketMetrics& m) const {
+    return ratio((double)m.n_output_tokens, window_s());
+}
+
+double MetricsRegistry::goodput_req_s(const BucketMetrics& m) const {
+    return m.has_slo ? ratio((double)m.n_met_slo, window_s()) : k_nan;
+}
+
+nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
+    using nlohmann::json;
+    json by_finish = json::object();
+    for (int i = 0; i < n_finish_reasons; ++i) by_finish[finish_reason_name((FinishReason)i)] = m.n_by_finish[(size_t)i];
+    json generations = json::object();
+    for (const auto& [g, n] : m.n_by_config_generation) generations[std::to_string(g)] = n;
+
+    json classes = json::array();
+    for (const auto& [k, c] : m.length_classes) {
+        classes.push_back({{"prompt_tokens_min", int64_t{1} << k},
+                           {"prompt_tokens_max", (int64_t{1} << (k + 1)) - 1},
+                           {"n_hit", c.n_hit},
+                           {"n_miss", c.n_miss},
+                           {"ttft_hit_mean_ms", num(ratio(c.ttft_hit_sum_s, (double)c.n_hit) * 1e3)},
+                           {"ttft_miss_mean_ms", num(ratio(c.ttft_miss_sum_s, (double)c.n_miss) * 1e3)},
+                           {"penalty_ms", num(c.penalty_s() * 1e3)}});
+    }
+    json tenants = json::object();
+    for (const auto& [name, t] : m.tenants)
+        tenants[name] = {{"requests", t.n_requests},
+                         {"queries_tokens", t.n_queries},
+                         {"hits_tokens", t.n_hits},
+                         {"hit_rate", num(ratio((double)t.n_hits, (double)t.n_queries))}};
+
+    double block_gib = cfg_.kv ? cfg_.kv->block_bytes() / k_gib : k_nan;
+    const KvGauges& kv = m.kv;
+    bool has_kv = kv.n_samples > 0;
+    json evictions = json::object();
+    for (const auto& [policy, n] : m.n_evictions_by_policy) evictions[policy] = n;
+
+    json by_pool = json::object(), share = json::object();
+    for (const auto& [pool, n] : m.n_by_pool) {
+        by_pool[pool] = n;
+        share[pool] = num(ratio((double)n, (double)m.n_requests));
+    }
+
+    return {
+        {"requests", {{"total", m.n_requests}, {"ok", m.n_ok()}, {"by_finish_reason", by_finish},
+                      {"by_config_generation", generations}}},
+        {"tokens", {{"prompt", m.n_prompt_tokens}, {"cached_prompt", m.n_cached_tokens},
+                    {"output", m.n_output_tokens}, {"recomputed", m.n_recomputed_tokens}}},
+        {"ttft_ms", dist_ms(m.ttft_s)},
+        {"tpot_ms", dist_ms(m.tpot_s)},
+        {"itl_ms", dist_ms(m.itl_s)},
+        {"e2e_ms", dist_ms(m.e2e_s)},
+        {"queue_ms", dist_ms(m.queue_s)},
+        {"throughput_tok_s", num(throughput_tok_s(m))},
+        {"goodput_req_s", num(goodput_req_s(m))},
+        {"cost_total", m.cost_total},
+        {"cost_per_request", num(m.cost_per_request())},
+        {"prefix_cache",
+         {{"queries_tokens", m.n_prompt_tokens},
+          {"hits_tokens", m.n_cached_tokens},
+          {"hit_rate", num(m.hit_rate())},
+          {"saved_prefill_tokens", m.n_saved_tokens},
+          {"miss_penalty_ms", num(m.miss_penalty_s() * 1e3)},
+          {"miss_penalty_by_length_class", classes},
+          {"cross_tenant_hits_tokens", m.n_cross_tenant_hits},
+          {"public_hits_tokens", m.n_public_hits},
+          {"tenants", tenants}}},
+        {"kv",
+         {{"gib_formula", num(cfg_.kv ? cfg_.kv->total_gib() : k_nan)},
+          {"gib_in_use_peak", num(has_kv ? (double)kv.n_blocks_used_peak * block_gib : k_nan)},
+          {"gib_in_use_mean", num(kv.blocks_used_mean() * block_gib)},
+          {"blocks_used_peak", has_kv ? json(kv.n_blocks_used_peak) : json(nullptr)},
+          {"blocks_used_mean", num(kv.blocks_used_mean())},
+          {"blocks_total", has_kv ? json(kv.last.n_blocks_total) : json(nullptr)},
+          {"page_usage_peak_pct", num(has_kv ? kv.page_usage_peak * 100.0 : k_nan)},
+          {"page_usage_mean_pct", num(kv.page_usage_mean() * 100.0)},
+          {"fragmentation_pct", num(kv.fragmentation() * 100.0)},
+          {"samples", kv.n_samples},
+          {"evictions", m.n_evictions()},
+          {"evictions_by_policy", evictions},
+          {"preemptions", m.n_preemptions},
+          {"recomputed_tokens", m.n_recomputed_tokens},
+          {"branches_peak", has_kv ? json(kv.n_branches_peak) : json(nullptr)},
+          {"branches_last", has_kv ? json(kv.last.n_branches) : json(nullptr)}}},
+        {"routing",
+         {{"requests_by_pool", by_pool},
+          {"route_share", share},
+          {"upgraded", m.n_upgraded},
+          {"upgrade_rate", num(m.upgrade_rate())},
+          {"fallback", m.n_fallback},
+          {"fallback_rate", num(m.fallback_rate())}}},
+        {"speculation",
+         {{"drafts", m.n_drafts},
+          {"draft_tokens", m.n_draft_tokens},
+          {"accepted_tokens", m.n_accepted_tokens},
+          {"mean_accepted_length", num(m.mean_accepted_length())}}},
+    };
+}
+
+nlohmann::json MetricsRegistry::to_json() const {
+    nlohmann::json buckets = nlohmann::json::object();
+    for (const std::string& name : bucket_names()) buckets[name] = row_json(buckets_.find(name)->second);
+    return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}};
+}
+
+std::string MetricsRegistry::to_table() const {
+    struct Column {
+        const char* header;
+        int width;
+    };
+    static constexpr Column columns[] = {
+        {"bucket", 12},      {"requests", 9},  {"ok", 7},          {"ttft_p50_ms", 12}, {"ttft_p95_ms", 12},
+        {"ttft_p99_ms", 12}, {"tpot_ms", 9},   {"e2e_p99_ms", 11}, {"tok/s", 9},        {"hit_%", 7},
+        {"saved_tok", 10},   {"kv_peak_GiB", 12}, {"page_mean_%", 12}, {"frag_%", 7},   {"evict", 7},
+        {"preempt", 8},      {"cost/req", 11},
+    };
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string s;
+        for (size_t i = 0; i < cells.size(); ++i) {
+            char buf[128];
+            if (i == 0) std::snprintf(buf, sizeof buf, "%-*s", columns[i].width, cells[i].c_str());
+            else std::snprintf(buf, sizeof buf, " %*s", columns[i].width, cells[i].c_str());
+            s += buf;
+        }
+        return s + "\n";
+    };
+    std::vector<std::string> header;
+    for (const Column& c : columns) header.emplace_back(c.header);
+    std::string out = line(header);
+
+    double block_gib = cfg_.kv ? cfg_.kv->block_bytes() / k_gib : k_nan;
+    auto row_cells = [&](const std::string& name, const BucketMetrics& m) {
+        bool has_kv = m.kv.n_samples > 0;
+        return std::vector<std::string>{
+            name,
+            std::to_string(m.n_requests),
+            std::to_string(m.n_ok()),
+            fmt(m.ttft_s.quantile(0.50) * 1e3, "%.1f"),
+            fmt(m.ttft_s.quantile(0.95) * 1e3, "%.1f"),
+            fmt(m.ttft_s.quantile(0.99) * 1e3, "%.1f"),
+            fmt(m.tpot_s.mean() * 1e3, "%.2f"),
+            fmt(m.e2e_s.quantile(0.99) * 1e3, "%.1f"),
+            fmt(throughput_tok_s(m), "%.1f"),
+            fmt(m.hit_rate() * 100.0, "%.1f"),
+            std::to_string(m.n_saved_tokens),
+            fmt(has_kv ? (double)m.kv.n_blocks_used_peak * block_gib : k_nan, "%.4f"),
+            fmt(m.kv.page_usage_mean() * 100.0, "%.1f"),
+            fmt(m.kv.fragmentation() * 100.0, "%.1f"),
+            std::to_string(m.n_evictions()),
+            std::to_string(m.n_preemptions),
+            fmt(m.cost_per_request(), "%.4g"),
+        };
+    };
+    for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
+    out += line(row_cells("all", all_));
+    return out;
+}
+
+std::string MetricsRegistry::to_prometheus() const {
+    std::string out;
+    std::vector<std::string> names = bucket_names();
+    auto family = [&](const char* name, const char* type, const char* help) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    };
+    auto label = [](const std::string& bucket) { return "bucket=\"" + prometheus_label_value(bucket) + "\""; };
+    auto histogram = [&](const char* name, const char* help, Histogram BucketMetrics::*h,
+                         std::span<const double> bounds) {
+        family(name, "histogram", help);
+        for (const std::string& b : names) out += prometheus_histogram(buckets_.find(b)->second.*h, name, label(b), bounds);
+    };
+    auto counter = [&](const char* name, const char* help, auto value_of) {
+        family(name, "counter", help);
+        for (const std::string& b : names)
+            out += std::string(name) + "{" + label(b) + "} " + prometheus_number((double)value_of(buckets_.find(b)->second)) + "\n";
+    };
+
+    histogram("steward:time_to_first_token_seconds", "Arrival to first output token, seconds.",
+              &BucketMetrics::ttft_s, k_ttft_bounds);
+    histogram("steward:inter_token_latency_seconds", "Gap between consecutive output tokens, seconds.",
+              &BucketMetrics::itl_s, k_itl_bounds);
+    histogram("steward:request_time_per_output_token_seconds", "Per-request mean time per output token, seconds.",
+              &BucketMetrics::tpot_s, k_itl_bounds);
+    histogram("steward:e2e_request_latency_seconds", "Arrival to finish, seconds.", &BucketMetrics::e2e_s,
+              k_e2e_bounds);
+    histogram("steward:request_queue_time_seconds", "Arrival to first scheduled, seconds.",
+              &BucketMetrics::queue_s, k_e2e_bounds);
+
+    family("steward:request_success_total", "counter", "Requests finished with stop or length.");
+    for (const std::string& b : names)
+        for (FinishReason f : {FinishReason::STOP, FinishReason::LENGTH})
+            out += "steward:request_success_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
+                   "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
+    family("steward:request_failure_total", "counter", "Requests cancelled, timed out, failed or rejected.");
+    for (const std::string& b : names)
+        for (FinishReason f : {FinishReason::CANCELLED, FinishReason::TIMEOUT, FinishReason::ERROR,
+                               FinishReason::OVERLOADED})
+            out += "steward:request_failure_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
+                   "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
+
+    counter("steward:prompt_tokens_total", "Prompt tokens.", [](const BucketMetrics& m) { return m.n_prompt_tokens; });
+    counter("steward:generation_tokens_total", "Output tokens.", [](const BucketMetrics& m) { return m.n_output_tokens; });
+    counter("steward:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            [](const BucketMetrics& m) { return m.n_prompt_tokens; });
+    counter("steward:prefix_cache_hits_total", "Prompt tokens found in cached full blocks.",
+            [](const BucketMetrics& m) { return m.n_cached_tokens; });
+    counter("steward:prefix_cache_saved_tokens_total", "Prompt tokens not computed thanks to the cache.",
+            [](const BucketMetrics& m) { return m.n_saved_tokens; });
+    counter("steward:prefix_cache_cross_tenant_hits_total",
+            "Hit tokens on another tenant's blocks outside declared-public prefixes (must be 0).",
+            [](const BucketMetrics& m) { return m.n_cross_tenant_hits; });
+    counter("steward:prefix_cache_public_hits_total", "Hit tokens on another tenant's declared-public blocks.",
+            [](const BucketMetrics& m) { return m.n_public_hits; });
+    counter("steward:num_preemptions_total", "Preemptions for lack of KV blocks.",
+            [](const BucketMetrics& m) { return m.n_preemptions; });
+    counter("steward:recomputed_tokens_total", "Tokens computed again after preemption.",
+            [](const BucketMetrics& m) { return m.n_recomputed_tokens; });
+    counter("steward:request_cost_total", "Cost from per-pool prices, currency units.",
+            [](const BucketMetrics& m) { return m.cost_total; });
+    counter("steward:route_upgrades_total", "Requests upgraded from a cheaper pool.",
+            [](const BucketMetrics& m) { return m.n_upgraded; });
+    counter("steward:route_fallbacks_total", "Requests served by a fallback path.",
+            [](const BucketMetrics& m) { return m.n_fallback; });
+    family("steward:route_requests_total", "counter", "Requests finished per pool.");
+    for (const std::string& b : names)
+        for (const auto& [pool, n] : buckets_.find(b)->second.n_by_pool)
+            out += "steward:route_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+                   std::to_string(n) + "\n";
+    counter("steward:spec_decode_num_drafts_total", "Speculative drafts.", [](const BucketMetrics& m) { return m.n_drafts; });
+    counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
+            [](const BucketMetrics& m) { return m.n_draft_tokens; });
+    counter("steward:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+            [](const BucketMetrics& m) { return m.n_accepted_tokens; });
+
+    family("steward:kv_cache_evictions_total", "counter", "Cached unreferenced KV blocks reclaimed, per policy.");
+    for (const auto& [policy, n] : all_.n_evictions_by_policy)
+        out += "steward:kv_cache_evictions_total{policy=\"" + prometheus_label_value(policy) + "\"} " +
+               std::to_string(n) + "\n";
+    const KvGauges& kv = all_.kv;
+    if (kv.n_samples > 0) {
+        double usage = kv.last.n_blocks_total > 0 ? (double)kv.last.n_blocks_used / (double)kv.last.n_blocks_total : 0.0;
+        family("steward:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (0-1).");
+        out += "steward:kv_cache_usage_perc " + prometheus_number(usage) + "\n";
+        family("steward:kv_cache_fragmentation_perc", "gauge", "Fraction of allocated token slots not holding a token (0-1).");
+        out += "steward:kv_cache_fragmentation_perc " + prometheus_number(kv.last.fragmentation) + "\n";
+        family("steward:kv_cache_blocks_used", "gauge", "KV blocks referenced by running or pinned sequences.");
+        out += "steward:kv_cache_blocks_used " + std::to_string(kv.last.n_blocks_used) + "\n";
+        family("steward:kv_cache_blocks_total", "gauge", "KV blocks in the pool.");
+        out += "steward:kv_cache_blocks_total " + std::to_string(kv.last.n_blocks_total) + "\n";
+        family("steward:kv_cache_branches", "gauge", "Live forked sequences sharing blocks copy-on-write.");
+        out += "steward:kv_cache_branches " + std::to_string(kv.last.n_branches) + "\n";
+    }
+    return out;
+}
+
+}  // namespace steward

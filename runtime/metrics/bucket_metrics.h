@@ -1,0 +1,248 @@
+// The figures of shared/METRICS.md per workload bucket and overall: what the runtime records per
+// finished request and per KV sample, aggregated, and written as JSON, a text table and Prometheus.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics/histogram.h"
+
+namespace steward {
+
+enum class FinishReason { STOP, LENGTH, CANCELLED, TIMEOUT, ERROR, OVERLOADED };
+inline constexpr int n_finish_reasons = 6;
+// "stop", "length", "cancelled", "timeout", "error", "overloaded".
+const char* finish_reason_name(FinishReason r);
+std::optional<FinishReason> parse_finish_reason(std::string_view s);
+// STOP and LENGTH: the request was served; the others were not (or not fully).
+bool finish_reason_ok(FinishReason r);
+
+// Work a request did on a pool before the one that finished it (an upgrade re-ran or continued it).
+struct PoolUse {
+    std::string pool;
+    int64_t n_prompt_tokens = 0;
+    int64_t n_cached_prompt_tokens = 0;
+    int64_t n_output_tokens = 0;
+};
+
+// What the runtime fills in for each finished request (any finish reason).
+struct RequestRecord {
+    std::string bucket;  // the classifier's decision; "" is reported as "unclassified"
+    std::string tenant;
+    std::string pool;    // the pool that finished the request
+    // Seconds on one clock; any origin (only differences and the run window are used).
+    double t_arrival_s = 0.0;                // arrival at the runtime
+    std::optional<double> t_scheduled_s;     // first scheduled into a batch; none if never
+    std::optional<double> t_first_token_s;   // first output token handed to the caller; none if never
+    double t_finish_s = 0.0;                 // last token or error
+    std::vector<double> itl_s;               // [n_output_tokens - 1] gaps between consecutive tokens
+    int64_t n_prompt_tokens = 0;
+    int64_t n_cached_prompt_tokens = 0;      // prompt tokens found in cached full blocks (cache hits)
+    int64_t n_cached_cross_tenant = 0;       // of those, on blocks another tenant wrote outside any
+                                             // declared-public prefix: a boundary breach, must be 0
+    int64_t n_cached_public = 0;             // of those, on another tenant's declared-public blocks
+    int64_t n_output_tokens = 0;
+    int64_t n_recomputed_tokens = 0;         // tokens computed again after preemptions
+    int n_preemptions = 0;
+    FinishReason finish = FinishReason::STOP;
+    uint64_t config_generation = 0;
+    // Routing (the routing issue fills these).
+    std::vector<PoolUse> prior_pools;        // non-empty: upgraded from a cheaper pool
+    bool fallback = false;                   // served by a fallback path
+    // Speculation (the speculation issue fills these; 0 until then).
+    int64_t n_drafts = 0;
+    int64_t n_draft_tokens = 0;
+    int64_t n_accepted_tokens = 0;
+};
+
+// A KV gauge reading pushed by the KV layer.
+struct KvSample {
+    double t_s = 0.0;             // same clock as RequestRecord
+    std::string bucket;           // "": the whole pool (the "all" row); a bucket: that bucket's share
+    int64_t n_blocks_used = 0;    // blocks referenced by running or pinned sequences
+    int64_t n_blocks_total = 0;
+    double fragmentation = 0.0;   // allocated token slots not holding a token / allocated slots, [0, 1]
+    int64_t n_branches = 0;       // live forked sequences sharing blocks copy-on-write
+};
+
+// The KV pool's shape, for the KV GiB figures (fill from KvConfig: bytes_per_elem = 2 for F16).
+struct KvShape {
+    int n_layers = 0;
+    int n_blocks = 0;
+    int block_size = 0;  // token slots per block
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    double bytes_per_elem = 0.0;
+    double block_bytes() const;  // 2 · L · T · H_kv · D_head · bytes (K and V, every layer)
+    double total_gib() const;    // block_bytes · n_blocks / 2^30: METRICS.md's "KV GiB (formula)"
+};
+
+// Prices in currency units per million tokens. Cached prompt tokens cost the cached price.
+struct PoolPrice {
+    double prompt_per_mtok = 0.0;
+    double cached_prompt_per_mtok = 0.0;
+    double output_per_mtok = 0.0;
+};
+
+// A bucket's service-level targets; 0 = no target on that figure.
+struct BucketSlo {
+    double ttft_ms = 0.0;
+    double tpot_ms = 0.0;
+};
+
+struct MetricsConfig {
+    std::map<std::string, PoolPrice, std::less<>> prices;  // per pool; a pool not listed costs 0
+    std::optional<KvShape> kv;                             // without it the KV GiB figures are null
+    std::map<std::string, BucketSlo, std::less<>> slo;     // per bucket; goodput is null without one
+};
+
+// Time-weighted KV gauges of one row: each sample holds until the next. With every sample at one
+// instant the means fall back to plain sample means.
+struct KvGauges {
+    int64_t n_samples = 0;
+    KvSample last;
+    int64_t n_blocks_used_peak = 0;
+    double page_usage_peak = 0.0;  // max of used / total
+    int64_t n_branches_peak = 0;
+
+    void add(const KvSample& s);
+    double blocks_used_mean() const;  // NaN without samples
+    double page_usage_mean() const;   // fraction; NaN without samples
+    // Allocated slots not holding a token / allocated slots, weighted by blocks in use (and time):
+    // equals Σ waste / Σ allocated. NaN when no block was ever in use.
+    double fragmentation() const;
+
+private:
+    double t_first_ = 0.0;
+    double span_s_ = 0.0;                             // Σ dt between samples
+    double i_used_ = 0.0, i_usage_ = 0.0, i_frag_ = 0.0, i_frag_w_ = 0.0;  // ∫ · dt
+    double s_used_ = 0.0, s_usage_ = 0.0, s_frag_ = 0.0, s_frag_w_ = 0.0;  // Σ over samples
+};
+
+// TTFT of hits and misses for prompts of [2^k, 2^(k+1)) tokens (a hit: any cached prompt token).
+struct LengthClassTtft {
+    int64_t n_hit = 0;
+    int64_t n_miss = 0;
+    double ttft_hit_sum_s = 0.0;
+    double ttft_miss_sum_s = 0.0;
+    double penalty_s() const;  // mean miss TTFT - mean hit TTFT; NaN unless both are present
+};
+
+struct TenantCache {
+    int64_t n_requests = 0;
+    int64_t n_queries = 0;  // prompt tokens looked up
+    int64_t n_hits = 0;     // prompt tokens found
+};
+
+// The accumulators of one row (a bucket or "all") and the figures derived from them.
+// Latency populations: TTFT over requests with a first token; TPOT (per-request mean) and ITL
+// (per gap) over requests with >= 2 output tokens; e2e and queue time over every request except
+// ERROR and OVERLOADED ones (rejections would make the latency look good). All in seconds.
+struct BucketMetrics {
+    int64_t n_requests = 0;
+    std::array<int64_t, n_finish_reasons> n_by_finish{};
+    std::map<uint64_t, int64_t> n_by_config_generation;
+
+    Histogram ttft_s, tpot_s, itl_s, e2e_s, queue_s;
+
+    int64_t n_prompt_tokens = 0;
+    int64_t n_cached_tokens = 0;
+    int64_t n_saved_tokens = 0;  // Σ max(0, cached - recomputed) per request
+    int64_t n_output_tokens = 0;
+    int64_t n_recomputed_tokens = 0;
+    int64_t n_preemptions = 0;
+    int64_t n_cross_tenant_hits = 0;  // tokens
+    int64_t n_public_hits = 0;        // tokens
+    std::map<std::string, TenantCache, std::less<>> tenants;
+    std::map<int, LengthClassTtft> length_classes;  // key k: prompts of [2^k, 2^(k+1)) tokens
+
+    double cost_total = 0.0;
+    int64_t n_met_slo = 0;
+    bool has_slo = false;
+
+    std::map<std::string, int64_t, std::less<>> n_by_pool;
+    int64_t n_upgraded = 0;
+    int64_t n_fallback = 0;
+
+    int64_t n_drafts = 0;
+    int64_t n_draft_tokens = 0;
+    int64_t n_accepted_tokens = 0;
+
+    KvGauges kv;
+    std::map<std::string, int64_t, std::less<>> n_evictions_by_policy;
+
+    // cost: the request's cost; met_slo: whether it met its bucket's SLO (only with has_slo).
+    void add(const RequestRecord& r, double cost, bool met_slo);
+
+    int64_t n_ok() const;                 // STOP + LENGTH
+    int64_t n_evictions() const;
+    double hit_rate() const;              // cached / prompt tokens; NaN without queries
+    // Mean over length classes holding both hits and misses of (miss TTFT - hit TTFT), weighted by
+    // each class's misses: what a typical miss costs. NaN when no class has both.
+    double miss_penalty_s() const;
+    double cost_per_request() const;      // NaN without requests
+    double upgrade_rate() const;          // NaN without requests
+    double fallback_rate() const;         // NaN without requests
+    double mean_accepted_length() const;  // 1 + accepted / drafts; NaN without drafts
+};
+
+// Cost of one request: Σ over the pools it used of (uncached prompt · prompt price + cached prompt ·
+// cached price + output · output price) / 1e6. Pools without a price cost 0.
+double request_cost(const RequestRecord& r, const MetricsConfig& cfg);
+
+// The prompt-length class k of a prompt of n tokens: 2^k <= n < 2^(k+1); -1 for n <= 0.
+int prompt_length_class(int64_t n_prompt_tokens);
+
+// Aggregates records per bucket and overall; writes the figures.
+// Thread-safety: none; the owner (one actor) serialises every call. Copyable.
+class MetricsRegistry {
+public:
+    explicit MetricsRegistry(MetricsConfig cfg = {});
+
+    void record(const RequestRecord& r);
+    // A bucket-tagged sample updates that bucket's row only; an untagged one the "all" row.
+    void record_kv(const KvSample& s);
+    // Counted in "all" and, when bucket is non-empty, in that bucket.
+    void add_evictions(int64_t n, std::string_view policy = "lru", std::string_view bucket = {});
+    // The wall-time window for throughput and goodput. Without it: first arrival to last finish.
+    void set_window(double t_begin_s, double t_end_s);
+    double window_s() const;  // 0 before any record
+
+    const MetricsConfig& config() const { return cfg_; }
+    const BucketMetrics& all() const { return all_; }
+    const BucketMetrics* bucket(std::string_view name) const;  // nullptr if never seen
+    // The standard buckets in WORKLOADS.md's order, then any others alphabetically; only seen ones.
+    std::vector<std::string> bucket_names() const;
+
+    double throughput_tok_s(const BucketMetrics& m) const;  // output tokens / window; NaN if none
+    double goodput_req_s(const BucketMetrics& m) const;     // met SLO / window; NaN without an SLO
+
+    // {"window_s", "all": {...}, "buckets": {"short_qa": {...}, ...}}; every figure of a row, units
+    // in the key names (ttft_ms: {count, mean, p50, p95, p99, max}), undefined figures null.
+    nlohmann::json row_json(const BucketMetrics& m) const;
+    nlohmann::json to_json() const;
+    // Fixed-width text: one row per bucket and "all"; "-" for undefined figures.
+    std::string to_table() const;
+    // Text exposition format; names follow vLLM's where one exists (steward: for vllm:). Request
+    // figures carry a bucket label (no "all" series: Prometheus sums labels itself); KV gauges come
+    // from the untagged samples and carry no label.
+    std::string to_prometheus() const;
+
+private:
+    BucketMetrics& row(std::string_view bucket);
+
+    MetricsConfig cfg_;
+    BucketMetrics all_;
+    std::map<std::string, BucketMetrics, std::less<>> buckets_;
+    std::optional<std::pair<double, double>> window_;  // set_window's
+    double t_first_arrival_s_ = 0.0;
+    double t_last_finish_s_ = 0.0;
+};
+
+}  // namespace steward

@@ -1,0 +1,676 @@
+// Tokenizers from GGUF metadata, reproducing llama.cpp: SentencePiece-style best-score bigram
+// merging with byte fallback (`llama`), and GPT-2 byte-level BPE with ranked merges (`gpt2`).
+#include "model/tokenizer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+
+#include "model/pretokenizer.h"
+
+namespace steward {
+
+namespace {
+
+constexpr int32_t k_type_normal = 1, k_type_unknown = 2, k_type_control = 3, k_type_user = 4,
+                  k_type_unused = 5, k_type_byte = 6;
+constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// ---- UTF-8 ----------------------------------------------------------------------------------
+
+// Length of the character a lead byte announces, as llama.cpp counts it (by the high nibble;
+// a stray continuation byte counts as one).
+size_t utf8_len(unsigned char c) {
+    static constexpr uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lookup[c >> 4];
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+        out += char(cp);
+    } else if (cp < 0x800) {
+        out += char(0xC0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += char(0xE0 | (cp >> 12));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    } else {
+        out += char(0xF0 | (cp >> 18));
+        out += char(0x80 | ((cp >> 12) & 0x3F));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    }
+}
+
+// Classifies the bytes at s: > 0, a complete valid character of that many bytes; 0, a valid
+// but unfinished prefix (all n bytes); < 0, invalid, and -result bytes form the maximal
+// ill-formed subpart that one U+FFFD replaces (Unicode's recommended practice).
+int utf8_check(const unsigned char* s, size_t n) {
+    const unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    int need;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) need = 2;
+    else if (c >= 0xF0 && c <= 0xF4) need = 3;
+    else return -1;
+    for (int k = 1; k <= need; ++k) {
+        if ((size_t)k >= n) return 0;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (k == 1) {  // exclude overlongs, surrogates and code points past U+10FFFF
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        }
+        if (s[k] < lo || s[k] > hi) return -k;
+    }
+    return need + 1;
+}
+
+// Decodes the code point of a valid character of len bytes.
+uint32_t utf8_decode(const unsigned char* s, size_t len) {
+    if (len == 1) return s[0];
+    uint32_t cp = s[0] & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (s[k] & 0x3F);
+    return cp;
+}
+
+// ---- GPT-2 byte-level alphabet --------------------------------------------------------------
+
+// GPT-2 maps every byte to a printable code point: printable Latin-1 bytes map to themselves,
+// the other 68 to U+0100.. in byte order. BPE vocabularies are written in that alphabet.
+struct ByteAlphabet {
+    std::array<std::string, 256> byte_to_utf8;  // the UTF-8 of each byte's code point
+    std::array<int16_t, 324> cp_to_byte;        // inverse; -1 where no byte maps
+    ByteAlphabet() {
+        cp_to_byte.fill(-1);
+        uint32_t next = 256;
+        for (int b = 0; b < 256; ++b) {
+            const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+            const uint32_t cp = printable ? uint32_t(b) : next++;
+            append_utf8(byte_to_utf8[b], cp);
+            cp_to_byte[cp] = int16_t(b);
+        }
+    }
+};
+
+const ByteAlphabet& byte_alphabet() {
+    static const ByteAlphabet table;
+    return table;
+}
+
+// ---- Vocabulary shared by both models -------------------------------------------------------
+
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// A piece of the input after special tokens are split out: either a token id or raw text.
+struct Fragment {
+    int32_t id;  // -1 for raw text
+    std::string_view text;
+};
+
+// Adjacent symbols of a word during merging: a linked list over byte ranges of one string.
+struct Symbol {
+    int32_t prev, next;
+    uint32_t off, len;  // len == 0: merged into its left neighbour
+};
+
+std::vector<Symbol> split_symbols(std::string_view text) {
+    std::vector<Symbol> syms;
+    syms.reserve(text.size());
+    for (size_t off = 0; off < text.size();) {
+        const size_t len = std::min(text.size() - off, utf8_len((unsigned char)text[off]));
+        const int32_t i = (int32_t)syms.size();
+        syms.push_back({i - 1, i + 1, (uint32_t)off, (uint32_t)len});
+        off += len;
+    }
+    if (!syms.empty()) syms.back().next = -1;
+    return syms;
+}
+
+class VocabTokenizer : public Tokenizer {
+public:
+    int32_t find(std::string_view text) const {
+        auto it = token_to_id_.find(text);
+        return it == token_to_id_.end() ? -1 : it->second;
+    }
+    int32_t type_of(int32_t id) const { return token_types_[id]; }
+
+    // Reads what both models share. model is "llama" or "gpt2".
+    Expected<bool> load_vocab(const GgufFile& file, TokenizerKind kind);
+
+protected:
+    // Splits text at occurrences of special tokens, as llama.cpp does: longest token text first,
+    // each one cut out of every raw fragment left. Control (and unknown) tokens are split out only
+    // with parse_special; user-defined tokens always are (llama.cpp and Hugging Face agree: they
+    // are added tokens, not control).
+    std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+
+    StringMap token_to_id_;
+    std::vector<int32_t> special_ids_;  // unknown, control and user-defined; longest text first
+};
+
+Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind kind) {
+    const std::string where = " in " + file.path();
+    kind_ = kind;
+    auto tokens = file.get_string_array("tokenizer.ggml.tokens");
+    if (!tokens) {
+        if (file.find("tokenizer.ggml.tokens"))
+            return make_error("tokenizer.ggml.tokens", where,
+                              " is not an array of strings; re-convert the model with llama.cpp's "
+                              "convert_hf_to_gguf.py");
+        return make_error("tokenizer.ggml.tokens is missing", where,
+                          ": the file carries no vocabulary; use a GGUF converted with its "
+                          "tokenizer (llama.cpp's convert_hf_to_gguf.py writes it)");
+    }
+    if (tokens->empty()) return make_error("tokenizer.ggml.tokens is empty", where);
+    if (tokens->size() > (size_t)INT32_MAX)
+        return make_error("tokenizer.ggml.tokens has too many entries", where);
+    const size_t n = tokens->size();
+    tokens_.assign(tokens->begin(), tokens->end());
+
+    token_types_.assign(n, k_type_normal);
+    if (file.find("tokenizer.ggml.token_type")) {
+        auto types = file.get_i32_array("tokenizer.ggml.token_type");
+        if (!types)
+            return make_error("tokenizer.ggml.token_type", where,
+                              " is not an array of int32; re-convert the model");
+        if (types->size() != n)
+            return make_error("tokenizer.ggml.token_type has ", std::to_string(types->size()),
+                              " entries but tokenizer.ggml.tokens has ", std::to_string(n), where,
+                              "; the two arrays must be parallel, re-convert the model");
+        token_types_ = std::move(*types);
+    }
+
+    token_to_id_.reserve(n);
+    for (size_t i = 0; i < n; ++i) token_to_id_[tokens_[i]] = (int32_t)i;  // last one wins, as in llama.cpp
+
+    // Special ids. Out-of-range ids are an error: a wrong EOS would silently break stopping.
+    auto read_id = [&](const char* key, int32_t fallback) -> Expected<int32_t> {
+        auto v = file.get_int(key);
+        if (!v) {
+            if (file.find(key)) return make_error(key, where, " is not an integer");
+            return fallback < (int32_t)n ? fallback : -1;
+        }
+        if (*v < -1 || *v >= (int64_t)n)
+            return make_error(key, " = ", std::to_string(*v), where, " is outside the vocabulary of ",
+                              std::to_string(n), " tokens; fix the metadata (e.g. with llama.cpp's "
+                              "gguf_set_metadata.py) or re-convert the model");
+        return (int32_t)*v;
+    };
+    const bool spm = kind == TokenizerKind::SPM;
+    // Defaults when the keys are absent: Llama's <unk>=0, <s>=1, </s>=2 for SPM; none for BPE.
+    auto bos = read_id("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+    if (!bos) return bos.error();
+    auto eos = read_id("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
+    if (!eos) return eos.error();
+    auto unk = read_id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    if (!unk) return unk.error();
+    auto eot = read_id("tokenizer.ggml.eot_token_id", -1);
+    if (!eot) return eot.error();
+    auto eom = read_id("tokenizer.ggml.eom_token_id", -1);
+    if (!eom) return eom.error();
+    bos_ = *bos, eos_ = *eos, unk_ = *unk, eot_ = *eot;
+
+    // End of generation: EOS, EOT, EOM, plus the end-of-turn control tokens of the common chat
+    // templates when the metadata does not name them (Llama 3's <|eot_id|> is often missing from
+    // eot_token_id). A short fixed list is a trade-off: simple and predictable, at the cost of
+    // missing exotic templates, which can still set tokenizer.ggml.eot_token_id.
+    static constexpr std::string_view k_eog_texts[] = {
+        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>",
+        "<|end|>",    "<end_of_turn>", "<|return|>", "<|call|>"};
+    eog_ids_.clear();
+    for (int32_t id : {eos_, eot_, *eom})
+        if (id >= 0) eog_ids_.push_back(id);
+    for (std::string_view t : k_eog_texts) {
+        const int32_t id = find(t);
+        if (id >= 0 && token_types_[id] == k_type_control) eog_ids_.push_back(id);
+    }
+    std::sort(eog_ids_.begin(), eog_ids_.end());
+    eog_ids_.erase(std::unique(eog_ids_.begin(), eog_ids_.end()), eog_ids_.end());
+
+    special_ids_.clear();
+    for (size_t i = 0; i < n; ++i) {
+        const int32_t t = token_types_[i];
+        if ((t == k_type_unknown || t == k_type_control || t == k_type_user) && !tokens_[i].empty())
+            special_ids_.push_back((int32_t)i);
+    }
+    std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
+        return tokens_[a].size() > tokens_[b].size();
+    });
+    return true;
+}
+
+std::vector<Fragment> VocabTokenizer::partition(std::string_view text, bool parse_special) const {
+    std::vector<Fragment> frags;
+    if (text.empty()) return frags;
+    frags.push_back({-1, text});
+    std::vector<Fragment> next;
+    for (int32_t id : special_ids_) {
+        if (!parse_special && token_types_[id] != k_type_user) continue;
+        const std::string& special = tokens_[id];
+        if (text.find(special) == std::string_view::npos) continue;  // cheap common case
+        next.clear();
+        for (const Fragment& f : frags) {
+            if (f.id >= 0) {
+                next.push_back(f);
+                continue;
+            }
+            size_t pos = 0;
+            for (size_t hit; (hit = f.text.find(special, pos)) != std::string_view::npos;) {
+                if (hit > pos) next.push_back({-1, f.text.substr(pos, hit - pos)});
+                next.push_back({id, f.text.substr(hit, special.size())});
+                pos = hit + special.size();
+            }
+            if (pos < f.text.size()) next.push_back({-1, f.text.substr(pos)});
+        }
+        frags.swap(next);
+    }
+    return frags;
+}
+
+// ---- SentencePiece-style (tokenizer.ggml.model = llama) -------------------------------------
+
+class SpmTokenizer final : public VocabTokenizer {
+public:
+    Expected<bool> load(const GgufFile& file) {
+        auto ok = load_vocab(file, TokenizerKind::SPM);
+        if (!ok) return ok;
+        const std::string where = " in " + file.path();
+        auto scores = file.get_f32_array("tokenizer.ggml.scores");
+        if (!scores) {
+            if (file.find("tokenizer.ggml.scores"))
+                return make_error("tokenizer.ggml.scores", where,
+                                  " is not an array of float32; re-convert the model");
+            return make_error("tokenizer.ggml.scores is missing", where,
+                              ": a SentencePiece (llama) vocabulary merges by score; re-convert "
+                              "the model with its tokenizer.model");
+        }
+        if (scores->size() != tokens_.size())
+            return make_error("tokenizer.ggml.scores has ", std::to_string(scores->size()),
+                              " entries but tokenizer.ggml.tokens has ",
+                              std::to_string(tokens_.size()), where,
+                              "; the arrays must be parallel, re-convert the model");
+        scores_ = std::move(*scores);
+        add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+        add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+        pre_ = std::string(file.get_string("tokenizer.ggml.pre").value_or("default"));
+        byte_ids_.fill(-1);
+        for (int b = 0; b < 256; ++b) {
+            char name[8];
+            std::snprintf(name, sizeof(name), "<0x%02X>", b);
+            byte_ids_[b] = find(name);
+        }
+        return true;
+    }
+
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const override {
+        std::vector<int32_t> out;
+        if (add_bos && bos_ >= 0) out.push_back(bos_);
+        bool prev_special = true;  // the space prefix goes at the start and after each special token
+        std::string buf;
+        for (const Fragment& f : partition(text, parse_special)) {
+            if (f.id >= 0) {
+                out.push_back(f.id);
+                prev_special = true;
+                continue;
+            }
+            buf.clear();
+            if (add_space_prefix_ && prev_special) buf += k_spm_space;
+            for (char c : f.text) {
+                if (c == ' ') buf += k_spm_space;
+                else buf += c;
+            }
+            tokenize(buf, out);
+            prev_special = false;
+        }
+        return out;
+    }
+
+    std::string token_to_bytes(int32_t id) const override {
+        if (id < 0 || id >= n_vocab()) return {};
+        const std::string& text = tokens_[id];
+        switch (token_types_[id]) {
+            case k_type_normal: {
+                std::string out;
+                out.reserve(text.size());
+                for (size_t i = 0; i < text.size();) {
+                    if (text.compare(i, k_spm_space.size(), k_spm_space) == 0) {
+                        out += ' ';
+                        i += k_spm_space.size();
+                    } else {
+                        out += text[i++];
+                    }
+                }
+                return out;
+            }
+            case k_type_unknown: return "\xE2\x96\x85";  // U+2585, as llama.cpp shows <unk>
+            case k_type_user: return text;
+            case k_type_byte: {
+                unsigned v = 0;
+                if (std::sscanf(text.c_str(), "<0x%2X>", &v) == 1) return std::string(1, char(v));
+                return text;
+            }
+            default: return {};  // control, unused
+        }
+    }
+
+private:
+    // llama.cpp's llm_tokenizer_spm: start from UTF-8 characters and keep merging the adjacent
+    // pair whose concatenation is the highest-scoring token (ties: leftmost); what remains
+    // unknown falls back to <0xNN> byte tokens.
+    void tokenize(std::string_view text, std::vector<int32_t>& out) const {
+        std::vector<Symbol> syms = split_symbols(text);
+        struct Bigram {
+            float score;
+            int32_t left, right;
+            uint32_t size;
+        };
+        auto worse = [](const Bigram& a, const Bigram& b) {
+            return a.score < b.score || (a.score == b.score && a.left > b.left);
+        };
+        std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+        auto try_add = [&](int32_t left, int32_t right) {
+            if (left < 0 || right < 0) return;
+            const uint32_t size = syms[left].len + syms[right].len;
+            const int32_t id = find(text.substr(syms[left].off, size));
+            if (id < 0) return;
+            queue.push({scores_[id], left, right, size});
+        };
+        for (int32_t i = 1; i < (int32_t)syms.size(); ++i) try_add(i - 1, i);
+        while (!queue.empty()) {
+            const Bigram b = queue.top();
+            queue.pop();
+            Symbol& l = syms[b.left];
+            Symbol& r = syms[b.right];
+            if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;  // stale
+            l.len += r.len;
+            r.len = 0;
+            l.next = r.next;
+            if (r.next >= 0) syms[r.next].prev = b.left;
+            try_add(l.prev, b.left);
+            try_add(b.left, l.next);
+        }
+        for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
+            const std::string_view piece = text.substr(syms[i].off, syms[i].len);
+            const int32_t id = find(piece);
+            if (id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+            // Only single characters get here: every merge made a vocabulary token.
+            for (unsigned char c : piece) {
+                const int32_t byte_id = byte_ids_[c] >= 0 ? byte_ids_[c] : unk_;
+                if (byte_id >= 0) out.push_back(byte_id);
+            }
+        }
+    }
+
+    std::vector<float> scores_;
+    std::array<int32_t, 256> byte_ids_{};  // <0xNN> tokens; -1 when absent
+};
+
+// ---- GPT-2 byte-level BPE (tokenizer.ggml.model = gpt2) -------------------------------------
+
+class BpeTokenizer final : public VocabTokenizer {
+public:
+    explicit BpeTokenizer(Pretokenizer pretok) : pretok_(std::move(pretok)) {}
+
+    Expected<bool> load(const GgufFile& file) {
+        auto ok = load_vocab(file, TokenizerKind::BPE);
+        if (!ok) return ok;
+        const std::string where = " in " + file.path();
+        auto merges = file.get_string_array("tokenizer.ggml.merges");
+        if (!merges) {
+            if (file.find("tokenizer.ggml.merges"))
+                return make_error("tokenizer.ggml.merges", where,
+                                  " is not an array of strings; re-convert the model");
+            return make_error("tokenizer.ggml.merges is missing", where,
+                              ": a gpt2 (BPE) vocabulary needs its merges; re-convert the model "
+                              "with llama.cpp's convert_hf_to_gguf.py");
+        }
+        ranks_.reserve(merges->size());
+        for (size_t i = 0; i < merges->size(); ++i) {
+            std::string_view m = (*merges)[i];
+            const size_t sp = m.find(' ', 1);
+            if (m.size() < 3 || sp == std::string_view::npos || sp + 1 >= m.size())
+                return make_error("tokenizer.ggml.merges[", std::to_string(i), "] = '",
+                                  std::string(m), "'", where,
+                                  " is not of the form 'left right'; re-convert the model");
+            ranks_.try_emplace(std::string(m), (int32_t)i);  // first rank wins, as in llama.cpp
+        }
+        // Llama 3 (and llama.cpp's other LLAMA3-type vocabularies) take a whole word as one
+        // token when it is in the vocabulary, before any merge; they also want BOS by default.
+        ignore_merges_ = pretok_.type() == PreType::LLAMA3;
+        add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(ignore_merges_);
+        return true;
+    }
+
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const override {
+        std::vector<int32_t> out;
+        if (add_bos && bos_ >= 0) out.push_back(bos_);
+        std::vector<std::string_view> words;
+        std::string encoded, key;
+        for (const Fragment& f : partition(text, parse_special)) {
+            if (f.id >= 0) {
+                out.push_back(f.id);
+                continue;
+            }
+            words.clear();
+            pretok_.split(f.text, words);
+            for (std::string_view w : words) tokenize_word(w, encoded, key, out);
+        }
+        return out;
+    }
+
+    std::string token_to_bytes(int32_t id) const override {
+        if (id < 0 || id >= n_vocab()) return {};
+        const std::string& text = tokens_[id];
+        switch (token_types_[id]) {
+            case k_type_normal:
+            case k_type_byte: {
+                const ByteAlphabet& alpha = byte_alphabet();
+                std::string out;
+                out.reserve(text.size());
+                const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+                for (size_t i = 0; i < text.size();) {
+                    const int r = utf8_check(s + i, text.size() - i);
+                    const size_t len = r > 0 ? (size_t)r : 1;
+                    const uint32_t cp = r > 0 ? utf8_decode(s + i, len) : 0xFFFFFFFF;
+                    if (cp < alpha.cp_to_byte.size() && alpha.cp_to_byte[cp] >= 0)
+                        out += char(alpha.cp_to_byte[cp]);
+                    else
+                        out.append(text, i, len);  // not in the byte alphabet: keep as written
+                    i += len;
+                }
+                return out;
+            }
+            case k_type_user: return text;
+            default: return {};  // control, unknown, unused
+        }
+    }
+
+private:
+    // llama.cpp's llm_tokenizer_bpe on one pre-tokenized word: map bytes to the GPT-2 alphabet,
+    // then merge the adjacent pair with the lowest merge rank (ties: leftmost) until none applies.
+    void tokenize_word(std::string_view word, std::string& enc, std::string& key,
+                       std::vector<int32_t>& out) const {
+        const ByteAlphabet& alpha = byte_alphabet();
+        enc.clear();
+        for (unsigned char c : word) enc += alpha.byte_to_utf8[c];
+        if (ignore_merges_) {
+            const int32_t id = find(enc);
+            if (id >= 0) {
+                out.push_back(id);
+                return;
+            }
+        }
+        const std::string_view text = enc;
+        std::vector<Symbol> syms = split_symbols(text);
+        struct Bigram {
+            int32_t rank, left, right;
+            uint32_t size;
+        };
+        auto worse = [](const Bigram& a, const Bigram& b) {
+            return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+        };
+        std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+        auto try_add = [&](int32_t left, int32_t right) {
+            if (left < 0 || right < 0) return;
+            key.assign(text.substr(syms[left].off, syms[left].len));
+            key += ' ';
+            key.append(text.substr(syms[right].off, syms[right].len));
+            auto it = ranks_.find(std::string_view(key));
+            if (it == ranks_.end()) return;
+            queue.push({it->second, left, right, syms[left].len + syms[right].len});
+        };
+        for (int32_t i = 1; i < (int32_t)syms.size(); ++i) try_add(i - 1, i);
+        while (!queue.empty()) {
+            const Bigram b = queue.top();
+            queue.pop();
+            Symbol& l = syms[b.left];
+            Symbol& r = syms[b.right];
+            if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;  // stale
+            l.len += r.len;
+            r.len = 0;
+            l.next = r.next;
+            if (r.next >= 0) syms[r.next].prev = b.left;
+            try_add(l.prev, b.left);
+            try_add(b.left, l.next);
+        }
+        for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
+            const std::string_view piece = text.substr(syms[i].off, syms[i].len);
+            const int32_t id = find(piece);
+            if (id >= 0) {
+                out.push_back(id);
+                continue;
+            }
+            // A merge produced a string the vocabulary lacks (a malformed vocabulary): fall back
+            // to its characters, then to <unk>.
+            for (size_t k = 0; k < piece.size();) {
+                const size_t len = std::min(piece.size() - k, utf8_len((unsigned char)piece[k]));
+                const int32_t cid = find(piece.substr(k, len));
+                if (cid >= 0) out.push_back(cid);
+                else if (unk_ >= 0) out.push_back(unk_);
+                k += len;
+            }
+        }
+    }
+
+    Pretokenizer pretok_;
+    StringMap ranks_;  // "left right" -> merge rank
+    bool ignore_merges_ = false;
+};
+
+}  // namespace
+
+// ---- Tokenizer ------------------------------------------------------------------------------
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
+    auto model = file.get_string("tokenizer.ggml.model");
+    if (!model) {
+        if (file.find("tokenizer.ggml.model"))
+            return make_error("tokenizer.ggml.model in ", file.path(), " is not a string");
+        return make_error("tokenizer.ggml.model is missing in ", file.path(),
+                          ": the file carries no tokenizer; use a GGUF converted with its "
+                          "tokenizer (llama.cpp's convert_hf_to_gguf.py writes it)");
+    }
+    if (*model == "llama") {
+        auto tok = std::make_unique<SpmTokenizer>();
+        auto ok = tok->load(file);
+        if (!ok) return ok.error();
+        return std::unique_ptr<Tokenizer>(std::move(tok));
+    }
+    if (*model == "gpt2") {
+        // An unknown pre-tokenizer falls back to GPT-2's regex with a warning rather than failing:
+        // most BPE vocabularies tokenize plain prose the same way, and refusing the model would
+        // be worse than a slightly different split of digits or contractions.
+        std::string pre(file.get_string("tokenizer.ggml.pre").value_or("gpt-2"));
+        auto type = Pretokenizer::type_from_name(pre);
+        if (!type) {
+            spdlog::warn("{} in {}; falling back to the gpt-2 pre-tokenizer, so tokenization may "
+                         "differ from the model's own", type.error().message, file.path());
+            type = PreType::GPT2;
+        }
+        auto pretok = Pretokenizer::create(*type);
+        if (!pretok) return pretok.error();
+        auto tok = std::make_unique<BpeTokenizer>(std::move(*pretok));
+        auto ok = tok->load(file);
+        if (!ok) return ok.error();
+        tok->pre_ = std::move(pre);
+        return std::unique_ptr<Tokenizer>(std::move(tok));
+    }
+    return make_error("tokenizer.ggml.model = '", std::string(*model), "' in ", file.path(),
+                      " is not supported (supported: 'llama' for SentencePiece, 'gpt2' for "
+                      "byte-level BPE)");
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
+    auto file = GgufFile::open(path);
+    if (!file) return file.error();
+    return from_gguf(**file);  // the tokenizer copies what it keeps; the file closes here
+}
+
+std::string Tokenizer::piece_at(int32_t id, bool first_of_text) const {
+    std::string piece = token_to_bytes(id);
+    if (first_of_text && add_space_prefix_ && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    return piece;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+    std::string out;
+    bool first = true;
+    for (int32_t id : ids) {
+        if (first && id == bos_ && bos_ >= 0) continue;  // BOS decodes to "" and is not the text's start
+        out += piece_at(id, first);
+        first = false;
+    }
+    return out;
+}
+
+bool Tokenizer::is_eog(int32_t id) const {
+    return id >= 0 && std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
+}
+
+// ---- StreamDecoder --------------------------------------------------------------------------
+
+std::string StreamDecoder::push(int32_t id) {
+    if (first_ && id == tok_.bos_ && tok_.bos_ >= 0) return {};
+    pending_ += tok_.piece_at(id, first_);
+    first_ = false;
+    std::string out;
+    const auto* s = reinterpret_cast<const unsigned char*>(pending_.data());
+    size_t i = 0;
+    while (i < pending_.size()) {
+        const int r = utf8_check(s + i, pending_.size() - i);
+        if (r == 0) break;  // an unfinished character: hold it back
+        if (r > 0) {
+            out.append(pending_, i, (size_t)r);
+            i += (size_t)r;
+        } else {
+            out += "\xEF\xBF\xBD";  // U+FFFD for the ill-formed bytes
+            i += (size_t)-r;
+        }
+    }
+    pending_.erase(0, i);
+    return out;
+}
+
+std::string StreamDecoder::flush() {
+    if (pending_.empty()) return {};
+    pending_.clear();  // only an unfinished character can be held: it will never complete
+    return "\xEF\xBF\xBD";
+}
+
+}  // namespace steward

@@ -1,0 +1,135 @@
+// Workload files (JSONL, one request a line; shared/WORKLOADS.md): parse, write, and generate the
+// standard mixed workload of the six buckets, seeded and deterministic across platforms.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/error.h"
+
+namespace steward {
+
+// The file format, stable across versions (unknown fields are ignored, so it can grow):
+//
+// Header lines (before any request line) define shared segments:
+//   {"segment": "doc-2", "text": "..."}
+// Request lines:
+//   arrival_ms      number >= 0, required   offset from the start of the run
+//   tenant          string, default "default"
+//   bucket          string, optional        a hint; the classifier may decide otherwise
+//   session, turn   string, integer >= 1    agent sessions; turns of a session are numbered 1, 2, ...
+//                                           A later turn's prompt is the new content only: the runner
+//                                           appends it to the session's conversation (previous
+//                                           prompts and outputs), and sends it no earlier than
+//                                           arrival_ms nor before the previous turn finished and
+//                                           paused for its tool_pause_ms.
+//   exactly one of:
+//   prompt          string
+//   prompt_ids      array of integers in [0, 2^31)
+//   segments        an object or array of objects {"shared": "<segment>", "text": "..."} (either or
+//                   both; shared comes first): the prompt is their concatenation, as-is
+//   max_tokens      integer >= 1, required
+//   temperature     number >= 0, default 0 (greedy)
+//   top_p           number in (0, 1], default 1
+//   seed            integer >= 0, optional
+//   tools           bool, default false
+//   response_format "json" or "text" (the default)
+//   tool_pause_ms   number >= 0, default 0  agent: the pause (the tool) after this turn finishes
+//   public_prefix   string, optional        names the declared-public shared segment the prompt
+//                                           opens with; must be the first segments entry
+// Blank lines are skipped.
+
+struct WorkloadSegment {
+    std::string name;
+    std::string text;
+    bool operator==(const WorkloadSegment&) const = default;
+};
+
+// One piece of a segmented prompt: the shared segment's text (if named) followed by `text`.
+struct PromptPart {
+    std::string shared;  // a segment name, or empty
+    std::string text;
+    bool operator==(const PromptPart&) const = default;
+};
+
+enum class PromptKind { TEXT, IDS, SEGMENTS };
+
+struct WorkloadRequest {
+    double arrival_ms = 0.0;
+    std::string tenant = "default";
+    std::string bucket;          // hint; empty when none
+    std::string session;         // empty when not an agent session
+    int turn = 0;                // 1-based within the session; 0 when no session
+    PromptKind prompt_kind = PromptKind::TEXT;
+    std::string prompt;                  // PromptKind::TEXT
+    std::vector<int32_t> prompt_ids;     // PromptKind::IDS
+    std::vector<PromptPart> segments;    // PromptKind::SEGMENTS
+    int max_tokens = 16;
+    double temperature = 0.0;
+    double top_p = 1.0;
+    std::optional<uint64_t> seed;
+    bool tools = false;
+    bool response_json = false;  // response_format "json"
+    double tool_pause_ms = 0.0;
+    std::string public_prefix;   // empty when none
+    bool operator==(const WorkloadRequest&) const = default;
+};
+
+struct Workload {
+    std::vector<WorkloadSegment> segments;  // in file order; names unique
+    std::vector<WorkloadRequest> requests;  // in file order
+    bool operator==(const Workload&) const = default;
+
+    const WorkloadSegment* find_segment(std::string_view name) const;  // nullptr if not defined
+    // The prompt as text: TEXT as is, SEGMENTS concatenated (segment text, then part text); empty
+    // for IDS. Throws std::out_of_range for a segment not defined (parse_workload rules that out).
+    std::string prompt_text(const WorkloadRequest& r) const;
+};
+
+// Parses a whole JSONL file's contents. Errors name the line (1-based), the field, the value and the
+// fix, e.g. "workload line 7: max_tokens is -3; it must be an integer >= 1". Thread-safe (pure).
+Expected<Workload> parse_workload(std::string_view jsonl);
+// Reads and parses a file; errors also name the path.
+Expected<Workload> read_workload_file(const std::string& path);
+// JSONL that parse_workload reads back equal: segment lines first, then one line per request with
+// its fields in the order of the format above; defaults are left out. Thread-safe (pure).
+std::string write_workload(const Workload& w);
+// Writes write_workload's text to a file; an Error names the path when it cannot.
+std::optional<Error> write_workload_file(const Workload& w, const std::string& path);
+
+// The standard mixed workload (WORKLOADS.md), sized at scale 1 for a 2-core machine and small
+// synthetic models (a run of a few minutes); scale multiplies every length in words (~1 token per
+// word with the synthetic SPM tokenizer). Shapes at scale 1, words:
+//   short_qa    public system 64 + tenant system 64 + question 16-48; out 16-32; greedy or T 0.2
+//   long_doc    public system 64 + one of 3 shared documents 512-768 + question 32; out 16-32; T 0.2
+//   long_output public system 64 + tenant system 64 + instruction 64; out 128-256; T 0.3
+//   agent       public system 64 + tenant tool schema 192, then 3-4 turns: a task 32, and tool results
+//               32-96 with a pause of 50-300 ms (unscaled) after each turn but the last; out 16-32; greedy
+//   high_temp   public system 64 + tenant system 64 + prompt 64; out 48-96; T 1.0-1.3, top_p 0.95
+//   structured  public system 64 + one of 2 shared schemas 128 + prompt 64; out 48-96; greedy, json
+// Arrivals are Poisson at `rate` (with burst: bursts of 4-12 requests 1/(20·rate) apart on average,
+// spaced so the mean rate stays `rate`). Every request line takes the next arrival: a later agent
+// turn takes the first arrival after its previous turn's arrival + pause + an allowance for the turn
+// itself, so arrival gaps over all lines follow the process. The first draws cover each bucket once.
+// 3-4 tenants (skewed: 40/30/20/10%); one declared-public system prompt ("sys-public") opens every
+// prompt; 20% of short_qa, long_output and high_temp prompts carry a volatile line (request id and
+// timestamp) right after it, which breaks caching of what follows. Every request carries its bucket as
+// the hint and a seed. Deterministic for a seed on every platform (only raw mt19937_64 output is used).
+struct WorkloadGenParams {
+    int n_requests = 200;  // request lines in all (agent turns count one each)
+    double rate = 2.0;     // requests per second
+    double scale = 1.0;    // multiplies lengths
+    uint64_t seed = 0;
+    bool burst = false;
+    int n_tenants = 4;     // 3 or 4 (clamped to [1, 4])
+};
+Workload generate_workload(const WorkloadGenParams& p);
+
+// The ~200 common English words the generator builds text from.
+const std::vector<std::string>& workload_words();
+// Whitespace-separated words in s (the generator's length measure).
+int count_words(std::string_view s);
+
+}  // namespace steward

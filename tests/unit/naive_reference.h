@@ -1,0 +1,230 @@
+// A naive llama-family forward pass for the tests only: one sequence, contiguous KV, scalar loops
+// in double, weights decoded row by row by its own small decoders. It shares no code with
+// runtime/cpu on purpose, so CpuForward can be checked against it.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "model/ggml_types.h"
+#include "model/model.h"
+
+namespace steward::test {
+
+// Element e of a stored weight as a double. f16_to_f32 is the only conversion borrowed from the
+// runtime; BF16 and Q8_0 are decoded here.
+inline double ref_decode_elem(GgmlType type, const uint8_t* row, int64_t e) {
+    switch (type) {
+        case GgmlType::F32: {
+            float f;
+            std::memcpy(&f, row + e * 4, 4);
+            return f;
+        }
+        case GgmlType::F16: {
+            uint16_t h;
+            std::memcpy(&h, row + e * 2, 2);
+            return f16_to_f32(h);
+        }
+        case GgmlType::BF16: {
+            uint16_t h;
+            std::memcpy(&h, row + e * 2, 2);
+            const uint32_t bits = (uint32_t)h << 16;
+            float f;
+            std::memcpy(&f, &bits, 4);
+            return f;
+        }
+        case GgmlType::Q8_0: {
+            // A block is 2 bytes of F16 scale then 32 int8 quants: value = d * q.
+            const uint8_t* block = row + (e / 32) * 34;
+            uint16_t d;
+            std::memcpy(&d, block, 2);
+            const int8_t q = (int8_t)block[2 + e % 32];
+            return (double)f16_to_f32(d) * q;
+        }
+    }
+    throw std::runtime_error("naive reference: unknown weight type");
+}
+
+// The whole stored tensor as doubles: [n_rows][n_cols] (a 1-D tensor is one row).
+inline std::vector<double> ref_decode(const WeightView& w) {
+    if (!w) return {};
+    const int64_t n_rows = w.n_rows > 0 ? w.n_rows : 1;
+    std::vector<double> out((size_t)(n_rows * w.n_cols));
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t* row = w.row(r);
+        for (int64_t c = 0; c < w.n_cols; c++) out[(size_t)(r * w.n_cols + c)] = ref_decode_elem(w.type, row, c);
+    }
+    return out;
+}
+
+class NaiveReference {
+public:
+    // kv_f16: round each stored K and V element to F16, as an F16 KV cache does.
+    explicit NaiveReference(const Model& model, bool kv_f16 = false) : p_(model.params()), kv_f16_(kv_f16) {
+        const ModelWeights& w = model.weights();
+        tok_embd_ = ref_decode(w.tok_embd);
+        output_norm_ = ref_decode(w.output_norm);
+        output_ = ref_decode(w.output);
+        for (const LayerWeights& lw : w.layers) {
+            Layer l;
+            l.attn_norm = ref_decode(lw.attn_norm);
+            l.wq = ref_decode(lw.wq);
+            l.wk = ref_decode(lw.wk);
+            l.wv = ref_decode(lw.wv);
+            l.wo = ref_decode(lw.wo);
+            l.bq = ref_decode(lw.bq);
+            l.bk = ref_decode(lw.bk);
+            l.bv = ref_decode(lw.bv);
+            l.ffn_norm = ref_decode(lw.ffn_norm);
+            l.w_gate = ref_decode(lw.w_gate);
+            l.w_up = ref_decode(lw.w_up);
+            l.w_down = ref_decode(lw.w_down);
+            layers_.push_back(std::move(l));
+        }
+        k_.resize(layers_.size());
+        v_.resize(layers_.size());
+    }
+
+    int n_past() const { return n_past_; }
+
+    // Forgets positions >= n_past, then runs tokens at positions n_past, n_past + 1, ...
+    // Returns logits [n_tokens][n_vocab].
+    std::vector<float> eval(std::span<const int32_t> tokens, int n_past) {
+        if (n_past > n_past_) throw std::runtime_error("naive reference: n_past beyond what it has seen");
+        const size_t kv_dim = (size_t)p_.n_head_kv * p_.head_dim;
+        for (size_t l = 0; l < layers_.size(); l++) {
+            k_[l].resize((size_t)n_past * kv_dim);
+            v_[l].resize((size_t)n_past * kv_dim);
+        }
+        n_past_ = n_past;
+        std::vector<float> logits;
+        logits.reserve(tokens.size() * (size_t)p_.n_vocab);
+        for (int32_t t : tokens) {
+            std::vector<double> out = step(t, n_past_);
+            n_past_++;
+            for (double d : out) logits.push_back((float)d);
+        }
+        return logits;
+    }
+
+private:
+    struct Layer {
+        std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+    };
+
+    // y[r] = sum_c W[r][c] x[c] (+ b[r]); W is [n_rows][x.size()].
+    static std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x,
+                                      const std::vector<double>& bias = {}) {
+        const size_t n_cols = x.size();
+        const size_t n_rows = w.size() / n_cols;
+        std::vector<double> y(n_rows);
+        for (size_t r = 0; r < n_rows; r++) {
+            double s = 0.0;
+            for (size_t c = 0; c < n_cols; c++) s += w[r * n_cols + c] * x[c];
+            y[r] = s + (bias.empty() ? 0.0 : bias[r]);
+        }
+        return y;
+    }
+
+    std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& g) const {
+        double ss = 0.0;
+        for (double v : x) ss += v * v;
+        const double scale = 1.0 / std::sqrt(ss / (double)x.size() + (double)p_.rms_eps);
+        std::vector<double> y(x.size());
+        for (size_t i = 0; i < x.size(); i++) y[i] = x[i] * scale * g[i];
+        return y;
+    }
+
+    // RoPE over the first n_rot dims of each head: theta_i = pos * base^(-2i / n_rot).
+    void rope(std::vector<double>& x, int n_heads, int pos) const {
+        const int hd = p_.head_dim;
+        const int n_rot = p_.n_rot;
+        for (int h = 0; h < n_heads; h++) {
+            double* v = x.data() + (size_t)h * hd;
+            for (int i = 0; i < n_rot / 2; i++) {
+                const double theta = pos * std::pow((double)p_.rope_freq_base, -2.0 * i / n_rot);
+                const double c = std::cos(theta), s = std::sin(theta);
+                const int a = p_.rope_type == RopeType::NORM ? 2 * i : i;
+                const int b = p_.rope_type == RopeType::NORM ? 2 * i + 1 : i + n_rot / 2;
+                const double x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+
+    static double round_f16(double x) { return f16_to_f32(f32_to_f16((float)x)); }
+
+    std::vector<double> step(int32_t token, int pos) {
+        const int n_embd = p_.n_embd, hd = p_.head_dim;
+        const int n_head = p_.n_head, n_kv = p_.n_head_kv;
+        const size_t kv_dim = (size_t)n_kv * hd;
+        std::vector<double> x(tok_embd_.begin() + (size_t)token * n_embd,
+                              tok_embd_.begin() + (size_t)(token + 1) * n_embd);
+        for (size_t l = 0; l < layers_.size(); l++) {
+            const Layer& L = layers_[l];
+            std::vector<double> h = rmsnorm(x, L.attn_norm);
+            std::vector<double> q = matvec(L.wq, h, L.bq);
+            std::vector<double> k = matvec(L.wk, h, L.bk);
+            std::vector<double> v = matvec(L.wv, h, L.bv);
+            rope(q, n_head, pos);
+            rope(k, n_kv, pos);
+            if (kv_f16_) {
+                for (double& e : k) e = round_f16(e);
+                for (double& e : v) e = round_f16(e);
+            }
+            k_[l].insert(k_[l].end(), k.begin(), k.end());
+            v_[l].insert(v_[l].end(), v.begin(), v.end());
+            const size_t n_seen = k_[l].size() / kv_dim;  // this token included: causal
+
+            std::vector<double> att((size_t)n_head * hd, 0.0);
+            const double scale = 1.0 / std::sqrt((double)hd);
+            for (int hq = 0; hq < n_head; hq++) {
+                const int hk = hq / (n_head / n_kv);
+                std::vector<double> score(n_seen);
+                double mx = -1e300;
+                for (size_t j = 0; j < n_seen; j++) {
+                    const double* kj = k_[l].data() + j * kv_dim + (size_t)hk * hd;
+                    double s = 0.0;
+                    for (int d = 0; d < hd; d++) s += q[(size_t)hq * hd + d] * kj[d];
+                    score[j] = s * scale;
+                    mx = std::max(mx, score[j]);
+                }
+                double sum = 0.0;
+                for (double& s : score) {
+                    s = std::exp(s - mx);
+                    sum += s;
+                }
+                for (size_t j = 0; j < n_seen; j++) {
+                    const double* vj = v_[l].data() + j * kv_dim + (size_t)hk * hd;
+                    for (int d = 0; d < hd; d++) att[(size_t)hq * hd + d] += score[j] / sum * vj[d];
+                }
+            }
+            std::vector<double> o = matvec(L.wo, att);
+            for (int i = 0; i < n_embd; i++) x[i] += o[i];
+
+            h = rmsnorm(x, L.ffn_norm);
+            std::vector<double> g = matvec(L.w_gate, h);
+            std::vector<double> u = matvec(L.w_up, h);
+            for (size_t i = 0; i < g.size(); i++) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+            std::vector<double> d = matvec(L.w_down, g);
+            for (int i = 0; i < n_embd; i++) x[i] += d[i];
+        }
+        return matvec(output_, rmsnorm(x, output_norm_));
+    }
+
+    ModelParams p_;
+    bool kv_f16_;
+    std::vector<double> tok_embd_;     // [n_vocab][n_embd]
+    std::vector<double> output_norm_;  // [n_embd]
+    std::vector<double> output_;       // [n_vocab][n_embd]
+    std::vector<Layer> layers_;
+    std::vector<std::vector<double>> k_, v_;  // [n_layer][n_past][n_head_kv * head_dim]
+    int n_past_ = 0;
+};
+
+}  // namespace steward::test
