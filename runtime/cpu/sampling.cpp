@@ -96,10 +96,10 @@ Sampled Sampler::sample(std::span<const float> logits) {
     // NaN never wins argmax, so m is NaN only when every logit is: the same case as all -inf.
     if (!(m > k_neg_inf)) return {0, k_neg_inf};
     if (m == k_pos_inf) {
+        const float lp = logprob_with_pos_inf(logits, k_pos_inf);  // the same for every +inf token
+        if (greedy) return {best, lp};
         size_t n_inf = 0;
         for (float v : logits) n_inf += (v == k_pos_inf);
-        const float lp = static_cast<float>(-std::log(static_cast<double>(n_inf)));
-        if (greedy) return {best, lp};
         size_t pick = std::min(static_cast<size_t>(next_uniform() * static_cast<double>(n_inf)), n_inf - 1);
         for (size_t i = 0; i < logits.size(); ++i)
             if (logits[i] == k_pos_inf && pick-- == 0) return {static_cast<int32_t>(i), lp};

@@ -34,7 +34,7 @@ public:
     const SamplingParams& params() const { return p_; }
 
     struct Candidate {
-        float logit;  // the unmodified logit (finite, or +inf never reaches here)
+        float logit;  // the unmodified logit; always finite (NaN and +-inf are handled before)
         int32_t id;
         double weight;  // exp((logit - max) / temperature), unnormalised
     };

@@ -57,7 +57,6 @@ void KvManager::refresh_hashes(SeqKv& s) const {
         // The salt of blocks between the old and new public boundary changed, and the chain after them.
         const size_t keep = std::min<size_t>(s.block_hashes.size(), std::min(n_public_blocks, s.hashes_public_blocks));
         s.block_hashes.resize(keep);
-        s.n_published = std::min(s.n_published, static_cast<int>(keep));
         s.hashes_public_blocks = n_public_blocks;
     }
     const size_t n_full = static_cast<size_t>(n / block_size_);
@@ -100,7 +99,6 @@ int KvManager::get_computed_blocks(SeqId seq) {
     }
     const int n_hit = n_hit_blocks * block_size_;
     s.n_computed = s.n_cached_tokens = n_hit;
-    s.n_published = n_hit_blocks;
     counters_.n_prefix_query_tokens += n;
     counters_.n_prefix_hit_tokens += n_hit;
     PrefixCacheCounts& t = counters_.per_tenant[s.tenant];
@@ -175,16 +173,15 @@ int KvManager::publish_full_blocks(SeqId seq) {
     refresh_hashes(s);
     const int n_full = s.n_computed / block_size_;
     int n_mapped = 0;
-    for (int b = s.n_published; b < n_full; ++b) {
+    for (int b = 0; b < n_full; ++b) {
         const int32_t block = s.blocks[b];
-        // Already cached: found in the cache, published by a fork sibling, or under a hash from before the
-        // public boundary moved. Cached blocks are immutable, so it keeps the hash it has.
+        // Already cached: found in the cache, published before or by a fork sibling, or under a hash from
+        // before the public boundary moved. Cached blocks are immutable, so it keeps the hash it has.
         if (pool_.is_cached(block)) continue;
         const int32_t holder = pool_.publish(block, s.block_hashes[b], s.tenant, b < s.hashes_public_blocks);
         if (holder == block) ++n_mapped;
         else ++counters_.n_publish_dedupes;
     }
-    s.n_published = std::max(s.n_published, n_full);
     return n_mapped;
 }
 
@@ -201,7 +198,6 @@ void KvManager::truncate(SeqId seq, int n_tokens) {
     }
     const int n_full = n_tokens / block_size_;
     s.block_hashes.resize(std::min(s.block_hashes.size(), static_cast<size_t>(n_full)));
-    s.n_published = std::min(s.n_published, n_full);
     if (s.public_len > n_tokens) {
         s.public_len = 0;
         s.public_checked_len = 0;

@@ -42,7 +42,6 @@ struct SeqKv {
     int hashes_public_blocks = 0;         // public block count block_hashes were computed with
     int public_len = 0;                   // longest public prefix `tokens` starts with (0: none)
     int public_checked_len = 0;           // tokens.size() when public_len was last brought up to date
-    int n_published = 0;                  // leading blocks already published or found in the cache
 };
 
 struct PrefixCacheCounts {
@@ -101,9 +100,10 @@ public:
     std::optional<std::vector<BlockCopy>> allocate_slots(SeqId seq, int n_new);
     // Records that the KV of the next n tokens has been written (after allocate_slots and the forward).
     void commit_computed(SeqId seq, int n);
-    // Publishes the sequence's computed full blocks not yet published: hashes them (tenant salt, or salt 0
-    // inside a public prefix) and maps them. If a hash already maps to another block, the sequence keeps its
-    // own block (not mapped twice). Returns the number of blocks newly mapped.
+    // Publishes every computed full block of the sequence that is not cached yet: hashes it (tenant salt, or
+    // salt 0 inside a public prefix) and maps it. If the hash already maps to another block, the sequence
+    // keeps its own block, unmapped (tried again at the next call, in case that block has been evicted).
+    // Returns the number of blocks newly mapped. O(full blocks of the sequence).
     int publish_full_blocks(SeqId seq);
     // Rollback to the first n_tokens tokens: unrefs blocks past them (the tail first, so it is evicted first);
     // a partly filled last block stays (and is copied on the next write if it is shared or cached).

@@ -237,6 +237,7 @@ double BucketMetrics::mean_accepted_length() const {
 }
 
 double request_cost(const RequestRecord& r, const MetricsConfig& cfg) {
+    if (r.finish == FinishReason::OVERLOADED) return 0.0;  // rejected at admission: nothing computed
     auto cost_on = [&](const std::string& pool, int64_t n_prompt, int64_t n_cached, int64_t n_output) {
         auto it = cfg.prices.find(pool);
         if (it == cfg.prices.end()) return 0.0;
@@ -463,7 +464,7 @@ std::string MetricsRegistry::to_table() const {
             fmt(throughput_tok_s(m), "%.1f"),
             fmt(m.hit_rate() * 100.0, "%.1f"),
             std::to_string(m.n_saved_tokens),
-            fmt(has_kv ? (double)m.kv.n_blocks_used_peak * block_gib : k_nan, "%.4f"),
+            fmt(has_kv ? (double)m.kv.n_blocks_used_peak * block_gib : k_nan, "%.4g"),
             fmt(m.kv.page_usage_mean() * 100.0, "%.1f"),
             fmt(m.kv.fragmentation() * 100.0, "%.1f"),
             std::to_string(m.n_evictions()),

@@ -193,7 +193,9 @@ struct BucketMetrics {
 };
 
 // Cost of one request: Σ over the pools it used of (uncached prompt · prompt price + cached prompt ·
-// cached price + output · output price) / 1e6. Pools without a price cost 0.
+// cached price + output · output price) / 1e6. Pools without a price cost 0; an OVERLOADED request
+// (rejected at admission) costs 0; tokens recomputed after preemption are not charged (they are
+// the runtime's cost, reported as recomputed tokens).
 double request_cost(const RequestRecord& r, const MetricsConfig& cfg);
 
 // The prompt-length class k of a prompt of n tokens: 2^k <= n < 2^(k+1); -1 for n <= 0.

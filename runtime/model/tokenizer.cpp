@@ -24,13 +24,6 @@ constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // U+2581, SentencePie
 
 // ---- UTF-8 ----------------------------------------------------------------------------------
 
-// Length of the character a lead byte announces, as llama.cpp counts it (by the high nibble;
-// a stray continuation byte counts as one).
-size_t utf8_len(unsigned char c) {
-    static constexpr uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[c >> 4];
-}
-
 void append_utf8(std::string& out, uint32_t cp) {
     if (cp < 0x80) {
         out += char(cp);
@@ -126,11 +119,16 @@ struct Symbol {
     uint32_t off, len;  // len == 0: merged into its left neighbour
 };
 
+// One symbol per UTF-8 character. An ill-formed byte is a symbol of its own (llama.cpp sizes a
+// symbol by its lead byte alone, so a stray 0xFF swallows the next three bytes into byte
+// fallback and "▁" comes back as its bytes instead of a space; valid text splits the same).
 std::vector<Symbol> split_symbols(std::string_view text) {
     std::vector<Symbol> syms;
     syms.reserve(text.size());
+    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     for (size_t off = 0; off < text.size();) {
-        const size_t len = std::min(text.size() - off, utf8_len((unsigned char)text[off]));
+        const int r = utf8_check(s + off, text.size() - off);
+        const size_t len = r > 0 ? (size_t)r : 1;
         const int32_t i = (int32_t)syms.size();
         syms.push_back({i - 1, i + 1, (uint32_t)off, (uint32_t)len});
         off += len;
@@ -559,7 +557,9 @@ private:
             // A merge produced a string the vocabulary lacks (a malformed vocabulary): fall back
             // to its characters, then to <unk>.
             for (size_t k = 0; k < piece.size();) {
-                const size_t len = std::min(piece.size() - k, utf8_len((unsigned char)piece[k]));
+                const int r = utf8_check(reinterpret_cast<const unsigned char*>(piece.data()) + k,
+                                         piece.size() - k);
+                const size_t len = r > 0 ? (size_t)r : 1;
                 const int32_t cid = find(piece.substr(k, len));
                 if (cid >= 0) out.push_back(cid);
                 else if (unk_ >= 0) out.push_back(unk_);

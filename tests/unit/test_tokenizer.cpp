@@ -2,6 +2,7 @@
 // byte fallback, hand-made vocabularies whose merges are worked out by hand, and streaming.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -142,6 +143,34 @@ TEST_CASE("Multi-byte characters and emoji survive a round trip through every vo
             CHECK(tok->decode(ids) == text);
         }
     }
+}
+
+TEST_CASE("Invalid UTF-8 in the input comes back byte for byte", "[tokenizer]") {
+    // SPM falls back to <0xNN> tokens; byte-level BPE maps every byte, and the pre-tokenizer
+    // leaves ill-formed bytes in words of their own.
+    const std::string text = std::string("ok \xFF\xFE bad \xE2\x82 cut ") + "\xC0\xAF end\xF0\x9F";
+    for (const char* name : k_vocabs) {
+        INFO(name);
+        auto tok = load_vocab(name);
+        CHECK(tok->decode(tok->encode(text, false)) == text);
+    }
+}
+
+TEST_CASE("Special token text is parsed only on request, except user-defined tokens",
+          "[tokenizer]") {
+    auto spm = load_vocab("llama-spm");
+    // parse_special: "<s>" is BOS, and the space prefix restarts after it ("▁Hi" = 6324).
+    CHECK(spm->encode("<s>Hi", false, true) == std::vector<int32_t>{1, 6324});
+    // Without it "<s>" is text: "▁<", "s", ">" and then "Hi" with no space before it.
+    const auto plain = spm->encode("<s>Hi", false, false);
+    CHECK(std::find(plain.begin(), plain.end(), 1) == plain.end());
+    CHECK(spm->decode(plain) == "<s>Hi");
+
+    // Qwen2's [PAD...] tokens are user-defined (type 4): like llama.cpp and Hugging Face, they
+    // are split out even when control tokens are not parsed.
+    auto qwen = load_vocab("qwen2");
+    CHECK(qwen->encode("a[PAD151646]", false, false) == std::vector<int32_t>{64, 151646});
+    CHECK(qwen->decode(std::vector<int32_t>{64, 151646}) == "a[PAD151646]");
 }
 
 TEST_CASE("SPM encodes characters missing from the vocabulary as <0xNN> byte tokens",

@@ -1,0 +1,324 @@
+// The continuous-batching step: cancellations and deadlines, then running sequences in priority
+// order (decode or their next prefill chunk), then waiting ones while the token budget lasts; a
+// failed allocation frees an idle session, then preempts the lowest-priority running sequence
+// (its KV is dropped and recomputed later, as vLLM's recompute preemption).
+#include "sched/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace steward {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::NONE: return "none";
+        case FinishReason::STOP: return "stop";
+        case FinishReason::LENGTH: return "length";
+        case FinishReason::CANCELLED: return "cancelled";
+        case FinishReason::TIMEOUT: return "timeout";
+        case FinishReason::ERROR: return "error";
+    }
+    return "?";
+}
+
+Engine::Engine(const Model& model, const EngineOptions& opt)
+    : model_(model),
+      opt_(opt),
+      fwd_(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch)),
+      kv_(KvStorage::config_for(model.params(), opt.n_blocks, opt.block_size, opt.kv_dtype)),
+      mgr_(opt.n_blocks, opt.block_size) {}
+
+Expected<bool> Engine::submit(EngineRequest req) {
+    const int ctx = model_.params().n_ctx_train;
+    if (req.prompt.empty()) return make_error("request ", std::to_string(req.id), ": empty prompt");
+    if (req.max_tokens <= 0) return make_error("request ", std::to_string(req.id), ": max_tokens must be >= 1");
+    if ((int64_t)req.prompt.size() + req.max_tokens > ctx)
+        return make_error("request ", std::to_string(req.id), ": prompt of ", std::to_string(req.prompt.size()),
+                          " tokens + max_tokens ", std::to_string(req.max_tokens), " exceeds the model's context of ",
+                          std::to_string(ctx), " tokens; shorten the prompt or lower max_tokens");
+    for (int32_t t : req.prompt)
+        if (t < 0 || t >= model_.params().n_vocab)
+            return make_error("request ", std::to_string(req.id), ": token id ", std::to_string(t),
+                              " is outside the vocabulary of ", std::to_string(model_.params().n_vocab));
+    const int64_t need = ((int64_t)req.prompt.size() + req.max_tokens + opt_.block_size - 1) / opt_.block_size;
+    if (need > opt_.n_blocks)
+        return make_error("request ", std::to_string(req.id), " needs ", std::to_string(need),
+                          " KV blocks but the whole pool has ", std::to_string(opt_.n_blocks),
+                          "; raise the pool's kv_blocks / kv_gib or lower max_tokens");
+    if ((int)waiting_.size() >= opt_.max_queue)
+        return make_error("overloaded: the pool's queue is full (", std::to_string(waiting_.size()),
+                          " waiting); retry later or raise max_queue");
+    if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
+    const uint64_t id = req.id;
+    auto s = std::make_unique<Seq>(std::move(req));
+    s->all_tokens = s->req.prompt;
+    seqs_.emplace(id, std::move(s));
+    waiting_.push_back(id);
+    return true;
+}
+
+bool Engine::cancel(uint64_t id) {
+    if (!seqs_.count(id)) return false;
+    if (std::find(cancelled_.begin(), cancelled_.end(), id) == cancelled_.end()) cancelled_.push_back(id);
+    return true;
+}
+
+void Engine::end_session(const std::string& session) {
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    mgr_.free(it->second.kv);
+    sessions_.erase(it);
+}
+
+EngineEvent Engine::make_event(Seq& s) const {
+    EngineEvent e;
+    e.id = s.req.id;
+    e.first_scheduled_s = s.first_scheduled_s;
+    e.n_prompt = (int)s.req.prompt.size();
+    e.n_cached_prompt = s.n_cached_prompt;
+    e.n_recomputed = s.n_recomputed;
+    return e;
+}
+
+void Engine::release(Seq& s, bool keep_session, double now_s) {
+    if (!s.kv) return;
+    if (keep_session && !s.req.session.empty()) {
+        auto it = sessions_.find(s.req.session);
+        if (it != sessions_.end()) mgr_.free(it->second.kv);  // a newer turn replaces an older one
+        sessions_[s.req.session] = Session{s.kv, now_s + opt_.session_ttl_s};
+    } else {
+        mgr_.free(s.kv);
+    }
+    s.kv = 0;
+}
+
+bool Engine::free_one_session() {
+    if (sessions_.empty()) return false;
+    auto victim = sessions_.begin();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+        if (it->second.expires_s < victim->second.expires_s) victim = it;
+    mgr_.free(victim->second.kv);
+    sessions_.erase(victim);
+    stats_.n_session_evictions++;
+    return true;
+}
+
+void Engine::preempt(Seq& s) {
+    const int computed = mgr_.seq(s.kv).n_computed;
+    mgr_.free(s.kv);
+    s.kv = 0;
+    s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
+    stats_.n_preemptions++;
+}
+
+// Gives a waiting sequence its KV: a kept session whose tokens it extends, else a fresh sequence
+// with the prefix cache's longest hit.
+void Engine::attach(Seq& s) {
+    const bool first = s.first_scheduled_s < 0;
+    int reused = 0;
+    if (!s.req.session.empty()) {
+        auto it = sessions_.find(s.req.session);
+        if (it != sessions_.end()) {
+            const SeqKv& kv = mgr_.seq(it->second.kv);
+            int common = 0;
+            const int lim = std::min<int>(kv.n_computed, (int)s.all_tokens.size() - 1);
+            while (common < lim && kv.tokens[common] == s.all_tokens[common]) common++;
+            if (common > 0) {
+                s.kv = it->second.kv;
+                sessions_.erase(it);
+                mgr_.truncate(s.kv, common);
+                mgr_.append_tokens(s.kv, std::span<const int32_t>(s.all_tokens).subspan(common));
+                reused = common;
+            }
+        }
+    }
+    if (!s.kv) {
+        s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens);
+        if (opt_.prefix_cache) reused = mgr_.get_computed_blocks(s.kv);
+    }
+    if (first) {
+        s.n_cached_prompt = reused;
+    } else {
+        s.n_recomputed -= std::min(s.n_recomputed, reused);
+    }
+}
+
+std::vector<EngineEvent> Engine::step(double now_s) {
+    std::vector<EngineEvent> events;
+    auto finish = [&](uint64_t id, FinishReason why, const std::string& err) {
+        Seq& s = *seqs_.at(id);
+        EngineEvent e = make_event(s);
+        e.finish = why;
+        e.error = err;
+        release(s, false, now_s);
+        events.push_back(std::move(e));
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+        running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+        seqs_.erase(id);
+    };
+
+    // ---- cancellations, deadlines, expired sessions
+    for (uint64_t id : cancelled_)
+        if (seqs_.count(id)) finish(id, FinishReason::CANCELLED, "cancelled by the caller");
+    cancelled_.clear();
+    std::vector<uint64_t> late;
+    for (auto& [id, s] : seqs_)
+        if (s->req.deadline_s > 0 && now_s > s->req.deadline_s) late.push_back(id);
+    for (uint64_t id : late)
+        finish(id, FinishReason::TIMEOUT, "timed out: the request passed its deadline; raise request_timeout_ms");
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (it->second.expires_s < now_s) {
+            mgr_.free(it->second.kv);
+            it = sessions_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+
+    // ---- schedule: running first (priority desc, arrival asc), then waiting
+    auto before = [&](uint64_t a, uint64_t b) {
+        const EngineRequest &ra = seqs_.at(a)->req, &rb = seqs_.at(b)->req;
+        if (ra.priority != rb.priority) return ra.priority > rb.priority;
+        if (ra.arrival_s != rb.arrival_s) return ra.arrival_s < rb.arrival_s;
+        return ra.id < rb.id;
+    };
+    std::sort(running_.begin(), running_.end(), before);
+    struct Planned {
+        uint64_t id;
+        int n;
+    };
+    std::vector<Planned> plan;
+    int budget = opt_.max_batch_tokens;
+    std::vector<uint64_t> still_running;
+    std::vector<uint64_t> order = running_;
+    size_t end = order.size();  // order[end..] were preempted this step
+    auto alloc = [&](Seq& s, int n) -> bool {
+        auto copies = mgr_.allocate_slots(s.kv, n);
+        if (!copies) return false;
+        for (const BlockCopy& c : *copies)
+            for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
+        return true;
+    };
+    for (size_t i = 0; i < end && budget > 0; i++) {
+        Seq& s = *seqs_.at(order[i]);
+        const SeqKv& kv = mgr_.seq(s.kv);
+        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
+        bool ok = n > 0 && alloc(s, n);
+        while (n > 0 && !ok) {
+            if (free_one_session()) {
+                ok = alloc(s, n);
+                continue;
+            }
+            if (end - 1 > i) {  // preempt the lowest-priority running sequence after this one
+                Seq& v = *seqs_.at(order[--end]);
+                preempt(v);
+                waiting_.push_front(v.req.id);
+                ok = alloc(s, n);
+                continue;
+            }
+            break;
+        }
+        if (!ok) {  // nothing left to preempt but itself
+            preempt(s);
+            waiting_.push_front(s.req.id);
+            end = i;
+            break;
+        }
+        plan.push_back({s.req.id, n});
+        budget -= n;
+    }
+    for (size_t i = 0; i < end; i++) still_running.push_back(order[i]);
+    running_ = still_running;
+
+    // Under memory pressure (a preemption this step) admit nothing new.
+    const bool pressure = end < order.size();
+    while (!pressure && budget > 0 && (int)running_.size() < opt_.max_batch && !waiting_.empty()) {
+        auto best = waiting_.begin();
+        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+            if (before(*it, *best)) best = it;
+        Seq& s = *seqs_.at(*best);
+        if (!s.kv) attach(s);
+        const SeqKv& kv = mgr_.seq(s.kv);
+        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
+        bool ok = alloc(s, n);
+        while (!ok && free_one_session()) ok = alloc(s, n);
+        if (!ok) {
+            // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
+            // holds blocks could starve everyone (nothing would be preemptable).
+            mgr_.free(s.kv);
+            s.kv = 0;
+            break;
+        }
+        if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
+        waiting_.erase(best);
+        running_.push_back(s.req.id);
+        plan.push_back({s.req.id, n});
+        budget -= n;
+    }
+    if (plan.empty()) return events;
+
+    // ---- one forward over the whole batch
+    std::vector<SeqInput> batch(plan.size());
+    for (size_t k = 0; k < plan.size(); k++) {
+        const SeqKv& kv = mgr_.seq(seqs_.at(plan[k].id)->kv);
+        SeqInput& in = batch[k];
+        in.n_past = kv.n_computed;
+        in.tokens = std::span<const int32_t>(kv.tokens).subspan(kv.n_computed, plan[k].n);
+        in.block_table = kv.blocks;
+        in.logits = kv.n_computed + plan[k].n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
+    }
+    auto r = fwd_.forward(kv_, batch, logits_);
+    stats_.n_steps++;
+    if (!r) {
+        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
+        return events;
+    }
+
+    // ---- commit, publish, sample
+    const int V = model_.params().n_vocab;
+    const int ctx = model_.params().n_ctx_train;
+    int row = 0;
+    std::vector<std::pair<uint64_t, FinishReason>> done;
+    for (size_t k = 0; k < plan.size(); k++) {
+        Seq& s = *seqs_.at(plan[k].id);
+        const bool wants = batch[k].logits == LogitsMode::LAST;
+        mgr_.commit_computed(s.kv, plan[k].n);
+        if (opt_.prefix_cache) mgr_.publish_full_blocks(s.kv);
+        if (s.n_generated == 0 || !wants) stats_.n_prompt_tokens_computed += plan[k].n;
+        else stats_.n_decode_tokens += plan[k].n;
+        if (!wants) continue;
+        const Sampled sm = s.sampler.sample(std::span<const float>(logits_.data() + (size_t)row * V, V));
+        row++;
+        EngineEvent e = make_event(s);
+        const bool eos = s.req.stop_at_eos && model_.tokenizer().is_eog(sm.token);
+        if (!eos) {
+            s.all_tokens.push_back(sm.token);
+            mgr_.append_tokens(s.kv, std::span<const int32_t>(&sm.token, 1));
+            s.n_generated++;
+            e.tokens.push_back(sm.token);
+            e.logprobs.push_back(sm.logprob);
+        }
+        if (eos) e.finish = FinishReason::STOP;
+        else if (s.n_generated >= s.req.max_tokens || (int)s.all_tokens.size() >= ctx) e.finish = FinishReason::LENGTH;
+        if (e.finish != FinishReason::NONE) done.push_back({s.req.id, e.finish});
+        events.push_back(std::move(e));
+    }
+    for (auto [id, why] : done) {
+        Seq& s = *seqs_.at(id);
+        release(s, true, now_s);
+        running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+        seqs_.erase(id);
+    }
+    return events;
+}
+
+EngineStats Engine::stats() const {
+    EngineStats st = stats_;
+    st.n_waiting = (int)waiting_.size();
+    st.n_running = (int)running_.size();
+    st.n_sessions = (int)sessions_.size();
+    st.kv = mgr_.stats();
+    return st;
+}
+
+}  // namespace steward

@@ -1,0 +1,652 @@
+// Workload JSONL: parse (validating at the edge), write (round-trips), and the seeded generator of
+// the standard mixed workload (see workload.h for the format and the shapes).
+#include "workload/workload.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace steward {
+
+using nlohmann::json;
+
+const WorkloadSegment* Workload::find_segment(std::string_view name) const {
+    for (const WorkloadSegment& s : segments)
+        if (s.name == name) return &s;
+    return nullptr;
+}
+
+std::string Workload::prompt_text(const WorkloadRequest& r) const {
+    switch (r.prompt_kind) {
+        case PromptKind::TEXT: return r.prompt;
+        case PromptKind::IDS: return {};
+        case PromptKind::SEGMENTS: break;
+    }
+    std::string s;
+    for (const PromptPart& p : r.segments) {
+        if (!p.shared.empty()) {
+            const WorkloadSegment* seg = find_segment(p.shared);
+            if (!seg) throw std::out_of_range("workload segment '" + p.shared + "' is not defined");
+            s += seg->text;
+        }
+        s += p.text;
+    }
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+
+namespace {
+
+// A value as the error message shows it: its JSON, cut short.
+std::string shown(const json& v) {
+    std::string s = v.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return s;
+}
+
+// Checks the fields of one line; the first failure is kept and names the line.
+class LineChecker {
+public:
+    LineChecker(const json& j, int line) : j_(j), line_(line) {}
+
+    bool failed() const { return err_.has_value(); }
+    Error error() const { return *err_; }
+
+    void fail(const std::string& msg) {
+        if (!err_) err_ = Error{"workload line " + std::to_string(line_) + ": " + msg};
+    }
+    bool has(const char* key) const { return j_.contains(key); }
+
+    // A string field; `required` fails when missing, `non_empty` when "".
+    std::optional<std::string> string(const char* key, bool required, bool non_empty, const char* what) {
+        if (!has(key)) {
+            if (required) fail(std::string(key) + " is missing; add " + what);
+            return std::nullopt;
+        }
+        const json& v = j_.at(key);
+        if (!v.is_string() || (non_empty && v.get_ref<const std::string&>().empty())) {
+            fail(std::string(key) + " is " + shown(v) + "; it must be " + (non_empty ? "a non-empty string: " : "a string: ") + what);
+            return std::nullopt;
+        }
+        return v.get<std::string>();
+    }
+
+    // A finite number in [lo, hi] (lo_open: (lo, hi]).
+    std::optional<double> number(const char* key, bool required, double lo, double hi, bool lo_open, const char* what) {
+        if (!has(key)) {
+            if (required) fail(std::string(key) + " is missing; add " + what);
+            return std::nullopt;
+        }
+        const json& v = j_.at(key);
+        double x = v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
+        if (!v.is_number() || !std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi) {
+            fail(std::string(key) + " is " + shown(v) + "; it must be " + what);
+            return std::nullopt;
+        }
+        return x;
+    }
+
+    // An integer in [lo, hi].
+    std::optional<int64_t> integer(const char* key, bool required, int64_t lo, int64_t hi, const char* what) {
+        if (!has(key)) {
+            if (required) fail(std::string(key) + " is missing; add " + what);
+            return std::nullopt;
+        }
+        const json& v = j_.at(key);
+        bool ok = v.is_number_integer();
+        int64_t x = 0;
+        if (ok && v.is_number_unsigned()) {
+            uint64_t u = v.get<uint64_t>();
+            ok = u <= (uint64_t)hi;
+            x = (int64_t)std::min<uint64_t>(u, (uint64_t)std::numeric_limits<int64_t>::max());
+        } else if (ok) {
+            x = v.get<int64_t>();
+        }
+        if (!ok || x < lo || x > hi) {
+            fail(std::string(key) + " is " + shown(v) + "; it must be " + what);
+            return std::nullopt;
+        }
+        return x;
+    }
+
+    std::optional<bool> boolean(const char* key, const char* what) {
+        if (!has(key)) return std::nullopt;
+        const json& v = j_.at(key);
+        if (!v.is_boolean()) {
+            fail(std::string(key) + " is " + shown(v) + "; it must be true or false: " + what);
+            return std::nullopt;
+        }
+        return v.get<bool>();
+    }
+
+    const json& at(const char* key) const { return j_.at(key); }
+
+private:
+    const json& j_;
+    int line_;
+    std::optional<Error> err_;
+};
+
+std::optional<PromptPart> parse_part(const json& v, const Workload& w, LineChecker& c, size_t index) {
+    std::string where = "segments[" + std::to_string(index) + "]";
+    if (!v.is_object()) {
+        c.fail(where + " is " + shown(v) + "; each entry must be an object {\"shared\": \"<segment>\", \"text\": \"...\"}");
+        return std::nullopt;
+    }
+    PromptPart p;
+    if (v.contains("shared")) {
+        const json& s = v.at("shared");
+        if (!s.is_string() || s.get_ref<const std::string&>().empty()) {
+            c.fail(where + ".shared is " + shown(s) + "; it must be the name of a segment defined in a header line");
+            return std::nullopt;
+        }
+        p.shared = s.get<std::string>();
+        if (!w.find_segment(p.shared)) {
+            c.fail(where + ".shared names segment \"" + p.shared +
+                   "\", which is not defined; add a header line {\"segment\": \"" + p.shared +
+                   "\", \"text\": \"...\"} at the top of the file or fix the name");
+            return std::nullopt;
+        }
+    }
+    if (v.contains("text")) {
+        const json& t = v.at("text");
+        if (!t.is_string()) {
+            c.fail(where + ".text is " + shown(t) + "; it must be a string");
+            return std::nullopt;
+        }
+        p.text = t.get<std::string>();
+    }
+    if (!v.contains("shared") && !v.contains("text")) {
+        c.fail(where + " has neither shared nor text; give a shared segment name, a text, or both");
+        return std::nullopt;
+    }
+    return p;
+}
+
+std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, int line, Error& err) {
+    LineChecker c(j, line);
+    WorkloadRequest r;
+    if (auto v = c.number("arrival_ms", true, 0.0, std::numeric_limits<double>::max(), false,
+                          "a number >= 0: the arrival offset in ms from the start of the run"))
+        r.arrival_ms = *v;
+    if (auto v = c.string("tenant", false, true, "the tenant's name")) r.tenant = *v;
+    if (auto v = c.string("bucket", false, false, "the bucket hint, e.g. \"short_qa\"")) r.bucket = *v;
+    if (auto v = c.string("session", false, true, "the agent session's id")) r.session = *v;
+    if (auto v = c.integer("turn", false, 1, std::numeric_limits<int>::max(), "an integer >= 1: the turn within the session"))
+        r.turn = (int)*v;
+    if (!c.failed() && c.has("turn") && r.session.empty())
+        c.fail("turn is given without a session; add \"session\": \"<id>\" or drop turn");
+    if (!c.failed() && !r.session.empty() && !c.has("turn"))
+        c.fail("session \"" + r.session + "\" has no turn; add \"turn\": 1 (then 2, 3, ... for later turns)");
+
+    int n_prompts = (int)c.has("prompt") + (int)c.has("prompt_ids") + (int)c.has("segments");
+    if (!c.failed() && n_prompts == 0)
+        c.fail("prompt is missing; give one of prompt (text), prompt_ids (token ids) or segments "
+               "(a shared segment plus text)");
+    if (!c.failed() && n_prompts > 1)
+        c.fail("more than one of prompt, prompt_ids, segments is given; keep exactly one");
+    if (!c.failed() && c.has("prompt")) {
+        r.prompt_kind = PromptKind::TEXT;
+        if (auto v = c.string("prompt", true, false, "the prompt text")) r.prompt = *v;
+    }
+    if (!c.failed() && c.has("prompt_ids")) {
+        r.prompt_kind = PromptKind::IDS;
+        const json& ids = c.at("prompt_ids");
+        if (!ids.is_array()) {
+            c.fail("prompt_ids is " + shown(ids) + "; it must be an array of token ids (integers >= 0)");
+        } else {
+            for (size_t i = 0; i < ids.size() && !c.failed(); ++i) {
+                const json& v = ids[i];
+                bool ok = v.is_number_integer() &&
+                          (v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t)std::numeric_limits<int32_t>::max()
+                                                  : v.get<int64_t>() >= 0 && v.get<int64_t>() <= std::numeric_limits<int32_t>::max());
+                if (!ok) c.fail("prompt_ids[" + std::to_string(i) + "] is " + shown(v) + "; it must be a token id, an integer in [0, 2^31)");
+                else r.prompt_ids.push_back((int32_t)v.get<int64_t>());
+            }
+        }
+    }
+    if (!c.failed() && c.has("segments")) {
+        r.prompt_kind = PromptKind::SEGMENTS;
+        const json& segs = c.at("segments");
+        if (segs.is_object()) {
+            if (auto p = parse_part(segs, w, c, 0)) r.segments.push_back(*p);
+        } else if (segs.is_array() && !segs.empty()) {
+            for (size_t i = 0; i < segs.size() && !c.failed(); ++i)
+                if (auto p = parse_part(segs[i], w, c, i)) r.segments.push_back(*p);
+        } else {
+            c.fail("segments is " + shown(segs) + "; it must be an object {\"shared\": \"<segment>\", \"text\": \"...\"} "
+                   "or a non-empty array of them");
+        }
+    }
+
+    if (auto v = c.integer("max_tokens", true, 1, std::numeric_limits<int>::max(),
+                           "an integer >= 1: the most tokens to generate"))
+        r.max_tokens = (int)*v;
+    if (auto v = c.number("temperature", false, 0.0, 1e6, false, "a number >= 0 (0 is greedy)")) r.temperature = *v;
+    if (auto v = c.number("top_p", false, 0.0, 1.0, true, "a number in (0, 1] (1 is off)")) r.top_p = *v;
+    if (c.has("seed")) {
+        const json& v = c.at("seed");
+        if (v.is_number_unsigned()) r.seed = v.get<uint64_t>();
+        else c.fail("seed is " + shown(v) + "; it must be an integer >= 0");
+    }
+    if (auto v = c.boolean("tools", "whether the request offers tools")) r.tools = *v;
+    if (c.has("response_format")) {
+        const json& v = c.at("response_format");
+        if (v == "json") r.response_json = true;
+        else if (v != "text") c.fail("response_format is " + shown(v) + "; it must be \"json\" or \"text\" (or left out)");
+    }
+    if (auto v = c.number("tool_pause_ms", false, 0.0, std::numeric_limits<double>::max(), false,
+                          "a number >= 0: the pause in ms after this turn before the next"))
+        r.tool_pause_ms = *v;
+    if (auto v = c.string("public_prefix", false, true, "the name of the declared-public shared segment the prompt opens with")) {
+        r.public_prefix = *v;
+        if (!w.find_segment(r.public_prefix))
+            c.fail("public_prefix names segment \"" + r.public_prefix +
+                   "\", which is not defined; define it in a header line at the top of the file or fix the name");
+        else if (r.prompt_kind != PromptKind::SEGMENTS || r.segments.empty() || r.segments[0].shared != r.public_prefix)
+            c.fail("public_prefix is \"" + r.public_prefix +
+                   "\" but the prompt does not open with it; make segments[0].shared \"" + r.public_prefix +
+                   "\" or drop public_prefix");
+    }
+    if (c.failed()) {
+        err = c.error();
+        return std::nullopt;
+    }
+    return r;
+}
+
+}  // namespace
+
+Expected<Workload> parse_workload(std::string_view jsonl) {
+    Workload w;
+    std::set<std::string, std::less<>> names;
+    int line_no = 0;
+    size_t pos = 0;
+    while (pos < jsonl.size()) {
+        size_t end = jsonl.find('\n', pos);
+        if (end == std::string_view::npos) end = jsonl.size();
+        std::string_view line = jsonl.substr(pos, end - pos);
+        pos = end + 1;
+        ++line_no;
+        auto prefix = [&] { return "workload line " + std::to_string(line_no) + ": "; };
+        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::parse_error& e) {
+            std::string what = e.what();
+            size_t cut = what.find("] ");
+            if (cut != std::string::npos) what = what.substr(cut + 2);
+            return make_error(prefix(), "not valid JSON (", what,
+                              "); each line must be one JSON object, e.g. {\"arrival_ms\": 0, \"prompt\": \"hi\", \"max_tokens\": 16}");
+        }
+        if (!j.is_object())
+            return make_error(prefix(), "is ", shown(j), ", not a JSON object; each line must be one object");
+
+        if (j.contains("segment")) {
+            LineChecker c(j, line_no);
+            auto name = c.string("segment", true, true, "the segment's name");
+            auto text = c.string("text", true, false, "the segment's text");
+            if (!c.failed() && !w.requests.empty())
+                c.fail("segment \"" + *name + "\" comes after the first request line; move segment lines to the top of the file");
+            if (!c.failed() && names.count(*name))
+                c.fail("segment \"" + *name + "\" is defined twice; give each segment a unique name");
+            if (c.failed()) return c.error();
+            names.insert(*name);
+            w.segments.push_back({*name, *text});
+            continue;
+        }
+        Error err;
+        auto r = parse_request(j, w, line_no, err);
+        if (!r) return err;
+        w.requests.push_back(std::move(*r));
+    }
+    return w;
+}
+
+Expected<Workload> read_workload_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return make_error("cannot open workload file '", path, "': ", std::strerror(errno), "; check the path");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto w = parse_workload(ss.str());
+    if (!w) return make_error(path, ": ", w.error().message);
+    return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+std::string write_workload(const Workload& w) {
+    using ojson = nlohmann::ordered_json;
+    std::string out;
+    for (const WorkloadSegment& s : w.segments) {
+        ojson j;
+        j["segment"] = s.name;
+        j["text"] = s.text;
+        out += j.dump() + "\n";
+    }
+    for (const WorkloadRequest& r : w.requests) {
+        ojson j;
+        j["arrival_ms"] = r.arrival_ms;
+        j["tenant"] = r.tenant;
+        if (!r.bucket.empty()) j["bucket"] = r.bucket;
+        if (!r.session.empty()) {
+            j["session"] = r.session;
+            j["turn"] = r.turn;
+        }
+        switch (r.prompt_kind) {
+            case PromptKind::TEXT: j["prompt"] = r.prompt; break;
+            case PromptKind::IDS: j["prompt_ids"] = r.prompt_ids; break;
+            case PromptKind::SEGMENTS: {
+                ojson parts = ojson::array();
+                for (const PromptPart& p : r.segments) {
+                    ojson part = ojson::object();
+                    if (!p.shared.empty()) part["shared"] = p.shared;
+                    if (!p.text.empty() || p.shared.empty()) part["text"] = p.text;
+                    parts.push_back(part);
+                }
+                j["segments"] = parts;
+                break;
+            }
+        }
+        j["max_tokens"] = r.max_tokens;
+        if (r.temperature != 0.0) j["temperature"] = r.temperature;
+        if (r.top_p != 1.0) j["top_p"] = r.top_p;
+        if (r.seed) j["seed"] = *r.seed;
+        if (r.tools) j["tools"] = true;
+        if (r.response_json) j["response_format"] = "json";
+        if (r.tool_pause_ms != 0.0) j["tool_pause_ms"] = r.tool_pause_ms;
+        if (!r.public_prefix.empty()) j["public_prefix"] = r.public_prefix;
+        out += j.dump() + "\n";
+    }
+    return out;
+}
+
+std::optional<Error> write_workload_file(const Workload& w, const std::string& path) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    if (!f) return make_error("cannot write workload file '", path, "': ", std::strerror(errno), "; check the folder exists and is writable");
+    f << write_workload(w);
+    f.close();
+    if (!f) return make_error("writing workload file '", path, "' failed; check the free space");
+    return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generating
+
+const std::vector<std::string>& workload_words() {
+    static const std::vector<std::string> words = {
+        // The synthetic tokenizer's whole words first (runtime/model/synth.cpp), then common ones.
+        "the", "of", "and", "to", "in", "is", "was", "that", "for", "on", "with", "as", "it", "by", "at",
+        "from", "his", "her", "an", "were", "are", "which", "this", "be", "or", "had", "not", "one", "but",
+        "they", "first", "new", "after", "who", "their", "has", "two", "been", "also", "its", "there", "into",
+        "time", "would", "when", "more", "other", "all", "during", "some", "can", "will", "model", "token",
+        "cache", "data", "request", "answer", "question", "story", "once", "upon", "little", "said", "day",
+        "happy", "friend", "play", "went", "saw", "big", "very", "dog", "cat", "tree", "house", "sun",
+        "water", "light", "world", "people", "work", "system", "memory", "block", "value", "agent", "tool",
+        "call", "result", "json", "name", "type", "list", "number", "string", "true", "false", "null",
+        "a", "you", "he", "she", "we", "have", "do", "say", "get", "make", "go", "know", "take", "see",
+        "come", "think", "look", "want", "give", "use", "find", "tell", "ask", "seem", "feel", "try",
+        "leave", "keep", "let", "begin", "help", "show", "hear", "run", "move", "live", "believe", "bring",
+        "write", "read", "learn", "change", "follow", "stop", "open", "walk", "win", "grow", "good", "old",
+        "great", "high", "small", "large", "long", "young", "right", "early", "last", "own", "same", "able",
+        "year", "way", "man", "woman", "child", "life", "hand", "part", "place", "case", "week", "company",
+        "point", "home", "room", "school", "state", "city", "night", "book", "word", "door", "car", "food",
+        "road", "river", "table", "paper", "music", "game", "idea", "plan", "level", "group", "money",
+        "story", "fact", "line", "end", "side", "kind", "head", "eye", "face", "mind", "power", "town",
+        "now", "then", "here", "only", "just", "well", "still", "never", "always", "often", "again", "soon",
+        "how", "what", "where", "why", "each", "every", "many", "much", "few", "most", "any", "such"};
+    return words;
+}
+
+int count_words(std::string_view s) {
+    int n = 0;
+    bool in_word = false;
+    for (char ch : s) {
+        bool space = ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r';
+        if (!space && !in_word) ++n;
+        in_word = !space;
+    }
+    return n;
+}
+
+namespace {
+
+// Only raw mt19937_64 output is used: std distributions differ between standard libraries.
+class GenRng {
+public:
+    explicit GenRng(uint64_t seed) : rng_(seed) {}
+    uint64_t next() { return rng_(); }
+    double uniform() { return (double)(rng_() >> 11) * 0x1.0p-53; }  // [0, 1)
+    int range(int lo, int hi) {  // [lo, hi]
+        return lo + (int)std::min<double>(std::floor(uniform() * (double)(hi - lo + 1)), hi - lo);
+    }
+    double exponential(double mean) { return -mean * std::log1p(-uniform()); }
+    size_t pick(const std::vector<double>& weights) {
+        double total = 0.0;
+        for (double w : weights) total += w;
+        double x = uniform() * total;
+        for (size_t i = 0; i < weights.size(); ++i) {
+            if (x < weights[i]) return i;
+            x -= weights[i];
+        }
+        return weights.size() - 1;
+    }
+    std::string words(int n) {
+        const auto& list = workload_words();
+        std::string s;
+        for (int i = 0; i < n; ++i) {
+            if (i) s += ' ';
+            s += list[(size_t)range(0, (int)list.size() - 1)];
+        }
+        return s;
+    }
+
+private:
+    std::mt19937_64 rng_;
+};
+
+enum Bucket { SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED, N_BUCKETS };
+constexpr const char* k_bucket_names[N_BUCKETS] = {"short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"};
+// Share of new draws (agent sessions then add 2-3 more lines each: ~20% of lines are agent turns).
+const std::vector<double> k_bucket_weights = {0.33, 0.15, 0.12, 0.07, 0.13, 0.20};
+const std::vector<double> k_tenant_weights = {0.4, 0.3, 0.2, 0.1};
+constexpr const char* k_tenants[4] = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
+constexpr int n_docs = 3;
+constexpr int n_schemas = 2;
+// How long the generator assumes an agent turn runs before its pause starts (the runner waits for
+// the real finish anyway; this only spreads turns out over the arrival process).
+constexpr double k_agent_turn_allowance_ms = 500.0;
+
+double round_us(double ms) { return std::round(ms * 1000.0) / 1000.0; }
+
+std::vector<double> arrivals_ms(const WorkloadGenParams& p, GenRng& rng) {
+    std::vector<double> t((size_t)std::max(0, p.n_requests));
+    double rate = p.rate > 0 ? p.rate : 1.0;
+    double now = 0.0;
+    if (!p.burst) {
+        for (double& x : t) x = (now += rng.exponential(1000.0 / rate));
+    } else {
+        // Bursts of k requests 1/(20·rate) apart on average; the gap before a burst makes the mean
+        // gap over the burst exactly 1/rate: k/rate = inter + (k - 1)·intra.
+        double intra = 1000.0 / (20.0 * rate);
+        size_t i = 0;
+        while (i < t.size()) {
+            int k = rng.range(4, 12);
+            double inter = k * 1000.0 / rate - (k - 1) * intra;
+            for (int j = 0; j < k && i < t.size(); ++j, ++i) t[i] = (now += rng.exponential(j == 0 ? inter : intra));
+        }
+    }
+    for (double& x : t) x = round_us(x);
+    return t;
+}
+
+int scaled(int words, double scale) { return std::max(1, (int)std::lround(words * scale)); }
+
+std::string schema_text(GenRng& rng, int n_words) {
+    // JSON-like lines of two words each: "field": type
+    static const char* types[] = {"string", "number", "true", "false", "null", "list"};
+    std::string s = "{";
+    for (int i = 0; i + 1 < n_words; i += 2) {
+        s += "\"" + rng.words(1) + "\": " + types[rng.range(0, 5)];
+        s += i + 3 < n_words ? ", " : "";
+    }
+    if (n_words % 2) s += " end";
+    return s + "}";
+}
+
+struct PendingTurn {
+    std::string session;
+    std::string tenant;
+    int turn = 0;      // the next turn to emit
+    int n_turns = 0;
+    double ready_ms = 0.0;
+};
+
+}  // namespace
+
+Workload generate_workload(const WorkloadGenParams& p) {
+    GenRng rng(p.seed);
+    Workload w;
+    const double scale = p.scale > 0 ? p.scale : 1.0;
+    const int n_tenants = std::clamp(p.n_tenants, 1, 4);
+    std::vector<double> tenant_weights(k_tenant_weights.begin(), k_tenant_weights.begin() + n_tenants);
+
+    // Shared segments, each ending in a newline so the parts of a prompt stay apart.
+    w.segments.push_back({"sys-public", rng.words(scaled(64, scale)) + "\n"});
+    for (int t = 0; t < n_tenants; ++t)
+        w.segments.push_back({std::string("sys-") + k_tenants[t], rng.words(scaled(64, scale)) + "\n"});
+    for (int t = 0; t < n_tenants; ++t)
+        w.segments.push_back({std::string("tools-") + k_tenants[t], schema_text(rng, scaled(192, scale)) + "\n"});
+    for (int d = 0; d < n_docs; ++d)
+        w.segments.push_back({"doc-" + std::to_string(d), rng.words(scaled(rng.range(512, 768), scale)) + "\n"});
+    for (int s = 0; s < n_schemas; ++s)
+        w.segments.push_back({"schema-" + std::to_string(s), schema_text(rng, scaled(128, scale)) + "\n"});
+
+    const std::vector<double> t_ms = arrivals_ms(p, rng);
+    const int n = (int)t_ms.size();
+    std::vector<PendingTurn> pending;  // one entry per open agent session: its next turn
+    int owed = 0;                      // agent turns still to emit over all open sessions
+    int n_sessions = 0;
+    std::vector<int> cover = {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED};
+    for (size_t i = cover.size(); i > 1; --i) std::swap(cover[i - 1], cover[(size_t)rng.range(0, (int)i - 1)]);
+    size_t n_covered = 0;
+
+    auto volatile_line = [&](int i, double at_ms) {
+        long long s = (long long)(at_ms / 1000.0);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "request %06d at 2025-01-01T%02lld:%02lld:%02lld.%03dZ\n", i, (s / 3600) % 24,
+                      (s / 60) % 60, s % 60, (int)std::fmod(at_ms, 1000.0));
+        return std::string(buf);
+    };
+
+    for (int i = 0; i < n; ++i) {
+        const double now = t_ms[(size_t)i];
+        WorkloadRequest r;
+        r.arrival_ms = now;
+        r.seed = rng.next() >> 32;
+
+        // A pending agent turn takes this arrival when it is ready, or when the arrivals left are
+        // only enough for the turns owed.
+        auto next = std::min_element(pending.begin(), pending.end(),
+                                     [](const PendingTurn& a, const PendingTurn& b) { return a.ready_ms < b.ready_ms; });
+        if (next != pending.end() && (next->ready_ms <= now || owed >= n - i)) {
+            r.bucket = "agent";
+            r.tenant = next->tenant;
+            r.session = next->session;
+            r.turn = next->turn;
+            r.prompt_kind = PromptKind::TEXT;
+            r.prompt = "tool result: " + rng.words(scaled(rng.range(32, 96), scale) - 2) + "\n";
+            r.max_tokens = scaled(rng.range(16, 32), scale);
+            r.tools = true;
+            --owed;
+            if (next->turn < next->n_turns) {
+                r.tool_pause_ms = rng.range(50, 300);
+                next->ready_ms = now + r.tool_pause_ms + k_agent_turn_allowance_ms;
+                ++next->turn;
+            } else {
+                pending.erase(next);
+            }
+            w.requests.push_back(std::move(r));
+            continue;
+        }
+
+        int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(k_bucket_weights);
+        int n_turns = bucket == AGENT ? rng.range(3, 4) : 0;
+        if (bucket == AGENT && owed + n_turns > n - i) n_turns = 3;
+        if (bucket == AGENT && owed + n_turns > n - i) {
+            std::vector<double> weights = k_bucket_weights;
+            weights[AGENT] = 0.0;
+            bucket = (int)rng.pick(weights);
+        }
+        r.bucket = k_bucket_names[bucket];
+        r.tenant = k_tenants[rng.pick(tenant_weights)];
+        r.public_prefix = "sys-public";
+        r.prompt_kind = PromptKind::SEGMENTS;
+        const std::string sys_tenant = "sys-" + r.tenant;
+        bool is_volatile = (bucket == SHORT_QA || bucket == LONG_OUTPUT || bucket == HIGH_TEMP) && rng.uniform() < 0.2;
+        PromptPart head{"sys-public", is_volatile ? volatile_line(i, now) : std::string()};
+        switch (bucket) {
+            case SHORT_QA:
+                r.segments = {head, {sys_tenant, "question: " + rng.words(scaled(rng.range(16, 48), scale) - 1) + "?"}};
+                r.max_tokens = scaled(rng.range(16, 32), scale);
+                r.temperature = rng.uniform() < 0.3 ? 0.2 : 0.0;
+                break;
+            case LONG_DOC:
+                r.segments = {head, {"doc-" + std::to_string(rng.range(0, n_docs - 1)),
+                                     "question: " + rng.words(scaled(32, scale) - 1) + "?"}};
+                r.max_tokens = scaled(rng.range(16, 32), scale);
+                r.temperature = 0.2;
+                break;
+            case LONG_OUTPUT:
+                r.segments = {head, {sys_tenant, "write a long list: " + rng.words(scaled(64, scale) - 4)}};
+                r.max_tokens = scaled(rng.range(128, 256), scale);
+                r.temperature = 0.3;
+                break;
+            case AGENT: {
+                std::string session = "s-" + std::to_string(n_sessions++);
+                r.session = session;
+                r.turn = 1;
+                r.tools = true;
+                r.segments = {head, {"tools-" + r.tenant, "task: " + rng.words(scaled(32, scale) - 1) + "\n"}};
+                r.max_tokens = scaled(rng.range(16, 32), scale);
+                r.tool_pause_ms = rng.range(50, 300);
+                pending.push_back({session, r.tenant, 2, n_turns, now + r.tool_pause_ms + k_agent_turn_allowance_ms});
+                owed += n_turns - 1;
+                break;
+            }
+            case HIGH_TEMP:
+                r.segments = {head, {sys_tenant, "tell a story: " + rng.words(scaled(64, scale) - 3)}};
+                r.max_tokens = scaled(rng.range(48, 96), scale);
+                r.temperature = 1.0 + rng.range(0, 30) / 100.0;
+                r.top_p = 0.95;
+                break;
+            case STRUCTURED:
+                r.segments = {head, {"schema-" + std::to_string(rng.range(0, n_schemas - 1)),
+                                     "fill the schema for: " + rng.words(scaled(64, scale) - 4)}};
+                r.max_tokens = scaled(rng.range(48, 96), scale);
+                r.response_json = true;
+                break;
+        }
+        w.requests.push_back(std::move(r));
+    }
+    return w;
+}
+
+}  // namespace steward

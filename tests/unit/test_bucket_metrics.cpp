@@ -1,0 +1,323 @@
+// Tests for runtime/metrics/bucket_metrics: every figure on a hand-worked set of records (worked
+// out in the comments), the table, and the Prometheus text parsed back line by line.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "metrics/bucket_metrics.h"
+
+using namespace steward;
+
+namespace {
+
+// Prices per million tokens: small 1 / 0.1 cached / 2 output; large 10 / 1 / 20.
+MetricsConfig test_config() {
+    MetricsConfig cfg;
+    cfg.prices["small"] = {1.0, 0.1, 2.0};
+    cfg.prices["large"] = {10.0, 1.0, 20.0};
+    // 2 (K,V) · 2 layers · 16 slots · 2 heads · 64 dims · 2 bytes = 16384 bytes a block.
+    cfg.kv = KvShape{2, 1024, 16, 2, 64, 2.0};
+    cfg.slo["short_qa"] = {200.0, 150.0};
+    return cfg;
+}
+
+RequestRecord rec(std::string bucket, std::string tenant, std::string pool, double arrival,
+                  std::optional<double> scheduled, std::optional<double> first, double finish,
+                  std::vector<double> itl, int64_t n_prompt, int64_t n_cached, int64_t n_out, FinishReason f) {
+    RequestRecord r;
+    r.bucket = std::move(bucket);
+    r.tenant = std::move(tenant);
+    r.pool = std::move(pool);
+    r.t_arrival_s = arrival;
+    r.t_scheduled_s = scheduled;
+    r.t_first_token_s = first;
+    r.t_finish_s = finish;
+    r.itl_s = std::move(itl);
+    r.n_prompt_tokens = n_prompt;
+    r.n_cached_prompt_tokens = n_cached;
+    r.n_output_tokens = n_out;
+    r.finish = f;
+    return r;
+}
+
+// The hand-worked run:
+// R1 short_qa a small: ttft 100 ms, gaps 100/100/200 ms (tpot 133.33), e2e 500, queue 10;
+//    prompt 100 cached 64: cost (36·1 + 64·0.1 + 4·2)/1e6 = 50.4e-6. Meets the SLO.
+// R2 short_qa b small: ttft 300, gaps 100/100 (tpot 100), e2e 500, queue 20; prompt 120 miss:
+//    cost (120 + 3·2)/1e6 = 126e-6. Misses the TTFT target.
+// R3 short_qa a large, upgraded from small (64 prompt tokens there): ttft 50, 1 token (no tpot),
+//    e2e 50, queue 0; prompt 64 all cached: (64·1 + 1·20)/1e6 + 64·1/1e6 = 148e-6. Meets the SLO.
+// R4 short_qa b small, OVERLOADED, fallback: no first token, not in e2e, costs 0.
+// R5 long_doc c large: ttft 1000, gaps 500/500, e2e 2000, queue 100; prompt 700 cached 512 (64 of
+//    them public), 16 recomputed, 1 preemption: cost (188·10 + 512·1 + 3·20)/1e6 = 2452e-6.
+MetricsRegistry hand_worked() {
+    MetricsRegistry m(test_config());
+    m.record(rec("short_qa", "a", "small", 0.0, 0.01, 0.1, 0.5, {0.1, 0.1, 0.2}, 100, 64, 4, FinishReason::STOP));
+    m.record(rec("short_qa", "b", "small", 1.0, 1.02, 1.3, 1.5, {0.1, 0.1}, 120, 0, 3, FinishReason::LENGTH));
+    RequestRecord r3 = rec("short_qa", "a", "large", 2.0, 2.0, 2.05, 2.05, {}, 64, 64, 1, FinishReason::STOP);
+    r3.prior_pools.push_back({"small", 64, 0, 0});
+    m.record(r3);
+    RequestRecord r4 = rec("short_qa", "b", "small", 3.0, std::nullopt, std::nullopt, 3.0, {}, 100, 0, 0,
+                           FinishReason::OVERLOADED);
+    r4.fallback = true;
+    m.record(r4);
+    RequestRecord r5 = rec("long_doc", "c", "large", 0.5, 0.6, 1.5, 2.5, {0.5, 0.5}, 700, 512, 3, FinishReason::STOP);
+    r5.n_cached_public = 64;
+    r5.n_recomputed_tokens = 16;
+    r5.n_preemptions = 1;
+    r5.config_generation = 2;
+    m.record(r5);
+    // KV: used 10 for 1 s, 30 for 2 s, then 20: time-weighted mean (10 + 60) / 3 = 23.33 blocks;
+    // fragmentation (0.1·10·1 + 0.2·30·2) / (10·1 + 30·2) = 13 / 70.
+    m.record_kv({0.0, "", 10, 100, 0.1, 0});
+    m.record_kv({1.0, "", 30, 100, 0.2, 2});
+    m.record_kv({3.0, "", 20, 100, 0.05, 1});
+    m.add_evictions(5, "lru");
+    m.add_evictions(2, "lru", "short_qa");
+    return m;
+}
+
+const double k_tol = Histogram::k_quantile_rel_error;
+
+}  // namespace
+
+TEST_CASE("bucket figures match the hand-worked records", "[metrics]") {
+    MetricsRegistry m = hand_worked();
+    REQUIRE(m.bucket_names() == std::vector<std::string>{"short_qa", "long_doc"});
+    const BucketMetrics& qa = *m.bucket("short_qa");
+    CHECK(qa.n_requests == 4);
+    CHECK(qa.n_ok() == 3);
+    CHECK(qa.n_by_finish[(size_t)FinishReason::OVERLOADED] == 1);
+
+    CHECK(qa.ttft_s.count() == 3);  // R4 never produced a token
+    CHECK(qa.ttft_s.quantile(0.5) == Approx(0.100).epsilon(k_tol));
+    CHECK(qa.ttft_s.quantile(0.99) == Approx(0.300).epsilon(1e-12));  // the max, exact
+    CHECK(qa.tpot_s.count() == 2);
+    CHECK(qa.tpot_s.mean() == Approx((0.4 / 3 + 0.1) / 2));
+    CHECK(qa.itl_s.count() == 5);
+    CHECK(qa.itl_s.mean() == Approx(0.12));
+    CHECK(qa.e2e_s.count() == 3);  // OVERLOADED left out
+    CHECK(qa.e2e_s.max() == Approx(0.5));
+    CHECK(qa.queue_s.count() == 3);
+    CHECK(qa.queue_s.max() == Approx(0.02));
+
+    CHECK(qa.n_prompt_tokens == 384);
+    CHECK(qa.n_cached_tokens == 128);
+    CHECK(qa.hit_rate() == Approx(128.0 / 384.0));
+    CHECK(qa.n_saved_tokens == 128);
+    // All three with a first token are in length class [64, 128): hits 100 and 50 ms, miss 300 ms.
+    CHECK(qa.length_classes.size() == 1);
+    CHECK(qa.length_classes.at(6).n_hit == 2);
+    CHECK(qa.miss_penalty_s() == Approx(0.300 - 0.075));
+    CHECK(qa.tenants.at("a").n_queries == 164);
+    CHECK(qa.tenants.at("a").n_hits == 128);
+    CHECK(qa.tenants.at("b").n_hits == 0);
+
+    CHECK(qa.cost_total == Approx((50.4 + 126.0 + 148.0) * 1e-6));
+    CHECK(qa.cost_per_request() == Approx(324.4e-6 / 4));
+    CHECK(qa.upgrade_rate() == Approx(0.25));
+    CHECK(qa.fallback_rate() == Approx(0.25));
+    CHECK(qa.n_by_pool.at("small") == 3);
+    CHECK(qa.n_by_pool.at("large") == 1);
+    CHECK(qa.n_met_slo == 2);
+    CHECK(qa.n_evictions() == 2);
+    CHECK(std::isnan(qa.mean_accepted_length()));
+
+    const BucketMetrics& doc = *m.bucket("long_doc");
+    CHECK(doc.hit_rate() == Approx(512.0 / 700.0));
+    CHECK(doc.n_saved_tokens == 496);
+    CHECK(doc.n_public_hits == 64);
+    CHECK(doc.n_preemptions == 1);
+    CHECK(doc.cost_total == Approx(2452e-6));
+    CHECK(std::isnan(doc.miss_penalty_s()));  // only a hit in its class
+
+    // Window: first arrival 0 to last finish 3 s.
+    CHECK(m.window_s() == Approx(3.0));
+    CHECK(m.throughput_tok_s(qa) == Approx(8.0 / 3.0));
+    CHECK(m.throughput_tok_s(m.all()) == Approx(11.0 / 3.0));
+    CHECK(m.goodput_req_s(qa) == Approx(2.0 / 3.0));
+    CHECK(std::isnan(m.goodput_req_s(doc)));
+
+    const BucketMetrics& all = m.all();
+    CHECK(all.n_requests == 5);
+    CHECK(all.cost_total == Approx(2776.4e-6));
+    CHECK(all.ttft_s.quantile(0.99) == Approx(1.0));
+    CHECK(all.n_evictions() == 7);
+    CHECK(all.kv.blocks_used_mean() == Approx(70.0 / 3.0));
+    CHECK(all.kv.page_usage_mean() == Approx(0.70 / 3.0));
+    CHECK(all.kv.page_usage_peak == Approx(0.30));
+    CHECK(all.kv.n_blocks_used_peak == 30);
+    CHECK(all.kv.fragmentation() == Approx(13.0 / 70.0));
+    CHECK(all.kv.n_branches_peak == 2);
+}
+
+TEST_CASE("the JSON has every figure with units in the key names", "[metrics]") {
+    MetricsRegistry m = hand_worked();
+    nlohmann::json j = m.to_json();
+    CHECK(j["window_s"] == Approx(3.0));
+    const auto& qa = j["buckets"]["short_qa"];
+    CHECK(qa["requests"]["total"] == 4);
+    CHECK(qa["requests"]["ok"] == 3);
+    CHECK(qa["requests"]["by_finish_reason"]["overloaded"] == 1);
+    CHECK(qa["ttft_ms"]["p50"].get<double>() == Approx(100.0).epsilon(k_tol));
+    CHECK(qa["ttft_ms"]["p95"].get<double>() == Approx(300.0));
+    CHECK(qa["ttft_ms"]["p99"].get<double>() == Approx(300.0));
+    CHECK(qa["tpot_ms"]["mean"].get<double>() == Approx(350.0 / 3.0));
+    CHECK(qa["itl_ms"]["count"] == 5);
+    CHECK(qa["e2e_ms"]["p99"].get<double>() == Approx(500.0));
+    CHECK(qa["queue_ms"]["count"] == 3);
+    CHECK(qa["throughput_tok_s"].get<double>() == Approx(8.0 / 3.0));
+    CHECK(qa["goodput_req_s"].get<double>() == Approx(2.0 / 3.0));
+    CHECK(qa["cost_per_request"].get<double>() == Approx(81.1e-6));
+    CHECK(qa["prefix_cache"]["queries_tokens"] == 384);
+    CHECK(qa["prefix_cache"]["hits_tokens"] == 128);
+    CHECK(qa["prefix_cache"]["hit_rate"].get<double>() == Approx(1.0 / 3.0));
+    CHECK(qa["prefix_cache"]["saved_prefill_tokens"] == 128);
+    CHECK(qa["prefix_cache"]["miss_penalty_ms"].get<double>() == Approx(225.0));
+    CHECK(qa["prefix_cache"]["miss_penalty_by_length_class"][0]["prompt_tokens_min"] == 64);
+    CHECK(qa["prefix_cache"]["miss_penalty_by_length_class"][0]["prompt_tokens_max"] == 127);
+    CHECK(qa["prefix_cache"]["cross_tenant_hits_tokens"] == 0);
+    CHECK(qa["prefix_cache"]["tenants"]["a"]["hit_rate"].get<double>() == Approx(128.0 / 164.0));
+    CHECK(qa["routing"]["route_share"]["small"].get<double>() == Approx(0.75));
+    CHECK(qa["routing"]["upgrade_rate"].get<double>() == Approx(0.25));
+    CHECK(qa["routing"]["fallback_rate"].get<double>() == Approx(0.25));
+    CHECK(qa["speculation"]["drafts"] == 0);
+    CHECK(qa["speculation"]["mean_accepted_length"].is_null());
+    CHECK(qa["kv"]["evictions"] == 2);
+    CHECK(qa["kv"]["gib_in_use_peak"].is_null());  // no bucket-tagged KV samples
+    CHECK(qa["kv"]["gib_formula"].get<double>() == Approx(1.0 / 64.0));
+
+    const auto& doc = j["buckets"]["long_doc"];
+    CHECK(doc["goodput_req_s"].is_null());
+    CHECK(doc["prefix_cache"]["public_hits_tokens"] == 64);
+    CHECK(doc["kv"]["preemptions"] == 1);
+    CHECK(doc["kv"]["recomputed_tokens"] == 16);
+    CHECK(doc["requests"]["by_config_generation"]["2"] == 1);
+
+    const auto& all = j["all"];
+    CHECK(all["kv"]["gib_in_use_peak"].get<double>() == Approx(30.0 * 16384 / (1024.0 * 1024 * 1024)));
+    CHECK(all["kv"]["page_usage_mean_pct"].get<double>() == Approx(70.0 / 3.0));
+    CHECK(all["kv"]["page_usage_peak_pct"].get<double>() == Approx(30.0));
+    CHECK(all["kv"]["fragmentation_pct"].get<double>() == Approx(1300.0 / 70.0));
+    CHECK(all["kv"]["evictions_by_policy"]["lru"] == 7);
+    CHECK(all["kv"]["blocks_total"] == 100);
+    // The whole thing serialises (NaN never reaches the JSON: undefined figures are null).
+    CHECK(j.dump().find("NaN") == std::string::npos);
+}
+
+TEST_CASE("the table has one fixed-width row per bucket and an all row", "[metrics]") {
+    MetricsRegistry m = hand_worked();
+    std::string t = m.to_table();
+    std::istringstream in(t);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    REQUIRE(lines.size() == 4);
+    CHECK(lines[0].rfind("bucket", 0) == 0);
+    CHECK(lines[1].rfind("short_qa", 0) == 0);
+    CHECK(lines[2].rfind("long_doc", 0) == 0);
+    CHECK(lines[3].rfind("all", 0) == 0);
+    for (const std::string& l : lines) CHECK(l.size() == lines[0].size());
+    CHECK(lines[1].find(" 33.3 ") != std::string::npos);  // hit rate %
+    CHECK(lines[1].find(" 300.0 ") != std::string::npos);  // ttft p99 ms
+    CHECK(lines[3].find(" 23.3 ") != std::string::npos);  // mean page use %
+    CHECK(lines[3].find(" 18.6 ") != std::string::npos);  // fragmentation %
+}
+
+TEST_CASE("the Prometheus text parses line by line with vLLM-aligned names", "[metrics]") {
+    MetricsRegistry m = hand_worked();
+    std::string text = m.to_prometheus();
+    const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*\})? (\S+)$)");
+    const std::regex comment(R"(^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$)");
+    std::map<std::string, std::string> types;
+    std::map<std::string, double> values;  // "name{labels}" -> value
+    std::istringstream in(text);
+    int n_samples = 0;
+    for (std::string line; std::getline(in, line);) {
+        INFO(line);
+        std::smatch mt;
+        if (line.rfind("#", 0) == 0) {
+            REQUIRE(std::regex_match(line, mt, comment));
+            if (mt[1] == "TYPE") types[mt[2]] = line.substr(line.rfind(' ') + 1);
+            continue;
+        }
+        REQUIRE(std::regex_match(line, mt, sample));
+        std::string name = mt[1], v = mt[5];
+        std::string family = name;
+        for (const char* suffix : {"_bucket", "_sum", "_count"})
+            if (!types.count(family) && family.size() > strlen(suffix) &&
+                family.compare(family.size() - strlen(suffix), strlen(suffix), suffix) == 0)
+                family = family.substr(0, family.size() - strlen(suffix));
+        CHECK(types.count(family) == 1);  // its # TYPE came first
+        double x = v == "+Inf" ? INFINITY : v == "NaN" ? NAN : std::stod(v);
+        values[line.substr(0, line.rfind(' '))] = x;
+        ++n_samples;
+    }
+    CHECK(n_samples > 50);
+    CHECK(types["steward:time_to_first_token_seconds"] == "histogram");
+    CHECK(types["steward:prefix_cache_queries_total"] == "counter");
+    CHECK(types["steward:kv_cache_usage_perc"] == "gauge");
+    CHECK(values["steward:prefix_cache_queries_total{bucket=\"short_qa\"}"] == 384);
+    CHECK(values["steward:prefix_cache_hits_total{bucket=\"short_qa\"}"] == 128);
+    CHECK(values["steward:prefix_cache_hits_total{bucket=\"long_doc\"}"] == 512);
+    CHECK(values["steward:kv_cache_usage_perc"] == Approx(0.2));
+    CHECK(values["steward:num_preemptions_total{bucket=\"long_doc\"}"] == 1);
+    CHECK(values["steward:request_success_total{bucket=\"short_qa\",finished_reason=\"length\"}"] == 1);
+    CHECK(values["steward:request_failure_total{bucket=\"short_qa\",finished_reason=\"overloaded\"}"] == 1);
+    CHECK(values["steward:route_requests_total{bucket=\"short_qa\",pool=\"small\"}"] == 3);
+    CHECK(values["steward:kv_cache_evictions_total{policy=\"lru\"}"] == 7);
+    CHECK(values["steward:spec_decode_num_drafts_total{bucket=\"short_qa\"}"] == 0);
+    CHECK(values["steward:time_to_first_token_seconds_count{bucket=\"short_qa\"}"] == 3);
+    CHECK(values["steward:time_to_first_token_seconds_sum{bucket=\"short_qa\"}"] == Approx(0.45));
+    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.08\"}"] == 1);
+    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.25\"}"] == 2);
+    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"+Inf\"}"] == 3);
+}
+
+TEST_CASE("records without a bucket, prices or KV shape still give well-formed output", "[metrics]") {
+    MetricsRegistry m;
+    RequestRecord r;
+    r.tenant = "t\"x";  // escaped in labels, fine in JSON
+    r.pool = "p";
+    r.t_arrival_s = 5.0;
+    r.t_first_token_s = 5.2;
+    r.t_finish_s = 6.0;
+    r.n_prompt_tokens = 10;
+    r.n_output_tokens = 5;  // no gaps: tpot from (finish - first) / 4
+    m.record(r);
+    REQUIRE(m.bucket("unclassified") != nullptr);
+    CHECK(m.bucket("unclassified")->tpot_s.mean() == Approx(0.2));
+    CHECK(m.bucket("unclassified")->cost_total == 0.0);
+    nlohmann::json j = m.to_json();
+    CHECK(j["all"]["kv"]["gib_formula"].is_null());
+    CHECK(j["all"]["prefix_cache"]["hit_rate"].get<double>() == 0.0);
+    CHECK(j["all"]["prefix_cache"]["miss_penalty_ms"].is_null());
+    m.set_window(0.0, 10.0);
+    CHECK(m.throughput_tok_s(m.all()) == Approx(0.5));
+    CHECK(m.to_prometheus().find("steward:kv_cache_usage_perc") == std::string::npos);
+    CHECK(m.to_table().find("unclassified") != std::string::npos);
+
+    MetricsRegistry empty;
+    CHECK(empty.window_s() == 0.0);
+    CHECK(empty.to_json()["all"]["requests"]["total"] == 0);
+    CHECK(empty.to_table().find("all") != std::string::npos);
+}
+
+TEST_CASE("finish reasons and length classes name and bound what they should", "[metrics]") {
+    for (int i = 0; i < n_finish_reasons; ++i)
+        CHECK(parse_finish_reason(finish_reason_name((FinishReason)i)) == (FinishReason)i);
+    CHECK(!parse_finish_reason("done"));
+    CHECK(finish_reason_ok(FinishReason::LENGTH));
+    CHECK(!finish_reason_ok(FinishReason::TIMEOUT));
+    CHECK(prompt_length_class(0) == -1);
+    CHECK(prompt_length_class(1) == 0);
+    CHECK(prompt_length_class(63) == 5);
+    CHECK(prompt_length_class(64) == 6);
+    CHECK(prompt_length_class(127) == 6);
+    CHECK(prompt_length_class(128) == 7);
+}
