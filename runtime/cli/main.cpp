@@ -6,18 +6,22 @@
 #include <iostream>
 #include <string>
 
+#include "cli/commands.h"
+#include "config/config.h"
 #include "cpu/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
 
 using namespace steward;
 
-namespace {
-
-int fail(const std::string& msg) {
+int steward::cli_fail(const std::string& msg) {
     std::fprintf(stderr, "steward: error: %s\n", msg.c_str());
     return 1;
 }
+
+namespace {
+
+int fail(const std::string& msg) { return cli_fail(msg); }
 
 Expected<GgmlType> parse_dtype(const std::string& s) {
     if (s == "f32" || s == "F32") return GgmlType::F32;
@@ -73,7 +77,37 @@ int main(int argc, char** argv) {
     gen->add_flag("--kv-f16", kv_f16, "Store the KV cache in F16");
     gen->add_flag("--ids", print_ids, "Also print the generated token ids on one line");
 
+    // ---- steward run
+    auto* run = app.add_subcommand("run", "The main job: replay a mixed workload through the runtime, print per-bucket figures");
+    RunOptions ro;
+    run->add_option("-c,--config", ro.config_path, "TOML config")->capture_default_str();
+    run->add_option("-w,--workload", ro.workload_path, "Workload JSONL (default: the standard mixed workload)");
+    run->add_option("--requests", ro.n_requests, "Requests of the generated workload")->capture_default_str();
+    run->add_option("--rate", ro.rate, "Arrival rate of the generated workload (req/s)")->capture_default_str();
+    run->add_option("--scale", ro.scale, "Multiply prompt and output lengths")->capture_default_str();
+    run->add_option("--seed", ro.seed, "Workload seed")->capture_default_str();
+    run->add_flag("--burst", ro.burst, "Bursty arrivals");
+    run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
+    run->add_option("-o,--out", ro.out_path, "Report JSON path")->capture_default_str();
+    run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
+
+    // ---- steward config check
+    auto* config_cmd = app.add_subcommand("config", "Config tools");
+    config_cmd->require_subcommand(1);
+    auto* check = config_cmd->add_subcommand("check", "Validate a TOML config without serving");
+    std::string check_path;
+    check->add_option("file", check_path, "TOML config")->required();
+
     CLI11_PARSE(app, argc, argv);
+
+    if (run->parsed()) return cmd_run(ro);
+    if (check->parsed()) {
+        auto c = load_config(check_path);
+        if (!c) return fail(c.error().message);
+        std::printf("%s: ok (%zu pools, %zu buckets, %zu tenants)\n", check_path.c_str(), c->pools.size(),
+                    c->buckets.size(), c->tenants.size());
+        return 0;
+    }
 
     if (synth->parsed()) {
         if (!draft_from.empty()) {

@@ -37,7 +37,9 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-uint64_t tenant_salt(int32_t tenant) { return splitmix64((1ull << 32) | static_cast<uint32_t>(tenant)); }
+uint64_t tenant_salt(int32_t tenant) {
+    return splitmix64((1ull << 32) | static_cast<uint32_t>(tenant));
+}
 
 BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, uint64_t extra_key) {
     Fnv1a f;

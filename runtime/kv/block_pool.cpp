@@ -29,18 +29,24 @@ void BlockPool::evictable_push_back(int32_t block) {
     b.in_evictable = true;
     b.prev = lru_tail_;
     b.next = -1;
-    if (lru_tail_ >= 0) blocks_[lru_tail_].next = block;
-    else lru_head_ = block;
+    if (lru_tail_ >= 0)
+        blocks_[lru_tail_].next = block;
+    else
+        lru_head_ = block;
     lru_tail_ = block;
     ++n_evictable_;
 }
 
 void BlockPool::evictable_remove(int32_t block) {
     Block& b = blocks_[block];
-    if (b.prev >= 0) blocks_[b.prev].next = b.next;
-    else lru_head_ = b.next;
-    if (b.next >= 0) blocks_[b.next].prev = b.prev;
-    else lru_tail_ = b.prev;
+    if (b.prev >= 0)
+        blocks_[b.prev].next = b.next;
+    else
+        lru_head_ = b.next;
+    if (b.next >= 0)
+        blocks_[b.next].prev = b.prev;
+    else
+        lru_tail_ = b.prev;
     b.in_evictable = false;
     b.prev = b.next = -1;
     --n_evictable_;
@@ -72,8 +78,7 @@ std::optional<int32_t> BlockPool::allocate() {
     } else if (n_evictable_ > 0) {
         block = choose_victim();
         evictable_remove(block);
-        Block& b = blocks_[block];
-        hash_to_block_.erase(b.hash);
+        hash_to_block_.erase(blocks_[block].hash);
         ++stats_.n_evictions;
     } else {
         ++stats_.n_alloc_failures;
@@ -108,8 +113,10 @@ void BlockPool::unref(int32_t block) {
     b.last_access_tick = ++tick_;
     if (b.ref_count > 0) return;
     --n_used_;
-    if (b.has_hash) evictable_push_back(block);
-    else uncached_free_.push_back(block);
+    if (b.has_hash)
+        evictable_push_back(block);
+    else
+        uncached_free_.push_back(block);
 }
 
 std::optional<int32_t> BlockPool::peek_cached(BlockHash hash) const {
@@ -155,7 +162,9 @@ int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool i
     return block;
 }
 
-void BlockPool::set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) { policy_ = std::move(policy); }
+void BlockPool::set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) {
+    policy_ = std::move(policy);
+}
 
 int32_t BlockPool::ref_count(int32_t block) const {
     check_block(block);
@@ -188,7 +197,9 @@ std::vector<int32_t> BlockPool::evictable_lru() const {
 }
 
 std::string BlockPool::check_invariants() const {
-    auto at = [](const char* what, int32_t block) { return std::string(what) + " (block " + std::to_string(block) + ")"; };
+    auto at = [](const char* what, int32_t block) {
+        return std::string(what) + " (block " + std::to_string(block) + ")";
+    };
     int32_t n_used = 0, n_hashed = 0, n_should_be_evictable = 0;
     for (int32_t i = 0; i < n_total(); ++i) {
         const Block& b = blocks_[i];
@@ -213,11 +224,13 @@ std::string BlockPool::check_invariants() const {
     for (int32_t b : uncached_free_) {
         if (b < 0 || b >= n_total()) return at("uncached free stack holds an invalid id", b);
         if (!seen.insert(b).second) return at("block twice in the uncached free stack", b);
-        if (blocks_[b].ref_count != 0 || blocks_[b].has_hash) return at("uncached free stack holds a used or cached block", b);
+        if (blocks_[b].ref_count != 0 || blocks_[b].has_hash)
+            return at("uncached free stack holds a used or cached block", b);
     }
     int32_t n_uncached_free = 0;
     for (const Block& b : blocks_) n_uncached_free += (b.ref_count == 0 && !b.has_hash);
-    if (n_uncached_free != static_cast<int32_t>(uncached_free_.size())) return "a free uncached block is missing from its stack";
+    if (n_uncached_free != static_cast<int32_t>(uncached_free_.size()))
+        return "a free uncached block is missing from its stack";
     int32_t n_listed = 0, prev = -1;
     for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) {
         if (++n_listed > n_total()) return "evictable queue has a cycle";

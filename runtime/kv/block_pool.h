@@ -25,10 +25,10 @@ namespace steward {
 struct EvictionCandidate {
     int32_t block = -1;
     BlockHash hash = 0;
-    int32_t tenant = -1;            // the tenant that first wrote (published) it
-    bool is_public = false;         // inside a declared-public prefix
-    int64_t last_access_tick = 0;   // pool tick of the last allocate/ref/unref/find_cached touching it
-    int64_t n_hits = 0;             // find_cached hits since it was published
+    int32_t tenant = -1;           // the tenant that first wrote (published) it
+    bool is_public = false;        // inside a declared-public prefix
+    int64_t last_access_tick = 0;  // pool tick of the last allocate/ref/unref/find_cached touching it
+    int64_t n_hits = 0;            // find_cached hits since it was published
 };
 
 // Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
@@ -95,9 +95,9 @@ public:
 
     int32_t n_total() const { return static_cast<int32_t>(blocks_.size()); }
     int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
-    int32_t n_used() const { return n_used_; }               // ref count > 0
+    int32_t n_used() const { return n_used_; }              // ref count > 0
     int32_t n_cached() const { return static_cast<int32_t>(hash_to_block_.size()); }  // holding a hash
-    int32_t n_evictable() const { return n_evictable_; }     // ref count 0 and holding a hash
+    int32_t n_evictable() const { return n_evictable_; }                              // ref count 0 and holding a hash
     int32_t ref_count(int32_t block) const;
     bool is_cached(int32_t block) const;  // holds a hash (referenced or evictable)
     BlockInfo info(int32_t block) const;

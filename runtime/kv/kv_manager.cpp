@@ -38,7 +38,9 @@ std::vector<SeqId> KvManager::seq_ids() const {
     return ids;
 }
 
-bool KvManager::needs_cow(int32_t block) const { return pool_.ref_count(block) > 1 || pool_.is_cached(block); }
+bool KvManager::needs_cow(int32_t block) const {
+    return pool_.ref_count(block) > 1 || pool_.is_cached(block);
+}
 
 // Brings the public-prefix match and the hash chain up to tokens.size() / block_size full blocks. Tokens
 // only grow between truncations, so only public prefixes longer than the last check need comparing.
@@ -93,8 +95,10 @@ int KvManager::get_computed_blocks(SeqId seq) {
         s.blocks.push_back(*block);
         const BlockInfo info = pool_.info(*block);
         if (info.tenant != s.tenant) {
-            if (info.is_public) counters_.n_public_cross_tenant_hit_tokens += block_size_;
-            else counters_.n_tenant_boundary_hit_tokens += block_size_;
+            if (info.is_public)
+                counters_.n_public_cross_tenant_hit_tokens += block_size_;
+            else
+                counters_.n_tenant_boundary_hit_tokens += block_size_;
         }
     }
     const int n_hit = n_hit_blocks * block_size_;
@@ -179,8 +183,10 @@ int KvManager::publish_full_blocks(SeqId seq) {
         // before the public boundary moved. Cached blocks are immutable, so it keeps the hash it has.
         if (pool_.is_cached(block)) continue;
         const int32_t holder = pool_.publish(block, s.block_hashes[b], s.tenant, b < s.hashes_public_blocks);
-        if (holder == block) ++n_mapped;
-        else ++counters_.n_publish_dedupes;
+        if (holder == block)
+            ++n_mapped;
+        else
+            ++counters_.n_publish_dedupes;
     }
     return n_mapped;
 }
@@ -209,7 +215,8 @@ void KvManager::truncate(SeqId seq, int n_tokens) {
 SeqId KvManager::fork(SeqId seq) {
     SeqKv child = this->seq(seq);
     // Only blocks holding computed KV are shared; slots reserved for pending tokens stay the source's.
-    child.blocks.resize(std::min(child.blocks.size(), static_cast<size_t>((child.n_computed + block_size_ - 1) / block_size_)));
+    child.blocks.resize(
+        std::min(child.blocks.size(), static_cast<size_t>((child.n_computed + block_size_ - 1) / block_size_)));
     for (int32_t b : child.blocks) pool_.ref(b);
     child.is_fork = true;
     const SeqId id = next_id_++;

@@ -17,9 +17,9 @@ namespace steward {
 
 using SeqId = int64_t;
 
-// A copy the caller must apply to KV storage before the KV manager next allocates (allocate_slots or
-// fork followed by allocate_slots): slots [0, n_slots) of src_block -> the same slots of dst_block,
-// every layer, K and V (KvStorage::copy_slot). Until then src_block's bytes stay untouched.
+// A copy the caller must apply to KV storage before its next allocate_slots call on the same manager:
+// slots [0, n_slots) of src_block -> the same slots of dst_block, every layer, K and V
+// (KvStorage::copy_slot). Until that call no block is handed out again, so src_block's bytes stay intact.
 struct BlockCopy {
     int32_t src_block = -1;
     int32_t dst_block = -1;
@@ -29,12 +29,12 @@ struct BlockCopy {
 // One sequence's KV state. Read it through KvManager::seq(); only the manager changes it.
 struct SeqKv {
     int32_t tenant = 0;
-    uint64_t salt = 0;                // tenant_salt(tenant)
-    std::vector<int32_t> tokens;      // every known token id: prompt, then sampled or drafted ones
-    std::vector<int32_t> blocks;      // block table: logical block i -> physical block id
-    int n_computed = 0;               // leading tokens whose KV is written (cache hits included)
-    int n_cached_tokens = 0;          // tokens get_computed_blocks found in the prefix cache
-    bool is_fork = false;             // created by fork(): counts as a branch while alive
+    uint64_t salt = 0;            // tenant_salt(tenant)
+    std::vector<int32_t> tokens;  // every known token id: prompt, then sampled or drafted ones
+    std::vector<int32_t> blocks;  // block table: logical block i -> physical block id
+    int n_computed = 0;           // leading tokens whose KV is written (cache hits included)
+    int n_cached_tokens = 0;      // tokens get_computed_blocks found in the prefix cache
+    bool is_fork = false;         // created by fork(): counts as a branch while alive
     int n_tokens() const { return static_cast<int>(tokens.size()); }
 
     // Hashing state, advanced lazily by the manager.
@@ -54,15 +54,15 @@ struct KvManagerStats {
     int64_t n_prefix_query_tokens = 0;
     int64_t n_prefix_hit_tokens = 0;
     std::map<int32_t, PrefixCacheCounts> per_tenant;  // keyed by tenant id
-    int64_t n_tenant_boundary_hit_tokens = 0;       // hits on blocks another tenant wrote, not public: must stay 0
-    int64_t n_public_cross_tenant_hit_tokens = 0;   // hits on public blocks another tenant wrote
-    int64_t n_publish_dedupes = 0;                  // full blocks computed twice; ours kept, not mapped
+    int64_t n_tenant_boundary_hit_tokens = 0;         // hits on blocks another tenant wrote, not public: must stay 0
+    int64_t n_public_cross_tenant_hit_tokens = 0;     // hits on public blocks another tenant wrote
+    int64_t n_publish_dedupes = 0;                    // full blocks computed twice; ours kept, not mapped
     // KV cache.
     int64_t n_evictions = 0;
     int32_t n_blocks_total = 0;
-    int32_t n_blocks_in_use = 0;   // ref count > 0
-    int32_t n_blocks_cached = 0;   // holding a hash (in use or evictable)
-    double fragmentation = 0.0;    // allocated token slots not holding a token / allocated token slots
+    int32_t n_blocks_in_use = 0;  // ref count > 0
+    int32_t n_blocks_cached = 0;  // holding a hash (in use or evictable)
+    double fragmentation = 0.0;   // allocated token slots not holding a token / allocated token slots
     int32_t n_seqs = 0;
     int32_t n_branches = 0;        // live sequences created by fork()
     int64_t n_cow_blocks = 0;      // blocks replaced by copy-on-write

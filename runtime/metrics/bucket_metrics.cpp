@@ -15,18 +15,17 @@ constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr double k_gib = 1024.0 * 1024.0 * 1024.0;
 
 // WORKLOADS.md's order; others follow alphabetically.
-constexpr std::array<std::string_view, 6> k_standard_buckets = {
-    "short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"};
+constexpr std::array<std::string_view, 6> k_standard_buckets = {"short_qa", "long_doc",  "long_output",
+                                                                "agent",    "high_temp", "structured"};
 
 // Histogram boundaries (seconds): vLLM's, with finer steps at the low end where small synthetic
 // models on a CPU land.
-constexpr double k_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-constexpr double k_itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-                                   0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
-constexpr double k_e2e_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
-                                   15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
-                                   1920.0, 7680.0};
+constexpr double k_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+                                    1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+constexpr double k_itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,
+                                   0.4,   0.5,    0.75,  1.0,  2.5,   5.0,  7.5,   10.0, 20.0, 40.0, 80.0};
+constexpr double k_e2e_bounds[] = {0.01, 0.025, 0.05, 0.1,  0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,    5.0,   10.0,
+                                   15.0, 20.0,  30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 const std::string& bucket_key(const std::string& b) {
     static const std::string unclassified = "unclassified";
@@ -36,15 +35,18 @@ const std::string& bucket_key(const std::string& b) {
 // Per-request mean time per output token: from the gaps when given, else from first/finish times.
 std::optional<double> request_tpot_s(const RequestRecord& r) {
     if (r.n_output_tokens < 2) return std::nullopt;
-    if (!r.itl_s.empty())
-        return std::accumulate(r.itl_s.begin(), r.itl_s.end(), 0.0) / (double)r.itl_s.size();
+    if (!r.itl_s.empty()) return std::accumulate(r.itl_s.begin(), r.itl_s.end(), 0.0) / (double)r.itl_s.size();
     if (!r.t_first_token_s) return std::nullopt;
     return (r.t_finish_s - *r.t_first_token_s) / (double)(r.n_output_tokens - 1);
 }
 
-bool counts_for_e2e(FinishReason f) { return f != FinishReason::ERROR && f != FinishReason::OVERLOADED; }
+bool counts_for_e2e(FinishReason f) {
+    return f != FinishReason::ERROR && f != FinishReason::OVERLOADED;
+}
 
-double ratio(double num, double den) { return den > 0 ? num / den : k_nan; }
+double ratio(double num, double den) {
+    return den > 0 ? num / den : k_nan;
+}
 
 nlohmann::json num(double v) {
     if (!std::isfinite(v)) return nullptr;
@@ -88,13 +90,17 @@ std::optional<FinishReason> parse_finish_reason(std::string_view s) {
     return std::nullopt;
 }
 
-bool finish_reason_ok(FinishReason r) { return r == FinishReason::STOP || r == FinishReason::LENGTH; }
+bool finish_reason_ok(FinishReason r) {
+    return r == FinishReason::STOP || r == FinishReason::LENGTH;
+}
 
 double KvShape::block_bytes() const {
     return 2.0 * n_layers * block_size * n_kv_heads * head_dim * bytes_per_elem;
 }
 
-double KvShape::total_gib() const { return block_bytes() * n_blocks / k_gib; }
+double KvShape::total_gib() const {
+    return block_bytes() * n_blocks / k_gib;
+}
 
 void KvGauges::add(const KvSample& s) {
     double usage = s.n_blocks_total > 0 ? (double)s.n_blocks_used / (double)s.n_blocks_total : 0.0;
@@ -103,8 +109,7 @@ void KvGauges::add(const KvSample& s) {
     } else {
         // The previous reading held from its time until now; a sample out of order holds for 0 s.
         double dt = std::max(0.0, s.t_s - last.t_s);
-        double prev_usage =
-            last.n_blocks_total > 0 ? (double)last.n_blocks_used / (double)last.n_blocks_total : 0.0;
+        double prev_usage = last.n_blocks_total > 0 ? (double)last.n_blocks_used / (double)last.n_blocks_total : 0.0;
         span_s_ += dt;
         i_used_ += (double)last.n_blocks_used * dt;
         i_usage_ += prev_usage * dt;
@@ -215,7 +220,9 @@ int64_t BucketMetrics::n_evictions() const {
     return n;
 }
 
-double BucketMetrics::hit_rate() const { return ratio((double)n_cached_tokens, (double)n_prompt_tokens); }
+double BucketMetrics::hit_rate() const {
+    return ratio((double)n_cached_tokens, (double)n_prompt_tokens);
+}
 
 double BucketMetrics::miss_penalty_s() const {
     double sum = 0.0, weight = 0.0;
@@ -228,9 +235,15 @@ double BucketMetrics::miss_penalty_s() const {
     return ratio(sum, weight);
 }
 
-double BucketMetrics::cost_per_request() const { return ratio(cost_total, (double)n_requests); }
-double BucketMetrics::upgrade_rate() const { return ratio((double)n_upgraded, (double)n_requests); }
-double BucketMetrics::fallback_rate() const { return ratio((double)n_fallback, (double)n_requests); }
+double BucketMetrics::cost_per_request() const {
+    return ratio(cost_total, (double)n_requests);
+}
+double BucketMetrics::upgrade_rate() const {
+    return ratio((double)n_upgraded, (double)n_requests);
+}
+double BucketMetrics::fallback_rate() const {
+    return ratio((double)n_fallback, (double)n_requests);
+}
 
 double BucketMetrics::mean_accepted_length() const {
     return n_drafts > 0 ? 1.0 + (double)n_accepted_tokens / (double)n_drafts : k_nan;
@@ -285,8 +298,10 @@ void MetricsRegistry::record(const RequestRecord& r) {
 }
 
 void MetricsRegistry::record_kv(const KvSample& s) {
-    if (s.bucket.empty()) all_.kv.add(s);
-    else row(s.bucket).kv.add(s);
+    if (s.bucket.empty())
+        all_.kv.add(s);
+    else
+        row(s.bucket).kv.add(s);
 }
 
 void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::string_view bucket) {
@@ -295,7 +310,9 @@ void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::str
     if (!bucket.empty()) row(bucket).n_evictions_by_policy[p] += n;
 }
 
-void MetricsRegistry::set_window(double t_begin_s, double t_end_s) { window_ = {t_begin_s, t_end_s}; }
+void MetricsRegistry::set_window(double t_begin_s, double t_end_s) {
+    window_ = {t_begin_s, t_end_s};
+}
 
 double MetricsRegistry::window_s() const {
     if (window_) return std::max(0.0, window_->second - window_->first);
@@ -329,7 +346,8 @@ double MetricsRegistry::goodput_req_s(const BucketMetrics& m) const {
 nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
     using nlohmann::json;
     json by_finish = json::object();
-    for (int i = 0; i < n_finish_reasons; ++i) by_finish[finish_reason_name((FinishReason)i)] = m.n_by_finish[(size_t)i];
+    for (int i = 0; i < n_finish_reasons; ++i)
+        by_finish[finish_reason_name((FinishReason)i)] = m.n_by_finish[(size_t)i];
     json generations = json::object();
     for (const auto& [g, n] : m.n_by_config_generation) generations[std::to_string(g)] = n;
 
@@ -363,10 +381,16 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
     }
 
     return {
-        {"requests", {{"total", m.n_requests}, {"ok", m.n_ok()}, {"by_finish_reason", by_finish},
-                      {"by_config_generation", generations}}},
-        {"tokens", {{"prompt", m.n_prompt_tokens}, {"cached_prompt", m.n_cached_tokens},
-                    {"output", m.n_output_tokens}, {"recomputed", m.n_recomputed_tokens}}},
+        {"requests",
+         {{"total", m.n_requests},
+          {"ok", m.n_ok()},
+          {"by_finish_reason", by_finish},
+          {"by_config_generation", generations}}},
+        {"tokens",
+         {{"prompt", m.n_prompt_tokens},
+          {"cached_prompt", m.n_cached_tokens},
+          {"output", m.n_output_tokens},
+          {"recomputed", m.n_recomputed_tokens}}},
         {"ttft_ms", dist_ms(m.ttft_s)},
         {"tpot_ms", dist_ms(m.tpot_s)},
         {"itl_ms", dist_ms(m.itl_s)},
@@ -430,17 +454,19 @@ std::string MetricsRegistry::to_table() const {
         int width;
     };
     static constexpr Column columns[] = {
-        {"bucket", 12},      {"requests", 9},  {"ok", 7},          {"ttft_p50_ms", 12}, {"ttft_p95_ms", 12},
-        {"ttft_p99_ms", 12}, {"tpot_ms", 9},   {"e2e_p99_ms", 11}, {"tok/s", 9},        {"hit_%", 7},
-        {"saved_tok", 10},   {"kv_peak_GiB", 12}, {"page_mean_%", 12}, {"frag_%", 7},   {"evict", 7},
+        {"bucket", 12},      {"requests", 9},     {"ok", 7},           {"ttft_p50_ms", 12}, {"ttft_p95_ms", 12},
+        {"ttft_p99_ms", 12}, {"tpot_ms", 9},      {"e2e_p99_ms", 11},  {"tok/s", 9},        {"hit_%", 7},
+        {"saved_tok", 10},   {"kv_peak_GiB", 12}, {"page_mean_%", 12}, {"frag_%", 7},       {"evict", 7},
         {"preempt", 8},      {"cost/req", 11},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
         for (size_t i = 0; i < cells.size(); ++i) {
             char buf[128];
-            if (i == 0) std::snprintf(buf, sizeof buf, "%-*s", columns[i].width, cells[i].c_str());
-            else std::snprintf(buf, sizeof buf, " %*s", columns[i].width, cells[i].c_str());
+            if (i == 0)
+                std::snprintf(buf, sizeof buf, "%-*s", columns[i].width, cells[i].c_str());
+            else
+                std::snprintf(buf, sizeof buf, " %*s", columns[i].width, cells[i].c_str());
             s += buf;
         }
         return s + "\n";
@@ -487,24 +513,26 @@ std::string MetricsRegistry::to_prometheus() const {
     auto histogram = [&](const char* name, const char* help, Histogram BucketMetrics::*h,
                          std::span<const double> bounds) {
         family(name, "histogram", help);
-        for (const std::string& b : names) out += prometheus_histogram(buckets_.find(b)->second.*h, name, label(b), bounds);
+        for (const std::string& b : names)
+            out += prometheus_histogram(buckets_.find(b)->second.*h, name, label(b), bounds);
     };
     auto counter = [&](const char* name, const char* help, auto value_of) {
         family(name, "counter", help);
         for (const std::string& b : names)
-            out += std::string(name) + "{" + label(b) + "} " + prometheus_number((double)value_of(buckets_.find(b)->second)) + "\n";
+            out += std::string(name) + "{" + label(b) + "} " +
+                   prometheus_number((double)value_of(buckets_.find(b)->second)) + "\n";
     };
 
-    histogram("steward:time_to_first_token_seconds", "Arrival to first output token, seconds.",
-              &BucketMetrics::ttft_s, k_ttft_bounds);
+    histogram("steward:time_to_first_token_seconds", "Arrival to first output token, seconds.", &BucketMetrics::ttft_s,
+              k_ttft_bounds);
     histogram("steward:inter_token_latency_seconds", "Gap between consecutive output tokens, seconds.",
               &BucketMetrics::itl_s, k_itl_bounds);
     histogram("steward:request_time_per_output_token_seconds", "Per-request mean time per output token, seconds.",
               &BucketMetrics::tpot_s, k_itl_bounds);
     histogram("steward:e2e_request_latency_seconds", "Arrival to finish, seconds.", &BucketMetrics::e2e_s,
               k_e2e_bounds);
-    histogram("steward:request_queue_time_seconds", "Arrival to first scheduled, seconds.",
-              &BucketMetrics::queue_s, k_e2e_bounds);
+    histogram("steward:request_queue_time_seconds", "Arrival to first scheduled, seconds.", &BucketMetrics::queue_s,
+              k_e2e_bounds);
 
     family("steward:request_success_total", "counter", "Requests finished with stop or length.");
     for (const std::string& b : names)
@@ -513,13 +541,14 @@ std::string MetricsRegistry::to_prometheus() const {
                    "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
     family("steward:request_failure_total", "counter", "Requests cancelled, timed out, failed or rejected.");
     for (const std::string& b : names)
-        for (FinishReason f : {FinishReason::CANCELLED, FinishReason::TIMEOUT, FinishReason::ERROR,
-                               FinishReason::OVERLOADED})
+        for (FinishReason f :
+             {FinishReason::CANCELLED, FinishReason::TIMEOUT, FinishReason::ERROR, FinishReason::OVERLOADED})
             out += "steward:request_failure_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
                    "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
 
     counter("steward:prompt_tokens_total", "Prompt tokens.", [](const BucketMetrics& m) { return m.n_prompt_tokens; });
-    counter("steward:generation_tokens_total", "Output tokens.", [](const BucketMetrics& m) { return m.n_output_tokens; });
+    counter("steward:generation_tokens_total", "Output tokens.",
+            [](const BucketMetrics& m) { return m.n_output_tokens; });
     counter("steward:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
             [](const BucketMetrics& m) { return m.n_prompt_tokens; });
     counter("steward:prefix_cache_hits_total", "Prompt tokens found in cached full blocks.",
@@ -546,7 +575,8 @@ std::string MetricsRegistry::to_prometheus() const {
         for (const auto& [pool, n] : buckets_.find(b)->second.n_by_pool)
             out += "steward:route_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
                    std::to_string(n) + "\n";
-    counter("steward:spec_decode_num_drafts_total", "Speculative drafts.", [](const BucketMetrics& m) { return m.n_drafts; });
+    counter("steward:spec_decode_num_drafts_total", "Speculative drafts.",
+            [](const BucketMetrics& m) { return m.n_drafts; });
     counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
             [](const BucketMetrics& m) { return m.n_draft_tokens; });
     counter("steward:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
@@ -558,10 +588,12 @@ std::string MetricsRegistry::to_prometheus() const {
                std::to_string(n) + "\n";
     const KvGauges& kv = all_.kv;
     if (kv.n_samples > 0) {
-        double usage = kv.last.n_blocks_total > 0 ? (double)kv.last.n_blocks_used / (double)kv.last.n_blocks_total : 0.0;
+        double usage =
+            kv.last.n_blocks_total > 0 ? (double)kv.last.n_blocks_used / (double)kv.last.n_blocks_total : 0.0;
         family("steward:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (0-1).");
         out += "steward:kv_cache_usage_perc " + prometheus_number(usage) + "\n";
-        family("steward:kv_cache_fragmentation_perc", "gauge", "Fraction of allocated token slots not holding a token (0-1).");
+        family("steward:kv_cache_fragmentation_perc", "gauge",
+               "Fraction of allocated token slots not holding a token (0-1).");
         out += "steward:kv_cache_fragmentation_perc " + prometheus_number(kv.last.fragmentation) + "\n";
         family("steward:kv_cache_blocks_used", "gauge", "KV blocks referenced by running or pinned sequences.");
         out += "steward:kv_cache_blocks_used " + std::to_string(kv.last.n_blocks_used) + "\n";

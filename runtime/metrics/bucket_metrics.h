@@ -4,12 +4,11 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "metrics/histogram.h"
 
@@ -35,26 +34,26 @@ struct PoolUse {
 struct RequestRecord {
     std::string bucket;  // the classifier's decision; "" is reported as "unclassified"
     std::string tenant;
-    std::string pool;    // the pool that finished the request
+    std::string pool;  // the pool that finished the request
     // Seconds on one clock; any origin (only differences and the run window are used).
-    double t_arrival_s = 0.0;                // arrival at the runtime
-    std::optional<double> t_scheduled_s;     // first scheduled into a batch; none if never
-    std::optional<double> t_first_token_s;   // first output token handed to the caller; none if never
-    double t_finish_s = 0.0;                 // last token or error
-    std::vector<double> itl_s;               // [n_output_tokens - 1] gaps between consecutive tokens
+    double t_arrival_s = 0.0;               // arrival at the runtime
+    std::optional<double> t_scheduled_s;    // first scheduled into a batch; none if never
+    std::optional<double> t_first_token_s;  // first output token handed to the caller; none if never
+    double t_finish_s = 0.0;                // last token or error
+    std::vector<double> itl_s;              // [n_output_tokens - 1] gaps between consecutive tokens
     int64_t n_prompt_tokens = 0;
-    int64_t n_cached_prompt_tokens = 0;      // prompt tokens found in cached full blocks (cache hits)
-    int64_t n_cached_cross_tenant = 0;       // of those, on blocks another tenant wrote outside any
-                                             // declared-public prefix: a boundary breach, must be 0
-    int64_t n_cached_public = 0;             // of those, on another tenant's declared-public blocks
+    int64_t n_cached_prompt_tokens = 0;  // prompt tokens found in cached full blocks (cache hits)
+    int64_t n_cached_cross_tenant = 0;   // of those, on blocks another tenant wrote outside any
+                                         // declared-public prefix: a boundary breach, must be 0
+    int64_t n_cached_public = 0;         // of those, on another tenant's declared-public blocks
     int64_t n_output_tokens = 0;
-    int64_t n_recomputed_tokens = 0;         // tokens computed again after preemptions
+    int64_t n_recomputed_tokens = 0;  // tokens computed again after preemptions
     int n_preemptions = 0;
     FinishReason finish = FinishReason::STOP;
     uint64_t config_generation = 0;
     // Routing (the routing issue fills these).
-    std::vector<PoolUse> prior_pools;        // non-empty: upgraded from a cheaper pool
-    bool fallback = false;                   // served by a fallback path
+    std::vector<PoolUse> prior_pools;  // non-empty: upgraded from a cheaper pool
+    bool fallback = false;             // served by a fallback path
     // Speculation (the speculation issue fills these; 0 until then).
     int64_t n_drafts = 0;
     int64_t n_draft_tokens = 0;
@@ -63,12 +62,12 @@ struct RequestRecord {
 
 // A KV gauge reading pushed by the KV layer.
 struct KvSample {
-    double t_s = 0.0;             // same clock as RequestRecord
-    std::string bucket;           // "": the whole pool (the "all" row); a bucket: that bucket's share
-    int64_t n_blocks_used = 0;    // blocks referenced by running or pinned sequences
+    double t_s = 0.0;           // same clock as RequestRecord
+    std::string bucket;         // "": the whole pool (the "all" row); a bucket: that bucket's share
+    int64_t n_blocks_used = 0;  // blocks referenced by running or pinned sequences
     int64_t n_blocks_total = 0;
-    double fragmentation = 0.0;   // allocated token slots not holding a token / allocated slots, [0, 1]
-    int64_t n_branches = 0;       // live forked sequences sharing blocks copy-on-write
+    double fragmentation = 0.0;  // allocated token slots not holding a token / allocated slots, [0, 1]
+    int64_t n_branches = 0;      // live forked sequences sharing blocks copy-on-write
 };
 
 // The KV pool's shape, for the KV GiB figures (fill from KvConfig: bytes_per_elem = 2 for F16).
@@ -120,7 +119,7 @@ struct KvGauges {
 
 private:
     double t_first_ = 0.0;
-    double span_s_ = 0.0;                             // Σ dt between samples
+    double span_s_ = 0.0;                                                  // Σ dt between samples
     double i_used_ = 0.0, i_usage_ = 0.0, i_frag_ = 0.0, i_frag_w_ = 0.0;  // ∫ · dt
     double s_used_ = 0.0, s_usage_ = 0.0, s_frag_ = 0.0, s_frag_w_ = 0.0;  // Σ over samples
 };
@@ -180,9 +179,9 @@ struct BucketMetrics {
     // cost: the request's cost; met_slo: whether it met its bucket's SLO (only with has_slo).
     void add(const RequestRecord& r, double cost, bool met_slo);
 
-    int64_t n_ok() const;                 // STOP + LENGTH
+    int64_t n_ok() const;  // STOP + LENGTH
     int64_t n_evictions() const;
-    double hit_rate() const;              // cached / prompt tokens; NaN without queries
+    double hit_rate() const;  // cached / prompt tokens; NaN without queries
     // Mean over length classes holding both hits and misses of (miss TTFT - hit TTFT), weighted by
     // each class's misses: what a typical miss costs. NaN when no class has both.
     double miss_penalty_s() const;

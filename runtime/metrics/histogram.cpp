@@ -7,9 +7,13 @@
 
 namespace steward {
 
-double Histogram::bucket_width() { return std::exp2(1.0 / k_subdivisions) - 1.0; }
+double Histogram::bucket_width() {
+    return std::exp2(1.0 / k_subdivisions) - 1.0;
+}
 
-double Histogram::bucket_lower(int i) { return k_lo * std::exp2((double)i / k_subdivisions); }
+double Histogram::bucket_lower(int i) {
+    return k_lo * std::exp2((double)i / k_subdivisions);
+}
 
 int Histogram::bucket_index(double v) {
     if (!(v >= k_lo)) return -1;
@@ -17,17 +21,22 @@ int Histogram::bucket_index(double v) {
     double x = std::log2(v / k_lo) * k_subdivisions;
     int i = std::clamp((int)std::floor(x), 0, n_buckets - 1);
     // log2 may round across an edge; the edges as bucket_lower computes them are the truth.
-    if (i > 0 && v < bucket_lower(i)) --i;
-    else if (i + 1 < n_buckets && v >= bucket_lower(i + 1)) ++i;
+    if (i > 0 && v < bucket_lower(i))
+        --i;
+    else if (i + 1 < n_buckets && v >= bucket_lower(i + 1))
+        ++i;
     return i;
 }
 
 void Histogram::record(double value, uint64_t n) {
     if (std::isnan(value) || n == 0) return;
     int i = bucket_index(value);
-    if (i < 0) n_under_ += n;
-    else if (i >= n_buckets) n_over_ += n;
-    else buckets_[(size_t)i] += n;
+    if (i < 0)
+        n_under_ += n;
+    else if (i >= n_buckets)
+        n_over_ += n;
+    else
+        buckets_[(size_t)i] += n;
     n_ += n;
     sum_ += value * (double)n;
     min_ = std::min(min_, value);
@@ -89,8 +98,7 @@ std::vector<uint64_t> Histogram::cumulative_counts(std::span<const double> bound
         int ib = bucket_index(b);
         int n_full = std::clamp(ib, 0, n_buckets);
         for (int i = 0; i < n_full; ++i) c += buckets_[(size_t)i];
-        if (ib >= 0 && ib < n_buckets && b >= k_lo * std::exp2((ib + 0.5) / k_subdivisions))
-            c += buckets_[(size_t)ib];
+        if (ib >= 0 && ib < n_buckets && b >= k_lo * std::exp2((ib + 0.5) / k_subdivisions)) c += buckets_[(size_t)ib];
         out.push_back(std::min(c, n_));
     }
     return out;
@@ -109,10 +117,14 @@ std::string prometheus_label_value(std::string_view v) {
     std::string s;
     s.reserve(v.size());
     for (char c : v) {
-        if (c == '\\') s += "\\\\";
-        else if (c == '"') s += "\\\"";
-        else if (c == '\n') s += "\\n";
-        else s += c;
+        if (c == '\\')
+            s += "\\\\";
+        else if (c == '"')
+            s += "\\\"";
+        else if (c == '\n')
+            s += "\\n";
+        else
+            s += c;
     }
     return s;
 }
@@ -125,11 +137,11 @@ std::string prometheus_histogram(const Histogram& h, std::string_view name, std:
     std::string sep = labels.empty() ? "" : ",";
     std::string out;
     for (size_t i = 0; i < sorted.size(); ++i) {
-        out += std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"" +
-               prometheus_number(sorted[i]) + "\"} " + std::to_string(cum[i]) + "\n";
+        out += std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"" + prometheus_number(sorted[i]) +
+               "\"} " + std::to_string(cum[i]) + "\n";
     }
-    out += std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"+Inf\"} " +
-           std::to_string(h.count()) + "\n";
+    out +=
+        std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"+Inf\"} " + std::to_string(h.count()) + "\n";
     std::string braces = labels.empty() ? "" : "{" + std::string(labels) + "}";
     out += std::string(name) + "_sum" + braces + " " + prometheus_number(h.sum()) + "\n";
     out += std::string(name) + "_count" + braces + " " + std::to_string(h.count()) + "\n";

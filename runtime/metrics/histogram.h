@@ -27,12 +27,12 @@ namespace steward {
 // Thread-safety: none; callers serialise. Copyable; about 2.6 KiB each.
 class Histogram {
 public:
-    static constexpr int k_subdivisions = 8;   // buckets per power of two
-    static constexpr double k_lo = 1e-6;       // lower edge of bucket 0
-    static constexpr int n_buckets = 319;      // ceil(8 · log2(1e12)): up to k_lo · 2^(319/8) ≈ 1.008e6
-    static double bucket_width();              // r - 1 = 2^(1/8) - 1 ≈ 0.0905 (relative)
+    static constexpr int k_subdivisions = 8;  // buckets per power of two
+    static constexpr double k_lo = 1e-6;      // lower edge of bucket 0
+    static constexpr int n_buckets = 319;     // ceil(8 · log2(1e12)): up to k_lo · 2^(319/8) ≈ 1.008e6
+    static double bucket_width();             // r - 1 = 2^(1/8) - 1 ≈ 0.0905 (relative)
     static constexpr double k_quantile_rel_error = 0.044273782427413755;  // 2^(1/16) - 1
-    static double bucket_lower(int i);         // k_lo · 2^(i/8); bucket_lower(n_buckets) is the top
+    static double bucket_lower(int i);  // k_lo · 2^(i/8); bucket_lower(n_buckets) is the top
 
     void record(double value, uint64_t n = 1);
     // Adds another histogram's samples: afterwards this equals a histogram that recorded both.

@@ -13,8 +13,7 @@ namespace {
 // The patterns llama.cpp uses for each pre-type. The originals from the models' tokenizer.json
 // use (?i:'s|...) for the contractions; llama.cpp spells the case-insensitivity out, and so do we.
 // With PCRE2_UCP, \s is Unicode white space, as in the Rust/Python engines those regexes target.
-constexpr const char* k_regex_gpt2 =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+constexpr const char* k_regex_gpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
 constexpr const char* k_regex_llama3 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* k_regex_qwen2 =
@@ -46,11 +45,11 @@ MatchState& match_state() {
 
 Expected<PreType> Pretokenizer::type_from_name(std::string_view name) {
     // Names that share a regex with one of the three, as llama.cpp groups them.
-    if (name.empty() || name == "default" || name == "gpt-2" || name == "gpt2" || name == "mpt" ||
-        name == "olmo" || name == "jais")
+    if (name.empty() || name == "default" || name == "gpt-2" || name == "gpt2" || name == "mpt" || name == "olmo" ||
+        name == "jais")
         return PreType::GPT2;
-    if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "smaug-bpe" ||
-        name == "dbrx" || name == "falcon3")
+    if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "smaug-bpe" || name == "dbrx" ||
+        name == "falcon3")
         return PreType::LLAMA3;
     if (name == "qwen2" || name == "stablelm2") return PreType::QWEN2;
     return make_error("unknown pre-tokenizer tokenizer.ggml.pre = '", std::string(name),
@@ -58,7 +57,7 @@ Expected<PreType> Pretokenizer::type_from_name(std::string_view name) {
 }
 
 Expected<Pretokenizer> Pretokenizer::create(PreType type) {
-    const char* pattern = type == PreType::LLAMA3 ? k_regex_llama3
+    const char* pattern = type == PreType::LLAMA3  ? k_regex_llama3
                           : type == PreType::QWEN2 ? k_regex_qwen2
                                                    : k_regex_gpt2;
     int err = 0;
@@ -66,14 +65,12 @@ Expected<Pretokenizer> Pretokenizer::create(PreType type) {
     // MATCH_INVALID_UTF: invalid UTF-8 bytes never match, so they land in the gaps between
     // matches and still reach the byte-level BPE unchanged.
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
-                                     &err_off, nullptr);
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
-        return make_error("pre-tokenizer regex failed to compile at offset ", std::to_string(err_off),
-                          ": ", reinterpret_cast<const char*>(msg),
-                          " (is libpcre2-8 built with Unicode support?)");
+        return make_error("pre-tokenizer regex failed to compile at offset ", std::to_string(err_off), ": ",
+                          reinterpret_cast<const char*>(msg), " (is libpcre2-8 built with Unicode support?)");
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback
     Pretokenizer p;
@@ -94,7 +91,9 @@ Pretokenizer& Pretokenizer::operator=(Pretokenizer&& other) noexcept {
     return *this;
 }
 
-Pretokenizer::~Pretokenizer() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Pretokenizer::~Pretokenizer() {
+    pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 void Pretokenizer::split(std::string_view text, std::vector<std::string_view>& words) const {
     auto* code = static_cast<const pcre2_code*>(code_);

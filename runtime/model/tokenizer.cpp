@@ -18,8 +18,8 @@ namespace steward {
 
 namespace {
 
-constexpr int32_t k_type_normal = 1, k_type_unknown = 2, k_type_control = 3, k_type_user = 4,
-                  k_type_unused = 5, k_type_byte = 6;
+// Token types (tokenizer.ggml.token_type); 5, unused, decodes to "" like control.
+constexpr int32_t k_type_normal = 1, k_type_unknown = 2, k_type_control = 3, k_type_user = 4, k_type_byte = 6;
 constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // ---- UTF-8 ----------------------------------------------------------------------------------
@@ -49,10 +49,14 @@ int utf8_check(const unsigned char* s, size_t n) {
     const unsigned char c = s[0];
     if (c < 0x80) return 1;
     int need;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c >= 0xE0 && c <= 0xEF) need = 2;
-    else if (c >= 0xF0 && c <= 0xF4) need = 3;
-    else return -1;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+        need = 2;
+    else if (c >= 0xF0 && c <= 0xF4)
+        need = 3;
+    else
+        return -1;
     for (int k = 1; k <= need; ++k) {
         if ((size_t)k >= n) return 0;
         unsigned char lo = 0x80, hi = 0xBF;
@@ -137,15 +141,54 @@ std::vector<Symbol> split_symbols(std::string_view text) {
     return syms;
 }
 
+// The merge loop llama.cpp's SPM and BPE tokenizers share: symbols start as the characters of
+// text, and the adjacent pair with the highest priority (ties: the leftmost) merges until no pair
+// qualifies. priority(left, right) gives a pair's priority, or nullopt when it may not merge.
+// Returns the symbols; the live ones (len > 0) are linked from index 0 by next.
+template <typename Priority>
+std::vector<Symbol> merge_symbols(std::string_view text, Priority&& priority) {
+    std::vector<Symbol> syms = split_symbols(text);
+    struct Bigram {
+        double priority;
+        int32_t left, right;
+        uint32_t size;
+    };
+    auto worse = [](const Bigram& a, const Bigram& b) {
+        return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
+    };
+    std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+    auto try_add = [&](int32_t left, int32_t right) {
+        if (left < 0 || right < 0) return;
+        const Symbol& l = syms[left];
+        const Symbol& r = syms[right];
+        const std::optional<double> p = priority(text.substr(l.off, l.len), text.substr(r.off, r.len));
+        if (p) queue.push({*p, left, right, l.len + r.len});
+    };
+    for (int32_t i = 1; i < (int32_t)syms.size(); ++i) try_add(i - 1, i);
+    while (!queue.empty()) {
+        const Bigram b = queue.top();
+        queue.pop();
+        Symbol& l = syms[b.left];
+        Symbol& r = syms[b.right];
+        // Stale: one side was merged away, or grew, since this pair was queued.
+        if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;
+        l.len += r.len;
+        r.len = 0;
+        l.next = r.next;
+        if (r.next >= 0) syms[r.next].prev = b.left;
+        try_add(l.prev, b.left);
+        try_add(b.left, l.next);
+    }
+    return syms;
+}
+
 class VocabTokenizer : public Tokenizer {
 public:
     int32_t find(std::string_view text) const {
         auto it = token_to_id_.find(text);
         return it == token_to_id_.end() ? -1 : it->second;
     }
-    int32_t type_of(int32_t id) const { return token_types_[id]; }
-
-    // Reads what both models share. model is "llama" or "gpt2".
+    // Reads what both models share: tokens, token types, special ids, end-of-generation ids.
     Expected<bool> load_vocab(const GgufFile& file, TokenizerKind kind);
 
 protected:
@@ -173,8 +216,7 @@ Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind ki
                           "tokenizer (llama.cpp's convert_hf_to_gguf.py writes it)");
     }
     if (tokens->empty()) return make_error("tokenizer.ggml.tokens is empty", where);
-    if (tokens->size() > (size_t)INT32_MAX)
-        return make_error("tokenizer.ggml.tokens has too many entries", where);
+    if (tokens->size() > (size_t)INT32_MAX) return make_error("tokenizer.ggml.tokens has too many entries", where);
     const size_t n = tokens->size();
     tokens_.assign(tokens->begin(), tokens->end());
 
@@ -182,8 +224,7 @@ Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind ki
     if (file.find("tokenizer.ggml.token_type")) {
         auto types = file.get_i32_array("tokenizer.ggml.token_type");
         if (!types)
-            return make_error("tokenizer.ggml.token_type", where,
-                              " is not an array of int32; re-convert the model");
+            return make_error("tokenizer.ggml.token_type", where, " is not an array of int32; re-convert the model");
         if (types->size() != n)
             return make_error("tokenizer.ggml.token_type has ", std::to_string(types->size()),
                               " entries but tokenizer.ggml.tokens has ", std::to_string(n), where,
@@ -203,7 +244,8 @@ Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind ki
         }
         if (*v < -1 || *v >= (int64_t)n)
             return make_error(key, " = ", std::to_string(*v), where, " is outside the vocabulary of ",
-                              std::to_string(n), " tokens; fix the metadata (e.g. with llama.cpp's "
+                              std::to_string(n),
+                              " tokens; fix the metadata (e.g. with llama.cpp's "
                               "gguf_set_metadata.py) or re-convert the model");
         return (int32_t)*v;
     };
@@ -225,9 +267,9 @@ Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind ki
     // templates when the metadata does not name them (Llama 3's <|eot_id|> is often missing from
     // eot_token_id). A short fixed list is a trade-off: simple and predictable, at the cost of
     // missing exotic templates, which can still set tokenizer.ggml.eot_token_id.
-    static constexpr std::string_view k_eog_texts[] = {
-        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>",
-        "<|end|>",    "<end_of_turn>", "<|return|>", "<|call|>"};
+    static constexpr std::string_view k_eog_texts[] = {"<|eot_id|>",    "<|eom_id|>",      "<|im_end|>",
+                                                       "<|endoftext|>", "<|end_of_text|>", "<|end|>",
+                                                       "<end_of_turn>", "<|return|>",      "<|call|>"};
     eog_ids_.clear();
     for (int32_t id : {eos_, eot_, *eom})
         if (id >= 0) eog_ids_.push_back(id);
@@ -244,9 +286,8 @@ Expected<bool> VocabTokenizer::load_vocab(const GgufFile& file, TokenizerKind ki
         if ((t == k_type_unknown || t == k_type_control || t == k_type_user) && !tokens_[i].empty())
             special_ids_.push_back((int32_t)i);
     }
-    std::stable_sort(special_ids_.begin(), special_ids_.end(), [&](int32_t a, int32_t b) {
-        return tokens_[a].size() > tokens_[b].size();
-    });
+    std::stable_sort(special_ids_.begin(), special_ids_.end(),
+                     [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
     return true;
 }
 
@@ -289,16 +330,14 @@ public:
         auto scores = file.get_f32_array("tokenizer.ggml.scores");
         if (!scores) {
             if (file.find("tokenizer.ggml.scores"))
-                return make_error("tokenizer.ggml.scores", where,
-                                  " is not an array of float32; re-convert the model");
+                return make_error("tokenizer.ggml.scores", where, " is not an array of float32; re-convert the model");
             return make_error("tokenizer.ggml.scores is missing", where,
                               ": a SentencePiece (llama) vocabulary merges by score; re-convert "
                               "the model with its tokenizer.model");
         }
         if (scores->size() != tokens_.size())
             return make_error("tokenizer.ggml.scores has ", std::to_string(scores->size()),
-                              " entries but tokenizer.ggml.tokens has ",
-                              std::to_string(tokens_.size()), where,
+                              " entries but tokenizer.ggml.tokens has ", std::to_string(tokens_.size()), where,
                               "; the arrays must be parallel, re-convert the model");
         scores_ = std::move(*scores);
         add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
@@ -327,8 +366,10 @@ public:
             buf.clear();
             if (add_space_prefix_ && prev_special) buf += k_spm_space;
             for (char c : f.text) {
-                if (c == ' ') buf += k_spm_space;
-                else buf += c;
+                if (c == ' ')
+                    buf += k_spm_space;
+                else
+                    buf += c;
             }
             tokenize(buf, out);
             prev_special = false;
@@ -369,37 +410,12 @@ private:
     // pair whose concatenation is the highest-scoring token (ties: leftmost); what remains
     // unknown falls back to <0xNN> byte tokens.
     void tokenize(std::string_view text, std::vector<int32_t>& out) const {
-        std::vector<Symbol> syms = split_symbols(text);
-        struct Bigram {
-            float score;
-            int32_t left, right;
-            uint32_t size;
-        };
-        auto worse = [](const Bigram& a, const Bigram& b) {
-            return a.score < b.score || (a.score == b.score && a.left > b.left);
-        };
-        std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-        auto try_add = [&](int32_t left, int32_t right) {
-            if (left < 0 || right < 0) return;
-            const uint32_t size = syms[left].len + syms[right].len;
-            const int32_t id = find(text.substr(syms[left].off, size));
-            if (id < 0) return;
-            queue.push({scores_[id], left, right, size});
-        };
-        for (int32_t i = 1; i < (int32_t)syms.size(); ++i) try_add(i - 1, i);
-        while (!queue.empty()) {
-            const Bigram b = queue.top();
-            queue.pop();
-            Symbol& l = syms[b.left];
-            Symbol& r = syms[b.right];
-            if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;  // stale
-            l.len += r.len;
-            r.len = 0;
-            l.next = r.next;
-            if (r.next >= 0) syms[r.next].prev = b.left;
-            try_add(l.prev, b.left);
-            try_add(b.left, l.next);
-        }
+        const std::vector<Symbol> syms =
+            merge_symbols(text, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+                const int32_t id = find(std::string_view(left.data(), left.size() + right.size()));
+                if (id < 0) return std::nullopt;
+                return scores_[id];  // the higher the score, the earlier the merge
+            });
         for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
             const std::string_view piece = text.substr(syms[i].off, syms[i].len);
             const int32_t id = find(piece);
@@ -432,8 +448,7 @@ public:
         auto merges = file.get_string_array("tokenizer.ggml.merges");
         if (!merges) {
             if (file.find("tokenizer.ggml.merges"))
-                return make_error("tokenizer.ggml.merges", where,
-                                  " is not an array of strings; re-convert the model");
+                return make_error("tokenizer.ggml.merges", where, " is not an array of strings; re-convert the model");
             return make_error("tokenizer.ggml.merges is missing", where,
                               ": a gpt2 (BPE) vocabulary needs its merges; re-convert the model "
                               "with llama.cpp's convert_hf_to_gguf.py");
@@ -443,8 +458,7 @@ public:
             std::string_view m = (*merges)[i];
             const size_t sp = m.find(' ', 1);
             if (m.size() < 3 || sp == std::string_view::npos || sp + 1 >= m.size())
-                return make_error("tokenizer.ggml.merges[", std::to_string(i), "] = '",
-                                  std::string(m), "'", where,
+                return make_error("tokenizer.ggml.merges[", std::to_string(i), "] = '", std::string(m), "'", where,
                                   " is not of the form 'left right'; re-convert the model");
             ranks_.try_emplace(std::string(m), (int32_t)i);  // first rank wins, as in llama.cpp
         }
@@ -502,8 +516,7 @@ public:
 private:
     // llama.cpp's llm_tokenizer_bpe on one pre-tokenized word: map bytes to the GPT-2 alphabet,
     // then merge the adjacent pair with the lowest merge rank (ties: leftmost) until none applies.
-    void tokenize_word(std::string_view word, std::string& enc, std::string& key,
-                       std::vector<int32_t>& out) const {
+    void tokenize_word(std::string_view word, std::string& enc, std::string& key, std::vector<int32_t>& out) const {
         const ByteAlphabet& alpha = byte_alphabet();
         enc.clear();
         for (unsigned char c : word) enc += alpha.byte_to_utf8[c];
@@ -515,38 +528,15 @@ private:
             }
         }
         const std::string_view text = enc;
-        std::vector<Symbol> syms = split_symbols(text);
-        struct Bigram {
-            int32_t rank, left, right;
-            uint32_t size;
-        };
-        auto worse = [](const Bigram& a, const Bigram& b) {
-            return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-        };
-        std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-        auto try_add = [&](int32_t left, int32_t right) {
-            if (left < 0 || right < 0) return;
-            key.assign(text.substr(syms[left].off, syms[left].len));
-            key += ' ';
-            key.append(text.substr(syms[right].off, syms[right].len));
-            auto it = ranks_.find(std::string_view(key));
-            if (it == ranks_.end()) return;
-            queue.push({it->second, left, right, syms[left].len + syms[right].len});
-        };
-        for (int32_t i = 1; i < (int32_t)syms.size(); ++i) try_add(i - 1, i);
-        while (!queue.empty()) {
-            const Bigram b = queue.top();
-            queue.pop();
-            Symbol& l = syms[b.left];
-            Symbol& r = syms[b.right];
-            if (l.len == 0 || r.len == 0 || l.len + r.len != b.size) continue;  // stale
-            l.len += r.len;
-            r.len = 0;
-            l.next = r.next;
-            if (r.next >= 0) syms[r.next].prev = b.left;
-            try_add(l.prev, b.left);
-            try_add(b.left, l.next);
-        }
+        const std::vector<Symbol> syms =
+            merge_symbols(text, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+                key.assign(left);
+                key += ' ';
+                key.append(right);
+                auto it = ranks_.find(std::string_view(key));
+                if (it == ranks_.end()) return std::nullopt;
+                return -double(it->second);  // the lower the rank, the earlier the merge
+            });
         for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
             const std::string_view piece = text.substr(syms[i].off, syms[i].len);
             const int32_t id = find(piece);
@@ -557,12 +547,13 @@ private:
             // A merge produced a string the vocabulary lacks (a malformed vocabulary): fall back
             // to its characters, then to <unk>.
             for (size_t k = 0; k < piece.size();) {
-                const int r = utf8_check(reinterpret_cast<const unsigned char*>(piece.data()) + k,
-                                         piece.size() - k);
+                const int r = utf8_check(reinterpret_cast<const unsigned char*>(piece.data()) + k, piece.size() - k);
                 const size_t len = r > 0 ? (size_t)r : 1;
                 const int32_t cid = find(piece.substr(k, len));
-                if (cid >= 0) out.push_back(cid);
-                else if (unk_ >= 0) out.push_back(unk_);
+                if (cid >= 0)
+                    out.push_back(cid);
+                else if (unk_ >= 0)
+                    out.push_back(unk_);
                 k += len;
             }
         }
@@ -599,8 +590,10 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) 
         std::string pre(file.get_string("tokenizer.ggml.pre").value_or("gpt-2"));
         auto type = Pretokenizer::type_from_name(pre);
         if (!type) {
-            spdlog::warn("{} in {}; falling back to the gpt-2 pre-tokenizer, so tokenization may "
-                         "differ from the model's own", type.error().message, file.path());
+            spdlog::warn(
+                "{} in {}; falling back to the gpt-2 pre-tokenizer, so tokenization may "
+                "differ from the model's own",
+                type.error().message, file.path());
             type = PreType::GPT2;
         }
         auto pretok = Pretokenizer::create(*type);

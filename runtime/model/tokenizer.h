@@ -1,6 +1,9 @@
 // Tokenizers from GGUF metadata: SentencePiece-style (`tokenizer.ggml.model = llama`: scores,
 // byte fallback <0xNN>, the leading-space convention) and GPT-2 byte-level BPE (`gpt2`: merges
 // by rank, the byte-to-unicode table, the pre-tokenizer named by `tokenizer.ggml.pre`).
+// Both reproduce llama.cpp's tokenizations (checked against its reference outputs).
+// Thread-safety: a loaded Tokenizer is immutable; every const member may be called from any
+// number of threads at once. A StreamDecoder belongs to one stream (one thread at a time).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,7 +21,12 @@ enum class TokenizerKind { SPM, BPE };
 
 class Tokenizer {
 public:
-    // Reads tokenizer.ggml.* keys. Errors name the missing or malformed key.
+    // Reads tokenizer.ggml.* keys and copies what it keeps (the file may close afterwards).
+    // Errors name the missing or malformed key: tokens, token_type, scores (SPM) or merges (BPE)
+    // missing or of the wrong length, a model other than llama/gpt2, a special-token id outside
+    // the vocabulary. An unknown tokenizer.ggml.pre is not an error: it logs a warning and uses
+    // the gpt-2 pre-tokenizer. Defaults: SPM bos/eos/unk = 1/2/0 and add_bos true; BPE has no
+    // bos/eos unless set, and add_bos is false except for Llama 3 (`llama-bpe`), as in llama.cpp.
     static Expected<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& file);
     // Opens a GGUF (a model, or a vocabulary-only file with no tensors) just for its tokenizer.
     static Expected<std::unique_ptr<Tokenizer>> load(const std::string& path);
@@ -26,7 +34,9 @@ public:
 
     // Text -> ids. add_bos prepends BOS (when the vocabulary has one). With parse_special,
     // the text of control tokens (e.g. "<s>", "<|im_start|>") maps to their ids; without it,
-    // they are tokenized as plain text (llama.cpp's default for user text).
+    // they are tokenized as plain text (llama.cpp's default for user text). User-defined tokens
+    // (type 4, e.g. added "<think>") are split out either way, as llama.cpp and Hugging Face do.
+    // Any bytes are accepted; ill-formed UTF-8 is kept byte for byte (byte tokens).
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = false) const = 0;
     // The bytes a token stands for (byte-fallback and byte-level tokens decoded; SPM's U+2581
     // turned into a space). Control tokens give "". Out-of-range ids give "".
@@ -40,7 +50,9 @@ public:
     int32_t bos() const { return bos_; }  // -1 when the vocabulary has none
     int32_t eos() const { return eos_; }
     bool add_bos_default() const { return add_bos_; }
-    // End of generation: EOS, EOT, or any token the vocabulary marks as such.
+    // End of generation: EOS, EOT (tokenizer.ggml.eot_token_id), EOM, and the control tokens
+    // <|eot_id|>, <|eom_id|>, <|im_end|>, <|endoftext|>, <|end_of_text|>, <|end|>,
+    // <end_of_turn>, <|return|>, <|call|> when the vocabulary has them as control tokens.
     bool is_eog(int32_t id) const;
     const std::string& token_text(int32_t id) const { return tokens_.at(id); }
     const std::string& pre() const { return pre_; }

@@ -9,18 +9,6 @@
 
 namespace steward {
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-        case FinishReason::NONE: return "none";
-        case FinishReason::STOP: return "stop";
-        case FinishReason::LENGTH: return "length";
-        case FinishReason::CANCELLED: return "cancelled";
-        case FinishReason::TIMEOUT: return "timeout";
-        case FinishReason::ERROR: return "error";
-    }
-    return "?";
-}
-
 Engine::Engine(const Model& model, const EngineOptions& opt)
     : model_(model),
       opt_(opt),
@@ -148,6 +136,7 @@ std::vector<EngineEvent> Engine::step(double now_s) {
     auto finish = [&](uint64_t id, FinishReason why, const std::string& err) {
         Seq& s = *seqs_.at(id);
         EngineEvent e = make_event(s);
+        e.finished = true;
         e.finish = why;
         e.error = err;
         release(s, false, now_s);
@@ -298,9 +287,14 @@ std::vector<EngineEvent> Engine::step(double now_s) {
             e.tokens.push_back(sm.token);
             e.logprobs.push_back(sm.logprob);
         }
-        if (eos) e.finish = FinishReason::STOP;
-        else if (s.n_generated >= s.req.max_tokens || (int)s.all_tokens.size() >= ctx) e.finish = FinishReason::LENGTH;
-        if (e.finish != FinishReason::NONE) done.push_back({s.req.id, e.finish});
+        if (eos) {
+            e.finished = true;
+            e.finish = FinishReason::STOP;
+        } else if (s.n_generated >= s.req.max_tokens || (int)s.all_tokens.size() >= ctx) {
+            e.finished = true;
+            e.finish = FinishReason::LENGTH;
+        }
+        if (e.finished) done.push_back({s.req.id, e.finish});
         events.push_back(std::move(e));
     }
     for (auto [id, why] : done) {

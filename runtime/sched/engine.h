@@ -15,6 +15,7 @@
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "metrics/bucket_metrics.h"  // FinishReason
 
 namespace steward {
 
@@ -43,15 +44,14 @@ struct EngineRequest {
     bool stop_at_eos = true;
 };
 
-enum class FinishReason { NONE, STOP, LENGTH, CANCELLED, TIMEOUT, ERROR };
-const char* finish_reason_name(FinishReason r);
 
 // What a step produced for one request.
 struct EngineEvent {
     uint64_t id = 0;
     std::vector<int32_t> tokens;  // new tokens this step (0 or 1 today; more with speculation)
     std::vector<float> logprobs;
-    FinishReason finish = FinishReason::NONE;
+    bool finished = false;
+    FinishReason finish = FinishReason::STOP;  // meaningful when finished
     std::string error;             // set with ERROR / TIMEOUT
     // Filled on the first event carrying tokens and on finish:
     double first_scheduled_s = -1; // when the request first entered a batch
@@ -88,6 +88,8 @@ public:
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     int n_sessions() const { return (int)sessions_.size(); }
+    // Token sequences (of this pool's vocabulary) whose blocks every tenant may share.
+    void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.
     void end_session(const std::string& session);
 

@@ -11,12 +11,11 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 namespace steward {
 
@@ -79,7 +78,8 @@ public:
         }
         const json& v = j_.at(key);
         if (!v.is_string() || (non_empty && v.get_ref<const std::string&>().empty())) {
-            fail(std::string(key) + " is " + shown(v) + "; it must be " + (non_empty ? "a non-empty string: " : "a string: ") + what);
+            fail(std::string(key) + " is " + shown(v) + "; it must be " +
+                 (non_empty ? "a non-empty string: " : "a string: ") + what);
             return std::nullopt;
         }
         return v.get<std::string>();
@@ -144,7 +144,8 @@ private:
 std::optional<PromptPart> parse_part(const json& v, const Workload& w, LineChecker& c, size_t index) {
     std::string where = "segments[" + std::to_string(index) + "]";
     if (!v.is_object()) {
-        c.fail(where + " is " + shown(v) + "; each entry must be an object {\"shared\": \"<segment>\", \"text\": \"...\"}");
+        c.fail(where + " is " + shown(v) +
+               "; each entry must be an object {\"shared\": \"<segment>\", \"text\": \"...\"}");
         return std::nullopt;
     }
     PromptPart p;
@@ -186,7 +187,8 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
     if (auto v = c.string("tenant", false, true, "the tenant's name")) r.tenant = *v;
     if (auto v = c.string("bucket", false, false, "the bucket hint, e.g. \"short_qa\"")) r.bucket = *v;
     if (auto v = c.string("session", false, true, "the agent session's id")) r.session = *v;
-    if (auto v = c.integer("turn", false, 1, std::numeric_limits<int>::max(), "an integer >= 1: the turn within the session"))
+    if (auto v = c.integer("turn", false, 1, std::numeric_limits<int>::max(),
+                           "an integer >= 1: the turn within the session"))
         r.turn = (int)*v;
     if (!c.failed() && c.has("turn") && r.session.empty())
         c.fail("turn is given without a session; add \"session\": \"<id>\" or drop turn");
@@ -195,8 +197,9 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
 
     int n_prompts = (int)c.has("prompt") + (int)c.has("prompt_ids") + (int)c.has("segments");
     if (!c.failed() && n_prompts == 0)
-        c.fail("prompt is missing; give one of prompt (text), prompt_ids (token ids) or segments "
-               "(a shared segment plus text)");
+        c.fail(
+            "prompt is missing; give one of prompt (text), prompt_ids (token ids) or segments "
+            "(a shared segment plus text)");
     if (!c.failed() && n_prompts > 1)
         c.fail("more than one of prompt, prompt_ids, segments is given; keep exactly one");
     if (!c.failed() && c.has("prompt")) {
@@ -212,10 +215,14 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
             for (size_t i = 0; i < ids.size() && !c.failed(); ++i) {
                 const json& v = ids[i];
                 bool ok = v.is_number_integer() &&
-                          (v.is_number_unsigned() ? v.get<uint64_t>() <= (uint64_t)std::numeric_limits<int32_t>::max()
-                                                  : v.get<int64_t>() >= 0 && v.get<int64_t>() <= std::numeric_limits<int32_t>::max());
-                if (!ok) c.fail("prompt_ids[" + std::to_string(i) + "] is " + shown(v) + "; it must be a token id, an integer in [0, 2^31)");
-                else r.prompt_ids.push_back((int32_t)v.get<int64_t>());
+                          (v.is_number_unsigned()
+                               ? v.get<uint64_t>() <= (uint64_t)std::numeric_limits<int32_t>::max()
+                               : v.get<int64_t>() >= 0 && v.get<int64_t>() <= std::numeric_limits<int32_t>::max());
+                if (!ok)
+                    c.fail("prompt_ids[" + std::to_string(i) + "] is " + shown(v) +
+                           "; it must be a token id, an integer in [0, 2^31)");
+                else
+                    r.prompt_ids.push_back((int32_t)v.get<int64_t>());
             }
         }
     }
@@ -228,7 +235,8 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
             for (size_t i = 0; i < segs.size() && !c.failed(); ++i)
                 if (auto p = parse_part(segs[i], w, c, i)) r.segments.push_back(*p);
         } else {
-            c.fail("segments is " + shown(segs) + "; it must be an object {\"shared\": \"<segment>\", \"text\": \"...\"} "
+            c.fail("segments is " + shown(segs) +
+                   "; it must be an object {\"shared\": \"<segment>\", \"text\": \"...\"} "
                    "or a non-empty array of them");
         }
     }
@@ -240,19 +248,24 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
     if (auto v = c.number("top_p", false, 0.0, 1.0, true, "a number in (0, 1] (1 is off)")) r.top_p = *v;
     if (c.has("seed")) {
         const json& v = c.at("seed");
-        if (v.is_number_unsigned()) r.seed = v.get<uint64_t>();
-        else c.fail("seed is " + shown(v) + "; it must be an integer >= 0");
+        if (v.is_number_unsigned())
+            r.seed = v.get<uint64_t>();
+        else
+            c.fail("seed is " + shown(v) + "; it must be an integer >= 0");
     }
     if (auto v = c.boolean("tools", "whether the request offers tools")) r.tools = *v;
     if (c.has("response_format")) {
         const json& v = c.at("response_format");
-        if (v == "json") r.response_json = true;
-        else if (v != "text") c.fail("response_format is " + shown(v) + "; it must be \"json\" or \"text\" (or left out)");
+        if (v == "json")
+            r.response_json = true;
+        else if (v != "text")
+            c.fail("response_format is " + shown(v) + "; it must be \"json\" or \"text\" (or left out)");
     }
     if (auto v = c.number("tool_pause_ms", false, 0.0, std::numeric_limits<double>::max(), false,
                           "a number >= 0: the pause in ms after this turn before the next"))
         r.tool_pause_ms = *v;
-    if (auto v = c.string("public_prefix", false, true, "the name of the declared-public shared segment the prompt opens with")) {
+    if (auto v = c.string("public_prefix", false, true,
+                          "the name of the declared-public shared segment the prompt opens with")) {
         r.public_prefix = *v;
         if (!w.find_segment(r.public_prefix))
             c.fail("public_prefix names segment \"" + r.public_prefix +
@@ -292,8 +305,12 @@ Expected<Workload> parse_workload(std::string_view jsonl) {
             std::string what = e.what();
             size_t cut = what.find("] ");
             if (cut != std::string::npos) what = what.substr(cut + 2);
+            // nlohmann counts lines within the one line it was given; only the column helps.
+            size_t at = what.find("at line 1, column");
+            if (at != std::string::npos) what.replace(at, 17, "at column");
             return make_error(prefix(), "not valid JSON (", what,
-                              "); each line must be one JSON object, e.g. {\"arrival_ms\": 0, \"prompt\": \"hi\", \"max_tokens\": 16}");
+                              "); each line must be one JSON object, e.g. {\"arrival_ms\": 0, \"prompt\": \"hi\", "
+                              "\"max_tokens\": 16}");
         }
         if (!j.is_object())
             return make_error(prefix(), "is ", shown(j), ", not a JSON object; each line must be one object");
@@ -303,7 +320,8 @@ Expected<Workload> parse_workload(std::string_view jsonl) {
             auto name = c.string("segment", true, true, "the segment's name");
             auto text = c.string("text", true, false, "the segment's text");
             if (!c.failed() && !w.requests.empty())
-                c.fail("segment \"" + *name + "\" comes after the first request line; move segment lines to the top of the file");
+                c.fail("segment \"" + *name +
+                       "\" comes after the first request line; move segment lines to the top of the file");
             if (!c.failed() && names.count(*name))
                 c.fail("segment \"" + *name + "\" is defined twice; give each segment a unique name");
             if (c.failed()) return c.error();
@@ -380,7 +398,9 @@ std::string write_workload(const Workload& w) {
 
 std::optional<Error> write_workload_file(const Workload& w, const std::string& path) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    if (!f) return make_error("cannot write workload file '", path, "': ", std::strerror(errno), "; check the folder exists and is writable");
+    if (!f)
+        return make_error("cannot write workload file '", path, "': ", std::strerror(errno),
+                          "; check the folder exists and is writable");
     f << write_workload(w);
     f.close();
     if (!f) return make_error("writing workload file '", path, "' failed; check the free space");
@@ -393,25 +413,28 @@ std::optional<Error> write_workload_file(const Workload& w, const std::string& p
 const std::vector<std::string>& workload_words() {
     static const std::vector<std::string> words = {
         // The synthetic tokenizer's whole words first (runtime/model/synth.cpp), then common ones.
-        "the", "of", "and", "to", "in", "is", "was", "that", "for", "on", "with", "as", "it", "by", "at",
-        "from", "his", "her", "an", "were", "are", "which", "this", "be", "or", "had", "not", "one", "but",
-        "they", "first", "new", "after", "who", "their", "has", "two", "been", "also", "its", "there", "into",
-        "time", "would", "when", "more", "other", "all", "during", "some", "can", "will", "model", "token",
-        "cache", "data", "request", "answer", "question", "story", "once", "upon", "little", "said", "day",
-        "happy", "friend", "play", "went", "saw", "big", "very", "dog", "cat", "tree", "house", "sun",
-        "water", "light", "world", "people", "work", "system", "memory", "block", "value", "agent", "tool",
-        "call", "result", "json", "name", "type", "list", "number", "string", "true", "false", "null",
-        "a", "you", "he", "she", "we", "have", "do", "say", "get", "make", "go", "know", "take", "see",
-        "come", "think", "look", "want", "give", "use", "find", "tell", "ask", "seem", "feel", "try",
-        "leave", "keep", "let", "begin", "help", "show", "hear", "run", "move", "live", "believe", "bring",
-        "write", "read", "learn", "change", "follow", "stop", "open", "walk", "win", "grow", "good", "old",
-        "great", "high", "small", "large", "long", "young", "right", "early", "last", "own", "same", "able",
-        "year", "way", "man", "woman", "child", "life", "hand", "part", "place", "case", "week", "company",
-        "point", "home", "room", "school", "state", "city", "night", "book", "word", "door", "car", "food",
-        "road", "river", "table", "paper", "music", "game", "idea", "plan", "level", "group", "money",
-        "story", "fact", "line", "end", "side", "kind", "head", "eye", "face", "mind", "power", "town",
-        "now", "then", "here", "only", "just", "well", "still", "never", "always", "often", "again", "soon",
-        "how", "what", "where", "why", "each", "every", "many", "much", "few", "most", "any", "such"};
+        "the",    "of",      "and",    "to",       "in",     "is",     "was",    "that",    "for",    "on",     "with",
+        "as",     "it",      "by",     "at",       "from",   "his",    "her",    "an",      "were",   "are",    "which",
+        "this",   "be",      "or",     "had",      "not",    "one",    "but",    "they",    "first",  "new",    "after",
+        "who",    "their",   "has",    "two",      "been",   "also",   "its",    "there",   "into",   "time",   "would",
+        "when",   "more",    "other",  "all",      "during", "some",   "can",    "will",    "model",  "token",  "cache",
+        "data",   "request", "answer", "question", "story",  "once",   "upon",   "little",  "said",   "day",    "happy",
+        "friend", "play",    "went",   "saw",      "big",    "very",   "dog",    "cat",     "tree",   "house",  "sun",
+        "water",  "light",   "world",  "people",   "work",   "system", "memory", "block",   "value",  "agent",  "tool",
+        "call",   "result",  "json",   "name",     "type",   "list",   "number", "string",  "true",   "false",  "null",
+        "a",      "you",     "he",     "she",      "we",     "have",   "do",     "say",     "get",    "make",   "go",
+        "know",   "take",    "see",    "come",     "think",  "look",   "want",   "give",    "use",    "find",   "tell",
+        "ask",    "seem",    "feel",   "try",      "leave",  "keep",   "let",    "begin",   "help",   "show",   "hear",
+        "run",    "move",    "live",   "believe",  "bring",  "write",  "read",   "learn",   "change", "follow", "stop",
+        "open",   "walk",    "win",    "grow",     "good",   "old",    "great",  "high",    "small",  "large",  "long",
+        "young",  "right",   "early",  "last",     "own",    "same",   "able",   "year",    "way",    "man",    "woman",
+        "child",  "life",    "hand",   "part",     "place",  "case",   "week",   "company", "point",  "home",   "room",
+        "school", "state",   "city",   "night",    "book",   "word",   "door",   "car",     "food",   "road",   "river",
+        "table",  "paper",   "music",  "game",     "idea",   "plan",   "level",  "group",   "money",  "story",  "fact",
+        "line",   "end",     "side",   "kind",     "head",   "eye",    "face",   "mind",    "power",  "town",   "now",
+        "then",   "here",    "only",   "just",     "well",   "still",  "never",  "always",  "often",  "again",  "soon",
+        "how",    "what",    "where",  "why",      "each",   "every",  "many",   "much",    "few",    "most",   "any",
+        "such"};
     return words;
 }
 
@@ -434,7 +457,7 @@ public:
     explicit GenRng(uint64_t seed) : rng_(seed) {}
     uint64_t next() { return rng_(); }
     double uniform() { return (double)(rng_() >> 11) * 0x1.0p-53; }  // [0, 1)
-    int range(int lo, int hi) {  // [lo, hi]
+    int range(int lo, int hi) {                                      // [lo, hi]
         return lo + (int)std::min<double>(std::floor(uniform() * (double)(hi - lo + 1)), hi - lo);
     }
     double exponential(double mean) { return -mean * std::log1p(-uniform()); }
@@ -463,7 +486,8 @@ private:
 };
 
 enum Bucket { SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED, N_BUCKETS };
-constexpr const char* k_bucket_names[N_BUCKETS] = {"short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"};
+constexpr const char* k_bucket_names[N_BUCKETS] = {"short_qa", "long_doc",  "long_output",
+                                                   "agent",    "high_temp", "structured"};
 // Share of new draws (agent sessions then add 2-3 more lines each: ~20% of lines are agent turns).
 const std::vector<double> k_bucket_weights = {0.33, 0.15, 0.12, 0.07, 0.13, 0.20};
 const std::vector<double> k_tenant_weights = {0.4, 0.3, 0.2, 0.1};
@@ -474,7 +498,9 @@ constexpr int n_schemas = 2;
 // the real finish anyway; this only spreads turns out over the arrival process).
 constexpr double k_agent_turn_allowance_ms = 500.0;
 
-double round_us(double ms) { return std::round(ms * 1000.0) / 1000.0; }
+double round_us(double ms) {
+    return std::round(ms * 1000.0) / 1000.0;
+}
 
 std::vector<double> arrivals_ms(const WorkloadGenParams& p, GenRng& rng) {
     std::vector<double> t((size_t)std::max(0, p.n_requests));
@@ -497,7 +523,9 @@ std::vector<double> arrivals_ms(const WorkloadGenParams& p, GenRng& rng) {
     return t;
 }
 
-int scaled(int words, double scale) { return std::max(1, (int)std::lround(words * scale)); }
+int scaled(int words, double scale) {
+    return std::max(1, (int)std::lround(words * scale));
+}
 
 std::string schema_text(GenRng& rng, int n_words) {
     // JSON-like lines of two words each: "field": type
@@ -514,7 +542,7 @@ std::string schema_text(GenRng& rng, int n_words) {
 struct PendingTurn {
     std::string session;
     std::string tenant;
-    int turn = 0;      // the next turn to emit
+    int turn = 0;  // the next turn to emit
     int n_turns = 0;
     double ready_ms = 0.0;
 };
@@ -564,8 +592,9 @@ Workload generate_workload(const WorkloadGenParams& p) {
 
         // A pending agent turn takes this arrival when it is ready, or when the arrivals left are
         // only enough for the turns owed.
-        auto next = std::min_element(pending.begin(), pending.end(),
-                                     [](const PendingTurn& a, const PendingTurn& b) { return a.ready_ms < b.ready_ms; });
+        auto next = std::min_element(pending.begin(), pending.end(), [](const PendingTurn& a, const PendingTurn& b) {
+            return a.ready_ms < b.ready_ms;
+        });
         if (next != pending.end() && (next->ready_ms <= now || owed >= n - i)) {
             r.bucket = "agent";
             r.tenant = next->tenant;
@@ -609,8 +638,9 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.temperature = rng.uniform() < 0.3 ? 0.2 : 0.0;
                 break;
             case LONG_DOC:
-                r.segments = {head, {"doc-" + std::to_string(rng.range(0, n_docs - 1)),
-                                     "question: " + rng.words(scaled(32, scale) - 1) + "?"}};
+                r.segments = {head,
+                              {"doc-" + std::to_string(rng.range(0, n_docs - 1)),
+                               "question: " + rng.words(scaled(32, scale) - 1) + "?"}};
                 r.max_tokens = scaled(rng.range(16, 32), scale);
                 r.temperature = 0.2;
                 break;
@@ -638,8 +668,9 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.top_p = 0.95;
                 break;
             case STRUCTURED:
-                r.segments = {head, {"schema-" + std::to_string(rng.range(0, n_schemas - 1)),
-                                     "fill the schema for: " + rng.words(scaled(64, scale) - 4)}};
+                r.segments = {head,
+                              {"schema-" + std::to_string(rng.range(0, n_schemas - 1)),
+                               "fill the schema for: " + rng.words(scaled(64, scale) - 4)}};
                 r.max_tokens = scaled(rng.range(48, 96), scale);
                 r.response_json = true;
                 break;

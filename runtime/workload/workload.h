@@ -59,13 +59,13 @@ enum class PromptKind { TEXT, IDS, SEGMENTS };
 struct WorkloadRequest {
     double arrival_ms = 0.0;
     std::string tenant = "default";
-    std::string bucket;          // hint; empty when none
-    std::string session;         // empty when not an agent session
-    int turn = 0;                // 1-based within the session; 0 when no session
+    std::string bucket;   // hint; empty when none
+    std::string session;  // empty when not an agent session
+    int turn = 0;         // 1-based within the session; 0 when no session
     PromptKind prompt_kind = PromptKind::TEXT;
-    std::string prompt;                  // PromptKind::TEXT
-    std::vector<int32_t> prompt_ids;     // PromptKind::IDS
-    std::vector<PromptPart> segments;    // PromptKind::SEGMENTS
+    std::string prompt;                // PromptKind::TEXT
+    std::vector<int32_t> prompt_ids;   // PromptKind::IDS
+    std::vector<PromptPart> segments;  // PromptKind::SEGMENTS
     int max_tokens = 16;
     double temperature = 0.0;
     double top_p = 1.0;
@@ -73,7 +73,7 @@ struct WorkloadRequest {
     bool tools = false;
     bool response_json = false;  // response_format "json"
     double tool_pause_ms = 0.0;
-    std::string public_prefix;   // empty when none
+    std::string public_prefix;  // empty when none
     bool operator==(const WorkloadRequest&) const = default;
 };
 
@@ -123,7 +123,7 @@ struct WorkloadGenParams {
     double scale = 1.0;    // multiplies lengths
     uint64_t seed = 0;
     bool burst = false;
-    int n_tenants = 4;     // 3 or 4 (clamped to [1, 4])
+    int n_tenants = 4;  // 3 or 4 (clamped to [1, 4])
 };
 Workload generate_workload(const WorkloadGenParams& p);
 

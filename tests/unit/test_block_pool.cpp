@@ -1,17 +1,15 @@
 // Tests for runtime/kv/block_pool: allocation, ref counts, the LRU evictable queue worked by hand,
 // publish dedupe, the eviction-policy hook, and aborts on invariant violations (in a forked child).
-#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <set>
 #include <vector>
-
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "kv/block_pool.h"
 
@@ -201,16 +199,16 @@ TEST_CASE("Access ticks and hit counts follow the operations that touch a block"
     BlockPool pool(2);
     const int32_t a = *pool.allocate();  // tick 1
     REQUIRE(pool.info(a).last_access_tick == 1);
-    pool.publish(a, 9, 1, false);         // publishing is not an access
-    pool.unref(a);                        // tick 2
+    pool.publish(a, 9, 1, false);  // publishing is not an access
+    pool.unref(a);                 // tick 2
     REQUIRE(pool.info(a).last_access_tick == 2);
-    REQUIRE(pool.find_cached(9) == a);    // tick 3, hit 1
-    REQUIRE(pool.find_cached(9) == a);    // tick 4, hit 2
+    REQUIRE(pool.find_cached(9) == a);  // tick 3, hit 1
+    REQUIRE(pool.find_cached(9) == a);  // tick 4, hit 2
     REQUIRE(pool.info(a).n_hits == 2);
     REQUIRE(pool.info(a).last_access_tick == 4);
     REQUIRE(pool.stats().n_cache_lookups == 2);
     REQUIRE(pool.stats().n_cache_hits == 2);
-    pool.ref(a);                          // tick 5
+    pool.ref(a);  // tick 5
     REQUIRE(pool.info(a).last_access_tick == 5);
     REQUIRE(pool.tick() == 5);
 }

@@ -1,11 +1,10 @@
 // Tests for runtime/metrics/bucket_metrics: every figure on a hand-worked set of records (worked
 // out in the comments), the table, and the Prometheus text parsed back line by line.
 #include <catch2/catch.hpp>
-
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,8 +27,8 @@ MetricsConfig test_config() {
 }
 
 RequestRecord rec(std::string bucket, std::string tenant, std::string pool, double arrival,
-                  std::optional<double> scheduled, std::optional<double> first, double finish,
-                  std::vector<double> itl, int64_t n_prompt, int64_t n_cached, int64_t n_out, FinishReason f) {
+                  std::optional<double> scheduled, std::optional<double> first, double finish, std::vector<double> itl,
+                  int64_t n_prompt, int64_t n_cached, int64_t n_out, FinishReason f) {
     RequestRecord r;
     r.bucket = std::move(bucket);
     r.tenant = std::move(tenant);
@@ -63,8 +62,8 @@ MetricsRegistry hand_worked() {
     RequestRecord r3 = rec("short_qa", "a", "large", 2.0, 2.0, 2.05, 2.05, {}, 64, 64, 1, FinishReason::STOP);
     r3.prior_pools.push_back({"small", 64, 0, 0});
     m.record(r3);
-    RequestRecord r4 = rec("short_qa", "b", "small", 3.0, std::nullopt, std::nullopt, 3.0, {}, 100, 0, 0,
-                           FinishReason::OVERLOADED);
+    RequestRecord r4 =
+        rec("short_qa", "b", "small", 3.0, std::nullopt, std::nullopt, 3.0, {}, 100, 0, 0, FinishReason::OVERLOADED);
     r4.fallback = true;
     m.record(r4);
     RequestRecord r5 = rec("long_doc", "c", "large", 0.5, 0.6, 1.5, 2.5, {0.5, 0.5}, 700, 512, 3, FinishReason::STOP);
@@ -84,6 +83,53 @@ MetricsRegistry hand_worked() {
 }
 
 const double k_tol = Histogram::k_quantile_rel_error;
+
+bool is_metric_name(const std::string& s) {
+    if (s.empty() || std::isdigit((unsigned char)s[0])) return false;
+    for (char c : s)
+        if (!std::isalnum((unsigned char)c) && c != '_' && c != ':') return false;
+    return true;
+}
+
+// One sample line: name{label="value",...} value, with \\, \" and \n escapes in label values.
+bool parse_sample(const std::string& line, std::string& name, std::string& value) {
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+    name = line.substr(0, i);
+    if (!is_metric_name(name)) return false;
+    if (i < line.size() && line[i] == '{') {
+        ++i;
+        for (bool first = true; i < line.size() && line[i] != '}'; first = false) {
+            if (!first && line[i++] != ',') return false;
+            size_t eq = line.find('=', i);
+            if (eq == std::string::npos || !is_metric_name(line.substr(i, eq - i)) || line.find(':', i) < eq)
+                return false;
+            i = eq + 1;
+            if (i >= line.size() || line[i++] != '"') return false;
+            while (i < line.size() && line[i] != '"') {
+                if (line[i] == '\\') {
+                    if (i + 1 >= line.size() || std::string("\\\"n").find(line[i + 1]) == std::string::npos)
+                        return false;
+                    ++i;
+                }
+                ++i;
+            }
+            if (i++ >= line.size()) return false;
+        }
+        if (i++ >= line.size()) return false;  // the closing brace
+    }
+    if (i >= line.size() || line[i] != ' ') return false;
+    value = line.substr(i + 1);
+    if (value.empty() || value.find(' ') != std::string::npos) return false;
+    if (value == "+Inf" || value == "-Inf" || value == "NaN") return true;
+    size_t used = 0;
+    try {
+        std::stod(value, &used);
+    } catch (...) {
+        return false;
+    }
+    return used == value.size();
+}
 
 }  // namespace
 
@@ -223,42 +269,53 @@ TEST_CASE("the table has one fixed-width row per bucket and an all row", "[metri
     CHECK(lines[2].rfind("long_doc", 0) == 0);
     CHECK(lines[3].rfind("all", 0) == 0);
     for (const std::string& l : lines) CHECK(l.size() == lines[0].size());
-    CHECK(lines[1].find(" 33.3 ") != std::string::npos);  // hit rate %
+    CHECK(lines[1].find(" 33.3 ") != std::string::npos);   // hit rate %
     CHECK(lines[1].find(" 300.0 ") != std::string::npos);  // ttft p99 ms
-    CHECK(lines[3].find(" 23.3 ") != std::string::npos);  // mean page use %
-    CHECK(lines[3].find(" 18.6 ") != std::string::npos);  // fragmentation %
+    CHECK(lines[3].find(" 23.3 ") != std::string::npos);   // mean page use %
+    CHECK(lines[3].find(" 18.6 ") != std::string::npos);   // fragmentation %
 }
 
 TEST_CASE("the Prometheus text parses line by line with vLLM-aligned names", "[metrics]") {
     MetricsRegistry m = hand_worked();
     std::string text = m.to_prometheus();
-    const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*\})? (\S+)$)");
-    const std::regex comment(R"(^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) .+$)");
     std::map<std::string, std::string> types;
     std::map<std::string, double> values;  // "name{labels}" -> value
     std::istringstream in(text);
     int n_samples = 0;
     for (std::string line; std::getline(in, line);) {
         INFO(line);
-        std::smatch mt;
         if (line.rfind("#", 0) == 0) {
-            REQUIRE(std::regex_match(line, mt, comment));
-            if (mt[1] == "TYPE") types[mt[2]] = line.substr(line.rfind(' ') + 1);
+            std::istringstream c(line);
+            std::string hash, kind, name, rest;
+            c >> hash >> kind >> name;
+            std::getline(c, rest);
+            REQUIRE((kind == "HELP" || kind == "TYPE"));
+            REQUIRE(is_metric_name(name));
+            REQUIRE(rest.size() > 1);
+            if (kind == "TYPE") types[name] = rest.substr(1);
             continue;
         }
-        REQUIRE(std::regex_match(line, mt, sample));
-        std::string name = mt[1], v = mt[5];
+        std::string name, value;
+        REQUIRE(parse_sample(line, name, value));
         std::string family = name;
         for (const char* suffix : {"_bucket", "_sum", "_count"})
             if (!types.count(family) && family.size() > strlen(suffix) &&
                 family.compare(family.size() - strlen(suffix), strlen(suffix), suffix) == 0)
                 family = family.substr(0, family.size() - strlen(suffix));
         CHECK(types.count(family) == 1);  // its # TYPE came first
-        double x = v == "+Inf" ? INFINITY : v == "NaN" ? NAN : std::stod(v);
+        double x = value == "+Inf" ? INFINITY : value == "NaN" ? NAN : std::stod(value);
         values[line.substr(0, line.rfind(' '))] = x;
         ++n_samples;
     }
     CHECK(n_samples > 50);
+    // The line parser itself refuses what is not a sample.
+    std::string n, v;
+    CHECK(parse_sample("x{a=\"b\\\"c\",d=\"\"} 1.5", n, v));
+    CHECK(!parse_sample("x{a=\"b} 1", n, v));
+    CHECK(!parse_sample("x{a=b} 1", n, v));
+    CHECK(!parse_sample("x 1 2", n, v));
+    CHECK(!parse_sample("x one", n, v));
+    CHECK(!parse_sample("1x 1", n, v));
     CHECK(types["steward:time_to_first_token_seconds"] == "histogram");
     CHECK(types["steward:prefix_cache_queries_total"] == "counter");
     CHECK(types["steward:kv_cache_usage_perc"] == "gauge");

@@ -75,7 +75,7 @@ std::map<uint64_t, std::vector<int32_t>> run_engine(const EngineOptions& opt, co
         }
         for (auto& ev : e.step(t += 0.001)) {
             for (int32_t tok : ev.tokens) out[ev.id].push_back(tok);
-            if (ev.finish != FinishReason::NONE) {
+            if (ev.finished) {
                 REQUIRE(ev.finish != FinishReason::ERROR);
                 live--;
             }
@@ -188,11 +188,11 @@ TEST_CASE("cancellation and deadlines end requests with their reason and free th
     std::map<uint64_t, FinishReason> fin;
     for (int i = 0; i < 3; i++)
         for (auto& ev : e.step(0.1 * i))
-            if (ev.finish != FinishReason::NONE) fin[ev.id] = ev.finish;
+            if (ev.finished) fin[ev.id] = ev.finish;
     CHECK(fin.empty());
     e.cancel(1);
     for (auto& ev : e.step(1.0))
-        if (ev.finish != FinishReason::NONE) fin[ev.id] = ev.finish;
+        if (ev.finished) fin[ev.id] = ev.finish;
     CHECK(fin[1] == FinishReason::CANCELLED);
     CHECK(fin[2] == FinishReason::TIMEOUT);
     CHECK(!e.has_work());
@@ -226,7 +226,7 @@ TEST_CASE("a session keeps its KV across turns so the next turn reuses it", "[en
     while (e.has_work())
         for (auto& ev : e.step(0.0)) {
             out2.insert(out2.end(), ev.tokens.begin(), ev.tokens.end());
-            if (ev.finish != FinishReason::NONE) cached = ev.n_cached_prompt;
+            if (ev.finished) cached = ev.n_cached_prompt;
         }
     // Turn 1 computed prompt + 4 of its 5 outputs (the last one was sampled, never fed back).
     CHECK(cached == 30 + 4);

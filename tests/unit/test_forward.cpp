@@ -1,11 +1,10 @@
 // Tests of the CPU forward pass (runtime/cpu/forward.h) against a naive reference, its invariance
 // under batching, chunking, block size and block order, rollback, tree masks and errors, and the
 // synthetic models (runtime/model/synth.h) that the tests and benches build on.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -38,8 +37,8 @@ constexpr double kTolF32 = 1e-4;
 // the largest logit (measured: up to ~5 ulps, 1e-5 absolute at logits ~15).
 constexpr double kRelSame = 2e-6;
 
-SynthSpec make_spec(const std::string& arch, int n_embd, int n_layer, int n_head, int n_head_kv,
-                    int n_ff, int n_vocab, bool tied, GgmlType dtype = GgmlType::F32, uint64_t seed = 7) {
+SynthSpec make_spec(const std::string& arch, int n_embd, int n_layer, int n_head, int n_head_kv, int n_ff, int n_vocab,
+                    bool tied, GgmlType dtype = GgmlType::F32, uint64_t seed = 7) {
     SynthSpec s;
     s.arch = arch;
     s.n_embd = n_embd;
@@ -85,7 +84,9 @@ double max_abs(const std::vector<float>& a) {
 }
 
 // The bound for "the same logits" as `expected` (see kRelSame).
-double same_tol(const std::vector<float>& expected) { return kRelSame * std::max(1.0, max_abs(expected)); }
+double same_tol(const std::vector<float>& expected) {
+    return kRelSame * std::max(1.0, max_abs(expected));
+}
 
 // Largest |a - b|; infinity when the sizes differ or anything is not finite.
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -104,7 +105,9 @@ std::vector<float> rows(const std::vector<float>& logits, int n_vocab, int row_b
                               logits.begin() + (ptrdiff_t)row_end * n_vocab);
 }
 
-int blocks_for(int n_slots, int block_size) { return (n_slots + block_size - 1) / block_size; }
+int blocks_for(int n_slots, int block_size) {
+    return (n_slots + block_size - 1) / block_size;
+}
 
 std::string lower(std::string s) {
     for (char& c : s) c = (char)std::tolower((unsigned char)c);
@@ -152,8 +155,8 @@ Agreement agree_with_reference(const Model& model, KvDtype kv_dtype, bool ref_kv
     KvStorage kv(KvStorage::config_for(p, 4, 16, kv_dtype));
     const std::vector<int32_t> table = {2, 0, 3};
     std::vector<float> got = run_one(fwd, kv, all.first(18), 0, table);
-    for (const std::vector<float>& more : {run_one(fwd, kv, all.subspan(18, 3), 18, table),
-                                           run_one(fwd, kv, all.subspan(21), 21, table)})
+    for (const std::vector<float>& more :
+         {run_one(fwd, kv, all.subspan(18, 3), 18, table), run_one(fwd, kv, all.subspan(21), 21, table)})
         got.insert(got.end(), more.begin(), more.end());
     return {max_abs_diff(got, expected), std::max(1.0, max_abs(expected))};
 }
@@ -176,7 +179,9 @@ const Shape kShapes[] = {
     {"qwen2 MQA 5/1 odd dims untied", "qwen2", 60, 2, 5, 1, 100, 370, false},
 };
 
-bool fits_q8_0(const Shape& s) { return s.n_embd % 32 == 0 && s.n_ff % 32 == 0; }
+bool fits_q8_0(const Shape& s) {
+    return s.n_embd % 32 == 0 && s.n_ff % 32 == 0;
+}
 
 SynthSpec spec_of(const Shape& s, GgmlType dtype = GgmlType::F32) {
     return make_spec(s.arch, s.n_embd, s.n_layer, s.n_head, s.n_head_kv, s.n_ff, s.n_vocab, s.tied, dtype);
@@ -240,7 +245,9 @@ void run_lockstep(CpuForward& fwd, int block_size, uint64_t shuffle_seed, std::v
         size_t offset = 0;
         for (size_t b = 0; b < batch.size(); b++) {
             SeqRun& s = seqs[who[b]];
-            const size_t n_rows = s.mode == LogitsMode::ALL ? batch[b].tokens.size() : s.mode == LogitsMode::LAST ? 1 : 0;
+            const size_t n_rows = s.mode == LogitsMode::ALL    ? batch[b].tokens.size()
+                                  : s.mode == LogitsMode::LAST ? 1
+                                                               : 0;
             const size_t n = n_rows * (size_t)p.n_vocab;
             REQUIRE(offset + n <= logits.size());
             s.logits.insert(s.logits.end(), logits.begin() + (ptrdiff_t)offset,
@@ -319,8 +326,8 @@ TEST_CASE("cpu forward matches the naive reference with f16, bf16 and q8_0 weigh
             auto model = make_model(spec_of(shape, type));
             REQUIRE(model->weights().layers[0].wq.type == type);
             const Agreement a = agree_with_reference(*model, KvDtype::F32, false);
-            INFO(shape.name << " " << ggml_type_name((uint32_t)type) << ": max |cpu - reference| = "
-                            << a.max_diff << ", max |logit| = " << a.scale);
+            INFO(shape.name << " " << ggml_type_name((uint32_t)type) << ": max |cpu - reference| = " << a.max_diff
+                            << ", max |logit| = " << a.scale);
             CHECK(a.max_diff < kTolF32);
         }
     }
@@ -342,7 +349,8 @@ TEST_CASE("cpu forward with an f16 kv cache matches a reference that rounds kv t
     }
 }
 
-TEST_CASE("cpu forward gives the same logits for one prefill, chunks, single tokens, batching, block sizes and shuffled blocks", "[forward]") {
+TEST_CASE("cpu forward gives the same logits however a prompt is chunked, batched and laid out in blocks",
+          "[forward]") {
     auto model = make_model(make_spec("llama", 128, 2, 8, 2, 192, 384, false));
     const int n_vocab = model->params().n_vocab;
     CpuForward fwd(*model);
@@ -477,7 +485,8 @@ TEST_CASE("cpu forward with an explicit causal mask and positions equals the pla
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) mask[(size_t)i * n + j] = 1;
         const std::vector<int32_t> positions = {10, 11, 12, 13, 14, 15};
-        const std::vector<float> masked = run_one(fwd, kv, all.subspan(10), 10, table, LogitsMode::ALL, positions, mask);
+        const std::vector<float> masked =
+            run_one(fwd, kv, all.subspan(10), 10, table, LogitsMode::ALL, positions, mask);
         const double diff = max_abs_diff(masked, plain);
         INFO("max |masked - plain| = " << diff);
         CHECK(diff <= same_tol(plain));
@@ -795,7 +804,8 @@ TEST_CASE("synth draft keeps the first layers and the target's embeddings and ou
         for (const GgufTensorInfo& t : (*draft)->file().tensors()) {
             INFO(t.name);
             CHECK((t.name.rfind("blk.", 0) != 0 || t.name.rfind("blk.0.", 0) == 0));
-            if (t.name.rfind("blk.0.", 0) == 0) CHECK((tensor_bytes(**draft, t.name) == tensor_bytes(**target, t.name)));
+            if (t.name.rfind("blk.0.", 0) == 0)
+                CHECK((tensor_bytes(**draft, t.name) == tensor_bytes(**target, t.name)));
         }
         // The same tokenizer, and the draft runs: against the reference on its own weights.
         CHECK((*draft)->tokenizer().n_vocab() == (*target)->tokenizer().n_vocab());

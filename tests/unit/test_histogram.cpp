@@ -1,8 +1,7 @@
 // Tests for runtime/metrics/histogram: quantiles against exact sorted quantiles on several
 // distributions, merge, bucket edges, cumulative counts and the Prometheus lines.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -24,18 +23,27 @@ std::vector<double> draw(const std::string& kind, size_t n, uint64_t seed) {
     std::lognormal_distribution<double> logn(-3.0, 1.5);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (double& x : v) {
-        if (kind == "uniform") x = uni(rng);
-        else if (kind == "exponential") x = expo(rng);
-        else if (kind == "lognormal") x = logn(rng);
-        else if (kind == "bimodal") x = u01(rng) < 0.9 ? 0.02 + 0.005 * u01(rng) : 2.0 + u01(rng);
-        else if (kind == "pareto") x = 0.01 / std::pow(1.0 - u01(rng), 1.0 / 1.2);  // heavy tail
-        else if (kind == "integers") x = (double)(1 + (int)(u01(rng) * 300));       // token counts
-        else x = 0.125;                                                             // constant
+        if (kind == "uniform")
+            x = uni(rng);
+        else if (kind == "exponential")
+            x = expo(rng);
+        else if (kind == "lognormal")
+            x = logn(rng);
+        else if (kind == "bimodal")
+            x = u01(rng) < 0.9 ? 0.02 + 0.005 * u01(rng) : 2.0 + u01(rng);
+        else if (kind == "pareto")
+            x = 0.01 / std::pow(1.0 - u01(rng), 1.0 / 1.2);  // heavy tail
+        else if (kind == "integers")
+            x = (double)(1 + (int)(u01(rng) * 300));  // token counts
+        else
+            x = 0.125;  // constant
     }
     return v;
 }
 
-double exact_quantile(std::vector<double> sorted, double q) { return sorted[quantile_rank(q, sorted.size()) - 1]; }
+double exact_quantile(std::vector<double> sorted, double q) {
+    return sorted[quantile_rank(q, sorted.size()) - 1];
+}
 
 }  // namespace
 
@@ -111,8 +119,8 @@ TEST_CASE("values outside the range go to under/overflow while min, max, sum sta
     CHECK(h.min() == -1.0);
     CHECK(h.max() == 2e7);
     CHECK(h.sum() == Approx(-1.0 + 3e6 + 2e7));
-    CHECK(h.quantile(0.5) == -1.0);   // in the underflow bucket: reported as min
-    CHECK(h.quantile(0.99) == 2e7);   // the overflow bucket: max
+    CHECK(h.quantile(0.5) == -1.0);  // in the underflow bucket: reported as min
+    CHECK(h.quantile(0.99) == 2e7);  // the overflow bucket: max
 
     Histogram zeros;
     zeros.record(0.0, 10);

@@ -2,12 +2,13 @@
 // seeded property test that drives random operation sequences against the test's own shadow model
 // (block tables, ref counts, a token-keyed prefix cache, simulated KV slots) and checks every invariant
 // after every operation.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "kv/kv_manager.h"
@@ -151,6 +152,17 @@ TEST_CASE("A failed allocation changes nothing and succeeds once blocks are free
     REQUIRE(m.seq(b).blocks.size() == 2);
 }
 
+TEST_CASE("Freeing a sequence queues its tail blocks for eviction before its head", "[kv]") {
+    const int bs = 4;
+    KvManager m(8, bs);
+    const SeqId s = start(m, 1, iota_tokens(12, 0));
+    REQUIRE(m.publish_full_blocks(s) == 3);
+    const auto t = m.seq(s).blocks;
+    m.free(s);
+    // A chain is only useful up to its first missing block, so its last block should go first.
+    REQUIRE(m.pool().evictable_lru() == std::vector<int32_t>{t[2], t[1], t[0]});
+}
+
 TEST_CASE("Fragmentation counts the empty slots of allocated blocks, a shared block once", "[kv]") {
     const int bs = 4;
     KvManager m(16, bs);
@@ -207,8 +219,8 @@ namespace {
 // prefix and the tenant id otherwise. It simulates KV storage slot by slot: each slot records the token
 // and tenant that wrote it, so a wrong cache hit, a missed copy-on-write or a reused live block shows up
 // as a sequence reading back tokens that are not its own.
-#define SHADOW_EXPECT(cond, what)                                                              \
-    do {                                                                                       \
+#define SHADOW_EXPECT(cond, what)                                                                   \
+    do {                                                                                            \
         if (!(cond)) return std::string(what) + " [" #cond "] at line " + std::to_string(__LINE__); \
     } while (0)
 
@@ -228,17 +240,23 @@ public:
     };
     struct Totals {
         int64_t n_ops = 0, n_hit_tokens = 0, n_public_cross = 0, n_cow_copies = 0, n_evictions = 0;
-        int64_t n_alloc_failures = 0, n_dedupes = 0, n_forks = 0, n_public_status_changes = 0;
+        int64_t n_alloc_failures = 0, n_dedupes = 0, n_forks = 0, n_public_status_changes = 0, n_commits = 0;
+        int64_t n_forks_with_reserved = 0;
     };
 
     Shadow(uint32_t seed, int n_blocks, int bs)
-        : rng_(seed), n_blocks_(n_blocks), bs_(bs), m_(n_blocks, bs),
-          slot_token_(n_blocks, std::vector<int32_t>(bs, -1)), slot_tenant_(n_blocks, std::vector<int32_t>(bs, -1)) {
+        : rng_(seed),
+          n_blocks_(n_blocks),
+          bs_(bs),
+          m_(n_blocks, bs),
+          slot_token_(n_blocks, std::vector<int32_t>(bs, -1)),
+          slot_tenant_(n_blocks, std::vector<int32_t>(bs, -1)) {
         pub_ = iota_tokens(10, 100);  // 2 full public blocks; the third block straddles its end
         m_.set_public_prefixes({pub_});
         Tokens pub_ext = pub_;
         for (int32_t t : iota_tokens(6, 200)) pub_ext.push_back(t);
-        prefixes_ = {pub_, pub_ext, iota_tokens(12, 300), iota_tokens(7, 400), Tokens(pub_.begin(), pub_.begin() + 6), {}};
+        prefixes_ = {pub_, pub_ext, iota_tokens(12, 300), iota_tokens(7, 400), Tokens(pub_.begin(), pub_.begin() + 6),
+                     {}};
     }
 
     // One random operation followed by the full invariant check; "" when all is well.
@@ -246,13 +264,24 @@ public:
         ++totals_.n_ops;
         const int r = pick(0, 99);
         std::string err;
-        if (r < 18) err = op_new();
-        else if (r < 48) err = op_compute();
-        else if (r < 63) err = op_append();
-        else if (r < 75) err = op_publish();
-        else if (r < 83) err = op_truncate();
-        else if (r < 91) err = op_fork();
-        else err = op_free(random_seq());
+        if (r < 16)
+            err = op_new();
+        else if (r < 40)
+            err = op_allocate(/*then_commit=*/true);
+        else if (r < 47)
+            err = op_allocate(/*then_commit=*/false);  // reserve slots, commit later (or never)
+        else if (r < 54)
+            err = op_commit();
+        else if (r < 68)
+            err = op_append();
+        else if (r < 78)
+            err = op_publish();
+        else if (r < 86)
+            err = op_truncate();
+        else if (r < 93)
+            err = op_fork();
+        else
+            err = op_free(random_seq());
         if (!err.empty()) return last_op_ + ": " + err;
         err = check();
         return err.empty() ? err : "after " + last_op_ + ": " + err;
@@ -287,7 +316,9 @@ private:
     }
 
     int pub_len(const Tokens& t) const {
-        return t.size() >= pub_.size() && std::equal(pub_.begin(), pub_.end(), t.begin()) ? static_cast<int>(pub_.size()) : 0;
+        return t.size() >= pub_.size() && std::equal(pub_.begin(), pub_.end(), t.begin())
+                   ? static_cast<int>(pub_.size())
+                   : 0;
     }
     Key key(const Seq& s, int b) const {
         const int64_t domain = (b + 1) * bs_ <= pub_len(s.tokens) ? -1 : s.tenant;
@@ -318,7 +349,8 @@ private:
         }
         const SeqId id = m_.add_seq(s.tenant, s.tokens);
         const int hit = m_.get_computed_blocks(id);
-        SHADOW_EXPECT(hit == static_cast<int>(expected.size()) * bs_, "hit tokens == longest cached chain in the model");
+        SHADOW_EXPECT(hit == static_cast<int>(expected.size()) * bs_,
+                      "hit tokens == longest cached chain in the model");
         SHADOW_EXPECT(m_.seq(id).blocks == expected, "hit blocks are the model's cached blocks");
         SHADOW_EXPECT(hit < n, "never the whole prompt");
         s.blocks = expected;
@@ -338,8 +370,10 @@ private:
         return "";
     }
 
-    std::string op_compute() {
-        last_op_ = "compute";
+    // allocate_slots for some pending tokens, checked against the model's own count of fresh and
+    // copy-on-write blocks; then, if asked, the commit of those tokens.
+    std::string op_allocate(bool then_commit) {
+        last_op_ = then_commit ? "compute" : "reserve";
         std::vector<SeqId> pending;
         for (const auto& [id, s] : seqs_)
             if (s.n_computed < static_cast<int>(s.tokens.size())) pending.push_back(id);
@@ -360,7 +394,7 @@ private:
         const int64_t evictions_before = m_.pool().stats().n_evictions;
         const auto copies = m_.allocate_slots(id, n);
         if (needed > n_free) {
-            last_op_ = "compute (no room)";
+            last_op_ += " (no room)";
             SHADOW_EXPECT(!copies.has_value(), "allocation fails exactly when the model has too few free blocks");
             SHADOW_EXPECT(m_.seq(id).blocks == s.blocks, "a failed allocation leaves the block table alone");
             SHADOW_EXPECT(m_.pool().n_free() == n_free, "a failed allocation leaves the pool alone");
@@ -403,13 +437,37 @@ private:
             ++totals_.n_cow_copies;
         }
         s.blocks = t2;
+        if (then_commit) commit(id, s, n);
+        return "";
+    }
+
+    // Commits tokens into slots reserved earlier, when the model says that is legal: every block written is
+    // this sequence's alone and uncached (a fork or publish since the reservation calls for allocate_slots).
+    std::string op_commit() {
+        last_op_ = "commit";
+        std::vector<SeqId> ready;
+        for (const auto& [id, s] : seqs_)
+            if (s.n_computed < static_cast<int>(std::min(s.tokens.size(), s.blocks.size() * bs_))) ready.push_back(id);
+        if (ready.empty()) return "";
+        const SeqId id = ready[pick(0, static_cast<int>(ready.size()) - 1)];
+        Seq& s = seqs_.at(id);
+        const int room = static_cast<int>(std::min(s.tokens.size(), s.blocks.size() * bs_)) - s.n_computed;
+        const int n = pick(1, room);
+        const auto r = refs();
+        for (int b = s.n_computed / bs_; b < (s.n_computed + n + bs_ - 1) / bs_; ++b)
+            if (r.at(s.blocks[b]) > 1 || cached_.count(s.blocks[b])) return "";  // would abort: not legal
+        commit(id, s, n);
+        return "";
+    }
+
+    void commit(SeqId id, Seq& s, int n) {
         m_.commit_computed(id, n);
-        for (int p = nc; p < nc + n; ++p) {
+        for (int p = s.n_computed; p < s.n_computed + n; ++p) {
             slot_token_[s.blocks[p / bs_]][p % bs_] = s.tokens[p];
             slot_tenant_[s.blocks[p / bs_]][p % bs_] = s.tenant;
         }
         s.n_computed += n;
-        return "";
+        ++totals_.n_commits;
     }
 
     std::string op_append() {
@@ -419,7 +477,8 @@ private:
         Seq& s = seqs_.at(id);
         if (s.tokens.size() >= 40) return "";
         Tokens more;
-        const bool inside_pub = s.tokens.size() < pub_.size() && std::equal(s.tokens.begin(), s.tokens.end(), pub_.begin());
+        const bool inside_pub =
+            s.tokens.size() < pub_.size() && std::equal(s.tokens.begin(), s.tokens.end(), pub_.begin());
         if (inside_pub && pick(0, 1) == 0) {
             more.assign(pub_.begin() + s.tokens.size(), pub_.end());  // generates the rest of the public prefix
             ++totals_.n_public_status_changes;
@@ -479,6 +538,7 @@ private:
         Seq child = seqs_.at(id);
         child.blocks.resize(std::min(child.blocks.size(), static_cast<size_t>((child.n_computed + bs_ - 1) / bs_)));
         child.is_fork = true;
+        if (child.blocks.size() < seqs_.at(id).blocks.size()) ++totals_.n_forks_with_reserved;
         const SeqId c = m_.fork(id);
         SHADOW_EXPECT(m_.seq(c).blocks == child.blocks, "a fork shares the blocks holding computed tokens");
         seqs_.emplace(c, std::move(child));
@@ -499,7 +559,8 @@ private:
         const auto r = refs();
         for (int32_t b = 0; b < n_blocks_; ++b) {
             auto it = r.find(b);
-            SHADOW_EXPECT(pool.ref_count(b) == (it == r.end() ? 0 : it->second), "pool ref count == model's references");
+            SHADOW_EXPECT(pool.ref_count(b) == (it == r.end() ? 0 : it->second),
+                          "pool ref count == model's references");
             const bool cached = cached_.count(b) != 0;
             SHADOW_EXPECT(pool.is_cached(b) == cached, "pool caches exactly the model's cached blocks");
             if (cached) {
@@ -526,8 +587,8 @@ private:
             // with everything up to them equal to the public prefix (a rollback may have cut the prefix short
             // since, so the sequence need not hold all of it now).
             int public_end = 0;
-            while (public_end < static_cast<int>(pub_.size()) / bs_ * bs_ && public_end < static_cast<int>(s.tokens.size()) &&
-                   s.tokens[public_end] == pub_[public_end])
+            while (public_end < static_cast<int>(pub_.size()) / bs_ * bs_ &&
+                   public_end < static_cast<int>(s.tokens.size()) && s.tokens[public_end] == pub_[public_end])
                 ++public_end;
             for (int p = 0; p < s.n_computed; ++p) {
                 const int32_t blk = s.blocks[p / bs_];
@@ -610,12 +671,15 @@ TEST_CASE("Random operation sequences keep the KV manager equal to an independen
         sum.n_dedupes += t.n_dedupes;
         sum.n_forks += t.n_forks;
         sum.n_public_status_changes += t.n_public_status_changes;
+        sum.n_commits += t.n_commits;
+        sum.n_forks_with_reserved += t.n_forks_with_reserved;
     }
     // The workload must actually exercise what it claims to.
     INFO("ops " << sum.n_ops << " hits " << sum.n_hit_tokens << " public cross " << sum.n_public_cross << " cow "
                 << sum.n_cow_copies << " evictions " << sum.n_evictions << " alloc failures " << sum.n_alloc_failures
                 << " dedupes " << sum.n_dedupes << " forks " << sum.n_forks << " public status changes "
-                << sum.n_public_status_changes);
+                << sum.n_public_status_changes << " commits " << sum.n_commits << " forks with reserved slots "
+                << sum.n_forks_with_reserved);
     CHECK(sum.n_hit_tokens > 1000);
     CHECK(sum.n_public_cross > 100);
     CHECK(sum.n_cow_copies > 100);
@@ -624,8 +688,5 @@ TEST_CASE("Random operation sequences keep the KV manager equal to an independen
     CHECK(sum.n_dedupes > 10);
     CHECK(sum.n_forks > 100);
     CHECK(sum.n_public_status_changes > 10);
-    WARN("ops " << sum.n_ops << " hits " << sum.n_hit_tokens << " public cross " << sum.n_public_cross << " cow "
-                << sum.n_cow_copies << " evictions " << sum.n_evictions << " alloc failures " << sum.n_alloc_failures
-                << " dedupes " << sum.n_dedupes << " forks " << sum.n_forks << " public status changes "
-                << sum.n_public_status_changes);
+    CHECK(sum.n_forks_with_reserved > 10);
 }

@@ -1,11 +1,11 @@
 // Tests for runtime/kv/block_hash and the prefix-cache side of runtime/kv/kv_manager: hash primitives
 // against published vectors, chain properties, public prefixes, tenant isolation and hit accounting
 // against numbers worked out by hand.
-#include <catch2/catch.hpp>
-
 #include <bit>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <unordered_set>
 #include <vector>
 

@@ -1,8 +1,7 @@
 // Tokenizer tests: llama.cpp's reference tokenizations for four real vocabularies, round trips,
 // byte fallback, hand-made vocabularies whose merges are worked out by hand, and streaming.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -58,8 +57,11 @@ bool is_valid_utf8(const std::string& s) {
     size_t i = 0, n = s.size();
     while (i < n) {
         unsigned char c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                                  : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t len = c < 0x80                   ? 1
+                     : (c >= 0xC2 && c <= 0xDF) ? 2
+                     : (c >= 0xE0 && c <= 0xEF) ? 3
+                     : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                : 0;
         if (len == 0 || i + len > n) return false;
         for (size_t k = 1; k < len; ++k)
             if ((p[i + k] & 0xC0) != 0x80) return false;
@@ -96,8 +98,7 @@ std::unique_ptr<Tokenizer> make_abc_bpe(const std::vector<std::string>& merges) 
 
 }  // namespace
 
-TEST_CASE("Tokenizers reproduce llama.cpp's reference tokenizations and decode back to the text",
-          "[tokenizer]") {
+TEST_CASE("Tokenizers reproduce llama.cpp's reference tokenizations and decode back to the text", "[tokenizer]") {
     for (const char* name : k_vocabs) {
         const std::string base = k_tok_dir + "ggml-vocab-" + name + ".gguf";
         auto tok = load_vocab(name);
@@ -107,8 +108,7 @@ TEST_CASE("Tokenizers reproduce llama.cpp's reference tokenizations and decode b
         REQUIRE(texts.back().empty());
         texts.pop_back();
         std::vector<std::string> expected = split(read_all(base + ".out"), "\n");
-        if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1)
-            expected.pop_back();
+        if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1) expected.pop_back();
         REQUIRE(expected.size() == texts.size());
 
         size_t n_pass = 0;
@@ -125,8 +125,7 @@ TEST_CASE("Tokenizers reproduce llama.cpp's reference tokenizations and decode b
     }
 }
 
-TEST_CASE("Multi-byte characters and emoji survive a round trip through every vocabulary",
-          "[tokenizer]") {
+TEST_CASE("Multi-byte characters and emoji survive a round trip through every vocabulary", "[tokenizer]") {
     const std::string texts[] = {
         "Grüße, 世界! 🦙🚀 naïve café",
         "  leading spaces, tabs\tand\nnew lines\r\n",
@@ -156,8 +155,7 @@ TEST_CASE("Invalid UTF-8 in the input comes back byte for byte", "[tokenizer]") 
     }
 }
 
-TEST_CASE("Special token text is parsed only on request, except user-defined tokens",
-          "[tokenizer]") {
+TEST_CASE("Special token text is parsed only on request, except user-defined tokens", "[tokenizer]") {
     auto spm = load_vocab("llama-spm");
     // parse_special: "<s>" is BOS, and the space prefix restarts after it ("▁Hi" = 6324).
     CHECK(spm->encode("<s>Hi", false, true) == std::vector<int32_t>{1, 6324});
@@ -173,8 +171,7 @@ TEST_CASE("Special token text is parsed only on request, except user-defined tok
     CHECK(qwen->decode(std::vector<int32_t>{64, 151646}) == "a[PAD151646]");
 }
 
-TEST_CASE("SPM encodes characters missing from the vocabulary as <0xNN> byte tokens",
-          "[tokenizer]") {
+TEST_CASE("SPM encodes characters missing from the vocabulary as <0xNN> byte tokens", "[tokenizer]") {
     auto tok = load_vocab("llama-spm");
     // U+1F999 (🦙) has no token in Llama 2's vocabulary: its four UTF-8 bytes F0 9F A6 99 become
     // byte tokens, after the "▁" that the space prefix adds.
@@ -225,7 +222,7 @@ TEST_CASE("BPE merge order follows merge rank, not position", "[tokenizer]") {
         CHECK(tok->is_eog(6));
         CHECK(!tok->is_eog(5));
         CHECK(tok->decode(std::vector<int32_t>{5, 6}) == "abc");  // control tokens decode to ""
-        CHECK(!tok->add_bos_default());  // gpt2 vocabularies do not add BOS unless they say so
+        CHECK(!tok->add_bos_default());                           // gpt2 vocabularies do not add BOS unless they say so
     }
 }
 
@@ -241,10 +238,9 @@ TEST_CASE("A hand-made SPM vocabulary merges the best-scoring pair first", "[tok
     GgufWriter w;
     w.set_string("tokenizer.ggml.model", "llama");
     const std::string sp = "\xE2\x96\x81";
-    w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", sp, "a", "b", "c", sp + "a",
-                                                 "ab", "bc", sp + "ab", "<0x21>", "<0x7A>"});
-    w.set_f32_array("tokenizer.ggml.scores",
-                    {0, 0, 0, -5, -6, -6, -6, -1, -3, -2, -0.5f, 0, 0});
+    w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", sp, "a", "b", "c", sp + "a", "ab", "bc",
+                                                 sp + "ab", "<0x21>", "<0x7A>"});
+    w.set_f32_array("tokenizer.ggml.scores", {0, 0, 0, -5, -6, -6, -6, -1, -3, -2, -0.5f, 0, 0});
     w.set_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 6});
     auto tok = from_writer(w);
     CHECK(tok->kind() == TokenizerKind::SPM);

@@ -1,7 +1,6 @@
 // Tests for runtime/workload: parsing every field, the write/parse round trip, an error naming the
 // line for each kind of malformed line, and the generator's determinism, shapes and arrivals.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -36,7 +35,9 @@ const char* k_example =
 
 // The error of parsing `body` after the example's two segment lines, or "" when it parses.
 std::string error_of(const std::string& line) {
-    std::string text = R"({"segment": "sys", "text": "s"})" "\n" + line + "\n";
+    std::string text = R"({"segment": "sys", "text": "s"})"
+                       "\n" +
+                       line + "\n";
     auto w = parse_workload(text);
     return w ? std::string() : w.error().message;
 }
@@ -136,7 +137,8 @@ TEST_CASE("each malformed line gives an error naming the line, the field and the
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "top_p": 0})", {"top_p is 0", "(0, 1]"}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "seed": -1})", {"seed is -1"}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "tools": "yes"})", {"tools is \"yes\"", "true or false"}},
-        {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "response_format": "xml"})", {"response_format is \"xml\""}},
+        {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "response_format": "xml"})",
+         {"response_format is \"xml\""}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "tool_pause_ms": -1})", {"tool_pause_ms is -1"}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "tenant": ""})", {"tenant is \"\""}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "turn": 2})", {"turn is given without a session"}},
@@ -147,7 +149,8 @@ TEST_CASE("each malformed line gives an error naming the line, the field and the
         {R"({"arrival_ms": 0, "segments": [], "max_tokens": 4})", {"segments is []", "non-empty array"}},
         {R"({"arrival_ms": 0, "segments": [{"shared": "sys"}, {}], "max_tokens": 4})", {"segments[1] has neither"}},
         {R"({"arrival_ms": 0, "segments": [{"text": 3}], "max_tokens": 4})", {"segments[0].text is 3"}},
-        {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "public_prefix": "nope"})", {"public_prefix", "\"nope\"", "not defined"}},
+        {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "public_prefix": "nope"})",
+         {"public_prefix", "\"nope\"", "not defined"}},
         {R"({"arrival_ms": 0, "prompt": "a", "max_tokens": 4, "public_prefix": "sys"})", {"does not open with it"}},
         {R"({"segment": "sys", "text": "again"})", {"segment \"sys\" is defined twice"}},
         {R"({"segment": "x"})", {"text is missing"}},
@@ -161,7 +164,8 @@ TEST_CASE("each malformed line gives an error naming the line, the field and the
     }
 
     // The line number counts blank lines, and a segment after a request is refused.
-    auto late = parse_workload("\n{\"arrival_ms\": 0, \"prompt\": \"a\", \"max_tokens\": 1}\n\n{\"segment\": \"s\", \"text\": \"t\"}\n");
+    auto late = parse_workload(
+        "\n{\"arrival_ms\": 0, \"prompt\": \"a\", \"max_tokens\": 1}\n\n{\"segment\": \"s\", \"text\": \"t\"}\n");
     REQUIRE(!late.ok());
     CHECK(late.error().message.rfind("workload line 4: ", 0) == 0);
     CHECK(late.error().message.find("move segment lines to the top") != std::string::npos);
@@ -283,7 +287,8 @@ TEST_CASE("generated lengths follow the bucket shapes and scale with the scale f
 TEST_CASE("Poisson arrival gaps average 1/rate and bursts keep the rate but not the spacing", "[workload]") {
     auto gap_stats = [](const Workload& w) {
         std::vector<double> gaps;
-        for (size_t i = 1; i < w.requests.size(); ++i) gaps.push_back(w.requests[i].arrival_ms - w.requests[i - 1].arrival_ms);
+        for (size_t i = 1; i < w.requests.size(); ++i)
+            gaps.push_back(w.requests[i].arrival_ms - w.requests[i - 1].arrival_ms);
         double mean = 0.0, var = 0.0;
         for (double g : gaps) mean += g;
         mean /= (double)gaps.size();
@@ -302,7 +307,8 @@ TEST_CASE("Poisson arrival gaps average 1/rate and bursts keep the rate but not 
             INFO("seed " << seed << " rate " << rate << " mean gap " << mean << " cv " << cv);
             CHECK(std::abs(mean - 1000.0 / rate) <= 0.10 * 1000.0 / rate);
             CHECK(cv == Approx(1.0).margin(0.15));  // exponential gaps
-            for (size_t i = 1; i < w.requests.size(); ++i) REQUIRE(w.requests[i].arrival_ms >= w.requests[i - 1].arrival_ms);
+            for (size_t i = 1; i < w.requests.size(); ++i)
+                REQUIRE(w.requests[i].arrival_ms >= w.requests[i - 1].arrival_ms);
         }
     }
     WorkloadGenParams p;

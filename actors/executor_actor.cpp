@@ -1,0 +1,147 @@
+// executor_actor: one per pool, detached. Owns the pool's Engine (scheduler + KV + forward); a
+// step is one forward over the whole batch, then one message per request with its new tokens.
+// The prefix cache and the KV allocator live inside the Engine's KvManager: allocation is on the
+// step's critical path, so it is a call there, not a message (vLLM's scheduler does the same).
+#include <chrono>
+#include <unordered_map>
+
+#include "actors/actors.hpp"
+#include "actors/shared_state.hpp"
+
+namespace steward {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+namespace {
+
+struct executor_state {
+    std::unique_ptr<Engine> engine;
+    std::shared_ptr<SharedState> shared;
+    int pool = 0;
+    std::unordered_map<uint64_t, caf::actor> reply_to;
+    bool step_pending = false;
+    double last_kv_sample = 0;
+    static inline const char* name = "executor";
+};
+
+void ensure_stepping(caf::stateful_actor<executor_state>* self) {
+    auto& st = self->state;
+    if (!st.step_pending && st.engine->has_work()) {
+        st.step_pending = true;
+        self->send(self, step_atom::value);
+    }
+}
+
+void push_kv_sample(executor_state& st, double t) {
+    const EngineStats es = st.engine->stats();
+    KvSample s;
+    s.t_s = t;
+    s.n_blocks_used = es.kv.n_blocks_in_use;
+    s.n_blocks_total = es.kv.n_blocks_total;
+    s.fragmentation = es.kv.fragmentation;
+    s.n_branches = es.kv.n_branches;
+    std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
+    st.shared->metrics->record_kv(s);
+}
+
+caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
+                             std::shared_ptr<SharedState> shared, int pool) {
+    self->state.engine = std::move(*engine);
+    delete engine;
+    self->state.shared = std::move(shared);
+    self->state.pool = pool;
+    return {
+        [=](submit_atom, EngineSubmit m) {
+            auto& st = self->state;
+            auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+            EngineRequest r;
+            r.id = m.id;
+            r.tenant = m.tenant;
+            r.prompt = std::move(m.prompt);
+            r.max_tokens = m.max_tokens;
+            r.sampling.temperature = m.temperature;
+            r.sampling.top_p = m.top_p;
+            r.sampling.top_k = m.top_k;
+            r.sampling.seed = m.seed;
+            r.priority = m.priority;
+            r.arrival_s = m.arrival_s;
+            r.deadline_s = m.deadline_s;
+            r.session = m.session;
+            auto ok = st.engine->submit(std::move(r));
+            if (!ok) {
+                FinishInfo f;
+                f.id = m.id;
+                const bool overloaded = ok.error().message.rfind("overloaded", 0) == 0;
+                f.reason = overloaded ? "overloaded" : "error";
+                f.error = ok.error().message;
+                f.t_s = now_s();
+                self->send(sender, finish_atom::value, f);
+                return;
+            }
+            st.reply_to[m.id] = sender;
+            ensure_stepping(self);
+        },
+        [=](cancel_atom, uint64_t id) {
+            self->state.engine->cancel(id);
+            ensure_stepping(self);
+        },
+        [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
+        [=](step_atom) {
+            auto& st = self->state;
+            st.step_pending = false;
+            const double t = now_s();
+            for (EngineEvent& ev : st.engine->step(t)) {
+                auto it = st.reply_to.find(ev.id);
+                if (it == st.reply_to.end()) continue;
+                const double te = now_s();
+                if (!ev.tokens.empty()) self->send(it->second, token_atom::value, TokenBatch{ev.id, ev.tokens, ev.logprobs, te});
+                if (ev.finished) {
+                    FinishInfo f;
+                    f.id = ev.id;
+                    f.reason = finish_reason_name(ev.finish);
+                    f.error = ev.error;
+                    f.n_prompt = ev.n_prompt;
+                    f.n_cached = ev.n_cached_prompt;
+                    f.n_recomputed = ev.n_recomputed;
+                    f.first_scheduled_s = ev.first_scheduled_s;
+                    f.t_s = te;
+                    self->send(it->second, finish_atom::value, f);
+                    st.reply_to.erase(it);
+                }
+            }
+            if (t - st.last_kv_sample > 0.05) {  // KV gauges at most every 50 ms
+                st.last_kv_sample = t;
+                push_kv_sample(st, t);
+            }
+            ensure_stepping(self);
+        },
+        [=](stats_atom) {
+            const EngineStats es = self->state.engine->stats();
+            PoolStats p;
+            p.n_waiting = es.n_waiting;
+            p.n_running = es.n_running;
+            p.n_sessions = es.n_sessions;
+            p.n_blocks_total = es.kv.n_blocks_total;
+            p.n_blocks_in_use = es.kv.n_blocks_in_use;
+            p.fragmentation = es.kv.fragmentation;
+            p.n_preemptions = es.n_preemptions;
+            p.n_evictions = es.kv.n_evictions;
+            p.n_steps = es.n_steps;
+            p.n_prefix_query_tokens = es.kv.n_prefix_query_tokens;
+            p.n_prefix_hit_tokens = es.kv.n_prefix_hit_tokens;
+            p.n_tenant_boundary_hits = es.kv.n_tenant_boundary_hit_tokens;
+            return p;
+        },
+    };
+}
+
+}  // namespace
+
+caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<SharedState> shared,
+                          int pool_index) {
+    // unique_ptr is move-only; CAF copies spawn arguments, so hand over a raw owner.
+    auto* owner = new std::unique_ptr<Engine>(std::move(engine));
+    return sys.spawn<caf::detached>(executor_actor, owner, std::move(shared), pool_index);
+}
+
+}  // namespace steward

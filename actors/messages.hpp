@@ -1,0 +1,128 @@
+// Every message type exchanged between Steward's actors, in one place, each with a CAF 0.17
+// inspect() so it can cross the network later (register each with add_message_type on every node).
+#pragma once
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace steward {
+
+// ---- atoms (10 characters at most)
+using route_atom = caf::atom_constant<caf::atom("route")>;
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using token_atom = caf::atom_constant<caf::atom("token")>;
+using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using session_atom = caf::atom_constant<caf::atom("session")>;
+using config_atom = caf::atom_constant<caf::atom("config")>;
+
+// request_actor -> router_actor: what the bucket rules look at.
+struct RouteQuery {
+    std::string hint;
+    int32_t prompt_tokens = 0;
+    int32_t max_tokens = 0;
+    double temperature = 0;
+    bool tools = false;
+    std::string response_format;
+    std::string tenant;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
+    return f(caf::meta::type_name("RouteQuery"), x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
+             x.response_format, x.tenant);
+}
+
+// router_actor -> request_actor: where the request goes and with which policies.
+struct RouteDecision {
+    std::string bucket;
+    int32_t pool = 0;  // index into the runtime's pools
+    int32_t priority = 0;
+    uint64_t generation = 0;  // config generation the decision was made with
+    // The per-step draft budget a speculation policy will answer (0: off until that issue).
+    int32_t draft_budget = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
+    return f(caf::meta::type_name("RouteDecision"), x.bucket, x.pool, x.priority, x.generation, x.draft_budget);
+}
+
+// request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
+struct EngineSubmit {
+    uint64_t id = 0;
+    int32_t tenant = 0;
+    std::vector<int32_t> prompt;
+    int32_t max_tokens = 0;
+    float temperature = 0, top_p = 1;
+    int32_t top_k = 0;
+    uint64_t seed = 0;
+    int32_t priority = 0;
+    double arrival_s = 0, deadline_s = 0;
+    std::string session;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
+    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.prompt, x.max_tokens, x.temperature, x.top_p,
+             x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session);
+}
+
+// executor_actor -> request_actor: the tokens one step produced (one message per request per step).
+struct TokenBatch {
+    uint64_t id = 0;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    double t_s = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
+    return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s);
+}
+
+// executor_actor -> request_actor: the request is over (tokens of its last step, if any, came first).
+struct FinishInfo {
+    uint64_t id = 0;
+    std::string reason;  // stop, length, cancelled, timeout, error, overloaded
+    std::string error;
+    int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
+    double first_scheduled_s = -1;
+    double t_s = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
+    return f(caf::meta::type_name("FinishInfo"), x.id, x.reason, x.error, x.n_prompt, x.n_cached, x.n_recomputed,
+             x.first_scheduled_s, x.t_s);
+}
+
+// executor_actor -> anyone who asks: the pool's live figures.
+struct PoolStats {
+    int32_t n_waiting = 0, n_running = 0, n_sessions = 0;
+    int32_t n_blocks_total = 0, n_blocks_in_use = 0;
+    double fragmentation = 0;
+    int64_t n_preemptions = 0, n_evictions = 0, n_steps = 0;
+    int64_t n_prefix_query_tokens = 0, n_prefix_hit_tokens = 0, n_tenant_boundary_hits = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PoolStats& x) {
+    return f(caf::meta::type_name("PoolStats"), x.n_waiting, x.n_running, x.n_sessions, x.n_blocks_total,
+             x.n_blocks_in_use, x.fragmentation, x.n_preemptions, x.n_evictions, x.n_steps, x.n_prefix_query_tokens,
+             x.n_prefix_hit_tokens, x.n_tenant_boundary_hits);
+}
+
+// Registers every type above with a config (each node that sends or receives them).
+inline void add_message_types(caf::actor_system_config& cfg) {
+    cfg.add_message_type<RouteQuery>("RouteQuery");
+    cfg.add_message_type<RouteDecision>("RouteDecision");
+    cfg.add_message_type<EngineSubmit>("EngineSubmit");
+    cfg.add_message_type<TokenBatch>("TokenBatch");
+    cfg.add_message_type<FinishInfo>("FinishInfo");
+    cfg.add_message_type<PoolStats>("PoolStats");
+    cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
+    cfg.add_message_type<std::vector<float>>("std::vector<float>");
+}
+
+double now_s();  // one monotonic clock for every actor (steady_clock, seconds)
+
+}  // namespace steward

@@ -1,0 +1,103 @@
+// steward::Runtime: the embedding API. Start from a TOML path or a Config, submit requests with
+// callbacks, cancel, keep an agent's KV across turns with a session id. No CAF type appears here.
+//
+// Thread-safety: every member function may be called from any thread. Callbacks run on runtime
+// threads (one request's callbacks never run concurrently with each other); they must not block
+// for long and must not call ~Runtime.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "util/error.h"
+
+namespace steward {
+
+struct GenerationRequest {
+    std::string prompt;               // text; ignored when prompt_ids is non-empty
+    std::vector<int32_t> prompt_ids;  // token ids of the routed pool's vocabulary
+    std::string tenant = "default";
+    std::string session;              // non-empty: the conversation's KV stays pinned between turns
+    std::string bucket_hint;          // e.g. "short_qa"; the config's rules decide
+    int max_tokens = 0;               // 0: the config's limits.max_tokens_default
+    float temperature = 0.0f;         // 0: greedy
+    float top_p = 1.0f;
+    int top_k = 0;
+    uint64_t seed = 0;
+    bool tools = false;               // tools present (an agent turn)
+    std::string response_format;      // "json" or empty
+    bool add_bos = true;              // prepend BOS when the vocabulary wants it
+};
+
+// The request's own figures (METRICS.md), filled in the finish callback.
+struct RequestMetrics {
+    double ttft_ms = -1;       // arrival -> first token handed to the caller (-1: none)
+    double e2e_ms = 0;
+    double queue_ms = -1;      // arrival -> first scheduled
+    double tpot_ms = -1;       // (last - first token) / (n - 1); -1 for fewer than 2 tokens
+    int prompt_tokens = 0;
+    int cached_tokens = 0;     // prompt tokens served from the prefix cache or the session
+    int completion_tokens = 0;
+    int recomputed_tokens = 0; // recomputed after preemption
+    double cost = 0;           // from the pool's prices
+    uint64_t config_generation = 0;
+};
+
+struct GenerationResult {
+    uint64_t id = 0;
+    std::string text;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::string finish_reason;  // stop, length, cancelled, timeout, error, overloaded
+    std::string error;          // empty unless finish_reason is error/timeout/overloaded
+    std::string bucket, pool;
+    RequestMetrics metrics;
+    bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
+};
+
+struct RequestCallbacks {
+    // A piece of text (complete UTF-8 characters only) and the ids that produced it. May be null.
+    std::function<void(const std::string& piece, const std::vector<int32_t>& ids)> on_token;
+    // Exactly once per submitted request, also on error, cancel, timeout or overload.
+    std::function<void(const GenerationResult&)> on_finish;
+};
+
+using RequestHandle = uint64_t;
+
+class Runtime {
+public:
+    // Loads the config (and the pools' models: a missing model with a [pool.synth] table is
+    // generated first). Errors name the file and the problem.
+    static Expected<std::unique_ptr<Runtime>> start(const std::string& config_path);
+    static Expected<std::unique_ptr<Runtime>> start(const Config& config);
+    // Cancels what is still running (each gets on_finish "cancelled") and stops every actor.
+    ~Runtime();
+
+    // Submits; returns at once. The result always arrives through on_finish.
+    RequestHandle submit(GenerationRequest req, RequestCallbacks cb);
+    // Cancels a running request; false when it already finished or is unknown.
+    bool cancel(RequestHandle h);
+    // Blocking convenience: submit and wait for the result.
+    GenerationResult generate(GenerationRequest req);
+    // Drops a session's pinned KV now (otherwise it expires after limits.session_ttl_ms).
+    void end_session(const std::string& session);
+
+    // The per-bucket figures so far: JSON, a text table, Prometheus exposition.
+    std::string metrics_json() const;
+    std::string metrics_table() const;
+    std::string metrics_prometheus() const;
+    const Config& config() const;
+    // Waits until no request is in flight.
+    void drain();
+
+    struct Impl;
+
+private:
+    explicit Runtime(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace steward

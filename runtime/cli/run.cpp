@@ -1,0 +1,198 @@
+// `steward run`: the main job. Generates the default synthetic models when missing, replays a
+// mixed workload (the standard one of WORKLOADS.md, or a JSONL file) through the runtime at its
+// arrival times, with a progress bar, then prints the per-bucket table and writes it as JSON.
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "api/runtime.h"
+#include "workload/workload.h"
+
+namespace steward {
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+
+struct Progress {
+    std::mutex mu;
+    int total = 0, done = 0, failed = 0;
+    int64_t tokens = 0;
+    clk::time_point start = clk::now();
+    bool tty = isatty(2);
+    int last_decile = -1;
+    void print(bool final = false) {
+        const double el = std::chrono::duration<double>(clk::now() - start).count();
+        const int width = 30;
+        const int filled = total ? done * width / total : width;
+        if (tty) {
+            std::fprintf(stderr, "\r[%.*s%.*s] %d/%d requests, %d failed, %lld tokens, %.1f tok/s, %.0f s%s",
+                         filled, "==============================", width - filled, "                              ",
+                         done, total, failed, (long long)tokens, el > 0 ? tokens / el : 0.0, el, final ? "\n" : "");
+        } else {
+            const int decile = total ? done * 10 / total : 10;
+            if (decile == last_decile && !final) return;
+            last_decile = decile;
+            std::fprintf(stderr, "progress: %d/%d requests, %d failed, %lld tokens, %.0f s\n", done, total, failed,
+                         (long long)tokens, el);
+        }
+        std::fflush(stderr);
+    }
+};
+
+}  // namespace
+
+int cmd_run(const RunOptions& o) {
+    auto cfg = load_config(o.config_path);
+    if (!cfg) return cli_fail(cfg.error().message);
+    Workload wl;
+    if (!o.workload_path.empty()) {
+        auto w = read_workload_file(o.workload_path);
+        if (!w) return cli_fail(w.error().message);
+        wl = std::move(*w);
+    } else {
+        WorkloadGenParams gp;
+        gp.n_requests = o.n_requests;
+        gp.rate = o.rate;
+        gp.scale = o.scale;
+        gp.seed = o.seed;
+        gp.burst = o.burst;
+        wl = generate_workload(gp);
+    }
+    if (!o.save_workload.empty()) {
+        if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
+    }
+    // Segments the workload declares public become the config's public prefixes.
+    std::map<std::string, bool> pub;
+    for (const auto& r : wl.requests)
+        if (!r.public_prefix.empty()) pub[r.public_prefix] = true;
+    for (const auto& [name, _] : pub)
+        if (const WorkloadSegment* s = wl.find_segment(name)) cfg->public_prefixes.push_back({name, s->text});
+
+    std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets\n", o.config_path.c_str(),
+                 wl.requests.size(), cfg->pools.size(), cfg->buckets.size());
+    auto rt = Runtime::start(*cfg);
+    if (!rt) return cli_fail(rt.error().message);
+    Runtime& runtime = **rt;
+
+    Progress prog;
+    prog.total = (int)wl.requests.size();
+    std::mutex mu;
+    std::condition_variable cv;
+    // Agent sessions: the conversation so far, and when the next turn may go.
+    struct SessionState {
+        std::string conversation;
+        bool busy = false;
+        clk::time_point ready = clk::time_point::min();
+    };
+    std::map<std::string, SessionState> sessions;
+    std::atomic<int> in_flight{0};
+    const clk::time_point t0 = clk::now();
+    prog.start = t0;
+
+    auto make_request = [&](const WorkloadRequest& r, const std::string& text) {
+        GenerationRequest g;
+        g.tenant = r.tenant;
+        g.bucket_hint = r.bucket;
+        g.session = r.session;
+        g.max_tokens = r.max_tokens;
+        g.temperature = (float)r.temperature;
+        g.top_p = (float)r.top_p;
+        g.seed = r.seed.value_or(0);
+        g.tools = r.tools;
+        g.response_format = r.response_json ? "json" : "";
+        if (r.prompt_kind == PromptKind::IDS) g.prompt_ids = r.prompt_ids;
+        else g.prompt = text;
+        return g;
+    };
+
+    std::thread ticker([&] {
+        std::unique_lock<std::mutex> lk(prog.mu);
+        while (prog.done < prog.total) {
+            prog.print();
+            lk.unlock();
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            lk.lock();
+        }
+    });
+
+    for (const WorkloadRequest& r : wl.requests) {
+        const clk::time_point at = t0 + std::chrono::microseconds((int64_t)(r.arrival_ms * 1e3));
+        std::string text = r.prompt_kind == PromptKind::IDS ? "" : wl.prompt_text(r);
+        {
+            std::unique_lock<std::mutex> lk(mu);
+            if (!r.session.empty()) {
+                // A later turn waits for the previous one and its tool pause; its prompt is the
+                // conversation so far plus its new content.
+                cv.wait(lk, [&] { return !sessions[r.session].busy; });
+                SessionState& s = sessions[r.session];
+                cv.wait_until(lk, std::max(at, s.ready));
+                s.conversation += (s.conversation.empty() ? "" : " ") + text;
+                text = s.conversation;
+                s.busy = true;
+            } else {
+                cv.wait_until(lk, at, [] { return false; });
+            }
+        }
+        in_flight++;
+        const std::string session = r.session;
+        const double pause_ms = r.tool_pause_ms;
+        RequestCallbacks cb;
+        cb.on_finish = [&, session, pause_ms](const GenerationResult& res) {
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                if (!session.empty()) {
+                    SessionState& s = sessions[session];
+                    s.conversation += res.text;
+                    s.busy = false;
+                    s.ready = clk::now() + std::chrono::microseconds((int64_t)(pause_ms * 1e3));
+                }
+            }
+            {
+                std::lock_guard<std::mutex> lk(prog.mu);
+                prog.done++;
+                prog.tokens += (int64_t)res.tokens.size();
+                if (!res.ok()) {
+                    prog.failed++;
+                    if (o.verbose) std::fprintf(stderr, "\nrequest %llu %s: %s\n", (unsigned long long)res.id,
+                                                res.finish_reason.c_str(), res.error.c_str());
+                }
+            }
+            in_flight--;
+            cv.notify_all();
+        };
+        runtime.submit(make_request(r, text), std::move(cb));
+    }
+    runtime.drain();
+    ticker.join();
+    prog.print(true);
+
+    const std::string table = runtime.metrics_table();
+    std::printf("\n%s\n", table.c_str());
+    nlohmann::json report;
+    report["config"] = o.config_path;
+    report["requests"] = wl.requests.size();
+    report["wall_s"] = std::chrono::duration<double>(clk::now() - t0).count();
+    report["metrics"] = nlohmann::json::parse(runtime.metrics_json());
+    std::error_code ec;
+    if (std::filesystem::path(o.out_path).has_parent_path())
+        std::filesystem::create_directories(std::filesystem::path(o.out_path).parent_path(), ec);
+    std::ofstream out(o.out_path);
+    if (!out) return cli_fail("cannot write the report to '" + o.out_path + "'");
+    out << report.dump(2) << "\n";
+    std::printf("report written to %s\n", o.out_path.c_str());
+    return prog.failed == 0 ? 0 : 3;
+}
+
+}  // namespace steward
