@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <future>
 
+#include <unistd.h>
+
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "model/synth.h"
@@ -29,6 +31,18 @@ Expected<GgmlType> dtype_of(const std::string& s) {
     return make_error("synth dtype '", s, "' is not one of f32, f16, bf16, q8_0");
 }
 
+// Two processes starting on the same config may both find the model missing: each writes its own
+// temp file and renames it into place (atomic on POSIX), so no reader ever sees a half-written file.
+std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+Expected<bool> rename_into_place(const std::string& tmp, const std::string& path) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (!ec) return true;
+    std::filesystem::remove(tmp, ec);
+    return make_error("cannot move the written model '", tmp, "' to '", path, "'; check the directory is writable");
+}
+
 // Writes a pool's synthetic model when its file is missing (drafts after their targets).
 Expected<bool> ensure_models(const Config& c) {
     for (int pass = 0; pass < 2; pass++) {
@@ -42,8 +56,14 @@ Expected<bool> ensure_models(const Config& c) {
                 const PoolConfig* t = c.find_pool(s.draft_from);
                 if (!t) return make_error("pool '", p.name, "' synth.draft_from names pool '", s.draft_from, "', which is not defined");
                 spdlog::info("writing draft model {} ({} layers of {})", p.model, s.keep_layers, t->model);
-                auto r = synth_draft(t->model, s.keep_layers, p.model);
-                if (!r) return r.error();
+                const std::string tmp = temp_path_for(p.model);
+                auto r = synth_draft(t->model, s.keep_layers, tmp);
+                if (!r) {
+                    std::filesystem::remove(tmp, ec);
+                    return r.error();
+                }
+                auto mv = rename_into_place(tmp, p.model);
+                if (!mv) return mv.error();
                 continue;
             }
             SynthSpec spec;
@@ -60,8 +80,14 @@ Expected<bool> ensure_models(const Config& c) {
             if (!dt) return dt.error();
             spec.dtype = *dt;
             spdlog::info("writing synthetic model {} (dim {}, {} layers, vocab {})", p.model, s.dim, s.layers, s.vocab);
-            auto r = synth_write(spec, p.model);
-            if (!r) return make_error("pool '", p.name, "': ", r.error().message);
+            const std::string tmp = temp_path_for(p.model);
+            auto r = synth_write(spec, tmp);
+            if (!r) {
+                std::filesystem::remove(tmp, ec);
+                return make_error("pool '", p.name, "': ", r.error().message);
+            }
+            auto mv = rename_into_place(tmp, p.model);
+            if (!mv) return make_error("pool '", p.name, "': ", mv.error().message);
         }
     }
     return true;

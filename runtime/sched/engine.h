@@ -88,6 +88,7 @@ public:
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     int n_sessions() const { return (int)sessions_.size(); }
+    const KvManager& kv_manager() const { return mgr_; }
     // Token sequences (of this pool's vocabulary) whose blocks every tenant may share.
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.

@@ -234,3 +234,55 @@ TEST_CASE("a session keeps its KV across turns so the next turn reuses it", "[en
     e.end_session("agent-1");
     CHECK(e.stats().kv.n_blocks_in_use == 0);
 }
+
+TEST_CASE("after draining random workloads with cancellations, preemptions, sessions and expiry every block is free", "[engine]") {
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        std::mt19937_64 rng(seed);
+        EngineOptions o;
+        o.n_blocks = 10 + (int)(rng() % 10);  // small: forces preemption and eviction
+        o.block_size = rng() % 2 ? 8 : 16;
+        o.max_batch = 1 + (int)(rng() % 8);
+        o.max_batch_tokens = 8 + (int)(rng() % 48);
+        o.n_threads = 1;
+        o.session_ttl_s = 0.05;
+        Engine e(test_model(), o);
+        const auto prompts = make_prompts(40, seed);
+        std::map<uint64_t, int> finishes;
+        double t = 0;
+        size_t next = 0;
+        uint64_t submitted = 0;
+        while (next < prompts.size() || e.has_work()) {
+            if (next < prompts.size() && rng() % 3 == 0) {
+                EngineRequest r;
+                r.id = ++submitted;
+                r.prompt = prompts[next++];
+                r.max_tokens = 1 + (int)(rng() % 10);
+                r.tenant = (int)(rng() % 3);
+                r.priority = (int)(rng() % 3);
+                if (rng() % 4 == 0) r.session = "s" + std::to_string(rng() % 3);
+                if (rng() % 8 == 0) r.deadline_s = t + 0.01 * (double)(rng() % 5);
+                if (rng() % 5 == 0) r.sampling.temperature = 1.0f, r.sampling.seed = rng();
+                const int64_t need = ((int64_t)r.prompt.size() + r.max_tokens + o.block_size - 1) / o.block_size;
+                auto ok = e.submit(r);
+                REQUIRE(ok.ok() == (need <= o.n_blocks));  // refused only when it could never fit
+                if (!ok) finishes[r.id]++;
+            }
+            if (submitted > 0 && rng() % 7 == 0) e.cancel(1 + rng() % submitted);
+            for (auto& ev : e.step(t += 0.002))
+                if (ev.finished) finishes[ev.id]++;
+            if (next >= prompts.size() && !e.has_work()) break;
+        }
+        // Every submitted request finished exactly once.
+        CHECK(finishes.size() == submitted);
+        for (auto& [id, n] : finishes) CHECK(n == 1);
+        // Sessions expire after their TTL; then nothing holds a block.
+        e.step(t + 1.0);
+        const KvManager& m = e.kv_manager();
+        CHECK(e.n_sessions() == 0);
+        CHECK(m.seq_ids().empty());
+        CHECK(m.pool().n_free() == m.pool().n_total());
+        for (int32_t b = 0; b < m.pool().n_total(); b++) CHECK(m.pool().ref_count(b) == 0);
+        CHECK(m.pool().check_invariants().empty());
+        CHECK(e.stats().n_preemptions + e.stats().kv.n_evictions > 0);
+    }
+}

@@ -1,0 +1,257 @@
+// The C API (steward.h) over steward::Runtime: converts at the boundary and catches every C++
+// exception there, turning it into a status (a C caller cannot unwind a C++ exception).
+#include "api/steward.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "api/runtime.h"
+
+struct steward_runtime {
+    std::unique_ptr<steward::Runtime> rt;
+};
+
+namespace {
+
+void write_err(char* err, size_t err_len, const std::string& msg) {
+    if (!err || err_len == 0) return;
+    const size_t n = std::min(msg.size(), err_len - 1);
+    std::memcpy(err, msg.data(), n);
+    err[n] = '\0';
+}
+
+// malloc'ed so that any language's FFI can hand it back to steward_string_free.
+char* dup_string(const std::string& s) {
+    char* p = static_cast<char*>(std::malloc(s.size() + 1));
+    if (!p) throw std::bad_alloc();
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+    return p;
+}
+
+steward_status status_of(const std::string& finish_reason) {
+    if (finish_reason == "stop" || finish_reason == "length") return STEWARD_OK;
+    if (finish_reason == "overloaded") return STEWARD_ERR_OVERLOADED;
+    if (finish_reason == "timeout") return STEWARD_ERR_TIMEOUT;
+    if (finish_reason == "cancelled") return STEWARD_ERR_CANCELLED;
+    return STEWARD_ERR_GENERATION;
+}
+
+steward_request_metrics metrics_of(const steward::RequestMetrics& m) {
+    steward_request_metrics c;
+    c.ttft_ms = m.ttft_ms;
+    c.e2e_ms = m.e2e_ms;
+    c.queue_ms = m.queue_ms;
+    c.tpot_ms = m.tpot_ms;
+    c.prompt_tokens = m.prompt_tokens;
+    c.cached_tokens = m.cached_tokens;
+    c.completion_tokens = m.completion_tokens;
+    c.recomputed_tokens = m.recomputed_tokens;
+    c.cost = m.cost;
+    c.config_generation = m.config_generation;
+    return c;
+}
+
+// Validates at the edge and copies into the C++ request; INVALID_ARGUMENT names the field in msg.
+steward_status to_request(const steward_request* r, steward::GenerationRequest& out, std::string& msg) {
+    if (r->n_prompt_ids > 0 && !r->prompt_ids) return msg = "prompt_ids is NULL but n_prompt_ids > 0", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->max_tokens < 0) return msg = "max_tokens must be >= 0 (0: the config's default)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (!(r->temperature >= 0.0f)) return msg = "temperature must be >= 0 (0: greedy)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (!(r->top_p > 0.0f && r->top_p <= 1.0f))
+        return msg = "top_p must be in (0, 1]; start from steward_request_default()", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->top_k < 0) return msg = "top_k must be >= 0 (0: off)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->n_prompt_ids > 0) out.prompt_ids.assign(r->prompt_ids, r->prompt_ids + r->n_prompt_ids);
+    else if (r->prompt) out.prompt = r->prompt;
+    if (r->tenant && *r->tenant) out.tenant = r->tenant;
+    if (r->session) out.session = r->session;
+    if (r->bucket_hint) out.bucket_hint = r->bucket_hint;
+    if (r->response_format) out.response_format = r->response_format;
+    out.max_tokens = r->max_tokens;
+    out.temperature = r->temperature;
+    out.top_p = r->top_p;
+    out.top_k = r->top_k;
+    out.seed = r->seed;
+    out.tools = r->tools != 0;
+    out.add_bos = r->add_bos != 0;
+    return STEWARD_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* steward_status_name(steward_status status) {
+    switch (status) {
+        case STEWARD_OK: return "STEWARD_OK";
+        case STEWARD_ERR_INVALID_ARGUMENT: return "STEWARD_ERR_INVALID_ARGUMENT";
+        case STEWARD_ERR_CONFIG: return "STEWARD_ERR_CONFIG";
+        case STEWARD_ERR_OVERLOADED: return "STEWARD_ERR_OVERLOADED";
+        case STEWARD_ERR_TIMEOUT: return "STEWARD_ERR_TIMEOUT";
+        case STEWARD_ERR_CANCELLED: return "STEWARD_ERR_CANCELLED";
+        case STEWARD_ERR_GENERATION: return "STEWARD_ERR_GENERATION";
+        case STEWARD_ERR_NOT_FOUND: return "STEWARD_ERR_NOT_FOUND";
+        case STEWARD_ERR_OUT_OF_MEMORY: return "STEWARD_ERR_OUT_OF_MEMORY";
+        case STEWARD_ERR_INTERNAL: return "STEWARD_ERR_INTERNAL";
+    }
+    return "unknown";
+}
+
+int steward_api_version(void) { return STEWARD_API_VERSION; }
+
+steward_request steward_request_default(void) {
+    steward_request r;
+    std::memset(&r, 0, sizeof r);
+    r.top_p = 1.0f;
+    r.add_bos = 1;
+    return r;
+}
+
+steward_status steward_runtime_start(const char* config_path, steward_runtime** out, char* err, size_t err_len) {
+    if (out) *out = nullptr;
+    if (!config_path || !out) {
+        write_err(err, err_len, "steward_runtime_start: config_path and out must not be NULL");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    try {
+        auto rt = steward::Runtime::start(std::string(config_path));
+        if (!rt) {
+            write_err(err, err_len, rt.error().message);
+            return STEWARD_ERR_CONFIG;
+        }
+        *out = new steward_runtime{std::move(rt.value())};
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    } catch (const std::bad_alloc&) {
+        write_err(err, err_len, "steward_runtime_start: out of memory");
+        return STEWARD_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        write_err(err, err_len, std::string("steward_runtime_start: ") + e.what());
+        return STEWARD_ERR_INTERNAL;
+    } catch (...) {
+        write_err(err, err_len, "steward_runtime_start: unknown exception");
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+// ~Runtime is noexcept: it cannot throw into C.
+void steward_runtime_free(steward_runtime* rt) { delete rt; }
+
+steward_status steward_submit(steward_runtime* rt, const steward_request* req, steward_token_cb on_token,
+                              steward_finish_cb on_finish, void* user, uint64_t* out_handle) {
+    if (out_handle) *out_handle = 0;
+    if (!rt || !req) return STEWARD_ERR_INVALID_ARGUMENT;
+    try {
+        steward::GenerationRequest gr;
+        std::string msg;
+        if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) return s;
+        steward::RequestCallbacks cb;
+        if (on_token)
+            cb.on_token = [on_token, user](const std::string& piece, const std::vector<int32_t>& ids) {
+                on_token(piece.c_str(), piece.size(), ids.empty() ? nullptr : ids.data(), ids.size(), user);
+            };
+        if (on_finish)
+            cb.on_finish = [on_finish, user](const steward::GenerationResult& r) {
+                steward_result c;
+                c.handle = r.id;
+                c.status = status_of(r.finish_reason);
+                c.finish_reason = r.finish_reason.c_str();
+                c.error = r.error.c_str();
+                c.text = r.text.c_str();
+                c.text_len = r.text.size();
+                c.tokens = r.tokens.empty() ? nullptr : r.tokens.data();
+                c.logprobs = r.logprobs.empty() ? nullptr : r.logprobs.data();
+                c.n_tokens = r.tokens.size();
+                c.bucket = r.bucket.c_str();
+                c.pool = r.pool.c_str();
+                c.metrics = metrics_of(r.metrics);
+                on_finish(&c, user);
+            };
+        const uint64_t h = rt->rt->submit(std::move(gr), std::move(cb));
+        if (out_handle) *out_handle = h;
+        return STEWARD_OK;
+    } catch (const std::bad_alloc&) {
+        return STEWARD_ERR_OUT_OF_MEMORY;
+    } catch (...) {
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+steward_status steward_cancel(steward_runtime* rt, uint64_t handle) {
+    if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
+    try {
+        return rt->rt->cancel(handle) ? STEWARD_OK : STEWARD_ERR_NOT_FOUND;
+    } catch (...) {
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+steward_status steward_generate(steward_runtime* rt, const steward_request* req, char** out_text,
+                                steward_request_metrics* out_metrics, char* err, size_t err_len) {
+    if (out_text) *out_text = nullptr;
+    if (!rt || !req || !out_text) {
+        write_err(err, err_len, "steward_generate: rt, req and out_text must not be NULL");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    try {
+        steward::GenerationRequest gr;
+        std::string msg;
+        if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) {
+            write_err(err, err_len, "steward_generate: " + msg);
+            return s;
+        }
+        const steward::GenerationResult r = rt->rt->generate(std::move(gr));
+        *out_text = dup_string(r.text);
+        if (out_metrics) *out_metrics = metrics_of(r.metrics);
+        write_err(err, err_len, r.error);
+        return status_of(r.finish_reason);
+    } catch (const std::bad_alloc&) {
+        write_err(err, err_len, "steward_generate: out of memory");
+        return STEWARD_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        write_err(err, err_len, std::string("steward_generate: ") + e.what());
+        return STEWARD_ERR_INTERNAL;
+    } catch (...) {
+        write_err(err, err_len, "steward_generate: unknown exception");
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+steward_status steward_end_session(steward_runtime* rt, const char* session) {
+    if (!rt || !session) return STEWARD_ERR_INVALID_ARGUMENT;
+    try {
+        rt->rt->end_session(session);
+        return STEWARD_OK;
+    } catch (...) {
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+steward_status steward_metrics_json(steward_runtime* rt, char** out_json) {
+    if (out_json) *out_json = nullptr;
+    if (!rt || !out_json) return STEWARD_ERR_INVALID_ARGUMENT;
+    try {
+        *out_json = dup_string(rt->rt->metrics_json());
+        return STEWARD_OK;
+    } catch (const std::bad_alloc&) {
+        return STEWARD_ERR_OUT_OF_MEMORY;
+    } catch (...) {
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+steward_status steward_drain(steward_runtime* rt) {
+    if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
+    try {
+        rt->rt->drain();
+        return STEWARD_OK;
+    } catch (...) {
+        return STEWARD_ERR_INTERNAL;
+    }
+}
+
+void steward_string_free(char* s) { std::free(s); }
+
+}  // extern "C"

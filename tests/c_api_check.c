@@ -1,0 +1,159 @@
+/* Proves steward.h is plain C (compiled as C99 with -Wpedantic -Werror) and that the C API works
+ * end to end: start, generate, submit with callbacks, cancel, sessions, metrics, free.
+ * Run: build/c_api_check configs/test_tiny.toml (ctest runs it as c_api_runs). */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/steward.h"
+
+static int n_failed = 0;
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "c_api_check: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            n_failed++;                                                      \
+        }                                                                    \
+    } while (0)
+
+/* One per request: its callbacks never run concurrently, and steward_drain orders them before reads. */
+typedef struct request_state {
+    int n_token_calls;
+    size_t n_piece_bytes;
+    int n_finish_calls;
+    steward_status status;
+    char finish_reason[32];
+    int n_tokens;
+    int cached_tokens;
+} request_state;
+
+static void on_token(const char *piece, size_t piece_len, const int32_t *ids, size_t n_ids, void *user) {
+    request_state *st = (request_state *)user;
+    (void)ids;
+    (void)n_ids;
+    if (piece && strlen(piece) <= piece_len) st->n_piece_bytes += piece_len;
+    st->n_token_calls++;
+}
+
+static void on_finish(const steward_result *r, void *user) {
+    request_state *st = (request_state *)user;
+    st->n_finish_calls++;
+    st->status = r->status;
+    strncpy(st->finish_reason, r->finish_reason, sizeof st->finish_reason - 1);
+    st->finish_reason[sizeof st->finish_reason - 1] = '\0';
+    st->n_tokens = (int)r->n_tokens;
+    st->cached_tokens = r->metrics.cached_tokens;
+}
+
+int main(int argc, char **argv) {
+    char err[512];
+    steward_runtime *rt = NULL;
+    steward_request req;
+    steward_request_metrics m;
+    request_state a, b, c;
+    char *text = NULL;
+    char *json = NULL;
+    uint64_t handle = 0;
+    int32_t bad_ids[1];
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: c_api_check CONFIG.toml\n");
+        return 2;
+    }
+    CHECK(steward_api_version() == STEWARD_API_VERSION);
+    CHECK(strcmp(steward_status_name(STEWARD_ERR_OVERLOADED), "STEWARD_ERR_OVERLOADED") == 0);
+
+    /* Start errors: NULL arguments, a missing config. */
+    CHECK(steward_runtime_start(NULL, &rt, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(steward_runtime_start("/nonexistent/steward.toml", &rt, err, sizeof err) == STEWARD_ERR_CONFIG);
+    CHECK(rt == NULL && strstr(err, "/nonexistent/steward.toml") != NULL);
+
+    if (steward_runtime_start(argv[1], &rt, err, sizeof err) != STEWARD_OK) {
+        fprintf(stderr, "c_api_check: cannot start: %s\n", err);
+        return 1;
+    }
+
+    /* Blocking generation. */
+    req = steward_request_default();
+    req.prompt = "The quick brown fox";
+    req.max_tokens = 8;
+    CHECK(steward_generate(rt, &req, &text, &m, err, sizeof err) == STEWARD_OK);
+    CHECK(text != NULL);
+    CHECK(m.prompt_tokens > 0 && m.completion_tokens > 0);
+    printf("generate: \"%s\" (%d prompt tokens, %d completion tokens)\n", text ? text : "", m.prompt_tokens,
+           m.completion_tokens);
+    steward_string_free(text);
+    text = NULL;
+
+    /* Invalid arguments are refused before anything runs. */
+    CHECK(steward_generate(rt, &req, NULL, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+    req.top_p = 0.0f;
+    CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
+    req = steward_request_default();
+    req.prompt_ids = NULL;
+    req.n_prompt_ids = 1;
+    CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(steward_submit(NULL, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
+
+    /* A generation error arrives as the result's status: a prompt past the model's context. */
+    req = steward_request_default();
+    bad_ids[0] = 5;
+    req.prompt_ids = bad_ids;
+    req.n_prompt_ids = 1;
+    req.max_tokens = 100000;
+    CHECK(steward_generate(rt, &req, &text, NULL, err, sizeof err) == STEWARD_ERR_GENERATION);
+    CHECK(strstr(err, "context") != NULL);
+    steward_string_free(text);
+    text = NULL;
+
+    /* Asynchronous submit with callbacks; a session's second turn reuses its KV. */
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&c, 0, sizeof c);
+    req = steward_request_default();
+    req.prompt = "You are a careful agent. Call the weather tool for Paris, then summarise.";
+    req.session = "c-session";
+    req.tools = 1;
+    req.max_tokens = 12;
+    CHECK(steward_submit(rt, &req, on_token, on_finish, &a, &handle) == STEWARD_OK);
+    CHECK(handle != 0);
+    CHECK(steward_drain(rt) == STEWARD_OK);
+    CHECK(a.n_finish_calls == 1 && a.status == STEWARD_OK);
+    CHECK(a.n_token_calls > 0);
+    CHECK(steward_cancel(rt, handle) == STEWARD_ERR_NOT_FOUND); /* already finished */
+
+    req.prompt = "You are a careful agent. Call the weather tool for Paris, then summarise. Tool: 18C, sunny.";
+    CHECK(steward_submit(rt, &req, on_token, on_finish, &b, &handle) == STEWARD_OK);
+    CHECK(steward_drain(rt) == STEWARD_OK);
+    CHECK(b.n_finish_calls == 1 && b.status == STEWARD_OK);
+    CHECK(b.cached_tokens > 0);
+    printf("session turn 2: %d cached prompt tokens\n", b.cached_tokens);
+    CHECK(steward_end_session(rt, "c-session") == STEWARD_OK);
+    CHECK(steward_end_session(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
+
+    /* Cancel right after submit: exactly one finish, cancelled unless it already ended. */
+    req = steward_request_default();
+    req.prompt = "Count slowly";
+    req.max_tokens = 400;
+    CHECK(steward_submit(rt, &req, on_token, on_finish, &c, &handle) == STEWARD_OK);
+    CHECK(steward_cancel(rt, handle) == STEWARD_OK || c.n_finish_calls == 1);
+    CHECK(steward_drain(rt) == STEWARD_OK);
+    CHECK(c.n_finish_calls == 1);
+    CHECK(c.status == STEWARD_ERR_CANCELLED || c.status == STEWARD_OK);
+    printf("cancelled request: %s after %d tokens\n", c.finish_reason, c.n_tokens);
+
+    /* Metrics: a JSON document the caller frees. */
+    CHECK(steward_metrics_json(rt, &json) == STEWARD_OK);
+    CHECK(json != NULL && strstr(json, "\"buckets\"") != NULL);
+    steward_string_free(json);
+    CHECK(steward_metrics_json(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
+
+    steward_runtime_free(rt);
+    steward_runtime_free(NULL);
+    if (n_failed) {
+        fprintf(stderr, "c_api_check: %d check(s) failed\n", n_failed);
+        return 1;
+    }
+    printf("c_api_check: all checks passed\n");
+    return 0;
+}
