@@ -205,7 +205,7 @@ Expected<bool> GgufFile::parse_impl() {
         return make_error("invalid GGUF file '", path_, "': ", msg,
                           ". The file is corrupt or not a GGUF model; re-download or re-convert it.");
     };
-    Cursor c{base_, size_};
+    Cursor c{base_, size_, 0, {}};
     uint32_t magic;
     if (!c.read(magic, "magic")) return bad(c.err);
     if (magic != kGgufMagic) {
@@ -292,8 +292,8 @@ Expected<bool> GgufFile::parse_impl() {
     const uint64_t data_size = size_ > data_start ? size_ - data_start : 0;
     for (auto& ti : tensors_) {
         if (ti.offset > data_size || ti.n_bytes > data_size - ti.offset)
-            return bad("tensor '" + ti.name + "' data [" + std::to_string(ti.offset) + ", " +
-                       std::to_string(ti.offset + ti.n_bytes) + ") runs past the end of the data section (" +
+            return bad("tensor '" + ti.name + "' data (offset " + std::to_string(ti.offset) + ", " +
+                       std::to_string(ti.n_bytes) + " bytes) runs past the end of the data section (" +
                        std::to_string(data_size) + " bytes); the file is truncated");
         ti.data = base_ + data_start + ti.offset;
     }
