@@ -15,7 +15,7 @@ struct SynthSpec {
     int n_head = 4;
     int n_head_kv = 4;
     int n_ff = 688;
-    int n_vocab = 4096;   // at least 259 (3 control tokens + 256 byte tokens)
+    int n_vocab = 4096;   // at least 354 (3 control, 256 byte and 95 character tokens)
     int n_ctx = 2048;
     GgmlType dtype = GgmlType::F32;  // matrices; norms are always F32
     bool tied_output = false;        // untied with a larger scale gives peaked logits (see synth.cpp)
