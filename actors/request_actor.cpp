@@ -135,7 +135,7 @@ caf::behavior request_actor(caf::stateful_actor<request_state>* self, std::share
                 m.arrival_s = ctx->arrival_s;
                 const double timeout = ctx->shared->config->limits.request_timeout_ms;
                 m.deadline_s = timeout > 0 ? ctx->arrival_s + timeout / 1e3 : 0;
-                m.session = req.session;
+                m.session = SharedState::session_key(m.tenant, req.session);
                 self->send(pool.executor, submit_atom::value, std::move(m));
                 st.submitted = true;
             },

@@ -40,6 +40,11 @@ struct SharedState {
         tenant_ids.emplace(name, id);
         return id;
     }
+    // The engine's session key: session ids are chosen by callers, so they are scoped to the tenant
+    // (else a tenant naming another's session would attach to, or replace, that tenant's KV).
+    static std::string session_key(int32_t tenant, const std::string& session) {
+        return session.empty() ? std::string() : std::to_string(tenant) + "/" + session;
+    }
 
     mutable std::mutex metrics_mu;
     std::unique_ptr<MetricsRegistry> metrics;

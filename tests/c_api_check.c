@@ -8,12 +8,12 @@
 
 static int n_failed = 0;
 
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
             fprintf(stderr, "c_api_check: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-            n_failed++;                                                      \
-        }                                                                    \
+            n_failed++;                                                             \
+        }                                                                           \
     } while (0)
 
 /* One per request: its callbacks never run concurrently, and steward_drain orders them before reads. */
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     steward_runtime *rt = NULL;
     steward_request req;
     steward_request_metrics m;
-    request_state a, b, c;
+    request_state a, b, c, d;
     char *text = NULL;
     char *json = NULL;
     uint64_t handle = 0;
@@ -148,7 +148,15 @@ int main(int argc, char **argv) {
     steward_string_free(json);
     CHECK(steward_metrics_json(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
 
+    /* Freeing with a request in flight cancels it; its finish callback has run when free returns. */
+    memset(&d, 0, sizeof d);
+    req = steward_request_default();
+    req.prompt = "Keep talking";
+    req.max_tokens = 400;
+    CHECK(steward_submit(rt, &req, on_token, on_finish, &d, &handle) == STEWARD_OK);
     steward_runtime_free(rt);
+    CHECK(d.n_finish_calls == 1);
+    CHECK(d.status == STEWARD_ERR_CANCELLED || d.status == STEWARD_OK);
     steward_runtime_free(NULL);
     if (n_failed) {
         fprintf(stderr, "c_api_check: %d check(s) failed\n", n_failed);

@@ -20,6 +20,12 @@ namespace {
 
 caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     add_message_types(cfg);
+    // Request, router and config actors are light; the executors have threads of their own. One
+    // scheduler thread that polls briefly leaves the cores to the forward pass's threads (CAF's
+    // default aggressive polling competes with them on small machines).
+    cfg.set("scheduler.max-threads", 1);
+    cfg.set("work-stealing.aggressive-poll-attempts", 1);
+    cfg.set("work-stealing.moderate-poll-attempts", 10);
     return cfg;
 }
 
@@ -222,7 +228,15 @@ GenerationResult Runtime::generate(GenerationRequest req) {
 }
 
 void Runtime::end_session(const std::string& session) {
-    for (auto& p : impl_->shared->pools) caf::anon_send(p.executor, session_atom::value, session);
+    // Engine sessions are keyed per tenant (SharedState::session_key); this API names none, so it
+    // ends the session of every tenant that has one by this name.
+    std::vector<std::string> keys;
+    {
+        std::lock_guard<std::mutex> lk(impl_->shared->tenants_mu);
+        for (const auto& [name, id] : impl_->shared->tenant_ids) keys.push_back(SharedState::session_key(id, session));
+    }
+    for (auto& p : impl_->shared->pools)
+        for (const std::string& k : keys) caf::anon_send(p.executor, session_atom::value, k);
 }
 
 std::string Runtime::metrics_json() const {

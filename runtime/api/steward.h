@@ -33,10 +33,10 @@ typedef enum steward_status {
     STEWARD_ERR_OVERLOADED = 3,       /* the pool's queue was full (max_queue); retry later */
     STEWARD_ERR_TIMEOUT = 4,          /* the request passed limits.request_timeout_ms */
     STEWARD_ERR_CANCELLED = 5,        /* the request was cancelled (steward_cancel or steward_runtime_free) */
-    STEWARD_ERR_GENERATION = 6,       /* the request failed (e.g. prompt past the model's context); see the error text */
-    STEWARD_ERR_NOT_FOUND = 7,        /* steward_cancel: the handle is unknown or already finished */
-    STEWARD_ERR_OUT_OF_MEMORY = 8,    /* an allocation failed */
-    STEWARD_ERR_INTERNAL = 9          /* an unexpected failure inside the runtime; the error text says what */
+    STEWARD_ERR_GENERATION = 6,    /* the request failed (e.g. prompt past the model's context); see the error text */
+    STEWARD_ERR_NOT_FOUND = 7,     /* steward_cancel: the handle is unknown or already finished */
+    STEWARD_ERR_OUT_OF_MEMORY = 8, /* an allocation failed */
+    STEWARD_ERR_INTERNAL = 9       /* an unexpected failure inside the runtime; the error text says what */
 } steward_status;
 
 /* A static, NUL-terminated name for a status ("STEWARD_OK", ...); "unknown" for other values.
@@ -51,8 +51,8 @@ typedef struct steward_runtime steward_runtime; /* opaque */
 /* What to generate. Start from steward_request_default() and set fields: a zeroed struct has
  * top_p 0 and add_bos 0, which are probably not what you want. */
 typedef struct steward_request {
-    const char *prompt;          /* UTF-8, NUL-terminated; ignored when n_prompt_ids > 0. NULL: "" */
-    const int32_t *prompt_ids;   /* token ids of the routed pool's vocabulary (n_prompt_ids of them) */
+    const char *prompt;        /* UTF-8, NUL-terminated; ignored when n_prompt_ids > 0. NULL: "" */
+    const int32_t *prompt_ids; /* token ids of the routed pool's vocabulary (n_prompt_ids of them) */
     size_t n_prompt_ids;
     const char *tenant;          /* NULL or "": "default". Tenants never share KV, except public prefixes */
     const char *session;         /* NULL or "": none. Else the conversation's KV stays pinned between turns */
@@ -63,8 +63,8 @@ typedef struct steward_request {
     float top_p;                 /* (0, 1] */
     int32_t top_k;               /* 0: off; >= 0 */
     uint64_t seed;
-    int tools;                   /* non-zero: tools present (an agent turn) */
-    int add_bos;                 /* non-zero: prepend BOS when the vocabulary wants it */
+    int tools;   /* non-zero: tools present (an agent turn) */
+    int add_bos; /* non-zero: prepend BOS when the vocabulary wants it */
 } steward_request;
 
 /* The defaults: greedy, top_p 1, add_bos 1, everything else 0/NULL. Thread-safe. */
@@ -72,12 +72,12 @@ steward_request steward_request_default(void);
 
 /* A request's own figures (METRICS.md). */
 typedef struct steward_request_metrics {
-    double ttft_ms;     /* arrival -> first token handed to the caller; -1: none */
+    double ttft_ms; /* arrival -> first token handed to the caller; -1: none */
     double e2e_ms;
-    double queue_ms;    /* arrival -> first scheduled; -1: never scheduled */
-    double tpot_ms;     /* -1 for fewer than 2 tokens */
+    double queue_ms; /* arrival -> first scheduled; -1: never scheduled */
+    double tpot_ms;  /* -1 for fewer than 2 tokens */
     int32_t prompt_tokens;
-    int32_t cached_tokens;     /* prompt tokens served from the prefix cache or the session */
+    int32_t cached_tokens; /* prompt tokens served from the prefix cache or the session */
     int32_t completion_tokens;
     int32_t recomputed_tokens; /* recomputed after preemption */
     double cost;               /* from the pool's prices */
@@ -87,14 +87,14 @@ typedef struct steward_request_metrics {
 /* A finished request: a view valid only during the finish callback. Strings are NUL-terminated and
  * never NULL (possibly ""). */
 typedef struct steward_result {
-    uint64_t handle;              /* what steward_submit returned */
-    steward_status status;        /* STEWARD_OK for finish_reason stop/length, else the matching error */
-    const char *finish_reason;    /* stop, length, cancelled, timeout, error, overloaded */
-    const char *error;            /* "" unless finish_reason is error/timeout/overloaded/cancelled */
-    const char *text;             /* the whole output (text_len bytes; may hold NUL bytes the model produced) */
+    uint64_t handle;           /* what steward_submit returned */
+    steward_status status;     /* STEWARD_OK for finish_reason stop/length, else the matching error */
+    const char *finish_reason; /* stop, length, cancelled, timeout, error, overloaded */
+    const char *error;         /* "" unless finish_reason is error/timeout/overloaded/cancelled */
+    const char *text;          /* the whole output (text_len bytes; may hold NUL bytes the model produced) */
     size_t text_len;
-    const int32_t *tokens;        /* n_tokens ids; NULL when n_tokens is 0 */
-    const float *logprobs;        /* n_tokens log-probabilities; NULL when n_tokens is 0 */
+    const int32_t *tokens; /* n_tokens ids; NULL when n_tokens is 0 */
+    const float *logprobs; /* n_tokens log-probabilities; NULL when n_tokens is 0 */
     size_t n_tokens;
     const char *bucket;
     const char *pool;
@@ -156,7 +156,7 @@ steward_status steward_generate(steward_runtime *rt, const steward_request *req,
  * STEWARD_ERR_INTERNAL. Thread-safe; callable from a callback. */
 steward_status steward_end_session(steward_runtime *rt, const char *session);
 
-/* The per-bucket figures so far as JSON (the same document as `steward` prints), NUL-terminated;
+/* The per-bucket figures so far as JSON (Runtime::metrics_json: "all" and "buckets" rows), NUL-terminated;
  * the caller frees *out_json with steward_string_free. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt or
  * out_json NULL), STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL (then *out_json is NULL).
  * Thread-safe; callable from a callback. */

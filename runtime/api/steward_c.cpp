@@ -1,7 +1,5 @@
 // The C API (steward.h) over steward::Runtime: converts at the boundary and catches every C++
 // exception there, turning it into a status (a C caller cannot unwind a C++ exception).
-#include "api/steward.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <string>
 
 #include "api/runtime.h"
+#include "api/steward.h"
 
 struct steward_runtime {
     std::unique_ptr<steward::Runtime> rt;
@@ -57,14 +56,18 @@ steward_request_metrics metrics_of(const steward::RequestMetrics& m) {
 
 // Validates at the edge and copies into the C++ request; INVALID_ARGUMENT names the field in msg.
 steward_status to_request(const steward_request* r, steward::GenerationRequest& out, std::string& msg) {
-    if (r->n_prompt_ids > 0 && !r->prompt_ids) return msg = "prompt_ids is NULL but n_prompt_ids > 0", STEWARD_ERR_INVALID_ARGUMENT;
-    if (r->max_tokens < 0) return msg = "max_tokens must be >= 0 (0: the config's default)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->n_prompt_ids > 0 && !r->prompt_ids)
+        return msg = "prompt_ids is NULL but n_prompt_ids > 0", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->max_tokens < 0)
+        return msg = "max_tokens must be >= 0 (0: the config's default)", STEWARD_ERR_INVALID_ARGUMENT;
     if (!(r->temperature >= 0.0f)) return msg = "temperature must be >= 0 (0: greedy)", STEWARD_ERR_INVALID_ARGUMENT;
     if (!(r->top_p > 0.0f && r->top_p <= 1.0f))
         return msg = "top_p must be in (0, 1]; start from steward_request_default()", STEWARD_ERR_INVALID_ARGUMENT;
     if (r->top_k < 0) return msg = "top_k must be >= 0 (0: off)", STEWARD_ERR_INVALID_ARGUMENT;
-    if (r->n_prompt_ids > 0) out.prompt_ids.assign(r->prompt_ids, r->prompt_ids + r->n_prompt_ids);
-    else if (r->prompt) out.prompt = r->prompt;
+    if (r->n_prompt_ids > 0)
+        out.prompt_ids.assign(r->prompt_ids, r->prompt_ids + r->n_prompt_ids);
+    else if (r->prompt)
+        out.prompt = r->prompt;
     if (r->tenant && *r->tenant) out.tenant = r->tenant;
     if (r->session) out.session = r->session;
     if (r->bucket_hint) out.bucket_hint = r->bucket_hint;
@@ -77,6 +80,24 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
     out.tools = r->tools != 0;
     out.add_bos = r->add_bos != 0;
     return STEWARD_OK;
+}
+
+// Runs body and turns any C++ exception into a status (and, when there is a buffer, a message
+// naming the function): nothing may unwind into C.
+template <class Body>
+steward_status guarded(const char* fn, char* err, size_t err_len, Body&& body) {
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        write_err(err, err_len, std::string(fn) + ": out of memory");
+        return STEWARD_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        write_err(err, err_len, std::string(fn) + ": " + e.what());
+        return STEWARD_ERR_INTERNAL;
+    } catch (...) {
+        write_err(err, err_len, std::string(fn) + ": unknown exception");
+        return STEWARD_ERR_INTERNAL;
+    }
 }
 
 }  // namespace
@@ -99,7 +120,9 @@ const char* steward_status_name(steward_status status) {
     return "unknown";
 }
 
-int steward_api_version(void) { return STEWARD_API_VERSION; }
+int steward_api_version(void) {
+    return STEWARD_API_VERSION;
+}
 
 steward_request steward_request_default(void) {
     steward_request r;
@@ -115,7 +138,7 @@ steward_status steward_runtime_start(const char* config_path, steward_runtime** 
         write_err(err, err_len, "steward_runtime_start: config_path and out must not be NULL");
         return STEWARD_ERR_INVALID_ARGUMENT;
     }
-    try {
+    return guarded("steward_runtime_start", err, err_len, [&] {
         auto rt = steward::Runtime::start(std::string(config_path));
         if (!rt) {
             write_err(err, err_len, rt.error().message);
@@ -124,26 +147,19 @@ steward_status steward_runtime_start(const char* config_path, steward_runtime** 
         *out = new steward_runtime{std::move(rt.value())};
         write_err(err, err_len, "");
         return STEWARD_OK;
-    } catch (const std::bad_alloc&) {
-        write_err(err, err_len, "steward_runtime_start: out of memory");
-        return STEWARD_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        write_err(err, err_len, std::string("steward_runtime_start: ") + e.what());
-        return STEWARD_ERR_INTERNAL;
-    } catch (...) {
-        write_err(err, err_len, "steward_runtime_start: unknown exception");
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
 // ~Runtime is noexcept: it cannot throw into C.
-void steward_runtime_free(steward_runtime* rt) { delete rt; }
+void steward_runtime_free(steward_runtime* rt) {
+    delete rt;
+}
 
 steward_status steward_submit(steward_runtime* rt, const steward_request* req, steward_token_cb on_token,
                               steward_finish_cb on_finish, void* user, uint64_t* out_handle) {
     if (out_handle) *out_handle = 0;
     if (!rt || !req) return STEWARD_ERR_INVALID_ARGUMENT;
-    try {
+    return guarded("steward_submit", nullptr, 0, [&] {
         steward::GenerationRequest gr;
         std::string msg;
         if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) return s;
@@ -172,20 +188,13 @@ steward_status steward_submit(steward_runtime* rt, const steward_request* req, s
         const uint64_t h = rt->rt->submit(std::move(gr), std::move(cb));
         if (out_handle) *out_handle = h;
         return STEWARD_OK;
-    } catch (const std::bad_alloc&) {
-        return STEWARD_ERR_OUT_OF_MEMORY;
-    } catch (...) {
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
 steward_status steward_cancel(steward_runtime* rt, uint64_t handle) {
     if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
-    try {
-        return rt->rt->cancel(handle) ? STEWARD_OK : STEWARD_ERR_NOT_FOUND;
-    } catch (...) {
-        return STEWARD_ERR_INTERNAL;
-    }
+    return guarded("steward_cancel", nullptr, 0,
+                   [&] { return rt->rt->cancel(handle) ? STEWARD_OK : STEWARD_ERR_NOT_FOUND; });
 }
 
 steward_status steward_generate(steward_runtime* rt, const steward_request* req, char** out_text,
@@ -195,7 +204,7 @@ steward_status steward_generate(steward_runtime* rt, const steward_request* req,
         write_err(err, err_len, "steward_generate: rt, req and out_text must not be NULL");
         return STEWARD_ERR_INVALID_ARGUMENT;
     }
-    try {
+    return guarded("steward_generate", err, err_len, [&] {
         steward::GenerationRequest gr;
         std::string msg;
         if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) {
@@ -207,51 +216,36 @@ steward_status steward_generate(steward_runtime* rt, const steward_request* req,
         if (out_metrics) *out_metrics = metrics_of(r.metrics);
         write_err(err, err_len, r.error);
         return status_of(r.finish_reason);
-    } catch (const std::bad_alloc&) {
-        write_err(err, err_len, "steward_generate: out of memory");
-        return STEWARD_ERR_OUT_OF_MEMORY;
-    } catch (const std::exception& e) {
-        write_err(err, err_len, std::string("steward_generate: ") + e.what());
-        return STEWARD_ERR_INTERNAL;
-    } catch (...) {
-        write_err(err, err_len, "steward_generate: unknown exception");
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
 steward_status steward_end_session(steward_runtime* rt, const char* session) {
     if (!rt || !session) return STEWARD_ERR_INVALID_ARGUMENT;
-    try {
+    return guarded("steward_end_session", nullptr, 0, [&] {
         rt->rt->end_session(session);
         return STEWARD_OK;
-    } catch (...) {
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
 steward_status steward_metrics_json(steward_runtime* rt, char** out_json) {
     if (out_json) *out_json = nullptr;
     if (!rt || !out_json) return STEWARD_ERR_INVALID_ARGUMENT;
-    try {
+    return guarded("steward_metrics_json", nullptr, 0, [&] {
         *out_json = dup_string(rt->rt->metrics_json());
         return STEWARD_OK;
-    } catch (const std::bad_alloc&) {
-        return STEWARD_ERR_OUT_OF_MEMORY;
-    } catch (...) {
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
 steward_status steward_drain(steward_runtime* rt) {
     if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
-    try {
+    return guarded("steward_drain", nullptr, 0, [&] {
         rt->rt->drain();
         return STEWARD_OK;
-    } catch (...) {
-        return STEWARD_ERR_INTERNAL;
-    }
+    });
 }
 
-void steward_string_free(char* s) { std::free(s); }
+void steward_string_free(char* s) {
+    std::free(s);
+}
 
 }  // extern "C"

@@ -3,8 +3,6 @@
 // then the final norm and the output head for the rows that asked for logits.
 #include "cpu/forward.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,7 +13,10 @@
 namespace steward {
 
 CpuForward::CpuForward(const Model& model, int n_threads, int max_tokens)
-    : model_(model), n_threads_(n_threads > 0 ? n_threads : cpu_count()), max_tokens_(max_tokens) {
+    : model_(model),
+      n_threads_(n_threads > 0 ? n_threads : cpu_count()),
+      max_tokens_(max_tokens),
+      pool_(n_threads_) {
     const ModelParams& p = model.params();
     const size_t T = (size_t)max_tokens;
     x_.resize(T * p.n_embd);
@@ -115,7 +116,6 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
 
     const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
     const int QD = NH * HD, KVD = NKV * HD;
-    const int nth = n_threads_;
     const bool f16kv = kc.dtype == KvDtype::F16;
 
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
@@ -147,9 +147,9 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         const LayerWeights& L = W.layers[l];
         // -- attention block
         rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
-        matmul(L.wq, xn_.data(), n_tok, q_.data(), nth);  // [n_tok][QD]
-        matmul(L.wk, xn_.data(), n_tok, k_.data(), nth);  // [n_tok][KVD]
-        matmul(L.wv, xn_.data(), n_tok, v_.data(), nth);  // [n_tok][KVD]
+        matmul(L.wq, xn_.data(), n_tok, q_.data(), pool_);  // [n_tok][QD]
+        matmul(L.wk, xn_.data(), n_tok, k_.data(), pool_);  // [n_tok][KVD]
+        matmul(L.wv, xn_.data(), n_tok, v_.data(), pool_);  // [n_tok][KVD]
         add_bias(q_.data(), L.bq, QD, n_tok);
         add_bias(k_.data(), L.bk, KVD, n_tok);
         add_bias(v_.data(), L.bv, KVD, n_tok);
@@ -176,13 +176,15 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         }
         // Attention: one work item per (token, head). Token t sees slots [0, n_past) and the
         // new slots its mask allows (causal by default).
+        // Work items are (token, head); chunks of items go to the pool.
         const int n_items = n_tok * NH;
-#pragma omp parallel num_threads(std::min(nth, n_items))
-        {
-            std::vector<float> sc;  // scores over visible slots
-            std::vector<int> vis;   // the visible slots
-#pragma omp for schedule(dynamic, 4)
-            for (int it = 0; it < n_items; it++) {
+        const int items_per_chunk = std::max(1, n_items / (4 * pool_.n_threads()));
+        const int64_t n_chunks = (n_items + items_per_chunk - 1) / items_per_chunk;
+        pool_.parallel_for(n_chunks, [&](int64_t chunk) {
+            thread_local std::vector<float> sc;  // scores over visible slots
+            thread_local std::vector<int> vis;   // the visible slots
+            const int it_end = std::min<int>(n_items, (int)(chunk + 1) * items_per_chunk);
+            for (int it = (int)chunk * items_per_chunk; it < it_end; it++) {
                 const int t = it / NH, h = it % NH, g = h / gqa;
                 const TokenRef& r = refs[t];
                 const SeqInput& in = batch[r.seq];
@@ -222,16 +224,16 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                         axpy_f32(sc[k] * inv, reinterpret_cast<const float*>(vp), out, HD);
                 }
             }
-        }
-        matmul(L.wo, att_.data(), n_tok, tmp_.data(), nth);  // [n_tok][E]
+        });
+        matmul(L.wo, att_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
 
         // -- feed-forward block
         rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n_tok, xn_.data());
-        matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), nth);  // [n_tok][n_ff]
-        matmul(L.w_up, xn_.data(), n_tok, up_.data(), nth);      // [n_tok][n_ff]
+        matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), pool_);  // [n_tok][n_ff]
+        matmul(L.w_up, xn_.data(), n_tok, up_.data(), pool_);      // [n_tok][n_ff]
         swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
-        matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), nth);  // [n_tok][E]
+        matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
     }
 
@@ -248,7 +250,7 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         }
     }
     rmsnorm(tmp_.data(), static_cast<const float*>(W.output_norm.data), p.rms_eps, E, n_out, xn_.data());
-    matmul(W.output, xn_.data(), n_out, logits.data(), nth);
+    matmul(W.output, xn_.data(), n_out, logits.data(), pool_);
     return true;
 }
 

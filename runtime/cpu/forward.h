@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "cpu/thread_pool.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 
@@ -50,6 +51,7 @@ private:
     const Model& model_;
     int n_threads_;
     int max_tokens_;
+    ThreadPool pool_;
     // Scratch, sized for max_tokens rows.
     std::vector<float> x_;     // [n_tok][n_embd] residual stream
     std::vector<float> xn_;    // [n_tok][n_embd] normed input

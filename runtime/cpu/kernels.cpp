@@ -4,7 +4,6 @@
 #include "cpu/kernels.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -182,35 +181,24 @@ void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t
 
 }  // namespace
 
-void matmul(const WeightView& W, const float* X, int n_tok, float* Y, int n_threads) {
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool) {
     const int64_t N = W.n_rows;
     const bool gemm = n_tok >= kGemmMinTokens;
-    // Each thread takes a contiguous slice of rows, aligned to 16 so tiles do not straddle.
-    const int nt = std::max(1, std::min<int>(n_threads, (int)((N + 15) / 16)));
-    if (nt == 1) {
+    const int nt = pool.n_threads();
+    // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
+    // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).
+    const int64_t per = gemm ? std::max<int64_t>(64, N / (2 * nt)) : std::max<int64_t>(16, N / (4 * nt));
+    const int64_t chunk = (per + 15) / 16 * 16;
+    const int64_t n_chunks = (N + chunk - 1) / chunk;
+    pool.parallel_for(n_chunks, [&](int64_t c) {
+        const int64_t rb = c * chunk, re = std::min(N, rb + chunk);
         if (gemm) {
             thread_local std::vector<float> tile;
-            gemm_rows(W, X, n_tok, Y, 0, N, tile);
+            gemm_rows(W, X, n_tok, Y, rb, re, tile);
         } else {
-            stream_matmul_any(W, X, n_tok, Y, 0, N);
+            stream_matmul_any(W, X, n_tok, Y, rb, re);
         }
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        const int id = omp_get_thread_num();
-        const int64_t per = (N + nt - 1) / nt;
-        const int64_t chunk = (per + 15) / 16 * 16;
-        const int64_t rb = std::min<int64_t>(N, id * chunk), re = std::min<int64_t>(N, rb + chunk);
-        if (rb < re) {
-            if (gemm) {
-                thread_local std::vector<float> tile;
-                gemm_rows(W, X, n_tok, Y, rb, re, tile);
-            } else {
-                stream_matmul_any(W, X, n_tok, Y, rb, re);
-            }
-        }
-    }
+    });
 }
 
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y) {

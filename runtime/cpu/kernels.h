@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cpu/thread_pool.h"
 #include "model/model.h"
 
 namespace steward {
@@ -12,8 +13,8 @@ namespace steward {
 constexpr int kGemmMinTokens = 16;
 
 // Y[t][r] = sum_c W[r][c] * X[t][c]  for t < n_tok, r < W.n_rows.
-// X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over rows with n_threads.
-void matmul(const WeightView& W, const float* X, int n_tok, float* Y, int n_threads);
+// X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over chunks of rows on the pool.
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool);
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n_tok rows of n. w is F32.
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y);

@@ -643,12 +643,12 @@ std::vector<BadCase> bad_cases() {
         b.header(1, 1).key("general.alignment", kTypeU32).u32(64).tensor("w", {4}, kTensorF32, 32).pad_to(64).fill(64);
         add("tensor offset 32 with alignment 64", b.bytes, {"data offset 32", "not a multiple of the alignment 64"});
     }
-    add("tensor data past the end", one_tensor({100}, kTensorF32, 0, 16), {"tensor 'w' data [0, 400)", "past the end", "truncated"});
-    add("tensor data one byte short", one_tensor({4}, kTensorF32, 0, 15), {"[0, 16)", "(15 bytes)"});
-    add("tensor offset near 2^64", one_tensor({4}, kTensorF32, ~0ull - 31, 16), {"tensor 'w' data [18446744073709551584", "past the end"});
+    add("tensor data past the end", one_tensor({100}, kTensorF32, 0, 16), {"tensor 'w' data (offset 0, 400 bytes)", "past the end", "truncated"});
+    add("tensor data one byte short", one_tensor({4}, kTensorF32, 0, 15), {"(offset 0, 16 bytes)", "(15 bytes)"});
+    add("tensor offset near 2^64", one_tensor({4}, kTensorF32, ~0ull - 31, 16), {"tensor 'w' data (offset 18446744073709551584", "past the end"});
     add("tensor offset + size wraps past 2^64", one_tensor({16}, kTensorF32, ~0ull - 31, 64),  // 64 bytes at 2^64 - 32
-        {"tensor 'w' data [18446744073709551584", "past the end"});
-    add("tensor offset one past the data", one_tensor({4}, kTensorF32, 32, 16), {"data [32, 48)", "past the end"});
+        {"tensor 'w' data (offset 18446744073709551584", "past the end"});
+    add("tensor offset one past the data", one_tensor({4}, kTensorF32, 32, 16), {"data (offset 32, 16 bytes)", "past the end"});
     {
         ByteBuilder b;
         b.header(2, 0).tensor("w", {4}, kTensorF32, 0).tensor("w", {4}, kTensorF32, 32).pad_to(32).fill(64);
@@ -692,7 +692,7 @@ std::vector<BadCase> bad_cases() {
         add("writer file, key length set to 2^40", m, {"metadata key has length 1099511627776"});
         m = good;
         m.resize(m.size() - 1);
-        add("writer file, last data byte cut", m, {"tensor 't' data [0, 32)", "(31 bytes)"});
+        add("writer file, last data byte cut", m, {"tensor 't' data (offset 0, 32 bytes)", "(31 bytes)"});
     }
     return cs;
 }

@@ -2,18 +2,18 @@
 // the single-sequence Generator alone and concurrently; cancel, overload, timeout and context errors
 // finish exactly once with their reason; sessions and tenants reuse (or refuse) KV as the config says;
 // the metrics count what was submitted. Results are awaited on futures or Runtime::drain(), never sleeps.
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "api/runtime.h"
@@ -41,7 +41,9 @@ const std::filesystem::path& temp_dir() {
     return dir;
 }
 
-std::string model_path() { return (temp_dir() / "tiny.gguf").string(); }
+std::string model_path() {
+    return (temp_dir() / "tiny.gguf").string();
+}
 
 struct TinyOptions {
     int max_queue = 256;
@@ -53,19 +55,50 @@ struct TinyOptions {
 
 // configs/test_tiny.toml's pool (the same synthetic model as test_engine's), pointed at temp_dir().
 Config tiny_config(const TinyOptions& o = {}) {
-    std::string toml = "[limits]\nrequest_timeout_ms = " + std::to_string(o.request_timeout_ms) +
-                       "\nsession_ttl_ms = 60000\nmax_tokens_default = 16\n"
-                       "[[pool]]\nname = \"tiny\"\nmodel = \"" + model_path() + "\"\nthreads = 1\nkv_blocks = 64\n"
-                       "block_size = 16\nmax_batch = " + std::to_string(o.max_batch) +
-                       "\nmax_batch_tokens = " + std::to_string(o.max_batch_tokens) +
-                       "\nmax_queue = " + std::to_string(o.max_queue) +
-                       "\n[pool.synth]\ndim = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nffn = 128\nvocab = 512\n"
-                       "ctx = 512\nseed = 7\n"
-                       "[[bucket]]\nname = \"short_qa\"\npool = \"tiny\"\n[bucket.match]\nhint = \"short_qa\"\n"
-                       "[[bucket]]\nname = \"agent\"\npool = \"tiny\"\n[bucket.match]\ntools = true\n"
-                       "[[bucket]]\nname = \"default\"\npool = \"tiny\"\n";
+    std::string toml = fmt::format(R"(
+[limits]
+request_timeout_ms = {}
+session_ttl_ms = 60000
+max_tokens_default = 16
+
+[[pool]]
+name = "tiny"
+model = "{}"
+threads = 1
+kv_blocks = 64
+block_size = 16
+max_batch = {}
+max_batch_tokens = {}
+max_queue = {}
+[pool.synth]
+dim = 64
+layers = 2
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 512
+ctx = 512
+seed = 7
+
+[[bucket]]
+name = "short_qa"
+pool = "tiny"
+[bucket.match]
+hint = "short_qa"
+
+[[bucket]]
+name = "agent"
+pool = "tiny"
+[bucket.match]
+tools = true
+
+[[bucket]]
+name = "default"
+pool = "tiny"
+)",
+                                   o.request_timeout_ms, model_path(), o.max_batch, o.max_batch_tokens, o.max_queue);
     if (!o.public_prefix.empty())
-        toml += "[[public_prefix]]\nname = \"system\"\ntext = \"" + o.public_prefix + "\"\n";
+        toml += fmt::format("\n[[public_prefix]]\nname = \"system\"\ntext = \"{}\"\n", o.public_prefix);
     auto c = parse_config(toml, (temp_dir() / "test_runtime.toml").string());
     REQUIRE(c.ok());
     return c.value();
@@ -159,7 +192,8 @@ struct Probe {
 
 }  // namespace
 
-TEST_CASE("greedy outputs through the runtime equal the single-sequence Generator, one at a time and all at once", "[runtime]") {
+TEST_CASE("greedy outputs through the runtime equal the single-sequence Generator, one at a time and all at once",
+          "[runtime]") {
     auto rt = start_runtime();
     const Tokenizer& tok = reference_model().tokenizer();
     // Five text prompts (the request actor tokenizes) and five id prompts sharing prefixes (so the
@@ -216,9 +250,9 @@ TEST_CASE("greedy outputs through the runtime equal the single-sequence Generato
 
 TEST_CASE("a request cancelled mid-generation finishes once, as cancelled", "[runtime]") {
     auto rt = start_runtime();
-    const int n = 400;
+    const int n = 500;  // 9 + 500 tokens: nearly the whole 512-token context
     const std::vector<int32_t> prompt = long_running_prompt(n, 9);
-    // The cancel races the last token in principle (the executor keeps stepping); 400 tokens make
+    // The cancel races the last token in principle (the executor keeps stepping); 500 tokens make
     // losing that race rare, and a retry makes the test immune to a badly timed stall of this thread.
     GenerationResult r;
     int n_finish = 0;
@@ -349,6 +383,40 @@ TEST_CASE("tenants never share a private prefix, but share a declared public pre
         CHECK(a2.metrics.cached_tokens == (100 - 1) / 16 * 16);  // every full block but the last token's
         CHECK(a1.tokens == b1.tokens);
         CHECK(a2.tokens == a1.tokens);
+    }
+    SECTION("a session id is private to its tenant") {
+        auto rt = start_runtime();
+        const std::vector<int32_t> turn1 = concat({bos}, random_ids(rng, 40));
+        GenerationRequest a = ids_request(turn1, 6, "alice");
+        a.session = "same-name";
+        const GenerationResult a1 = rt->generate(a);
+        REQUIRE(a1.ok());
+        // Another tenant naming alice's session neither reads her KV nor replaces her session.
+        GenerationRequest m = ids_request(turn1, 6, "mallory");
+        m.session = "same-name";
+        const GenerationResult m1 = rt->generate(m);
+        REQUIRE(m1.ok());
+        CHECK(m1.metrics.cached_tokens == 0);
+        CHECK(m1.tokens == a1.tokens);
+        // KV computed by a finished turn: its prompt and answer, less the last sampled token when
+        // it stopped at the length limit.
+        auto computed = [](const GenerationRequest& q, const GenerationResult& r) {
+            return (int)(q.prompt_ids.size() + r.tokens.size()) - (r.finish_reason == "length" ? 1 : 0);
+        };
+        GenerationRequest a_next = a;
+        a_next.prompt_ids = concat(concat(turn1, a1.tokens), random_ids(rng, 5));
+        const GenerationResult a2 = rt->generate(a_next);
+        REQUIRE(a2.ok());
+        CHECK(a2.metrics.cached_tokens == computed(a, a1));
+        CHECK(a2.tokens == reference_greedy(a_next.prompt_ids, 6));
+        // end_session drops it: the next turn gets only the prefix cache's whole blocks.
+        rt->end_session("same-name");
+        GenerationRequest a_last = a_next;
+        a_last.prompt_ids = concat(concat(a_next.prompt_ids, a2.tokens), random_ids(rng, 5));
+        const GenerationResult a3 = rt->generate(a_last);
+        REQUIRE(a3.ok());
+        const int whole = std::min(computed(a_next, a2) / 16, (int)(a_last.prompt_ids.size() - 1) / 16) * 16;
+        CHECK(a3.metrics.cached_tokens == whole);
     }
     SECTION("a public prefix's full blocks are shared, the block straddling its end is not") {
         const std::string pub =
