@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, writes the default synthetic model when it is
-# missing, and runs it. Extra arguments go to `steward generate`.
+# The main job: installs what is missing, builds, and runs `steward run` on the default config
+# (its two synthetic models are written to models/ on first start) with the standard mixed
+# workload; prints the per-bucket table and writes out/report.json. Extra arguments go to
+# `steward run` (e.g. --requests 400 --scale 2 --burst).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
-mkdir -p models
-[ -f models/default.gguf ] || ./build/steward model synth -o models/default.gguf --dim 512 --layers 8 --heads 8 --kv-heads 4 --ffn 1376 --vocab 8192
-./build/steward generate -m models/default.gguf -p "Once upon a time" -n 64 --temp 0 "$@"
+./build/steward run -c configs/default.toml -o out/report.json "$@"
