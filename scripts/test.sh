@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
-(cd build && ctest --output-on-failure -j "$(nproc)")
+(cd build && ctest --output-on-failure --timeout 600 -j "$(nproc)")
 if [ "${STEWARD_SKIP_ASAN:-0}" != "1" ]; then
   bash scripts/build.sh build-asan -DSTEWARD_SANITIZE=ON -DSTEWARD_BENCH=OFF
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$(nproc)")
+  (cd build-asan && ctest --output-on-failure --timeout 900 -j "$(nproc)")
 fi

@@ -42,20 +42,22 @@ void ThreadPool::run_chunks(Job& j) {
 }
 
 void ThreadPool::worker_loop() {
-    uint64_t seen = seq_.load();
+    // Start from 0, not from the current value: a worker that starts late (after jobs or even
+    // after shutdown were published) must still see them.
+    uint64_t seen = 0;
     for (;;) {
         // Spin a little (the next job usually follows within microseconds), then sleep.
         const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
         uint64_t s;
         int n = 0;
-        while ((s = seq_.load()) == seen) {
+        while ((s = seq_.load()) == seen && !stop_.load()) {
             STEWARD_PAUSE();
             if ((++n & 255) == 0 && std::chrono::steady_clock::now() > spin_until) {
                 // Announce the sleep, then re-check under the lock: publish() bumps seq_ before it
                 // reads sleepers_, so either we see the new seq_ or it sees us and notifies.
                 std::unique_lock<std::mutex> lk(mu_);
                 sleepers_.fetch_add(1);
-                cv_.wait(lk, [&] { return seq_.load() != seen; });
+                cv_.wait(lk, [&] { return seq_.load() != seen || stop_.load(); });
                 sleepers_.fetch_sub(1);
             }
         }
