@@ -54,6 +54,7 @@ typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
 struct EngineSubmit {
     uint64_t id = 0;
     int32_t tenant = 0;
+    uint64_t salt = 0;
     std::vector<int32_t> prompt;
     int32_t max_tokens = 0;
     float temperature = 0, top_p = 1;
@@ -65,7 +66,7 @@ struct EngineSubmit {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
-    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.prompt, x.max_tokens, x.temperature, x.top_p,
+    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session);
 }
 

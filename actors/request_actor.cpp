@@ -125,6 +125,7 @@ caf::behavior request_actor(caf::stateful_actor<request_state>* self, std::share
                 EngineSubmit m;
                 m.id = ctx->id;
                 m.tenant = ctx->shared->tenant_id(req.tenant);
+                m.salt = ctx->shared->config->tenant_salt(req.tenant);
                 m.prompt = std::move(ids);
                 m.max_tokens = q.max_tokens;
                 m.temperature = req.temperature;

@@ -71,10 +71,10 @@ void KvManager::refresh_hashes(SeqKv& s) const {
     }
 }
 
-SeqId KvManager::add_seq(int32_t tenant, std::span<const int32_t> prompt) {
+SeqId KvManager::add_seq(int32_t tenant, std::span<const int32_t> prompt, uint64_t salt) {
     SeqKv s;
     s.tenant = tenant;
-    s.salt = tenant_salt(tenant);
+    s.salt = salt != k_public_salt ? salt : tenant_salt(tenant);  // never the public salt
     s.tokens.assign(prompt.begin(), prompt.end());
     const SeqId id = next_id_++;
     seqs_.emplace(id, std::move(s));

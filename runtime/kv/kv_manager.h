@@ -83,7 +83,8 @@ public:
     void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) { pool_.set_eviction_policy(std::move(policy)); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
-    SeqId add_seq(int32_t tenant, std::span<const int32_t> prompt);
+    // salt: the tenant's prefix-cache salt (from the config); 0 derives one from the tenant id.
+    SeqId add_seq(int32_t tenant, std::span<const int32_t> prompt, uint64_t salt = 0);
     // Finds the longest chain of the prompt's full blocks in the prefix cache, pins them (ref + 1) into the
     // block table and returns the number of tokens they hold (n_computed becomes that). Never the whole
     // prompt: at most (n_tokens - 1) / block_size blocks, so the last token is computed and yields logits.

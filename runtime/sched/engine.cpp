@@ -121,7 +121,7 @@ void Engine::attach(Seq& s) {
         }
     }
     if (!s.kv) {
-        s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens);
+        s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens, s.req.salt);
         if (opt_.prefix_cache) reused = mgr_.get_computed_blocks(s.kv);
     }
     if (first) {

@@ -34,6 +34,7 @@ struct EngineOptions {
 struct EngineRequest {
     uint64_t id = 0;
     int32_t tenant = 0;
+    uint64_t salt = 0;         // prefix-cache salt of the tenant (config); 0: derived from tenant
     std::vector<int32_t> prompt;
     int max_tokens = 16;
     SamplingParams sampling;

@@ -286,3 +286,29 @@ TEST_CASE("after draining random workloads with cancellations, preemptions, sess
         CHECK(e.stats().n_preemptions + e.stats().kv.n_evictions > 0);
     }
 }
+
+TEST_CASE("the configured tenant salt decides sharing: the same salt shares blocks, different salts never do", "[engine]") {
+    auto cached_second = [](uint64_t salt_a, uint64_t salt_b) {
+        EngineOptions o;
+        o.n_blocks = 64;
+        o.n_threads = 1;
+        Engine e(test_model(), o);
+        int cached = -1;
+        for (int k = 0; k < 2; k++) {
+            EngineRequest r;
+            r.id = (uint64_t)k + 1;
+            r.tenant = k + 1;  // two different tenant ids
+            r.salt = k == 0 ? salt_a : salt_b;
+            for (int i = 0; i < 40; i++) r.prompt.push_back(300 + i);
+            r.max_tokens = 2;
+            REQUIRE(e.submit(r).ok());
+            while (e.has_work())
+                for (auto& ev : e.step(0.0))
+                    if (ev.finished && ev.id == 2) cached = ev.n_cached_prompt;
+        }
+        return cached;
+    };
+    CHECK(cached_second(77, 77) == 32);  // two full blocks of 16 (the last token is always computed)
+    CHECK(cached_second(77, 78) == 0);
+    CHECK(cached_second(0, 0) == 0);  // no configured salt: derived per tenant id, never shared
+}
