@@ -29,14 +29,6 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     return cfg;
 }
 
-Expected<GgmlType> dtype_of(const std::string& s) {
-    if (s == "f32") return GgmlType::F32;
-    if (s == "f16") return GgmlType::F16;
-    if (s == "bf16") return GgmlType::BF16;
-    if (s == "q8_0") return GgmlType::Q8_0;
-    return make_error("synth dtype '", s, "' is not one of f32, f16, bf16, q8_0");
-}
-
 // Two processes starting on the same config may both find the model missing: each writes its own
 // temp file and renames it into place (atomic on POSIX), so no reader ever sees a half-written file.
 std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
@@ -82,8 +74,8 @@ Expected<bool> ensure_models(const Config& c) {
             spec.n_vocab = s.vocab;
             spec.n_ctx = s.ctx;
             spec.seed = s.seed;
-            auto dt = dtype_of(s.dtype);
-            if (!dt) return dt.error();
+            auto dt = parse_ggml_type(s.dtype);
+            if (!dt) return make_error("pool '", p.name, "' synth dtype: ", dt.error().message);
             spec.dtype = *dt;
             spdlog::info("writing synthetic model {} (dim {}, {} layers, vocab {})", p.model, s.dim, s.layers, s.vocab);
             const std::string tmp = temp_path_for(p.model);

@@ -23,14 +23,6 @@ namespace {
 
 int fail(const std::string& msg) { return cli_fail(msg); }
 
-Expected<GgmlType> parse_dtype(const std::string& s) {
-    if (s == "f32" || s == "F32") return GgmlType::F32;
-    if (s == "f16" || s == "F16") return GgmlType::F16;
-    if (s == "bf16" || s == "BF16") return GgmlType::BF16;
-    if (s == "q8_0" || s == "Q8_0") return GgmlType::Q8_0;
-    return make_error("unknown dtype '", s, "'; use f32, f16, bf16 or q8_0");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,7 +109,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "wrote draft %s (%d layers of %s)\n", synth_out.c_str(), keep_layers, draft_from.c_str());
             return 0;
         }
-        auto dt = parse_dtype(dtype_s);
+        auto dt = parse_ggml_type(dtype_s);
         if (!dt) return fail(dt.error().message);
         spec.dtype = *dt;
         auto r = synth_write(spec, synth_out);

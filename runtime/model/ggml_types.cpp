@@ -1,6 +1,7 @@
 // Type tables and row conversions for the GGUF tensor types Steward loads.
 #include "model/ggml_types.h"
 
+#include <cctype>
 #include <cmath>
 
 namespace steward {
@@ -43,6 +44,16 @@ int64_t ggml_type_block_bytes(GgmlType t) {
         case GgmlType::Q8_0: return sizeof(BlockQ8_0);
     }
     return 0;
+}
+
+Expected<GgmlType> parse_ggml_type(const std::string& name) {
+    std::string s = name;
+    for (char& c : s) c = (char)std::tolower((unsigned char)c);
+    if (s == "f32") return GgmlType::F32;
+    if (s == "f16") return GgmlType::F16;
+    if (s == "bf16") return GgmlType::BF16;
+    if (s == "q8_0") return GgmlType::Q8_0;
+    return make_error("unknown weight type '", name, "'; use f32, f16, bf16 or q8_0");
 }
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {

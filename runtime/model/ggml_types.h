@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "util/error.h"
+
 namespace steward {
 
 // Values are ggml's type ids, as written in GGUF tensor infos.
@@ -99,6 +101,9 @@ inline uint16_t f32_to_bf16(float f) {
     x += 0x7fff + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
 }
+
+// Parses a weight type name as the CLI and configs spell it: f32, f16, bf16, q8_0 (any case).
+Expected<GgmlType> parse_ggml_type(const std::string& name);
 
 // Quantise n floats (multiple of 32) into Q8_0 blocks, as ggml does: d = max|x| / 127.
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
