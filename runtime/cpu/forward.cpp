@@ -139,6 +139,21 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     std::vector<int> seq_start(batch.size() + 1, 0);
     for (size_t s = 0; s < batch.size(); s++) seq_start[s + 1] = seq_start[s] + (int)batch[s].tokens.size();
 
+    // Visible slots per new token: [0, n_past) and the new slots its mask allows (causal by
+    // default). The same for every layer and head, so built once: vis[vis_off[t] .. vis_off[t+1]).
+    std::vector<int> vis, vis_off(n_tok + 1, 0);
+    for (int t = 0; t < n_tok; t++) {
+        const TokenRef& r = refs[t];
+        const SeqInput& in = batch[r.seq];
+        const int n_new = (int)in.tokens.size();
+        for (int s = 0; s < in.n_past; s++) vis.push_back(s);
+        for (int j = 0; j < n_new; j++) {
+            const bool ok = in.mask.empty() ? j <= r.i : in.mask[(size_t)r.i * n_new + j] != 0;
+            if (ok) vis.push_back(in.n_past + j);
+        }
+        vis_off[t + 1] = (int)vis.size();
+    }
+
     const float scale = 1.0f / std::sqrt((float)HD);
     const int bs = kc.block_size;
     const int gqa = NH / NKV;
@@ -174,35 +189,26 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                 std::memcpy(vd, v_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
             }
         }
-        // Attention: one work item per (token, head). Token t sees slots [0, n_past) and the
-        // new slots its mask allows (causal by default).
+        // Attention: one work item per (token, head) over the token's visible slots.
         // Work items are (token, head); chunks of items go to the pool.
         const int n_items = n_tok * NH;
         const int items_per_chunk = std::max(1, n_items / (4 * pool_.n_threads()));
         const int64_t n_chunks = (n_items + items_per_chunk - 1) / items_per_chunk;
         pool_.parallel_for(n_chunks, [&](int64_t chunk) {
-            thread_local std::vector<float> sc;  // scores over visible slots
-            thread_local std::vector<int> vis;   // the visible slots
+            thread_local std::vector<float> sc;  // scores over the token's visible slots
             const int it_end = std::min<int>(n_items, (int)(chunk + 1) * items_per_chunk);
             for (int it = (int)chunk * items_per_chunk; it < it_end; it++) {
                 const int t = it / NH, h = it % NH, g = h / gqa;
-                const TokenRef& r = refs[t];
-                const SeqInput& in = batch[r.seq];
-                const int n_new = (int)in.tokens.size();
-                vis.clear();
-                for (int s = 0; s < in.n_past; s++) vis.push_back(s);
-                for (int j = 0; j < n_new; j++) {
-                    const bool ok = in.mask.empty() ? j <= r.i : in.mask[(size_t)r.i * n_new + j] != 0;
-                    if (ok) vis.push_back(in.n_past + j);
-                }
+                const SeqInput& in = batch[refs[t].seq];
+                const std::span<const int> slots(vis.data() + vis_off[t], vis_off[t + 1] - vis_off[t]);
                 const float* qh = q_.data() + (int64_t)t * QD + h * HD;
                 float* out = att_.data() + (int64_t)t * QD + h * HD;
                 std::fill(out, out + HD, 0.0f);
-                if (vis.empty()) continue;
-                sc.resize(vis.size());
+                if (slots.empty()) continue;
+                sc.resize(slots.size());
                 float mx = -INFINITY;
-                for (size_t k = 0; k < vis.size(); k++) {
-                    const int s = vis[k];
+                for (size_t k = 0; k < slots.size(); k++) {
+                    const int s = slots[k];
                     const uint8_t* kp = kv.k_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
                     const float d = f16kv ? dot_f16(qh, reinterpret_cast<const uint16_t*>(kp), HD)
                                           : dot_f32(qh, reinterpret_cast<const float*>(kp), HD);
@@ -215,8 +221,8 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                     sum += v;
                 }
                 const float inv = 1.0f / sum;
-                for (size_t k = 0; k < vis.size(); k++) {
-                    const int s = vis[k];
+                for (size_t k = 0; k < slots.size(); k++) {
+                    const int s = slots[k];
                     const uint8_t* vp = kv.v_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
                     if (f16kv)
                         axpy_f16(sc[k] * inv, reinterpret_cast<const uint16_t*>(vp), out, HD);
