@@ -15,9 +15,11 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 namespace {
 
 struct executor_state {
+    std::shared_ptr<const Model> model;  // declared before the engine: destroyed after it
     std::unique_ptr<Engine> engine;
+    std::shared_ptr<PoolLive> live;
     std::shared_ptr<SharedState> shared;
-    int pool = 0;
+    std::string pool;
     std::unordered_map<uint64_t, caf::actor> reply_to;
     bool step_pending = false;
     double last_kv_sample = 0;
@@ -34,6 +36,11 @@ void ensure_stepping(caf::stateful_actor<executor_state>* self) {
 
 void push_kv_sample(executor_state& st, double t) {
     const EngineStats es = st.engine->stats();
+    {
+        std::lock_guard<std::mutex> lk(st.live->mu);
+        st.live->stats.n_waiting = es.n_waiting;
+        st.live->stats.n_running = es.n_running;
+    }
     KvSample s;
     s.t_s = t;
     s.n_blocks_used = es.kv.n_blocks_in_use;
@@ -45,11 +52,14 @@ void push_kv_sample(executor_state& st, double t) {
 }
 
 caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
-                             std::shared_ptr<SharedState> shared, int pool) {
+                             std::shared_ptr<const Model> model, std::shared_ptr<PoolLive> live,
+                             std::shared_ptr<SharedState> shared, std::string pool) {
+    self->state.model = std::move(model);
     self->state.engine = std::move(*engine);
     delete engine;
+    self->state.live = std::move(live);
     self->state.shared = std::move(shared);
-    self->state.pool = pool;
+    self->state.pool = std::move(pool);
     return {
         [=](submit_atom, EngineSubmit m) {
             auto& st = self->state;
@@ -68,6 +78,12 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             r.arrival_s = m.arrival_s;
             r.deadline_s = m.deadline_s;
             r.session = m.session;
+            r.kv_quota_blocks = m.kv_quota_blocks;
+            // The bucket's eviction policy of the generation the request started with (it holds
+            // that snapshot until it finishes, so the lookup cannot miss while it runs).
+            if (auto snap = st.shared->find_generation(m.generation))
+                if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size())
+                    r.eviction = snap->policies[m.bucket_index].eviction;
             auto ok = st.engine->submit(std::move(r));
             if (!ok) {
                 FinishInfo f;
@@ -138,11 +154,12 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
 
 }  // namespace
 
-caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<SharedState> shared,
-                          int pool_index) {
+caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<const Model> model,
+                          std::shared_ptr<PoolLive> live, std::shared_ptr<SharedState> shared, std::string pool_name) {
     // unique_ptr is move-only; CAF copies spawn arguments, so hand over a raw owner.
     auto* owner = new std::unique_ptr<Engine>(std::move(engine));
-    return sys.spawn<caf::detached>(executor_actor, owner, std::move(shared), pool_index);
+    return sys.spawn<caf::detached>(executor_actor, owner, std::move(model), std::move(live), std::move(shared),
+                                    std::move(pool_name));
 }
 
 }  // namespace steward

@@ -19,9 +19,11 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using session_atom = caf::atom_constant<caf::atom("session")>;
 using config_atom = caf::atom_constant<caf::atom("config")>;
+using reload_atom = caf::atom_constant<caf::atom("reload")>;
 
 // request_actor -> router_actor: what the bucket rules look at.
 struct RouteQuery {
+    uint64_t request_id = 0;
     std::string hint;
     int32_t prompt_tokens = 0;
     int32_t max_tokens = 0;
@@ -32,22 +34,28 @@ struct RouteQuery {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
-    return f(caf::meta::type_name("RouteQuery"), x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
+    return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
              x.response_format, x.tenant);
 }
 
 // router_actor -> request_actor: where the request goes and with which policies.
 struct RouteDecision {
     std::string bucket;
-    int32_t pool = 0;  // index into the runtime's pools
+    int32_t bucket_index = 0;  // into the snapshot's config.buckets
+    int32_t pool = 0;          // index into the snapshot's pools
     int32_t priority = 0;
     uint64_t generation = 0;  // config generation the decision was made with
-    // The per-step draft budget a speculation policy will answer (0: off until that issue).
+    // The speculation policy's draft budget (tokens per step; the speculative engine is next).
     int32_t draft_budget = 0;
+    int32_t upgrade_pool = -1;       // re-run there if the routing policy's check says so
+    int32_t check_after_tokens = 0;  // when to ask it
+    int32_t shadow_pool = -1;        // also run there to measure agreement
+    bool fallback = false;           // a plugin decision was rejected: the safe default was used
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
-    return f(caf::meta::type_name("RouteDecision"), x.bucket, x.pool, x.priority, x.generation, x.draft_budget);
+    return f(caf::meta::type_name("RouteDecision"), x.bucket, x.bucket_index, x.pool, x.priority, x.generation,
+             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback);
 }
 
 // request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
@@ -63,11 +71,15 @@ struct EngineSubmit {
     int32_t priority = 0;
     double arrival_s = 0, deadline_s = 0;
     std::string session;
+    uint64_t generation = 0;   // the executor finds the bucket's eviction policy in this generation
+    int32_t bucket_index = -1;
+    int32_t kv_quota_blocks = -1;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
     return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
-             x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session);
+             x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
+             x.kv_quota_blocks);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).

@@ -1,6 +1,11 @@
-// request_actor: one per request. route (router) -> tokenize for the pool -> submit (executor,
-// which owns reuse, allocation, prefill and decode) -> stream tokens to the caller -> finish:
-// record the request's figures and call on_finish exactly once.
+// request_actor: one per request. route (this generation's router) -> tokenize for the pool -> submit
+// (executor: reuse, allocation, prefill, decode) -> stream tokens to the caller -> finish: record the
+// request's figures and call on_finish exactly once. With a cascade decision the first K tokens are
+// held back until the routing policy's check: pass -> they stream and decoding goes on; fail -> the
+// run is cancelled and the request re-runs on the stronger pool (an upgrade). A shadow run on the
+// strongest pool is compared with the answer (per-route quality) and never reaches the caller.
+#include <spdlog/spdlog.h>
+
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "model/tokenizer.h"
@@ -9,23 +14,165 @@ namespace steward {
 
 namespace {
 
+// The engine id of a run: a request may have up to three (answer, upgrade, shadow) on different pools.
+enum Role : uint64_t { PRIMARY = 0, UPGRADE = 1, SHADOW = 2 };
+uint64_t engine_id(uint64_t request, Role r) { return request * 4 + r; }
+Role role_of(uint64_t engine) { return (Role)(engine & 3); }
+
+struct Run {
+    int32_t pool = -1;
+    bool active = false;      // submitted and not finished
+    double t_submit = 0, t_first = -1, t_last = -1;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    FinishInfo fin;
+    bool finished = false;
+};
+
 struct request_state {
     std::shared_ptr<RequestContext> ctx;
     RouteDecision route;
+    Run runs[3];
+    Role answer = PRIMARY;       // the run whose tokens reach the caller
+    bool holding = false;        // cascade: tokens held back until the check
+    size_t n_streamed = 0;       // tokens of the answer run handed to the caller
     std::unique_ptr<StreamDecoder> decoder;
     GenerationResult result;
     std::vector<double> token_times;
-    bool done = false;
+    std::vector<PoolUse> prior_pools;
+    bool done = false;           // on_finish called
     bool cancel_requested = false;
-    bool submitted = false;
+    bool quality_recorded = false;
+    int32_t n_prompt = 0;
     static inline const char* name = "request";
 };
 
-void finish(caf::stateful_actor<request_state>* self, const FinishInfo& f) {
+using self_ptr = caf::stateful_actor<request_state>*;
+
+const PoolHandle& pool_of(self_ptr self, int32_t i) { return *self->state.ctx->snap->pools.at(i); }
+
+std::vector<int32_t> prompt_for(self_ptr self, int32_t pool) {
+    const GenerationRequest& req = self->state.ctx->req;
+    if (!req.prompt_ids.empty()) return req.prompt_ids;
+    const Tokenizer& tok = pool_of(self, pool).model->tokenizer();
+    std::vector<int32_t> ids = tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
+    if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
+    return ids;
+}
+
+void submit_run(self_ptr self, Role role, int32_t pool) {
+    auto& st = self->state;
+    const auto& ctx = *st.ctx;
+    const GenerationRequest& req = ctx.req;
+    Run& run = st.runs[role];
+    run = Run{};
+    run.pool = pool;
+    run.active = true;
+    run.t_submit = now_s();
+    EngineSubmit m;
+    m.id = engine_id(ctx.id, role);
+    m.tenant = ctx.shared->tenant_id(req.tenant);
+    m.salt = ctx.snap->config->tenant_salt(req.tenant);
+    m.prompt = prompt_for(self, pool);
+    m.max_tokens = req.max_tokens > 0 ? req.max_tokens : ctx.snap->config->limits.max_tokens_default;
+    m.temperature = req.temperature;
+    m.top_p = req.top_p;
+    m.top_k = req.top_k;
+    m.seed = req.seed;
+    m.priority = st.route.priority;
+    m.arrival_s = ctx.arrival_s;
+    const double timeout = ctx.snap->config->limits.request_timeout_ms;
+    m.deadline_s = timeout > 0 ? ctx.arrival_s + timeout / 1e3 : 0;
+    // A shadow only measures: it neither keeps nor reuses the conversation's pinned KV.
+    if (role != SHADOW) m.session = SharedState::session_key(m.tenant, req.session);
+    m.generation = st.route.generation;
+    m.bucket_index = st.route.bucket_index;
+    if (const TenantConfig* t = ctx.snap->config->find_tenant(req.tenant); t && t->kv_quota >= 0)
+        m.kv_quota_blocks = (int32_t)(t->kv_quota * pool_of(self, pool).n_blocks);
+    if (m.prompt.empty()) {
+        FinishInfo f;
+        f.id = m.id;
+        f.reason = "error";
+        f.error = "empty prompt and the vocabulary has no BOS token";
+        f.t_s = now_s();
+        self->send(self, finish_atom::value, f);
+        return;
+    }
+    self->send(pool_of(self, pool).executor, submit_atom::value, std::move(m));
+}
+
+// Hands the answer run's tokens from n_streamed on to the caller.
+void stream(self_ptr self) {
+    auto& st = self->state;
+    const Run& run = st.runs[st.answer];
+    if (st.holding || run.tokens.size() <= st.n_streamed) return;
+    const double t = now_s();
+    std::vector<int32_t> ids(run.tokens.begin() + (long)st.n_streamed, run.tokens.end());
+    std::string piece;
+    for (size_t i = st.n_streamed; i < run.tokens.size(); i++) {
+        st.result.tokens.push_back(run.tokens[i]);
+        st.result.logprobs.push_back(run.logprobs[i]);
+        st.token_times.push_back(t);
+        piece += st.decoder->push(run.tokens[i]);
+    }
+    st.n_streamed = run.tokens.size();
+    st.result.text += piece;
+    if (st.ctx->cb.on_token) st.ctx->cb.on_token(piece, ids);
+}
+
+void update_live(self_ptr self, const Run& run, bool failed) {
+    if (run.pool < 0) return;
+    PoolLive& live = *pool_of(self, run.pool).live;
+    std::lock_guard<std::mutex> lk(live.mu);
+    live.stats.error_rate = ewma(live.stats.error_rate < 0 ? 0 : live.stats.error_rate, failed ? 1.0 : 0.0);
+    if (run.t_first >= 0) live.stats.ttft_ms = ewma(live.stats.ttft_ms, (run.t_first - run.t_submit) * 1e3);
+    if (run.tokens.size() >= 2 && run.t_last > run.t_first)
+        live.stats.tpot_ms = ewma(live.stats.tpot_ms, (run.t_last - run.t_first) * 1e3 / (double)(run.tokens.size() - 1));
+}
+
+// Token agreement of a run with the shadow: common prefix / longer output (greedy outputs diverge for
+// good at their first difference), and exact match.
+void record_quality(self_ptr self) {
+    auto& st = self->state;
+    const Run& a = st.runs[st.answer];
+    const Run& s = st.runs[SHADOW];
+    if (st.quality_recorded || s.pool < 0 || !s.finished || !st.done) return;
+    st.quality_recorded = true;
+    if (!finish_reason_ok(parse_finish_reason(s.fin.reason).value_or(FinishReason::ERROR)) ||
+        !finish_reason_ok(parse_finish_reason(st.result.finish_reason).value_or(FinishReason::ERROR)))
+        return;
+    size_t common = 0;
+    while (common < a.tokens.size() && common < s.tokens.size() && a.tokens[common] == s.tokens[common]) common++;
+    const size_t longer = std::max(a.tokens.size(), s.tokens.size());
+    const double agreement = longer ? (double)common / (double)longer : 1.0;
+    const bool exact = a.tokens == s.tokens;
+    const std::string& pool = pool_of(self, a.pool).cfg.name;
+    auto& sh = *st.ctx->shared;
+    std::lock_guard<std::mutex> lk(sh.metrics_mu);
+    sh.metrics->record_quality(st.route.bucket, pool, agreement, exact);
+    QualityCell& q = sh.quality[{st.route.bucket, pool}];
+    q.n++;
+    q.sum_agreement += agreement;
+}
+
+void maybe_quit(self_ptr self) {
+    auto& st = self->state;
+    for (const Run& r : st.runs)
+        if (r.active) return;
+    if (!st.done) return;
+    record_quality(self);
+    st.ctx->shared->finished(st.ctx->id);
+    self->quit();
+}
+
+void finish(self_ptr self, const FinishInfo& f) {
     auto& st = self->state;
     if (st.done) return;
     st.done = true;
+    st.holding = false;
+    stream(self);
     const auto& ctx = *st.ctx;
+    const Run& run = st.runs[st.answer];
     GenerationResult& r = st.result;
     r.id = ctx.id;
     r.finish_reason = f.reason;
@@ -51,19 +198,14 @@ void finish(caf::stateful_actor<request_state>* self, const FinishInfo& f) {
     RequestRecord rec;
     rec.bucket = st.route.bucket;
     rec.tenant = ctx.req.tenant;
-    const auto& pools = ctx.shared->pools;
-    if (st.route.pool >= 0 && st.route.pool < (int)pools.size()) {
-        const PoolConfig& pc = pools[st.route.pool].cfg;
-        rec.pool = pc.name;
-        r.pool = pc.name;
-        m.cost = ((f.n_prompt - f.n_cached) * pc.price_prompt + f.n_cached * pc.price_cached +
-                  (double)r.tokens.size() * pc.price_output) / 1e6;
+    if (run.pool >= 0) {
+        rec.pool = pool_of(self, run.pool).cfg.name;
+        r.pool = rec.pool;
     }
     rec.t_arrival_s = ctx.arrival_s;
     if (f.first_scheduled_s >= 0) rec.t_scheduled_s = f.first_scheduled_s;
     if (!st.token_times.empty()) rec.t_first_token_s = st.token_times.front();
     rec.t_finish_s = f.t_s;
-    // Tokens of one step arrive together; a step's gap goes to its first token, 0 to the others.
     for (size_t i = 1; i < st.token_times.size(); i++) rec.itl_s.push_back(st.token_times[i] - st.token_times[i - 1]);
     rec.n_prompt_tokens = f.n_prompt;
     rec.n_cached_prompt_tokens = f.n_cached;
@@ -71,95 +213,143 @@ void finish(caf::stateful_actor<request_state>* self, const FinishInfo& f) {
     rec.n_recomputed_tokens = f.n_recomputed;
     rec.finish = parse_finish_reason(f.reason).value_or(FinishReason::ERROR);
     rec.config_generation = st.route.generation;
+    rec.prior_pools = st.prior_pools;
+    rec.fallback = st.route.fallback;
+    update_live(self, run, !finish_reason_ok(rec.finish) && rec.finish != FinishReason::CANCELLED);
     {
         std::lock_guard<std::mutex> lk(ctx.shared->metrics_mu);
+        m.cost = request_cost(rec, ctx.shared->metrics->config());
         ctx.shared->metrics->record(rec);
     }
     if (ctx.cb.on_finish) ctx.cb.on_finish(r);
-    ctx.shared->finished(ctx.id);
-    self->quit();
+    // The caller has its answer; a shadow still running is cancelled only if the caller cancelled.
+    maybe_quit(self);
 }
 
-void fail(caf::stateful_actor<request_state>* self, const std::string& reason, const std::string& msg) {
+void fail(self_ptr self, const std::string& reason, const std::string& msg) {
     FinishInfo f;
-    f.id = self->state.ctx->id;
+    f.id = engine_id(self->state.ctx->id, PRIMARY);
     f.reason = reason;
     f.error = msg;
     f.t_s = now_s();
     finish(self, f);
 }
 
-caf::behavior request_actor(caf::stateful_actor<request_state>* self, std::shared_ptr<RequestContext> ctx) {
+steward_route_request route_request(self_ptr self) {
+    auto& st = self->state;
+    const GenerationRequest& req = st.ctx->req;
+    return steward_route_request{st.ctx->id, st.route.bucket.c_str(), req.tenant.c_str(),
+                                 st.n_prompt, req.max_tokens, req.temperature,
+                                 req.tools ? 1 : 0, req.response_format.c_str()};
+}
+
+// The cascade check on the first tokens: true when the request moved to the upgrade pool.
+bool check_cascade(self_ptr self, bool finished) {
+    auto& st = self->state;
+    st.holding = false;
+    const BucketPolicies& pol = st.ctx->snap->policies.at(st.route.bucket_index);
+    if (!pol.routing || st.cancel_requested) return false;
+    const Run& run = st.runs[PRIMARY];
+    steward_token_view tv{run.tokens.data(), run.logprobs.data(), (uint32_t)run.tokens.size(), finished ? 1 : 0};
+    bool fallback = false;
+    const bool up = pol.routing->check_upgrade(route_request(self), tv, &fallback);
+    if (fallback) st.route.fallback = true;
+    if (!up) return false;
+    // Upgrade: the cheap run's work is recorded (and charged); the answer comes from the strong pool.
+    PoolUse use;
+    use.pool = pool_of(self, run.pool).cfg.name;
+    use.n_output_tokens = (int64_t)run.tokens.size();
+    if (run.finished) {
+        use.n_prompt_tokens = run.fin.n_prompt;
+        use.n_cached_prompt_tokens = run.fin.n_cached;
+    }
+    st.prior_pools.push_back(use);
+    if (run.active) self->send(pool_of(self, run.pool).executor, cancel_atom::value, engine_id(st.ctx->id, PRIMARY));
+    st.answer = UPGRADE;
+    st.decoder = std::make_unique<StreamDecoder>(pool_of(self, st.route.upgrade_pool).model->tokenizer());
+    submit_run(self, UPGRADE, st.route.upgrade_pool);
+    return true;
+}
+
+caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
     self->state.ctx = ctx;
     const GenerationRequest& req = ctx->req;
-    const Config& cfg = *ctx->shared->config;
-    auto& pools = ctx->shared->pools;
-    // Classify with the first pool's tokenizer; re-tokenize if the routed pool's differs.
-    const Tokenizer* tok0 = &pools.front().model->tokenizer();
-    const bool add_bos = req.add_bos && tok0->add_bos_default();
-    std::vector<int32_t> ids0 = req.prompt_ids.empty() ? tok0->encode(req.prompt, add_bos) : req.prompt_ids;
+    self->state.n_prompt = 0;
+    const Snapshot& snap = *ctx->snap;
+    // Classify with the first pool's tokenizer; the run re-tokenizes if the routed pool's differs.
+    const Tokenizer& tok0 = snap.pools.front()->model->tokenizer();
+    const size_t n_prompt = req.prompt_ids.empty() ? tok0.encode(req.prompt, req.add_bos && tok0.add_bos_default()).size()
+                                                   : req.prompt_ids.size();
+    self->state.n_prompt = (int32_t)n_prompt;
     RouteQuery q;
+    q.request_id = ctx->id;
     q.hint = req.bucket_hint;
-    q.prompt_tokens = (int32_t)ids0.size();
-    q.max_tokens = req.max_tokens > 0 ? req.max_tokens : cfg.limits.max_tokens_default;
+    q.prompt_tokens = (int32_t)n_prompt;
+    q.max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
     q.temperature = req.temperature;
     q.tools = req.tools;
     q.response_format = req.response_format;
     q.tenant = req.tenant;
-    self->request(ctx->shared->router, caf::infinite, route_atom::value, q)
+    self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
-            [=](const RouteDecision& d) mutable {
+            [=](const RouteDecision& d) {
                 auto& st = self->state;
                 st.route = d;
                 if (st.cancel_requested) return fail(self, "cancelled", "cancelled by the caller");
-                const PoolRuntime& pool = ctx->shared->pools.at(d.pool);
-                const Tokenizer& tok = pool.model->tokenizer();
-                std::vector<int32_t> ids = &tok == tok0 || !req.prompt_ids.empty()
-                                               ? std::move(ids0)
-                                               : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
-                if (ids.empty()) {
-                    if (tok.bos() < 0) return fail(self, "error", "empty prompt and the vocabulary has no BOS token");
-                    ids.push_back(tok.bos());
-                }
-                st.decoder = std::make_unique<StreamDecoder>(tok);
-                EngineSubmit m;
-                m.id = ctx->id;
-                m.tenant = ctx->shared->tenant_id(req.tenant);
-                m.salt = ctx->shared->config->tenant_salt(req.tenant);
-                m.prompt = std::move(ids);
-                m.max_tokens = q.max_tokens;
-                m.temperature = req.temperature;
-                m.top_p = req.top_p;
-                m.top_k = req.top_k;
-                m.seed = req.seed;
-                m.priority = d.priority;
-                m.arrival_s = ctx->arrival_s;
-                const double timeout = ctx->shared->config->limits.request_timeout_ms;
-                m.deadline_s = timeout > 0 ? ctx->arrival_s + timeout / 1e3 : 0;
-                m.session = SharedState::session_key(m.tenant, req.session);
-                self->send(pool.executor, submit_atom::value, std::move(m));
-                st.submitted = true;
+                st.decoder = std::make_unique<StreamDecoder>(pool_of(self, d.pool).model->tokenizer());
+                st.holding = d.upgrade_pool >= 0 && d.check_after_tokens > 0;
+                submit_run(self, PRIMARY, d.pool);
+                if (d.shadow_pool >= 0) submit_run(self, SHADOW, d.shadow_pool);
             },
             [=](caf::error& err) { fail(self, "error", "routing failed: " + self->system().render(err)); });
     return {
         [=](token_atom, const TokenBatch& b) {
             auto& st = self->state;
+            Run& run = st.runs[role_of(b.id)];
             const double t = now_s();
-            std::string piece;
+            if (run.t_first < 0) run.t_first = t;
+            run.t_last = t;
             for (size_t i = 0; i < b.tokens.size(); i++) {
-                st.result.tokens.push_back(b.tokens[i]);
-                st.result.logprobs.push_back(i < b.logprobs.size() ? b.logprobs[i] : 0.0f);
-                st.token_times.push_back(t);
-                piece += st.decoder->push(b.tokens[i]);
+                run.tokens.push_back(b.tokens[i]);
+                run.logprobs.push_back(i < b.logprobs.size() ? b.logprobs[i] : 0.0f);
             }
-            st.result.text += piece;
-            if (st.ctx->cb.on_token) st.ctx->cb.on_token(piece, b.tokens);
+            const Role role = role_of(b.id);
+            if (role == SHADOW || role != st.answer || st.done) return;
+            if (st.holding && run.tokens.size() >= (size_t)st.route.check_after_tokens && check_cascade(self, false)) return;
+            stream(self);
         },
-        [=](finish_atom, const FinishInfo& f) { finish(self, f); },
+        [=](finish_atom, const FinishInfo& f) {
+            auto& st = self->state;
+            const Role role = role_of(f.id);
+            Run& run = st.runs[role];
+            run.active = false;
+            run.finished = true;
+            run.fin = f;
+            if (role == SHADOW) {
+                update_live(self, run, false);
+                return maybe_quit(self);
+            }
+            if (role != st.answer) {
+                // The cancelled cheap run of an upgrade: its prompt work is charged to the request.
+                if (!st.prior_pools.empty()) {
+                    st.prior_pools.back().n_prompt_tokens = f.n_prompt;
+                    st.prior_pools.back().n_cached_prompt_tokens = f.n_cached;
+                }
+                return maybe_quit(self);
+            }
+            if (st.holding && check_cascade(self, true)) return;
+            finish(self, f);
+        },
         [=](cancel_atom) {
             auto& st = self->state;
             st.cancel_requested = true;
-            if (st.submitted) self->send(st.ctx->shared->pools.at(st.route.pool).executor, cancel_atom::value, st.ctx->id);
+            bool any = false;
+            for (uint64_t r = 0; r < 3; r++)
+                if (st.runs[r].active) {
+                    any = true;
+                    self->send(pool_of(self, st.runs[r].pool).executor, cancel_atom::value, engine_id(st.ctx->id, (Role)r));
+                }
+            (void)any;
         },
     };
 }

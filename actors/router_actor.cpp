@@ -1,67 +1,132 @@
-// router_actor: classifies a request into a bucket by the config's rules and picks the bucket's
-// pool. The decision carries the config generation and the hooks later policies answer
-// (priority, draft budget).
+// router_actor: one per config generation. Classifies a request into a bucket by the config's rules,
+// then asks the bucket's routing policy (plugin) for the pool, an upgrade check and a shadow run,
+// with pool estimates from live figures; the speculation policy gives the draft budget. The
+// decision carries the generation. config_actor: the live config's reload entry point.
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
 #include "actors/actors.hpp"
+#include "actors/shared_state.hpp"
 
 namespace steward {
 
 namespace {
 
 struct router_state {
-    std::shared_ptr<const Config> config;
-    uint64_t generation = 0;
+    std::weak_ptr<Snapshot> snap;
+    std::weak_ptr<SharedState> shared;
     static inline const char* name = "router";
 };
 
-caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::shared_ptr<const Config> config, uint64_t gen) {
-    self->state.config = std::move(config);
-    self->state.generation = gen;
+RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q) {
+    const Config& c = *snap.config;
+    RequestFeatures f;
+    f.hint = q.hint;
+    f.prompt_tokens = q.prompt_tokens;
+    f.max_tokens = q.max_tokens;
+    f.temperature = q.temperature;
+    f.tools = q.tools;
+    f.response_format = q.response_format;
+    f.tenant = q.tenant;
+    const size_t bi = classify(c, f);
+    const BucketConfig& b = c.buckets[bi];
+    RouteDecision d;
+    d.bucket = b.name;
+    d.bucket_index = (int32_t)bi;
+    d.priority = b.priority;
+    d.generation = snap.generation;
+    d.pool = std::max(0, snap.pool_index(b.pool));
+    const BucketPolicies& pol = snap.policies[bi];
+    if (pol.routing) {
+        // Live estimates per pool; measured quality of this bucket's routes, else the prior.
+        std::vector<PoolLiveStats> live(snap.pools.size());
+        for (size_t i = 0; i < snap.pools.size(); i++) {
+            std::lock_guard<std::mutex> lk(snap.pools[i]->live->mu);
+            live[i] = snap.pools[i]->live->stats;
+        }
+        std::vector<double> quality(snap.pools.size(), std::nan(""));
+        if (shared) {
+            std::lock_guard<std::mutex> lk(shared->metrics_mu);
+            for (size_t i = 0; i < snap.pools.size(); i++) {
+                auto it = shared->quality.find({b.name, snap.pools[i]->cfg.name});
+                if (it != shared->quality.end() && it->second.n > 0) quality[i] = it->second.sum_agreement / (double)it->second.n;
+            }
+        }
+        std::vector<steward_pool_view> views(snap.pools.size());
+        for (size_t i = 0; i < snap.pools.size(); i++)
+            views[i] = make_pool_view(snap.pools[i]->profile, live[i], quality[i], q.prompt_tokens, q.max_tokens);
+        steward_route_request rq{q.request_id, b.name.c_str(), q.tenant.c_str(), q.prompt_tokens, q.max_tokens,
+                                 q.temperature, q.tools ? 1 : 0, q.response_format.c_str()};
+        bool fallback = false;
+        const steward_route_decision r = pol.routing->route(rq, views, d.pool, &fallback);
+        d.pool = r.pool;
+        d.upgrade_pool = r.upgrade_pool;
+        d.check_after_tokens = r.upgrade_pool >= 0 ? r.check_after_tokens : 0;
+        d.shadow_pool = r.shadow_pool;
+        d.fallback = fallback;
+    }
+    if (pol.speculation) {
+        steward_spec_stats st{};
+        st.max_budget = c.limits.max_draft_tokens;
+        bool fallback = false;
+        d.draft_budget = pol.speculation->draft_budget(st, &fallback);
+    }
+    return d;
+}
+
+caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_ptr<Snapshot> snap,
+                           std::weak_ptr<SharedState> shared) {
+    self->state.snap = std::move(snap);
+    self->state.shared = std::move(shared);
     return {
-        [=](route_atom, const RouteQuery& q) {
-            const Config& c = *self->state.config;
-            RequestFeatures f;
-            f.hint = q.hint;
-            f.prompt_tokens = q.prompt_tokens;
-            f.max_tokens = q.max_tokens;
-            f.temperature = q.temperature;
-            f.tools = q.tools;
-            f.response_format = q.response_format;
-            f.tenant = q.tenant;
-            const BucketConfig& b = c.buckets[classify(c, f)];
-            RouteDecision d;
-            d.bucket = b.name;
-            d.priority = b.priority;
-            d.generation = self->state.generation;
-            for (size_t i = 0; i < c.pools.size(); i++)
-                if (c.pools[i].name == b.pool) d.pool = (int32_t)i;
-            return d;
+        [=](route_atom, const RouteQuery& q) -> caf::result<RouteDecision> {
+            // The asking request holds the snapshot, so it is alive while the question is.
+            auto s = self->state.snap.lock();
+            if (!s) return caf::make_error(caf::sec::invalid_argument, "the config generation was released");
+            auto sh = self->state.shared.lock();
+            return decide(*s, sh.get(), q);
         },
     };
 }
 
 struct config_state {
-    std::shared_ptr<const Config> config;
-    uint64_t generation = 1;
+    ReloadFn reload;
+    std::weak_ptr<SharedState> shared;
     static inline const char* name = "config";
 };
 
-// config_actor: the live config. Reload (file watch, SIGHUP, API) arrives with the plugin issue;
-// today it answers the current snapshot and its generation.
-caf::behavior config_actor(caf::stateful_actor<config_state>* self, std::shared_ptr<const Config> config) {
-    self->state.config = std::move(config);
+caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::weak_ptr<SharedState> shared) {
+    self->state.reload = std::move(reload);
+    self->state.shared = std::move(shared);
     return {
-        [=](config_atom) { return caf::make_message(self->state.generation, self->state.config->path); },
+        // -> (ok, live generation, error message)
+        [=](reload_atom) {
+            auto r = self->state.reload();
+            if (r) return caf::make_message(true, *r, std::string());
+            uint64_t g = 0;
+            if (auto sh = self->state.shared.lock())
+                if (auto s = sh->snapshot()) g = s->generation;
+            return caf::make_message(false, g, r.error().message);
+        },
+        [=](config_atom) {
+            uint64_t g = 0;
+            std::string path;
+            if (auto sh = self->state.shared.lock())
+                if (auto s = sh->snapshot()) g = s->generation, path = s->config->path;
+            return caf::make_message(g, path);
+        },
     };
 }
 
 }  // namespace
 
-caf::actor spawn_router(caf::actor_system& sys, std::shared_ptr<const Config> config, uint64_t generation) {
-    return sys.spawn(router_actor, std::move(config), generation);
+caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
+    return sys.spawn(router_actor, std::move(snap), std::move(shared));
 }
 
-caf::actor spawn_config(caf::actor_system& sys, std::shared_ptr<const Config> config) {
-    return sys.spawn(config_actor, std::move(config));
+caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared) {
+    return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(shared));
 }
 
 }  // namespace steward

@@ -1,8 +1,10 @@
-// Runtime-wide objects the actors share: the pools (model + executor handle), the metrics
-// registry, the in-flight table. Everything here is either immutable after start or locked.
+// Runtime-wide objects the actors share: config snapshots (a generation's config, pools and policy
+// instances), the metrics registry, the in-flight table. A request holds the snapshot it started
+// with until it finishes; a snapshot's pools and plugin libraries live as long as any holder.
 #pragma once
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -13,21 +15,80 @@
 #include "api/runtime.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
+#include "plugin/plugin_loader.h"
+#include "plugin/policy_set.h"
+#include "plugin/pool_estimates.h"
 
 namespace steward {
 
-struct PoolRuntime {
+// Live figures of a pool, written by its executor (queue) and by request actors (latency, errors).
+struct PoolLive {
+    std::mutex mu;
+    PoolLiveStats stats;
+};
+
+// One pool: model, executor actor, KV size. Shared by every snapshot that keeps the pool; when the
+// last holder lets go (a reload removed or changed it and its requests finished), the executor is
+// told to exit: a removed pool drains cleanly.
+struct PoolHandle {
     PoolConfig cfg;
-    std::unique_ptr<Model> model;
+    std::shared_ptr<Model> model;
     caf::actor executor;
     int n_blocks = 0;
+    PoolProfile profile;
+    std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
+    ~PoolHandle() {
+        if (executor) caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+    }
+};
+
+// One config generation.
+struct Snapshot {
+    uint64_t generation = 0;
+    std::shared_ptr<const Config> config;
+    std::vector<std::shared_ptr<PoolHandle>> pools;  // config.pools order
+    std::vector<BucketPolicies> policies;            // config.buckets order
+    caf::actor router;                               // this generation's router
+    int pool_index(const std::string& name) const {
+        for (size_t i = 0; i < pools.size(); i++)
+            if (pools[i]->cfg.name == name) return (int)i;
+        return -1;
+    }
+    ~Snapshot() {
+        if (router) caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+    }
+};
+
+// Agreement of a (bucket, pool) with the strongest pool on shadowed requests.
+struct QualityCell {
+    int64_t n = 0;
+    double sum_agreement = 0;
 };
 
 struct SharedState {
-    std::shared_ptr<const Config> config;
-    uint64_t generation = 1;
-    std::vector<PoolRuntime> pools;  // fixed after start
-    caf::actor router;
+    // The live snapshot, and every generation still held by some request (for the executors).
+    mutable std::mutex snap_mu;
+    std::shared_ptr<Snapshot> current;
+    std::map<uint64_t, std::weak_ptr<Snapshot>> generations;
+    std::shared_ptr<Snapshot> snapshot() const {
+        std::lock_guard<std::mutex> lk(snap_mu);
+        return current;
+    }
+    std::shared_ptr<Snapshot> find_generation(uint64_t g) const {
+        std::lock_guard<std::mutex> lk(snap_mu);
+        auto it = generations.find(g);
+        return it == generations.end() ? nullptr : it->second.lock();
+    }
+    void publish(std::shared_ptr<Snapshot> s) {
+        std::lock_guard<std::mutex> lk(snap_mu);
+        for (auto it = generations.begin(); it != generations.end();)
+            it = it->second.expired() ? generations.erase(it) : std::next(it);
+        generations[s->generation] = s;
+        current = std::move(s);
+    }
+
+    PluginLoader plugins;
+    PolicyCounterRegistry policy_counters;
 
     // Tenant name -> small id for the KV layer (salts come from the config).
     std::mutex tenants_mu;
@@ -48,6 +109,7 @@ struct SharedState {
 
     mutable std::mutex metrics_mu;
     std::unique_ptr<MetricsRegistry> metrics;
+    std::map<std::pair<std::string, std::string>, QualityCell> quality;  // (bucket, pool), under metrics_mu
 
     // In-flight requests: handle -> request actor.
     std::mutex inflight_mu;
@@ -66,6 +128,7 @@ struct RequestContext {
     RequestCallbacks cb;
     double arrival_s = 0;
     std::shared_ptr<SharedState> shared;
+    std::shared_ptr<Snapshot> snap;  // the config generation the request started with
 };
 
 }  // namespace steward

@@ -7,10 +7,12 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <sstream>
 
 #include <unistd.h>
 
 #include "actors/actors.hpp"
+#include "api/config_watcher.h"
 #include "actors/shared_state.hpp"
 #include "model/synth.h"
 
@@ -91,6 +93,65 @@ Expected<bool> ensure_models(const Config& c) {
     return true;
 }
 
+// Everything that makes a pool's engine: a change to any of it starts a new pool (and engine).
+std::string pool_key(const PoolConfig& p, const Config& c) {
+    std::ostringstream o;
+    o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
+      << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms;
+    for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
+    std::error_code ec;
+    auto t = std::filesystem::last_write_time(p.model, ec);
+    o << '|' << (ec ? 0 : (int64_t)t.time_since_epoch().count());
+    return o.str();
+}
+
+MetricsConfig metrics_config(const Config& config, const std::vector<std::shared_ptr<PoolHandle>>& pools) {
+    MetricsConfig mc;
+    for (const auto& ph : pools) {
+        const PoolConfig& pc = ph->cfg;
+        mc.prices[pc.name] = PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output};
+        if (!mc.kv) {
+            const ModelParams& mp = ph->model->params();
+            KvShape ks;
+            ks.n_layers = mp.n_layer;
+            ks.n_blocks = ph->n_blocks;
+            ks.block_size = pc.block_size;
+            ks.n_kv_heads = mp.n_head_kv;
+            ks.head_dim = mp.head_dim;
+            ks.bytes_per_elem = pc.kv_dtype == "f16" ? 2 : 4;
+            mc.kv = ks;
+        }
+    }
+    for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};
+    return mc;
+}
+
+// Loads a pool's model and sizes its KV (no actor yet).
+Expected<std::shared_ptr<PoolHandle>> load_pool(const PoolConfig& pc) {
+    auto ph = std::make_shared<PoolHandle>();
+    ph->cfg = pc;
+    auto m = Model::load(pc.model);
+    if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
+    ph->model = std::shared_ptr<Model>(std::move(m.value()));
+    if (pc.backend == "cuda")
+        spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
+    const ModelParams& mp = ph->model->params();
+    const int elem = pc.kv_dtype == "f16" ? 2 : 4;
+    const double block_bytes = 2.0 * mp.n_layer * pc.block_size * mp.n_head_kv * mp.head_dim * elem;
+    ph->n_blocks = pc.kv_blocks > 0 ? pc.kv_blocks : (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
+    if (ph->n_blocks < 1) return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block");
+    PoolProfile& pr = ph->profile;
+    pr.name = pc.name;
+    pr.n_layers = mp.n_layer;
+    pr.model_bytes = (double)ph->model->weight_bytes_per_token();
+    pr.n_params = (double)ph->model->n_params();
+    pr.max_queue = pc.max_queue;
+    pr.price_prompt = pc.price_prompt;
+    pr.price_output = pc.price_output;
+    return ph;
+}
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -99,6 +160,91 @@ struct Runtime::Impl {
     std::shared_ptr<SharedState> shared = std::make_shared<SharedState>();
     caf::actor config_actor;
     std::atomic<uint64_t> next_id{1};
+    std::string config_path;  // "" when started from a Config value
+    std::mutex reload_mu;     // one reload at a time
+    std::unique_ptr<ConfigWatcher> watcher;
+
+    // Builds the next generation from `config`, reusing unchanged pools of the live one. Nothing is
+    // published on error (new pools and plugin instances are released; their executors exit).
+    Expected<std::shared_ptr<Snapshot>> build(const Config& config, const Snapshot* prev) {
+        auto ok = ensure_models(config);
+        if (!ok) return ok.error();
+        auto snap = std::make_shared<Snapshot>();
+        snap->generation = prev ? prev->generation + 1 : 1;
+        snap->config = std::make_shared<const Config>(config);
+        for (const PoolConfig& pc : config.pools) {
+            std::shared_ptr<PoolHandle> reuse;
+            if (prev)
+                for (const auto& old : prev->pools)
+                    if (pool_key(old->cfg, *prev->config) == pool_key(pc, config)) reuse = old;
+            if (reuse) {
+                snap->pools.push_back(reuse);
+                continue;
+            }
+            auto ph = load_pool(pc);
+            if (!ph) return ph.error();
+            snap->pools.push_back(*ph);
+        }
+        // Quality priors: configured, else the parameter count relative to the largest pool's.
+        double max_params = 0;
+        for (const auto& ph : snap->pools) max_params = std::max(max_params, ph->profile.n_params);
+        for (const auto& ph : snap->pools)
+            ph->profile.quality_prior = ph->cfg.quality >= 0 ? ph->cfg.quality
+                                                              : (max_params > 0 ? ph->profile.n_params / max_params : 1.0);
+        auto policies = create_policies(config, shared->plugins, shared->policy_counters);
+        if (!policies) return policies.error();
+        snap->policies = std::move(*policies);
+        // Validation is complete: start the new pools' executors.
+        for (auto& ph : snap->pools) {
+            if (ph->executor) continue;
+            const PoolConfig& pc = ph->cfg;
+            EngineOptions eo;
+            eo.n_blocks = ph->n_blocks;
+            eo.block_size = pc.block_size;
+            eo.kv_dtype = pc.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32;
+            eo.max_batch = pc.max_batch;
+            eo.max_batch_tokens = pc.max_batch_tokens;
+            eo.max_queue = pc.max_queue;
+            eo.n_threads = pc.threads;
+            eo.prefix_cache = pc.prefix_cache;
+            eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
+            auto engine = std::make_unique<Engine>(*ph->model, eo);
+            // Public prefixes are token sequences of each pool's own vocabulary.
+            std::vector<std::vector<int32_t>> pubs;
+            for (const auto& pp : config.public_prefixes)
+                pubs.push_back(ph->model->tokenizer().encode(pp.text, ph->model->tokenizer().add_bos_default()));
+            engine->set_public_prefixes(std::move(pubs));
+            ph->executor = spawn_executor(*sys, std::move(engine), ph->model, ph->live, shared, pc.name);
+        }
+        snap->router = spawn_router(*sys, snap, shared);
+        return snap;
+    }
+
+    Expected<uint64_t> reload() {
+        std::lock_guard<std::mutex> lk(reload_mu);
+        auto fail = [&](const std::string& msg) -> Expected<uint64_t> {
+            const uint64_t g = shared->snapshot()->generation;
+            spdlog::error("config reload failed, generation {} stays live: {}", g, msg);
+            std::lock_guard<std::mutex> mk(shared->metrics_mu);
+            shared->metrics->record_reload(false, g, msg);
+            return make_error(msg);
+        };
+        if (config_path.empty()) return fail("this runtime was started from a Config value, not a file; there is nothing to reload");
+        auto c = load_config(config_path);
+        if (!c) return fail(c.error().message);
+        auto prev = shared->snapshot();
+        auto snap = build(*c, prev.get());
+        if (!snap) return fail(snap.error().message);
+        const uint64_t g = (*snap)->generation;
+        {
+            std::lock_guard<std::mutex> mk(shared->metrics_mu);
+            shared->metrics->update_config(metrics_config(*c, (*snap)->pools));
+            shared->metrics->record_reload(true, g);
+        }
+        shared->publish(std::move(*snap));
+        spdlog::info("config generation {} is live ({})", g, config_path);
+        return g;
+    }
 };
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -110,82 +256,51 @@ Expected<std::unique_ptr<Runtime>> Runtime::start(const std::string& config_path
 }
 
 Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) {
-    auto ok = ensure_models(config);
-    if (!ok) return ok.error();
     auto impl = std::make_unique<Impl>();
-    SharedState& sh = *impl->shared;
-    sh.config = std::make_shared<const Config>(config);
-    MetricsConfig mc;
-    for (const PoolConfig& pc : config.pools) {
-        PoolRuntime pr;
-        pr.cfg = pc;
-        auto m = Model::load(pc.model);
-        if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
-        pr.model = std::move(m.value());
-        if (pc.backend == "cuda")
-            spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
-        const ModelParams& mp = pr.model->params();
-        const int elem = pc.kv_dtype == "f16" ? 2 : 4;
-        const double block_bytes = 2.0 * mp.n_layer * pc.block_size * mp.n_head_kv * mp.head_dim * elem;
-        pr.n_blocks = pc.kv_blocks > 0 ? pc.kv_blocks : (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
-        if (pr.n_blocks < 1) return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block");
-        mc.prices[pc.name] = PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output};
-        if (!mc.kv) {
-            KvShape ks;
-            ks.n_layers = mp.n_layer;
-            ks.n_blocks = pr.n_blocks;
-            ks.block_size = pc.block_size;
-            ks.n_kv_heads = mp.n_head_kv;
-            ks.head_dim = mp.head_dim;
-            ks.bytes_per_elem = elem;
-            mc.kv = ks;
-        }
-        sh.pools.push_back(std::move(pr));
-    }
-    for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};
-    sh.metrics = std::make_unique<MetricsRegistry>(mc);
-
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
-    for (size_t i = 0; i < sh.pools.size(); i++) {
-        PoolRuntime& pr = sh.pools[i];
-        EngineOptions eo;
-        eo.n_blocks = pr.n_blocks;
-        eo.block_size = pr.cfg.block_size;
-        eo.kv_dtype = pr.cfg.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32;
-        eo.max_batch = pr.cfg.max_batch;
-        eo.max_batch_tokens = pr.cfg.max_batch_tokens;
-        eo.max_queue = pr.cfg.max_queue;
-        eo.n_threads = pr.cfg.threads;
-        eo.prefix_cache = pr.cfg.prefix_cache;
-        eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
-        auto engine = std::make_unique<Engine>(*pr.model, eo);
-        // Public prefixes are token sequences of each pool's own vocabulary.
-        std::vector<std::vector<int32_t>> pubs;
-        for (const auto& pp : config.public_prefixes)
-            pubs.push_back(pr.model->tokenizer().encode(pp.text, pr.model->tokenizer().add_bos_default()));
-        engine->set_public_prefixes(std::move(pubs));
-        pr.executor = spawn_executor(*impl->sys, std::move(engine), impl->shared, (int)i);
+    impl->config_path = config.path == "<string>" ? "" : config.path;
+    auto snap = impl->build(config, nullptr);
+    if (!snap) return snap.error();  // build() spawns executors only once everything validated
+    SharedState& sh = *impl->shared;
+    sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, (*snap)->pools));
+    sh.publish(std::move(*snap));
+    Impl* raw = impl.get();
+    impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, impl->shared);
+    if (!impl->config_path.empty() && config.reload.watch) {
+        caf::actor ca = impl->config_actor;
+        impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, true, config.reload.debounce_ms,
+                                                        [ca] { caf::anon_send(ca, reload_atom::value); });
+    } else if (!impl->config_path.empty()) {
+        caf::actor ca = impl->config_actor;
+        impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, false, 0,
+                                                        [ca] { caf::anon_send(ca, reload_atom::value); });
     }
-    sh.router = spawn_router(*impl->sys, sh.config, sh.generation);
-    impl->config_actor = spawn_config(*impl->sys, sh.config);
     return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
 Runtime::~Runtime() {
     if (!impl_) return;
+    impl_->watcher.reset();  // no reload may start from here on
     {
         std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
         for (auto& [id, a] : impl_->shared->inflight) caf::anon_send(a, cancel_atom::value);
     }
     drain();
-    for (auto& p : impl_->shared->pools) caf::anon_send_exit(p.executor, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(impl_->shared->router, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->config_actor, caf::exit_reason::user_shutdown);
-    // Executors hold the shared state, which holds their handles: drop the handles, or the
-    // detached threads wait forever for their actor objects to be destroyed.
-    for (auto& p : impl_->shared->pools) p.executor = nullptr;
-    impl_->shared->router = nullptr;
     impl_->config_actor = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(impl_->reload_mu);  // a reload in progress finishes first
+        // Executors hold the shared state, which holds the snapshots that hold their handles: drop
+        // the snapshots (their destructors tell routers and executors to exit), or the detached
+        // threads wait forever for their actor objects to be destroyed.
+        std::shared_ptr<Snapshot> cur;
+        {
+            std::lock_guard<std::mutex> sl(impl_->shared->snap_mu);
+            cur = std::move(impl_->shared->current);
+            impl_->shared->generations.clear();
+        }
+        cur.reset();
+    }
     impl_->sys.reset();  // waits for every actor
 }
 
@@ -196,6 +311,7 @@ RequestHandle Runtime::submit(GenerationRequest req, RequestCallbacks cb) {
     ctx->cb = std::move(cb);
     ctx->arrival_s = now_s();
     ctx->shared = impl_->shared;
+    ctx->snap = impl_->shared->snapshot();  // the generation this request starts (and finishes) with
     std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
     // Spawned under the lock so finished() (which takes it) cannot run before the entry exists.
     impl_->shared->inflight[ctx->id] = spawn_request(*impl_->sys, ctx);
@@ -227,12 +343,21 @@ void Runtime::end_session(const std::string& session) {
         std::lock_guard<std::mutex> lk(impl_->shared->tenants_mu);
         for (const auto& [name, id] : impl_->shared->tenant_ids) keys.push_back(SharedState::session_key(id, session));
     }
-    for (auto& p : impl_->shared->pools)
-        for (const std::string& k : keys) caf::anon_send(p.executor, session_atom::value, k);
+    for (auto& p : impl_->shared->snapshot()->pools)
+        for (const std::string& k : keys) caf::anon_send(p->executor, session_atom::value, k);
 }
+
+namespace {
+void refresh_policy_figures(SharedState& sh) {
+    std::vector<PolicyFigure> f;
+    for (const auto& c : sh.policy_counters.all()) f.push_back({c->bucket, c->kind, c->plugin, c->n_calls.load(), c->n_invalid.load()});
+    sh.metrics->set_policy_figures(std::move(f));
+}
+}  // namespace
 
 std::string Runtime::metrics_json() const {
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
+    refresh_policy_figures(*impl_->shared);
     return impl_->shared->metrics->to_json().dump(2);
 }
 
@@ -243,14 +368,54 @@ std::string Runtime::metrics_table() const {
 
 std::string Runtime::metrics_prometheus() const {
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
+    refresh_policy_figures(*impl_->shared);
     return impl_->shared->metrics->to_prometheus();
 }
 
-const Config& Runtime::config() const { return *impl_->shared->config; }
+std::shared_ptr<const Config> Runtime::config() const { return impl_->shared->snapshot()->config; }
+
+uint64_t Runtime::config_generation() const { return impl_->shared->snapshot()->generation; }
+
+Expected<uint64_t> Runtime::reload() {
+    // Through the config actor, like a file change or a SIGHUP: one reload path.
+    caf::scoped_actor self{*impl_->sys};
+    Expected<uint64_t> out = make_error("config reload: no answer from the config actor");
+    self->request(impl_->config_actor, caf::infinite, reload_atom::value)
+        .receive(
+            [&](bool ok, uint64_t g, const std::string& err) { out = ok ? Expected<uint64_t>(g) : Expected<uint64_t>(make_error(err)); },
+            [&](caf::error& e) { out = make_error("config reload: ", impl_->sys->render(e)); });
+    return out;
+}
+
+void Runtime::route_sighup_to_reload() { ConfigWatcher::install_sighup_handler(); }
 
 void Runtime::drain() {
     std::unique_lock<std::mutex> lk(impl_->shared->inflight_mu);
     impl_->shared->inflight_cv.wait(lk, [&] { return impl_->shared->inflight.empty(); });
+}
+
+Expected<std::string> check_config_file(const std::string& path) {
+    auto c = load_config(path);
+    if (!c) return c.error();
+    for (const PoolConfig& p : c->pools) {
+        if (std::filesystem::exists(p.model)) {
+            auto m = Model::load(p.model);
+            if (!m) return make_error("pool '", p.name, "': ", m.error().message);
+        } else if (!p.synth) {
+            return make_error(path, ": pool '", p.name, "' model '", p.model,
+                              "' does not exist and the pool has no [pool.synth] to write it; fix the path or add [pool.synth]");
+        }
+    }
+    PluginLoader loader;
+    PolicyCounterRegistry counters;
+    auto pol = create_policies(*c, loader, counters);
+    if (!pol) return pol.error();
+    int n_plugins = 0;
+    for (const auto& b : *pol) n_plugins += (b.routing ? 1 : 0) + (b.eviction ? 1 : 0) + (b.speculation ? 1 : 0);
+    std::ostringstream o;
+    o << path << ": ok (" << c->pools.size() << " pools, " << c->buckets.size() << " buckets, " << c->tenants.size()
+      << " tenants, " << n_plugins << " plugin instances)";
+    return o.str();
 }
 
 }  // namespace steward

@@ -53,7 +53,9 @@ struct GenerationResult {
     std::vector<float> logprobs;
     std::string finish_reason;  // stop, length, cancelled, timeout, error, overloaded
     std::string error;          // empty unless finish_reason is error/timeout/overloaded
-    std::string bucket, pool;
+    std::string bucket, pool;   // pool: the one that answered
+    bool upgraded = false;      // started on a cheaper pool, answered by a stronger one
+    bool fallback = false;      // a routing plugin's decision was rejected; the bucket's pool served it
     RequestMetrics metrics;
     bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
 };
@@ -66,6 +68,10 @@ struct RequestCallbacks {
 };
 
 using RequestHandle = uint64_t;
+
+// Validates a config file completely without serving: TOML, pools (models present or
+// synthesizable), every bucket's plugins load and accept their parameters. Returns a short summary.
+Expected<std::string> check_config_file(const std::string& path);
 
 class Runtime {
 public:
@@ -89,7 +95,18 @@ public:
     std::string metrics_json() const;
     std::string metrics_table() const;
     std::string metrics_prometheus() const;
-    const Config& config() const;
+    // The live config (the newest generation); requests in flight may still use older ones.
+    std::shared_ptr<const Config> config() const;
+    uint64_t config_generation() const;
+    // Re-reads the config file: parse, validate completely (pools, plugins load, parameters check),
+    // then swap atomically. Requests in flight finish with the generation they started with; new
+    // ones get the new one; a removed pool drains, then stops. On error nothing changes and the
+    // error (file:line:column) is returned, logged and counted (steward:config_reloads_total).
+    // Plugin files changed on disk are loaded afresh. Also triggered by a change of the file
+    // ([reload] watch) and by SIGHUP (after route_sighup_to_reload). Thread-safe.
+    Expected<uint64_t> reload();
+    // Installs a SIGHUP handler that makes every Runtime of the process reload (call from main).
+    static void route_sighup_to_reload();
     // Waits until no request is in flight.
     void drain();
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "api/runtime.h"
 #include "config/config.h"
 #include "cpu/generator.h"
 #include "model/model.h"
@@ -94,10 +95,9 @@ int main(int argc, char** argv) {
 
     if (run->parsed()) return cmd_run(ro);
     if (check->parsed()) {
-        auto c = load_config(check_path);
-        if (!c) return fail(c.error().message);
-        std::printf("%s: ok (%zu pools, %zu buckets, %zu tenants)\n", check_path.c_str(), c->pools.size(),
-                    c->buckets.size(), c->tenants.size());
+        auto r = check_config_file(check_path);
+        if (!r) return fail(r.error().message);
+        std::printf("%s\n", r->c_str());
         return 0;
     }
 

@@ -82,6 +82,7 @@ int cmd_run(const RunOptions& o) {
 
     std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets\n", o.config_path.c_str(),
                  wl.requests.size(), cfg->pools.size(), cfg->buckets.size());
+    Runtime::route_sighup_to_reload();  // kill -HUP reloads the config while the run goes on
     auto rt = Runtime::start(*cfg);
     if (!rt) return cli_fail(rt.error().message);
     Runtime& runtime = **rt;

@@ -67,6 +67,23 @@ public:
         out = v;
         return true;
     }
+    // Every key of the table not read so far, as a policy's parameters (scalars only).
+    bool rest_as_params(PolicySpec& spec) {
+        for (const auto& [k, v] : t_) {
+            const std::string key(k.str());
+            if (seen_.count(key)) continue;
+            seen_.insert(key);
+            PolicyParam p;
+            if (auto i = v.value_exact<int64_t>()) p = *i;
+            else if (auto d = v.value_exact<double>()) p = *d;
+            else if (auto b = v.value_exact<bool>()) p = *b;
+            else if (auto s = v.value_exact<std::string>()) p = *s;
+            else return fail_at(v, ctx_ + "." + key + ": plugin parameters must be strings, numbers or booleans");
+            spec.params[key] = p;
+            spec.param_where[key] = where(src_, k.source());
+        }
+        return true;
+    }
     const toml::table* sub(const char* key) {
         seen_.insert(key);
         const toml::node* n = t_.get(key);
@@ -159,9 +176,11 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     if (const toml::table* t = top.sub("limits")) {
         TableReader r(*t, src, "[limits]");
         if (!r.get("request_timeout_ms", c.limits.request_timeout_ms) || !r.get("session_ttl_ms", c.limits.session_ttl_ms) ||
-            !r.get("max_tokens_default", c.limits.max_tokens_default) || !r.finish())
+            !r.get("max_tokens_default", c.limits.max_tokens_default) ||
+            !r.get("max_draft_tokens", c.limits.max_draft_tokens) || !r.finish())
             return fail(r.err);
-        if (c.limits.request_timeout_ms < 0 || c.limits.session_ttl_ms < 0 || c.limits.max_tokens_default <= 0)
+        if (c.limits.request_timeout_ms < 0 || c.limits.session_ttl_ms < 0 || c.limits.max_tokens_default <= 0 ||
+            c.limits.max_draft_tokens < 0)
             return fail(where(src, t->source()) + ": [limits] values must be >= 0 (max_tokens_default > 0)");
     }
     if (const toml::table* t = top.sub("server")) {
@@ -169,9 +188,21 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         if (!r.get("host", c.server.host) || !r.get("port", c.server.port) || !r.finish()) return fail(r.err);
         if (c.server.port < 0 || c.server.port > 65535) return fail(where(src, t->source()) + ": [server] port must be 0..65535");
     }
+    const std::filesystem::path base = std::filesystem::path(src).parent_path();
+    if (const toml::table* t = top.sub("plugins")) {
+        TableReader r(*t, src, "[plugins]");
+        if (!r.get("dirs", c.plugins.dirs) || !r.finish()) return fail(r.err);
+        for (auto& d : c.plugins.dirs)
+            if (std::filesystem::path(d).is_relative() && !base.empty()) d = (base / d).string();
+    }
+    if (const toml::table* t = top.sub("reload")) {
+        TableReader r(*t, src, "[reload]");
+        if (!r.get("watch", c.reload.watch) || !r.get("debounce_ms", c.reload.debounce_ms) || !r.finish()) return fail(r.err);
+        if (c.reload.debounce_ms < 0 || c.reload.debounce_ms > 60000)
+            return fail(where(src, t->source()) + ": [reload] debounce_ms must be 0..60000");
+    }
     if (!top.finish()) return fail(top.err);
 
-    const std::filesystem::path base = std::filesystem::path(src).parent_path();
     if (const toml::array* a = array_of_tables(root, "pool", err, src)) {
         for (const auto& n : *a) {
             const toml::table& t = *n.as_table();
@@ -183,7 +214,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get("max_batch", p.max_batch) && r.get("max_batch_tokens", p.max_batch_tokens) &&
                       r.get("max_queue", p.max_queue) && r.get("prefix_cache", p.prefix_cache) &&
                       r.get("price_prompt", p.price_prompt) && r.get("price_output", p.price_output) &&
-                      r.get("price_cached", p.price_cached);
+                      r.get("price_cached", p.price_cached) && r.get("quality", p.quality);
             if (!ok) return fail(r.err);
             if (const toml::table* st = r.sub("synth")) {
                 SynthConfig s;
@@ -210,6 +241,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' needs kv_blocks > 0 or kv_gib > 0");
             if (p.max_batch <= 0 || p.max_batch_tokens <= 0 || p.max_queue < 0 || p.threads < 0)
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' max_batch and max_batch_tokens must be > 0, max_queue and threads >= 0");
+            if (p.quality > 1.0)
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' quality must be in [0, 1] (or omitted)");
             if (c.find_pool(p.name)) return fail(where(src, t.source()) + ": pool '" + p.name + "' is defined twice");
             c.pools.push_back(p);
         }
@@ -222,9 +255,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         for (const auto& n : *a) {
             TenantConfig tc;
             TableReader r(*n.as_table(), src, "[[tenant]]");
-            if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) || !r.finish())
+            if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) ||
+                !r.get("kv_quota", tc.kv_quota) || !r.finish())
                 return fail(r.err);
             if (tc.name.empty()) return fail(where(src, n.source()) + ": [[tenant]] needs a name");
+            if (tc.kv_quota > 1.0)
+                return fail(where(src, n.source()) + ": tenant '" + tc.name + "' kv_quota is a share of the pool's KV, in (0, 1]");
             c.tenants.push_back(tc);
         }
     } else if (!err.empty()) {
@@ -260,6 +296,23 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     !m.get_opt("max_temperature", bm.max_temperature) || !m.get_opt("tools", bm.tools) ||
                     !m.get_opt("response_format", bm.response_format) || !m.get("tenant", bm.tenants) || !m.finish())
                     return fail(m.err);
+            }
+            for (const char* kind : {"routing", "eviction", "speculation"}) {
+                const toml::table* pt = r.sub(kind);
+                if (!pt) continue;
+                PolicySpec spec;
+                spec.where = where(src, pt->source());
+                TableReader pr(*pt, src, std::string("[bucket.") + kind + "]");
+                if (!pr.get("plugin", spec.plugin) || !pr.rest_as_params(spec)) return fail(pr.err);
+                if (spec.plugin.empty())
+                    return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +
+                                "' needs plugin = \"name\" (a built-in such as \"lru\", or a path to a .so)");
+                // A path (not a bare name) is relative to the config file.
+                const bool is_path = spec.plugin.find('/') != std::string::npos ||
+                                     (spec.plugin.size() > 3 && spec.plugin.compare(spec.plugin.size() - 3, 3, ".so") == 0);
+                if (is_path && std::filesystem::path(spec.plugin).is_relative() && !base.empty())
+                    spec.plugin = (base / spec.plugin).string();
+                (std::string(kind) == "routing" ? b.routing : std::string(kind) == "eviction" ? b.eviction : b.speculation) = spec;
             }
             if (!r.finish()) return fail(r.err);
             if (b.name.empty()) return fail(where(src, t.source()) + ": [[bucket]] needs a name");

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "util/error.h"
@@ -37,6 +38,21 @@ struct PoolConfig {
     bool prefix_cache = true;
     // Prices per million tokens (cost/request in METRICS.md).
     double price_prompt = 0.0, price_output = 0.0, price_cached = 0.0;
+    // Prior quality in [0, 1] a routing policy sees until shadowed requests measure it; < 0: the
+    // pool's parameter count relative to the largest pool's.
+    double quality = -1.0;
+};
+
+// One parameter of a policy plugin: the TOML scalar as written.
+using PolicyParam = std::variant<int64_t, double, bool, std::string>;
+
+// A bucket's [bucket.routing] / [bucket.eviction] / [bucket.speculation] table: the plugin (a name
+// searched in the plugin directories, or a path) and every other key as its parameters.
+struct PolicySpec {
+    std::string plugin;
+    std::map<std::string, PolicyParam> params;
+    std::map<std::string, std::string> param_where;  // key -> file:line:column
+    std::string where;                               // the table's file:line:column
 };
 
 // A request is put in the first bucket whose rules all match (absent rules match anything).
@@ -56,12 +72,16 @@ struct BucketConfig {
     std::string pool;   // routing by rules: the pool this bucket's requests go to
     int priority = 0;   // higher runs first; the lowest is preempted first
     double slo_ttft_ms = 0, slo_tpot_ms = 0;  // goodput targets (0: none)
+    std::optional<PolicySpec> routing;      // none: route to `pool` (the rules)
+    std::optional<PolicySpec> eviction;     // none: least recently used
+    std::optional<PolicySpec> speculation;  // none: no draft tokens
 };
 
 struct TenantConfig {
     std::string name;
     uint64_t salt = 0;  // 0: derived from the name
     std::vector<std::string> api_keys;
+    double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
 };
 
 struct PublicPrefixConfig {
@@ -73,6 +93,16 @@ struct LimitsConfig {
     double request_timeout_ms = 120000;  // deadline from arrival; 0: none
     double session_ttl_ms = 60000;       // KV of an idle session stays pinned this long
     int max_tokens_default = 128;
+    int max_draft_tokens = 16;           // a speculation policy's budget above this is invalid
+};
+
+struct PluginsConfig {
+    std::vector<std::string> dirs;  // searched for plugins named by name (relative to the config file)
+};
+
+struct ReloadConfig {
+    bool watch = true;      // reload when the config file changes (inotify)
+    int debounce_ms = 100;  // wait this long after a change for the writer to finish
 };
 
 struct ServerConfig {
@@ -88,6 +118,8 @@ struct Config {
     std::vector<PublicPrefixConfig> public_prefixes;
     LimitsConfig limits;
     ServerConfig server;
+    PluginsConfig plugins;
+    ReloadConfig reload;
 
     const PoolConfig* find_pool(const std::string& name) const;
     const TenantConfig* find_tenant(const std::string& name) const;

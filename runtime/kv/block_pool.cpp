@@ -2,6 +2,7 @@
 // and the hash -> block map. Every operation is O(1) except eviction through a custom policy (O(n_evictable)).
 #include "kv/block_pool.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_set>
@@ -53,16 +54,36 @@ void BlockPool::evictable_remove(int32_t block) {
 }
 
 int32_t BlockPool::choose_victim() {
-    if (!policy_) return lru_head_;
+    EvictionPolicy* policy = active_policy_ ? active_policy_ : policy_.get();
+    if (!policy) return lru_head_;
     // A policy sees the whole queue; O(n_evictable) per eviction is the price of letting a plugin weigh
     // hit counts or tenants. The default path above stays O(1).
     std::vector<EvictionCandidate> candidates;
     candidates.reserve(n_evictable_);
     for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) {
         const Block& m = blocks_[b];
-        candidates.push_back({b, m.hash, m.tenant, m.is_public, m.last_access_tick, m.n_hits});
+        candidates.push_back({b, m.hash, m.tenant, m.is_public, m.last_access_tick, m.n_hits, m.depth});
     }
-    const size_t i = policy_->choose_victim(candidates);
+    // What each tenant holds (cached or in use), by writer.
+    std::unordered_map<int32_t, int32_t> held;
+    for (const Block& m : blocks_)
+        if (m.tenant >= 0 && (m.ref_count > 0 || m.has_hash)) ++held[m.tenant];
+    for (const auto& [t, q] : tenant_quota_) held.try_emplace(t, 0);
+    std::vector<TenantBlocks> tenants;
+    tenants.reserve(held.size());
+    for (const auto& [t, n] : held) {
+        auto q = tenant_quota_.find(t);
+        tenants.push_back({t, n, q == tenant_quota_.end() ? -1 : q->second});
+    }
+    std::sort(tenants.begin(), tenants.end(), [](const TenantBlocks& a, const TenantBlocks& b) { return a.tenant < b.tenant; });
+    EvictionContext ctx;
+    ctx.now_tick = tick_;
+    ctx.n_blocks_total = n_total();
+    ctx.requesting_tenant = requesting_tenant_;
+    ctx.block_size = block_size_;
+    ctx.block_bytes = block_bytes_;
+    ctx.tenants = tenants;
+    const size_t i = policy->choose_victim(ctx, candidates);
     if (i >= candidates.size()) {
         ++stats_.n_invalid_victims;
         return lru_head_;
@@ -87,6 +108,7 @@ std::optional<int32_t> BlockPool::allocate() {
     Block& b = blocks_[block];
     b = Block{};
     b.ref_count = 1;
+    b.tenant = requesting_tenant_;
     b.last_access_tick = ++tick_;
     ++n_used_;
     ++stats_.n_allocations;
@@ -140,7 +162,7 @@ std::optional<int32_t> BlockPool::find_cached(BlockHash hash) {
     return found;
 }
 
-int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public) {
+int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public, int32_t depth) {
     check_block(block);
     Block& b = blocks_[block];
     STEWARD_KV_CHECK(b.ref_count > 0, "publish of an unreferenced block");
@@ -157,6 +179,7 @@ int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool i
     b.hash = hash;
     b.tenant = tenant;
     b.is_public = is_public;
+    b.depth = depth;
     b.n_hits = 0;
     ++stats_.n_publishes;
     return block;
@@ -164,6 +187,13 @@ int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool i
 
 void BlockPool::set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) {
     policy_ = std::move(policy);
+}
+
+void BlockPool::set_tenant_quota(int32_t tenant, int32_t quota_blocks) {
+    if (quota_blocks < 0)
+        tenant_quota_.erase(tenant);
+    else
+        tenant_quota_[tenant] = quota_blocks;
 }
 
 int32_t BlockPool::ref_count(int32_t block) const {
@@ -186,6 +216,7 @@ BlockInfo BlockPool::info(int32_t block) const {
     out.is_public = b.is_public;
     out.last_access_tick = b.last_access_tick;
     out.n_hits = b.n_hits;
+    out.depth = b.depth;
     return out;
 }
 

@@ -29,6 +29,24 @@ struct EvictionCandidate {
     bool is_public = false;        // inside a declared-public prefix
     int64_t last_access_tick = 0;  // pool tick of the last allocate/ref/unref/find_cached touching it
     int64_t n_hits = 0;            // find_cached hits since it was published
+    int32_t depth = 0;             // the block's index in the sequence that published it
+};
+
+// Blocks a tenant holds (cached or in use, by writer) and its quota, for eviction policies.
+struct TenantBlocks {
+    int32_t tenant = -1;
+    int32_t n_held = 0;
+    int32_t quota_blocks = -1;  // -1: none configured
+};
+
+// What else an eviction policy may weigh: who is asking and what each tenant holds.
+struct EvictionContext {
+    int64_t now_tick = 0;
+    int32_t n_blocks_total = 0;
+    int32_t requesting_tenant = -1;
+    int32_t block_size = 0;   // token slots per block (0: unknown)
+    double block_bytes = 0;   // bytes of KV one block holds (0: unknown)
+    std::span<const TenantBlocks> tenants;
 };
 
 // Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
@@ -38,7 +56,7 @@ public:
     virtual ~EvictionPolicy() = default;
     // `candidates` holds every evictable block, least recently used first; never empty.
     // Returns an index into it. An index out of range is counted (n_invalid_victims) and replaced by 0 (LRU).
-    virtual size_t choose_victim(std::span<const EvictionCandidate> candidates) = 0;
+    virtual size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) = 0;
 };
 
 // A snapshot of one block's bookkeeping (tests, metrics, policies).
@@ -49,6 +67,7 @@ struct BlockInfo {
     bool is_public = false;
     int64_t last_access_tick = 0;
     int64_t n_hits = 0;
+    int32_t depth = 0;
 };
 
 struct BlockPoolStats {
@@ -88,10 +107,24 @@ public:
     // that now holds `hash`: `block` itself, or the block that already held it (then `block` stays
     // uncached; the caller keeps using it, without double-mapping). Publishing a block again under the
     // same hash is a no-op; under a different hash it aborts (cached blocks are immutable).
-    int32_t publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public);
+    // `depth` is the block's index in its sequence (what cost-aware policies weigh).
+    int32_t publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public, int32_t depth = 0);
 
     // nullptr restores the default LRU choice.
     void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy);
+    // For the allocations that follow: the policy of the request that needs blocks (a per-bucket
+    // plugin; nullptr: the pool's policy) and its tenant (recorded as the new blocks' writer). Not owned.
+    void set_active_eviction(EvictionPolicy* policy, int32_t requesting_tenant) {
+        active_policy_ = policy;
+        requesting_tenant_ = requesting_tenant;
+    }
+    // What eviction policies see of a block's size.
+    void set_block_geometry(int32_t block_size, double block_bytes) {
+        block_size_ = block_size;
+        block_bytes_ = block_bytes;
+    }
+    // A tenant's KV quota in blocks (eviction policies see it); -1 removes it.
+    void set_tenant_quota(int32_t tenant, int32_t quota_blocks);
 
     int32_t n_total() const { return static_cast<int32_t>(blocks_.size()); }
     int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
@@ -119,6 +152,7 @@ private:
         bool is_public = false;
         int64_t last_access_tick = 0;
         int64_t n_hits = 0;
+        int32_t depth = 0;
         // Intrusive doubly linked evictable queue (LRU at head); -1 ends it.
         bool in_evictable = false;
         int32_t prev = -1;
@@ -138,6 +172,11 @@ private:
     int32_t n_used_ = 0;
     std::unordered_map<BlockHash, int32_t> hash_to_block_;
     std::unique_ptr<EvictionPolicy> policy_;
+    EvictionPolicy* active_policy_ = nullptr;
+    int32_t requesting_tenant_ = -1;
+    int32_t block_size_ = 0;
+    double block_bytes_ = 0;
+    std::unordered_map<int32_t, int32_t> tenant_quota_;
     int64_t tick_ = 0;
     BlockPoolStats stats_;
 };

@@ -182,7 +182,7 @@ int KvManager::publish_full_blocks(SeqId seq) {
         // Already cached: found in the cache, published before or by a fork sibling, or under a hash from
         // before the public boundary moved. Cached blocks are immutable, so it keeps the hash it has.
         if (pool_.is_cached(block)) continue;
-        const int32_t holder = pool_.publish(block, s.block_hashes[b], s.tenant, b < s.hashes_public_blocks);
+        const int32_t holder = pool_.publish(block, s.block_hashes[b], s.tenant, b < s.hashes_public_blocks, b);
         if (holder == block)
             ++n_mapped;
         else

@@ -81,6 +81,10 @@ public:
     void set_public_prefixes(std::vector<std::vector<int32_t>> prefixes);
     const std::vector<std::vector<int32_t>>& public_prefixes() const { return public_prefixes_; }
     void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy) { pool_.set_eviction_policy(std::move(policy)); }
+    // See BlockPool::set_active_eviction / set_tenant_quota.
+    void set_active_eviction(EvictionPolicy* policy, int32_t requesting_tenant) { pool_.set_active_eviction(policy, requesting_tenant); }
+    void set_tenant_quota(int32_t tenant, int32_t quota_blocks) { pool_.set_tenant_quota(tenant, quota_blocks); }
+    void set_block_bytes(double block_bytes) { pool_.set_block_geometry(block_size_, block_bytes); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
     // salt: the tenant's prefix-cache salt (from the config); 0 derives one from the tenant id.

@@ -238,6 +238,36 @@ double BucketMetrics::miss_penalty_s() const {
 double BucketMetrics::cost_per_request() const {
     return ratio(cost_total, (double)n_requests);
 }
+double BucketMetrics::RouteQuality::agreement() const {
+    return n_shadowed > 0 ? sum_agreement / (double)n_shadowed : std::numeric_limits<double>::quiet_NaN();
+}
+
+double BucketMetrics::quality() const {
+    int64_t n = 0;
+    double sum = 0;
+    for (const auto& [pool, q] : route_quality) {
+        n += q.n_shadowed;
+        sum += q.sum_agreement;
+    }
+    return n > 0 ? sum / (double)n : std::numeric_limits<double>::quiet_NaN();
+}
+
+void MetricsRegistry::record_quality(std::string_view bucket, std::string_view pool, double agreement, bool exact) {
+    for (BucketMetrics* m : {&all_, &row(bucket)}) {
+        auto it = m->route_quality.find(pool);
+        if (it == m->route_quality.end()) it = m->route_quality.emplace(std::string(pool), BucketMetrics::RouteQuality{}).first;
+        it->second.n_shadowed++;
+        it->second.sum_agreement += agreement;
+        it->second.n_exact += exact ? 1 : 0;
+    }
+}
+
+void MetricsRegistry::record_reload(bool ok, uint64_t generation, const std::string& error) {
+    (ok ? n_reload_ok_ : n_reload_failed_)++;
+    generation_ = generation;
+    if (!ok) last_reload_error_ = error;
+}
+
 double BucketMetrics::upgrade_rate() const {
     return ratio((double)n_upgraded, (double)n_requests);
 }
@@ -379,6 +409,10 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
         by_pool[pool] = n;
         share[pool] = num(ratio((double)n, (double)m.n_requests));
     }
+    json quality = json::object();
+    for (const auto& [pool, q] : m.route_quality)
+        quality[pool] = {{"shadowed", q.n_shadowed}, {"agreement", num(q.agreement())},
+                         {"exact_match_rate", num(ratio((double)q.n_exact, (double)q.n_shadowed))}};
 
     return {
         {"requests",
@@ -433,7 +467,9 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"upgraded", m.n_upgraded},
           {"upgrade_rate", num(m.upgrade_rate())},
           {"fallback", m.n_fallback},
-          {"fallback_rate", num(m.fallback_rate())}}},
+          {"fallback_rate", num(m.fallback_rate())},
+          {"quality", num(m.quality())},
+          {"quality_by_route", quality}}},
         {"speculation",
          {{"drafts", m.n_drafts},
           {"draft_tokens", m.n_draft_tokens},
@@ -445,7 +481,16 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
 nlohmann::json MetricsRegistry::to_json() const {
     nlohmann::json buckets = nlohmann::json::object();
     for (const std::string& name : bucket_names()) buckets[name] = row_json(buckets_.find(name)->second);
-    return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}};
+    nlohmann::json policies = nlohmann::json::array();
+    for (const PolicyFigure& p : policies_)
+        policies.push_back({{"bucket", p.bucket}, {"kind", p.kind}, {"plugin", p.plugin}, {"decisions", p.n_calls},
+                            {"invalid_decisions", p.n_invalid}});
+    nlohmann::json config = {{"generation", generation_},
+                             {"reloads_ok", n_reload_ok_},
+                             {"reloads_failed", n_reload_failed_},
+                             {"last_reload_error", last_reload_error_}};
+    return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
+            {"policies", policies}};
 }
 
 std::string MetricsRegistry::to_table() const {
@@ -457,7 +502,7 @@ std::string MetricsRegistry::to_table() const {
         {"bucket", 12},      {"requests", 9},     {"ok", 7},           {"ttft_p50_ms", 12}, {"ttft_p95_ms", 12},
         {"ttft_p99_ms", 12}, {"tpot_ms", 9},      {"e2e_p99_ms", 11},  {"tok/s", 9},        {"hit_%", 7},
         {"saved_tok", 10},   {"kv_peak_GiB", 12}, {"page_mean_%", 12}, {"frag_%", 7},       {"evict", 7},
-        {"preempt", 8},      {"cost/req", 11},
+        {"preempt", 8},      {"cost/req", 11},      {"upgr_%", 7},       {"fallb_%", 8},      {"route_q", 8},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
@@ -496,6 +541,9 @@ std::string MetricsRegistry::to_table() const {
             std::to_string(m.n_evictions()),
             std::to_string(m.n_preemptions),
             fmt(m.cost_per_request(), "%.4g"),
+            fmt(m.upgrade_rate() * 100.0, "%.1f"),
+            fmt(m.fallback_rate() * 100.0, "%.1f"),
+            fmt(m.quality(), "%.3f"),
         };
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
@@ -575,6 +623,32 @@ std::string MetricsRegistry::to_prometheus() const {
         for (const auto& [pool, n] : buckets_.find(b)->second.n_by_pool)
             out += "steward:route_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
                    std::to_string(n) + "\n";
+    family("steward:route_shadowed_total", "counter", "Requests also run on the strongest pool, per route.");
+    for (const std::string& b : names)
+        for (const auto& [pool, q] : buckets_.find(b)->second.route_quality)
+            out += "steward:route_shadowed_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+                   std::to_string(q.n_shadowed) + "\n";
+    family("steward:route_quality_agreement", "gauge", "Agreement with the strongest pool on shadowed requests (0-1).");
+    for (const std::string& b : names)
+        for (const auto& [pool, q] : buckets_.find(b)->second.route_quality)
+            out += "steward:route_quality_agreement{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+                   prometheus_number(q.agreement()) + "\n";
+    family("steward:config_generation", "gauge", "The live config generation.");
+    out += "steward:config_generation " + std::to_string(generation_) + "\n";
+    family("steward:config_reloads_total", "counter", "Config reloads by result.");
+    out += "steward:config_reloads_total{result=\"ok\"} " + std::to_string(n_reload_ok_) + "\n";
+    out += "steward:config_reloads_total{result=\"error\"} " + std::to_string(n_reload_failed_) + "\n";
+    family("steward:plugin_decisions_total", "counter", "Decisions asked of policy plugins.");
+    auto plabel = [](const PolicyFigure& p) {
+        return "bucket=\"" + prometheus_label_value(p.bucket) + "\",kind=\"" + prometheus_label_value(p.kind) +
+               "\",plugin=\"" + prometheus_label_value(p.plugin) + "\"";
+    };
+    for (const PolicyFigure& p : policies_)
+        out += "steward:plugin_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_calls) + "\n";
+    family("steward:plugin_invalid_decisions_total", "counter",
+           "Plugin errors and rejected decisions (replaced by the safe default).");
+    for (const PolicyFigure& p : policies_)
+        out += "steward:plugin_invalid_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_invalid) + "\n";
     counter("steward:spec_decode_num_drafts_total", "Speculative drafts.",
             [](const BucketMetrics& m) { return m.n_drafts; });
     counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",

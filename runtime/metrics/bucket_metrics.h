@@ -168,6 +168,16 @@ struct BucketMetrics {
     std::map<std::string, int64_t, std::less<>> n_by_pool;
     int64_t n_upgraded = 0;
     int64_t n_fallback = 0;
+    // Per route (the pool a request was answered on): agreement with the strongest pool on shadowed
+    // requests, token-level (common prefix / longer output) and exact match.
+    struct RouteQuality {
+        int64_t n_shadowed = 0;
+        double sum_agreement = 0;
+        int64_t n_exact = 0;
+        double agreement() const;  // NaN without shadowed requests
+    };
+    std::map<std::string, RouteQuality, std::less<>> route_quality;
+    double quality() const;  // agreement over every shadowed request of the row; NaN without
 
     int64_t n_drafts = 0;
     int64_t n_draft_tokens = 0;
@@ -200,6 +210,12 @@ double request_cost(const RequestRecord& r, const MetricsConfig& cfg);
 // The prompt-length class k of a prompt of n tokens: 2^k <= n < 2^(k+1); -1 for n <= 0.
 int prompt_length_class(int64_t n_prompt_tokens);
 
+// Decision counts of one policy instance line (bucket, kind, plugin), for the reports.
+struct PolicyFigure {
+    std::string bucket, kind, plugin;
+    int64_t n_calls = 0, n_invalid = 0;
+};
+
 // Aggregates records per bucket and overall; writes the figures.
 // Thread-safety: none; the owner (one actor) serialises every call. Copyable.
 class MetricsRegistry {
@@ -213,6 +229,17 @@ public:
     void add_evictions(int64_t n, std::string_view policy = "lru", std::string_view bucket = {});
     // The wall-time window for throughput and goodput. Without it: first arrival to last finish.
     void set_window(double t_begin_s, double t_end_s);
+    // A shadowed request's agreement with the strongest pool, for the route (pool) it was answered on.
+    void record_quality(std::string_view bucket, std::string_view pool, double agreement, bool exact);
+    // A config reload: ok or not, and the live generation after it.
+    void record_reload(bool ok, uint64_t generation, const std::string& error = {});
+    // Prices and SLOs of a new config generation (accumulated figures are kept).
+    void update_config(MetricsConfig cfg) { cfg_ = std::move(cfg); }
+    // The plugin decision counts, refreshed by the owner before writing a report.
+    void set_policy_figures(std::vector<PolicyFigure> f) { policies_ = std::move(f); }
+    uint64_t config_generation() const { return generation_; }
+    int64_t n_reloads_ok() const { return n_reload_ok_; }
+    int64_t n_reloads_failed() const { return n_reload_failed_; }
     double window_s() const;  // 0 before any record
 
     const MetricsConfig& config() const { return cfg_; }
@@ -244,6 +271,10 @@ private:
     std::optional<std::pair<double, double>> window_;  // set_window's
     double t_first_arrival_s_ = 0.0;
     double t_last_finish_s_ = 0.0;
+    uint64_t generation_ = 1;
+    int64_t n_reload_ok_ = 0, n_reload_failed_ = 0;
+    std::string last_reload_error_;
+    std::vector<PolicyFigure> policies_;
 };
 
 }  // namespace steward

@@ -14,7 +14,11 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       opt_(opt),
       fwd_(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch)),
       kv_(KvStorage::config_for(model.params(), opt.n_blocks, opt.block_size, opt.kv_dtype)),
-      mgr_(opt.n_blocks, opt.block_size) {}
+      mgr_(opt.n_blocks, opt.block_size) {
+    const ModelParams& mp = model.params();
+    mgr_.set_block_bytes(2.0 * mp.n_layer * opt.block_size * mp.n_head_kv * mp.head_dim *
+                         (opt.kv_dtype == KvDtype::F16 ? 2 : 4));
+}
 
 Expected<bool> Engine::submit(EngineRequest req) {
     const int ctx = model_.params().n_ctx_train;
@@ -38,6 +42,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
                           " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
     const uint64_t id = req.id;
+    if (req.kv_quota_blocks >= 0) mgr_.set_tenant_quota(req.tenant, req.kv_quota_blocks);
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
     seqs_.emplace(id, std::move(s));
@@ -182,7 +187,10 @@ std::vector<EngineEvent> Engine::step(double now_s) {
     std::vector<uint64_t> order = running_;
     size_t end = order.size();  // order[end..] were preempted this step
     auto alloc = [&](Seq& s, int n) -> bool {
+        // Blocks this request needs are reclaimed by its bucket's eviction policy (LRU without one).
+        mgr_.set_active_eviction(s.req.eviction.get(), s.req.tenant);
         auto copies = mgr_.allocate_slots(s.kv, n);
+        mgr_.set_active_eviction(nullptr, -1);
         if (!copies) return false;
         for (const BlockCopy& c : *copies)
             for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);

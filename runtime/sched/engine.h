@@ -43,6 +43,9 @@ struct EngineRequest {
     double deadline_s = 0.0;   // 0: none
     std::string session;       // non-empty: keep this conversation's KV pinned after it finishes
     bool stop_at_eos = true;
+    // The bucket's eviction policy: reclaims cached blocks when this request needs room (null: LRU).
+    std::shared_ptr<EvictionPolicy> eviction;
+    int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
 };
 
 

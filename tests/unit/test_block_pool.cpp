@@ -46,7 +46,7 @@ struct FixedIndexPolicy : EvictionPolicy {
     size_t answer;
     std::vector<EvictionCandidate>* seen;
     FixedIndexPolicy(size_t a, std::vector<EvictionCandidate>* s) : answer(a), seen(s) {}
-    size_t choose_victim(std::span<const EvictionCandidate> candidates) override {
+    size_t choose_victim(const steward::EvictionContext&, std::span<const EvictionCandidate> candidates) override {
         seen->assign(candidates.begin(), candidates.end());
         return answer;
     }

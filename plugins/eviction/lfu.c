@@ -1,0 +1,36 @@
+/* eviction/lfu: reclaims the block with the fewest prefix-cache hits; among equals, the least
+ * recently used (the lowest index). No parameters. */
+#include "plugin_util.h"
+
+struct steward_policy {
+    int unused;
+};
+
+static int lfu_create(const steward_host_api* host, const steward_params* params, steward_policy** out,
+                      char* err, size_t err_len) {
+    (void)params;
+    int rc = sp_check_host(host, err, err_len);
+    if (rc != STEWARD_OK) return rc;
+    steward_policy* self = (steward_policy*)calloc(1, sizeof *self);
+    if (self == NULL) return STEWARD_ERR_NOMEM;
+    *out = self;
+    return STEWARD_OK;
+}
+
+static void lfu_destroy(steward_policy* self) { free(self); }
+
+static int lfu_choose_victim(steward_policy* self, const steward_evict_context* ctx,
+                             const steward_evict_candidate* cands, uint32_t n, uint32_t* victim) {
+    (void)self, (void)ctx;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; ++i)
+        if (cands[i].n_hits < cands[best].n_hits) best = i;
+    *victim = best;
+    return STEWARD_OK;
+}
+
+static const steward_eviction_table table = {
+    STEWARD_EVICTION_TABLE_VERSION, sizeof(steward_eviction_table), lfu_create, lfu_destroy, lfu_choose_victim,
+};
+
+SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "lfu", "fewest prefix-cache hits first, then least recently used", table)

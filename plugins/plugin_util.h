@@ -1,0 +1,117 @@
+/* plugin_util.h: small static helpers shared by the built-in plugins (parameter reading with
+ * range checks and helpful messages, deterministic per-request sampling, the entry point).
+ * Private to this directory: not part of the plugin ABI, not installed. */
+#ifndef STEWARD_PLUGIN_UTIL_H
+#define STEWARD_PLUGIN_UTIL_H
+
+#include <steward/policy.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Formats a message into err[err_len] (when there is room) and returns STEWARD_ERR_PARAM. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline int sp_fail(char* err, size_t err_len, const char* fmt, ...) {
+    if (err != NULL && err_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STEWARD_ERR_PARAM;
+}
+
+/* The host must be the one this header describes (or a newer one that only appended fields). */
+static inline int sp_check_host(const steward_host_api* host, char* err, size_t err_len) {
+    if (host == NULL || host->version != STEWARD_HOST_API_VERSION || host->size < sizeof(*host) ||
+        host->param_double == NULL || host->param_int == NULL || host->param_string == NULL)
+        return sp_fail(err, err_len, "unsupported host API (version %u, plugin expects %u)",
+                       host ? (unsigned)host->version : 0u, (unsigned)STEWARD_HOST_API_VERSION);
+    return STEWARD_OK;
+}
+
+/* Reads a finite double parameter within [lo, hi] (absent: *out = def, unchecked). lo_open/hi_open
+ * make a bound exclusive. Returns STEWARD_OK or STEWARD_ERR_PARAM with a message naming the key. */
+static inline int sp_param_double(const steward_host_api* host, const steward_params* params,
+                                  const char* key, double def, double lo, int lo_open, double hi,
+                                  int hi_open, double* out, char* err, size_t err_len) {
+    double v = def;
+    int rc = host->param_double(params, key, &v);
+    if (rc == STEWARD_ERR_NOT_FOUND) {
+        *out = def;
+        return STEWARD_OK;
+    }
+    if (rc != STEWARD_OK) return sp_fail(err, err_len, "parameter '%s' must be a number", key);
+    if (!isfinite(v)) return sp_fail(err, err_len, "parameter '%s' must be a finite number", key);
+    if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
+        char range[96];
+        if (isinf(hi))
+            snprintf(range, sizeof range, "%s %g", lo_open ? ">" : ">=", lo);
+        else
+            snprintf(range, sizeof range, "in %s%g, %g%s", lo_open ? "(" : "[", lo, hi,
+                     hi_open ? ")" : "]");
+        return sp_fail(err, err_len, "parameter '%s' must be %s (got %g)", key, range, v);
+    }
+    *out = v;
+    return STEWARD_OK;
+}
+
+/* Reads an integer parameter within [lo, hi] (absent: *out = def). */
+static inline int sp_param_int(const steward_host_api* host, const steward_params* params,
+                               const char* key, int64_t def, int64_t lo, int64_t hi, int64_t* out,
+                               char* err, size_t err_len) {
+    int64_t v = def;
+    int rc = host->param_int(params, key, &v);
+    if (rc == STEWARD_ERR_NOT_FOUND) v = def;
+    else if (rc != STEWARD_OK)
+        return sp_fail(err, err_len, "parameter '%s' must be an integer", key);
+    if (v < lo || v > hi)
+        return sp_fail(err, err_len, "parameter '%s' must be in [%lld, %lld] (got %lld)", key,
+                       (long long)lo, (long long)hi, (long long)v);
+    *out = v;
+    return STEWARD_OK;
+}
+
+/* Reads a string parameter and copies it into a malloc'ed string (absent: *out = NULL, which is
+ * not an error). Empty strings are refused. */
+static inline int sp_param_string_dup(const steward_host_api* host, const steward_params* params,
+                                      const char* key, char** out, char* err, size_t err_len) {
+    const char* s = NULL;
+    *out = NULL;
+    int rc = host->param_string(params, key, &s);
+    if (rc == STEWARD_ERR_NOT_FOUND) return STEWARD_OK;
+    if (rc != STEWARD_OK || s == NULL)
+        return sp_fail(err, err_len, "parameter '%s' must be a string", key);
+    size_t n = strlen(s);
+    if (n == 0) return sp_fail(err, err_len, "parameter '%s' must not be empty", key);
+    char* copy = (char*)malloc(n + 1);
+    if (copy == NULL) return STEWARD_ERR_NOMEM;
+    memcpy(copy, s, n + 1);
+    *out = copy;
+    return STEWARD_OK;
+}
+
+/* A uniform number in [0, 1) from a request id (splitmix64 finaliser, top 53 bits): the same id
+ * always gives the same number, consecutive ids look independent. */
+static inline double sp_unit_hash(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The entry point: returns the description only to a host of the same ABI version. */
+#define SP_DEFINE_ENTRY(KIND, NAME, DESCRIPTION, TABLE)                                        \
+    STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) { \
+        static const steward_plugin plugin = {STEWARD_POLICY_ABI_VERSION, (uint32_t)(KIND), (NAME), \
+                                              (DESCRIPTION), &(TABLE)};                         \
+        return host_abi_version == STEWARD_POLICY_ABI_VERSION ? &plugin : NULL;                  \
+    }
+
+#endif /* STEWARD_PLUGIN_UTIL_H */

@@ -1,0 +1,194 @@
+// dlopen of policy plugins: private copies, entry point and version checks, name resolution.
+#include "plugin/plugin_loader.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+
+namespace steward {
+
+namespace fs = std::filesystem;
+
+const char* policy_kind_name(PolicyKind k) {
+    switch (k) {
+        case PolicyKind::ROUTING: return "routing";
+        case PolicyKind::EVICTION: return "eviction";
+        case PolicyKind::SPECULATION: return "speculation";
+    }
+    return "?";
+}
+
+namespace {
+
+const char* kind_name_u32(uint32_t k) {
+    switch (k) {
+        case STEWARD_POLICY_ROUTING: return "routing";
+        case STEWARD_POLICY_EVICTION: return "eviction";
+        case STEWARD_POLICY_SPECULATION: return "speculation";
+    }
+    return "unknown";
+}
+
+std::atomic<uint64_t> g_serial{0};
+
+// A private directory for the copies; each copy is unlinked right after dlopen (the mapping stays).
+Expected<std::string> private_copy(const std::string& path, uint64_t serial) {
+    std::error_code ec;
+    const fs::path dir = fs::temp_directory_path(ec) / ("steward-plugins-" + std::to_string(::getpid()));
+    fs::create_directories(dir, ec);
+    if (ec) return make_error("cannot create '", dir.string(), "' for plugin copies: ", ec.message(), "; check TMPDIR is writable");
+    const fs::path dst = dir / (std::to_string(serial) + "-" + fs::path(path).filename().string());
+    fs::copy_file(path, dst, fs::copy_options::overwrite_existing, ec);
+    if (ec) return make_error("cannot copy plugin '", path, "' to '", dst.string(), "': ", ec.message());
+    return dst.string();
+}
+
+template <typename Table>
+Expected<bool> check_table(const std::string& path, const void* t, uint32_t want_version, const char* kind) {
+    if (!t) return make_error("plugin '", path, "' declares kind ", kind, " but its table is NULL; point steward_plugin.table at a static steward_", kind, "_table");
+    const Table* tab = static_cast<const Table*>(t);
+    if (tab->version != want_version)
+        return make_error("plugin '", path, "' has a ", kind, " table of version ", std::to_string(tab->version), ", this runtime reads version ",
+                          std::to_string(want_version), "; rebuild the plugin against this runtime's steward/policy.h");
+    if (tab->size < sizeof(Table))
+        return make_error("plugin '", path, "' has a ", kind, " table of ", std::to_string(tab->size), " bytes, expected ",
+                          std::to_string(sizeof(Table)), "; rebuild the plugin against this runtime's steward/policy.h");
+    if (!tab->create || !tab->destroy)
+        return make_error("plugin '", path, "': the ", kind, " table needs create and destroy functions");
+    return true;
+}
+
+}  // namespace
+
+PluginLibrary::~PluginLibrary() {
+    if (handle_) ::dlclose(handle_);
+}
+
+Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& path, PolicyKind kind) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+        return make_error("plugin file '", path, "' does not exist; build it, or fix the path / [plugins] dirs in the config");
+    const uint64_t serial = ++g_serial;
+    auto copy = private_copy(path, serial);
+    if (!copy) return copy.error();
+    ::dlerror();
+    void* h = ::dlopen(copy->c_str(), RTLD_NOW | RTLD_LOCAL);
+    fs::remove(*copy, ec);
+    if (!h) {
+        const char* e = ::dlerror();
+        return make_error("cannot load plugin '", path, "': ", e ? e : "dlopen failed",
+                          "; it must be a shared library built for this machine (see the README's plugin how-to)");
+    }
+    std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
+    lib->handle_ = h;  // closed by the destructor on every error path below
+    lib->path_ = path;
+    lib->kind_ = kind;
+    lib->serial_ = serial;
+    auto entry = reinterpret_cast<steward_plugin_entry_fn>(::dlsym(h, STEWARD_PLUGIN_ENTRY_NAME));
+    if (!entry)
+        return make_error("plugin '", path, "' has no entry point '", STEWARD_PLUGIN_ENTRY_NAME,
+                          "'; export it with STEWARD_PLUGIN_EXPORT and C linkage (extern \"C\" in C++)");
+    const steward_plugin* info = entry(STEWARD_POLICY_ABI_VERSION);
+    if (!info)
+        return make_error("plugin '", path, "' refused to load (its entry point returned NULL for ABI version ",
+                          std::to_string(STEWARD_POLICY_ABI_VERSION), "); rebuild it against this runtime's steward/policy.h");
+    if (info->abi_version != STEWARD_POLICY_ABI_VERSION)
+        return make_error("plugin '", path, "' was built for plugin ABI version ", std::to_string(info->abi_version),
+                          ", this runtime speaks version ", std::to_string(STEWARD_POLICY_ABI_VERSION),
+                          "; rebuild the plugin against this runtime's steward/policy.h");
+    if (info->kind != (uint32_t)kind)
+        return make_error("plugin '", path, "' is a ", kind_name_u32(info->kind), " plugin, but the config uses it as a ",
+                          policy_kind_name(kind), " policy; name it under [bucket.", kind_name_u32(info->kind),
+                          "] or pick a ", policy_kind_name(kind), " plugin");
+    Expected<bool> ok = true;
+    switch (kind) {
+        case PolicyKind::ROUTING:
+            ok = check_table<steward_routing_table>(path, info->table, STEWARD_ROUTING_TABLE_VERSION, "routing");
+            if (ok && !static_cast<const steward_routing_table*>(info->table)->route)
+                ok = make_error("plugin '", path, "': the routing table needs a route function");
+            break;
+        case PolicyKind::EVICTION:
+            ok = check_table<steward_eviction_table>(path, info->table, STEWARD_EVICTION_TABLE_VERSION, "eviction");
+            if (ok && !static_cast<const steward_eviction_table*>(info->table)->choose_victim)
+                ok = make_error("plugin '", path, "': the eviction table needs a choose_victim function");
+            break;
+        case PolicyKind::SPECULATION:
+            ok = check_table<steward_speculation_table>(path, info->table, STEWARD_SPECULATION_TABLE_VERSION, "speculation");
+            if (ok && !static_cast<const steward_speculation_table*>(info->table)->draft_budget)
+                ok = make_error("plugin '", path, "': the speculation table needs a draft_budget function");
+            break;
+    }
+    if (!ok) return ok.error();
+    lib->info_ = info;
+    return lib;
+}
+
+std::vector<std::string> PluginLoader::default_dirs() {
+    std::vector<std::string> dirs;
+    if (const char* env = std::getenv("STEWARD_PLUGIN_PATH")) {
+        std::string s = env;
+        size_t start = 0;
+        while (start <= s.size()) {
+            const size_t end = s.find(':', start);
+            const std::string d = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+            if (!d.empty()) dirs.push_back(d);
+            if (end == std::string::npos) break;
+            start = end + 1;
+        }
+    }
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        dirs.push_back((exe.parent_path() / "plugins").string());
+        dirs.push_back((exe.parent_path().parent_path() / "lib" / "steward" / "plugins").string());
+    }
+#ifdef STEWARD_INSTALL_PLUGIN_DIR
+    dirs.push_back(STEWARD_INSTALL_PLUGIN_DIR);
+#endif
+    return dirs;
+}
+
+Expected<std::string> PluginLoader::resolve(const std::string& plugin, PolicyKind kind, const std::vector<std::string>& dirs) const {
+    const bool is_path = plugin.find('/') != std::string::npos ||
+                         (plugin.size() > 3 && plugin.compare(plugin.size() - 3, 3, ".so") == 0);
+    if (is_path) return plugin;
+    std::vector<std::string> all = dirs;
+    for (auto& d : default_dirs()) all.push_back(d);
+    const std::string kn = policy_kind_name(kind);
+    std::error_code ec;
+    for (const auto& d : all)
+        for (const std::string& f : {"steward_" + kn + "_" + plugin + ".so", plugin + ".so", "lib" + plugin + ".so"})
+            if (fs::is_regular_file(fs::path(d) / f, ec)) return (fs::path(d) / f).string();
+    std::string searched;
+    for (const auto& d : all) searched += (searched.empty() ? "" : ", ") + d;
+    return make_error("no ", kn, " plugin named '", plugin, "' (looked for steward_", kn, "_", plugin, ".so, ", plugin, ".so, lib",
+                      plugin, ".so in: ", searched, "); check the name, add its directory to [plugins] dirs, or give a path");
+}
+
+Expected<std::shared_ptr<PluginLibrary>> PluginLoader::load(const std::string& plugin, PolicyKind kind,
+                                                            const std::vector<std::string>& dirs) {
+    auto path = resolve(plugin, kind, dirs);
+    if (!path) return path.error();
+    struct stat st {};
+    if (::stat(path->c_str(), &st) != 0)
+        return make_error("plugin file '", *path, "' does not exist; build it, or fix the path / [plugins] dirs in the config");
+    const int64_t mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto key = std::make_pair(fs::absolute(*path).lexically_normal().string(), (int)kind);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+        const Entry& e = it->second;
+        if (auto lib = e.lib.lock(); lib && e.size == (int64_t)st.st_size && e.mtime_ns == mtime_ns && e.inode == (uint64_t)st.st_ino)
+            return lib;
+    }
+    auto lib = PluginLibrary::open(*path, kind);
+    if (!lib) return lib.error();
+    cache_[key] = Entry{*lib, (int64_t)st.st_size, mtime_ns, (uint64_t)st.st_ino};
+    return lib;
+}
+
+}  // namespace steward

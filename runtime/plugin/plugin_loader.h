@@ -1,0 +1,79 @@
+// The plugin loader: finds a policy plugin by name in the configured directories (or takes a path),
+// dlopens a private copy of the file, checks the entry point, ABI version, kind and table, and keeps
+// each loaded library alive for as long as an instance uses it.
+#pragma once
+#include <steward/policy.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+
+namespace steward {
+
+enum class PolicyKind { ROUTING = STEWARD_POLICY_ROUTING, EVICTION = STEWARD_POLICY_EVICTION, SPECULATION = STEWARD_POLICY_SPECULATION };
+const char* policy_kind_name(PolicyKind k);  // "routing", "eviction", "speculation"
+
+// One loaded plugin library. The file is copied to a private temporary name before dlopen, so the
+// dynamic loader never hands back an older mapping of the same path, and rebuilding the file on
+// disk never changes code that is running. dlclose on destruction (after the last instance).
+class PluginLibrary {
+public:
+    ~PluginLibrary();
+    PluginLibrary(const PluginLibrary&) = delete;
+    PluginLibrary& operator=(const PluginLibrary&) = delete;
+
+    // Loads `path` as a plugin of `kind`. Errors name the file, the problem and the fix: not found,
+    // not a shared library, no steward_plugin_entry, entry returned NULL, ABI version mismatch, kind
+    // mismatch, table missing / of another version / missing a required function.
+    static Expected<std::shared_ptr<PluginLibrary>> open(const std::string& path, PolicyKind kind);
+
+    const std::string& path() const { return path_; }
+    PolicyKind kind() const { return kind_; }
+    const steward_plugin& info() const { return *info_; }
+    std::string name() const { return info_->name ? info_->name : ""; }
+    const steward_routing_table* routing() const { return static_cast<const steward_routing_table*>(info_->table); }
+    const steward_eviction_table* eviction() const { return static_cast<const steward_eviction_table*>(info_->table); }
+    const steward_speculation_table* speculation() const { return static_cast<const steward_speculation_table*>(info_->table); }
+    uint64_t load_serial() const { return serial_; }  // distinct per load: tells a reloaded copy apart
+
+private:
+    PluginLibrary() = default;
+    std::string path_;
+    PolicyKind kind_ = PolicyKind::ROUTING;
+    void* handle_ = nullptr;
+    const steward_plugin* info_ = nullptr;
+    uint64_t serial_ = 0;
+};
+
+// Resolves plugin names and caches loaded libraries by resolved path. A file whose size, mtime or
+// inode changed since it was loaded is loaded afresh (the old copy stays loaded while instances hold
+// it). Thread-safe.
+class PluginLoader {
+public:
+    // Built-in search directories after the configured ones: $STEWARD_PLUGIN_PATH (colon separated),
+    // <dir of the running executable>/plugins, <dir of the executable>/../lib/steward/plugins and the
+    // install prefix's lib/steward/plugins.
+    static std::vector<std::string> default_dirs();
+
+    // `plugin` is a path when it contains '/' or ends in ".so"; otherwise a name searched in `dirs`
+    // then default_dirs() as steward_<kind>_<name>.so, <name>.so, lib<name>.so.
+    Expected<std::string> resolve(const std::string& plugin, PolicyKind kind, const std::vector<std::string>& dirs) const;
+    Expected<std::shared_ptr<PluginLibrary>> load(const std::string& plugin, PolicyKind kind,
+                                                  const std::vector<std::string>& dirs);
+
+private:
+    struct Entry {
+        std::weak_ptr<PluginLibrary> lib;
+        int64_t size = -1, mtime_ns = -1;
+        uint64_t inode = 0;
+    };
+    std::mutex mu_;
+    std::map<std::pair<std::string, int>, Entry> cache_;
+};
+
+}  // namespace steward

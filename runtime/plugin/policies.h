@@ -1,0 +1,95 @@
+// Host-side policy instances: one per bucket and kind, created from the bucket's TOML parameters
+// on a loaded plugin library. Every decision is validated; an error code or an invalid answer is
+// logged once per instance, counted, and replaced by the safe default.
+#pragma once
+#include <steward/policy.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "kv/block_pool.h"
+#include "plugin/plugin_loader.h"
+
+struct steward_params;  // defined in policies.cpp (opaque to plugins)
+
+namespace steward {
+
+// Decision counts of one (bucket, kind, plugin). Shared by the instances of successive config
+// generations, so the figures survive reloads.
+struct PolicyCounters {
+    std::string bucket, kind, plugin;
+    std::atomic<int64_t> n_calls{0};
+    std::atomic<int64_t> n_invalid{0};  // error codes and rejected decisions (safe default used)
+};
+
+// What every instance shares: the library, the plugin's instance pointer, a lock (the ABI promises
+// one call at a time per instance), counters and the logged-once flag.
+class PolicyInstance {
+public:
+    virtual ~PolicyInstance();
+    PolicyInstance(const PolicyInstance&) = delete;
+    PolicyInstance& operator=(const PolicyInstance&) = delete;
+
+    const std::string& bucket() const { return bucket_; }
+    const std::string& plugin() const { return plugin_; }  // as the config names it
+    const PluginLibrary& library() const { return *lib_; }
+    const std::shared_ptr<PolicyCounters>& counters() const { return counters_; }
+
+protected:
+    PolicyInstance() = default;
+    // Creates the plugin's instance; fails with the plugin's message or an unknown-parameter error.
+    Expected<bool> init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
+                        std::shared_ptr<PolicyCounters> counters);
+    // Counts an invalid answer; logs the first one of this instance.
+    void invalid(const std::string& what);
+
+    std::shared_ptr<PluginLibrary> lib_;
+    steward_policy* self_ = nullptr;
+    std::unique_ptr<steward_params> params_;
+    std::mutex mu_;
+    std::string bucket_, plugin_;
+    std::shared_ptr<PolicyCounters> counters_;
+    std::atomic<bool> logged_{false};
+};
+
+class RoutingPolicy : public PolicyInstance {
+public:
+    static Expected<std::unique_ptr<RoutingPolicy>> create(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
+                                                           const std::string& bucket,
+                                                           std::shared_ptr<PolicyCounters> counters);
+    // The plugin's decision, validated against `pools`; when it is rejected, the default (start on
+    // default_pool, no upgrade, no shadow) and *fallback = true. Thread-safe.
+    steward_route_decision route(const steward_route_request& req, const std::vector<steward_pool_view>& pools,
+                                 int32_t default_pool, bool* fallback);
+    bool has_check_upgrade() const { return lib_->routing()->check_upgrade != nullptr; }
+    // Whether to upgrade after the first tokens; an error answers false with *fallback = true.
+    bool check_upgrade(const steward_route_request& req, const steward_token_view& tokens, bool* fallback);
+    ~RoutingPolicy() override;
+};
+
+class PluginEvictionPolicy : public PolicyInstance, public EvictionPolicy {
+public:
+    static Expected<std::unique_ptr<PluginEvictionPolicy>> create(std::shared_ptr<PluginLibrary> lib,
+                                                                  const PolicySpec& spec, const std::string& bucket,
+                                                                  std::shared_ptr<PolicyCounters> counters);
+    // An invalid index or an error code answers 0 (least recently used) and is counted.
+    size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) override;
+    ~PluginEvictionPolicy() override;
+};
+
+class SpeculationPolicy : public PolicyInstance {
+public:
+    static Expected<std::unique_ptr<SpeculationPolicy>> create(std::shared_ptr<PluginLibrary> lib,
+                                                               const PolicySpec& spec, const std::string& bucket,
+                                                               std::shared_ptr<PolicyCounters> counters);
+    // The budget, validated to [0, stats.max_budget]; else 0 and *fallback = true.
+    int32_t draft_budget(const steward_spec_stats& stats, bool* fallback);
+    ~SpeculationPolicy() override;
+};
+
+}  // namespace steward

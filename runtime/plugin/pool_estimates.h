@@ -1,0 +1,39 @@
+// What a routing policy sees of each pool: configured prices and size, and live estimates (latency,
+// queue, errors, measured quality) turned into a steward_pool_view for one request.
+#pragma once
+#include <steward/policy.h>
+
+#include <string>
+
+namespace steward {
+
+// Fixed per pool (from the config and the model file).
+struct PoolProfile {
+    std::string name;
+    int n_layers = 0;
+    double n_params = 0;
+    double model_bytes = 0;     // bytes of weights read per decoded token
+    int max_queue = 0;
+    double price_prompt = 0, price_output = 0;
+    double quality_prior = 1.0;  // [0, 1]
+};
+
+// Live figures per pool, updated as requests finish and steps run.
+struct PoolLiveStats {
+    double ttft_ms = -1;     // moving average; < 0: none yet (a prior is used)
+    double tpot_ms = -1;
+    double error_rate = 0;   // moving average of requests that failed or were refused
+    int n_waiting = 0, n_running = 0;
+    bool available = true;   // false while draining
+};
+
+// quality_measured: agreement with the strongest pool on this bucket's shadowed requests (NaN: none,
+// the prior is used). Before any request finished, TPOT's prior is the time to read the weights
+// once at 20 GB/s and a prompt token costs an eighth of that (prefill is batched).
+steward_pool_view make_pool_view(const PoolProfile& p, const PoolLiveStats& live, double quality_measured,
+                                 int prompt_tokens, int max_tokens);
+
+// An exponential moving average step (alpha 0.2); the first sample is taken as is.
+double ewma(double prev, double sample);
+
+}  // namespace steward
