@@ -79,6 +79,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             r.deadline_s = m.deadline_s;
             r.session = m.session;
             r.kv_quota_blocks = m.kv_quota_blocks;
+            r.stop_at_eos = !m.ignore_eos;
             // The bucket's eviction policy of the generation the request started with (it holds
             // that snapshot until it finishes, so the lookup cannot miss while it runs).
             if (auto snap = st.shared->find_generation(m.generation))

@@ -74,12 +74,13 @@ struct EngineSubmit {
     uint64_t generation = 0;   // the executor finds the bucket's eviction policy in this generation
     int32_t bucket_index = -1;
     int32_t kv_quota_blocks = -1;
+    bool ignore_eos = false;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
     return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
-             x.kv_quota_blocks);
+             x.kv_quota_blocks, x.ignore_eos);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).

@@ -79,6 +79,7 @@ void submit_run(self_ptr self, Role role, int32_t pool) {
     m.top_p = req.top_p;
     m.top_k = req.top_k;
     m.seed = req.seed;
+    m.ignore_eos = req.ignore_eos;
     m.priority = st.route.priority;
     m.arrival_s = ctx.arrival_s;
     const double timeout = ctx.snap->config->limits.request_timeout_ms;
@@ -215,6 +216,8 @@ void finish(self_ptr self, const FinishInfo& f) {
     rec.config_generation = st.route.generation;
     rec.prior_pools = st.prior_pools;
     rec.fallback = st.route.fallback;
+    r.upgraded = !st.prior_pools.empty();
+    r.fallback = st.route.fallback;
     update_live(self, run, !finish_reason_ok(rec.finish) && rec.finish != FinishReason::CANCELLED);
     {
         std::lock_guard<std::mutex> lk(ctx.shared->metrics_mu);

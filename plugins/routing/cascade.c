@@ -39,6 +39,21 @@ static int cascade_create(const steward_host_api* host, const steward_params* pa
         return rc;
     }
     self->k = (int32_t)k;
+    /* Misnamed pools are refused at load time when the host can look names up. */
+    const char* names[2] = {self->start_pool, self->upgrade_pool};
+    const char* keys[2] = {"start_pool", "upgrade_pool"};
+    for (int i = 0; i < 2 && rc == STEWARD_OK; i++) {
+        int32_t idx = -1;
+        if (names[i] != NULL && host->size >= offsetof(steward_host_api, pool_index) + sizeof host->pool_index &&
+            host->pool_index != NULL && host->pool_index(params, names[i], &idx) != STEWARD_OK)
+            rc = sp_fail(err, err_len, "parameter '%s' names pool \"%s\", which the config does not define", keys[i],
+                         names[i]);
+    }
+    if (rc != STEWARD_OK) {
+        free(metric);
+        cascade_destroy(self);
+        return rc;
+    }
     if (metric != NULL) {
         if (strcmp(metric, "mean") == 0) self->use_min = 0;
         else if (strcmp(metric, "min") == 0) self->use_min = 1;

@@ -30,6 +30,7 @@ struct GenerationRequest {
     bool tools = false;               // tools present (an agent turn)
     std::string response_format;      // "json" or empty
     bool add_bos = true;              // prepend BOS when the vocabulary wants it
+    bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
 };
 
 // The request's own figures (METRICS.md), filled in the finish callback.

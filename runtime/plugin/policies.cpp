@@ -11,6 +11,7 @@
 struct steward_params {
     const steward::PolicySpec* spec = nullptr;
     std::string bucket, plugin, kind;
+    std::vector<std::string> pools;  // the generation's pools, config order
     mutable std::set<std::string> asked;
 };
 
@@ -61,9 +62,16 @@ void host_log(const steward_params* p, int level, const char* msg) {
     }
 }
 
+int host_pool_index(const steward_params* p, const char* name, int32_t* out) {
+    if (!p || !name || !p->spec) return STEWARD_ERR_NOT_FOUND;
+    for (size_t i = 0; i < p->pools.size(); i++)
+        if (p->pools[i] == name) return *out = (int32_t)i, STEWARD_OK;
+    return STEWARD_ERR_NOT_FOUND;
+}
+
 const steward_host_api k_host_api = {
-    STEWARD_HOST_API_VERSION, sizeof(steward_host_api), host_param_double, host_param_int,
-    host_param_bool,          host_param_string,        host_log,
+    STEWARD_HOST_API_VERSION, sizeof(steward_host_api), host_param_double, host_param_int, host_param_bool,
+    host_param_string,        host_log,                 host_pool_index,
 };
 
 template <typename Table>
@@ -90,7 +98,7 @@ PolicyInstance::~PolicyInstance() {
 }
 
 Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
-                                    std::shared_ptr<PolicyCounters> counters) {
+                                    std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools) {
     lib_ = std::move(lib);
     bucket_ = bucket;
     plugin_ = spec.plugin;
@@ -100,6 +108,7 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     params_->bucket = bucket;
     params_->plugin = spec.plugin;
     params_->kind = policy_kind_name(lib_->kind());
+    params_->pools = pools;
     char err[512] = {0};
     steward_policy* out = nullptr;
     int rc = STEWARD_ERR;
@@ -139,9 +148,10 @@ void PolicyInstance::invalid(const std::string& what) {
 
 Expected<std::unique_ptr<RoutingPolicy>> RoutingPolicy::create(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
                                                                const std::string& bucket,
-                                                               std::shared_ptr<PolicyCounters> counters) {
+                                                               std::shared_ptr<PolicyCounters> counters,
+                                                               const std::vector<std::string>& pools) {
     std::unique_ptr<RoutingPolicy> p(new RoutingPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters));
+    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
     if (!ok) return ok.error();
     return p;
 }
@@ -204,9 +214,10 @@ bool RoutingPolicy::check_upgrade(const steward_route_request& req, const stewar
 
 Expected<std::unique_ptr<PluginEvictionPolicy>> PluginEvictionPolicy::create(std::shared_ptr<PluginLibrary> lib,
                                                                              const PolicySpec& spec, const std::string& bucket,
-                                                                             std::shared_ptr<PolicyCounters> counters) {
+                                                                             std::shared_ptr<PolicyCounters> counters,
+                                                                             const std::vector<std::string>& pools) {
     std::unique_ptr<PluginEvictionPolicy> p(new PluginEvictionPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters));
+    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
     if (!ok) return ok.error();
     return p;
 }
@@ -246,9 +257,10 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
 
 Expected<std::unique_ptr<SpeculationPolicy>> SpeculationPolicy::create(std::shared_ptr<PluginLibrary> lib,
                                                                        const PolicySpec& spec, const std::string& bucket,
-                                                                       std::shared_ptr<PolicyCounters> counters) {
+                                                                       std::shared_ptr<PolicyCounters> counters,
+                                                                       const std::vector<std::string>& pools) {
     std::unique_ptr<SpeculationPolicy> p(new SpeculationPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters));
+    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
     if (!ok) return ok.error();
     return p;
 }

@@ -1,4 +1,5 @@
-// Host-side policy instances: one per bucket and kind, created from the bucket's TOML parameters
+// Host-side policy instances (`pools`: the generation's pool names, for the host API's
+// pool_index): one per bucket and kind, created from the bucket's TOML parameters
 // on a loaded plugin library. Every decision is validated; an error code or an invalid answer is
 // logged once per instance, counted, and replaced by the safe default.
 #pragma once
@@ -44,7 +45,7 @@ protected:
     PolicyInstance() = default;
     // Creates the plugin's instance; fails with the plugin's message or an unknown-parameter error.
     Expected<bool> init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
-                        std::shared_ptr<PolicyCounters> counters);
+                        std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools);
     // Counts an invalid answer; logs the first one of this instance.
     void invalid(const std::string& what);
 
@@ -61,7 +62,8 @@ class RoutingPolicy : public PolicyInstance {
 public:
     static Expected<std::unique_ptr<RoutingPolicy>> create(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
                                                            const std::string& bucket,
-                                                           std::shared_ptr<PolicyCounters> counters);
+                                                           std::shared_ptr<PolicyCounters> counters,
+                                                           const std::vector<std::string>& pools);
     // The plugin's decision, validated against `pools`; when it is rejected, the default (start on
     // default_pool, no upgrade, no shadow) and *fallback = true. Thread-safe.
     steward_route_decision route(const steward_route_request& req, const std::vector<steward_pool_view>& pools,
@@ -76,7 +78,8 @@ class PluginEvictionPolicy : public PolicyInstance, public EvictionPolicy {
 public:
     static Expected<std::unique_ptr<PluginEvictionPolicy>> create(std::shared_ptr<PluginLibrary> lib,
                                                                   const PolicySpec& spec, const std::string& bucket,
-                                                                  std::shared_ptr<PolicyCounters> counters);
+                                                                  std::shared_ptr<PolicyCounters> counters,
+                                                                  const std::vector<std::string>& pools);
     // An invalid index or an error code answers 0 (least recently used) and is counted.
     size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) override;
     ~PluginEvictionPolicy() override;
@@ -86,7 +89,8 @@ class SpeculationPolicy : public PolicyInstance {
 public:
     static Expected<std::unique_ptr<SpeculationPolicy>> create(std::shared_ptr<PluginLibrary> lib,
                                                                const PolicySpec& spec, const std::string& bucket,
-                                                               std::shared_ptr<PolicyCounters> counters);
+                                                               std::shared_ptr<PolicyCounters> counters,
+                                                               const std::vector<std::string>& pools);
     // The budget, validated to [0, stats.max_budget]; else 0 and *fallback = true.
     int32_t draft_budget(const steward_spec_stats& stats, bool* fallback);
     ~SpeculationPolicy() override;

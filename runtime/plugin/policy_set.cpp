@@ -30,7 +30,9 @@ Expected<std::shared_ptr<Policy>> make_policy(const PolicySpec& spec, PolicyKind
                                               const Config& config, PluginLoader& loader, PolicyCounterRegistry& counters) {
     auto lib = loader.load(spec.plugin, kind, config.plugins.dirs);
     if (!lib) return make_error(spec.where, ": bucket '", b.name, "': ", lib.error().message);
-    auto p = Policy::create(*lib, spec, b.name, counters.get(b.name, policy_kind_name(kind), spec.plugin));
+    std::vector<std::string> pools;
+    for (const PoolConfig& pc : config.pools) pools.push_back(pc.name);
+    auto p = Policy::create(*lib, spec, b.name, counters.get(b.name, policy_kind_name(kind), spec.plugin), pools);
     if (!p) return p.error();
     return std::shared_ptr<Policy>(std::move(*p));
 }

@@ -50,7 +50,7 @@ int fake_string(const steward_params* p, const char* key, const char** out) {
 void fake_log(const steward_params*, int, const char*) {}
 
 const steward_host_api kHost = {STEWARD_HOST_API_VERSION, sizeof(steward_host_api), fake_double, fake_int,
-                                fake_bool, fake_string, fake_log};
+                                fake_bool, fake_string, fake_log, nullptr};
 
 std::string builtin_path(const std::string& kind, const std::string& name) {
     return std::string(STEWARD_PLUGIN_BUILD_DIR) + "/steward_" + kind + "_" + name + ".so";

@@ -71,8 +71,9 @@ typedef enum steward_policy_kind {
 /* An instance of a policy: defined by the plugin, opaque to the host. */
 typedef struct steward_policy steward_policy;
 /* A bucket's parameters (the keys of its [bucket.routing] / [bucket.eviction] /
- * [bucket.speculation] table other than "plugin"): opaque, read through steward_host_api. Valid only
- * during create(). */
+ * [bucket.speculation] table other than "plugin"): opaque, read through steward_host_api. The
+ * param_* and pool_index functions answer only during create(); the handle itself stays valid until
+ * destroy(), so an instance may keep it to call log(). */
 typedef struct steward_params steward_params;
 
 /* Services the host offers a plugin. Passed to create(); the pointer stays valid until destroy(). */
@@ -90,8 +91,13 @@ typedef struct steward_host_api {
     int (*param_string)(const steward_params* params, const char* key, const char** out);
 
     /* Writes a line to the host's log (level: 0 debug, 1 info, 2 warning, 3 error), prefixed with
-     * the plugin and bucket. Thread-safe. msg is copied. */
+     * the plugin and bucket. Thread-safe; callable until destroy(). msg is copied. */
     void (*log)(const steward_params* params, int level, const char* msg);
+
+    /* The index of the pool called `name` in the pools[] a routing instance will be given (the
+     * pools of its config generation, in config order): STEWARD_OK, or STEWARD_ERR_NOT_FOUND, so a
+     * plugin can refuse a misnamed pool at load time. During create() only. */
+    int (*pool_index)(const steward_params* params, const char* name, int32_t* out);
 } steward_host_api;
 
 /* ---------------------------------------------------------------------------------------------
@@ -159,7 +165,8 @@ typedef struct steward_routing_table {
     void (*destroy)(steward_policy* self);
 
     /* Fills *out for one request. The host pre-fills *out with the safe default (the bucket's
-     * configured pool, no upgrade, no shadow). pools[n_pools] live for the call. Required. */
+     * configured pool, no upgrade, no shadow). pools[n_pools] live for the call. When no pool fits
+     * (none available), leave the default and return STEWARD_OK. Required. */
     int (*route)(steward_policy* self, const steward_route_request* req, const steward_pool_view* pools,
                  uint32_t n_pools, steward_route_decision* out);
     /* After check_after_tokens tokens on decision.pool: set *upgrade to 1 to stop there and re-run the

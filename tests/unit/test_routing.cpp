@@ -1,0 +1,232 @@
+// Routing policies through the runtime on two pools (a synthetic model and its 1-layer draft):
+// cost_quality's route distribution under extreme and balanced λ (worked out by hand from the
+// configured prices and quality priors), cascade upgrades and per-route quality (checked against
+// direct runs on each pool), two buckets with different parameters of one plugin, and invalid
+// plugin decisions falling back and being counted.
+#include <catch2/catch.hpp>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "api/runtime.h"
+#include "two_pool_config.h"
+
+using namespace steward;
+using namespace steward_test;
+
+namespace {
+
+std::vector<int32_t> ids(int n, int salt) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; i++) v.push_back(1 + (i * 11 + salt * 17) % 500);
+    return v;
+}
+
+std::unique_ptr<Runtime> start(const std::string& name, const std::string& text) {
+    auto rt = Runtime::start(write_config(name, text));
+    if (!rt) FAIL(rt.error().message);
+    return std::move(rt.value());
+}
+
+// Submits every request at once and waits for all results (in submission order).
+std::vector<GenerationResult> run_all(Runtime& r, const std::vector<GenerationRequest>& reqs) {
+    std::vector<GenerationResult> out(reqs.size());
+    std::mutex mu;
+    for (size_t i = 0; i < reqs.size(); i++) {
+        RequestCallbacks cb;
+        cb.on_finish = [&, i](const GenerationResult& res) {
+            std::lock_guard<std::mutex> lk(mu);
+            out[i] = res;
+        };
+        r.submit(reqs[i], std::move(cb));
+    }
+    r.drain();
+    return out;
+}
+
+std::string hint_bucket(const std::string& name, const std::string& routing) {
+    return fmt::format("\n[[bucket]]\nname = \"{0}\"\npool = \"large\"\n[bucket.match]\nhint = \"{0}\"\n[bucket.routing]\n{1}\n",
+                       name, routing);
+}
+
+}  // namespace
+
+TEST_CASE("cost_quality sends everything to one pool under extreme λ and splits per bucket as the estimates say",
+          "[routing]") {
+    // Prices chosen so the cheaper pool depends on the request's shape: small is cheap on prompt
+    // tokens (0.1 vs 0.5 per M) and dear on output (3.0 vs 1.5). Quality priors: small 0.5, large 1.
+    TwoPoolOptions o;
+    o.small_price_prompt = 0.1;
+    o.small_price_output = 3.0;
+    o.large_price_prompt = 0.5;
+    o.large_price_output = 1.5;
+    const std::string balanced = "plugin = \"cost_quality\"\nlambda_cost = 1.0\nlambda_quality = 1.0\nlambda_latency = 0.0\nlambda_risk = 0.0";
+    std::string t = two_pool_toml(o);
+    t += hint_bucket("cheap", "plugin = \"cost_quality\"\nlambda_cost = 1000.0");
+    t += hint_bucket("best", "plugin = \"cost_quality\"\nlambda_quality = 1000.0");
+    t += hint_bucket("prompt_heavy", balanced);
+    t += hint_bucket("output_heavy", balanced);
+    t += "\n[[bucket]]\nname = \"other\"\npool = \"large\"\n";
+    auto rt = start("cost_quality.toml", t);
+
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 12; i++)
+        for (const char* b : {"cheap", "best", "prompt_heavy", "output_heavy"}) {
+            GenerationRequest q;
+            q.bucket_hint = b;
+            const bool long_prompt = std::string(b) == "prompt_heavy" || i % 2;
+            q.prompt_ids = ids(long_prompt ? 200 : 10, i);
+            q.max_tokens = std::string(b) == "output_heavy" ? 64 : 4;
+            reqs.push_back(q);
+        }
+    // By hand, normalised by the max over the two pools (ĉ = cost / max cost), score = ĉ − quality:
+    //   prompt_heavy (200 in, 4 out): small 200·0.1+4·3 = 32, large 200·0.5+4·1.5 = 106
+    //     -> small 32/106 − 0.5 = −0.198 < large 1 − 1 = 0: small.
+    //   output_heavy (10 in, 64 out): small 1+192 = 193, large 5+96 = 101
+    //     -> small 1 − 0.5 = 0.5 > large 101/193 − 1 = −0.477: large.
+    //   best (λ_quality 1000): large, the higher quality, whatever the cost.
+    std::map<std::string, std::map<std::string, int>> got;
+    for (const auto& res : run_all(*rt, reqs)) {
+        REQUIRE(res.ok());
+        CHECK_FALSE(res.fallback);
+        got[res.bucket][res.pool]++;
+    }
+    CHECK(got["best"] == std::map<std::string, int>{{"large", 12}});
+    CHECK(got["prompt_heavy"] == std::map<std::string, int>{{"small", 12}});
+    CHECK(got["output_heavy"] == std::map<std::string, int>{{"large", 12}});
+    // cheap: 200-token prompts (odd i) cost 32 on small vs 106 on large -> small; 10-token prompts
+    // cost 13 on small vs 11 on large -> large. λ_cost dominates the quality term either way.
+    CHECK(got["cheap"] == std::map<std::string, int>{{"small", 6}, {"large", 6}});
+}
+
+TEST_CASE("cascade upgrades on low confidence, reports upgrade rate and per-route quality against direct runs",
+          "[routing]") {
+    std::string t = two_pool_toml();
+    // threshold 0: a mean log-probability is always below it -> always upgrade after 4 tokens.
+    t += hint_bucket("always_up", "plugin = \"cascade\"\nstart_pool = \"small\"\nupgrade_pool = \"large\"\nk = 4\nthreshold = 0.0");
+    // threshold -1e9: never; every request is also shadowed on the large pool.
+    t += hint_bucket("never_up",
+                     "plugin = \"cascade\"\nstart_pool = \"small\"\nupgrade_pool = \"large\"\nk = 4\nthreshold = -1e9\nshadow_fraction = 1.0");
+    t += "\n[[bucket]]\nname = \"direct_small\"\npool = \"small\"\n[bucket.match]\nhint = \"direct_small\"\n";
+    t += "\n[[bucket]]\nname = \"other\"\npool = \"large\"\n";
+    auto rt = start("cascade.toml", t);
+
+    const int n = 8;
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < n; i++)
+        for (const char* b : {"always_up", "never_up", "direct_small", "other"}) {
+            GenerationRequest q;
+            q.bucket_hint = b;
+            q.prompt_ids = ids(12 + i, i);
+            q.max_tokens = 12;
+            reqs.push_back(q);
+        }
+    auto res = run_all(*rt, reqs);
+    double sum_agreement = 0;
+    for (int i = 0; i < n; i++) {
+        const GenerationResult& up = res[4 * i], &never = res[4 * i + 1], &small = res[4 * i + 2], &large = res[4 * i + 3];
+        for (auto* r : {&up, &never, &small, &large}) REQUIRE(r->ok());
+        // Upgraded: answered by the large pool, token for token what the large pool says directly.
+        CHECK(up.upgraded);
+        CHECK(up.pool == "large");
+        CHECK(up.tokens == large.tokens);
+        // Not upgraded: the small pool's own answer.
+        CHECK_FALSE(never.upgraded);
+        CHECK(never.pool == "small");
+        CHECK(never.tokens == small.tokens);
+        size_t common = 0;
+        while (common < small.tokens.size() && common < large.tokens.size() && small.tokens[common] == large.tokens[common])
+            common++;
+        sum_agreement += (double)common / (double)std::max(small.tokens.size(), large.tokens.size());
+    }
+    auto j = nlohmann::json::parse(rt->metrics_json());
+    const auto& up = j["buckets"]["always_up"]["routing"];
+    CHECK(up["upgrade_rate"].get<double>() == 1.0);
+    CHECK(up["fallback_rate"].get<double>() == 0.0);
+    const auto& never = j["buckets"]["never_up"]["routing"];
+    CHECK(never["upgrade_rate"].get<double>() == 0.0);
+    CHECK(never["quality_by_route"]["small"]["shadowed"].get<int>() == n);
+    CHECK(never["quality_by_route"]["small"]["agreement"].get<double>() == Approx(sum_agreement / n).margin(1e-12));
+    CHECK(up["upgraded"].get<int>() == n);
+    // And the table shows the columns.
+    const std::string table = rt->metrics_table();
+    CHECK(table.find("upgr_%") != std::string::npos);
+    CHECK(table.find("fallb_%") != std::string::npos);
+    CHECK(table.find("route_q") != std::string::npos);
+}
+
+TEST_CASE("two buckets with different parameters of the same plugin route differently in one run", "[routing]") {
+    std::string t = two_pool_toml();
+    t += hint_bucket("pick0", "plugin = \"param_routing\"\npick = 0");
+    t += hint_bucket("pick1", "plugin = \"param_routing\"\npick = 1");
+    t += "\n[[bucket]]\nname = \"other\"\npool = \"large\"\n";
+    auto rt = start("two_params.toml", t);
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 10; i++) {
+        GenerationRequest q;
+        q.bucket_hint = i % 2 ? "pick1" : "pick0";
+        q.prompt_ids = ids(10, i / 2);  // the same prompts in both buckets
+        reqs.push_back(q);
+    }
+    for (const auto& r : run_all(*rt, reqs)) {
+        REQUIRE(r.ok());
+        CHECK(r.pool == (r.bucket == "pick0" ? "large" : "small"));
+    }
+}
+
+TEST_CASE("invalid plugin decisions fall back to the bucket's pool, LRU and no drafts, and are counted", "[routing]") {
+    TwoPoolOptions o;
+    o.kv_blocks = 12;  // tight: requests evict each other's cached blocks
+    std::string t = two_pool_toml(o);
+    t += R"(
+[[bucket]]
+name = "broken"
+pool = "small"
+[bucket.match]
+hint = "broken"
+[bucket.routing]
+plugin = "invalid_routing"
+[bucket.eviction]
+plugin = "invalid_eviction"
+[bucket.speculation]
+plugin = "invalid_speculation"
+
+[[bucket]]
+name = "other"
+pool = "large"
+[bucket.eviction]
+plugin = "lfu"
+)";
+    auto rt = start("invalid.toml", t);
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 24; i++) {
+        GenerationRequest q;
+        q.bucket_hint = i % 3 ? "broken" : "";
+        q.prompt_ids = ids(40, i);  // distinct prompts: 3 full blocks each, cached then evicted
+        q.max_tokens = 4;
+        reqs.push_back(q);
+    }
+    int n_broken = 0;
+    for (const auto& r : run_all(*rt, reqs)) {
+        REQUIRE(r.ok());
+        if (r.bucket == "broken") {
+            n_broken++;
+            CHECK(r.fallback);
+            CHECK(r.pool == "small");
+        } else {
+            CHECK_FALSE(r.fallback);
+        }
+    }
+    auto j = nlohmann::json::parse(rt->metrics_json());
+    CHECK(j["buckets"]["broken"]["routing"]["fallback_rate"].get<double>() == 1.0);
+    std::map<std::string, std::pair<int64_t, int64_t>> by_kind;  // kind -> (decisions, invalid) for "broken"
+    for (const auto& p : j["policies"])
+        if (p["bucket"] == "broken") by_kind[p["kind"]] = {p["decisions"].get<int64_t>(), p["invalid_decisions"].get<int64_t>()};
+    CHECK(by_kind["routing"] == std::make_pair<int64_t, int64_t>(n_broken, n_broken));
+    CHECK(by_kind["speculation"] == std::make_pair<int64_t, int64_t>(n_broken, n_broken));
+    CHECK(by_kind["eviction"].first > 0);  // the pool was tight enough to evict
+    CHECK(by_kind["eviction"].first == by_kind["eviction"].second);
+    CHECK(rt->metrics_prometheus().find("steward:plugin_invalid_decisions_total{bucket=\"broken\",kind=\"routing\"") !=
+          std::string::npos);
+}

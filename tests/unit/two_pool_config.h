@@ -1,0 +1,110 @@
+// A two-pool test setup for the plugin, routing and reload tests: "large" (a synthetic llama) and
+// "small" (its first layer, same vocabulary), models written once per test process to a temp dir,
+// and a TOML text with caller-supplied buckets written to a file there (reload re-reads files).
+#pragma once
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace steward_test {
+
+inline const std::filesystem::path& two_pool_dir() {
+    static const std::filesystem::path dir = [] {
+        auto d = std::filesystem::temp_directory_path() / ("steward_test_two_pool_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(d);
+        return d;
+    }();
+    static const struct Cleanup {
+        ~Cleanup() {
+            std::error_code ec;
+            std::filesystem::remove_all(dir, ec);
+        }
+    } cleanup;
+    return dir;
+}
+
+struct TwoPoolOptions {
+    double small_price_prompt = 0.10, small_price_output = 0.30;
+    double large_price_prompt = 0.50, large_price_output = 1.50;
+    double small_quality = 0.5, large_quality = 1.0;
+    int kv_blocks = 128;
+    int large_dim = 128;
+    bool include_small = true;
+};
+
+// The pools and plugin directories; append [[bucket]] tables after it.
+inline std::string two_pool_toml(const TwoPoolOptions& o = {}) {
+    const std::string dir = two_pool_dir().string();
+    std::string t = fmt::format(R"(
+[limits]
+request_timeout_ms = 120000
+session_ttl_ms = 60000
+max_tokens_default = 8
+
+[reload]
+watch = false
+
+[plugins]
+dirs = ["{}", "{}"]
+
+[[pool]]
+name = "large"
+model = "{}/large{}.gguf"
+threads = 1
+kv_blocks = {}
+block_size = 16
+max_batch = 16
+max_batch_tokens = 128
+max_queue = 2048
+price_prompt = {}
+price_output = {}
+quality = {}
+[pool.synth]
+dim = {}
+layers = 3
+heads = 4
+kv_heads = 2
+ffn = {}
+vocab = 512
+ctx = 1024
+seed = 11
+)",
+                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR, dir, o.large_dim, o.kv_blocks, o.large_price_prompt,
+                                o.large_price_output, o.large_quality, o.large_dim, o.large_dim * 2);
+    if (o.include_small)
+        t += fmt::format(R"(
+[[pool]]
+name = "small"
+model = "{}/small{}.gguf"
+threads = 1
+kv_blocks = {}
+block_size = 16
+max_batch = 16
+max_batch_tokens = 128
+max_queue = 2048
+price_prompt = {}
+price_output = {}
+quality = {}
+[pool.synth]
+draft_from = "large"
+keep_layers = 1
+)",
+                         dir, o.large_dim, o.kv_blocks, o.small_price_prompt, o.small_price_output, o.small_quality);
+    return t;
+}
+
+inline std::string write_config(const std::string& name, const std::string& text) {
+    const auto p = two_pool_dir() / name;
+    const auto tmp = two_pool_dir() / (name + ".tmp");
+    {
+        std::ofstream f(tmp);
+        f << text;
+    }
+    std::filesystem::rename(tmp, p);  // atomic, as an editor's save would be
+    return p.string();
+}
+
+}  // namespace steward_test
