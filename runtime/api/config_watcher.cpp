@@ -74,7 +74,7 @@ ConfigWatcher::~ConfigWatcher() {
 void ConfigWatcher::run() {
     int hup[2] = {-1, -1};
     int hup_slot = -1;
-    if (g_hup_installed && ::pipe(hup) == 0) {
+    if (::pipe(hup) == 0) {
         set_nonblocking(hup[0]);
         set_nonblocking(hup[1]);
         std::lock_guard<std::mutex> lk(g_hup_mu);
@@ -143,9 +143,9 @@ void ConfigWatcher::run() {
         g_hup_fds[hup_slot] = -1;
     }
     if (hup[0] >= 0) ::close(hup[0]);
-    // A registered write end stays open: a handler running now may still write to it (one small
-    // leak per watcher, only in processes that route SIGHUP).
-    if (hup_slot < 0 && hup[1] >= 0) ::close(hup[1]);
+    // With the handler installed, a registered write end stays open: a handler running now may
+    // still write to it (one small leak per watcher, only in processes that route SIGHUP).
+    if ((hup_slot < 0 || !g_hup_installed) && hup[1] >= 0) ::close(hup[1]);
     if (ino >= 0) ::close(ino);
 }
 

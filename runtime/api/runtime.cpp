@@ -162,6 +162,7 @@ struct Runtime::Impl {
     std::atomic<uint64_t> next_id{1};
     std::string config_path;  // "" when started from a Config value
     std::mutex reload_mu;     // one reload at a time
+    bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
 
     // Builds the next generation from `config`, reusing unchanged pools of the live one. Nothing is
@@ -229,6 +230,7 @@ struct Runtime::Impl {
             shared->metrics->record_reload(false, g, msg);
             return make_error(msg);
         };
+        if (stopping) return make_error("the runtime is shutting down");
         if (config_path.empty()) return fail("this runtime was started from a Config value, not a file; there is nothing to reload");
         auto c = load_config(config_path);
         if (!c) return fail(c.error().message);
@@ -290,6 +292,7 @@ Runtime::~Runtime() {
     impl_->config_actor = nullptr;
     {
         std::lock_guard<std::mutex> lk(impl_->reload_mu);  // a reload in progress finishes first
+        impl_->stopping = true;
         // Executors hold the shared state, which holds the snapshots that hold their handles: drop
         // the snapshots (their destructors tell routers and executors to exit), or the detached
         // threads wait forever for their actor objects to be destroyed.

@@ -1,7 +1,11 @@
 // Hot reload through the runtime: requests keep the config generation they started with, a bad file
 // changes nothing, a removed pool drains, and a plugin library rebuilt at the same path decides new
 // requests while in-flight ones finish on the old code. No sleeps: futures, drain() and counters.
+#include <signal.h>
+
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <future>
@@ -205,4 +209,38 @@ plugin = "{}"
     CHECK(rb.ok());
     CHECK(rb.pool == "small");  // v2's decision
     CHECK(rb.metrics.config_generation == 2);
+}
+
+namespace {
+// Waits (bounded) for an event outside our control: the kernel's inotify or a signal's delivery.
+bool wait_for_generation(Runtime& r, uint64_t g) {
+    for (int i = 0; i < 1000 && r.config_generation() < g; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return r.config_generation() >= g;
+}
+}  // namespace
+
+TEST_CASE("saving the config file reloads it; so does SIGHUP", "[reload]") {
+    std::string text = two_pool_toml() + buckets_rules("small");
+    const auto watched = [](std::string t) {
+        const std::string from = "[reload]\nwatch = false";
+        t.replace(t.find(from), from.size(), "[reload]\nwatch = true\ndebounce_ms = 20");
+        return t;
+    };
+    const std::string path = write_config("watched.toml", watched(text));
+    auto rt = Runtime::start(path);
+    if (!rt) FAIL(rt.error().message);
+    Runtime& r = **rt;
+    REQUIRE(r.config_generation() == 1);
+    write_config("watched.toml", watched(two_pool_toml() + buckets_rules("large")));  // an editor's save
+    REQUIRE(wait_for_generation(r, 2));
+    GenerationRequest q;
+    q.prompt_ids = ids(10, 9);
+    q.bucket_hint = "short_qa";
+    CHECK(r.generate(q).pool == "large");
+
+    Runtime::route_sighup_to_reload();
+    ::raise(SIGHUP);
+    REQUIRE(wait_for_generation(r, 3));
+    auto j = nlohmann::json::parse(r.metrics_json());
+    CHECK(j["config"]["reloads_ok"] == 2);
 }
