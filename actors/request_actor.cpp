@@ -139,6 +139,7 @@ void record_quality(self_ptr self) {
     const Run& s = st.runs[SHADOW];
     if (st.quality_recorded || s.pool < 0 || !s.finished || !st.done) return;
     st.quality_recorded = true;
+    if (a.pool == s.pool) return;  // upgraded to the shadow's pool: nothing to compare
     if (!finish_reason_ok(parse_finish_reason(s.fin.reason).value_or(FinishReason::ERROR)) ||
         !finish_reason_ok(parse_finish_reason(st.result.finish_reason).value_or(FinishReason::ERROR)))
         return;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 namespace steward {
 
@@ -34,9 +35,11 @@ const char* kind_name_u32(uint32_t k) {
 }
 
 std::atomic<uint64_t> g_serial{0};
+std::mutex g_copy_mu;  // the copies' directory is shared by the process's loads
 
 // A private directory for the copies; each copy is unlinked right after dlopen (the mapping stays).
 Expected<std::string> private_copy(const std::string& path, uint64_t serial) {
+    std::lock_guard<std::mutex> lk(g_copy_mu);
     std::error_code ec;
     const fs::path dir = fs::temp_directory_path(ec) / ("steward-plugins-" + std::to_string(::getpid()));
     fs::create_directories(dir, ec);
@@ -75,12 +78,21 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
     const uint64_t serial = ++g_serial;
     auto copy = private_copy(path, serial);
     if (!copy) return copy.error();
-    ::dlerror();
-    void* h = ::dlopen(copy->c_str(), RTLD_NOW | RTLD_LOCAL);
-    fs::remove(*copy, ec);
+    void* h = nullptr;
+    std::string dl_err;
+    {
+        std::lock_guard<std::mutex> lk(g_copy_mu);
+        ::dlerror();
+        h = ::dlopen(copy->c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char* e = ::dlerror();
+            dl_err = e ? e : "dlopen failed";
+        }
+        fs::remove(*copy, ec);
+        fs::remove(fs::path(*copy).parent_path(), ec);  // only when empty
+    }
     if (!h) {
-        const char* e = ::dlerror();
-        return make_error("cannot load plugin '", path, "': ", e ? e : "dlopen failed",
+        return make_error("cannot load plugin '", path, "': ", dl_err,
                           "; it must be a shared library built for this machine (see the README's plugin how-to)");
     }
     std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
@@ -101,7 +113,7 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
                           ", this runtime speaks version ", std::to_string(STEWARD_POLICY_ABI_VERSION),
                           "; rebuild the plugin against this runtime's steward/policy.h");
     if (info->kind != (uint32_t)kind)
-        return make_error("plugin '", path, "' is a ", kind_name_u32(info->kind), " plugin, but the config uses it as a ",
+        return make_error("plugin '", path, "' is of kind '", kind_name_u32(info->kind), "', but the config uses it as a ",
                           policy_kind_name(kind), " policy; name it under [bucket.", kind_name_u32(info->kind),
                           "] or pick a ", policy_kind_name(kind), " plugin");
     Expected<bool> ok = true;

@@ -162,7 +162,7 @@ TEST_CASE("an eviction plugin loaded as a routing policy is refused, naming both
     const std::string msg = open_error(path, PolicyKind::ROUTING);
     INFO(msg);
     CHECK(contains(msg, path));
-    CHECK(contains(msg, "eviction plugin, but the config uses it as a routing policy"));
+    CHECK(contains(msg, "is of kind 'eviction', but the config uses it as a routing policy"));
     // The same file as the kind it declares loads.
     auto lib = PluginLibrary::open(path, PolicyKind::EVICTION);
     REQUIRE(lib.ok());
@@ -448,7 +448,7 @@ TEST_CASE("a draft budget outside [0, max_budget] falls back to 0 and is counted
     }
 }
 
-TEST_CASE("a valid draft budget is kept; the built-in fixed budget above the host's limit falls back",
+TEST_CASE("a valid draft budget is kept while the built-in fixed budget above the host's limit falls back",
           "[plugin_loader]") {
     PluginLoader loader;
     const auto lib = load_ok(loader, "fixed", PolicyKind::SPECULATION, {STEWARD_PLUGIN_BUILD_DIR});

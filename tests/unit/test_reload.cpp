@@ -219,7 +219,7 @@ bool wait_for_generation(Runtime& r, uint64_t g) {
 }
 }  // namespace
 
-TEST_CASE("saving the config file reloads it; so does SIGHUP", "[reload]") {
+TEST_CASE("saving the config file reloads it, and so does SIGHUP", "[reload]") {
     std::string text = two_pool_toml() + buckets_rules("small");
     const auto watched = [](std::string t) {
         const std::string from = "[reload]\nwatch = false";
