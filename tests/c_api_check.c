@@ -130,6 +130,13 @@ int main(int argc, char **argv) {
     printf("session turn 2: %d cached prompt tokens\n", b.cached_tokens);
     CHECK(steward_end_session(rt, "c-session") == STEWARD_OK);
     CHECK(steward_end_session(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
+    {
+        uint64_t gen = 0;
+        char rerr[256];
+        CHECK(steward_reload(rt, &gen, rerr, sizeof rerr) == STEWARD_OK);
+        CHECK(gen == 2);
+        CHECK(steward_reload(NULL, &gen, rerr, sizeof rerr) == STEWARD_ERR_INVALID_ARGUMENT);
+    }
 
     /* Cancel right after submit: exactly one finish, cancelled unless it already ended. */
     req = steward_request_default();

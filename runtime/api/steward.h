@@ -162,6 +162,13 @@ steward_status steward_end_session(steward_runtime *rt, const char *session);
  * Thread-safe; callable from a callback. */
 steward_status steward_metrics_json(steward_runtime *rt, char **out_json);
 
+/* Re-reads the config file and swaps it in atomically (Runtime::reload): requests in flight finish
+ * with the generation they started with. On success *out_generation (may be NULL) is the new
+ * generation. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt NULL), STEWARD_ERR_CONFIG (the file is
+ * invalid or a plugin refused: nothing changed; err says where, file:line:column), STEWARD_ERR_INTERNAL.
+ * Thread-safe; must not be called from a callback. */
+steward_status steward_reload(steward_runtime *rt, uint64_t *out_generation, char *err, size_t err_len);
+
 /* Waits until no request is in flight (every accepted request's finish callback has returned).
  * Errors: STEWARD_ERR_INVALID_ARGUMENT (rt NULL), STEWARD_ERR_INTERNAL. Thread-safe; must not be
  * called from a callback. */

@@ -227,6 +227,20 @@ steward_status steward_end_session(steward_runtime* rt, const char* session) {
     });
 }
 
+steward_status steward_reload(steward_runtime* rt, uint64_t* out_generation, char* err, size_t err_len) {
+    if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded("steward_reload", err, err_len, [&] {
+        auto g = rt->rt->reload();
+        if (!g) {
+            write_err(err, err_len, g.error().message);
+            return STEWARD_ERR_CONFIG;
+        }
+        if (out_generation) *out_generation = *g;
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    });
+}
+
 steward_status steward_metrics_json(steward_runtime* rt, char** out_json) {
     if (out_json) *out_json = nullptr;
     if (!rt || !out_json) return STEWARD_ERR_INVALID_ARGUMENT;
