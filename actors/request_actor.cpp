@@ -126,7 +126,9 @@ void update_live(self_ptr self, const Run& run, bool failed) {
     PoolLive& live = *pool_of(self, run.pool).live;
     std::lock_guard<std::mutex> lk(live.mu);
     live.stats.error_rate = ewma(live.stats.error_rate < 0 ? 0 : live.stats.error_rate, failed ? 1.0 : 0.0);
-    if (run.t_first >= 0) live.stats.ttft_ms = ewma(live.stats.ttft_ms, (run.t_first - run.t_submit) * 1e3);
+    if (run.t_first >= 0 && run.finished)
+        live.stats.prefill_ms_per_token = ewma(live.stats.prefill_ms_per_token, (run.t_first - run.t_submit) * 1e3 /
+                                                                                   (double)std::max(1, run.fin.n_prompt - run.fin.n_cached));
     if (run.tokens.size() >= 2 && run.t_last > run.t_first)
         live.stats.tpot_ms = ewma(live.stats.tpot_ms, (run.t_last - run.t_first) * 1e3 / (double)(run.tokens.size() - 1));
 }

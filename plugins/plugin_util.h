@@ -106,6 +106,24 @@ static inline double sp_unit_hash(uint64_t x) {
     return (double)(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* A policy without parameters or state: create() hands out one zeroed instance (the host needs a
+ * handle), destroy() frees it. Defines struct steward_policy and PREFIX##_create / PREFIX##_destroy. */
+#define SP_DEFINE_STATELESS(PREFIX)                                                                    \
+    struct steward_policy {                                                                            \
+        int unused;                                                                                    \
+    };                                                                                                 \
+    static int PREFIX##_create(const steward_host_api* host, const steward_params* params,            \
+                               steward_policy** out, char* err, size_t err_len) {                      \
+        (void)params;                                                                                  \
+        int rc = sp_check_host(host, err, err_len);                                                    \
+        if (rc != STEWARD_OK) return rc;                                                               \
+        steward_policy* self = (steward_policy*)calloc(1, sizeof *self);                               \
+        if (self == NULL) return STEWARD_ERR_NOMEM;                                                    \
+        *out = self;                                                                                   \
+        return STEWARD_OK;                                                                             \
+    }                                                                                                  \
+    static void PREFIX##_destroy(steward_policy* self) { free(self); }
+
 /* The entry point: returns the description only to a host of the same ABI version. */
 #define SP_DEFINE_ENTRY(KIND, NAME, DESCRIPTION, TABLE)                                        \
     STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) { \

@@ -1,22 +1,7 @@
 /* speculation/off: never speculates (a draft budget of 0). No parameters. */
 #include "plugin_util.h"
 
-struct steward_policy {
-    int unused;
-};
-
-static int off_create(const steward_host_api* host, const steward_params* params, steward_policy** out,
-                      char* err, size_t err_len) {
-    (void)params;
-    int rc = sp_check_host(host, err, err_len);
-    if (rc != STEWARD_OK) return rc;
-    steward_policy* self = (steward_policy*)calloc(1, sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
-    *out = self;
-    return STEWARD_OK;
-}
-
-static void off_destroy(steward_policy* self) { free(self); }
+SP_DEFINE_STATELESS(off)
 
 static int off_draft_budget(steward_policy* self, const steward_spec_stats* stats, int32_t* budget) {
     (void)self, (void)stats;

@@ -58,6 +58,31 @@ ConfigWatcher::ConfigWatcher(std::string path, bool watch_file, int debounce_ms,
         return;
     }
     set_nonblocking(stop_pipe_[0]);
+    // The watches are in place before the constructor returns: a save right after start is seen.
+    if (::pipe(hup_) == 0) {
+        set_nonblocking(hup_[0]);
+        set_nonblocking(hup_[1]);
+        std::lock_guard<std::mutex> lk(g_hup_mu);
+        for (int i = 0; i < g_n_hup.load(); i++)
+            if (g_hup_fds[i] < 0) hup_slot_ = i;
+        if (hup_slot_ < 0 && g_n_hup.load() < 16) {
+            hup_slot_ = g_n_hup.load();
+            g_hup_fds[hup_slot_] = -1;
+            g_n_hup.store(hup_slot_ + 1);
+        }
+        if (hup_slot_ >= 0) g_hup_fds[hup_slot_] = hup_[1];
+    }
+    if (watch_file_) {
+        const std::filesystem::path p(path_);
+        std::string dir = p.parent_path().string();
+        if (dir.empty()) dir = ".";
+        ino_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (ino_ < 0 || ::inotify_add_watch(ino_, dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_MODIFY) < 0) {
+            spdlog::warn("config watcher: cannot watch '{}' (inotify); reload with SIGHUP or the API", dir);
+            if (ino_ >= 0) ::close(ino_);
+            ino_ = -1;
+        }
+    }
     thread_ = std::thread([this] { run(); });
 }
 
@@ -69,37 +94,21 @@ ConfigWatcher::~ConfigWatcher() {
     if (thread_.joinable()) thread_.join();
     for (int fd : stop_pipe_)
         if (fd >= 0) ::close(fd);
+    if (hup_slot_ >= 0) {
+        std::lock_guard<std::mutex> lk(g_hup_mu);
+        g_hup_fds[hup_slot_] = -1;
+    }
+    if (hup_[0] >= 0) ::close(hup_[0]);
+    // With the handler installed, a registered write end stays open: a handler running now may
+    // still write to it (one small leak per watcher, only in processes that route SIGHUP).
+    if ((hup_slot_ < 0 || !g_hup_installed) && hup_[1] >= 0) ::close(hup_[1]);
+    if (ino_ >= 0) ::close(ino_);
 }
 
 void ConfigWatcher::run() {
-    int hup[2] = {-1, -1};
-    int hup_slot = -1;
-    if (::pipe(hup) == 0) {
-        set_nonblocking(hup[0]);
-        set_nonblocking(hup[1]);
-        std::lock_guard<std::mutex> lk(g_hup_mu);
-        for (int i = 0; i < g_n_hup.load(); i++)
-            if (g_hup_fds[i] < 0) hup_slot = i;
-        if (hup_slot < 0 && g_n_hup.load() < 16) {
-            hup_slot = g_n_hup.load();
-            g_hup_fds[hup_slot] = -1;
-            g_n_hup.store(hup_slot + 1);
-        }
-        if (hup_slot >= 0) g_hup_fds[hup_slot] = hup[1];
-    }
-    int ino = -1;
-    const std::filesystem::path p(path_);
-    const std::string name = p.filename().string();
-    if (watch_file_) {
-        ino = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-        std::string dir = p.parent_path().string();
-        if (dir.empty()) dir = ".";
-        if (ino < 0 || ::inotify_add_watch(ino, dir.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_MODIFY) < 0) {
-            spdlog::warn("config watcher: cannot watch '{}' (inotify); reload with SIGHUP or the API", dir);
-            if (ino >= 0) ::close(ino);
-            ino = -1;
-        }
-    }
+    const int* hup = hup_;
+    const int ino = ino_;
+    const std::string name = std::filesystem::path(path_).filename().string();
     using clock = std::chrono::steady_clock;
     bool pending = false;
     clock::time_point due{};
@@ -138,15 +147,6 @@ void ConfigWatcher::run() {
             on_change_();
         }
     }
-    if (hup_slot >= 0) {
-        std::lock_guard<std::mutex> lk(g_hup_mu);
-        g_hup_fds[hup_slot] = -1;
-    }
-    if (hup[0] >= 0) ::close(hup[0]);
-    // With the handler installed, a registered write end stays open: a handler running now may
-    // still write to it (one small leak per watcher, only in processes that route SIGHUP).
-    if ((hup_slot < 0 || !g_hup_installed) && hup[1] >= 0) ::close(hup[1]);
-    if (ino >= 0) ::close(ino);
 }
 
 }  // namespace steward

@@ -29,6 +29,9 @@ private:
     int debounce_ms_;
     std::function<void()> on_change_;
     int stop_pipe_[2] = {-1, -1};
+    int hup_[2] = {-1, -1};  // SIGHUP's byte arrives here
+    int hup_slot_ = -1;
+    int ino_ = -1;           // inotify on the file's directory
     std::thread thread_;
 };
 

@@ -20,7 +20,8 @@ steward_pool_view make_pool_view(const PoolProfile& p, const PoolLiveStats& live
     v.est_cost = ((double)prompt_tokens * p.price_prompt + (double)max_tokens * p.price_output) / 1e6;
     const double tpot_prior = p.model_bytes / 20e9 * 1e3;
     v.est_tpot_ms = live.tpot_ms >= 0 ? live.tpot_ms : tpot_prior;
-    v.est_ttft_ms = live.ttft_ms >= 0 ? live.ttft_ms : (double)prompt_tokens * tpot_prior / 8.0;
+    v.est_ttft_ms = (double)std::max(1, prompt_tokens) *
+                    (live.prefill_ms_per_token >= 0 ? live.prefill_ms_per_token : tpot_prior / 8.0);
     // Waiting requests ahead each take about one TTFT of the batch's time.
     const double queue_ms = (double)live.n_waiting * v.est_ttft_ms;
     v.est_latency_ms = queue_ms + v.est_ttft_ms + (double)max_tokens * v.est_tpot_ms;

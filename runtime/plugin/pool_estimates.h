@@ -20,16 +20,17 @@ struct PoolProfile {
 
 // Live figures per pool, updated as requests finish and steps run.
 struct PoolLiveStats {
-    double ttft_ms = -1;     // moving average; < 0: none yet (a prior is used)
-    double tpot_ms = -1;
+    double prefill_ms_per_token = -1;  // moving average of TTFT / uncached prompt tokens; < 0: none yet
+    double tpot_ms = -1;               // moving average; < 0: none yet (a prior is used)
     double error_rate = 0;   // moving average of requests that failed or were refused
     int n_waiting = 0, n_running = 0;
     bool available = true;   // false while draining
 };
 
 // quality_measured: agreement with the strongest pool on this bucket's shadowed requests (NaN: none,
-// the prior is used). Before any request finished, TPOT's prior is the time to read the weights
-// once at 20 GB/s and a prompt token costs an eighth of that (prefill is batched).
+// the prior is used). TTFT is estimated per prompt token, so requests of any length inform it.
+// Before any request finished, TPOT's prior is the time to read the weights once at 20 GB/s and a
+// prompt token costs an eighth of that (prefill is batched).
 steward_pool_view make_pool_view(const PoolProfile& p, const PoolLiveStats& live, double quality_measured,
                                  int prompt_tokens, int max_tokens);
 

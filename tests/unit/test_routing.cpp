@@ -61,7 +61,10 @@ TEST_CASE("cost_quality sends everything to one pool under extreme λ and splits
     o.small_price_output = 3.0;
     o.large_price_prompt = 0.5;
     o.large_price_output = 1.5;
-    const std::string balanced = "plugin = \"cost_quality\"\nlambda_cost = 1.0\nlambda_quality = 1.0\nlambda_latency = 0.0\nlambda_risk = 0.0";
+    // Balanced between cost and quality (λ 1 each). Latency and risk are live figures (moving
+    // averages of TTFT/TPOT, queue fill) that a hand computation cannot predict: λ 0 here.
+    const std::string balanced =
+        "plugin = \"cost_quality\"\nlambda_cost = 1.0\nlambda_quality = 1.0\nlambda_latency = 0.0\nlambda_risk = 0.0";
     std::string t = two_pool_toml(o);
     t += hint_bucket("cheap", "plugin = \"cost_quality\"\nlambda_cost = 1000.0");
     t += hint_bucket("best", "plugin = \"cost_quality\"\nlambda_quality = 1000.0");
@@ -86,8 +89,11 @@ TEST_CASE("cost_quality sends everything to one pool under extreme λ and splits
     //   output_heavy (10 in, 64 out): small 1+192 = 193, large 5+96 = 101
     //     -> small 1 − 0.5 = 0.5 > large 101/193 − 1 = −0.477: large.
     //   best (λ_quality 1000): large, the higher quality, whatever the cost.
+    // One at a time (the extreme-λ buckets keep their default λ 1 for latency and risk, which
+    // λ 1000 outweighs by far; no queue builds up either way).
     std::map<std::string, std::map<std::string, int>> got;
-    for (const auto& res : run_all(*rt, reqs)) {
+    for (const auto& q : reqs) {
+        const GenerationResult res = rt->generate(q);
         REQUIRE(res.ok());
         CHECK_FALSE(res.fallback);
         got[res.bucket][res.pool]++;

@@ -35,6 +35,28 @@ struct TwoPoolOptions {
     bool include_small = true;
 };
 
+// One [[pool]] table with the test's batch and queue sizes.
+inline std::string pool_toml(const std::string& name, const std::string& model, int kv_blocks, double price_prompt,
+                             double price_output, double quality, const std::string& synth) {
+    return fmt::format(R"(
+[[pool]]
+name = "{}"
+model = "{}"
+threads = 1
+kv_blocks = {}
+block_size = 16
+max_batch = 16
+max_batch_tokens = 128
+max_queue = 2048
+price_prompt = {}
+price_output = {}
+quality = {}
+[pool.synth]
+{}
+)",
+                       name, model, kv_blocks, price_prompt, price_output, quality, synth);
+}
+
 // The pools and plugin directories; append [[bucket]] tables after it.
 inline std::string two_pool_toml(const TwoPoolOptions& o = {}) {
     const std::string dir = two_pool_dir().string();
@@ -49,50 +71,15 @@ watch = false
 
 [plugins]
 dirs = ["{}", "{}"]
-
-[[pool]]
-name = "large"
-model = "{}/large{}.gguf"
-threads = 1
-kv_blocks = {}
-block_size = 16
-max_batch = 16
-max_batch_tokens = 128
-max_queue = 2048
-price_prompt = {}
-price_output = {}
-quality = {}
-[pool.synth]
-dim = {}
-layers = 3
-heads = 4
-kv_heads = 2
-ffn = {}
-vocab = 512
-ctx = 1024
-seed = 11
 )",
-                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR, dir, o.large_dim, o.kv_blocks, o.large_price_prompt,
-                                o.large_price_output, o.large_quality, o.large_dim, o.large_dim * 2);
+                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR);
+    t += pool_toml("large", fmt::format("{}/large{}.gguf", dir, o.large_dim), o.kv_blocks, o.large_price_prompt,
+                   o.large_price_output, o.large_quality,
+                   fmt::format("dim = {}\nlayers = 3\nheads = 4\nkv_heads = 2\nffn = {}\nvocab = 512\nctx = 1024\nseed = 11",
+                               o.large_dim, o.large_dim * 2));
     if (o.include_small)
-        t += fmt::format(R"(
-[[pool]]
-name = "small"
-model = "{}/small{}.gguf"
-threads = 1
-kv_blocks = {}
-block_size = 16
-max_batch = 16
-max_batch_tokens = 128
-max_queue = 2048
-price_prompt = {}
-price_output = {}
-quality = {}
-[pool.synth]
-draft_from = "large"
-keep_layers = 1
-)",
-                         dir, o.large_dim, o.kv_blocks, o.small_price_prompt, o.small_price_output, o.small_quality);
+        t += pool_toml("small", fmt::format("{}/small{}.gguf", dir, o.large_dim), o.kv_blocks, o.small_price_prompt,
+                       o.small_price_output, o.small_quality, "draft_from = \"large\"\nkeep_layers = 1");
     return t;
 }
 
