@@ -83,8 +83,11 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             // The bucket's eviction policy of the generation the request started with (it holds
             // that snapshot until it finishes, so the lookup cannot miss while it runs).
             if (auto snap = st.shared->find_generation(m.generation))
-                if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size())
+                if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size()) {
+                    r.bucket = snap->config->buckets[m.bucket_index].name;
                     r.eviction = snap->policies[m.bucket_index].eviction;
+                    if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
+                }
             auto ok = st.engine->submit(std::move(r));
             if (!ok) {
                 FinishInfo f;
@@ -126,6 +129,10 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     self->send(it->second, finish_atom::value, f);
                     st.reply_to.erase(it);
                 }
+            }
+            if (auto ev = st.engine->take_evictions(); !ev.empty()) {
+                std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
+                for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket);
             }
             if (t - st.last_kv_sample > 0.05) {  // KV gauges at most every 50 ms
                 st.last_kv_sample = t;

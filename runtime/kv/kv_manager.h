@@ -128,6 +128,7 @@ public:
     // referenced by sequences (a shared block counts once, filled as far as its fullest user). 0 when none.
     double fragmentation() const;
     KvManagerStats stats() const;
+    int64_t n_evictions() const { return pool_.stats().n_evictions; }  // cheap, for per-call deltas
 
 private:
     SeqKv& get(SeqId seq);

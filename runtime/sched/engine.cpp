@@ -189,8 +189,11 @@ std::vector<EngineEvent> Engine::step(double now_s) {
     auto alloc = [&](Seq& s, int n) -> bool {
         // Blocks this request needs are reclaimed by its bucket's eviction policy (LRU without one).
         mgr_.set_active_eviction(s.req.eviction.get(), s.req.tenant);
+        const int64_t evicted_before = mgr_.n_evictions();
         auto copies = mgr_.allocate_slots(s.kv, n);
         mgr_.set_active_eviction(nullptr, -1);
+        if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
+            evictions_[{s.req.bucket, s.req.eviction ? s.req.eviction_name : std::string("lru")}] += d;
         if (!copies) return false;
         for (const BlockCopy& c : *copies)
             for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
@@ -321,6 +324,13 @@ EngineStats Engine::stats() const {
     st.n_sessions = (int)sessions_.size();
     st.kv = mgr_.stats();
     return st;
+}
+
+std::vector<EvictionCount> Engine::take_evictions() {
+    std::vector<EvictionCount> out;
+    for (const auto& [k, n] : evictions_) out.push_back({k.first, k.second, n});
+    evictions_.clear();
+    return out;
 }
 
 }  // namespace steward

@@ -45,7 +45,15 @@ struct EngineRequest {
     bool stop_at_eos = true;
     // The bucket's eviction policy: reclaims cached blocks when this request needs room (null: LRU).
     std::shared_ptr<EvictionPolicy> eviction;
+    std::string eviction_name = "lru";  // the policy's name in the eviction counts
+    std::string bucket;                 // the workload bucket, for the eviction counts
     int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
+};
+
+// Cached blocks reclaimed while allocating for requests of one bucket under one policy.
+struct EvictionCount {
+    std::string bucket, policy;
+    int64_t n = 0;
 };
 
 
@@ -97,6 +105,8 @@ public:
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.
     void end_session(const std::string& session);
+    // Evictions since the last call, per (bucket, policy) of the request that needed the blocks.
+    std::vector<EvictionCount> take_evictions();
 
 private:
     struct Seq {
@@ -135,6 +145,7 @@ private:
     std::map<std::string, Session> sessions_;
     EngineStats stats_;
     std::vector<float> logits_;
+    std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
 };
 
 }  // namespace steward

@@ -233,6 +233,8 @@ plugin = "lfu"
     CHECK(by_kind["speculation"] == std::make_pair<int64_t, int64_t>(n_broken, n_broken));
     CHECK(by_kind["eviction"].first > 0);  // the pool was tight enough to evict
     CHECK(by_kind["eviction"].first == by_kind["eviction"].second);
+    // Every block the broken policy was asked about was evicted (by LRU instead), counted per bucket.
+    CHECK(j["buckets"]["broken"]["kv"]["evictions_by_policy"]["invalid_eviction"].get<int64_t>() == by_kind["eviction"].first);
     CHECK(rt->metrics_prometheus().find("steward:plugin_invalid_decisions_total{bucket=\"broken\",kind=\"routing\"") !=
           std::string::npos);
 }
