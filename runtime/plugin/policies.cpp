@@ -225,21 +225,24 @@ Expected<std::unique_ptr<PluginEvictionPolicy>> PluginEvictionPolicy::create(std
 PluginEvictionPolicy::~PluginEvictionPolicy() = default;
 
 size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) {
-    std::vector<steward_evict_candidate> c(candidates.size());
-    for (size_t i = 0; i < candidates.size(); i++) {
-        const EvictionCandidate& e = candidates[i];
-        c[i] = {e.block, e.tenant, e.is_public ? 1 : 0, e.depth, e.last_access_tick, e.n_hits};
-    }
-    std::vector<steward_evict_tenant> t(ctx.tenants.size());
-    for (size_t i = 0; i < ctx.tenants.size(); i++) t[i] = {ctx.tenants[i].tenant, ctx.tenants[i].n_held, ctx.tenants[i].quota_blocks};
-    steward_evict_context cx{ctx.now_tick, ctx.n_blocks_total, ctx.block_size, ctx.block_bytes, ctx.requesting_tenant,
-                             t.data(), (uint32_t)t.size()};
     uint32_t victim = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
+        // The C views are rebuilt in buffers kept across calls (no allocation per eviction).
+        cands_.resize(candidates.size());
+        for (size_t i = 0; i < candidates.size(); i++) {
+            const EvictionCandidate& e = candidates[i];
+            cands_[i] = {e.block, e.tenant, e.is_public ? 1 : 0, e.depth, e.last_access_tick, e.n_hits};
+        }
+        tenants_.resize(ctx.tenants.size());
+        for (size_t i = 0; i < ctx.tenants.size(); i++)
+            tenants_[i] = {ctx.tenants[i].tenant, ctx.tenants[i].n_held, ctx.tenants[i].quota_blocks};
+        const steward_evict_context cx{ctx.now_tick,          ctx.n_blocks_total, ctx.block_size,
+                                       ctx.block_bytes,       ctx.requesting_tenant, tenants_.data(),
+                                       (uint32_t)tenants_.size()};
         counters_->n_calls++;
-        rc = lib_->eviction()->choose_victim(self_, &cx, c.data(), (uint32_t)c.size(), &victim);
+        rc = lib_->eviction()->choose_victim(self_, &cx, cands_.data(), (uint32_t)cands_.size(), &victim);
     }
     if (rc != STEWARD_OK) {
         invalid("choose_victim() returned error " + std::to_string(rc));

@@ -83,6 +83,10 @@ public:
     // An invalid index or an error code answers 0 (least recently used) and is counted.
     size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) override;
     ~PluginEvictionPolicy() override;
+
+private:
+    std::vector<steward_evict_candidate> cands_;  // under mu_
+    std::vector<steward_evict_tenant> tenants_;
 };
 
 class SpeculationPolicy : public PolicyInstance {
