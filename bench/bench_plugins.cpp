@@ -28,38 +28,31 @@ struct HostLru : EvictionPolicy {
     size_t choose_victim(const EvictionContext&, std::span<const EvictionCandidate>) override { return 0; }
 };
 
-std::shared_ptr<PluginEvictionPolicy> eviction_plugin(PluginLoader& loader, const std::string& name) {
+// Loads a built-in plugin and creates one instance with default parameters; exits on error.
+template <typename Policy>
+std::shared_ptr<Policy> make_plugin(PluginLoader& loader, const std::string& name, PolicyKind kind) {
     PolicySpec spec;
     spec.plugin = name;
     spec.where = "bench";
-    auto lib = loader.load(name, PolicyKind::EVICTION, {});
+    auto lib = loader.load(name, kind, {});
     if (!lib) {
         std::fprintf(stderr, "bench_plugins: %s\n", lib.error().message.c_str());
         std::exit(1);
     }
-    auto p = PluginEvictionPolicy::create(*lib, spec, "bench", std::make_shared<PolicyCounters>(), {});
+    auto p = Policy::create(*lib, spec, "bench", std::make_shared<PolicyCounters>(), {"large", "small"});
     if (!p) {
         std::fprintf(stderr, "bench_plugins: %s\n", p.error().message.c_str());
         std::exit(1);
     }
-    return std::shared_ptr<PluginEvictionPolicy>(std::move(*p));
+    return std::shared_ptr<Policy>(std::move(*p));
+}
+
+std::shared_ptr<PluginEvictionPolicy> eviction_plugin(PluginLoader& loader, const std::string& name) {
+    return make_plugin<PluginEvictionPolicy>(loader, name, PolicyKind::EVICTION);
 }
 
 std::shared_ptr<RoutingPolicy> routing_plugin(PluginLoader& loader, const std::string& name) {
-    PolicySpec spec;
-    spec.plugin = name;
-    spec.where = "bench";
-    auto lib = loader.load(name, PolicyKind::ROUTING, {});
-    if (!lib) {
-        std::fprintf(stderr, "bench_plugins: %s\n", lib.error().message.c_str());
-        std::exit(1);
-    }
-    auto p = RoutingPolicy::create(*lib, spec, "bench", std::make_shared<PolicyCounters>(), {"large", "small"});
-    if (!p) {
-        std::fprintf(stderr, "bench_plugins: %s\n", p.error().message.c_str());
-        std::exit(1);
-    }
-    return std::shared_ptr<RoutingPolicy>(std::move(*p));
+    return make_plugin<RoutingPolicy>(loader, name, PolicyKind::ROUTING);
 }
 
 template <typename F>
