@@ -177,8 +177,16 @@ Expected<std::string> PluginLoader::resolve(const std::string& plugin, PolicyKin
             if (fs::is_regular_file(fs::path(d) / f, ec)) return (fs::path(d) / f).string();
     std::string searched;
     for (const auto& d : all) searched += (searched.empty() ? "" : ", ") + d;
-    return make_error("no ", kn, " plugin named '", plugin, "' (looked for steward_", kn, "_", plugin, ".so, ", plugin, ".so, lib",
-                      plugin, ".so in: ", searched, "); check the name, add its directory to [plugins] dirs, or give a path");
+    // A built-in of another kind by this name is the likely mix-up: say so.
+    std::string other;
+    for (PolicyKind k : {PolicyKind::ROUTING, PolicyKind::EVICTION, PolicyKind::SPECULATION})
+        for (const auto& d : all)
+            if (k != kind && other.empty() &&
+                fs::is_regular_file(fs::path(d) / ("steward_" + std::string(policy_kind_name(k)) + "_" + plugin + ".so"), ec))
+                other = std::string(" ('") + plugin + "' is a plugin of kind " + policy_kind_name(k) + ": use it under [bucket." +
+                        policy_kind_name(k) + "])";
+    return make_error("no ", kn, " plugin named '", plugin, "'", other, " (looked for steward_", kn, "_", plugin, ".so, ", plugin,
+                      ".so, lib", plugin, ".so in: ", searched, "); check the name, add its directory to [plugins] dirs, or give a path");
 }
 
 Expected<std::shared_ptr<PluginLibrary>> PluginLoader::load(const std::string& plugin, PolicyKind kind,

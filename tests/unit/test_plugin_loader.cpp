@@ -242,7 +242,11 @@ TEST_CASE("a built-in name resolves to steward_<kind>_<name>.so in a configured 
     CHECK(lib->kind() == PolicyKind::EVICTION);
     CHECK(lib->path() == *path);
     // The kind is part of the file name: there is no routing plugin called lru.
-    CHECK_FALSE(loader.resolve("lru", PolicyKind::ROUTING, {STEWARD_PLUGIN_BUILD_DIR}).ok());
+    auto wrong_kind = loader.resolve("lru", PolicyKind::ROUTING, {STEWARD_PLUGIN_BUILD_DIR});
+    REQUIRE_FALSE(wrong_kind.ok());
+    // The likely mix-up is named: a built-in of another kind goes by that name.
+    CHECK(wrong_kind.error().message.find("'lru' is a plugin of kind eviction: use it under [bucket.eviction]") !=
+          std::string::npos);
 }
 
 TEST_CASE("a plugin name is looked up in the configured directories before the default ones", "[plugin_loader]") {
