@@ -44,6 +44,9 @@ struct request_state {
     bool cancel_requested = false;
     bool quality_recorded = false;
     int32_t n_prompt = 0;
+    int32_t max_tokens = 0;            // the request's, or the config's default
+    const Tokenizer* tok0 = nullptr;   // the tokenizer the prompt was classified with...
+    std::vector<int32_t> ids0;         // ...and its ids, reused by every run on a pool sharing it
     static inline const char* name = "request";
 };
 
@@ -52,10 +55,11 @@ using self_ptr = caf::stateful_actor<request_state>*;
 const PoolHandle& pool_of(self_ptr self, int32_t i) { return *self->state.ctx->snap->pools.at(i); }
 
 std::vector<int32_t> prompt_for(self_ptr self, int32_t pool) {
-    const GenerationRequest& req = self->state.ctx->req;
+    const auto& st = self->state;
+    const GenerationRequest& req = st.ctx->req;
     if (!req.prompt_ids.empty()) return req.prompt_ids;
     const Tokenizer& tok = pool_of(self, pool).model->tokenizer();
-    std::vector<int32_t> ids = tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
+    std::vector<int32_t> ids = &tok == st.tok0 ? st.ids0 : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
     if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
     return ids;
 }
@@ -74,7 +78,7 @@ void submit_run(self_ptr self, Role role, int32_t pool) {
     m.tenant = ctx.shared->tenant_id(req.tenant);
     m.salt = ctx.snap->config->tenant_salt(req.tenant);
     m.prompt = prompt_for(self, pool);
-    m.max_tokens = req.max_tokens > 0 ? req.max_tokens : ctx.snap->config->limits.max_tokens_default;
+    m.max_tokens = st.max_tokens;
     m.temperature = req.temperature;
     m.top_p = req.top_p;
     m.top_k = req.top_k;
@@ -154,9 +158,6 @@ void record_quality(self_ptr self) {
     auto& sh = *st.ctx->shared;
     std::lock_guard<std::mutex> lk(sh.metrics_mu);
     sh.metrics->record_quality(st.route.bucket, pool, agreement, exact);
-    QualityCell& q = sh.quality[{st.route.bucket, pool}];
-    q.n++;
-    q.sum_agreement += agreement;
 }
 
 void maybe_quit(self_ptr self) {
@@ -245,7 +246,7 @@ steward_route_request route_request(self_ptr self) {
     auto& st = self->state;
     const GenerationRequest& req = st.ctx->req;
     return steward_route_request{st.ctx->id, st.route.bucket.c_str(), req.tenant.c_str(),
-                                 st.n_prompt, req.max_tokens, req.temperature,
+                                 st.n_prompt, st.max_tokens, req.temperature,
                                  req.tools ? 1 : 0, req.response_format.c_str()};
 }
 
@@ -280,18 +281,18 @@ bool check_cascade(self_ptr self, bool finished) {
 caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
     self->state.ctx = ctx;
     const GenerationRequest& req = ctx->req;
-    self->state.n_prompt = 0;
     const Snapshot& snap = *ctx->snap;
-    // Classify with the first pool's tokenizer; the run re-tokenizes if the routed pool's differs.
-    const Tokenizer& tok0 = snap.pools.front()->model->tokenizer();
-    const size_t n_prompt = req.prompt_ids.empty() ? tok0.encode(req.prompt, req.add_bos && tok0.add_bos_default()).size()
-                                                   : req.prompt_ids.size();
-    self->state.n_prompt = (int32_t)n_prompt;
+    // Classify with the first pool's tokenizer; a run re-tokenizes only if its pool's differs.
+    auto& st0 = self->state;
+    st0.tok0 = &snap.pools.front()->model->tokenizer();
+    if (req.prompt_ids.empty()) st0.ids0 = st0.tok0->encode(req.prompt, req.add_bos && st0.tok0->add_bos_default());
+    st0.n_prompt = (int32_t)(req.prompt_ids.empty() ? st0.ids0.size() : req.prompt_ids.size());
+    st0.max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
     RouteQuery q;
     q.request_id = ctx->id;
     q.hint = req.bucket_hint;
-    q.prompt_tokens = (int32_t)n_prompt;
-    q.max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
+    q.prompt_tokens = st0.n_prompt;
+    q.max_tokens = st0.max_tokens;
     q.temperature = req.temperature;
     q.tools = req.tools;
     q.response_format = req.response_format;
@@ -349,13 +350,9 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
         [=](cancel_atom) {
             auto& st = self->state;
             st.cancel_requested = true;
-            bool any = false;
             for (uint64_t r = 0; r < 3; r++)
-                if (st.runs[r].active) {
-                    any = true;
+                if (st.runs[r].active)
                     self->send(pool_of(self, st.runs[r].pool).executor, cancel_atom::value, engine_id(st.ctx->id, (Role)r));
-                }
-            (void)any;
         },
     };
 }

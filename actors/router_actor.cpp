@@ -48,10 +48,10 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         std::vector<double> quality(snap.pools.size(), std::nan(""));
         if (shared) {
             std::lock_guard<std::mutex> lk(shared->metrics_mu);
-            for (size_t i = 0; i < snap.pools.size(); i++) {
-                auto it = shared->quality.find({b.name, snap.pools[i]->cfg.name});
-                if (it != shared->quality.end() && it->second.n > 0) quality[i] = it->second.sum_agreement / (double)it->second.n;
-            }
+            if (const BucketMetrics* m = shared->metrics->bucket(b.name))
+                for (size_t i = 0; i < snap.pools.size(); i++)
+                    if (auto it = m->route_quality.find(snap.pools[i]->cfg.name); it != m->route_quality.end())
+                        quality[i] = it->second.agreement();
         }
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)

@@ -32,6 +32,7 @@ struct PoolLive {
 // told to exit: a removed pool drains cleanly.
 struct PoolHandle {
     PoolConfig cfg;
+    std::string key;  // what a reload compares to keep this pool (config + model file mtime)
     std::shared_ptr<Model> model;
     caf::actor executor;
     int n_blocks = 0;
@@ -57,12 +58,6 @@ struct Snapshot {
     ~Snapshot() {
         if (router) caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
     }
-};
-
-// Agreement of a (bucket, pool) with the strongest pool on shadowed requests.
-struct QualityCell {
-    int64_t n = 0;
-    double sum_agreement = 0;
 };
 
 struct SharedState {
@@ -108,8 +103,7 @@ struct SharedState {
     }
 
     mutable std::mutex metrics_mu;
-    std::unique_ptr<MetricsRegistry> metrics;
-    std::map<std::pair<std::string, std::string>, QualityCell> quality;  // (bucket, pool), under metrics_mu
+    std::unique_ptr<MetricsRegistry> metrics;  // also what routers read of measured route quality
 
     // In-flight requests: handle -> request actor.
     std::mutex inflight_mu;

@@ -93,7 +93,8 @@ Expected<bool> ensure_models(const Config& c) {
     return true;
 }
 
-// Everything that makes a pool's engine: a change to any of it starts a new pool (and engine).
+// Everything that makes a pool's engine, and the model file's mtime: a change to any of it starts a
+// new pool (and engine). Taken when the pool is loaded, compared at each reload.
 std::string pool_key(const PoolConfig& p, const Config& c) {
     std::ostringstream o;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
@@ -137,8 +138,8 @@ Expected<std::shared_ptr<PoolHandle>> load_pool(const PoolConfig& pc) {
     if (pc.backend == "cuda")
         spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
     const ModelParams& mp = ph->model->params();
-    const int elem = pc.kv_dtype == "f16" ? 2 : 4;
-    const double block_bytes = 2.0 * mp.n_layer * pc.block_size * mp.n_head_kv * mp.head_dim * elem;
+    const double block_bytes =
+        (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, pc.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32));
     ph->n_blocks = pc.kv_blocks > 0 ? pc.kv_blocks : (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
     if (ph->n_blocks < 1) return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block");
     PoolProfile& pr = ph->profile;
@@ -174,16 +175,18 @@ struct Runtime::Impl {
         snap->generation = prev ? prev->generation + 1 : 1;
         snap->config = std::make_shared<const Config>(config);
         for (const PoolConfig& pc : config.pools) {
+            const std::string key = pool_key(pc, config);
             std::shared_ptr<PoolHandle> reuse;
             if (prev)
                 for (const auto& old : prev->pools)
-                    if (pool_key(old->cfg, *prev->config) == pool_key(pc, config)) reuse = old;
+                    if (old->key == key) reuse = old;
             if (reuse) {
                 snap->pools.push_back(reuse);
                 continue;
             }
             auto ph = load_pool(pc);
             if (!ph) return ph.error();
+            (*ph)->key = key;
             snap->pools.push_back(*ph);
         }
         // Quality priors: configured, else the parameter count relative to the largest pool's.
@@ -268,13 +271,9 @@ Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) {
     sh.publish(std::move(*snap));
     Impl* raw = impl.get();
     impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, impl->shared);
-    if (!impl->config_path.empty() && config.reload.watch) {
+    if (!impl->config_path.empty()) {  // SIGHUP always; the file itself with [reload] watch
         caf::actor ca = impl->config_actor;
-        impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, true, config.reload.debounce_ms,
-                                                        [ca] { caf::anon_send(ca, reload_atom::value); });
-    } else if (!impl->config_path.empty()) {
-        caf::actor ca = impl->config_actor;
-        impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, false, 0,
+        impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, config.reload.watch, config.reload.debounce_ms,
                                                         [ca] { caf::anon_send(ca, reload_atom::value); });
     }
     return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));

@@ -142,6 +142,11 @@ uint64_t fnv1a(const std::string& s) {
 
 }  // namespace
 
+bool plugin_is_path(const std::string& plugin) {
+    return plugin.find('/') != std::string::npos ||
+           (plugin.size() > 3 && plugin.compare(plugin.size() - 3, 3, ".so") == 0);
+}
+
 const PoolConfig* Config::find_pool(const std::string& name) const {
     for (const auto& p : pools)
         if (p.name == name) return &p;
@@ -308,9 +313,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +
                                 "' needs plugin = \"name\" (a built-in such as \"lru\", or a path to a .so)");
                 // A path (not a bare name) is relative to the config file.
-                const bool is_path = spec.plugin.find('/') != std::string::npos ||
-                                     (spec.plugin.size() > 3 && spec.plugin.compare(spec.plugin.size() - 3, 3, ".so") == 0);
-                if (is_path && std::filesystem::path(spec.plugin).is_relative() && !base.empty())
+                if (plugin_is_path(spec.plugin) && std::filesystem::path(spec.plugin).is_relative() && !base.empty())
                     spec.plugin = (base / spec.plugin).string();
                 (std::string(kind) == "routing" ? b.routing : std::string(kind) == "eviction" ? b.eviction : b.speculation) = spec;
             }

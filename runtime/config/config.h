@@ -46,6 +46,9 @@ struct PoolConfig {
 // One parameter of a policy plugin: the TOML scalar as written.
 using PolicyParam = std::variant<int64_t, double, bool, std::string>;
 
+// A plugin named by path (it contains '/' or ends in ".so") rather than by a name to search for.
+bool plugin_is_path(const std::string& plugin);
+
 // A bucket's [bucket.routing] / [bucket.eviction] / [bucket.speculation] table: the plugin (a name
 // searched in the plugin directories, or a path) and every other key as its parameters.
 struct PolicySpec {

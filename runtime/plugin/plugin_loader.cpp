@@ -1,6 +1,8 @@
 // dlopen of policy plugins: private copies, entry point and version checks, name resolution.
 #include "plugin/plugin_loader.h"
 
+#include "config/config.h"
+
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,17 +16,9 @@ namespace steward {
 
 namespace fs = std::filesystem;
 
-const char* policy_kind_name(PolicyKind k) {
-    switch (k) {
-        case PolicyKind::ROUTING: return "routing";
-        case PolicyKind::EVICTION: return "eviction";
-        case PolicyKind::SPECULATION: return "speculation";
-    }
-    return "?";
-}
-
 namespace {
 
+// The kind a plugin declares (any value a plugin may return).
 const char* kind_name_u32(uint32_t k) {
     switch (k) {
         case STEWARD_POLICY_ROUTING: return "routing";
@@ -66,6 +60,8 @@ Expected<bool> check_table(const std::string& path, const void* t, uint32_t want
 }
 
 }  // namespace
+
+const char* policy_kind_name(PolicyKind k) { return kind_name_u32((uint32_t)k); }
 
 PluginLibrary::~PluginLibrary() {
     if (handle_) ::dlclose(handle_);
@@ -165,9 +161,7 @@ std::vector<std::string> PluginLoader::default_dirs() {
 }
 
 Expected<std::string> PluginLoader::resolve(const std::string& plugin, PolicyKind kind, const std::vector<std::string>& dirs) const {
-    const bool is_path = plugin.find('/') != std::string::npos ||
-                         (plugin.size() > 3 && plugin.compare(plugin.size() - 3, 3, ".so") == 0);
-    if (is_path) return plugin;
+    if (plugin_is_path(plugin)) return plugin;
     std::vector<std::string> all = dirs;
     for (auto& d : default_dirs()) all.push_back(d);
     const std::string kn = policy_kind_name(kind);

@@ -150,10 +150,7 @@ Expected<std::unique_ptr<RoutingPolicy>> RoutingPolicy::create(std::shared_ptr<P
                                                                const std::string& bucket,
                                                                std::shared_ptr<PolicyCounters> counters,
                                                                const std::vector<std::string>& pools) {
-    std::unique_ptr<RoutingPolicy> p(new RoutingPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
-    if (!ok) return ok.error();
-    return p;
+    return make<RoutingPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
 }
 
 RoutingPolicy::~RoutingPolicy() = default;
@@ -216,10 +213,7 @@ Expected<std::unique_ptr<PluginEvictionPolicy>> PluginEvictionPolicy::create(std
                                                                              const PolicySpec& spec, const std::string& bucket,
                                                                              std::shared_ptr<PolicyCounters> counters,
                                                                              const std::vector<std::string>& pools) {
-    std::unique_ptr<PluginEvictionPolicy> p(new PluginEvictionPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
-    if (!ok) return ok.error();
-    return p;
+    return make<PluginEvictionPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
 }
 
 PluginEvictionPolicy::~PluginEvictionPolicy() = default;
@@ -262,10 +256,7 @@ Expected<std::unique_ptr<SpeculationPolicy>> SpeculationPolicy::create(std::shar
                                                                        const PolicySpec& spec, const std::string& bucket,
                                                                        std::shared_ptr<PolicyCounters> counters,
                                                                        const std::vector<std::string>& pools) {
-    std::unique_ptr<SpeculationPolicy> p(new SpeculationPolicy());
-    auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
-    if (!ok) return ok.error();
-    return p;
+    return make<SpeculationPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
 }
 
 SpeculationPolicy::~SpeculationPolicy() = default;

@@ -46,6 +46,16 @@ protected:
     // Creates the plugin's instance; fails with the plugin's message or an unknown-parameter error.
     Expected<bool> init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
                         std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools);
+    // What every kind's create() does: a new P, initialised, or the error.
+    template <typename P>
+    static Expected<std::unique_ptr<P>> make(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
+                                             const std::string& bucket, std::shared_ptr<PolicyCounters> counters,
+                                             const std::vector<std::string>& pools) {
+        std::unique_ptr<P> p(new P());
+        auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
+        if (!ok) return ok.error();
+        return p;
+    }
     // Counts an invalid answer; logs the first one of this instance.
     void invalid(const std::string& what);
 

@@ -15,9 +15,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       fwd_(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch)),
       kv_(KvStorage::config_for(model.params(), opt.n_blocks, opt.block_size, opt.kv_dtype)),
       mgr_(opt.n_blocks, opt.block_size) {
-    const ModelParams& mp = model.params();
-    mgr_.set_block_bytes(2.0 * mp.n_layer * opt.block_size * mp.n_head_kv * mp.head_dim *
-                         (opt.kv_dtype == KvDtype::F16 ? 2 : 4));
+    mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt.n_blocks);
 }
 
 Expected<bool> Engine::submit(EngineRequest req) {

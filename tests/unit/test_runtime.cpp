@@ -3,7 +3,6 @@
 // finish exactly once with their reason; sessions and tenants reuse (or refuse) KV as the config says;
 // the metrics count what was submitted. Results are awaited on futures or Runtime::drain(), never sleeps.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +19,7 @@
 #include "cpu/generator.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "process_temp_dir.h"
 
 using namespace steward;
 
@@ -27,18 +27,8 @@ namespace {
 
 // A temp dir for this test process; the runtime writes the synthetic model there on first start.
 const std::filesystem::path& temp_dir() {
-    static const std::filesystem::path dir = [] {
-        auto d = std::filesystem::temp_directory_path() / ("steward_test_runtime_" + std::to_string(::getpid()));
-        std::filesystem::create_directories(d);
-        return d;
-    }();
-    static const struct Cleanup {
-        ~Cleanup() {
-            std::error_code ec;
-            std::filesystem::remove_all(dir, ec);
-        }
-    } cleanup;
-    return dir;
+    static const steward_test::ProcessTempDir dir("steward_test_runtime_");
+    return dir.path();
 }
 
 std::string model_path() {

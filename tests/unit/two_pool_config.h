@@ -3,27 +3,18 @@
 // and a TOML text with caller-supplied buckets written to a file there (reload re-reads files).
 #pragma once
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "process_temp_dir.h"
+
 namespace steward_test {
 
 inline const std::filesystem::path& two_pool_dir() {
-    static const std::filesystem::path dir = [] {
-        auto d = std::filesystem::temp_directory_path() / ("steward_test_two_pool_" + std::to_string(::getpid()));
-        std::filesystem::create_directories(d);
-        return d;
-    }();
-    static const struct Cleanup {
-        ~Cleanup() {
-            std::error_code ec;
-            std::filesystem::remove_all(dir, ec);
-        }
-    } cleanup;
-    return dir;
+    static const ProcessTempDir dir("steward_test_two_pool_");
+    return dir.path();
 }
 
 struct TwoPoolOptions {
