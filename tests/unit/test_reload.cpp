@@ -244,3 +244,25 @@ TEST_CASE("saving the config file reloads it, and so does SIGHUP", "[reload]") {
     auto j = nlohmann::json::parse(r.metrics_json());
     CHECK(j["config"]["reloads_ok"] == 2);
 }
+
+TEST_CASE("a reload keeps an unchanged pool (and its cache) but starts afresh on a model file rewritten on disk",
+          "[reload]") {
+    const std::string path = write_config("mtime.toml", two_pool_toml() + buckets_rules("small"));
+    auto rt = Runtime::start(path);
+    if (!rt) FAIL(rt.error().message);
+    Runtime& r = **rt;
+    GenerationRequest q;
+    q.prompt_ids = ids(65, 21);  // 4 full blocks + 1 token (the last token is always computed)
+    q.max_tokens = 2;
+    REQUIRE(r.generate(q).ok());
+    REQUIRE(r.reload().ok());
+    CHECK(r.generate(q).metrics.cached_tokens == 64);  // same pool, same cache
+    // The large model "rebuilt": a newer mtime. Its pool (and cache) is replaced at the next reload.
+    const auto model = two_pool_dir() / "large128.gguf";
+    std::filesystem::last_write_time(model, std::filesystem::last_write_time(model) + std::chrono::seconds(5));
+    REQUIRE(r.reload().ok());
+    const GenerationResult fresh = r.generate(q);
+    CHECK(fresh.ok());
+    CHECK(fresh.pool == "large");
+    CHECK(fresh.metrics.cached_tokens == 0);
+}
