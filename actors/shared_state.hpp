@@ -12,32 +12,24 @@
 #include <string>
 #include <vector>
 
-#include "api/runtime.h"
+#include "config/config.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/policy_set.h"
 #include "plugin/pool_estimates.h"
+#include "pool/pool.h"
+#include "request/request.h"
 
 namespace steward {
 
-// Live figures of a pool, written by its executor (queue) and by request actors (latency, errors).
-struct PoolLive {
-    std::mutex mu;
-    PoolLiveStats stats;
-};
-
-// One pool: model, executor actor, KV size. Shared by every snapshot that keeps the pool; when the
-// last holder lets go (a reload removed or changed it and its requests finished), the executor is
-// told to exit: a removed pool drains cleanly.
-struct PoolHandle {
-    PoolConfig cfg;
-    std::string key;  // what a reload compares to keep this pool (config + model file mtime)
-    std::shared_ptr<Model> model;
+// One pool as the actors run it: the core's Pool (model, KV size, profile, live figures) and its
+// executor actor. Shared by every snapshot that keeps the pool; when the last holder lets go (a
+// reload removed or changed it and its requests finished), the executor is told to exit: a
+// removed pool drains cleanly.
+struct PoolHandle : Pool {
+    explicit PoolHandle(Pool p) : Pool(std::move(p)) {}
     caf::actor executor;
-    int n_blocks = 0;
-    PoolProfile profile;
-    std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
     ~PoolHandle() {
         if (executor) caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
     }

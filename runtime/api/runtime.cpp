@@ -4,17 +4,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <future>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "actors/actors.hpp"
-#include "api/config_watcher.h"
 #include "actors/shared_state.hpp"
-#include "model/synth.h"
+#include "api/config_watcher.h"
+#include "pool/pool.h"
 
 namespace steward {
 
@@ -31,126 +30,19 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     return cfg;
 }
 
-// Two processes starting on the same config may both find the model missing: each writes its own
-// temp file and renames it into place (atomic on POSIX), so no reader ever sees a half-written file.
-std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
-
-Expected<bool> rename_into_place(const std::string& tmp, const std::string& path) {
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (!ec) return true;
-    std::filesystem::remove(tmp, ec);
-    return make_error("cannot move the written model '", tmp, "' to '", path, "'; check the directory is writable");
+std::vector<const Pool*> pools_of(const Snapshot& s) {
+    std::vector<const Pool*> v;
+    for (const auto& p : s.pools) v.push_back(p.get());
+    return v;
 }
 
-// Writes a pool's synthetic model when its file is missing (drafts after their targets).
-Expected<bool> ensure_models(const Config& c) {
-    for (int pass = 0; pass < 2; pass++) {
-        for (const PoolConfig& p : c.pools) {
-            if (!p.synth || std::filesystem::exists(p.model)) continue;
-            const SynthConfig& s = *p.synth;
-            if ((pass == 0) != s.draft_from.empty()) continue;
-            std::error_code ec;
-            std::filesystem::create_directories(std::filesystem::path(p.model).parent_path(), ec);
-            if (!s.draft_from.empty()) {
-                const PoolConfig* t = c.find_pool(s.draft_from);
-                if (!t) return make_error("pool '", p.name, "' synth.draft_from names pool '", s.draft_from, "', which is not defined");
-                spdlog::info("writing draft model {} ({} layers of {})", p.model, s.keep_layers, t->model);
-                const std::string tmp = temp_path_for(p.model);
-                auto r = synth_draft(t->model, s.keep_layers, tmp);
-                if (!r) {
-                    std::filesystem::remove(tmp, ec);
-                    return r.error();
-                }
-                auto mv = rename_into_place(tmp, p.model);
-                if (!mv) return mv.error();
-                continue;
-            }
-            SynthSpec spec;
-            spec.arch = s.arch;
-            spec.n_embd = s.dim;
-            spec.n_layer = s.layers;
-            spec.n_head = s.heads;
-            spec.n_head_kv = s.kv_heads;
-            spec.n_ff = s.ffn;
-            spec.n_vocab = s.vocab;
-            spec.n_ctx = s.ctx;
-            spec.seed = s.seed;
-            auto dt = parse_ggml_type(s.dtype);
-            if (!dt) return make_error("pool '", p.name, "' synth dtype: ", dt.error().message);
-            spec.dtype = *dt;
-            spdlog::info("writing synthetic model {} (dim {}, {} layers, vocab {})", p.model, s.dim, s.layers, s.vocab);
-            const std::string tmp = temp_path_for(p.model);
-            auto r = synth_write(spec, tmp);
-            if (!r) {
-                std::filesystem::remove(tmp, ec);
-                return make_error("pool '", p.name, "': ", r.error().message);
-            }
-            auto mv = rename_into_place(tmp, p.model);
-            if (!mv) return make_error("pool '", p.name, "': ", mv.error().message);
-        }
+// The options' additions to a config read from the file (at start and at every reload).
+void apply_options(Config& c, const RuntimeOptions& o) {
+    for (const PublicPrefixConfig& pp : o.extra_public_prefixes) {
+        const bool declared = std::any_of(c.public_prefixes.begin(), c.public_prefixes.end(),
+                                          [&](const PublicPrefixConfig& q) { return q.name == pp.name; });
+        if (!declared) c.public_prefixes.push_back(pp);
     }
-    return true;
-}
-
-// Everything that makes a pool's engine, and the model file's mtime: a change to any of it starts a
-// new pool (and engine). Taken when the pool is loaded, compared at each reload.
-std::string pool_key(const PoolConfig& p, const Config& c) {
-    std::ostringstream o;
-    o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
-      << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
-      << p.prefix_cache << '|' << c.limits.session_ttl_ms;
-    for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
-    std::error_code ec;
-    auto t = std::filesystem::last_write_time(p.model, ec);
-    o << '|' << (ec ? 0 : (int64_t)t.time_since_epoch().count());
-    return o.str();
-}
-
-MetricsConfig metrics_config(const Config& config, const std::vector<std::shared_ptr<PoolHandle>>& pools) {
-    MetricsConfig mc;
-    for (const auto& ph : pools) {
-        const PoolConfig& pc = ph->cfg;
-        mc.prices[pc.name] = PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output};
-        if (!mc.kv) {
-            const ModelParams& mp = ph->model->params();
-            KvShape ks;
-            ks.n_layers = mp.n_layer;
-            ks.n_blocks = ph->n_blocks;
-            ks.block_size = pc.block_size;
-            ks.n_kv_heads = mp.n_head_kv;
-            ks.head_dim = mp.head_dim;
-            ks.bytes_per_elem = pc.kv_dtype == "f16" ? 2 : 4;
-            mc.kv = ks;
-        }
-    }
-    for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};
-    return mc;
-}
-
-// Loads a pool's model and sizes its KV (no actor yet).
-Expected<std::shared_ptr<PoolHandle>> load_pool(const PoolConfig& pc) {
-    auto ph = std::make_shared<PoolHandle>();
-    ph->cfg = pc;
-    auto m = Model::load(pc.model);
-    if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
-    ph->model = std::shared_ptr<Model>(std::move(m.value()));
-    if (pc.backend == "cuda")
-        spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
-    const ModelParams& mp = ph->model->params();
-    const double block_bytes =
-        (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, pc.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32));
-    ph->n_blocks = pc.kv_blocks > 0 ? pc.kv_blocks : (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
-    if (ph->n_blocks < 1) return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block");
-    PoolProfile& pr = ph->profile;
-    pr.name = pc.name;
-    pr.n_layers = mp.n_layer;
-    pr.model_bytes = (double)ph->model->weight_bytes_per_token();
-    pr.n_params = (double)ph->model->n_params();
-    pr.max_queue = pc.max_queue;
-    pr.price_prompt = pc.price_prompt;
-    pr.price_output = pc.price_output;
-    return ph;
 }
 
 }  // namespace
@@ -162,6 +54,7 @@ struct Runtime::Impl {
     caf::actor config_actor;
     std::atomic<uint64_t> next_id{1};
     std::string config_path;  // "" when started from a Config value
+    RuntimeOptions options;   // applied to every reading of config_path
     std::mutex reload_mu;     // one reload at a time
     bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
@@ -174,54 +67,36 @@ struct Runtime::Impl {
         auto snap = std::make_shared<Snapshot>();
         snap->generation = prev ? prev->generation + 1 : 1;
         snap->config = std::make_shared<const Config>(config);
-        for (const PoolConfig& pc : config.pools) {
-            const std::string key = pool_key(pc, config);
-            std::shared_ptr<PoolHandle> reuse;
-            if (prev)
-                for (const auto& old : prev->pools)
-                    if (old->key == key) reuse = old;
-            if (reuse) {
-                snap->pools.push_back(reuse);
+        const std::vector<PoolPlan> plan = plan_generation(config, prev ? pools_of(*prev) : std::vector<const Pool*>{});
+        for (size_t i = 0; i < plan.size(); i++) {
+            if (plan[i].keep >= 0) {
+                snap->pools.push_back(prev->pools[plan[i].keep]);
                 continue;
             }
-            auto ph = load_pool(pc);
-            if (!ph) return ph.error();
-            (*ph)->key = key;
-            snap->pools.push_back(*ph);
+            auto p = load_pool(config.pools[i], config);
+            if (!p) return p.error();
+            snap->pools.push_back(std::make_shared<PoolHandle>(std::move(*p)));
         }
-        // Quality priors: configured, else the parameter count relative to the largest pool's.
-        double max_params = 0;
-        for (const auto& ph : snap->pools) max_params = std::max(max_params, ph->profile.n_params);
-        for (const auto& ph : snap->pools)
-            ph->profile.quality_prior = ph->cfg.quality >= 0 ? ph->cfg.quality
-                                                              : (max_params > 0 ? ph->profile.n_params / max_params : 1.0);
+        std::vector<Pool*> pools;
+        for (auto& ph : snap->pools) pools.push_back(ph.get());
+        assign_quality_priors(config, pools);
         auto policies = create_policies(config, shared->plugins, shared->policy_counters);
         if (!policies) return policies.error();
         snap->policies = std::move(*policies);
         // Validation is complete: start the new pools' executors.
-        for (auto& ph : snap->pools) {
-            if (ph->executor) continue;
-            const PoolConfig& pc = ph->cfg;
-            EngineOptions eo;
-            eo.n_blocks = ph->n_blocks;
-            eo.block_size = pc.block_size;
-            eo.kv_dtype = pc.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32;
-            eo.max_batch = pc.max_batch;
-            eo.max_batch_tokens = pc.max_batch_tokens;
-            eo.max_queue = pc.max_queue;
-            eo.n_threads = pc.threads;
-            eo.prefix_cache = pc.prefix_cache;
-            eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
-            auto engine = std::make_unique<Engine>(*ph->model, eo);
-            // Public prefixes are token sequences of each pool's own vocabulary.
-            std::vector<std::vector<int32_t>> pubs;
-            for (const auto& pp : config.public_prefixes)
-                pubs.push_back(ph->model->tokenizer().encode(pp.text, ph->model->tokenizer().add_bos_default()));
-            engine->set_public_prefixes(std::move(pubs));
-            ph->executor = spawn_executor(*sys, std::move(engine), ph->model, ph->live, shared, pc.name);
-        }
+        for (auto& ph : snap->pools)
+            if (!ph->executor)
+                ph->executor = spawn_executor(*sys, make_engine(*ph, config), ph->model, ph->live, shared, ph->cfg.name);
         snap->router = spawn_router(*sys, snap, shared);
         return snap;
+    }
+
+    // The config file as this runtime reads it: the file plus the start options' additions.
+    Expected<Config> read_config() const {
+        auto c = load_config(config_path);
+        if (!c) return c.error();
+        apply_options(*c, options);
+        return c;
     }
 
     Expected<uint64_t> reload() {
@@ -235,7 +110,7 @@ struct Runtime::Impl {
         };
         if (stopping) return make_error("the runtime is shutting down");
         if (config_path.empty()) return fail("this runtime was started from a Config value, not a file; there is nothing to reload");
-        auto c = load_config(config_path);
+        auto c = read_config();
         if (!c) return fail(c.error().message);
         auto prev = shared->snapshot();
         auto snap = build(*c, prev.get());
@@ -243,7 +118,7 @@ struct Runtime::Impl {
         const uint64_t g = (*snap)->generation;
         {
             std::lock_guard<std::mutex> mk(shared->metrics_mu);
-            shared->metrics->update_config(metrics_config(*c, (*snap)->pools));
+            shared->metrics->update_config(metrics_config(*c, pools_of(**snap)));
             shared->metrics->record_reload(true, g);
         }
         shared->publish(std::move(*snap));
@@ -254,20 +129,24 @@ struct Runtime::Impl {
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Expected<std::unique_ptr<Runtime>> Runtime::start(const std::string& config_path) {
+Expected<std::unique_ptr<Runtime>> Runtime::start(const std::string& config_path, RuntimeOptions options) {
     auto c = load_config(config_path);
     if (!c) return c.error();
-    return start(*c);
+    apply_options(*c, options);
+    return start_with(*c, std::move(options));
 }
 
-Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) {
+Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) { return start_with(config, RuntimeOptions{}); }
+
+Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, RuntimeOptions options) {
     auto impl = std::make_unique<Impl>();
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
     impl->config_path = config.path == "<string>" ? "" : config.path;
+    impl->options = std::move(options);
     auto snap = impl->build(config, nullptr);
     if (!snap) return snap.error();  // build() spawns executors only once everything validated
     SharedState& sh = *impl->shared;
-    sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, (*snap)->pools));
+    sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, pools_of(**snap)));
     sh.publish(std::move(*snap));
     Impl* raw = impl.get();
     impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, impl->shared);

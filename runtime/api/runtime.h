@@ -12,61 +12,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "request/request.h"
 #include "util/error.h"
 
 namespace steward {
-
-struct GenerationRequest {
-    std::string prompt;               // text; ignored when prompt_ids is non-empty
-    std::vector<int32_t> prompt_ids;  // token ids of the routed pool's vocabulary
-    std::string tenant = "default";
-    std::string session;              // non-empty: the conversation's KV stays pinned between turns
-    std::string bucket_hint;          // e.g. "short_qa"; the config's rules decide
-    int max_tokens = 0;               // 0: the config's limits.max_tokens_default
-    float temperature = 0.0f;         // 0: greedy
-    float top_p = 1.0f;
-    int top_k = 0;
-    uint64_t seed = 0;
-    bool tools = false;               // tools present (an agent turn)
-    std::string response_format;      // "json" or empty
-    bool add_bos = true;              // prepend BOS when the vocabulary wants it
-    bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
-};
-
-// The request's own figures (METRICS.md), filled in the finish callback.
-struct RequestMetrics {
-    double ttft_ms = -1;       // arrival -> first token handed to the caller (-1: none)
-    double e2e_ms = 0;
-    double queue_ms = -1;      // arrival -> first scheduled
-    double tpot_ms = -1;       // (last - first token) / (n - 1); -1 for fewer than 2 tokens
-    int prompt_tokens = 0;
-    int cached_tokens = 0;     // prompt tokens served from the prefix cache or the session
-    int completion_tokens = 0;
-    int recomputed_tokens = 0; // recomputed after preemption
-    double cost = 0;           // from the pool's prices
-    uint64_t config_generation = 0;
-};
-
-struct GenerationResult {
-    uint64_t id = 0;
-    std::string text;
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    std::string finish_reason;  // stop, length, cancelled, timeout, error, overloaded
-    std::string error;          // empty unless finish_reason is error/timeout/overloaded
-    std::string bucket, pool;   // pool: the one that answered
-    bool upgraded = false;      // started on a cheaper pool, answered by a stronger one
-    bool fallback = false;      // a routing plugin's decision was rejected; the bucket's pool served it
-    RequestMetrics metrics;
-    bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
-};
-
-struct RequestCallbacks {
-    // A piece of text (complete UTF-8 characters only) and the ids that produced it. May be null.
-    std::function<void(const std::string& piece, const std::vector<int32_t>& ids)> on_token;
-    // Exactly once per submitted request, also on error, cancel, timeout or overload.
-    std::function<void(const GenerationResult&)> on_finish;
-};
 
 using RequestHandle = uint64_t;
 
@@ -74,11 +23,22 @@ using RequestHandle = uint64_t;
 // synthesizable), every bucket's plugins load and accept their parameters. Returns a short summary.
 Expected<std::string> check_config_file(const std::string& path);
 
+// How a runtime is started beyond its config file; applied again at every reload of the file.
+struct RuntimeOptions {
+    // Public prefixes added to the file's own (a name the file declares itself keeps the file's
+    // text). `steward run` declares its workload's public segments here, so that a reload of the
+    // unchanged file keeps every pool and its cache.
+    std::vector<PublicPrefixConfig> extra_public_prefixes;
+};
+
 class Runtime {
 public:
     // Loads the config (and the pools' models: a missing model with a [pool.synth] table is
-    // generated first). Errors name the file and the problem.
-    static Expected<std::unique_ptr<Runtime>> start(const std::string& config_path);
+    // generated first). Errors name the file and the problem. A reload re-reads the file and
+    // applies `options` again.
+    static Expected<std::unique_ptr<Runtime>> start(const std::string& config_path, RuntimeOptions options = {});
+    // From a Config value. One read from a file (config.path) reloads from that file as it is on
+    // disk: changes made to the value after reading it do not survive a reload (use the options).
     static Expected<std::unique_ptr<Runtime>> start(const Config& config);
     // Cancels what is still running (each gets on_finish "cancelled") and stops every actor.
     ~Runtime();
@@ -115,6 +75,7 @@ public:
 
 private:
     explicit Runtime(std::unique_ptr<Impl> impl);
+    static Expected<std::unique_ptr<Runtime>> start_with(const Config& config, RuntimeOptions options);
     std::unique_ptr<Impl> impl_;
 };
 

@@ -54,8 +54,6 @@ struct Progress {
 }  // namespace
 
 int cmd_run(const RunOptions& o) {
-    auto cfg = load_config(o.config_path);
-    if (!cfg) return cli_fail(cfg.error().message);
     Workload wl;
     if (!o.workload_path.empty()) {
         auto w = read_workload_file(o.workload_path);
@@ -73,19 +71,25 @@ int cmd_run(const RunOptions& o) {
     if (!o.save_workload.empty()) {
         if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
     }
-    // Segments the workload declares public become the config's public prefixes.
+    // Segments the workload declares public become public prefixes. They are start options, not
+    // edits of a loaded Config, so that a reload (SIGHUP, a save) applies them again and keeps
+    // every unchanged pool and its cache.
+    RuntimeOptions ro;
     std::map<std::string, bool> pub;
     for (const auto& r : wl.requests)
         if (!r.public_prefix.empty()) pub[r.public_prefix] = true;
     for (const auto& [name, _] : pub)
-        if (const WorkloadSegment* s = wl.find_segment(name)) cfg->public_prefixes.push_back({name, s->text});
+        if (const WorkloadSegment* s = wl.find_segment(name)) ro.extra_public_prefixes.push_back({name, s->text});
 
-    std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets\n", o.config_path.c_str(),
-                 wl.requests.size(), cfg->pools.size(), cfg->buckets.size());
     Runtime::route_sighup_to_reload();  // kill -HUP reloads the config while the run goes on
-    auto rt = Runtime::start(*cfg);
+    auto rt = Runtime::start(o.config_path, std::move(ro));
     if (!rt) return cli_fail(rt.error().message);
     Runtime& runtime = **rt;
+    {
+        const auto cfg = runtime.config();
+        std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets\n", o.config_path.c_str(),
+                     wl.requests.size(), cfg->pools.size(), cfg->buckets.size());
+    }
 
     Progress prog;
     prog.total = (int)wl.requests.size();

@@ -266,3 +266,40 @@ TEST_CASE("a reload keeps an unchanged pool (and its cache) but starts afresh on
     CHECK(fresh.pool == "large");
     CHECK(fresh.metrics.cached_tokens == 0);
 }
+
+TEST_CASE("a runtime started as steward run starts it keeps its pools, their cache and its public prefixes across a reload",
+          "[reload]") {
+    // steward run adds the workload's public segments as start options; a reload of the unchanged
+    // file applies them again, so every pool key is the same and every engine (and cache) is kept.
+    const std::string path = write_config("run_reload.toml", two_pool_toml() + buckets_rules("small"));
+    RuntimeOptions ro;
+    ro.extra_public_prefixes.push_back({"sys", "You are a careful assistant. Answer in one short sentence."});
+    auto rt = Runtime::start(path, ro);
+    if (!rt) FAIL(rt.error().message);
+    Runtime& r = **rt;
+    GenerationRequest q;
+    q.prompt_ids = ids(65, 33);  // 4 full blocks + 1 token
+    q.max_tokens = 2;
+    REQUIRE(r.generate(q).ok());
+    REQUIRE(r.reload().ok());
+    CHECK(r.config_generation() == 2);
+    const auto cfg = r.config();
+    REQUIRE(cfg->public_prefixes.size() == 1);
+    CHECK(cfg->public_prefixes[0].name == "sys");
+    const GenerationResult again = r.generate(q);
+    CHECK(again.ok());
+    CHECK(again.pool == "large");
+    CHECK(again.metrics.cached_tokens == 64);  // the same engine: a prefix hit
+
+    // The way steward run started before: the prefixes added to a loaded Config value are not in
+    // the file, so a reload drops them, every key changes and the cache is gone.
+    auto c = load_config(path);
+    REQUIRE(c.ok());
+    c->public_prefixes = ro.extra_public_prefixes;
+    auto old_way = Runtime::start(*c);
+    if (!old_way) FAIL(old_way.error().message);
+    REQUIRE((*old_way)->generate(q).ok());
+    REQUIRE((*old_way)->reload().ok());
+    CHECK((*old_way)->config()->public_prefixes.empty());
+    CHECK((*old_way)->generate(q).metrics.cached_tokens == 0);
+}

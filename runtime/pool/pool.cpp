@@ -1,0 +1,204 @@
+// Pool lifecycle: model synthesis, pool keys, loading and KV sizing, engine options, generation plans.
+#include "pool/pool.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "kv/kv_storage.h"
+#include "model/synth.h"
+
+namespace steward {
+
+namespace {
+
+// Two processes starting on the same config may both find the model missing: each writes its own
+// temp file and renames it into place (atomic on POSIX), so no reader ever sees a half-written file.
+std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+Expected<bool> rename_into_place(const std::string& tmp, const std::string& path) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (!ec) return true;
+    std::filesystem::remove(tmp, ec);
+    return make_error("cannot move the written model '", tmp, "' to '", path, "'; check the directory is writable");
+}
+
+Expected<bool> write_draft(const Config& c, const PoolConfig& p) {
+    const SynthConfig& s = *p.synth;
+    const PoolConfig* t = c.find_pool(s.draft_from);
+    if (!t) return make_error("pool '", p.name, "' synth.draft_from names pool '", s.draft_from, "', which is not defined");
+    spdlog::info("writing draft model {} ({} layers of {})", p.model, s.keep_layers, t->model);
+    const std::string tmp = temp_path_for(p.model);
+    auto r = synth_draft(t->model, s.keep_layers, tmp);
+    if (!r) {
+        std::error_code ec;
+        std::filesystem::remove(tmp, ec);
+        return r.error();
+    }
+    return rename_into_place(tmp, p.model);
+}
+
+Expected<bool> write_synthetic(const PoolConfig& p) {
+    const SynthConfig& s = *p.synth;
+    SynthSpec spec;
+    spec.arch = s.arch;
+    spec.n_embd = s.dim;
+    spec.n_layer = s.layers;
+    spec.n_head = s.heads;
+    spec.n_head_kv = s.kv_heads;
+    spec.n_ff = s.ffn;
+    spec.n_vocab = s.vocab;
+    spec.n_ctx = s.ctx;
+    spec.seed = s.seed;
+    auto dt = parse_ggml_type(s.dtype);
+    if (!dt) return make_error("pool '", p.name, "' synth dtype: ", dt.error().message);
+    spec.dtype = *dt;
+    spdlog::info("writing synthetic model {} (dim {}, {} layers, vocab {})", p.model, s.dim, s.layers, s.vocab);
+    const std::string tmp = temp_path_for(p.model);
+    auto r = synth_write(spec, tmp);
+    if (!r) {
+        std::error_code ec;
+        std::filesystem::remove(tmp, ec);
+        return make_error("pool '", p.name, "': ", r.error().message);
+    }
+    auto mv = rename_into_place(tmp, p.model);
+    if (!mv) return make_error("pool '", p.name, "': ", mv.error().message);
+    return true;
+}
+
+}  // namespace
+
+Expected<bool> ensure_models(const Config& c) {
+    // Pass 0 writes targets, pass 1 the drafts cut from them.
+    for (int pass = 0; pass < 2; pass++) {
+        for (const PoolConfig& p : c.pools) {
+            if (!p.synth || std::filesystem::exists(p.model)) continue;
+            const bool is_draft = !p.synth->draft_from.empty();
+            if (is_draft != (pass == 1)) continue;
+            std::error_code ec;
+            std::filesystem::create_directories(std::filesystem::path(p.model).parent_path(), ec);
+            auto ok = is_draft ? write_draft(c, p) : write_synthetic(p);
+            if (!ok) return ok.error();
+        }
+    }
+    return true;
+}
+
+std::string pool_key(const PoolConfig& p, const Config& c) {
+    std::ostringstream o;
+    o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
+      << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms;
+    for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
+    std::error_code ec;
+    auto t = std::filesystem::last_write_time(p.model, ec);
+    o << '|' << (ec ? 0 : (int64_t)t.time_since_epoch().count());
+    return o.str();
+}
+
+KvDtype kv_dtype_of(const PoolConfig& p) { return p.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32; }
+
+Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
+    if (pc.kv_blocks > 0) return pc.kv_blocks;
+    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
+    const int n = (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
+    if (n < 1)
+        return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block of ",
+                          std::to_string((int64_t)block_bytes), " bytes; raise kv_gib or set kv_blocks");
+    return n;
+}
+
+Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
+    Pool p;
+    p.cfg = pc;
+    p.key = pool_key(pc, config);
+    auto m = Model::load(pc.model);
+    if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
+    p.model = std::shared_ptr<Model>(std::move(m.value()));
+    if (pc.backend == "cuda")
+        spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
+    const ModelParams& mp = p.model->params();
+    auto n_blocks = kv_block_count(pc, mp);
+    if (!n_blocks) return n_blocks.error();
+    p.n_blocks = *n_blocks;
+    PoolProfile& pr = p.profile;
+    pr.name = pc.name;
+    pr.n_layers = mp.n_layer;
+    pr.model_bytes = (double)p.model->weight_bytes_per_token();
+    pr.n_params = (double)p.model->n_params();
+    pr.max_queue = pc.max_queue;
+    pr.price_prompt = pc.price_prompt;
+    pr.price_output = pc.price_output;
+    return p;
+}
+
+EngineOptions engine_options(const Pool& p, const Config& config) {
+    const PoolConfig& pc = p.cfg;
+    EngineOptions eo;
+    eo.n_blocks = p.n_blocks;
+    eo.block_size = pc.block_size;
+    eo.kv_dtype = kv_dtype_of(pc);
+    eo.max_batch = pc.max_batch;
+    eo.max_batch_tokens = pc.max_batch_tokens;
+    eo.max_queue = pc.max_queue;
+    eo.n_threads = pc.threads;
+    eo.prefix_cache = pc.prefix_cache;
+    eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
+    return eo;
+}
+
+std::unique_ptr<Engine> make_engine(const Pool& p, const Config& config) {
+    auto engine = std::make_unique<Engine>(*p.model, engine_options(p, config));
+    // Public prefixes are token sequences of each pool's own vocabulary.
+    const Tokenizer& tok = p.model->tokenizer();
+    std::vector<std::vector<int32_t>> pubs;
+    for (const auto& pp : config.public_prefixes) pubs.push_back(tok.encode(pp.text, tok.add_bos_default()));
+    engine->set_public_prefixes(std::move(pubs));
+    return engine;
+}
+
+MetricsConfig metrics_config(const Config& config, const std::vector<const Pool*>& pools) {
+    MetricsConfig mc;
+    for (const PoolConfig& pc : config.pools) mc.prices[pc.name] = PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output};
+    if (!pools.empty()) {
+        const Pool& p = *pools.front();
+        const ModelParams& mp = p.model->params();
+        KvShape ks;
+        ks.n_layers = mp.n_layer;
+        ks.n_blocks = p.n_blocks;
+        ks.block_size = p.cfg.block_size;
+        ks.n_kv_heads = mp.n_head_kv;
+        ks.head_dim = mp.head_dim;
+        ks.bytes_per_elem = kv_dtype_of(p.cfg) == KvDtype::F16 ? 2 : 4;
+        mc.kv = ks;
+    }
+    for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};
+    return mc;
+}
+
+std::vector<PoolPlan> plan_generation(const Config& config, const std::vector<const Pool*>& previous) {
+    std::vector<PoolPlan> plan;
+    for (const PoolConfig& pc : config.pools) {
+        PoolPlan pp;
+        pp.key = pool_key(pc, config);
+        for (size_t i = 0; i < previous.size(); i++)
+            if (previous[i]->key == pp.key) pp.keep = (int)i;
+        plan.push_back(std::move(pp));
+    }
+    return plan;
+}
+
+void assign_quality_priors(const Config& config, const std::vector<Pool*>& pools) {
+    double max_params = 0;
+    for (const Pool* p : pools) max_params = std::max(max_params, p->profile.n_params);
+    for (size_t i = 0; i < pools.size(); i++) {
+        const double q = i < config.pools.size() ? config.pools[i].quality : pools[i]->cfg.quality;
+        pools[i]->profile.quality_prior = q >= 0 ? q : (max_params > 0 ? pools[i]->profile.n_params / max_params : 1.0);
+    }
+}
+
+}  // namespace steward

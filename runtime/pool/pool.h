@@ -1,0 +1,79 @@
+// A pool's lifecycle without actors: synthesize missing models, key a pool (what a reload compares),
+// load its model and size its KV, map its config to engine options, and plan a config generation
+// (which pools of the previous one are kept, which are loaded; quality priors).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "metrics/bucket_metrics.h"
+#include "model/model.h"
+#include "plugin/pool_estimates.h"
+#include "sched/engine.h"
+#include "util/error.h"
+
+namespace steward {
+
+// Live figures of a pool, written by its executor (queue) and by requests (latency, errors).
+struct PoolLive {
+    std::mutex mu;
+    PoolLiveStats stats;
+};
+
+// One loaded pool: its config, model, KV size and what routing sees of it. Whoever runs the pool
+// (actors/shared_state.hpp's PoolHandle) adds the executor.
+struct Pool {
+    PoolConfig cfg;
+    std::string key;  // pool_key() when the pool was loaded: what a reload compares to keep it
+    std::shared_ptr<Model> model;
+    int n_blocks = 0;
+    PoolProfile profile;
+    std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
+};
+
+// Writes every pool's synthetic model whose file is missing ([pool.synth]); drafts
+// (synth.draft_from) after the targets they are cut from. Each file is written to a temp file and
+// renamed into place, so a concurrent reader never sees half a model.
+Expected<bool> ensure_models(const Config& config);
+
+// Everything that makes a pool's engine (its config's engine fields, the session TTL, the public
+// prefixes) and the model file's mtime: a change to any of it means a new pool (and engine, and an
+// empty cache); prices and the quality prior are not in it.
+std::string pool_key(const PoolConfig& pool, const Config& config);
+
+// The KV element type a pool's config names.
+KvDtype kv_dtype_of(const PoolConfig& pool);
+
+// KV blocks of a pool: kv_blocks when set, else as many as kv_gib holds, a block being
+// 2 (K and V) * n_layer * block_size * n_head_kv * head_dim * bytes per element.
+// Errors when kv_gib holds no block.
+Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model);
+
+// Loads a pool's model, sizes its KV and fills its profile; key = pool_key(pool, config), taken
+// before the model is read.
+Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
+
+// The engine options of a loaded pool (the config's engine fields, KV size, session TTL).
+EngineOptions engine_options(const Pool& pool, const Config& config);
+
+// A new engine for a loaded pool, with the config's public prefixes in the pool's vocabulary.
+std::unique_ptr<Engine> make_engine(const Pool& pool, const Config& config);
+
+// The metrics' prices (from config.pools: a kept pool's prices follow the file), SLOs and the KV
+// shape (of the first pool) for a generation. `pools` in config.pools order.
+MetricsConfig metrics_config(const Config& config, const std::vector<const Pool*>& pools);
+
+// Per config.pools entry: keep the previous generation's pool `keep` (same key) or load afresh (-1).
+struct PoolPlan {
+    std::string key;
+    int keep = -1;  // index into the previous generation's pools
+};
+std::vector<PoolPlan> plan_generation(const Config& config, const std::vector<const Pool*>& previous);
+
+// Quality priors routing sees until shadow runs measure them: the config's quality when set, else
+// the pool's parameter count relative to the largest pool's. `pools` in config.pools order.
+void assign_quality_priors(const Config& config, const std::vector<Pool*>& pools);
+
+}  // namespace steward

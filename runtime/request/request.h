@@ -1,0 +1,63 @@
+// What a caller asks and gets back: a generation request, its callbacks, its result and figures.
+// Plain types shared by the embedding API (api/runtime.h), the request core and the actors.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace steward {
+
+struct GenerationRequest {
+    std::string prompt;               // text; ignored when prompt_ids is non-empty
+    std::vector<int32_t> prompt_ids;  // token ids of the routed pool's vocabulary
+    std::string tenant = "default";
+    std::string session;              // non-empty: the conversation's KV stays pinned between turns
+    std::string bucket_hint;          // e.g. "short_qa"; the config's rules decide
+    int max_tokens = 0;               // 0: the config's limits.max_tokens_default
+    float temperature = 0.0f;         // 0: greedy
+    float top_p = 1.0f;
+    int top_k = 0;
+    uint64_t seed = 0;
+    bool tools = false;               // tools present (an agent turn)
+    std::string response_format;      // "json" or empty
+    bool add_bos = true;              // prepend BOS when the vocabulary wants it
+    bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
+};
+
+// The request's own figures (METRICS.md), filled in the finish callback.
+struct RequestMetrics {
+    double ttft_ms = -1;       // arrival -> first token handed to the caller (-1: none)
+    double e2e_ms = 0;
+    double queue_ms = -1;      // arrival -> first scheduled
+    double tpot_ms = -1;       // (last - first token) / (n - 1); -1 for fewer than 2 tokens
+    int prompt_tokens = 0;
+    int cached_tokens = 0;     // prompt tokens served from the prefix cache or the session
+    int completion_tokens = 0;
+    int recomputed_tokens = 0; // recomputed after preemption
+    double cost = 0;           // from the pool's prices
+    uint64_t config_generation = 0;
+};
+
+struct GenerationResult {
+    uint64_t id = 0;
+    std::string text;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::string finish_reason;  // stop, length, cancelled, timeout, error, overloaded
+    std::string error;          // empty unless finish_reason is error/timeout/overloaded
+    std::string bucket, pool;   // pool: the one that answered
+    bool upgraded = false;      // started on a cheaper pool, answered by a stronger one
+    bool fallback = false;      // a routing plugin's decision was rejected; the bucket's pool served it
+    RequestMetrics metrics;
+    bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
+};
+
+struct RequestCallbacks {
+    // A piece of text (complete UTF-8 characters only) and the ids that produced it. May be null.
+    std::function<void(const std::string& piece, const std::vector<int32_t>& ids)> on_token;
+    // Exactly once per submitted request, also on error, cancel, timeout or overload.
+    std::function<void(const GenerationResult&)> on_finish;
+};
+
+}  // namespace steward

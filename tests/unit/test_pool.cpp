@@ -1,0 +1,221 @@
+// The pool core without actors: pool keys (what a reload compares), KV sizing against the formula,
+// the PoolConfig -> engine options mapping, generation plans, quality priors and model synthesis.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "config/config.h"
+#include "pool/pool.h"
+#include "process_temp_dir.h"
+
+using namespace steward;
+using namespace steward_test;
+
+namespace {
+
+const std::filesystem::path& pool_dir() {
+    static const ProcessTempDir dir("steward_test_pool_");
+    return dir.path();
+}
+
+struct PoolText {
+    std::string name = "a";
+    std::string model = "a.gguf";
+    std::string extra;  // more keys of the [[pool]] table
+    std::string synth = "dim = 64\nlayers = 2\nheads = 2\nkv_heads = 1\nffn = 128\nvocab = 400\nctx = 256\nseed = 3";
+};
+
+std::string pool_text(const PoolText& p) {
+    return fmt::format("\n[[pool]]\nname = \"{}\"\nmodel = \"{}\"\nkv_blocks = 32\n{}\n[pool.synth]\n{}\n", p.name,
+                       (pool_dir() / p.model).string(), p.extra, p.synth);
+}
+
+Config config_of(const std::string& text) {
+    auto c = parse_config(text + "\n[[bucket]]\nname = \"all\"\npool = \"a\"\n");
+    if (!c) FAIL(c.error().message);
+    return *c;
+}
+
+}  // namespace
+
+TEST_CASE("a pool key changes when an engine field, the session TTL, a public prefix or the model's mtime changes, and only then",
+          "[pool]") {
+    PoolText base;
+    base.model = "key.gguf";
+    const Config c0 = config_of(pool_text(base));
+    REQUIRE(ensure_models(c0).ok());
+    const std::string k0 = pool_key(c0.pools[0], c0);
+    CHECK(pool_key(c0.pools[0], config_of(pool_text(base))) == k0);  // the same file read again
+
+    // What the engine is made of: each change gives a new key.
+    for (const std::string extra : {"threads = 3", "kv_gib = 0.5", "block_size = 32", "kv_dtype = \"f16\"", "max_batch = 7",
+                                    "max_batch_tokens = 99", "max_queue = 5", "prefix_cache = false", "backend = \"cuda\""}) {
+        PoolText p = base;
+        p.extra = extra;
+        const Config c = config_of(pool_text(p));
+        INFO(extra);
+        CHECK(pool_key(c.pools[0], c) != k0);
+    }
+    {
+        const Config c = config_of(pool_text(base) + "\n[limits]\nsession_ttl_ms = 1234\n");
+        CHECK(pool_key(c.pools[0], c) != k0);
+    }
+    {
+        const Config c = config_of(pool_text(base) + "\n[[public_prefix]]\nname = \"sys\"\ntext = \"You are helpful.\"\n");
+        CHECK(pool_key(c.pools[0], c) != k0);
+    }
+    // What the engine is not made of: prices, the quality prior, buckets, other limits.
+    for (const std::string extra : {"price_prompt = 3.0", "price_output = 9.0", "price_cached = 0.5", "quality = 0.25"}) {
+        PoolText p = base;
+        p.extra = extra;
+        const Config c = config_of(pool_text(p) + "\n[limits]\nmax_tokens_default = 3\n");
+        INFO(extra);
+        CHECK(pool_key(c.pools[0], c) == k0);
+    }
+    // The model file rewritten (a newer mtime).
+    const auto model = pool_dir() / "key.gguf";
+    std::filesystem::last_write_time(model, std::filesystem::last_write_time(model) + std::chrono::seconds(3));
+    CHECK(pool_key(c0.pools[0], c0) != k0);
+}
+
+TEST_CASE("a pool's KV block count is kv_gib over 2*L*T*H_kv*D_head*bytes, or kv_blocks when set", "[pool]") {
+    ModelParams mp;
+    mp.n_layer = 3;
+    mp.n_head_kv = 2;
+    mp.head_dim = 32;
+    PoolConfig pc;
+    pc.name = "p";
+    pc.block_size = 16;
+    pc.kv_gib = 0.01;
+    for (const auto& [dtype, bytes] : {std::pair<std::string, int>{"f32", 4}, {"f16", 2}}) {
+        pc.kv_dtype = dtype;
+        // M_KV = 2 * L * B * T * H_kv * D_head * bytes  =>  B = floor(M_KV / (2 * L * T * H_kv * D_head * bytes)).
+        const double block_bytes = 2.0 * 3 * 16 * 2 * 32 * bytes;
+        const int expect = (int)std::floor(0.01 * 1073741824.0 / block_bytes);
+        auto n = kv_block_count(pc, mp);
+        REQUIRE(n.ok());
+        CHECK(*n == expect);
+        CHECK(*n * block_bytes <= 0.01 * 1073741824.0);
+        CHECK((*n + 1) * block_bytes > 0.01 * 1073741824.0);
+    }
+    pc.kv_blocks = 77;
+    CHECK(*kv_block_count(pc, mp) == 77);
+    pc.kv_blocks = 0;
+    pc.kv_gib = 1e-9;
+    auto none = kv_block_count(pc, mp);
+    REQUIRE_FALSE(none.ok());
+    CHECK(none.error().message.find("pool 'p'") != std::string::npos);
+    CHECK(none.error().message.find("kv_gib") != std::string::npos);
+}
+
+TEST_CASE("a loaded pool's engine options and metrics KV shape come from its config and model", "[pool]") {
+    PoolText p;
+    p.model = "load.gguf";
+    p.extra = "kv_dtype = \"f16\"\nmax_batch = 5\nmax_batch_tokens = 64\nmax_queue = 9\nthreads = 1\nprefix_cache = false\n"
+              "price_prompt = 2.0\nprice_output = 4.0\nprice_cached = 1.0";
+    const Config c = config_of(pool_text(p) + "\n[limits]\nsession_ttl_ms = 2500\n");
+    REQUIRE(ensure_models(c).ok());
+    auto pool = load_pool(c.pools[0], c);
+    REQUIRE(pool.ok());
+    CHECK(pool->key == pool_key(c.pools[0], c));
+    CHECK(pool->n_blocks == 32);
+    CHECK(pool->profile.n_layers == 2);
+    const EngineOptions eo = engine_options(*pool, c);
+    CHECK(eo.n_blocks == 32);
+    CHECK(eo.block_size == 16);
+    CHECK(eo.kv_dtype == KvDtype::F16);
+    CHECK(eo.max_batch == 5);
+    CHECK(eo.max_batch_tokens == 64);
+    CHECK(eo.max_queue == 9);
+    CHECK(eo.n_threads == 1);
+    CHECK_FALSE(eo.prefix_cache);
+    CHECK(eo.session_ttl_s == Approx(2.5));
+    const MetricsConfig mc = metrics_config(c, {&*pool});
+    REQUIRE(mc.kv);
+    // 2 (K and V) * 2 layers * 16 slots * 1 kv head * 32 (64 / 2 heads) * 2 bytes.
+    CHECK(mc.kv->block_bytes() == 2.0 * 2 * 16 * 1 * 32 * 2);
+    CHECK(mc.kv->n_blocks == 32);
+    CHECK(mc.prices.at("a").prompt_per_mtok == 2.0);
+    CHECK(mc.prices.at("a").cached_prompt_per_mtok == 1.0);
+    CHECK(mc.prices.at("a").output_per_mtok == 4.0);
+}
+
+TEST_CASE("a generation plan keeps the previous pools whose key is unchanged and loads the others", "[pool]") {
+    PoolText a, b, d;
+    a.model = "plan_a.gguf";
+    b.name = "b";
+    b.model = "plan_b.gguf";
+    d.name = "d";
+    d.model = "plan_d.gguf";
+    const Config c1 = config_of(pool_text(a) + pool_text(b));
+    std::vector<Pool> prev(2);
+    for (int i = 0; i < 2; i++) prev[i].key = pool_key(c1.pools[i], c1);
+    const std::vector<const Pool*> prev_ptrs{&prev[0], &prev[1]};
+
+    CHECK(plan_generation(c1, {}).at(0).keep == -1);  // the first generation loads everything
+    const std::vector<PoolPlan> same = plan_generation(c1, prev_ptrs);
+    REQUIRE(same.size() == 2);
+    CHECK(same[0].keep == 0);
+    CHECK(same[1].keep == 1);
+
+    // b changed, a re-ordered after a new pool d: a is kept, b and d are loaded.
+    PoolText b2 = b;
+    b2.extra = "max_batch = 3";
+    const Config c2 = config_of(pool_text(d) + pool_text(b2) + pool_text(a));
+    const std::vector<PoolPlan> plan = plan_generation(c2, prev_ptrs);
+    REQUIRE(plan.size() == 3);
+    CHECK(plan[0].keep == -1);
+    CHECK(plan[1].keep == -1);
+    CHECK(plan[2].keep == 0);
+    for (size_t i = 0; i < plan.size(); i++) CHECK(plan[i].key == pool_key(c2.pools[i], c2));
+}
+
+TEST_CASE("quality priors are the configured quality, else the parameter count relative to the largest pool's",
+          "[pool]") {
+    PoolText a, b, d;
+    b.name = "b";
+    d.name = "d";
+    a.extra = "quality = 0.3";
+    const Config c = config_of(pool_text(a) + pool_text(b) + pool_text(d));
+    std::vector<Pool> pools(3);
+    pools[0].profile.n_params = 100;
+    pools[1].profile.n_params = 400;
+    pools[2].profile.n_params = 100;
+    assign_quality_priors(c, {&pools[0], &pools[1], &pools[2]});
+    CHECK(pools[0].profile.quality_prior == 0.3);
+    CHECK(pools[1].profile.quality_prior == 1.0);
+    CHECK(pools[2].profile.quality_prior == 0.25);
+}
+
+TEST_CASE("synthesis writes a draft after the target it is cut from, even when the draft's pool comes first", "[pool]") {
+    PoolText draft, target;
+    draft.model = "synth_draft.gguf";
+    draft.synth = "draft_from = \"t\"\nkeep_layers = 1";
+    target.name = "t";
+    target.model = "synth_target.gguf";
+    target.synth = "dim = 64\nlayers = 3\nheads = 2\nkv_heads = 1\nffn = 128\nvocab = 400\nctx = 256\nseed = 5";
+    const Config c = config_of(pool_text(draft) + pool_text(target));
+    REQUIRE(ensure_models(c).ok());
+    auto pd = load_pool(c.pools[0], c);
+    auto pt = load_pool(c.pools[1], c);
+    REQUIRE(pd.ok());
+    REQUIRE(pt.ok());
+    CHECK(pt->model->params().n_layer == 3);
+    CHECK(pd->model->params().n_layer == 1);
+    CHECK(pd->model->params().n_embd == 64);
+    CHECK(std::filesystem::last_write_time(c.pools[0].model) >= std::filesystem::last_write_time(c.pools[1].model));
+    // Present files are left alone (a second start neither rewrites nor re-keys them).
+    const std::string key = pool_key(c.pools[0], c);
+    REQUIRE(ensure_models(c).ok());
+    CHECK(pool_key(c.pools[0], c) == key);
+    // A draft naming no defined pool is refused with the names.
+    PoolText orphan;
+    orphan.model = "synth_orphan.gguf";
+    orphan.synth = "draft_from = \"nope\"\nkeep_layers = 1";
+    auto bad = parse_config(pool_text(orphan) + "\n[[bucket]]\nname = \"all\"\npool = \"a\"\n");
+    const std::string msg = bad ? (ensure_models(*bad).ok() ? "" : ensure_models(*bad).error().message) : bad.error().message;
+    CHECK(msg.find("nope") != std::string::npos);
+}
