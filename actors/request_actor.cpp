@@ -1,298 +1,205 @@
-// request_actor: one per request. route (this generation's router) -> tokenize for the pool -> submit
-// (executor: reuse, allocation, prefill, decode) -> stream tokens to the caller -> finish: record the
-// request's figures and call on_finish exactly once. With a cascade decision the first K tokens are
-// held back until the routing policy's check: pass -> they stream and decoding goes on; fail -> the
-// run is cancelled and the request re-runs on the stronger pool (an upgrade). A shadow run on the
-// strongest pool is compared with the answer (per-route quality) and never reaches the caller.
+// request_actor: one per request, thin. It asks this generation's router for a route, then hands
+// every event (route, a run's tokens, a run's end, cancel) to the request core
+// (runtime/request/request_fsm.h) and executes the actions it returns: submit or cancel a run on
+// a pool's executor, stream text to the caller, fold figures into the pool's live stats and the
+// metrics, call on_finish (exactly once, the core sees to it) and stop when the core is done.
 #include <spdlog/spdlog.h>
 
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "model/tokenizer.h"
+#include "request/request_fsm.h"
 
 namespace steward {
 
 namespace {
 
-// The engine id of a run: a request may have up to three (answer, upgrade, shadow) on different pools.
-enum Role : uint64_t { PRIMARY = 0, UPGRADE = 1, SHADOW = 2 };
-uint64_t engine_id(uint64_t request, Role r) { return request * 4 + r; }
-Role role_of(uint64_t engine) { return (Role)(engine & 3); }
+// Prompts and text in a pool's vocabulary. The prompt is encoded once with the first pool's
+// tokenizer (classification needs its length); a run on a pool with another tokenizer re-encodes.
+class SnapshotVocab : public RequestVocab {
+public:
+    explicit SnapshotVocab(const RequestContext& ctx) : ctx_(ctx) {
+        const GenerationRequest& req = ctx.req;
+        tok0_ = &ctx.snap->pools.front()->model->tokenizer();
+        if (req.prompt_ids.empty()) ids0_ = tok0_->encode(req.prompt, req.add_bos && tok0_->add_bos_default());
+    }
+    int32_t n_prompt() const { return (int32_t)(ctx_.req.prompt_ids.empty() ? ids0_.size() : ctx_.req.prompt_ids.size()); }
+    std::vector<int32_t> prompt_ids(int32_t pool) override {
+        const GenerationRequest& req = ctx_.req;
+        if (!req.prompt_ids.empty()) return req.prompt_ids;
+        const Tokenizer& tok = tokenizer(pool);
+        std::vector<int32_t> ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
+        if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
+        return ids;
+    }
+    std::unique_ptr<TextDecoder> text_decoder(int32_t pool) override {
+        return std::make_unique<PoolDecoder>(tokenizer(pool));
+    }
 
-struct Run {
-    int32_t pool = -1;
-    bool active = false;      // submitted and not finished
-    double t_submit = 0, t_first = -1, t_last = -1;
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    FinishInfo fin;
-    bool finished = false;
+private:
+    struct PoolDecoder : TextDecoder {
+        explicit PoolDecoder(const Tokenizer& t) : d(t) {}
+        std::string push(int32_t id) override { return d.push(id); }
+        std::string flush() override { return d.flush(); }
+        StreamDecoder d;
+    };
+    const Tokenizer& tokenizer(int32_t pool) const { return ctx_.snap->pools.at(pool)->model->tokenizer(); }
+    const RequestContext& ctx_;
+    const Tokenizer* tok0_ = nullptr;
+    std::vector<int32_t> ids0_;
+};
+
+// The bucket's routing policy of the request's generation.
+class BucketRouting : public RequestRouting {
+public:
+    BucketRouting(const RequestContext& ctx, int32_t n_prompt, int32_t max_tokens)
+        : ctx_(ctx), n_prompt_(n_prompt), max_tokens_(max_tokens) {}
+    void set_route(const RouteDecision& d) { route_ = d; }
+    bool check_upgrade(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs, bool finished,
+                       bool* fallback) override {
+        const BucketPolicies& pol = ctx_.snap->policies.at(route_.bucket_index);
+        if (!pol.routing) return false;
+        const GenerationRequest& req = ctx_.req;
+        const steward_route_request rq{ctx_.id,    route_.bucket.c_str(), req.tenant.c_str(),    n_prompt_,
+                                       max_tokens_, req.temperature,      req.tools ? 1 : 0, req.response_format.c_str()};
+        const steward_token_view tv{tokens.data(), logprobs.data(), (uint32_t)tokens.size(), finished ? 1 : 0};
+        return pol.routing->check_upgrade(rq, tv, fallback);
+    }
+
+private:
+    const RequestContext& ctx_;
+    int32_t n_prompt_, max_tokens_;
+    RouteDecision route_;
 };
 
 struct request_state {
     std::shared_ptr<RequestContext> ctx;
-    RouteDecision route;
-    Run runs[3];
-    Role answer = PRIMARY;       // the run whose tokens reach the caller
-    bool holding = false;        // cascade: tokens held back until the check
-    size_t n_streamed = 0;       // tokens of the answer run handed to the caller
-    std::unique_ptr<StreamDecoder> decoder;
-    GenerationResult result;
-    std::vector<double> token_times;
-    std::vector<PoolUse> prior_pools;
-    bool done = false;           // on_finish called
-    bool cancel_requested = false;
-    bool quality_recorded = false;
-    int32_t n_prompt = 0;
-    int32_t max_tokens = 0;            // the request's, or the config's default
-    const Tokenizer* tok0 = nullptr;   // the tokenizer the prompt was classified with...
-    std::vector<int32_t> ids0;         // ...and its ids, reused by every run on a pool sharing it
+    std::unique_ptr<SnapshotVocab> vocab;      // declared before the core, which holds references
+    std::unique_ptr<BucketRouting> routing;
+    std::unique_ptr<RequestFsm> core;
     static inline const char* name = "request";
 };
 
 using self_ptr = caf::stateful_actor<request_state>*;
 
-const PoolHandle& pool_of(self_ptr self, int32_t i) { return *self->state.ctx->snap->pools.at(i); }
-
-std::vector<int32_t> prompt_for(self_ptr self, int32_t pool) {
-    const auto& st = self->state;
-    const GenerationRequest& req = st.ctx->req;
-    if (!req.prompt_ids.empty()) return req.prompt_ids;
-    const Tokenizer& tok = pool_of(self, pool).model->tokenizer();
-    std::vector<int32_t> ids = &tok == st.tok0 ? st.ids0 : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
-    if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
-    return ids;
-}
-
-void submit_run(self_ptr self, Role role, int32_t pool) {
-    auto& st = self->state;
-    const auto& ctx = *st.ctx;
+RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     const GenerationRequest& req = ctx.req;
-    Run& run = st.runs[role];
-    run = Run{};
-    run.pool = pool;
-    run.active = true;
-    run.t_submit = now_s();
+    const Config& c = *ctx.snap->config;
+    RequestSetup s;
+    s.id = ctx.id;
+    s.tenant = req.tenant;
+    s.tenant_id = ctx.shared->tenant_id(req.tenant);
+    s.salt = c.tenant_salt(req.tenant);
+    s.session_key = SharedState::session_key(s.tenant_id, req.session);
+    s.max_tokens = max_tokens;
+    s.sampling.temperature = req.temperature;
+    s.sampling.top_p = req.top_p;
+    s.sampling.top_k = req.top_k;
+    s.sampling.seed = req.seed;
+    s.ignore_eos = req.ignore_eos;
+    s.arrival_s = ctx.arrival_s;
+    const double timeout = c.limits.request_timeout_ms;
+    s.deadline_s = timeout > 0 ? ctx.arrival_s + timeout / 1e3 : 0;
+    if (const TenantConfig* t = c.find_tenant(req.tenant); t && t->kv_quota >= 0) s.kv_quota = t->kv_quota;
+    // A request is charged the prices of the generation it started with.
+    for (size_t i = 0; i < ctx.snap->pools.size(); i++) {
+        const PoolConfig& pc = i < c.pools.size() ? c.pools[i] : ctx.snap->pools[i]->cfg;
+        s.pools.push_back({ctx.snap->pools[i]->cfg.name, ctx.snap->pools[i]->n_blocks,
+                           PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output}});
+    }
+    return s;
+}
+
+RouteChoice route_choice(const RouteDecision& d) {
+    return RouteChoice{d.bucket,     d.bucket_index,       d.pool,        d.priority, d.generation,
+                       d.upgrade_pool, d.check_after_tokens, d.shadow_pool, d.fallback};
+}
+
+RunEnd run_end(const FinishInfo& f) {
+    RunEnd e;
+    e.reason = parse_finish_reason(f.reason).value_or(FinishReason::ERROR);
+    e.error = f.error;
+    e.n_prompt = f.n_prompt;
+    e.n_cached = f.n_cached;
+    e.n_recomputed = f.n_recomputed;
+    e.first_scheduled_s = f.first_scheduled_s;
+    e.t_s = f.t_s;
+    return e;
+}
+
+EngineSubmit engine_submit(SubmitRun&& s) {
+    EngineRequest& r = s.run;
     EngineSubmit m;
-    m.id = engine_id(ctx.id, role);
-    m.tenant = ctx.shared->tenant_id(req.tenant);
-    m.salt = ctx.snap->config->tenant_salt(req.tenant);
-    m.prompt = prompt_for(self, pool);
-    m.max_tokens = st.max_tokens;
-    m.temperature = req.temperature;
-    m.top_p = req.top_p;
-    m.top_k = req.top_k;
-    m.seed = req.seed;
-    m.ignore_eos = req.ignore_eos;
-    m.priority = st.route.priority;
-    m.arrival_s = ctx.arrival_s;
-    const double timeout = ctx.snap->config->limits.request_timeout_ms;
-    m.deadline_s = timeout > 0 ? ctx.arrival_s + timeout / 1e3 : 0;
-    // A shadow only measures: it neither keeps nor reuses the conversation's pinned KV.
-    if (role != SHADOW) m.session = SharedState::session_key(m.tenant, req.session);
-    m.generation = st.route.generation;
-    m.bucket_index = st.route.bucket_index;
-    if (const TenantConfig* t = ctx.snap->config->find_tenant(req.tenant); t && t->kv_quota >= 0)
-        m.kv_quota_blocks = (int32_t)(t->kv_quota * pool_of(self, pool).n_blocks);
-    if (m.prompt.empty()) {
-        FinishInfo f;
-        f.id = m.id;
-        f.reason = "error";
-        f.error = "empty prompt and the vocabulary has no BOS token";
-        f.t_s = now_s();
-        self->send(self, finish_atom::value, f);
-        return;
-    }
-    self->send(pool_of(self, pool).executor, submit_atom::value, std::move(m));
+    m.id = r.id;
+    m.tenant = r.tenant;
+    m.salt = r.salt;
+    m.prompt = std::move(r.prompt);
+    m.max_tokens = r.max_tokens;
+    m.temperature = r.sampling.temperature;
+    m.top_p = r.sampling.top_p;
+    m.top_k = r.sampling.top_k;
+    m.seed = r.sampling.seed;
+    m.priority = r.priority;
+    m.arrival_s = r.arrival_s;
+    m.deadline_s = r.deadline_s;
+    m.session = std::move(r.session);
+    m.generation = s.generation;
+    m.bucket_index = s.bucket_index;
+    m.kv_quota_blocks = r.kv_quota_blocks;
+    m.ignore_eos = !r.stop_at_eos;
+    return m;
 }
 
-// Hands the answer run's tokens from n_streamed on to the caller.
-void stream(self_ptr self) {
+// Executes the core's actions in order.
+void execute(self_ptr self, RequestActions&& actions) {
     auto& st = self->state;
-    const Run& run = st.runs[st.answer];
-    if (st.holding || run.tokens.size() <= st.n_streamed) return;
-    const double t = now_s();
-    std::vector<int32_t> ids(run.tokens.begin() + (long)st.n_streamed, run.tokens.end());
-    std::string piece;
-    for (size_t i = st.n_streamed; i < run.tokens.size(); i++) {
-        st.result.tokens.push_back(run.tokens[i]);
-        st.result.logprobs.push_back(run.logprobs[i]);
-        st.token_times.push_back(t);
-        piece += st.decoder->push(run.tokens[i]);
+    RequestContext& ctx = *st.ctx;
+    SharedState& sh = *ctx.shared;
+    for (RequestAction& a : actions) {
+        if (auto* s = std::get_if<SubmitRun>(&a)) {
+            const caf::actor& ex = ctx.snap->pools.at(s->pool)->executor;
+            self->send(ex, submit_atom::value, engine_submit(std::move(*s)));
+        } else if (auto* c = std::get_if<CancelRun>(&a)) {
+            self->send(ctx.snap->pools.at(c->pool)->executor, cancel_atom::value, c->engine_id);
+        } else if (auto* t = std::get_if<StreamText>(&a)) {
+            if (ctx.cb.on_token) ctx.cb.on_token(t->piece, t->ids);
+        } else if (auto* p = std::get_if<PoolSample>(&a)) {
+            PoolLive& live = *ctx.snap->pools.at(p->pool)->live;
+            std::lock_guard<std::mutex> lk(live.mu);
+            PoolLiveStats& ls = live.stats;
+            ls.error_rate = ewma(ls.error_rate < 0 ? 0 : ls.error_rate, p->failed ? 1.0 : 0.0);
+            if (p->prefill_ms_per_token >= 0) ls.prefill_ms_per_token = ewma(ls.prefill_ms_per_token, p->prefill_ms_per_token);
+            if (p->tpot_ms >= 0) ls.tpot_ms = ewma(ls.tpot_ms, p->tpot_ms);
+        } else if (auto* f = std::get_if<FinishRequest>(&a)) {
+            {
+                std::lock_guard<std::mutex> lk(sh.metrics_mu);
+                sh.metrics->record(f->record);
+            }
+            if (ctx.cb.on_finish) ctx.cb.on_finish(f->result);
+        } else if (auto* q = std::get_if<RecordQuality>(&a)) {
+            std::lock_guard<std::mutex> lk(sh.metrics_mu);
+            sh.metrics->record_quality(q->bucket, q->pool, q->agreement, q->exact);
+        } else if (std::holds_alternative<RequestDone>(a)) {
+            sh.finished(ctx.id);
+            self->quit();
+        }
     }
-    st.n_streamed = run.tokens.size();
-    st.result.text += piece;
-    if (st.ctx->cb.on_token) st.ctx->cb.on_token(piece, ids);
-}
-
-void update_live(self_ptr self, const Run& run, bool failed) {
-    if (run.pool < 0) return;
-    PoolLive& live = *pool_of(self, run.pool).live;
-    std::lock_guard<std::mutex> lk(live.mu);
-    live.stats.error_rate = ewma(live.stats.error_rate < 0 ? 0 : live.stats.error_rate, failed ? 1.0 : 0.0);
-    if (run.t_first >= 0 && run.finished)
-        live.stats.prefill_ms_per_token = ewma(live.stats.prefill_ms_per_token, (run.t_first - run.t_submit) * 1e3 /
-                                                                                   (double)std::max(1, run.fin.n_prompt - run.fin.n_cached));
-    if (run.tokens.size() >= 2 && run.t_last > run.t_first)
-        live.stats.tpot_ms = ewma(live.stats.tpot_ms, (run.t_last - run.t_first) * 1e3 / (double)(run.tokens.size() - 1));
-}
-
-// Token agreement of a run with the shadow: common prefix / longer output (greedy outputs diverge for
-// good at their first difference), and exact match.
-void record_quality(self_ptr self) {
-    auto& st = self->state;
-    const Run& a = st.runs[st.answer];
-    const Run& s = st.runs[SHADOW];
-    if (st.quality_recorded || s.pool < 0 || !s.finished || !st.done) return;
-    st.quality_recorded = true;
-    if (a.pool == s.pool) return;  // upgraded to the shadow's pool: nothing to compare
-    if (!finish_reason_ok(parse_finish_reason(s.fin.reason).value_or(FinishReason::ERROR)) ||
-        !finish_reason_ok(parse_finish_reason(st.result.finish_reason).value_or(FinishReason::ERROR)))
-        return;
-    size_t common = 0;
-    while (common < a.tokens.size() && common < s.tokens.size() && a.tokens[common] == s.tokens[common]) common++;
-    const size_t longer = std::max(a.tokens.size(), s.tokens.size());
-    const double agreement = longer ? (double)common / (double)longer : 1.0;
-    const bool exact = a.tokens == s.tokens;
-    const std::string& pool = pool_of(self, a.pool).cfg.name;
-    auto& sh = *st.ctx->shared;
-    std::lock_guard<std::mutex> lk(sh.metrics_mu);
-    sh.metrics->record_quality(st.route.bucket, pool, agreement, exact);
-}
-
-void maybe_quit(self_ptr self) {
-    auto& st = self->state;
-    for (const Run& r : st.runs)
-        if (r.active) return;
-    if (!st.done) return;
-    record_quality(self);
-    st.ctx->shared->finished(st.ctx->id);
-    self->quit();
-}
-
-void finish(self_ptr self, const FinishInfo& f) {
-    auto& st = self->state;
-    if (st.done) return;
-    st.done = true;
-    st.holding = false;
-    stream(self);
-    const auto& ctx = *st.ctx;
-    const Run& run = st.runs[st.answer];
-    GenerationResult& r = st.result;
-    r.id = ctx.id;
-    r.finish_reason = f.reason;
-    r.error = f.error;
-    r.bucket = st.route.bucket;
-    if (st.decoder) {
-        const std::string rest = st.decoder->flush();
-        r.text += rest;
-        if (!rest.empty() && ctx.cb.on_token) ctx.cb.on_token(rest, {});
-    }
-    RequestMetrics& m = r.metrics;
-    m.prompt_tokens = f.n_prompt;
-    m.cached_tokens = f.n_cached;
-    m.completion_tokens = (int)r.tokens.size();
-    m.recomputed_tokens = f.n_recomputed;
-    m.e2e_ms = (f.t_s - ctx.arrival_s) * 1e3;
-    m.config_generation = st.route.generation;
-    if (f.first_scheduled_s >= 0) m.queue_ms = (f.first_scheduled_s - ctx.arrival_s) * 1e3;
-    if (!st.token_times.empty()) m.ttft_ms = (st.token_times.front() - ctx.arrival_s) * 1e3;
-    if (st.token_times.size() >= 2)
-        m.tpot_ms = (st.token_times.back() - st.token_times.front()) * 1e3 / (double)(st.token_times.size() - 1);
-
-    RequestRecord rec;
-    rec.bucket = st.route.bucket;
-    rec.tenant = ctx.req.tenant;
-    if (run.pool >= 0) {
-        rec.pool = pool_of(self, run.pool).cfg.name;
-        r.pool = rec.pool;
-    }
-    rec.t_arrival_s = ctx.arrival_s;
-    if (f.first_scheduled_s >= 0) rec.t_scheduled_s = f.first_scheduled_s;
-    if (!st.token_times.empty()) rec.t_first_token_s = st.token_times.front();
-    rec.t_finish_s = f.t_s;
-    for (size_t i = 1; i < st.token_times.size(); i++) rec.itl_s.push_back(st.token_times[i] - st.token_times[i - 1]);
-    rec.n_prompt_tokens = f.n_prompt;
-    rec.n_cached_prompt_tokens = f.n_cached;
-    rec.n_output_tokens = (int64_t)r.tokens.size();
-    rec.n_recomputed_tokens = f.n_recomputed;
-    rec.finish = parse_finish_reason(f.reason).value_or(FinishReason::ERROR);
-    rec.config_generation = st.route.generation;
-    rec.prior_pools = st.prior_pools;
-    rec.fallback = st.route.fallback;
-    r.upgraded = !st.prior_pools.empty();
-    r.fallback = st.route.fallback;
-    update_live(self, run, !finish_reason_ok(rec.finish) && rec.finish != FinishReason::CANCELLED);
-    {
-        std::lock_guard<std::mutex> lk(ctx.shared->metrics_mu);
-        m.cost = request_cost(rec, ctx.shared->metrics->config());
-        ctx.shared->metrics->record(rec);
-    }
-    if (ctx.cb.on_finish) ctx.cb.on_finish(r);
-    // The caller has its answer; a shadow still running is cancelled only if the caller cancelled.
-    maybe_quit(self);
-}
-
-void fail(self_ptr self, const std::string& reason, const std::string& msg) {
-    FinishInfo f;
-    f.id = engine_id(self->state.ctx->id, PRIMARY);
-    f.reason = reason;
-    f.error = msg;
-    f.t_s = now_s();
-    finish(self, f);
-}
-
-steward_route_request route_request(self_ptr self) {
-    auto& st = self->state;
-    const GenerationRequest& req = st.ctx->req;
-    return steward_route_request{st.ctx->id, st.route.bucket.c_str(), req.tenant.c_str(),
-                                 st.n_prompt, st.max_tokens, req.temperature,
-                                 req.tools ? 1 : 0, req.response_format.c_str()};
-}
-
-// The cascade check on the first tokens: true when the request moved to the upgrade pool.
-bool check_cascade(self_ptr self, bool finished) {
-    auto& st = self->state;
-    st.holding = false;
-    const BucketPolicies& pol = st.ctx->snap->policies.at(st.route.bucket_index);
-    if (!pol.routing || st.cancel_requested) return false;
-    const Run& run = st.runs[PRIMARY];
-    steward_token_view tv{run.tokens.data(), run.logprobs.data(), (uint32_t)run.tokens.size(), finished ? 1 : 0};
-    bool fallback = false;
-    const bool up = pol.routing->check_upgrade(route_request(self), tv, &fallback);
-    if (fallback) st.route.fallback = true;
-    if (!up) return false;
-    // Upgrade: the cheap run's work is recorded (and charged); the answer comes from the strong pool.
-    PoolUse use;
-    use.pool = pool_of(self, run.pool).cfg.name;
-    use.n_output_tokens = (int64_t)run.tokens.size();
-    if (run.finished) {
-        use.n_prompt_tokens = run.fin.n_prompt;
-        use.n_cached_prompt_tokens = run.fin.n_cached;
-    }
-    st.prior_pools.push_back(use);
-    if (run.active) self->send(pool_of(self, run.pool).executor, cancel_atom::value, engine_id(st.ctx->id, PRIMARY));
-    st.answer = UPGRADE;
-    st.decoder = std::make_unique<StreamDecoder>(pool_of(self, st.route.upgrade_pool).model->tokenizer());
-    submit_run(self, UPGRADE, st.route.upgrade_pool);
-    return true;
 }
 
 caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
-    self->state.ctx = ctx;
+    auto& st = self->state;
+    st.ctx = ctx;
     const GenerationRequest& req = ctx->req;
     const Snapshot& snap = *ctx->snap;
-    // Classify with the first pool's tokenizer; a run re-tokenizes only if its pool's differs.
-    auto& st0 = self->state;
-    st0.tok0 = &snap.pools.front()->model->tokenizer();
-    if (req.prompt_ids.empty()) st0.ids0 = st0.tok0->encode(req.prompt, req.add_bos && st0.tok0->add_bos_default());
-    st0.n_prompt = (int32_t)(req.prompt_ids.empty() ? st0.ids0.size() : req.prompt_ids.size());
-    st0.max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
+    const int32_t max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
+    st.vocab = std::make_unique<SnapshotVocab>(*ctx);
+    st.routing = std::make_unique<BucketRouting>(*ctx, st.vocab->n_prompt(), max_tokens);
+    st.core = std::make_unique<RequestFsm>(make_setup(*ctx, max_tokens), *st.vocab, *st.routing);
     RouteQuery q;
     q.request_id = ctx->id;
     q.hint = req.bucket_hint;
-    q.prompt_tokens = st0.n_prompt;
-    q.max_tokens = st0.max_tokens;
+    q.prompt_tokens = st.vocab->n_prompt();
+    q.max_tokens = max_tokens;
     q.temperature = req.temperature;
     q.tools = req.tools;
     q.response_format = req.response_format;
@@ -300,60 +207,18 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {
-                auto& st = self->state;
-                st.route = d;
-                if (st.cancel_requested) return fail(self, "cancelled", "cancelled by the caller");
-                st.decoder = std::make_unique<StreamDecoder>(pool_of(self, d.pool).model->tokenizer());
-                st.holding = d.upgrade_pool >= 0 && d.check_after_tokens > 0;
-                submit_run(self, PRIMARY, d.pool);
-                if (d.shadow_pool >= 0) submit_run(self, SHADOW, d.shadow_pool);
+                self->state.routing->set_route(d);
+                execute(self, self->state.core->on_route(route_choice(d), now_s()));
             },
-            [=](caf::error& err) { fail(self, "error", "routing failed: " + self->system().render(err)); });
+            [=](caf::error& err) { execute(self, self->state.core->on_route_failed(self->system().render(err), now_s())); });
     return {
         [=](token_atom, const TokenBatch& b) {
-            auto& st = self->state;
-            Run& run = st.runs[role_of(b.id)];
-            const double t = now_s();
-            if (run.t_first < 0) run.t_first = t;
-            run.t_last = t;
-            for (size_t i = 0; i < b.tokens.size(); i++) {
-                run.tokens.push_back(b.tokens[i]);
-                run.logprobs.push_back(i < b.logprobs.size() ? b.logprobs[i] : 0.0f);
-            }
-            const Role role = role_of(b.id);
-            if (role == SHADOW || role != st.answer || st.done) return;
-            if (st.holding && run.tokens.size() >= (size_t)st.route.check_after_tokens && check_cascade(self, false)) return;
-            stream(self);
+            execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s()));
         },
         [=](finish_atom, const FinishInfo& f) {
-            auto& st = self->state;
-            const Role role = role_of(f.id);
-            Run& run = st.runs[role];
-            run.active = false;
-            run.finished = true;
-            run.fin = f;
-            if (role == SHADOW) {
-                update_live(self, run, false);
-                return maybe_quit(self);
-            }
-            if (role != st.answer) {
-                // The cancelled cheap run of an upgrade: its prompt work is charged to the request.
-                if (!st.prior_pools.empty()) {
-                    st.prior_pools.back().n_prompt_tokens = f.n_prompt;
-                    st.prior_pools.back().n_cached_prompt_tokens = f.n_cached;
-                }
-                return maybe_quit(self);
-            }
-            if (st.holding && check_cascade(self, true)) return;
-            finish(self, f);
+            execute(self, self->state.core->on_run_end(run_role_of(f.id), run_end(f), now_s()));
         },
-        [=](cancel_atom) {
-            auto& st = self->state;
-            st.cancel_requested = true;
-            for (uint64_t r = 0; r < 3; r++)
-                if (st.runs[r].active)
-                    self->send(pool_of(self, st.runs[r].pool).executor, cancel_atom::value, engine_id(st.ctx->id, (Role)r));
-        },
+        [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
     };
 }
 

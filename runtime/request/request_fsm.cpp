@@ -1,0 +1,300 @@
+// The request state machine: runs, cascade hold-back, shadow agreement, the record and its cost.
+#include "request/request_fsm.h"
+
+#include <algorithm>
+
+#include "plugin/pool_estimates.h"
+
+namespace steward {
+
+uint64_t run_engine_id(uint64_t request, RunRole role) { return request * 4 + (uint64_t)role; }
+RunRole run_role_of(uint64_t engine_id) { return (RunRole)(engine_id & 3); }
+
+RequestFsm::RequestFsm(RequestSetup setup, RequestVocab& vocab, RequestRouting& routing)
+    : setup_(std::move(setup)), vocab_(vocab), routing_(routing) {
+    for (const RequestPool& p : setup_.pools) prices_.prices[p.name] = p.price;
+}
+
+RequestActions RequestFsm::on_route(const RouteChoice& route, double now) {
+    RequestActions out;
+    if (done_ || routed_ || answered_) return out;
+    routed_ = true;
+    route_ = route;
+    if (cancel_requested_) {
+        RunEnd e;
+        e.reason = FinishReason::CANCELLED;
+        e.error = "cancelled by the caller";
+        e.t_s = now;
+        finish(e, now, out);
+        maybe_done(out);
+        return out;
+    }
+    decoder_ = vocab_.text_decoder(route.pool);
+    holding_ = route.upgrade_pool >= 0 && route.check_after_tokens > 0;
+    submit(RunRole::PRIMARY, route.pool, now, out);
+    if (route.shadow_pool >= 0) submit(RunRole::SHADOW, route.shadow_pool, now, out);
+    drain_deferred(now, out);
+    return out;
+}
+
+RequestActions RequestFsm::on_route_failed(const std::string& why, double now) {
+    RequestActions out;
+    if (done_ || routed_ || answered_) return out;
+    routed_ = true;
+    RunEnd e;
+    e.reason = FinishReason::ERROR;
+    e.error = "routing failed: " + why;
+    e.t_s = now;
+    finish(e, now, out);
+    maybe_done(out);
+    return out;
+}
+
+RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
+                                     double now) {
+    RequestActions out;
+    Run& r = run(role);
+    if (done_ || !r.active) return out;
+    if (r.t_first < 0) r.t_first = now;
+    r.t_last = now;
+    for (size_t i = 0; i < tokens.size(); i++) {
+        r.tokens.push_back(tokens[i]);
+        r.logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
+    }
+    if (role == RunRole::SHADOW || role != answer_ || answered_) return out;
+    if (holding_ && r.tokens.size() >= (size_t)route_.check_after_tokens && check_cascade(false, now, out)) {
+        drain_deferred(now, out);
+        return out;
+    }
+    stream(now, out);
+    return out;
+}
+
+RequestActions RequestFsm::on_run_end(RunRole role, const RunEnd& end, double now) {
+    RequestActions out;
+    if (done_ || !run(role).active) return out;
+    end_run(role, end, now, out);
+    drain_deferred(now, out);
+    return out;
+}
+
+RequestActions RequestFsm::on_cancel() {
+    RequestActions out;
+    if (done_) return out;
+    cancel_requested_ = true;
+    for (int i = 0; i < n_run_roles; i++)
+        if (runs_[i].active) out.push_back(CancelRun{(RunRole)i, runs_[i].pool, run_engine_id(setup_.id, (RunRole)i)});
+    return out;
+}
+
+void RequestFsm::end_run(RunRole role, const RunEnd& end, double now, RequestActions& out) {
+    Run& r = run(role);
+    r.active = false;
+    r.ended = true;
+    r.end = end;
+    if (role == RunRole::SHADOW) {
+        out.push_back(pool_sample(r, false));
+        return maybe_done(out);
+    }
+    if (role != answer_) {
+        // The cancelled cheap run of an upgrade: its prompt work is charged to the request.
+        if (!prior_pools_.empty()) {
+            prior_pools_.back().n_prompt_tokens = end.n_prompt;
+            prior_pools_.back().n_cached_prompt_tokens = end.n_cached;
+        }
+        return maybe_done(out);
+    }
+    if (holding_ && check_cascade(true, now, out)) return;
+    finish(end, now, out);
+    maybe_done(out);
+}
+
+void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& out) {
+    Run& r = run(role);
+    r = Run{};
+    r.pool = pool;
+    r.active = true;
+    r.t_submit = now;
+    SubmitRun s;
+    s.role = role;
+    s.pool = pool;
+    s.generation = route_.generation;
+    s.bucket_index = route_.bucket_index;
+    EngineRequest& e = s.run;
+    e.id = run_engine_id(setup_.id, role);
+    e.tenant = setup_.tenant_id;
+    e.salt = setup_.salt;
+    e.prompt = vocab_.prompt_ids(pool);
+    e.max_tokens = setup_.max_tokens;
+    e.sampling = setup_.sampling;
+    e.stop_at_eos = !setup_.ignore_eos;
+    e.priority = route_.priority;
+    e.arrival_s = setup_.arrival_s;
+    e.deadline_s = setup_.deadline_s;
+    // A shadow only measures: it neither keeps nor reuses the conversation's pinned KV.
+    if (role != RunRole::SHADOW) e.session = setup_.session_key;
+    if (setup_.kv_quota >= 0 && pool >= 0 && pool < (int32_t)setup_.pools.size())
+        e.kv_quota_blocks = (int32_t)(setup_.kv_quota * setup_.pools[pool].n_blocks);
+    if (e.prompt.empty()) {
+        // Ended once the event's other actions are out (a shadow is still submitted first).
+        RunEnd f;
+        f.reason = FinishReason::ERROR;
+        f.error = "empty prompt and the vocabulary has no BOS token";
+        f.t_s = now;
+        deferred_.emplace_back(role, f);
+        return;
+    }
+    out.push_back(std::move(s));
+}
+
+void RequestFsm::drain_deferred(double now, RequestActions& out) {
+    while (!deferred_.empty()) {
+        auto [role, end] = deferred_.front();
+        deferred_.erase(deferred_.begin());
+        if (!done_ && run(role).active) end_run(role, end, now, out);
+    }
+}
+
+void RequestFsm::stream(double now, RequestActions& out) {
+    const Run& r = run(answer_);
+    if (holding_ || r.tokens.size() <= n_streamed_) return;
+    StreamText st;
+    st.ids.assign(r.tokens.begin() + (long)n_streamed_, r.tokens.end());
+    for (size_t i = n_streamed_; i < r.tokens.size(); i++) {
+        result_.tokens.push_back(r.tokens[i]);
+        result_.logprobs.push_back(r.logprobs[i]);
+        token_times_.push_back(now);
+        st.piece += decoder_->push(r.tokens[i]);
+    }
+    n_streamed_ = r.tokens.size();
+    result_.text += st.piece;
+    out.push_back(std::move(st));
+}
+
+bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& out) {
+    holding_ = false;
+    if (cancel_requested_) return false;
+    Run& r = run(RunRole::PRIMARY);
+    bool fallback = false;
+    const bool up = routing_.check_upgrade(r.tokens, r.logprobs, primary_ended, &fallback);
+    if (fallback) route_.fallback = true;
+    if (!up) return false;
+    // Upgrade: the cheap run's work is recorded (and charged); the answer comes from the strong pool.
+    PoolUse use;
+    use.pool = setup_.pools.at(r.pool).name;
+    use.n_output_tokens = (int64_t)r.tokens.size();
+    if (r.ended) {
+        use.n_prompt_tokens = r.end.n_prompt;
+        use.n_cached_prompt_tokens = r.end.n_cached;
+    }
+    prior_pools_.push_back(use);
+    if (r.active) out.push_back(CancelRun{RunRole::PRIMARY, r.pool, run_engine_id(setup_.id, RunRole::PRIMARY)});
+    answer_ = RunRole::UPGRADE;
+    decoder_ = vocab_.text_decoder(route_.upgrade_pool);
+    submit(RunRole::UPGRADE, route_.upgrade_pool, now, out);
+    return true;
+}
+
+RequestRecord RequestFsm::make_record(const RunEnd& end) const {
+    const Run& r = runs_[(int)answer_];
+    RequestRecord rec;
+    rec.bucket = route_.bucket;
+    rec.tenant = setup_.tenant;
+    if (r.pool >= 0) rec.pool = setup_.pools.at(r.pool).name;
+    rec.t_arrival_s = setup_.arrival_s;
+    if (end.first_scheduled_s >= 0) rec.t_scheduled_s = end.first_scheduled_s;
+    if (!token_times_.empty()) rec.t_first_token_s = token_times_.front();
+    rec.t_finish_s = end.t_s;
+    for (size_t i = 1; i < token_times_.size(); i++) rec.itl_s.push_back(token_times_[i] - token_times_[i - 1]);
+    rec.n_prompt_tokens = end.n_prompt;
+    rec.n_cached_prompt_tokens = end.n_cached;
+    rec.n_cached_cross_tenant = end.n_cached_cross_tenant;
+    rec.n_cached_public = end.n_cached_public;
+    rec.n_output_tokens = (int64_t)result_.tokens.size();
+    rec.n_recomputed_tokens = end.n_recomputed;
+    rec.n_preemptions = end.n_preemptions;
+    rec.finish = end.reason;
+    rec.config_generation = route_.generation;
+    rec.prior_pools = prior_pools_;
+    rec.fallback = route_.fallback;
+    return rec;
+}
+
+void RequestFsm::finish(const RunEnd& end, double now, RequestActions& out) {
+    if (answered_) return;
+    answered_ = true;
+    answer_reason_ = end.reason;
+    holding_ = false;
+    if (decoder_) stream(now, out);
+    GenerationResult& g = result_;
+    g.id = setup_.id;
+    g.finish_reason = finish_reason_name(end.reason);
+    g.error = end.error;
+    g.bucket = route_.bucket;
+    if (decoder_) {
+        const std::string rest = decoder_->flush();
+        g.text += rest;
+        if (!rest.empty()) out.push_back(StreamText{rest, {}});
+    }
+    RequestRecord rec = make_record(end);
+    RequestMetrics& m = g.metrics;
+    m.prompt_tokens = end.n_prompt;
+    m.cached_tokens = end.n_cached;
+    m.completion_tokens = (int)g.tokens.size();
+    m.recomputed_tokens = end.n_recomputed;
+    m.e2e_ms = (end.t_s - setup_.arrival_s) * 1e3;
+    m.config_generation = route_.generation;
+    if (end.first_scheduled_s >= 0) m.queue_ms = (end.first_scheduled_s - setup_.arrival_s) * 1e3;
+    if (!token_times_.empty()) m.ttft_ms = (token_times_.front() - setup_.arrival_s) * 1e3;
+    if (token_times_.size() >= 2)
+        m.tpot_ms = (token_times_.back() - token_times_.front()) * 1e3 / (double)(token_times_.size() - 1);
+    m.cost = request_cost(rec, prices_);
+    g.pool = rec.pool;
+    g.upgraded = !prior_pools_.empty();
+    g.fallback = route_.fallback;
+    const Run& r = runs_[(int)answer_];
+    if (r.pool >= 0) out.push_back(pool_sample(r, !finish_reason_ok(end.reason) && end.reason != FinishReason::CANCELLED));
+    out.push_back(FinishRequest{g, std::move(rec)});
+}
+
+PoolSample RequestFsm::pool_sample(const Run& r, bool failed) const {
+    PoolSample s;
+    s.pool = r.pool;
+    s.failed = failed;
+    if (r.t_first >= 0 && r.ended)
+        s.prefill_ms_per_token = (r.t_first - r.t_submit) * 1e3 / (double)std::max(1, r.end.n_prompt - r.end.n_cached);
+    if (r.tokens.size() >= 2 && r.t_last > r.t_first)
+        s.tpot_ms = (r.t_last - r.t_first) * 1e3 / (double)(r.tokens.size() - 1);
+    return s;
+}
+
+// Token agreement of the answer with the shadow: common prefix / longer output (greedy outputs
+// diverge for good at their first difference), and exact match.
+void RequestFsm::record_quality(RequestActions& out) {
+    const Run& a = runs_[(int)answer_];
+    const Run& s = run(RunRole::SHADOW);
+    if (quality_recorded_ || s.pool < 0 || !s.ended || !answered_) return;
+    quality_recorded_ = true;
+    if (a.pool == s.pool || a.pool < 0) return;  // upgraded to the shadow's pool: nothing to compare
+    if (!finish_reason_ok(s.end.reason) || !finish_reason_ok(answer_reason_)) return;
+    size_t common = 0;
+    while (common < a.tokens.size() && common < s.tokens.size() && a.tokens[common] == s.tokens[common]) common++;
+    const size_t longer = std::max(a.tokens.size(), s.tokens.size());
+    RecordQuality q;
+    q.bucket = route_.bucket;
+    q.pool = setup_.pools.at(a.pool).name;
+    q.agreement = longer ? (double)common / (double)longer : 1.0;
+    q.exact = a.tokens == s.tokens;
+    out.push_back(std::move(q));
+}
+
+void RequestFsm::maybe_done(RequestActions& out) {
+    if (done_ || !answered_) return;
+    for (const Run& r : runs_)
+        if (r.active) return;
+    record_quality(out);
+    done_ = true;
+    out.push_back(RequestDone{});
+}
+
+}  // namespace steward

@@ -1,0 +1,202 @@
+// One request's state machine without actors: the primary run, a cascade's upgrade run and a shadow
+// run; the hold-back of a cascade's first tokens until the routing policy's check; agreement with
+// the shadow; the request's record and cost; exactly one finish. It receives events (route
+// decided, tokens of run R, run R ended, cancel) and returns actions (submit run R on pool P,
+// cancel run R, stream text, finish, record quality, ...) that the request actor executes, as
+// vLLM's scheduler returns a plan that the runner executes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "metrics/bucket_metrics.h"
+#include "request/request.h"
+#include "sched/engine.h"
+
+namespace steward {
+
+// A request has up to three runs, each on its own pool: the answer, a cascade's upgrade, a shadow.
+enum class RunRole : uint32_t { PRIMARY = 0, UPGRADE = 1, SHADOW = 2 };
+inline constexpr int n_run_roles = 3;
+// The engine id of a run, and back (request * 4 + role).
+uint64_t run_engine_id(uint64_t request, RunRole role);
+RunRole run_role_of(uint64_t engine_id);
+
+// The router's decision as the core sees it.
+struct RouteChoice {
+    std::string bucket;
+    int32_t bucket_index = 0;        // into the generation's config.buckets
+    int32_t pool = 0;                // the pool the primary run goes to
+    int32_t priority = 0;
+    uint64_t generation = 0;
+    int32_t upgrade_pool = -1;       // cascade: re-run there if the routing policy's check says so
+    int32_t check_after_tokens = 0;  // the first tokens held back until that check
+    int32_t shadow_pool = -1;        // also run there to measure agreement
+    bool fallback = false;           // a routing plugin's decision was rejected
+};
+
+// The end of one run, as its engine reports it.
+struct RunEnd {
+    FinishReason reason = FinishReason::STOP;
+    std::string error;
+    int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
+    // The engine's per-request counts (0 until the engine carries them to the request).
+    int32_t n_preemptions = 0, n_cached_cross_tenant = 0, n_cached_public = 0;
+    double first_scheduled_s = -1;  // -1: never scheduled
+    double t_s = 0;                 // when it ended
+};
+
+// A pool of the request's generation, as the request sees it.
+struct RequestPool {
+    std::string name;
+    int32_t n_blocks = 0;
+    PoolPrice price;
+};
+
+// What the core knows when the request arrives.
+struct RequestSetup {
+    uint64_t id = 0;
+    std::string tenant;
+    int32_t tenant_id = 0;    // the KV layer's tenant id
+    uint64_t salt = 0;        // the tenant's prefix-cache salt
+    std::string session_key;  // the engine's session key ("" without a session)
+    int32_t max_tokens = 0;   // the request's, or the config's default
+    SamplingParams sampling;
+    bool ignore_eos = false;
+    double arrival_s = 0;
+    double deadline_s = 0;             // 0: none
+    double kv_quota = -1;              // the tenant's share of a pool's blocks; < 0: none
+    std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteChoice indexes them)
+};
+
+// Turns one run's ids into text, never half a UTF-8 character (StreamDecoder over the pool's
+// tokenizer; a fake in tests).
+class TextDecoder {
+public:
+    virtual ~TextDecoder() = default;
+    virtual std::string push(int32_t id) = 0;
+    virtual std::string flush() = 0;
+};
+
+// The prompt and text of each pool's vocabulary (the actor implements it over its snapshot).
+class RequestVocab {
+public:
+    virtual ~RequestVocab() = default;
+    // The prompt in pool `pool`'s ids; empty when it cannot be encoded (the run then fails).
+    virtual std::vector<int32_t> prompt_ids(int32_t pool) = 0;
+    virtual std::unique_ptr<TextDecoder> text_decoder(int32_t pool) = 0;
+};
+
+// The bucket's routing policy, as the request sees it after the route decision.
+class RequestRouting {
+public:
+    virtual ~RequestRouting() = default;
+    // Cascade: whether to re-run on the upgrade pool after the primary run's first tokens
+    // (finished: the run ended before or at the check). *fallback: the policy's answer was rejected.
+    virtual bool check_upgrade(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs, bool finished,
+                               bool* fallback) = 0;
+};
+
+// ---- actions (executed in order)
+struct SubmitRun {  // hand `run` to pool `pool`'s engine
+    RunRole role = RunRole::PRIMARY;
+    int32_t pool = 0;
+    EngineRequest run;        // id = run_engine_id(request, role)
+    uint64_t generation = 0;  // the engine finds the bucket's eviction policy in this generation
+    int32_t bucket_index = 0;
+};
+struct CancelRun {
+    RunRole role = RunRole::PRIMARY;
+    int32_t pool = 0;
+    uint64_t engine_id = 0;
+};
+struct StreamText {  // to the caller's on_token
+    std::string piece;
+    std::vector<int32_t> ids;
+};
+struct PoolSample {  // a run ended: fold into the pool's live figures (moving averages)
+    int32_t pool = 0;
+    bool failed = false;
+    double prefill_ms_per_token = -1;  // < 0: no sample
+    double tpot_ms = -1;               // < 0: no sample
+};
+struct FinishRequest {  // record the request's figures, then the caller's on_finish
+    GenerationResult result;
+    RequestRecord record;
+};
+struct RecordQuality {  // the answer's agreement with the shadow run (per bucket and answering pool)
+    std::string bucket, pool;
+    double agreement = 0;
+    bool exact = false;
+};
+struct RequestDone {};  // the caller has its answer and no run is left: the actor may stop
+using RequestAction = std::variant<SubmitRun, CancelRun, StreamText, PoolSample, FinishRequest, RecordQuality, RequestDone>;
+using RequestActions = std::vector<RequestAction>;
+
+class RequestFsm {
+public:
+    // `vocab` and `routing` must outlive the core.
+    RequestFsm(RequestSetup setup, RequestVocab& vocab, RequestRouting& routing);
+
+    // Each event returns what to do now; after RequestDone every event returns nothing. `now` is
+    // the caller's clock (the same as arrival_s): token times are when tokens reach the caller.
+    RequestActions on_route(const RouteChoice& route, double now);
+    RequestActions on_route_failed(const std::string& why, double now);
+    RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
+                             double now);
+    RequestActions on_run_end(RunRole role, const RunEnd& end, double now);
+    RequestActions on_cancel();
+
+    bool finished() const { return answered_; }  // FinishRequest was returned
+    bool done() const { return done_; }          // RequestDone was returned
+
+private:
+    struct Run {
+        int32_t pool = -1;
+        bool active = false;  // submitted and not ended
+        bool ended = false;
+        double t_submit = 0, t_first = -1, t_last = -1;
+        std::vector<int32_t> tokens;
+        std::vector<float> logprobs;
+        RunEnd end;
+    };
+
+    Run& run(RunRole r) { return runs_[(int)r]; }
+    void submit(RunRole role, int32_t pool, double now, RequestActions& out);
+    void stream(double now, RequestActions& out);
+    // The routing policy's cascade check (the one place the core calls it); true: upgraded.
+    bool check_cascade(bool primary_ended, double now, RequestActions& out);
+    void finish(const RunEnd& end, double now, RequestActions& out);
+    // The request's record from the answer run's end and what the request did before it.
+    RequestRecord make_record(const RunEnd& end) const;
+    PoolSample pool_sample(const Run& r, bool failed) const;
+    void record_quality(RequestActions& out);
+    void maybe_done(RequestActions& out);
+    void end_run(RunRole role, const RunEnd& end, double now, RequestActions& out);
+    void drain_deferred(double now, RequestActions& out);
+
+    RequestSetup setup_;
+    RequestVocab& vocab_;
+    RequestRouting& routing_;
+    MetricsConfig prices_;  // the generation's prices, for the cost
+    RouteChoice route_;
+    bool routed_ = false;
+    Run runs_[n_run_roles];
+    RunRole answer_ = RunRole::PRIMARY;  // the run whose tokens reach the caller
+    bool holding_ = false;               // cascade: the answer's tokens held back until the check
+    size_t n_streamed_ = 0;              // tokens of the answer run handed to the caller
+    std::unique_ptr<TextDecoder> decoder_;
+    GenerationResult result_;
+    std::vector<double> token_times_;  // when each streamed token reached the caller
+    std::vector<PoolUse> prior_pools_;
+    bool cancel_requested_ = false;
+    bool answered_ = false;
+    FinishReason answer_reason_ = FinishReason::STOP;  // when answered
+    bool quality_recorded_ = false;
+    bool done_ = false;
+    std::vector<std::pair<RunRole, RunEnd>> deferred_;  // runs that failed at submission
+};
+
+}  // namespace steward
