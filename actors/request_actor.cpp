@@ -3,8 +3,6 @@
 // (runtime/request/request_fsm.h) and executes the actions it returns: submit or cancel a run on
 // a pool's executor, stream text to the caller, fold figures into the pool's live stats and the
 // metrics, call on_finish (exactly once, the core sees to it) and stop when the core is done.
-#include <spdlog/spdlog.h>
-
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "model/tokenizer.h"

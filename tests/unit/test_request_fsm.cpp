@@ -1,0 +1,355 @@
+// The request core without actors: a fake vocabulary and routing policy, events in, actions out.
+// Cascade pass and fail, shadow agreement against an independent common prefix, cancel before the
+// route, exactly one finish for every order of events (randomised), cost against the prices.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <random>
+
+#include "request/request_fsm.h"
+
+using namespace steward;
+
+namespace {
+
+struct FakeVocab : RequestVocab {
+    std::map<int32_t, std::vector<int32_t>> prompts;  // a pool not listed: {1, 2, 3}
+    std::vector<int32_t> prompt_ids(int32_t pool) override {
+        auto it = prompts.find(pool);
+        return it == prompts.end() ? std::vector<int32_t>{1, 2, 3} : it->second;
+    }
+    // Each id as "<id>"; flush gives "." so the finish's flush is visible.
+    struct Decoder : TextDecoder {
+        std::string push(int32_t id) override { return "<" + std::to_string(id) + ">"; }
+        std::string flush() override { return "."; }
+    };
+    std::unique_ptr<TextDecoder> text_decoder(int32_t) override { return std::make_unique<Decoder>(); }
+};
+
+struct FakeRouting : RequestRouting {
+    bool upgrade = false;
+    int n_calls = 0;
+    std::vector<int32_t> seen;
+    bool seen_finished = false;
+    bool check_upgrade(const std::vector<int32_t>& tokens, const std::vector<float>&, bool finished, bool*) override {
+        n_calls++;
+        seen = tokens;
+        seen_finished = finished;
+        return upgrade;
+    }
+};
+
+RequestSetup setup() {
+    RequestSetup s;
+    s.id = 7;
+    s.tenant = "t";
+    s.max_tokens = 16;
+    s.arrival_s = 100.0;
+    s.pools = {{"cheap", 64, PoolPrice{0.1, 0.05, 0.3}}, {"strong", 64, PoolPrice{0.5, 0.25, 1.5}}};
+    return s;
+}
+
+RouteChoice cascade(int check_after) {
+    RouteChoice r;
+    r.bucket = "qa";
+    r.pool = 0;
+    r.upgrade_pool = 1;
+    r.check_after_tokens = check_after;
+    r.generation = 3;
+    return r;
+}
+
+template <typename T>
+std::vector<T> all_of(const RequestActions& a) {
+    std::vector<T> v;
+    for (const RequestAction& x : a)
+        if (auto* p = std::get_if<T>(&x)) v.push_back(*p);
+    return v;
+}
+
+std::vector<int32_t> streamed_ids(const RequestActions& a) {
+    std::vector<int32_t> v;
+    for (const StreamText& s : all_of<StreamText>(a)) v.insert(v.end(), s.ids.begin(), s.ids.end());
+    return v;
+}
+
+void append(RequestActions& to, RequestActions&& from) {
+    for (auto& a : from) to.push_back(std::move(a));
+}
+
+RunEnd end_with(FinishReason r, int n_prompt, int n_cached, double t) {
+    RunEnd e;
+    e.reason = r;
+    e.n_prompt = n_prompt;
+    e.n_cached = n_cached;
+    e.first_scheduled_s = 100.1;
+    e.t_s = t;
+    return e;
+}
+
+// Cost in the pricing's own terms: computed prompt, cached prompt and output tokens per million.
+double priced(const PoolPrice& p, int n_prompt, int n_cached, int n_output) {
+    return ((n_prompt - n_cached) * p.prompt_per_mtok + n_cached * p.cached_prompt_per_mtok + n_output * p.output_per_mtok) / 1e6;
+}
+
+}  // namespace
+
+TEST_CASE("a cascade that passes holds the first tokens until the check, then streams them from the cheap pool",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RequestActions out = fsm.on_route(cascade(3), 100.0);
+    REQUIRE(all_of<SubmitRun>(out).size() == 1);
+    const SubmitRun s = all_of<SubmitRun>(out)[0];
+    CHECK(s.role == RunRole::PRIMARY);
+    CHECK(s.pool == 0);
+    CHECK(s.run.id == run_engine_id(7, RunRole::PRIMARY));
+    CHECK(s.run.prompt == std::vector<int32_t>{1, 2, 3});
+    CHECK(s.generation == 3);
+
+    CHECK(all_of<StreamText>(fsm.on_tokens(RunRole::PRIMARY, {11}, {-0.1f}, 100.2)).empty());
+    CHECK(all_of<StreamText>(fsm.on_tokens(RunRole::PRIMARY, {12}, {-0.1f}, 100.3)).empty());
+    CHECK(routing.n_calls == 0);
+    out = fsm.on_tokens(RunRole::PRIMARY, {13}, {-0.1f}, 100.4);
+    CHECK(routing.n_calls == 1);
+    CHECK(routing.seen == std::vector<int32_t>{11, 12, 13});
+    CHECK_FALSE(routing.seen_finished);
+    CHECK(streamed_ids(out) == std::vector<int32_t>{11, 12, 13});
+    CHECK(all_of<StreamText>(out)[0].piece == "<11><12><13>");
+    CHECK(streamed_ids(fsm.on_tokens(RunRole::PRIMARY, {14}, {-0.1f}, 100.5)) == std::vector<int32_t>{14});
+    out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 3, 0, 100.6), 100.6);
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    const FinishRequest f = all_of<FinishRequest>(out)[0];
+    CHECK(f.result.tokens == std::vector<int32_t>{11, 12, 13, 14});
+    CHECK(f.result.text == "<11><12><13><14>.");
+    CHECK(f.result.pool == "cheap");
+    CHECK_FALSE(f.result.upgraded);
+    CHECK(f.record.prior_pools.empty());
+    // The held tokens reached the caller at the check: TTFT is then, not at their generation.
+    CHECK(f.result.metrics.ttft_ms == Approx(400.0));
+    CHECK(routing.n_calls == 1);
+    CHECK(all_of<RequestDone>(out).size() == 1);
+    CHECK(fsm.done());
+}
+
+TEST_CASE("a cascade that fails cancels the cheap run, charges its work in prior_pools and answers from the upgrade run",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    routing.upgrade = true;
+    RequestFsm fsm(setup(), vocab, routing);
+    fsm.on_route(cascade(2), 100.0);
+    fsm.on_tokens(RunRole::PRIMARY, {11}, {}, 100.1);
+    RequestActions out = fsm.on_tokens(RunRole::PRIMARY, {12}, {}, 100.2);
+    CHECK(all_of<StreamText>(out).empty());  // the cheap tokens never reach the caller
+    REQUIRE(all_of<CancelRun>(out).size() == 1);
+    CHECK(all_of<CancelRun>(out)[0].engine_id == run_engine_id(7, RunRole::PRIMARY));
+    REQUIRE(all_of<SubmitRun>(out).size() == 1);
+    CHECK(all_of<SubmitRun>(out)[0].role == RunRole::UPGRADE);
+    CHECK(all_of<SubmitRun>(out)[0].pool == 1);
+    // A token in flight from the cancelled run, then its end (cancelled, with its prompt work).
+    CHECK(all_of<StreamText>(fsm.on_tokens(RunRole::PRIMARY, {13}, {}, 100.25)).empty());
+    CHECK(all_of<FinishRequest>(fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::CANCELLED, 10, 4, 100.3), 100.3)).empty());
+    out = fsm.on_tokens(RunRole::UPGRADE, {21, 22}, {}, 100.4);
+    CHECK(streamed_ids(out) == std::vector<int32_t>{21, 22});
+    fsm.on_tokens(RunRole::UPGRADE, {23}, {}, 100.5);
+    out = fsm.on_run_end(RunRole::UPGRADE, end_with(FinishReason::LENGTH, 10, 0, 100.6), 100.6);
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    const FinishRequest f = all_of<FinishRequest>(out)[0];
+    CHECK(f.result.tokens == std::vector<int32_t>{21, 22, 23});
+    CHECK(f.result.pool == "strong");
+    CHECK(f.result.upgraded);
+    CHECK(f.result.finish_reason == "length");
+    REQUIRE(f.record.prior_pools.size() == 1);
+    CHECK(f.record.prior_pools[0].pool == "cheap");
+    CHECK(f.record.prior_pools[0].n_prompt_tokens == 10);
+    CHECK(f.record.prior_pools[0].n_cached_prompt_tokens == 4);
+    CHECK(f.record.prior_pools[0].n_output_tokens == 2);  // what it had made when it was judged
+    const double cost = priced({0.5, 0.25, 1.5}, 10, 0, 3) + priced({0.1, 0.05, 0.3}, 10, 4, 2);
+    CHECK(f.result.metrics.cost == Approx(cost));
+    CHECK(fsm.done());
+}
+
+TEST_CASE("a request's cost equals an independent computation from its pool's prices", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RouteChoice r;
+    r.pool = 1;
+    fsm.on_route(r, 100.0);
+    for (int i = 0; i < 5; i++) fsm.on_tokens(RunRole::PRIMARY, {30 + i}, {}, 100.1 + i * 0.01);
+    RequestActions out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 40, 32, 100.2), 100.2);
+    const FinishRequest f = all_of<FinishRequest>(out).at(0);
+    CHECK(f.result.metrics.cost == Approx(priced({0.5, 0.25, 1.5}, 40, 32, 5)));
+    CHECK(f.record.n_cached_prompt_tokens == 32);
+    CHECK(f.record.itl_s.size() == 4);
+    CHECK(f.result.metrics.tpot_ms == Approx(10.0));
+}
+
+TEST_CASE("the shadow's agreement is the common prefix over the longer output, and the shadow never streams",
+          "[request_fsm]") {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 50; trial++) {
+        FakeVocab vocab;
+        FakeRouting routing;
+        RequestFsm fsm(setup(), vocab, routing);
+        RouteChoice r;
+        r.bucket = "qa";
+        r.pool = 0;
+        r.shadow_pool = 1;
+        RequestActions out = fsm.on_route(r, 100.0);
+        REQUIRE(all_of<SubmitRun>(out).size() == 2);
+        CHECK(all_of<SubmitRun>(out)[1].role == RunRole::SHADOW);
+        CHECK(all_of<SubmitRun>(out)[1].run.session.empty());
+        // Two outputs over a 3-token alphabet, so they often share a prefix.
+        std::vector<int32_t> a(1 + rng() % 8), s(1 + rng() % 8);
+        for (auto& x : a) x = 1 + (int32_t)(rng() % 3);
+        for (auto& x : s) x = 1 + (int32_t)(rng() % 3);
+        RequestActions all;
+        for (int32_t x : s) append(all, fsm.on_tokens(RunRole::SHADOW, {x}, {}, 100.1));
+        for (int32_t x : a) append(all, fsm.on_tokens(RunRole::PRIMARY, {x}, {}, 100.1));
+        const bool shadow_first = trial % 2;
+        if (shadow_first) append(all, fsm.on_run_end(RunRole::SHADOW, end_with(FinishReason::STOP, 3, 0, 100.2), 100.2));
+        append(all, fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 3, 0, 100.3), 100.3));
+        if (!shadow_first) {
+            CHECK(all_of<RecordQuality>(all).empty());  // not before the shadow ended
+            append(all, fsm.on_run_end(RunRole::SHADOW, end_with(FinishReason::STOP, 3, 0, 100.4), 100.4));
+        }
+        CHECK(streamed_ids(all) == a);
+        const size_t common = (size_t)(std::mismatch(a.begin(), a.end(), s.begin(), s.end()).first - a.begin());
+        REQUIRE(all_of<RecordQuality>(all).size() == 1);
+        const RecordQuality q = all_of<RecordQuality>(all)[0];
+        CHECK(q.bucket == "qa");
+        CHECK(q.pool == "cheap");
+        CHECK(q.agreement == Approx((double)common / (double)std::max(a.size(), s.size())));
+        CHECK(q.exact == (a == s));
+        CHECK(all_of<RequestDone>(all).size() == 1);
+    }
+}
+
+TEST_CASE("a cancel before the route finishes the request as cancelled without submitting a run", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    CHECK(fsm.on_cancel().empty());
+    const RequestActions out = fsm.on_route(cascade(2), 100.5);
+    CHECK(all_of<SubmitRun>(out).empty());
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    CHECK(all_of<FinishRequest>(out)[0].result.finish_reason == "cancelled");
+    CHECK(all_of<FinishRequest>(out)[0].record.bucket == "qa");
+    CHECK(all_of<FinishRequest>(out)[0].result.metrics.cost == 0);
+    CHECK(std::holds_alternative<RequestDone>(out.back()));
+    CHECK(fsm.on_cancel().empty());
+}
+
+TEST_CASE("a prompt that cannot be encoded fails its run with a clear error; the shadow still runs", "[request_fsm]") {
+    FakeVocab vocab;
+    vocab.prompts[0] = {};
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RouteChoice r;
+    r.shadow_pool = 1;
+    RequestActions out = fsm.on_route(r, 100.0);
+    REQUIRE(all_of<SubmitRun>(out).size() == 1);
+    CHECK(all_of<SubmitRun>(out)[0].role == RunRole::SHADOW);
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    CHECK(all_of<FinishRequest>(out)[0].result.finish_reason == "error");
+    CHECK(all_of<FinishRequest>(out)[0].result.error.find("empty prompt") != std::string::npos);
+    CHECK(all_of<RequestDone>(out).empty());  // the shadow is still running
+    out = fsm.on_run_end(RunRole::SHADOW, end_with(FinishReason::STOP, 3, 0, 100.1), 100.1);
+    CHECK(all_of<RecordQuality>(out).empty());  // nothing to compare with a failed answer
+    CHECK(all_of<RequestDone>(out).size() == 1);
+}
+
+TEST_CASE("a request finishes exactly once and is done last, whatever the order of its events", "[request_fsm]") {
+    std::mt19937 rng(2024);
+    for (int trial = 0; trial < 2000; trial++) {
+        FakeVocab vocab;
+        FakeRouting routing;
+        routing.upgrade = rng() % 2;
+        RequestFsm fsm(setup(), vocab, routing);
+        RouteChoice route;
+        route.pool = 0;
+        if (rng() % 2) route = cascade(1 + (int)(rng() % 3));
+        if (rng() % 2) route.shadow_pool = 1;
+        const bool route_fails = rng() % 10 == 0;
+
+        // A fake engine: each submitted run makes up to n tokens (ids 100 * role + k), then ends;
+        // a cancelled run ends "cancelled" at a time of the engine's choosing.
+        struct EngineRun {
+            int n_left = 0, k = 0;
+            bool cancelled = false, ended = false;
+        };
+        std::map<RunRole, EngineRun> runs;
+        RequestActions log;
+        bool routed = false, caller_cancelled = false;
+        int n_finish = 0, n_done = 0;
+        size_t done_at = 0;
+        auto take = [&](RequestActions&& a) {
+            for (auto& x : a) {
+                if (auto* s = std::get_if<SubmitRun>(&x)) runs[s->role] = EngineRun{1 + (int)(rng() % 6)};
+                if (auto* c = std::get_if<CancelRun>(&x)) runs[c->role].cancelled = true;
+                if (std::holds_alternative<FinishRequest>(x)) n_finish++;
+                if (std::holds_alternative<RequestDone>(x)) {
+                    n_done++;
+                    done_at = log.size() + 1;
+                }
+                log.push_back(std::move(x));
+            }
+        };
+        for (int step = 0; step < 200; step++) {
+            std::vector<RunRole> live;
+            for (auto& [role, r] : runs)
+                if (!r.ended) live.push_back(role);
+            const int pick = (int)(rng() % 10);
+            if (!routed && (pick < 3 || live.empty())) {
+                routed = true;
+                take(route_fails ? fsm.on_route_failed("no router", 100.0) : fsm.on_route(route, 100.0));
+            } else if (pick == 3 && !caller_cancelled) {
+                caller_cancelled = true;
+                take(fsm.on_cancel());
+            } else if (pick == 4 && !runs.empty()) {
+                // A second end of a run that already ended (ignored), or one more token of a live run.
+                auto it = std::next(runs.begin(), (long)(rng() % runs.size()));
+                if (it->second.ended) take(fsm.on_run_end(it->first, end_with(FinishReason::STOP, 3, 0, 100.5), 100.5));
+                else take(fsm.on_tokens(it->first, {100 * (int32_t)it->first + it->second.k++}, {}, 100.5));
+            } else if (!live.empty()) {
+                const RunRole role = live[rng() % live.size()];
+                EngineRun& r = runs[role];
+                if (r.n_left > 0 && !r.cancelled) {
+                    r.n_left--;
+                    take(fsm.on_tokens(role, {100 * (int32_t)role + r.k++}, {}, 100.1));
+                } else {
+                    r.ended = true;
+                    take(fsm.on_run_end(role, end_with(r.cancelled ? FinishReason::CANCELLED : FinishReason::STOP, 3, 0, 100.2),
+                                        100.2));
+                }
+            } else if (routed) {
+                break;
+            }
+        }
+        INFO("trial " << trial);
+        REQUIRE(routed);
+        for (auto& [role, r] : runs) CHECK(r.ended);
+        CHECK(n_finish == 1);
+        CHECK(n_done == 1);
+        CHECK(done_at == log.size());  // nothing after RequestDone
+        CHECK(fsm.done());
+        // The caller saw exactly the answer's tokens, as the result says, and never a shadow's.
+        const std::vector<int32_t> ids = streamed_ids(log);
+        const FinishRequest f = all_of<FinishRequest>(log).at(0);
+        CHECK(ids == f.result.tokens);
+        CHECK(std::none_of(ids.begin(), ids.end(), [](int32_t x) { return x >= 200 && x < 300; }));
+        CHECK((int64_t)f.result.tokens.size() == f.record.n_output_tokens);
+        CHECK(f.result.upgraded == !f.record.prior_pools.empty());
+        CHECK(f.result.metrics.cost == Approx(request_cost(f.record, [] {
+                                           MetricsConfig m;
+                                           m.prices["cheap"] = {0.1, 0.05, 0.3};
+                                           m.prices["strong"] = {0.5, 0.25, 1.5};
+                                           return m;
+                                       }())));
+        // Every cancel names a submitted run.
+        for (const CancelRun& c : all_of<CancelRun>(log)) CHECK(runs.count(c.role) == 1);
+    }
+}
