@@ -97,7 +97,7 @@ void submit_run(self_ptr self, Role role, int32_t pool) {
     if (m.prompt.empty()) {
         FinishInfo f;
         f.id = m.id;
-        f.reason = "error";
+        f.set_reason(FinishReason::ERROR);
         f.error = "empty prompt and the vocabulary has no BOS token";
         f.t_s = now_s();
         self->send(self, finish_atom::value, f);
@@ -146,9 +146,7 @@ void record_quality(self_ptr self) {
     if (st.quality_recorded || s.pool < 0 || !s.finished || !st.done) return;
     st.quality_recorded = true;
     if (a.pool == s.pool) return;  // upgraded to the shadow's pool: nothing to compare
-    if (!finish_reason_ok(parse_finish_reason(s.fin.reason).value_or(FinishReason::ERROR)) ||
-        !finish_reason_ok(parse_finish_reason(st.result.finish_reason).value_or(FinishReason::ERROR)))
-        return;
+    if (!finish_reason_ok(s.fin.reason()) || !finish_reason_ok(st.result.finish)) return;
     size_t common = 0;
     while (common < a.tokens.size() && common < s.tokens.size() && a.tokens[common] == s.tokens[common]) common++;
     const size_t longer = std::max(a.tokens.size(), s.tokens.size());
@@ -180,7 +178,7 @@ void finish(self_ptr self, const FinishInfo& f) {
     const Run& run = st.runs[st.answer];
     GenerationResult& r = st.result;
     r.id = ctx.id;
-    r.finish_reason = f.reason;
+    r.finish = f.reason();
     r.error = f.error;
     r.bucket = st.route.bucket;
     if (st.decoder) {
@@ -216,7 +214,10 @@ void finish(self_ptr self, const FinishInfo& f) {
     rec.n_cached_prompt_tokens = f.n_cached;
     rec.n_output_tokens = (int64_t)r.tokens.size();
     rec.n_recomputed_tokens = f.n_recomputed;
-    rec.finish = parse_finish_reason(f.reason).value_or(FinishReason::ERROR);
+    rec.n_preemptions = f.n_preemptions;
+    rec.n_cached_cross_tenant = f.n_cached_cross_tenant;
+    rec.n_cached_public = f.n_cached_public;
+    rec.finish = f.reason();
     rec.config_generation = st.route.generation;
     rec.prior_pools = st.prior_pools;
     rec.fallback = st.route.fallback;
@@ -233,10 +234,10 @@ void finish(self_ptr self, const FinishInfo& f) {
     maybe_quit(self);
 }
 
-void fail(self_ptr self, const std::string& reason, const std::string& msg) {
+void fail(self_ptr self, FinishReason reason, const std::string& msg) {
     FinishInfo f;
     f.id = engine_id(self->state.ctx->id, PRIMARY);
-    f.reason = reason;
+    f.set_reason(reason);
     f.error = msg;
     f.t_s = now_s();
     finish(self, f);
@@ -302,13 +303,14 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             [=](const RouteDecision& d) {
                 auto& st = self->state;
                 st.route = d;
-                if (st.cancel_requested) return fail(self, "cancelled", "cancelled by the caller");
+                if (st.cancel_requested) return fail(self, FinishReason::CANCELLED, "cancelled by the caller");
+                if (auto fmt = check_response_format(req.response_format); !fmt) return fail(self, FinishReason::ERROR, fmt.error().message);
                 st.decoder = std::make_unique<StreamDecoder>(pool_of(self, d.pool).model->tokenizer());
                 st.holding = d.upgrade_pool >= 0 && d.check_after_tokens > 0;
                 submit_run(self, PRIMARY, d.pool);
                 if (d.shadow_pool >= 0) submit_run(self, SHADOW, d.shadow_pool);
             },
-            [=](caf::error& err) { fail(self, "error", "routing failed: " + self->system().render(err)); });
+            [=](caf::error& err) { fail(self, FinishReason::ERROR, "routing failed: " + self->system().render(err)); });
     return {
         [=](token_atom, const TokenBatch& b) {
             auto& st = self->state;

@@ -158,11 +158,13 @@ TEST_CASE("admission control refuses past the queue, over the context, and over 
     r.id = 3;
     auto full = e.submit(r);
     REQUIRE(!full.ok());
-    CHECK_THAT(full.error().message, Catch::Contains("overloaded"));
+    CHECK(full.error().code == ErrorCode::OVERLOADED);  // typed: the executor never parses the text
+    CHECK_THAT(full.error().message, Catch::Contains("max_queue"));
     r.id = 4;
     r.max_tokens = 200;  // 203 tokens need 13 blocks > 8
     auto big = e.submit(r);
     REQUIRE(!big.ok());
+    CHECK(big.error().code == ErrorCode::INVALID);
     CHECK_THAT(big.error().message, Catch::Contains("KV blocks"));
     r.max_tokens = 4;
     r.prompt.assign(600, 300);  // past the 512-token context

@@ -212,7 +212,7 @@ TEST_CASE("greedy outputs through the runtime equal the single-sequence Generato
     SECTION("one at a time") {
         for (size_t i = 0; i < reqs.size(); i++) {
             const GenerationResult r = rt->generate(reqs[i]);
-            INFO("prompt " << i << ": " << r.finish_reason << " " << r.error);
+            INFO("prompt " << i << ": " << finish_reason_name(r.finish) << " " << r.error);
             REQUIRE(r.ok());
             CHECK(r.tokens == expected[i]);
             CHECK(r.metrics.completion_tokens == (int)expected[i].size());
@@ -228,7 +228,7 @@ TEST_CASE("greedy outputs through the runtime equal the single-sequence Generato
             }
             for (size_t i = 0; i < reqs.size(); i++) {
                 const GenerationResult r = await(probes[i]->finished.get_future());
-                INFO("round " << round << ", prompt " << i << ": " << r.finish_reason << " " << r.error);
+                INFO("round " << round << ", prompt " << i << ": " << finish_reason_name(r.finish) << " " << r.error);
                 REQUIRE(r.ok());
                 CHECK(r.tokens == expected[i]);
             }
@@ -256,9 +256,9 @@ TEST_CASE("a request cancelled mid-generation finishes once, as cancelled", "[ru
         n_finish = probe.n_finish;
         CHECK(n_finish == 1);
         CHECK_FALSE(rt->cancel(h));  // finished: nothing to cancel any more
-        if (cancelled && r.finish_reason == "cancelled") break;
+        if (cancelled && r.finish == FinishReason::CANCELLED) break;
     }
-    CHECK(r.finish_reason == "cancelled");
+    CHECK(r.finish == FinishReason::CANCELLED);
     CHECK_FALSE(r.ok());
     CHECK(r.tokens.size() >= 1);
     CHECK((int)r.tokens.size() < n);
@@ -283,12 +283,12 @@ TEST_CASE("a full queue answers overloaded, and every submitted request still fi
     for (auto& p : probes) {
         REQUIRE(p->n_finish == 1);
         const GenerationResult r = p->finished.get_future().get();
-        if (r.finish_reason == "overloaded") {
+        if (r.finish == FinishReason::OVERLOADED) {
             n_overloaded++;
             CHECK(r.error.find("overload") != std::string::npos);
             CHECK(r.tokens.empty());
         } else {
-            INFO(r.finish_reason << " " << r.error);
+            INFO(finish_reason_name(r.finish) << " " << r.error);
             CHECK(r.ok());
             n_ok++;
         }
@@ -309,7 +309,7 @@ TEST_CASE("a request past its deadline finishes as timeout", "[runtime]") {
     const GenerationResult r = await(probe.finished.get_future());
     rt->drain();
     CHECK(probe.n_finish == 1);
-    CHECK(r.finish_reason == "timeout");
+    CHECK(r.finish == FinishReason::TIMEOUT);
     CHECK(r.error.find("request_timeout_ms") != std::string::npos);
     CHECK((int)r.tokens.size() < 200);
 }
@@ -318,12 +318,12 @@ TEST_CASE("a prompt longer than the context finishes as an error naming the cont
     auto rt = start_runtime();
     std::mt19937_64 rng(4);
     const GenerationResult r = rt->generate(ids_request(random_ids(rng, 600), 8));
-    CHECK(r.finish_reason == "error");
+    CHECK(r.finish == FinishReason::ERROR);
     CHECK(r.error.find("context") != std::string::npos);
     CHECK(r.tokens.empty());
     // Prompt + max_tokens past the context is refused the same way.
     const GenerationResult r2 = rt->generate(ids_request(random_ids(rng, 500), 100));
-    CHECK(r2.finish_reason == "error");
+    CHECK(r2.finish == FinishReason::ERROR);
     CHECK(r2.error.find("context") != std::string::npos);
 }
 
@@ -348,7 +348,7 @@ TEST_CASE("a session's second turn reuses its KV and matches Generator on the wh
     // Everything turn 1 computed is reused, partial blocks included (the prefix cache alone would
     // give whole blocks only): its prompt and answer, less the last sampled token when it stopped at
     // the length limit (that token's KV was never computed).
-    const int computed = (int)(turn1.size() + r1.tokens.size()) - (r1.finish_reason == "length" ? 1 : 0);
+    const int computed = (int)(turn1.size() + r1.tokens.size()) - (r1.finish == FinishReason::LENGTH ? 1 : 0);
     CHECK(r2.metrics.cached_tokens == computed);
     CHECK(r2.tokens == reference_greedy(turn2, 12));
     CHECK(r2.bucket == "agent");
@@ -391,7 +391,7 @@ TEST_CASE("tenants never share a private prefix, but share a declared public pre
         // KV computed by a finished turn: its prompt and answer, less the last sampled token when
         // it stopped at the length limit.
         auto computed = [](const GenerationRequest& q, const GenerationResult& r) {
-            return (int)(q.prompt_ids.size() + r.tokens.size()) - (r.finish_reason == "length" ? 1 : 0);
+            return (int)(q.prompt_ids.size() + r.tokens.size()) - (r.finish == FinishReason::LENGTH ? 1 : 0);
         };
         GenerationRequest a_next = a;
         a_next.prompt_ids = concat(concat(turn1, a1.tokens), random_ids(rng, 5));
