@@ -51,6 +51,24 @@ void push_kv_sample(executor_state& st, double t) {
     st.shared->metrics->record_kv(s);
 }
 
+// Last resort when something escaped Engine::step (which catches its own failures): every request
+// of this pool in flight finishes with ERROR now, and is cancelled in the engine so that it frees
+// its KV; the actor lives on and serves later requests.
+void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what) {
+    auto& st = self->state;
+    const double t = now_s();
+    for (auto& [id, to] : st.reply_to) {
+        FinishInfo f;
+        f.id = id;
+        f.set_reason(FinishReason::ERROR);
+        f.error = what + "; the request was abandoned, retry it";
+        f.t_s = t;
+        self->send(to, finish_atom::value, f);
+        st.engine->cancel(id);
+    }
+    st.reply_to.clear();
+}
+
 caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
                              std::shared_ptr<const Model> model, std::shared_ptr<PoolLive> live,
                              std::shared_ptr<SharedState> shared, std::string pool) {
@@ -88,12 +106,16 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     r.eviction = snap->policies[m.bucket_index].eviction;
                     if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
                 }
-            auto ok = st.engine->submit(std::move(r));
+            Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");
+            try {
+                ok = st.engine->submit(std::move(r));
+            } catch (const std::exception& e) {  // e.g. bad_alloc: refuse this one, keep serving
+                ok = make_error("request ", std::to_string(m.id), ": the engine failed to queue it: ", e.what());
+            }
             if (!ok) {
                 FinishInfo f;
                 f.id = m.id;
-                const bool overloaded = ok.error().message.rfind("overloaded", 0) == 0;
-                f.reason = overloaded ? "overloaded" : "error";
+                f.set_reason(ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR);
                 f.error = ok.error().message;
                 f.t_s = now_s();
                 self->send(sender, finish_atom::value, f);
@@ -111,7 +133,15 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             auto& st = self->state;
             st.step_pending = false;
             const double t = now_s();
-            for (EngineEvent& ev : st.engine->step(t)) {
+            std::vector<EngineEvent> events;
+            try {
+                events = st.engine->step(t);  // step() turns its own failures into ERROR events
+            } catch (const std::exception& e) {
+                fail_all(self, std::string("the pool's executor caught an exception from the engine step: ") + e.what());
+            } catch (...) {
+                fail_all(self, "the pool's executor caught an unknown exception from the engine step");
+            }
+            for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;
                 const double te = now_s();
@@ -119,11 +149,14 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 if (ev.finished) {
                     FinishInfo f;
                     f.id = ev.id;
-                    f.reason = finish_reason_name(ev.finish);
+                    f.set_reason(ev.finish);
                     f.error = ev.error;
                     f.n_prompt = ev.n_prompt;
                     f.n_cached = ev.n_cached_prompt;
                     f.n_recomputed = ev.n_recomputed;
+                    f.n_preemptions = ev.n_preemptions;
+                    f.n_cached_cross_tenant = ev.n_cached_cross_tenant;
+                    f.n_cached_public = ev.n_cached_public;
                     f.first_scheduled_s = ev.first_scheduled_s;
                     f.t_s = te;
                     self->send(it->second, finish_atom::value, f);
@@ -139,23 +172,6 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 push_kv_sample(st, t);
             }
             ensure_stepping(self);
-        },
-        [=](stats_atom) {
-            const EngineStats es = self->state.engine->stats();
-            PoolStats p;
-            p.n_waiting = es.n_waiting;
-            p.n_running = es.n_running;
-            p.n_sessions = es.n_sessions;
-            p.n_blocks_total = es.kv.n_blocks_total;
-            p.n_blocks_in_use = es.kv.n_blocks_in_use;
-            p.fragmentation = es.kv.fragmentation;
-            p.n_preemptions = es.n_preemptions;
-            p.n_evictions = es.kv.n_evictions;
-            p.n_steps = es.n_steps;
-            p.n_prefix_query_tokens = es.kv.n_prefix_query_tokens;
-            p.n_prefix_hit_tokens = es.kv.n_prefix_hit_tokens;
-            p.n_tenant_boundary_hits = es.kv.n_tenant_boundary_hit_tokens;
-            return p;
         },
     };
 }

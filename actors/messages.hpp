@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "util/finish_reason.h"
+
 namespace steward {
 
 // ---- atoms (10 characters at most)
@@ -16,7 +18,6 @@ using step_atom = caf::atom_constant<caf::atom("step")>;
 using token_atom = caf::atom_constant<caf::atom("token")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using session_atom = caf::atom_constant<caf::atom("session")>;
 using config_atom = caf::atom_constant<caf::atom("config")>;
 using reload_atom = caf::atom_constant<caf::atom("reload")>;
@@ -95,34 +96,24 @@ typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
     return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s);
 }
 
-// executor_actor -> request_actor: the request is over (tokens of its last step, if any, came first).
+// executor_actor -> request_actor: the request is over (tokens of its last step, if any, came
+// first), with the run's own figures (EngineEvent's).
 struct FinishInfo {
     uint64_t id = 0;
-    std::string reason;  // stop, length, cancelled, timeout, error, overloaded
-    std::string error;
+    int32_t finish = 0;  // a FinishReason, carried as an int: CAF 0.17 cannot inspect an enum class
+    std::string error;   // set unless STOP / LENGTH
     int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
+    int32_t n_preemptions = 0;
+    int32_t n_cached_cross_tenant = 0, n_cached_public = 0;  // shares of n_cached (EngineEvent)
     double first_scheduled_s = -1;
     double t_s = 0;
+    FinishReason reason() const { return static_cast<FinishReason>(finish); }
+    void set_reason(FinishReason r) { finish = static_cast<int32_t>(r); }
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
-    return f(caf::meta::type_name("FinishInfo"), x.id, x.reason, x.error, x.n_prompt, x.n_cached, x.n_recomputed,
-             x.first_scheduled_s, x.t_s);
-}
-
-// executor_actor -> anyone who asks: the pool's live figures.
-struct PoolStats {
-    int32_t n_waiting = 0, n_running = 0, n_sessions = 0;
-    int32_t n_blocks_total = 0, n_blocks_in_use = 0;
-    double fragmentation = 0;
-    int64_t n_preemptions = 0, n_evictions = 0, n_steps = 0;
-    int64_t n_prefix_query_tokens = 0, n_prefix_hit_tokens = 0, n_tenant_boundary_hits = 0;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PoolStats& x) {
-    return f(caf::meta::type_name("PoolStats"), x.n_waiting, x.n_running, x.n_sessions, x.n_blocks_total,
-             x.n_blocks_in_use, x.fragmentation, x.n_preemptions, x.n_evictions, x.n_steps, x.n_prefix_query_tokens,
-             x.n_prefix_hit_tokens, x.n_tenant_boundary_hits);
+    return f(caf::meta::type_name("FinishInfo"), x.id, x.finish, x.error, x.n_prompt, x.n_cached, x.n_recomputed,
+             x.n_preemptions, x.n_cached_cross_tenant, x.n_cached_public, x.first_scheduled_s, x.t_s);
 }
 
 // Registers every type above with a config (each node that sends or receives them).
@@ -132,7 +123,6 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<EngineSubmit>("EngineSubmit");
     cfg.add_message_type<TokenBatch>("TokenBatch");
     cfg.add_message_type<FinishInfo>("FinishInfo");
-    cfg.add_message_type<PoolStats>("PoolStats");
     cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
     cfg.add_message_type<std::vector<float>>("std::vector<float>");
 }

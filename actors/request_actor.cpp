@@ -115,11 +115,14 @@ RouteChoice route_choice(const RouteDecision& d) {
 
 RunEnd run_end(const FinishInfo& f) {
     RunEnd e;
-    e.reason = parse_finish_reason(f.reason).value_or(FinishReason::ERROR);
+    e.reason = f.reason();
     e.error = f.error;
     e.n_prompt = f.n_prompt;
     e.n_cached = f.n_cached;
     e.n_recomputed = f.n_recomputed;
+    e.n_preemptions = f.n_preemptions;
+    e.n_cached_cross_tenant = f.n_cached_cross_tenant;
+    e.n_cached_public = f.n_cached_public;
     e.first_scheduled_s = f.first_scheduled_s;
     e.t_s = f.t_s;
     return e;
@@ -202,6 +205,11 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.tools = req.tools;
     q.response_format = req.response_format;
     q.tenant = req.tenant;
+    // Refused before routing: the request never reaches a pool.
+    if (auto fmt = check_response_format(req.response_format); !fmt) {
+        execute(self, st.core->on_refused(fmt.error().message, now_s()));
+        return {[=](cancel_atom) {}};
+    }
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {

@@ -185,7 +185,7 @@ RuntimeRun run_runtime(Runtime& rt, const std::vector<std::vector<int32_t>>& pro
             r.metrics[s] = res.metrics;
             r.n_out += (int64_t)res.tokens.size();
             if (!res.ok()) {
-                if (r.n_failed++ == 0) r.first_error = res.finish_reason + ": " + res.error;
+                if (r.n_failed++ == 0) r.first_error = std::string(finish_reason_name(res.finish)) + ": " + res.error;
             }
         };
         rt.submit(std::move(q), std::move(cb));
@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
         bool eos_first = false;
         auto ttft = [&](const GenerationResult& r) {
             if (!r.ok()) {
-                std::fprintf(stderr, "bench_runtime: TTFT request failed (%s: %s)\n", r.finish_reason.c_str(),
+                std::fprintf(stderr, "bench_runtime: TTFT request failed (%s: %s)\n", finish_reason_name(r.finish),
                              r.error.c_str());
                 std::exit(1);
             }

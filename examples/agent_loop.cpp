@@ -64,10 +64,10 @@ int main(int argc, char** argv) {
         const steward::GenerationResult r = done.get_future().get();
 
         std::printf("turn %d [%s, bucket %s]: %d prompt tokens, %d cached, %d generated\n  output: %s\n", turn,
-                    r.finish_reason.c_str(), r.bucket.c_str(), r.metrics.prompt_tokens, r.metrics.cached_tokens,
+                    steward::finish_reason_name(r.finish), r.bucket.c_str(), r.metrics.prompt_tokens, r.metrics.cached_tokens,
                     r.metrics.completion_tokens, printable(streamed).c_str());
         if (!r.ok()) {
-            std::fprintf(stderr, "agent_loop: turn %d failed: %s %s\n", turn, r.finish_reason.c_str(), r.error.c_str());
+            std::fprintf(stderr, "agent_loop: turn %d failed: %s %s\n", turn, steward::finish_reason_name(r.finish), r.error.c_str());
             ok = false;
             break;
         }

@@ -94,6 +94,12 @@ int main(int argc, char **argv) {
     req.n_prompt_ids = 1;
     CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
     CHECK(steward_submit(NULL, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
+    req = steward_request_default();
+    req.prompt = "hello";
+    req.response_format = "yaml"; /* not implemented: refused up front, naming the value */
+    CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(steward_generate(rt, &req, &text, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(err, "yaml") != NULL);
 
     /* A generation error arrives as the result's status: a prompt past the model's context. */
     req = steward_request_default();

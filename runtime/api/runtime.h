@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "request/request.h"
 #include "util/error.h"
+#include "util/finish_reason.h"
 
 namespace steward {
 

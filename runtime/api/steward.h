@@ -57,7 +57,8 @@ typedef struct steward_request {
     const char *tenant;          /* NULL or "": "default". Tenants never share KV, except public prefixes */
     const char *session;         /* NULL or "": none. Else the conversation's KV stays pinned between turns */
     const char *bucket_hint;     /* NULL: none; e.g. "short_qa". The config's rules decide */
-    const char *response_format; /* NULL: none; "json" */
+    const char *response_format; /* NULL or "": none; "json" (classifies only: output is not
+                                    constrained yet); anything else: STEWARD_ERR_INVALID_ARGUMENT */
     int32_t max_tokens;          /* 0: the config's limits.max_tokens_default; >= 0 */
     float temperature;           /* 0: greedy; >= 0 */
     float top_p;                 /* (0, 1] */
@@ -129,7 +130,8 @@ void steward_runtime_free(steward_runtime *rt);
  * be NULL (fire and forget). The request's strings and ids are copied: free them when this returns.
  * *out_handle (when out_handle is not NULL) receives the handle for steward_cancel.
  * Errors (no callback will run): STEWARD_ERR_INVALID_ARGUMENT (rt or req NULL, prompt_ids NULL with
- * n_prompt_ids > 0, max_tokens < 0, temperature < 0, top_p outside (0, 1], top_k < 0),
+ * n_prompt_ids > 0, max_tokens < 0, temperature < 0, top_p outside (0, 1], top_k < 0, a
+ * response_format other than NULL, "" or "json"),
  * STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL. Overload, timeout and generation errors are not
  * returned here: they arrive as the result's status. Thread-safe. */
 steward_status steward_submit(steward_runtime *rt, const steward_request *req, steward_token_cb on_token,

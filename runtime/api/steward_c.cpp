@@ -31,12 +31,17 @@ char* dup_string(const std::string& s) {
     return p;
 }
 
-steward_status status_of(const std::string& finish_reason) {
-    if (finish_reason == "stop" || finish_reason == "length") return STEWARD_OK;
-    if (finish_reason == "overloaded") return STEWARD_ERR_OVERLOADED;
-    if (finish_reason == "timeout") return STEWARD_ERR_TIMEOUT;
-    if (finish_reason == "cancelled") return STEWARD_ERR_CANCELLED;
-    return STEWARD_ERR_GENERATION;
+steward_status status_of(steward::FinishReason finish) {
+    using steward::FinishReason;
+    switch (finish) {
+        case FinishReason::STOP:
+        case FinishReason::LENGTH: return STEWARD_OK;
+        case FinishReason::OVERLOADED: return STEWARD_ERR_OVERLOADED;
+        case FinishReason::TIMEOUT: return STEWARD_ERR_TIMEOUT;
+        case FinishReason::CANCELLED: return STEWARD_ERR_CANCELLED;
+        case FinishReason::ERROR: return STEWARD_ERR_GENERATION;
+    }
+    return STEWARD_ERR_INTERNAL;
 }
 
 steward_request_metrics metrics_of(const steward::RequestMetrics& m) {
@@ -64,6 +69,9 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
     if (!(r->top_p > 0.0f && r->top_p <= 1.0f))
         return msg = "top_p must be in (0, 1]; start from steward_request_default()", STEWARD_ERR_INVALID_ARGUMENT;
     if (r->top_k < 0) return msg = "top_k must be >= 0 (0: off)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->response_format)
+        if (auto ok = steward::check_response_format(r->response_format); !ok)
+            return msg = ok.error().message, STEWARD_ERR_INVALID_ARGUMENT;
     if (r->n_prompt_ids > 0)
         out.prompt_ids.assign(r->prompt_ids, r->prompt_ids + r->n_prompt_ids);
     else if (r->prompt)
@@ -172,8 +180,8 @@ steward_status steward_submit(steward_runtime* rt, const steward_request* req, s
             cb.on_finish = [on_finish, user](const steward::GenerationResult& r) {
                 steward_result c;
                 c.handle = r.id;
-                c.status = status_of(r.finish_reason);
-                c.finish_reason = r.finish_reason.c_str();
+                c.status = status_of(r.finish);
+                c.finish_reason = steward::finish_reason_name(r.finish);
                 c.error = r.error.c_str();
                 c.text = r.text.c_str();
                 c.text_len = r.text.size();
@@ -215,7 +223,7 @@ steward_status steward_generate(steward_runtime* rt, const steward_request* req,
         *out_text = dup_string(r.text);
         if (out_metrics) *out_metrics = metrics_of(r.metrics);
         write_err(err, err_len, r.error);
-        return status_of(r.finish_reason);
+        return status_of(r.finish);
     });
 }
 

@@ -1,4 +1,4 @@
-// The steward binary: `model synth`, `generate` (later: run, serve, bench, config check).
+// The steward binary: `model synth`, `generate`, `run`, `config check`, `--version` (later: serve).
 // Errors print one line naming the problem and the fix, and exit non-zero; only the CLI exits.
 #include <CLI/CLI.hpp>
 
@@ -29,6 +29,7 @@ int fail(const std::string& msg) { return cli_fail(msg); }
 int main(int argc, char** argv) {
     CLI::App app{"Steward: an LLM serving runtime that decides, per workload bucket, where to spend compute, KV memory and strong-model calls."};
     app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("steward ") + STEWARD_VERSION, "Print the version and exit");
 
     // ---- steward model synth
     auto* model_cmd = app.add_subcommand("model", "Model tools");

@@ -171,7 +171,7 @@ int cmd_run(const RunOptions& o) {
                 if (!res.ok()) {
                     prog.failed++;
                     if (o.verbose) std::fprintf(stderr, "\nrequest %llu %s: %s\n", (unsigned long long)res.id,
-                                                res.finish_reason.c_str(), res.error.c_str());
+                                                finish_reason_name(res.finish), res.error.c_str());
                 }
             }
             in_flight--;

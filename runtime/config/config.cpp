@@ -264,6 +264,10 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 !r.get("kv_quota", tc.kv_quota) || !r.finish())
                 return fail(r.err);
             if (tc.name.empty()) return fail(where(src, n.source()) + ": [[tenant]] needs a name");
+            if (!tc.api_keys.empty())
+                return fail(where(src, n.as_table()->get("api_keys")->source()) + ": tenant '" + tc.name +
+                            "' api_keys: api_keys are checked by the HTTP server, which this build does not have yet; "
+                            "remove the key");
             if (tc.kv_quota > 1.0)
                 return fail(where(src, n.source()) + ": tenant '" + tc.name + "' kv_quota is a share of the pool's KV, in (0, 1]");
             c.tenants.push_back(tc);
@@ -301,6 +305,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     !m.get_opt("max_temperature", bm.max_temperature) || !m.get_opt("tools", bm.tools) ||
                     !m.get_opt("response_format", bm.response_format) || !m.get("tenant", bm.tenants) || !m.finish())
                     return fail(m.err);
+                // A bucket rule on a format no request can carry would never match: say so now.
+                if (bm.response_format && *bm.response_format != "json")
+                    return fail(where(src, mt->get("response_format")->source()) + ": [bucket.match] of bucket '" + b.name +
+                                "': response_format \"" + *bm.response_format +
+                                "\" is not supported; the only format is \"json\" (a classification feature: output is "
+                                "not constrained until structured output lands)");
             }
             for (const char* kind : {"routing", "eviction", "speculation"}) {
                 const toml::table* pt = r.sub(kind);
@@ -348,6 +358,12 @@ Expected<Config> load_config(const std::string& path) {
     std::stringstream ss;
     ss << in.rdbuf();
     return parse_config(ss.str(), path);
+}
+
+Expected<bool> check_response_format(const std::string& value) {
+    if (value.empty() || value == "json") return true;
+    return make_error("response_format \"", value, "\" is not supported; use \"json\" or leave it empty (\"json\" only ",
+                      "classifies the request: output is not constrained until structured output lands)");
 }
 
 size_t classify(const Config& c, const RequestFeatures& f) {

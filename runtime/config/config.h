@@ -83,7 +83,7 @@ struct BucketConfig {
 struct TenantConfig {
     std::string name;
     uint64_t salt = 0;  // 0: derived from the name
-    std::vector<std::string> api_keys;
+    std::vector<std::string> api_keys;  // for the HTTP server; a non-empty list is a config error until it lands
     double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
 };
 
@@ -142,6 +142,11 @@ struct RequestFeatures {
     std::string response_format;
     std::string tenant;
 };
+// The response formats this build accepts, in a request or a [bucket.match]: "" (none) and "json".
+// "json" is a classification feature only: the output is not constrained until structured output
+// lands. The error names the value and the accepted ones.
+Expected<bool> check_response_format(const std::string& value);
+
 // Index of the first matching bucket; the last bucket when none matches (validation requires
 // at least one bucket).
 size_t classify(const Config& c, const RequestFeatures& f);

@@ -87,22 +87,21 @@ int KvManager::get_computed_blocks(SeqId seq) {
     refresh_hashes(s);
     const int n = s.n_tokens();
     const int max_blocks = n > 0 ? (n - 1) / block_size_ : 0;
-    int n_hit_blocks = 0;
+    int n_hit_blocks = 0, n_cross = 0, n_public = 0;
     for (; n_hit_blocks < max_blocks; ++n_hit_blocks) {
         const auto block = pool_.find_cached(s.block_hashes[n_hit_blocks]);
         if (!block) break;
         pool_.ref(*block);
         s.blocks.push_back(*block);
         const BlockInfo info = pool_.info(*block);
-        if (info.tenant != s.tenant) {
-            if (info.is_public)
-                counters_.n_public_cross_tenant_hit_tokens += block_size_;
-            else
-                counters_.n_tenant_boundary_hit_tokens += block_size_;
-        }
+        if (info.tenant != s.tenant) (info.is_public ? n_public : n_cross) += block_size_;
     }
     const int n_hit = n_hit_blocks * block_size_;
     s.n_computed = s.n_cached_tokens = n_hit;
+    s.n_cached_cross_tenant_tokens = n_cross;
+    s.n_cached_public_tokens = n_public;
+    counters_.n_tenant_boundary_hit_tokens += n_cross;
+    counters_.n_public_cross_tenant_hit_tokens += n_public;
     counters_.n_prefix_query_tokens += n;
     counters_.n_prefix_hit_tokens += n_hit;
     PrefixCacheCounts& t = counters_.per_tenant[s.tenant];
@@ -197,6 +196,8 @@ void KvManager::truncate(SeqId seq, int n_tokens) {
     s.tokens.resize(n_tokens);
     s.n_computed = std::min(s.n_computed, n_tokens);
     s.n_cached_tokens = std::min(s.n_cached_tokens, n_tokens);
+    s.n_cached_cross_tenant_tokens = std::min(s.n_cached_cross_tenant_tokens, s.n_cached_tokens);  // keep shares <= the whole
+    s.n_cached_public_tokens = std::min(s.n_cached_public_tokens, s.n_cached_tokens);
     const size_t n_keep = static_cast<size_t>((n_tokens + block_size_ - 1) / block_size_);
     while (s.blocks.size() > n_keep) {
         pool_.unref(s.blocks.back());

@@ -33,7 +33,9 @@ struct SeqKv {
     std::vector<int32_t> tokens;  // every known token id: prompt, then sampled or drafted ones
     std::vector<int32_t> blocks;  // block table: logical block i -> physical block id
     int n_computed = 0;           // leading tokens whose KV is written (cache hits included)
-    int n_cached_tokens = 0;      // tokens get_computed_blocks found in the prefix cache
+    int n_cached_tokens = 0;      // tokens get_computed_blocks found in the prefix cache; of those:
+    int n_cached_cross_tenant_tokens = 0;  // on blocks another tenant wrote, not public (a breach: 0)
+    int n_cached_public_tokens = 0;        // on declared-public blocks another tenant wrote
     bool is_fork = false;         // created by fork(): counts as a branch while alive
     int n_tokens() const { return static_cast<int>(tokens.size()); }
 
@@ -92,7 +94,8 @@ public:
     // Finds the longest chain of the prompt's full blocks in the prefix cache, pins them (ref + 1) into the
     // block table and returns the number of tokens they hold (n_computed becomes that). Never the whole
     // prompt: at most (n_tokens - 1) / block_size blocks, so the last token is computed and yields logits.
-    // Counts queries and hits (per tenant). Only on a sequence holding no blocks.
+    // Counts queries and hits (per tenant, and on the sequence: n_cached_tokens and its cross-tenant
+    // and public shares). Only on a sequence holding no blocks.
     int get_computed_blocks(SeqId seq);
     // Adds known tokens (sampled, drafted) to the sequence; no KV is allocated.
     void append_tokens(SeqId seq, std::span<const int32_t> tokens);

@@ -72,28 +72,6 @@ std::string fmt(double v, const char* f) {
 
 }  // namespace
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-        case FinishReason::STOP: return "stop";
-        case FinishReason::LENGTH: return "length";
-        case FinishReason::CANCELLED: return "cancelled";
-        case FinishReason::TIMEOUT: return "timeout";
-        case FinishReason::ERROR: return "error";
-        case FinishReason::OVERLOADED: return "overloaded";
-    }
-    return "unknown";
-}
-
-std::optional<FinishReason> parse_finish_reason(std::string_view s) {
-    for (int i = 0; i < n_finish_reasons; ++i)
-        if (s == finish_reason_name((FinishReason)i)) return (FinishReason)i;
-    return std::nullopt;
-}
-
-bool finish_reason_ok(FinishReason r) {
-    return r == FinishReason::STOP || r == FinishReason::LENGTH;
-}
-
 double KvShape::block_bytes() const {
     return 2.0 * n_layers * block_size * n_kv_heads * head_dim * bytes_per_elem;
 }

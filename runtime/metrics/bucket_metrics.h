@@ -11,16 +11,9 @@
 #include <vector>
 
 #include "metrics/histogram.h"
+#include "util/finish_reason.h"
 
 namespace steward {
-
-enum class FinishReason { STOP, LENGTH, CANCELLED, TIMEOUT, ERROR, OVERLOADED };
-inline constexpr int n_finish_reasons = 6;
-// "stop", "length", "cancelled", "timeout", "error", "overloaded".
-const char* finish_reason_name(FinishReason r);
-std::optional<FinishReason> parse_finish_reason(std::string_view s);
-// STOP and LENGTH: the request was served; the others were not (or not fully).
-bool finish_reason_ok(FinishReason r);
 
 // Work a request did on a pool before the one that finished it (an upgrade re-ran or continued it).
 struct PoolUse {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "util/finish_reason.h"
+
 namespace steward {
 
 struct GenerationRequest {
@@ -20,7 +22,8 @@ struct GenerationRequest {
     int top_k = 0;
     uint64_t seed = 0;
     bool tools = false;               // tools present (an agent turn)
-    std::string response_format;      // "json" or empty
+    std::string response_format;      // "" or "json" (classification only: output is not constrained
+                                      // yet); anything else finishes with ERROR
     bool add_bos = true;              // prepend BOS when the vocabulary wants it
     bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
 };
@@ -44,13 +47,13 @@ struct GenerationResult {
     std::string text;
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
-    std::string finish_reason;  // stop, length, cancelled, timeout, error, overloaded
-    std::string error;          // empty unless finish_reason is error/timeout/overloaded
+    FinishReason finish = FinishReason::STOP;  // as text: finish_reason_name(finish)
+    std::string error;          // empty unless finish is ERROR, TIMEOUT, OVERLOADED or CANCELLED
     std::string bucket, pool;   // pool: the one that answered
     bool upgraded = false;      // started on a cheaper pool, answered by a stronger one
     bool fallback = false;      // a routing plugin's decision was rejected; the bucket's pool served it
     RequestMetrics metrics;
-    bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
+    bool ok() const { return finish_reason_ok(finish); }
 };
 
 struct RequestCallbacks {

@@ -38,12 +38,16 @@ RequestActions RequestFsm::on_route(const RouteChoice& route, double now) {
 }
 
 RequestActions RequestFsm::on_route_failed(const std::string& why, double now) {
+    return on_refused("routing failed: " + why, now);
+}
+
+RequestActions RequestFsm::on_refused(const std::string& error, double now) {
     RequestActions out;
     if (done_ || routed_ || answered_) return out;
     routed_ = true;
     RunEnd e;
     e.reason = FinishReason::ERROR;
-    e.error = "routing failed: " + why;
+    e.error = error;
     e.t_s = now;
     finish(e, now, out);
     maybe_done(out);
@@ -228,7 +232,7 @@ void RequestFsm::finish(const RunEnd& end, double now, RequestActions& out) {
     if (decoder_) stream(now, out);
     GenerationResult& g = result_;
     g.id = setup_.id;
-    g.finish_reason = finish_reason_name(end.reason);
+    g.finish = end.reason;
     g.error = end.error;
     g.bucket = route_.bucket;
     if (decoder_) {

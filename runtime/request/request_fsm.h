@@ -143,6 +143,8 @@ public:
     // Each event returns what to do now; after RequestDone every event returns nothing. `now` is
     // the caller's clock (the same as arrival_s): token times are when tokens reach the caller.
     RequestActions on_route(const RouteChoice& route, double now);
+    // The request is refused before routing (an invalid field): it finishes with ERROR and `error`.
+    RequestActions on_refused(const std::string& error, double now);
     RequestActions on_route_failed(const std::string& why, double now);
     RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
                              double now);

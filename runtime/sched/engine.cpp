@@ -6,8 +6,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <mutex>
+#include <unordered_set>
 
 namespace steward {
+
+namespace {
+
+std::mutex g_fault_mu;
+std::shared_ptr<const ForwardFaultHook> g_fault_hook;  // null: none
+
+std::shared_ptr<const ForwardFaultHook> forward_fault_hook() {
+    std::lock_guard<std::mutex> lk(g_fault_mu);
+    return g_fault_hook;
+}
+
+}  // namespace
+
+void set_forward_fault_hook(ForwardFaultHook hook) {
+    std::lock_guard<std::mutex> lk(g_fault_mu);
+    g_fault_hook = hook ? std::make_shared<const ForwardFaultHook>(std::move(hook)) : nullptr;
+}
 
 Engine::Engine(const Model& model, const EngineOptions& opt)
     : model_(model),
@@ -36,8 +56,8 @@ Expected<bool> Engine::submit(EngineRequest req) {
                           " KV blocks but the whole pool has ", std::to_string(opt_.n_blocks),
                           "; raise the pool's kv_blocks / kv_gib or lower max_tokens");
     if ((int)waiting_.size() >= opt_.max_queue)
-        return make_error("overloaded: the pool's queue is full (", std::to_string(waiting_.size()),
-                          " waiting); retry later or raise max_queue");
+        return make_error_code(ErrorCode::OVERLOADED, "overloaded: the pool's queue is full (",
+                               std::to_string(waiting_.size()), " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
     const uint64_t id = req.id;
     if (req.kv_quota_blocks >= 0) mgr_.set_tenant_quota(req.tenant, req.kv_quota_blocks);
@@ -68,6 +88,9 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_prompt = (int)s.req.prompt.size();
     e.n_cached_prompt = s.n_cached_prompt;
     e.n_recomputed = s.n_recomputed;
+    e.n_preemptions = s.n_preemptions;
+    e.n_cached_cross_tenant = s.n_cached_cross_tenant;
+    e.n_cached_public = s.n_cached_public;
     return e;
 }
 
@@ -99,6 +122,7 @@ void Engine::preempt(Seq& s) {
     mgr_.free(s.kv);
     s.kv = 0;
     s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
+    s.n_preemptions++;
     stats_.n_preemptions++;
 }
 
@@ -123,31 +147,82 @@ void Engine::attach(Seq& s) {
             }
         }
     }
+    int n_cross = 0, n_public = 0;  // a session's own KV is the tenant's: neither
     if (!s.kv) {
         s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens, s.req.salt);
-        if (opt_.prefix_cache) reused = mgr_.get_computed_blocks(s.kv);
+        if (opt_.prefix_cache) {
+            reused = mgr_.get_computed_blocks(s.kv);
+            n_cross = mgr_.seq(s.kv).n_cached_cross_tenant_tokens;
+            n_public = mgr_.seq(s.kv).n_cached_public_tokens;
+        }
     }
     if (first) {
         s.n_cached_prompt = reused;
+        s.n_cached_cross_tenant = n_cross;
+        s.n_cached_public = n_public;
     } else {
         s.n_recomputed -= std::min(s.n_recomputed, reused);
     }
 }
 
+void Engine::finish(uint64_t id, FinishReason why, const std::string& err, double now_s,
+                    std::vector<EngineEvent>& events) {
+    Seq& s = *seqs_.at(id);
+    EngineEvent e = make_event(s);
+    e.finished = true;
+    e.finish = why;
+    e.error = err;
+    release(s, false, now_s);
+    events.push_back(std::move(e));
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+    running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+    seqs_.erase(id);
+}
+
 std::vector<EngineEvent> Engine::step(double now_s) {
     std::vector<EngineEvent> events;
-    auto finish = [&](uint64_t id, FinishReason why, const std::string& err) {
+    try {
+        run_step(now_s, events);
+    } catch (const std::exception& e) {
+        fail_running(std::string("the engine step failed: ") + e.what(), now_s, events);
+    } catch (...) {
+        fail_running("the engine step failed with an unknown exception", now_s, events);
+    }
+    return events;
+}
+
+// After a step threw: every running sequence may have been in the batch, half-committed or
+// half-sampled, so its state is unknown and it fails. Waiting ones hold no KV (attach happens only
+// on admission, which moves them to running) and stay queued. A request that already got its
+// finished event this step keeps it (it was served) and is only released. The message names the
+// failure; the KV they held goes back to the pool (not kept as a session: its content is unknown).
+void Engine::fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events) {
+    std::unordered_set<uint64_t> already;
+    for (const EngineEvent& e : events)
+        if (e.finished) already.insert(e.id);
+    const std::vector<uint64_t> ids = running_;
+    for (uint64_t id : ids) {
+        if (!seqs_.count(id)) continue;
+        if (already.count(id)) {
+            release(*seqs_.at(id), false, now_s);
+            running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+            seqs_.erase(id);
+            continue;
+        }
+        finish(id, FinishReason::ERROR, what + "; the request was abandoned, retry it", now_s, events);
+    }
+    // A waiting sequence admitted half-way (attach without the move to running) holds KV: drop it.
+    for (uint64_t id : waiting_) {
         Seq& s = *seqs_.at(id);
-        EngineEvent e = make_event(s);
-        e.finished = true;
-        e.finish = why;
-        e.error = err;
-        release(s, false, now_s);
-        events.push_back(std::move(e));
-        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
-        running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
-        seqs_.erase(id);
-    };
+        if (s.kv) {
+            mgr_.free(s.kv);
+            s.kv = 0;
+        }
+    }
+}
+
+void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
+    auto finish = [&](uint64_t id, FinishReason why, const std::string& err) { this->finish(id, why, err, now_s, events); };
 
     // ---- cancellations, deadlines, expired sessions
     for (uint64_t id : cancelled_)
@@ -253,7 +328,7 @@ std::vector<EngineEvent> Engine::step(double now_s) {
         plan.push_back({s.req.id, n});
         budget -= n;
     }
-    if (plan.empty()) return events;
+    if (plan.empty()) return;
 
     // ---- one forward over the whole batch
     std::vector<SeqInput> batch(plan.size());
@@ -265,11 +340,16 @@ std::vector<EngineEvent> Engine::step(double now_s) {
         in.block_table = kv.blocks;
         in.logits = kv.n_computed + plan[k].n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
     }
+    if (auto hook = forward_fault_hook()) {
+        std::vector<uint64_t> ids;
+        for (const Planned& p : plan) ids.push_back(p.id);
+        (*hook)(ids);
+    }
     auto r = fwd_.forward(kv_, batch, logits_);
     stats_.n_steps++;
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
-        return events;
+        return;
     }
 
     // ---- commit, publish, sample
@@ -312,7 +392,6 @@ std::vector<EngineEvent> Engine::step(double now_s) {
         running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
         seqs_.erase(id);
     }
-    return events;
 }
 
 EngineStats Engine::stats() const {

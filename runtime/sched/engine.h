@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,7 +17,7 @@
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
-#include "metrics/bucket_metrics.h"  // FinishReason
+#include "util/finish_reason.h"
 
 namespace steward {
 
@@ -64,13 +66,24 @@ struct EngineEvent {
     std::vector<float> logprobs;
     bool finished = false;
     FinishReason finish = FinishReason::STOP;  // meaningful when finished
-    std::string error;             // set with ERROR / TIMEOUT
-    // Filled on the first event carrying tokens and on finish:
+    std::string error;             // set with ERROR / TIMEOUT / CANCELLED
+    // The request's own figures so far (every event carries them; read them on finish):
     double first_scheduled_s = -1; // when the request first entered a batch
     int n_prompt = 0;
     int n_cached_prompt = 0;       // prompt tokens served from the prefix cache (or the session)
     int n_recomputed = 0;          // tokens recomputed after preemption
+    int n_preemptions = 0;         // times its KV was dropped to make room
+    // Of n_cached_prompt: tokens on blocks another tenant wrote outside any public prefix (a
+    // tenant-boundary breach: must stay 0), and on another tenant's declared-public blocks.
+    int n_cached_cross_tenant = 0;
+    int n_cached_public = 0;
 };
+
+// Fault injection for tests: while set, every Engine calls it before each forward with the ids of
+// the step's batch; whatever it throws is handled as a failing step (see Engine::step). Process-wide
+// so that a test through steward::Runtime reaches the engines the runtime builds. Thread-safe.
+using ForwardFaultHook = std::function<void(std::span<const uint64_t> batch_ids)>;
+void set_forward_fault_hook(ForwardFaultHook hook);  // an empty function removes it
 
 struct EngineStats {
     int64_t n_steps = 0;
@@ -89,11 +102,14 @@ public:
 
     // Validates and queues. Errors (returned, nothing queued): an empty prompt, prompt + max_tokens
     // past the model's context, a request that needs more KV blocks than the whole pool holds, a
-    // full queue ("overloaded"). Thread: the owner.
+    // reused id (code INVALID); a full queue (code OVERLOADED: retry later). Thread: the owner.
     Expected<bool> submit(EngineRequest req);
     // Marks a request cancelled; its event comes at the next step. False when unknown.
     bool cancel(uint64_t id);
     // Runs one step at engine time now_s: expire deadlines and sessions, schedule, forward, sample.
+    // Never throws: if anything in the step throws (the forward, sampling, a fault hook), every
+    // running request finishes with ERROR naming the failure, their KV is freed, and the engine
+    // stays usable for the waiting ones and later submits.
     std::vector<EngineEvent> step(double now_s);
     bool has_work() const { return !waiting_.empty() || !running_.empty() || !cancelled_.empty(); }
     EngineStats stats() const;
@@ -116,6 +132,12 @@ private:
         int n_generated = 0;
         int n_cached_prompt = 0;
         int n_recomputed = 0;
+        int n_preemptions = 0;
+        // Cache figures of the first admission only, like n_cached_prompt: hits at a re-attach after
+        // preemption give back recomputed work (they lower n_recomputed), not prompt tokens the
+        // caller got from the cache, so counting them again would double-count.
+        int n_cached_cross_tenant = 0;
+        int n_cached_public = 0;
         double first_scheduled_s = -1;
         bool reported_first = false;
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
@@ -126,12 +148,14 @@ private:
         double expires_s = 0;
     };
 
-    bool ensure_slots(Seq& s, int n, std::vector<int>& order, size_t self_index, std::vector<EngineEvent>& ev);
     void preempt(Seq& s);
     void release(Seq& s, bool keep_session, double now_s);
     bool free_one_session();
     void attach(Seq& s);
     EngineEvent make_event(Seq& s) const;
+    void run_step(double now_s, std::vector<EngineEvent>& events);
+    void finish(uint64_t id, FinishReason why, const std::string& err, double now_s, std::vector<EngineEvent>& events);
+    void fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events);
 
     const Model& model_;
     EngineOptions opt_;

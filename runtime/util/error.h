@@ -8,8 +8,13 @@
 
 namespace steward {
 
+// What kind of failure an Error is, for callers that act on it rather than show it: INVALID (the
+// input can never succeed as given), OVERLOADED (no room now: retry later). The message is for people.
+enum class ErrorCode { INVALID, OVERLOADED };
+
 struct Error {
     std::string message;
+    ErrorCode code = ErrorCode::INVALID;
 };
 
 // A value or an Error. Small on purpose: std::expected is C++23.
@@ -42,6 +47,13 @@ Error make_error(Args&&... parts) {
     std::string s;
     ((s += parts), ...);
     return Error{std::move(s)};
+}
+
+template <typename... Args>
+Error make_error_code(ErrorCode code, Args&&... parts) {
+    Error e = make_error(std::forward<Args>(parts)...);
+    e.code = code;
+    return e;
 }
 
 }  // namespace steward

@@ -81,3 +81,9 @@ TEST_CASE("a corrupt model, a missing file and a bad config give one clear error
     CHECK_THAT(c.out, Catch::Contains("bad.toml:1:1") && Catch::Contains("max_batch"));
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("steward --version prints the project version and exits 0", "[cli]") {
+    Run v = run("--version");
+    CHECK(v.rc == 0);
+    CHECK(v.out == "steward " STEWARD_VERSION "\n");
+}

@@ -3,8 +3,11 @@
 // preempted or squeezed into a pool much smaller than the workload.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <random>
+#include <set>
+#include <span>
 
 #include "cpu/generator.h"
 #include "model/synth.h"
@@ -158,11 +161,13 @@ TEST_CASE("admission control refuses past the queue, over the context, and over 
     r.id = 3;
     auto full = e.submit(r);
     REQUIRE(!full.ok());
-    CHECK_THAT(full.error().message, Catch::Contains("overloaded"));
+    CHECK(full.error().code == ErrorCode::OVERLOADED);  // typed: the executor never parses the text
+    CHECK_THAT(full.error().message, Catch::Contains("max_queue"));
     r.id = 4;
     r.max_tokens = 200;  // 203 tokens need 13 blocks > 8
     auto big = e.submit(r);
     REQUIRE(!big.ok());
+    CHECK(big.error().code == ErrorCode::INVALID);
     CHECK_THAT(big.error().message, Catch::Contains("KV blocks"));
     r.max_tokens = 4;
     r.prompt.assign(600, 300);  // past the 512-token context
@@ -311,4 +316,183 @@ TEST_CASE("the configured tenant salt decides sharing: the same salt shares bloc
     CHECK(cached_second(77, 77) == 32);  // two full blocks of 16 (the last token is always computed)
     CHECK(cached_second(77, 78) == 0);
     CHECK(cached_second(0, 0) == 0);  // no configured salt: derived per tenant id, never shared
+}
+
+TEST_CASE("each finished request carries its own preemptions, equal to the times its KV was seen dropped", "[engine]") {
+    EngineOptions o;
+    o.n_blocks = 12;  // 192 slots for requests of 6 blocks each: preemption is certain
+    o.n_threads = 1;
+    o.max_batch_tokens = 64;
+    Engine e(test_model(), o);
+    std::vector<int32_t> pub;
+    for (int i = 0; i < 32; i++) pub.push_back(300 + i);  // two full public blocks
+    e.set_public_prefixes({pub});
+    std::mt19937_64 rng(17);
+    std::map<uint64_t, std::vector<int32_t>> prompts;
+    for (uint64_t id = 1; id <= 6; id++) {
+        EngineRequest r;
+        r.id = id;
+        r.tenant = (int32_t)id % 2 + 1;
+        r.salt = 100 + (uint64_t)r.tenant;
+        r.prompt = pub;
+        for (int i = 0; i < 8; i++) r.prompt.push_back(340 + (int)(rng() % 150));
+        r.max_tokens = 50;
+        r.stop_at_eos = false;
+        r.priority = (int)(id % 3);
+        prompts[id] = r.prompt;
+        REQUIRE(e.submit(r).ok());
+    }
+    // The independent count: between two steps a request's KV is held iff some live sequence starts
+    // with its prompt (the prompts differ); a request that held KV, holds none after the next step
+    // and did not finish in it was preempted (it cannot be re-admitted in the step that preempted it).
+    auto holds_kv = [&](const std::vector<int32_t>& p) {
+        for (SeqId s : e.kv_manager().seq_ids()) {
+            const SeqKv& kv = e.kv_manager().seq(s);
+            if (kv.tokens.size() >= p.size() && std::equal(p.begin(), p.end(), kv.tokens.begin())) return true;
+        }
+        return false;
+    };
+    std::map<uint64_t, int> seen_dropped;
+    std::map<uint64_t, EngineEvent> fin;
+    std::map<uint64_t, bool> held;
+    double t = 0;
+    while (e.has_work()) {
+        std::set<uint64_t> finished_now;
+        for (EngineEvent& ev : e.step(t += 0.001))
+            if (ev.finished) {
+                finished_now.insert(ev.id);
+                fin[ev.id] = ev;
+            }
+        for (const auto& [id, p] : prompts) {
+            if (fin.count(id)) continue;
+            const bool now = holds_kv(p);
+            if (held[id] && !now) seen_dropped[id]++;
+            held[id] = now;
+        }
+    }
+    int n_total = 0;
+    for (const auto& [id, ev] : fin) {
+        INFO("request " << id);
+        CHECK(ev.finish == FinishReason::LENGTH);
+        CHECK(ev.n_preemptions == seen_dropped[id]);
+        if (ev.n_recomputed > 0) CHECK(ev.n_preemptions > 0);  // (the cache may give all of it back)
+        // The cache shares come from the first admission only: never more than the public blocks,
+        // however often a re-attach hits them again.
+        CHECK(ev.n_cached_public + ev.n_cached_cross_tenant <= ev.n_cached_prompt);
+        CHECK(ev.n_cached_public <= 32);
+        CHECK(ev.n_cached_cross_tenant == 0);
+        n_total += ev.n_preemptions;
+    }
+    CHECK(fin.size() == 6);
+    CHECK(n_total > 0);
+    CHECK(n_total == e.stats().n_preemptions);
+}
+
+TEST_CASE("a request's cache hits are split into public and cross-tenant shares by who wrote the blocks", "[engine]") {
+    EngineOptions o;
+    o.n_blocks = 64;
+    o.n_threads = 1;
+    Engine e(test_model(), o);
+    std::vector<int32_t> pub;
+    for (int i = 0; i < 32; i++) pub.push_back(300 + i);
+    e.set_public_prefixes({pub});
+    uint64_t next_id = 1;
+    auto run = [&](int32_t tenant, uint64_t salt, std::vector<int32_t> prompt) {
+        EngineRequest r;
+        r.id = next_id++;
+        r.tenant = tenant;
+        r.salt = salt;
+        r.prompt = std::move(prompt);
+        r.max_tokens = 2;
+        REQUIRE(e.submit(r).ok());
+        EngineEvent last;
+        while (e.has_work())
+            for (EngineEvent& ev : e.step(0.0))
+                if (ev.finished) last = ev;
+        return last;
+    };
+    auto with_tail = [](std::vector<int32_t> p, int first) {
+        for (int i = 0; i < 10; i++) p.push_back(first + i);
+        return p;
+    };
+    const EngineEvent a1 = run(1, 11, with_tail(pub, 400));
+    CHECK(a1.n_cached_prompt == 0);
+    // Another tenant, another salt: only the public prefix's two full blocks are shared.
+    const EngineEvent b1 = run(2, 22, with_tail(pub, 450));
+    CHECK(b1.n_cached_prompt == 32);
+    CHECK(b1.n_cached_public == 32);
+    CHECK(b1.n_cached_cross_tenant == 0);
+    // The writer's own blocks are neither: tenant 1 again hits its own (public and private) blocks.
+    const EngineEvent a2 = run(1, 11, with_tail(pub, 400));
+    CHECK(a2.n_cached_prompt == 32);  // (42 - 1) / 16 full blocks
+    CHECK(a2.n_cached_public == 0);
+    CHECK(a2.n_cached_cross_tenant == 0);
+    // Two tenants configured with one salt share private blocks too: counted as cross-tenant, the
+    // figure that shows such sharing (it must stay 0 unless salts are shared on purpose).
+    std::vector<int32_t> priv;
+    for (int i = 0; i < 40; i++) priv.push_back(200 + i);
+    const EngineEvent c1 = run(3, 77, priv);
+    CHECK(c1.n_cached_prompt == 0);
+    const EngineEvent d1 = run(4, 77, priv);
+    CHECK(d1.n_cached_prompt == 32);
+    CHECK(d1.n_cached_cross_tenant == 32);
+    CHECK(d1.n_cached_public == 0);
+    CHECK(e.stats().kv.n_tenant_boundary_hit_tokens == 32);
+    CHECK(e.stats().kv.n_public_cross_tenant_hit_tokens == 32);
+}
+
+TEST_CASE("a step whose forward throws fails every running request, keeps the waiting ones, and the engine goes on", "[engine]") {
+    struct HookGuard {
+        ~HookGuard() { set_forward_fault_hook({}); }
+    } guard;
+    EngineOptions o;
+    o.n_blocks = 64;
+    o.n_threads = 1;
+    o.max_batch = 2;  // the third request waits
+    Engine e(test_model(), o);
+    const std::vector<std::vector<int32_t>> prompts = make_prompts(3, 5);
+    for (uint64_t id = 1; id <= 3; id++) {
+        EngineRequest r;
+        r.id = id;
+        r.prompt = prompts[id - 1];
+        r.max_tokens = 8;
+        r.stop_at_eos = false;
+        REQUIRE(e.submit(r).ok());
+    }
+    int n_forwards = 0;
+    set_forward_fault_hook([&](std::span<const uint64_t>) {
+        if (++n_forwards == 3) throw std::runtime_error("injected fault");
+    });
+    std::map<uint64_t, EngineEvent> fin;
+    std::map<uint64_t, std::vector<int32_t>> out;
+    for (int i = 0; i < 3; i++)
+        for (EngineEvent& ev : e.step(0.0)) {
+            for (int32_t tok : ev.tokens) out[ev.id].push_back(tok);
+            if (ev.finished) fin[ev.id] = ev;
+        }
+    // The third step threw: both running requests got their ERROR event, the waiting one none.
+    REQUIRE(fin.size() == 2);
+    for (uint64_t id : {1, 2}) {
+        REQUIRE(fin.count(id));
+        CHECK(fin[id].finish == FinishReason::ERROR);
+        CHECK_THAT(fin[id].error, Catch::Contains("injected fault") && Catch::Contains("step failed"));
+    }
+    CHECK(e.stats().n_running == 0);
+    CHECK(e.stats().n_waiting == 1);
+    // Still usable: the waiting request and a new one run to the reference output.
+    set_forward_fault_hook({});
+    EngineRequest r;
+    r.id = 4;
+    r.prompt = prompts[0];
+    r.max_tokens = 8;
+    REQUIRE(e.submit(r).ok());
+    while (e.has_work())
+        for (EngineEvent& ev : e.step(0.0)) {
+            for (int32_t tok : ev.tokens) out[ev.id].push_back(tok);
+            if (ev.finished) fin[ev.id] = ev;
+        }
+    CHECK(fin[3].finish == FinishReason::LENGTH);
+    CHECK(finish_reason_ok(fin[4].finish));
+    CHECK(out[4] == reference_greedy(prompts[0], 8));
+    CHECK(e.stats().kv.n_blocks_in_use == 0);
 }

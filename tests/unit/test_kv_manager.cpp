@@ -358,14 +358,20 @@ private:
         query_[s.tenant] += n;
         hits_[s.tenant] += hit;
         totals_.n_hit_tokens += hit;
+        int lookup_public = 0;
         for (int32_t b : expected) {
             const Cached& c = cached_.at(b);
             if (c.writer != s.tenant) {
                 SHADOW_EXPECT(c.key.first == -1, "a hit on another tenant's block must be public");
                 public_cross_ += bs_;
                 totals_.n_public_cross += bs_;
+                lookup_public += bs_;
             }
         }
+        SHADOW_EXPECT(m_.seq(id).n_cached_tokens == hit, "the sequence's cached tokens == this lookup's hits");
+        SHADOW_EXPECT(m_.seq(id).n_cached_public_tokens == lookup_public,
+                      "the sequence's public share == this lookup's hits on other tenants' public blocks");
+        SHADOW_EXPECT(m_.seq(id).n_cached_cross_tenant_tokens == 0, "no hit on another tenant's private block");
         seqs_.emplace(id, std::move(s));
         return "";
     }

@@ -111,7 +111,7 @@ TEST_CASE("1000 requests across 5 reloads (valid and invalid): none lost, none f
     std::map<std::string, int> qa_pool_by_gen[7];
     for (int i = 0; i < 1000; i++) {
         const GenerationResult& res = out[i].res;
-        INFO("request " << i << ": " << res.finish_reason << " " << res.error);
+        INFO("request " << i << ": " << finish_reason_name(res.finish) << " " << res.error);
         CHECK(res.ok());
         CHECK(res.metrics.config_generation == out[i].gen_at_submit);
         by_gen[res.metrics.config_generation]++;

@@ -160,7 +160,7 @@ TEST_CASE("a cascade that fails cancels the cheap run, charges its work in prior
     CHECK(f.result.tokens == std::vector<int32_t>{21, 22, 23});
     CHECK(f.result.pool == "strong");
     CHECK(f.result.upgraded);
-    CHECK(f.result.finish_reason == "length");
+    CHECK(f.result.finish == FinishReason::LENGTH);
     REQUIRE(f.record.prior_pools.size() == 1);
     CHECK(f.record.prior_pools[0].pool == "cheap");
     CHECK(f.record.prior_pools[0].n_prompt_tokens == 10);
@@ -236,7 +236,7 @@ TEST_CASE("a cancel before the route finishes the request as cancelled without s
     const RequestActions out = fsm.on_route(cascade(2), 100.5);
     CHECK(all_of<SubmitRun>(out).empty());
     REQUIRE(all_of<FinishRequest>(out).size() == 1);
-    CHECK(all_of<FinishRequest>(out)[0].result.finish_reason == "cancelled");
+    CHECK(all_of<FinishRequest>(out)[0].result.finish == FinishReason::CANCELLED);
     CHECK(all_of<FinishRequest>(out)[0].record.bucket == "qa");
     CHECK(all_of<FinishRequest>(out)[0].result.metrics.cost == 0);
     CHECK(std::holds_alternative<RequestDone>(out.back()));
@@ -254,7 +254,7 @@ TEST_CASE("a prompt that cannot be encoded fails its run with a clear error; the
     REQUIRE(all_of<SubmitRun>(out).size() == 1);
     CHECK(all_of<SubmitRun>(out)[0].role == RunRole::SHADOW);
     REQUIRE(all_of<FinishRequest>(out).size() == 1);
-    CHECK(all_of<FinishRequest>(out)[0].result.finish_reason == "error");
+    CHECK(all_of<FinishRequest>(out)[0].result.finish == FinishReason::ERROR);
     CHECK(all_of<FinishRequest>(out)[0].result.error.find("empty prompt") != std::string::npos);
     CHECK(all_of<RequestDone>(out).empty());  // the shadow is still running
     out = fsm.on_run_end(RunRole::SHADOW, end_with(FinishReason::STOP, 3, 0, 100.1), 100.1);
