@@ -76,6 +76,7 @@ void submit_run(self_ptr self, Role role, int32_t pool) {
     EngineSubmit m;
     m.id = engine_id(ctx.id, role);
     m.tenant = ctx.shared->tenant_id(req.tenant);
+    m.tenant_name = req.tenant;
     m.salt = ctx.snap->config->tenant_salt(req.tenant);
     m.prompt = prompt_for(self, pool);
     m.max_tokens = st.max_tokens;
@@ -228,6 +229,14 @@ void finish(self_ptr self, const FinishInfo& f) {
         m.cost = request_cost(rec, ctx.shared->metrics->config());
         ctx.shared->metrics->record(rec);
     }
+    // The session's KV stays on the pool that served this turn (the engine keeps it on success).
+    if (!ctx.req.session.empty() && run.pool >= 0 && finish_reason_ok(rec.finish))
+        ctx.shared->session_pools.record(SharedState::session_key(ctx.shared->tenant_id(ctx.req.tenant), ctx.req.session),
+                                         rec.pool, f.n_prompt + (int32_t)r.tokens.size());
+    if (const auto& routing = st.route.bucket.empty() ? nullptr : ctx.snap->policies.at(st.route.bucket_index).routing;
+        routing && routing->has_outcome())
+        routing->on_outcome(st.route.input, RouteOutcome{run.pool, rec.finish, r.upgraded, f.n_prompt, f.n_cached,
+                                                         (int32_t)r.tokens.size(), m.ttft_ms, m.tpot_ms, m.e2e_ms, m.cost});
     if (ctx.cb.on_finish) ctx.cb.on_finish(r);
     // The caller has its answer; a shadow still running is cancelled only if the caller cancelled.
     maybe_quit(self);
@@ -242,14 +251,6 @@ void fail(self_ptr self, const std::string& reason, const std::string& msg) {
     finish(self, f);
 }
 
-steward_route_request route_request(self_ptr self) {
-    auto& st = self->state;
-    const GenerationRequest& req = st.ctx->req;
-    return steward_route_request{st.ctx->id, st.route.bucket.c_str(), req.tenant.c_str(),
-                                 st.n_prompt, st.max_tokens, req.temperature,
-                                 req.tools ? 1 : 0, req.response_format.c_str()};
-}
-
 // The cascade check on the first tokens: true when the request moved to the upgrade pool.
 bool check_cascade(self_ptr self, bool finished) {
     auto& st = self->state;
@@ -259,7 +260,7 @@ bool check_cascade(self_ptr self, bool finished) {
     const Run& run = st.runs[PRIMARY];
     steward_token_view tv{run.tokens.data(), run.logprobs.data(), (uint32_t)run.tokens.size(), finished ? 1 : 0};
     bool fallback = false;
-    const bool up = pol.routing->check_upgrade(route_request(self), tv, &fallback);
+    const bool up = pol.routing->check_upgrade(st.route.input, tv, &fallback);
     if (fallback) st.route.fallback = true;
     if (!up) return false;
     // Upgrade: the cheap run's work is recorded (and charged); the answer comes from the strong pool.
@@ -297,6 +298,8 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.tools = req.tools;
     q.response_format = req.response_format;
     q.tenant = req.tenant;
+    q.session = req.session;
+    q.arrival_s = ctx->arrival_s;
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {
