@@ -19,7 +19,7 @@ static int on_outcome(steward_policy* self, const steward_route_request* req, co
     (void)req, (void)ctx;
     const int served = o->finish_reason == STEWARD_FINISH_STOP || o->finish_reason == STEWARD_FINISH_LENGTH;
     if (!STEWARD_HAS_FIELD(o, steward_route_outcome, cost) || o->pool < 0 || !served || o->n_output_tokens <= 0 ||
-        o->ttft_ms < 0 || o->e2e_ms < o->ttft_ms || !(o->cost > 0))
+        o->ttft_ms < 0 || !(o->e2e_ms > 0) || !(o->cost > 0))
         self->mode = 1; /* a broken report: fail every later route */
     self->value++;
     return STEWARD_PLUGIN_OK;
