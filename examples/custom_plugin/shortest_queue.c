@@ -115,6 +115,7 @@ static const steward_routing_table sq_table = {
     .destroy = sq_destroy,
     .route = sq_route,
     .check_upgrade = NULL, /* never upgrade */
+    /* ABI 2's route_v2 / on_outcome are left out: fields not named here stay NULL (absent). */
 };
 
 static const steward_plugin sq_plugin = {
@@ -125,6 +126,7 @@ static const steward_plugin sq_plugin = {
     .table = &sq_table,
 };
 
+/* A newer runtime still loads this plugin: it asks with its own ABI version, then older ones. */
 STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) {
-    return host_abi_version == STEWARD_POLICY_ABI_VERSION ? &sq_plugin : NULL;
+    return host_abi_version >= STEWARD_POLICY_ABI_VERSION ? &sq_plugin : NULL;
 }
