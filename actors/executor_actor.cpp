@@ -85,6 +85,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             EngineRequest r;
             r.id = m.id;
             r.tenant = m.tenant;
+            r.tenant_name = m.tenant_name;
             r.salt = m.salt;
             r.prompt = std::move(m.prompt);
             r.max_tokens = m.max_tokens;

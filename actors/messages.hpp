@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "util/finish_reason.h"
+#include "plugin/route.h"
 
 namespace steward {
 
@@ -32,11 +33,24 @@ struct RouteQuery {
     bool tools = false;
     std::string response_format;
     std::string tenant;
+    std::string session;     // the caller's session id ("" none)
+    double arrival_s = 0;    // now_s() at arrival: the router derives the time left before the timeout
+    // Per pool of the snapshot: prompt tokens already cached there for this tenant; -1 or missing:
+    // unknown (a cache index fills it; the router adds what it knows of the session's pool).
+    std::vector<int32_t> n_cached_prompt_tokens;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
     return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
-             x.response_format, x.tenant);
+             x.response_format, x.tenant, x.session, x.arrival_s, x.n_cached_prompt_tokens);
+}
+
+// Part of RouteDecision: what the routing plugin was told (plugin/route.h).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteInput& x) {
+    return f(caf::meta::type_name("RouteInput"), x.request_id, x.bucket, x.tenant, x.response_format, x.n_prompt_tokens,
+             x.max_tokens, x.temperature, x.tools, x.session, x.session_pool, x.priority, x.slo_ttft_ms, x.slo_tpot_ms,
+             x.deadline_ms, x.n_cached_prompt_tokens);
 }
 
 // router_actor -> request_actor: where the request goes and with which policies.
@@ -52,17 +66,19 @@ struct RouteDecision {
     int32_t check_after_tokens = 0;  // when to ask it
     int32_t shadow_pool = -1;        // also run there to measure agreement
     bool fallback = false;           // a plugin decision was rejected: the safe default was used
+    RouteInput input;                // what the routing policy was told: check_upgrade and on_outcome reuse it
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
     return f(caf::meta::type_name("RouteDecision"), x.bucket, x.bucket_index, x.pool, x.priority, x.generation,
-             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback);
+             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback, x.input);
 }
 
 // request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
 struct EngineSubmit {
     uint64_t id = 0;
     int32_t tenant = 0;
+    std::string tenant_name;  // for eviction policies
     uint64_t salt = 0;
     std::vector<int32_t> prompt;
     int32_t max_tokens = 0;
@@ -79,7 +95,7 @@ struct EngineSubmit {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
-    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
+    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
              x.kv_quota_blocks, x.ignore_eos);
 }
@@ -120,6 +136,7 @@ typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
 inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");
     cfg.add_message_type<RouteDecision>("RouteDecision");
+    cfg.add_message_type<RouteInput>("RouteInput");
     cfg.add_message_type<EngineSubmit>("EngineSubmit");
     cfg.add_message_type<TokenBatch>("TokenBatch");
     cfg.add_message_type<FinishInfo>("FinishInfo");

@@ -57,11 +57,18 @@ public:
                        bool* fallback) override {
         const BucketPolicies& pol = ctx_.snap->policies.at(route_.bucket_index);
         if (!pol.routing) return false;
-        const GenerationRequest& req = ctx_.req;
-        const steward_route_request rq{ctx_.id,    route_.bucket.c_str(), req.tenant.c_str(),    n_prompt_,
-                                       max_tokens_, req.temperature,      req.tools ? 1 : 0, req.response_format.c_str()};
         const steward_token_view tv{tokens.data(), logprobs.data(), (uint32_t)tokens.size(), finished ? 1 : 0};
-        return pol.routing->check_upgrade(rq, tv, fallback);
+        return pol.routing->check_upgrade(route_.input, tv, fallback);
+    }
+    // Tells the bucket's router how the request ended (a router may learn from it).
+    void report_outcome(const RequestRecord& rec, const GenerationResult& g) const {
+        if (route_.bucket.empty()) return;  // never routed
+        const auto& routing = ctx_.snap->policies.at(route_.bucket_index).routing;
+        if (!routing || !routing->has_outcome()) return;
+        const RequestMetrics& m = g.metrics;
+        routing->on_outcome(route_.input, RouteOutcome{ctx_.snap->pool_index(rec.pool), rec.finish, g.upgraded,
+                                                       m.prompt_tokens, m.cached_tokens, m.completion_tokens, m.ttft_ms,
+                                                       m.tpot_ms, m.e2e_ms, m.cost});
     }
 
 private:
@@ -133,6 +140,7 @@ EngineSubmit engine_submit(SubmitRun&& s) {
     EngineSubmit m;
     m.id = r.id;
     m.tenant = r.tenant;
+    m.tenant_name = r.tenant_name;
     m.salt = r.salt;
     m.prompt = std::move(r.prompt);
     m.max_tokens = r.max_tokens;
@@ -176,6 +184,11 @@ void execute(self_ptr self, RequestActions&& actions) {
                 std::lock_guard<std::mutex> lk(sh.metrics_mu);
                 sh.metrics->record(f->record);
             }
+            // The session's KV stays on the pool that served this turn (the engine keeps it on success).
+            if (!ctx.req.session.empty() && !f->record.pool.empty() && finish_reason_ok(f->record.finish))
+                sh.session_pools.record(SharedState::session_key(sh.tenant_id(ctx.req.tenant), ctx.req.session),
+                                        f->record.pool, f->result.metrics.prompt_tokens + f->result.metrics.completion_tokens);
+            st.routing->report_outcome(f->record, f->result);
             if (ctx.cb.on_finish) ctx.cb.on_finish(f->result);
         } else if (auto* q = std::get_if<RecordQuality>(&a)) {
             std::lock_guard<std::mutex> lk(sh.metrics_mu);
@@ -205,6 +218,8 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.tools = req.tools;
     q.response_format = req.response_format;
     q.tenant = req.tenant;
+    q.session = req.session;
+    q.arrival_s = ctx->arrival_s;
     // Refused before routing: the request never reaches a pool.
     if (auto fmt = check_response_format(req.response_format); !fmt) {
         execute(self, st.core->on_refused(fmt.error().message, now_s()));

@@ -1,6 +1,8 @@
 // router_actor: one per config generation. Classifies a request into a bucket by the config's rules,
 // then asks the bucket's routing policy (plugin) for the pool, an upgrade check and a shadow run,
-// with pool estimates from live figures; the speculation policy gives the draft budget. The
+// with pool estimates from live figures, the session's pool and cached tokens per pool (RouteInput,
+// kept in the decision for the request's later plugin calls); the speculation policy gives the
+// draft budget. The
 // decision carries the generation. config_actor: the live config's reload entry point.
 #include <spdlog/spdlog.h>
 
@@ -38,6 +40,29 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     d.generation = snap.generation;
     d.pool = std::max(0, snap.pool_index(b.pool));
     const BucketPolicies& pol = snap.policies[bi];
+    // What the plugin is told, kept in the decision for check_upgrade and on_outcome.
+    RouteInput& in = d.input;
+    in.request_id = q.request_id;
+    in.bucket = b.name;
+    in.tenant = q.tenant;
+    in.response_format = q.response_format;
+    in.n_prompt_tokens = q.prompt_tokens;
+    in.max_tokens = q.max_tokens;
+    in.temperature = q.temperature;
+    in.tools = q.tools;
+    in.session = q.session;
+    in.priority = b.priority;
+    in.slo_ttft_ms = b.slo_ttft_ms;
+    in.slo_tpot_ms = b.slo_tpot_ms;
+    if (const double timeout = c.limits.request_timeout_ms; timeout > 0)
+        in.deadline_ms = std::max(1e-3, timeout - (now_s() - q.arrival_s) * 1e3);
+    in.n_cached_prompt_tokens = q.n_cached_prompt_tokens;
+    in.n_cached_prompt_tokens.resize(snap.pools.size(), -1);
+    if (shared && !q.session.empty()) {
+        std::vector<std::string> names;
+        for (const auto& p : snap.pools) names.push_back(p->cfg.name);
+        apply_session_place(in, shared->session_pools.find(SharedState::session_key(shared->tenant_id(q.tenant), q.session)), names);
+    }
     if (pol.routing) {
         // Live estimates per pool; measured quality of this bucket's routes, else the prior.
         std::vector<PoolLiveStats> live(snap.pools.size());
@@ -56,10 +81,8 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
             views[i] = make_pool_view(snap.pools[i]->profile, live[i], quality[i], q.prompt_tokens, q.max_tokens);
-        steward_route_request rq{q.request_id, b.name.c_str(), q.tenant.c_str(), q.prompt_tokens, q.max_tokens,
-                                 q.temperature, q.tools ? 1 : 0, q.response_format.c_str()};
         bool fallback = false;
-        const steward_route_decision r = pol.routing->route(rq, views, d.pool, &fallback);
+        const steward_route_decision r = pol.routing->route(in, views, d.pool, &fallback);
         d.pool = r.pool;
         d.upgrade_pool = r.upgrade_pool;
         d.check_after_tokens = r.upgrade_pool >= 0 ? r.check_after_tokens : 0;

@@ -20,6 +20,7 @@
 #include "plugin/pool_estimates.h"
 #include "pool/pool.h"
 #include "request/request.h"
+#include "plugin/route.h"
 
 namespace steward {
 
@@ -93,6 +94,8 @@ struct SharedState {
     static std::string session_key(int32_t tenant, const std::string& session) {
         return session.empty() ? std::string() : std::to_string(tenant) + "/" + session;
     }
+    // Session key -> the pool that served its last turn (what routing plugins see as session_pool).
+    SessionPools session_pools;
 
     mutable std::mutex metrics_mu;
     std::unique_ptr<MetricsRegistry> metrics;  // also what routers read of measured route quality

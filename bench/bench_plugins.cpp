@@ -142,8 +142,13 @@ int main(int argc, char** argv) {
         auto p = routing_plugin(loader, n);
         bool fb = false;
         uint64_t sink = 0;
+        RouteInput rq;
+        rq.bucket = "bench";
+        rq.tenant = "t";
+        rq.n_prompt_tokens = 100;
+        rq.max_tokens = 32;
         const double ns = ns_per_call(quick ? 2000 : 200000, [&](int i) {
-            steward_route_request rq{(uint64_t)i, "bench", "t", 100, 32, 0.0, 0, ""};
+            rq.request_id = (uint64_t)i;
             sink += (uint64_t)p->route(rq, views, 0, &fb).pool;
         });
         std::printf("%-28s %10.0f\n", (std::string("plugin ") + n).c_str(), ns);

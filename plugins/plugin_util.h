@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Formats a message into err[err_len] (when there is room) and returns STEWARD_ERR_PARAM. */
+/* Formats a message into err[err_len] (when there is room) and returns STEWARD_PLUGIN_ERR_PARAM. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -23,30 +23,31 @@ static inline int sp_fail(char* err, size_t err_len, const char* fmt, ...) {
         vsnprintf(err, err_len, fmt, ap);
         va_end(ap);
     }
-    return STEWARD_ERR_PARAM;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 
-/* The host must be the one this header describes (or a newer one that only appended fields). */
+/* The host API must be the one this header describes or a newer one (which only appends functions). */
 static inline int sp_check_host(const steward_host_api* host, char* err, size_t err_len) {
-    if (host == NULL || host->version != STEWARD_HOST_API_VERSION || host->size < sizeof(*host) ||
-        host->param_double == NULL || host->param_int == NULL || host->param_string == NULL)
-        return sp_fail(err, err_len, "unsupported host API (version %u, plugin expects %u)",
+    if (host == NULL || host->version < STEWARD_HOST_API_VERSION || host->size < sizeof(*host) ||
+        host->param_double == NULL || host->param_int == NULL || host->param_bool == NULL ||
+        host->param_string == NULL)
+        return sp_fail(err, err_len, "unsupported host API (version %u, plugin expects %u or newer)",
                        host ? (unsigned)host->version : 0u, (unsigned)STEWARD_HOST_API_VERSION);
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 /* Reads a finite double parameter within [lo, hi] (absent: *out = def, unchecked). lo_open/hi_open
- * make a bound exclusive. Returns STEWARD_OK or STEWARD_ERR_PARAM with a message naming the key. */
+ * make a bound exclusive. Returns STEWARD_PLUGIN_OK or STEWARD_PLUGIN_ERR_PARAM with a message naming the key. */
 static inline int sp_param_double(const steward_host_api* host, const steward_params* params,
                                   const char* key, double def, double lo, int lo_open, double hi,
                                   int hi_open, double* out, char* err, size_t err_len) {
     double v = def;
     int rc = host->param_double(params, key, &v);
-    if (rc == STEWARD_ERR_NOT_FOUND) {
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND) {
         *out = def;
-        return STEWARD_OK;
+        return STEWARD_PLUGIN_OK;
     }
-    if (rc != STEWARD_OK) return sp_fail(err, err_len, "parameter '%s' must be a number", key);
+    if (rc != STEWARD_PLUGIN_OK) return sp_fail(err, err_len, "parameter '%s' must be a number", key);
     if (!isfinite(v)) return sp_fail(err, err_len, "parameter '%s' must be a finite number", key);
     if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
         char range[96];
@@ -58,7 +59,7 @@ static inline int sp_param_double(const steward_host_api* host, const steward_pa
         return sp_fail(err, err_len, "parameter '%s' must be %s (got %g)", key, range, v);
     }
     *out = v;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 /* Reads an integer parameter within [lo, hi] (absent: *out = def). */
@@ -67,14 +68,26 @@ static inline int sp_param_int(const steward_host_api* host, const steward_param
                                char* err, size_t err_len) {
     int64_t v = def;
     int rc = host->param_int(params, key, &v);
-    if (rc == STEWARD_ERR_NOT_FOUND) v = def;
-    else if (rc != STEWARD_OK)
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND) v = def;
+    else if (rc != STEWARD_PLUGIN_OK)
         return sp_fail(err, err_len, "parameter '%s' must be an integer", key);
     if (v < lo || v > hi)
         return sp_fail(err, err_len, "parameter '%s' must be in [%lld, %lld] (got %lld)", key,
                        (long long)lo, (long long)hi, (long long)v);
     *out = v;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
+}
+
+/* Reads a boolean parameter (absent: *out = def). */
+static inline int sp_param_bool(const steward_host_api* host, const steward_params* params, const char* key, int def,
+                                int* out, char* err, size_t err_len) {
+    int v = def;
+    int rc = host->param_bool(params, key, &v);
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND) v = def;
+    else if (rc != STEWARD_PLUGIN_OK)
+        return sp_fail(err, err_len, "parameter '%s' must be true or false", key);
+    *out = v ? 1 : 0;
+    return STEWARD_PLUGIN_OK;
 }
 
 /* Reads a string parameter and copies it into a malloc'ed string (absent: *out = NULL, which is
@@ -84,16 +97,16 @@ static inline int sp_param_string_dup(const steward_host_api* host, const stewar
     const char* s = NULL;
     *out = NULL;
     int rc = host->param_string(params, key, &s);
-    if (rc == STEWARD_ERR_NOT_FOUND) return STEWARD_OK;
-    if (rc != STEWARD_OK || s == NULL)
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND) return STEWARD_PLUGIN_OK;
+    if (rc != STEWARD_PLUGIN_OK || s == NULL)
         return sp_fail(err, err_len, "parameter '%s' must be a string", key);
     size_t n = strlen(s);
     if (n == 0) return sp_fail(err, err_len, "parameter '%s' must not be empty", key);
     char* copy = (char*)malloc(n + 1);
-    if (copy == NULL) return STEWARD_ERR_NOMEM;
+    if (copy == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
     memcpy(copy, s, n + 1);
     *out = copy;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 /* A uniform number in [0, 1) from a request id (splitmix64 finaliser, top 53 bits): the same id
@@ -116,20 +129,21 @@ static inline double sp_unit_hash(uint64_t x) {
                                steward_policy** out, char* err, size_t err_len) {                      \
         (void)params;                                                                                  \
         int rc = sp_check_host(host, err, err_len);                                                    \
-        if (rc != STEWARD_OK) return rc;                                                               \
+        if (rc != STEWARD_PLUGIN_OK) return rc;                                                               \
         steward_policy* self = (steward_policy*)calloc(1, sizeof *self);                               \
-        if (self == NULL) return STEWARD_ERR_NOMEM;                                                    \
+        if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;                                                    \
         *out = self;                                                                                   \
-        return STEWARD_OK;                                                                             \
+        return STEWARD_PLUGIN_OK;                                                                             \
     }                                                                                                  \
     static void PREFIX##_destroy(steward_policy* self) { free(self); }
 
-/* The entry point: returns the description only to a host of the same ABI version. */
+/* The entry point: returns the description to a host of this ABI version or a newer one (which
+ * loads older plugins), NULL to an older host. */
 #define SP_DEFINE_ENTRY(KIND, NAME, DESCRIPTION, TABLE)                                        \
     STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) { \
         static const steward_plugin plugin = {STEWARD_POLICY_ABI_VERSION, (uint32_t)(KIND), (NAME), \
                                               (DESCRIPTION), &(TABLE)};                         \
-        return host_abi_version == STEWARD_POLICY_ABI_VERSION ? &plugin : NULL;                  \
+        return host_abi_version >= STEWARD_POLICY_ABI_VERSION ? &plugin : NULL;                  \
     }
 
 #endif /* STEWARD_PLUGIN_UTIL_H */

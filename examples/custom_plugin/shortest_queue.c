@@ -27,44 +27,44 @@ static int sq_create(const steward_host_api* host, const steward_params* params,
                      char* err, size_t err_len) {
     if (host == NULL || host->version < 1 || host->size < sizeof(steward_host_api)) {
         snprintf(err, err_len, "shortest_queue: the host API is older than this plugin expects");
-        return STEWARD_ERR;
+        return STEWARD_PLUGIN_ERR;
     }
     steward_policy* self = calloc(1, sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
+    if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
 
     const char* small = NULL;
     int rc = host->param_string(params, "small_pool", &small);
-    if (rc == STEWARD_ERR_PARAM) {
+    if (rc == STEWARD_PLUGIN_ERR_PARAM) {
         snprintf(err, err_len, "shortest_queue: small_pool must be a string (a pool name), e.g. small_pool = \"small\"");
         goto fail;
     }
-    if (rc == STEWARD_OK) {
+    if (rc == STEWARD_PLUGIN_OK) {
         if (small[0] == '\0' || strlen(small) >= POOL_NAME_MAX) {
             snprintf(err, err_len, "shortest_queue: small_pool must be a pool name of 1 to %d characters",
                      POOL_NAME_MAX - 1);
-            rc = STEWARD_ERR_PARAM;
+            rc = STEWARD_PLUGIN_ERR_PARAM;
             goto fail;
         }
         strcpy(self->small_pool, small); /* the string is only valid during create() */
     }
 
     rc = host->param_int(params, "max_prompt_tokens_small", &self->max_prompt_tokens_small);
-    if (rc == STEWARD_ERR_PARAM || (rc == STEWARD_OK && self->max_prompt_tokens_small < 0)) {
+    if (rc == STEWARD_PLUGIN_ERR_PARAM || (rc == STEWARD_PLUGIN_OK && self->max_prompt_tokens_small < 0)) {
         snprintf(err, err_len, "shortest_queue: max_prompt_tokens_small must be an integer >= 0 (prompt tokens)");
-        rc = STEWARD_ERR_PARAM;
+        rc = STEWARD_PLUGIN_ERR_PARAM;
         goto fail;
     }
-    if (rc == STEWARD_ERR_NOT_FOUND && self->small_pool[0] != '\0') {
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND && self->small_pool[0] != '\0') {
         snprintf(err, err_len,
                  "shortest_queue: small_pool = \"%s\" needs max_prompt_tokens_small (the longest prompt, in "
                  "tokens, that may go to it)",
                  self->small_pool);
-        rc = STEWARD_ERR_PARAM;
+        rc = STEWARD_PLUGIN_ERR_PARAM;
         goto fail;
     }
-    if (rc == STEWARD_OK && self->small_pool[0] == '\0') {
+    if (rc == STEWARD_PLUGIN_OK && self->small_pool[0] == '\0') {
         snprintf(err, err_len, "shortest_queue: max_prompt_tokens_small is set but small_pool is not: name the pool");
-        rc = STEWARD_ERR_PARAM;
+        rc = STEWARD_PLUGIN_ERR_PARAM;
         goto fail;
     }
 
@@ -78,7 +78,7 @@ static int sq_create(const steward_host_api* host, const steward_params* params,
         host->log(params, 1, msg);
     }
     *out = self;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 
 fail:
     free(self);
@@ -105,7 +105,7 @@ static int sq_route(steward_policy* self, const steward_route_request* req, cons
     }
     /* No eligible pool: keep the host's pre-filled default (the bucket's configured pool). */
     if (best >= 0) out->pool = best;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_routing_table sq_table = {
@@ -115,6 +115,7 @@ static const steward_routing_table sq_table = {
     .destroy = sq_destroy,
     .route = sq_route,
     .check_upgrade = NULL, /* never upgrade */
+    /* ABI 2's route_v2 / on_outcome are left out: fields not named here stay NULL (absent). */
 };
 
 static const steward_plugin sq_plugin = {
@@ -125,6 +126,7 @@ static const steward_plugin sq_plugin = {
     .table = &sq_table,
 };
 
+/* A newer runtime still loads this plugin: it asks with its own ABI version, then older ones. */
 STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) {
-    return host_abi_version == STEWARD_POLICY_ABI_VERSION ? &sq_plugin : NULL;
+    return host_abi_version >= STEWARD_POLICY_ABI_VERSION ? &sq_plugin : NULL;
 }

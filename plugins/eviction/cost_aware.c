@@ -26,16 +26,16 @@ struct steward_policy {
 static int ca_create(const steward_host_api* host, const steward_params* params, steward_policy** out, char* err,
                      size_t err_len) {
     int rc = sp_check_host(host, err, err_len);
-    if (rc != STEWARD_OK) return rc;
+    if (rc != STEWARD_PLUGIN_OK) return rc;
     steward_policy p = {0};
     if ((rc = sp_param_double(host, params, "hit_weight", 1.0, 0.0, 0, INFINITY, 0, &p.hit_weight, err, err_len)) ||
         (rc = sp_param_double(host, params, "attn_ratio", 0.01, 0.0, 0, INFINITY, 0, &p.attn_ratio, err, err_len)))
         return rc;
     steward_policy* self = (steward_policy*)malloc(sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
+    if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
     *self = p;
     *out = self;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static void ca_destroy(steward_policy* self) { free(self); }
@@ -57,11 +57,15 @@ static int ca_choose_victim(steward_policy* self, const steward_evict_context* c
         }
     }
     *victim = best;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_eviction_table table = {
-    STEWARD_EVICTION_TABLE_VERSION, sizeof(steward_eviction_table), ca_create, ca_destroy, ca_choose_victim,
+    .version = STEWARD_EVICTION_TABLE_VERSION,
+    .size = sizeof(steward_eviction_table),
+    .create = ca_create,
+    .destroy = ca_destroy,
+    .choose_victim = ca_choose_victim,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "cost_aware",

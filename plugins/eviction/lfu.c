@@ -11,11 +11,15 @@ static int lfu_choose_victim(steward_policy* self, const steward_evict_context* 
     for (uint32_t i = 1; i < n; ++i)
         if (cands[i].n_hits < cands[best].n_hits) best = i;
     *victim = best;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_eviction_table table = {
-    STEWARD_EVICTION_TABLE_VERSION, sizeof(steward_eviction_table), lfu_create, lfu_destroy, lfu_choose_victim,
+    .version = STEWARD_EVICTION_TABLE_VERSION,
+    .size = sizeof(steward_eviction_table),
+    .create = lfu_create,
+    .destroy = lfu_destroy,
+    .choose_victim = lfu_choose_victim,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "lfu", "fewest prefix-cache hits first, then least recently used", table)

@@ -8,11 +8,15 @@ static int lru_choose_victim(steward_policy* self, const steward_evict_context* 
                              const steward_evict_candidate* cands, uint32_t n, uint32_t* victim) {
     (void)self, (void)ctx, (void)cands, (void)n;
     *victim = 0;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_eviction_table table = {
-    STEWARD_EVICTION_TABLE_VERSION, sizeof(steward_eviction_table), lru_create, lru_destroy, lru_choose_victim,
+    .version = STEWARD_EVICTION_TABLE_VERSION,
+    .size = sizeof(steward_eviction_table),
+    .create = lru_create,
+    .destroy = lru_destroy,
+    .choose_victim = lru_choose_victim,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "lru", "least recently used block first", table)

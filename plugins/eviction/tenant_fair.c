@@ -12,15 +12,15 @@ struct steward_policy {
 static int tf_create(const steward_host_api* host, const steward_params* params, steward_policy** out, char* err,
                      size_t err_len) {
     int rc = sp_check_host(host, err, err_len);
-    if (rc != STEWARD_OK) return rc;
+    if (rc != STEWARD_PLUGIN_OK) return rc;
     double share = 0.0; /* absent: 0, meaning 1 / max(1, n_tenants) at each call */
     if ((rc = sp_param_double(host, params, "default_share", 0.0, 0.0, 1, 1.0, 0, &share, err, err_len)))
         return rc;
     steward_policy* self = (steward_policy*)malloc(sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
+    if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
     self->default_share = share;
     *out = self;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static void tf_destroy(steward_policy* self) { free(self); }
@@ -71,11 +71,15 @@ static int tf_choose_victim(steward_policy* self, const steward_evict_context* c
         }
     }
     *victim = tenant_lru(cands, n, worst);
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_eviction_table table = {
-    STEWARD_EVICTION_TABLE_VERSION, sizeof(steward_eviction_table), tf_create, tf_destroy, tf_choose_victim,
+    .version = STEWARD_EVICTION_TABLE_VERSION,
+    .size = sizeof(steward_eviction_table),
+    .create = tf_create,
+    .destroy = tf_destroy,
+    .choose_victim = tf_choose_victim,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "tenant_fair",

@@ -1,31 +1,38 @@
 /* routing/cost_quality: picks m* = argmin over available pools of
  *   lambda_cost*cost/max_cost + lambda_latency*latency/max_latency - lambda_quality*quality + lambda_risk*risk,
  * ties to the cheaper pool, then the lower index; shadows a deterministic fraction of requests on the
- * strongest available pool (most parameters) so the host can measure the chosen pool's quality. */
+ * strongest available pool (most parameters) so the host can measure the chosen pool's quality.
+ * session_affinity = true (default false): a request of an agent session whose KV a pool holds (the
+ * pool that served its last turn, route_v2's ctx->session_pool) stays on that pool while it is
+ * available, whatever the scores say: re-prefilling a long conversation elsewhere costs more than
+ * the score difference of one turn. The first turn, and a turn whose pool is gone or draining, is
+ * scored as usual. */
 #include "plugin_util.h"
 
 struct steward_policy {
     double lambda_cost, lambda_latency, lambda_quality, lambda_risk;
     double shadow_fraction;
+    int session_affinity;
 };
 
 static int cq_create(const steward_host_api* host, const steward_params* params, steward_policy** out,
                      char* err, size_t err_len) {
     int rc = sp_check_host(host, err, err_len);
-    if (rc != STEWARD_OK) return rc;
+    if (rc != STEWARD_PLUGIN_OK) return rc;
     steward_policy p = {0};
     const double inf = INFINITY;
     if ((rc = sp_param_double(host, params, "lambda_cost", 1.0, 0.0, 0, inf, 0, &p.lambda_cost, err, err_len)) ||
         (rc = sp_param_double(host, params, "lambda_latency", 1.0, 0.0, 0, inf, 0, &p.lambda_latency, err, err_len)) ||
         (rc = sp_param_double(host, params, "lambda_quality", 1.0, 0.0, 0, inf, 0, &p.lambda_quality, err, err_len)) ||
         (rc = sp_param_double(host, params, "lambda_risk", 1.0, 0.0, 0, inf, 0, &p.lambda_risk, err, err_len)) ||
-        (rc = sp_param_double(host, params, "shadow_fraction", 0.0, 0.0, 0, 1.0, 0, &p.shadow_fraction, err, err_len)))
+        (rc = sp_param_double(host, params, "shadow_fraction", 0.0, 0.0, 0, 1.0, 0, &p.shadow_fraction, err, err_len)) ||
+        (rc = sp_param_bool(host, params, "session_affinity", 0, &p.session_affinity, err, err_len)))
         return rc;
     steward_policy* self = (steward_policy*)malloc(sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
+    if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
     *self = p;
     *out = self;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static void cq_destroy(steward_policy* self) { free(self); }
@@ -60,7 +67,7 @@ static int cq_route(steward_policy* self, const steward_route_request* req, cons
             best_score = score;
         }
     }
-    if (best < 0) return STEWARD_OK; /* nothing available: keep the host's default */
+    if (best < 0) return STEWARD_PLUGIN_OK; /* nothing available: keep the host's default */
 
     out->pool = best;
     out->upgrade_pool = -1;
@@ -68,11 +75,27 @@ static int cq_route(steward_policy* self, const steward_route_request* req, cons
     out->shadow_pool = -1;
     if (self->shadow_fraction > 0.0 && strongest != best && sp_unit_hash(req->request_id) < self->shadow_fraction)
         out->shadow_pool = strongest;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
+}
+
+static int cq_route_v2(steward_policy* self, const steward_route_request* req, const steward_route_context* ctx,
+                       const steward_pool_view* pools, uint32_t n_pools, steward_route_decision* out) {
+    int rc = cq_route(self, req, pools, n_pools, out);
+    if (rc != STEWARD_PLUGIN_OK || !self->session_affinity) return rc;
+    const int32_t s = ctx->session_pool;
+    if (s < 0 || (uint32_t)s >= n_pools || !pools[s].available) return rc;
+    out->pool = s;
+    if (out->shadow_pool == s) out->shadow_pool = -1;
+    return STEWARD_PLUGIN_OK;
 }
 
 static const steward_routing_table table = {
-    STEWARD_ROUTING_TABLE_VERSION, sizeof(steward_routing_table), cq_create, cq_destroy, cq_route, NULL,
+    .version = STEWARD_ROUTING_TABLE_VERSION,
+    .size = sizeof(steward_routing_table),
+    .create = cq_create,
+    .destroy = cq_destroy,
+    .route = cq_route,
+    .route_v2 = cq_route_v2,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_ROUTING, "cost_quality",

@@ -83,7 +83,9 @@ int32_t BlockPool::choose_victim() {
     ctx.block_size = block_size_;
     ctx.block_bytes = block_bytes_;
     ctx.tenants = tenants;
+    ctx.tenant_names = tenant_names_;
     const size_t i = policy->choose_victim(ctx, candidates);
+    if (i == EvictionPolicy::k_no_victim) return -1;
     if (i >= candidates.size()) {
         ++stats_.n_invalid_victims;
         return lru_head_;
@@ -98,6 +100,11 @@ std::optional<int32_t> BlockPool::allocate() {
         uncached_free_.pop_back();
     } else if (n_evictable_ > 0) {
         block = choose_victim();
+        if (block < 0) {  // the policy declined: an ordinary "no room", the scheduler preempts or waits
+            ++stats_.n_declined;
+            ++stats_.n_alloc_failures;
+            return std::nullopt;
+        }
         evictable_remove(block);
         hash_to_block_.erase(blocks_[block].hash);
         ++stats_.n_evictions;

@@ -47,6 +47,7 @@ struct EvictionContext {
     int32_t block_size = 0;   // token slots per block (0: unknown)
     double block_bytes = 0;   // bytes of KV one block holds (0: unknown)
     std::span<const TenantBlocks> tenants;
+    const std::vector<std::string>* tenant_names = nullptr;  // by tenant id (may be shorter; null: unknown)
 };
 
 // Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
@@ -56,6 +57,8 @@ public:
     virtual ~EvictionPolicy() = default;
     // `candidates` holds every evictable block, least recently used first; never empty.
     // Returns an index into it. An index out of range is counted (n_invalid_victims) and replaced by 0 (LRU).
+    // k_no_victim declines every candidate: allocate() fails (counted in n_declined), as when no block is free.
+    static constexpr size_t k_no_victim = SIZE_MAX;
     virtual size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) = 0;
 };
 
@@ -79,6 +82,7 @@ struct BlockPoolStats {
     int64_t n_publishes = 0;        // publish() calls that mapped a new hash
     int64_t n_publish_dedupes = 0;  // publish() calls whose hash already mapped to another block
     int64_t n_invalid_victims = 0;  // eviction policy answers out of range (replaced by LRU)
+    int64_t n_declined = 0;         // allocate() calls failed because the policy declined every candidate
 };
 
 // Not thread-safe: one owner (the kv_allocator actor, or a test) calls it. Every block id argument must
@@ -118,6 +122,8 @@ public:
         active_policy_ = policy;
         requesting_tenant_ = requesting_tenant;
     }
+    // Tenant names by id, for eviction policies (not owned; must outlive the pool's allocations).
+    void set_tenant_names(const std::vector<std::string>* names) { tenant_names_ = names; }
     // What eviction policies see of a block's size.
     void set_block_geometry(int32_t block_size, double block_bytes) {
         block_size_ = block_size;
@@ -162,7 +168,7 @@ private:
     void check_block(int32_t block) const;
     void evictable_push_back(int32_t block);
     void evictable_remove(int32_t block);
-    int32_t choose_victim();
+    int32_t choose_victim();  // a block of the evictable queue; -1 when the policy declined
 
     std::vector<Block> blocks_;
     std::vector<int32_t> uncached_free_;  // stack; popped from the back, seeded so block 0 comes first
@@ -173,6 +179,7 @@ private:
     std::unordered_map<BlockHash, int32_t> hash_to_block_;
     std::unique_ptr<EvictionPolicy> policy_;
     EvictionPolicy* active_policy_ = nullptr;
+    const std::vector<std::string>* tenant_names_ = nullptr;
     int32_t requesting_tenant_ = -1;
     int32_t block_size_ = 0;
     double block_bytes_ = 0;

@@ -138,20 +138,36 @@ std::optional<std::vector<BlockCopy>> KvManager::allocate_slots(SeqId seq, int n
     const int n_blocks_total = (s.n_computed + n_new + block_size_ - 1) / block_size_;
     const int n_have = static_cast<int>(s.blocks.size());
     std::vector<int32_t> released;
+    std::vector<int> cowed;  // indices of s.blocks replaced by a copy (their sources are in `released`)
+    // An eviction policy may decline (the pool then answers nullopt despite n_free): undo this call.
+    auto undo = [&]() -> std::optional<std::vector<BlockCopy>> {
+        while (static_cast<int>(s.blocks.size()) > n_have) {
+            pool_.unref(s.blocks.back());
+            s.blocks.pop_back();
+        }
+        for (size_t k = 0; k < cowed.size(); ++k) {
+            pool_.unref(s.blocks[cowed[k]]);
+            s.blocks[cowed[k]] = released[k];
+            --counters_.n_cow_blocks;
+        }
+        ++counters_.n_alloc_failures;
+        return std::nullopt;
+    };
     for (int b = s.n_computed / block_size_; b < std::min(n_have, n_blocks_total); ++b) {
         const int32_t src = s.blocks[b];
         if (!needs_cow(src)) continue;
         const auto dst = pool_.allocate();
-        STEWARD_KV_CHECK(dst.has_value(), "pool ran out of blocks after n_blocks_needed said it would not");
+        if (!dst) return undo();
         const int n_slots = std::max(0, s.n_computed - b * block_size_);
         if (n_slots > 0) copies.push_back({src, *dst, n_slots});
         s.blocks[b] = *dst;
         released.push_back(src);
+        cowed.push_back(b);
         ++counters_.n_cow_blocks;
     }
     while (static_cast<int>(s.blocks.size()) < n_blocks_total) {
         const auto block = pool_.allocate();
-        STEWARD_KV_CHECK(block.has_value(), "pool ran out of blocks after n_blocks_needed said it would not");
+        if (!block) return undo();
         s.blocks.push_back(*block);
     }
     // Released only now, so no allocation above can reuse a copy source before the caller copies it.

@@ -86,6 +86,7 @@ public:
     // See BlockPool::set_active_eviction / set_tenant_quota.
     void set_active_eviction(EvictionPolicy* policy, int32_t requesting_tenant) { pool_.set_active_eviction(policy, requesting_tenant); }
     void set_tenant_quota(int32_t tenant, int32_t quota_blocks) { pool_.set_tenant_quota(tenant, quota_blocks); }
+    void set_tenant_names(const std::vector<std::string>* names) { pool_.set_tenant_names(names); }
     void set_block_bytes(double block_bytes) { pool_.set_block_geometry(block_size_, block_bytes); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.

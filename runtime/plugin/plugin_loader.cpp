@@ -1,4 +1,5 @@
-// dlopen of policy plugins: private copies, entry point and version checks, name resolution.
+// dlopen of policy plugins: private copies, entry point and version checks (older ABIs and tables
+// accepted, newer functions gated on the table size), name resolution.
 #include "plugin/plugin_loader.h"
 
 #include "config/config.h"
@@ -8,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -44,17 +47,23 @@ Expected<std::string> private_copy(const std::string& path, uint64_t serial) {
     return dst.string();
 }
 
+// Checks a table's version and size and copies it into `out` (zero-filled first): the functions a
+// plugin's table does not reach (an older header: its size ends before them) stay NULL for the host.
 template <typename Table>
-Expected<bool> check_table(const std::string& path, const void* t, uint32_t want_version, const char* kind) {
+Expected<bool> adopt_table(const std::string& path, const void* t, uint32_t host_version, size_t size_v1, const char* kind,
+                           Table* out) {
     if (!t) return make_error("plugin '", path, "' declares kind ", kind, " but its table is NULL; point steward_plugin.table at a static steward_", kind, "_table");
     const Table* tab = static_cast<const Table*>(t);
-    if (tab->version != want_version)
-        return make_error("plugin '", path, "' has a ", kind, " table of version ", std::to_string(tab->version), ", this runtime reads version ",
-                          std::to_string(want_version), "; rebuild the plugin against this runtime's steward/policy.h");
-    if (tab->size < sizeof(Table))
-        return make_error("plugin '", path, "' has a ", kind, " table of ", std::to_string(tab->size), " bytes, expected ",
-                          std::to_string(sizeof(Table)), "; rebuild the plugin against this runtime's steward/policy.h");
-    if (!tab->create || !tab->destroy)
+    if (tab->version < 1 || tab->version > host_version)
+        return make_error("plugin '", path, "' has a ", kind, " table of version ", std::to_string(tab->version), ", this runtime reads versions 1 to ",
+                          std::to_string(host_version), "; rebuild the plugin against this runtime's steward/policy.h");
+    if (tab->size < size_v1)
+        return make_error("plugin '", path, "' has a ", kind, " table of ", std::to_string(tab->size), " bytes, less than the ",
+                          std::to_string(size_v1), " of a version 1 table; set its size field to sizeof(steward_", kind, "_table)");
+    *out = Table{};
+    std::memcpy(static_cast<void*>(out), tab, std::min<size_t>(tab->size, sizeof(Table)));
+    out->size = (uint32_t)std::min<size_t>(tab->size, sizeof(Table));
+    if (!out->create || !out->destroy)
         return make_error("plugin '", path, "': the ", kind, " table needs create and destroy functions");
     return true;
 }
@@ -100,14 +109,17 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
     if (!entry)
         return make_error("plugin '", path, "' has no entry point '", STEWARD_PLUGIN_ENTRY_NAME,
                           "'; export it with STEWARD_PLUGIN_EXPORT and C linkage (extern \"C\" in C++)");
-    const steward_plugin* info = entry(STEWARD_POLICY_ABI_VERSION);
+    // Our version first, then each older one we still speak: a plugin answers only versions it knows.
+    const steward_plugin* info = nullptr;
+    for (uint32_t v = STEWARD_POLICY_ABI_VERSION; !info && v >= STEWARD_POLICY_ABI_VERSION_MIN; v--) info = entry(v);
     if (!info)
-        return make_error("plugin '", path, "' refused to load (its entry point returned NULL for ABI version ",
-                          std::to_string(STEWARD_POLICY_ABI_VERSION), "); rebuild it against this runtime's steward/policy.h");
-    if (info->abi_version != STEWARD_POLICY_ABI_VERSION)
+        return make_error("plugin '", path, "' refused to load (its entry point returned NULL for ABI versions ",
+                          std::to_string(STEWARD_POLICY_ABI_VERSION_MIN), " to ", std::to_string(STEWARD_POLICY_ABI_VERSION),
+                          "); rebuild it against this runtime's steward/policy.h");
+    if (info->abi_version < STEWARD_POLICY_ABI_VERSION_MIN || info->abi_version > STEWARD_POLICY_ABI_VERSION)
         return make_error("plugin '", path, "' was built for plugin ABI version ", std::to_string(info->abi_version),
-                          ", this runtime speaks version ", std::to_string(STEWARD_POLICY_ABI_VERSION),
-                          "; rebuild the plugin against this runtime's steward/policy.h");
+                          ", this runtime loads versions ", std::to_string(STEWARD_POLICY_ABI_VERSION_MIN), " to ",
+                          std::to_string(STEWARD_POLICY_ABI_VERSION), "; rebuild the plugin against this runtime's steward/policy.h");
     if (info->kind != (uint32_t)kind)
         return make_error("plugin '", path, "' is of kind '", kind_name_u32(info->kind), "', but the config uses it as a ",
                           policy_kind_name(kind), " policy; name it under [bucket.", kind_name_u32(info->kind),
@@ -115,19 +127,20 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
     Expected<bool> ok = true;
     switch (kind) {
         case PolicyKind::ROUTING:
-            ok = check_table<steward_routing_table>(path, info->table, STEWARD_ROUTING_TABLE_VERSION, "routing");
-            if (ok && !static_cast<const steward_routing_table*>(info->table)->route)
-                ok = make_error("plugin '", path, "': the routing table needs a route function");
+            ok = adopt_table(path, info->table, STEWARD_ROUTING_TABLE_VERSION, STEWARD_ROUTING_TABLE_SIZE_V1, "routing", &lib->routing_);
+            if (ok && !lib->routing_.route && !lib->routing_.route_v2)
+                ok = make_error("plugin '", path, "': the routing table needs a route (or route_v2) function");
             break;
         case PolicyKind::EVICTION:
-            ok = check_table<steward_eviction_table>(path, info->table, STEWARD_EVICTION_TABLE_VERSION, "eviction");
-            if (ok && !static_cast<const steward_eviction_table*>(info->table)->choose_victim)
-                ok = make_error("plugin '", path, "': the eviction table needs a choose_victim function");
+            ok = adopt_table(path, info->table, STEWARD_EVICTION_TABLE_VERSION, STEWARD_EVICTION_TABLE_SIZE_V1, "eviction", &lib->eviction_);
+            if (ok && !lib->eviction_.choose_victim && !lib->eviction_.choose_victim_v2)
+                ok = make_error("plugin '", path, "': the eviction table needs a choose_victim (or choose_victim_v2) function");
             break;
         case PolicyKind::SPECULATION:
-            ok = check_table<steward_speculation_table>(path, info->table, STEWARD_SPECULATION_TABLE_VERSION, "speculation");
-            if (ok && !static_cast<const steward_speculation_table*>(info->table)->draft_budget)
-                ok = make_error("plugin '", path, "': the speculation table needs a draft_budget function");
+            ok = adopt_table(path, info->table, STEWARD_SPECULATION_TABLE_VERSION, STEWARD_SPECULATION_TABLE_SIZE_V1, "speculation",
+                             &lib->speculation_);
+            if (ok && !lib->speculation_.draft_budget && !lib->speculation_.draft_budget_seq)
+                ok = make_error("plugin '", path, "': the speculation table needs a draft_budget (or draft_budget_seq) function");
             break;
     }
     if (!ok) return ok.error();

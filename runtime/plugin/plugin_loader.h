@@ -28,17 +28,21 @@ public:
     PluginLibrary& operator=(const PluginLibrary&) = delete;
 
     // Loads `path` as a plugin of `kind`. Errors name the file, the problem and the fix: not found,
-    // not a shared library, no steward_plugin_entry, entry returned NULL, ABI version mismatch, kind
-    // mismatch, table missing / of another version / missing a required function.
+    // not a shared library, no steward_plugin_entry, entry returned NULL, an ABI version outside
+    // [STEWARD_POLICY_ABI_VERSION_MIN, STEWARD_POLICY_ABI_VERSION], kind mismatch, table missing / of a
+    // newer version / smaller than a version 1 table / missing a required function.
     static Expected<std::shared_ptr<PluginLibrary>> open(const std::string& path, PolicyKind kind);
 
     const std::string& path() const { return path_; }
     PolicyKind kind() const { return kind_; }
     const steward_plugin& info() const { return *info_; }
     std::string name() const { return info_->name ? info_->name : ""; }
-    const steward_routing_table* routing() const { return static_cast<const steward_routing_table*>(info_->table); }
-    const steward_eviction_table* eviction() const { return static_cast<const steward_eviction_table*>(info_->table); }
-    const steward_speculation_table* speculation() const { return static_cast<const steward_speculation_table*>(info_->table); }
+    uint32_t abi_version() const { return info_->abi_version; }
+    // The plugin's table as this host reads it: a copy in which every function past the plugin's
+    // table size (an older header) is NULL. Only the one of the library's kind is filled.
+    const steward_routing_table* routing() const { return &routing_; }
+    const steward_eviction_table* eviction() const { return &eviction_; }
+    const steward_speculation_table* speculation() const { return &speculation_; }
     uint64_t load_serial() const { return serial_; }  // distinct per load: tells a reloaded copy apart
 
 private:
@@ -48,6 +52,9 @@ private:
     void* handle_ = nullptr;
     const steward_plugin* info_ = nullptr;
     uint64_t serial_ = 0;
+    steward_routing_table routing_{};
+    steward_eviction_table eviction_{};
+    steward_speculation_table speculation_{};
 };
 
 // Resolves plugin names and caches loaded libraries by resolved path. A file whose size, mtime or

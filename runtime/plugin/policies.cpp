@@ -1,5 +1,6 @@
 // Policy instances over the C ABI: the host API a plugin reads its parameters through, creation,
-// and the validation of every decision (invalid -> counted, logged once, safe default).
+// and the validation of every decision (invalid -> counted, logged once, safe default). Each call goes
+// to the newest function the plugin's table has (route_v2, choose_victim_v2, draft_budget_seq).
 #include "plugin/policies.h"
 
 #include <spdlog/spdlog.h>
@@ -28,28 +29,28 @@ const PolicyParam* find_param(const steward_params* p, const char* key) {
 
 int host_param_double(const steward_params* p, const char* key, double* out) {
     const PolicyParam* v = find_param(p, key);
-    if (!v) return STEWARD_ERR_NOT_FOUND;
-    if (auto d = std::get_if<double>(v)) return *out = *d, STEWARD_OK;
-    if (auto i = std::get_if<int64_t>(v)) return *out = (double)*i, STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (!v) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto d = std::get_if<double>(v)) return *out = *d, STEWARD_PLUGIN_OK;
+    if (auto i = std::get_if<int64_t>(v)) return *out = (double)*i, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int host_param_int(const steward_params* p, const char* key, int64_t* out) {
     const PolicyParam* v = find_param(p, key);
-    if (!v) return STEWARD_ERR_NOT_FOUND;
-    if (auto i = std::get_if<int64_t>(v)) return *out = *i, STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (!v) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto i = std::get_if<int64_t>(v)) return *out = *i, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int host_param_bool(const steward_params* p, const char* key, int* out) {
     const PolicyParam* v = find_param(p, key);
-    if (!v) return STEWARD_ERR_NOT_FOUND;
-    if (auto b = std::get_if<bool>(v)) return *out = *b ? 1 : 0, STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (!v) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto b = std::get_if<bool>(v)) return *out = *b ? 1 : 0, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int host_param_string(const steward_params* p, const char* key, const char** out) {
     const PolicyParam* v = find_param(p, key);
-    if (!v) return STEWARD_ERR_NOT_FOUND;
-    if (auto s = std::get_if<std::string>(v)) return *out = s->c_str(), STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (!v) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto s = std::get_if<std::string>(v)) return *out = s->c_str(), STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 void host_log(const steward_params* p, int level, const char* msg) {
     const std::string who = p ? p->kind + " plugin '" + p->plugin + "' (bucket " + p->bucket + ")" : "plugin";
@@ -63,10 +64,10 @@ void host_log(const steward_params* p, int level, const char* msg) {
 }
 
 int host_pool_index(const steward_params* p, const char* name, int32_t* out) {
-    if (!p || !name || !p->spec) return STEWARD_ERR_NOT_FOUND;
+    if (!p || !name || !p->spec) return STEWARD_PLUGIN_ERR_NOT_FOUND;
     for (size_t i = 0; i < p->pools.size(); i++)
-        if (p->pools[i] == name) return *out = (int32_t)i, STEWARD_OK;
-    return STEWARD_ERR_NOT_FOUND;
+        if (p->pools[i] == name) return *out = (int32_t)i, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_NOT_FOUND;
 }
 
 const steward_host_api k_host_api = {
@@ -111,7 +112,7 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     params_->pools = pools;
     char err[512] = {0};
     steward_policy* out = nullptr;
-    int rc = STEWARD_ERR;
+    int rc = STEWARD_PLUGIN_ERR;
     switch (lib_->kind()) {
         case PolicyKind::ROUTING: rc = call_create(lib_->routing(), params_.get(), &out, err, sizeof err); break;
         case PolicyKind::EVICTION: rc = call_create(lib_->eviction(), params_.get(), &out, err, sizeof err); break;
@@ -119,7 +120,7 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     }
     err[sizeof err - 1] = 0;
     const std::string ctx = spec.where + ": bucket '" + bucket + "' " + params_->kind + " plugin '" + spec.plugin + "'";
-    if (rc != STEWARD_OK) {
+    if (rc != STEWARD_PLUGIN_OK) {
         if (out) self_ = out;  // a plugin that returns an error and an instance: still destroy it
         return make_error(ctx, " refused its parameters: ", err[0] ? err : "create() returned error " + std::to_string(rc));
     }
@@ -155,56 +156,124 @@ Expected<std::unique_ptr<RoutingPolicy>> RoutingPolicy::create(std::shared_ptr<P
 
 RoutingPolicy::~RoutingPolicy() = default;
 
-steward_route_decision RoutingPolicy::route(const steward_route_request& req, const std::vector<steward_pool_view>& pools,
+namespace {
+
+// The C views of one RouteInput: they point into `in`, which must outlive them.
+struct RouteViews {
+    steward_route_request req{};
+    steward_route_context ctx{};
+    std::vector<steward_pool_extra> extra;
+    RouteViews(const RouteInput& in, size_t n_pools) {
+        req = steward_route_request{in.request_id, in.bucket.c_str(), in.tenant.c_str(), in.n_prompt_tokens, in.max_tokens,
+                                    in.temperature, in.tools ? 1 : 0, in.response_format.c_str()};
+        ctx.size = sizeof ctx;
+        ctx.session = in.session.c_str();
+        ctx.session_pool = in.session_pool >= 0 && (size_t)in.session_pool < n_pools ? in.session_pool : -1;
+        ctx.priority = in.priority;
+        ctx.slo_ttft_ms = in.slo_ttft_ms;
+        ctx.slo_tpot_ms = in.slo_tpot_ms;
+        ctx.deadline_ms = in.deadline_ms;
+        extra.resize(n_pools);
+        for (size_t i = 0; i < n_pools; i++)
+            extra[i].n_cached_prompt_tokens = i < in.n_cached_prompt_tokens.size() ? in.n_cached_prompt_tokens[i] : -1;
+        ctx.pools = n_pools ? extra.data() : nullptr;
+    }
+};
+
+int32_t finish_code(FinishReason r) {
+    switch (r) {
+        case FinishReason::STOP: return STEWARD_FINISH_STOP;
+        case FinishReason::LENGTH: return STEWARD_FINISH_LENGTH;
+        case FinishReason::CANCELLED: return STEWARD_FINISH_CANCELLED;
+        case FinishReason::TIMEOUT: return STEWARD_FINISH_TIMEOUT;
+        case FinishReason::ERROR: return STEWARD_FINISH_ERROR;
+        case FinishReason::OVERLOADED: return STEWARD_FINISH_OVERLOADED;
+    }
+    return STEWARD_FINISH_ERROR;
+}
+
+}  // namespace
+
+steward_route_decision RoutingPolicy::route(const RouteInput& in, const std::vector<steward_pool_view>& pools,
                                             int32_t default_pool, bool* fallback) {
     steward_route_decision safe{default_pool, -1, 0, -1};
     steward_route_decision d = safe;
     *fallback = false;
+    const RouteViews v(in, pools.size());
+    const steward_routing_table& t = *lib_->routing();
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
         counters_->n_calls++;
-        rc = lib_->routing()->route(self_, &req, pools.data(), (uint32_t)pools.size(), &d);
+        rc = t.route_v2 ? t.route_v2(self_, &v.req, &v.ctx, pools.data(), (uint32_t)pools.size(), &d)
+                        : t.route(self_, &v.req, pools.data(), (uint32_t)pools.size(), &d);
     }
+    const char* fn = t.route_v2 ? "route_v2()" : "route()";
     const int32_t n = (int32_t)pools.size();
     auto usable = [&](int32_t i) { return i >= 0 && i < n && pools[i].available; };
     std::string why;
-    if (rc != STEWARD_OK)
-        why = "route() returned error " + std::to_string(rc);
+    if (rc != STEWARD_PLUGIN_OK)
+        why = std::string(fn) + " returned error " + std::to_string(rc);
     else if (!usable(d.pool))
-        why = "route() chose pool " + std::to_string(d.pool) + ", which " +
+        why = std::string(fn) + " chose pool " + std::to_string(d.pool) + ", which " +
               (d.pool >= 0 && d.pool < n ? "is not available" : "does not exist (" + std::to_string(n) + " pools)");
     else if (d.upgrade_pool != -1 && (!usable(d.upgrade_pool) || d.upgrade_pool == d.pool))
-        why = "route() chose upgrade pool " + std::to_string(d.upgrade_pool) + ", which is not another available pool";
+        why = std::string(fn) + " chose upgrade pool " + std::to_string(d.upgrade_pool) + ", which is not another available pool";
     else if (d.upgrade_pool != -1 && d.check_after_tokens <= 0)
-        why = "route() set an upgrade pool with check_after_tokens " + std::to_string(d.check_after_tokens) + " (must be > 0)";
+        why = std::string(fn) + " set an upgrade pool with check_after_tokens " + std::to_string(d.check_after_tokens) + " (must be > 0)";
     else if (d.shadow_pool != -1 && (!usable(d.shadow_pool) || d.shadow_pool == d.pool))
-        why = "route() chose shadow pool " + std::to_string(d.shadow_pool) + ", which is not another available pool";
+        why = std::string(fn) + " chose shadow pool " + std::to_string(d.shadow_pool) + ", which is not another available pool";
     else if (d.upgrade_pool != -1 && !has_check_upgrade())
-        why = "route() set an upgrade pool but the plugin has no check_upgrade function";
+        why = std::string(fn) + " set an upgrade pool but the plugin has no check_upgrade function";
     if (why.empty()) return d;
     invalid(why);
     *fallback = true;
     return safe;
 }
 
-bool RoutingPolicy::check_upgrade(const steward_route_request& req, const steward_token_view& tokens, bool* fallback) {
+bool RoutingPolicy::check_upgrade(const RouteInput& in, const steward_token_view& tokens, bool* fallback) {
     *fallback = false;
     if (!has_check_upgrade()) return false;
+    const RouteViews v(in, 0);
     int32_t up = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
         counters_->n_calls++;
-        rc = lib_->routing()->check_upgrade(self_, &req, &tokens, &up);
+        rc = lib_->routing()->check_upgrade(self_, &v.req, &tokens, &up);
     }
-    if (rc != STEWARD_OK || (up != 0 && up != 1)) {
-        invalid(rc != STEWARD_OK ? "check_upgrade() returned error " + std::to_string(rc)
-                                 : "check_upgrade() answered " + std::to_string(up) + " (must be 0 or 1)");
+    if (rc != STEWARD_PLUGIN_OK || (up != 0 && up != 1)) {
+        invalid(rc != STEWARD_PLUGIN_OK ? "check_upgrade() returned error " + std::to_string(rc)
+                                        : "check_upgrade() answered " + std::to_string(up) + " (must be 0 or 1)");
         *fallback = true;
         return false;
     }
     return up == 1;
+}
+
+void RoutingPolicy::on_outcome(const RouteInput& in, const RouteOutcome& o) {
+    if (!has_outcome()) return;
+    const RouteViews v(in, 0);
+    steward_route_outcome out{};
+    out.size = sizeof out;
+    out.pool = o.pool;
+    out.finish_reason = finish_code(o.finish);
+    out.upgraded = o.upgraded ? 1 : 0;
+    out.n_prompt_tokens = o.n_prompt_tokens;
+    out.n_cached_prompt_tokens = o.n_cached_prompt_tokens;
+    out.n_output_tokens = o.n_output_tokens;
+    out.ttft_ms = o.ttft_ms;
+    out.tpot_ms = o.tpot_ms;
+    out.e2e_ms = o.e2e_ms;
+    out.cost = o.cost;
+    int rc;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        counters_->n_outcomes++;
+        rc = lib_->routing()->on_outcome(self_, &v.req, &v.ctx, &out);
+    }
+    if (rc != STEWARD_PLUGIN_OK && !logged_.exchange(true))
+        spdlog::warn("routing plugin '{}' (bucket {}): on_outcome() returned error {} (logged once per instance)", plugin_, bucket_, rc);
 }
 
 // ---- eviction
@@ -219,6 +288,7 @@ Expected<std::unique_ptr<PluginEvictionPolicy>> PluginEvictionPolicy::create(std
 PluginEvictionPolicy::~PluginEvictionPolicy() = default;
 
 size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) {
+    const steward_eviction_table& t = *lib_->eviction();
     uint32_t victim = 0;
     int rc;
     {
@@ -236,14 +306,30 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
                                        ctx.block_bytes,       ctx.requesting_tenant, tenants_.data(),
                                        (uint32_t)tenants_.size()};
         counters_->n_calls++;
-        rc = lib_->eviction()->choose_victim(self_, &cx, cands_.data(), (uint32_t)cands_.size(), &victim);
+        if (t.choose_victim_v2) {
+            auto name_of = [&](int32_t id) -> const char* {
+                return ctx.tenant_names && id >= 0 && (size_t)id < ctx.tenant_names->size() ? (*ctx.tenant_names)[id].c_str() : "";
+            };
+            tenant_names_.resize(ctx.tenants.size());
+            for (size_t i = 0; i < ctx.tenants.size(); i++) tenant_names_[i] = name_of(ctx.tenants[i].tenant);
+            const steward_evict_request rq{sizeof(steward_evict_request), bucket_.c_str(), name_of(ctx.requesting_tenant),
+                                           tenant_names_.data()};
+            rc = t.choose_victim_v2(self_, &cx, &rq, cands_.data(), (uint32_t)cands_.size(), &victim);
+        } else {
+            rc = t.choose_victim(self_, &cx, cands_.data(), (uint32_t)cands_.size(), &victim);
+        }
     }
-    if (rc != STEWARD_OK) {
-        invalid("choose_victim() returned error " + std::to_string(rc));
+    const char* fn = t.choose_victim_v2 ? "choose_victim_v2()" : "choose_victim()";
+    if (rc != STEWARD_PLUGIN_OK) {
+        invalid(std::string(fn) + " returned error " + std::to_string(rc));
         return 0;
     }
+    if (t.choose_victim_v2 && victim == STEWARD_EVICT_NO_VICTIM) {
+        counters_->n_declined++;
+        return k_no_victim;
+    }
     if (victim >= candidates.size()) {
-        invalid("choose_victim() chose index " + std::to_string(victim) + " of " + std::to_string(candidates.size()) +
+        invalid(std::string(fn) + " chose index " + std::to_string(victim) + " of " + std::to_string(candidates.size()) +
                 " candidates (only evictable, unreferenced blocks may be chosen)");
         return 0;
     }
@@ -261,19 +347,86 @@ Expected<std::unique_ptr<SpeculationPolicy>> SpeculationPolicy::create(std::shar
 
 SpeculationPolicy::~SpeculationPolicy() = default;
 
+namespace {
+
+steward_spec_seq seq_view(const SpecSeqStats& q) {
+    steward_spec_seq v{};
+    v.size = sizeof v;
+    v.request_id = q.request_id;
+    v.bucket = q.bucket ? q.bucket : "";
+    v.tenant = q.tenant ? q.tenant : "";
+    v.max_budget = q.max_budget;
+    v.last_budget = q.last_budget;
+    v.position = q.position;
+    v.n_generated = q.n_generated;
+    v.max_tokens = q.max_tokens;
+    v.batch_size = q.batch_size;
+    v.n_steps = q.n_steps;
+    v.n_proposed = q.n_proposed;
+    v.n_accepted = q.n_accepted;
+    v.recent_acceptance = q.recent_acceptance;
+    v.temperature = q.temperature;
+    return v;
+}
+
+}  // namespace
+
 int32_t SpeculationPolicy::draft_budget(const steward_spec_stats& stats, bool* fallback) {
     *fallback = false;
+    const steward_speculation_table& t = *lib_->speculation();
     int32_t b = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
         counters_->n_calls++;
-        rc = lib_->speculation()->draft_budget(self_, &stats, &b);
+        if (t.draft_budget_seq) {
+            SpecSeqStats q;
+            q.bucket = bucket_.c_str();
+            q.max_budget = stats.max_budget;
+            q.last_budget = stats.last_budget;
+            q.batch_size = stats.batch_size;
+            const steward_spec_seq v = seq_view(q);
+            rc = t.draft_budget_seq(self_, &v, &b);
+        } else {
+            rc = t.draft_budget(self_, &stats, &b);
+        }
     }
-    if (rc != STEWARD_OK || b < 0 || b > stats.max_budget) {
-        invalid(rc != STEWARD_OK ? "draft_budget() returned error " + std::to_string(rc)
-                                 : "draft_budget() answered " + std::to_string(b) + ", outside [0, " +
-                                       std::to_string(stats.max_budget) + "] (limits.max_draft_tokens)");
+    if (rc != STEWARD_PLUGIN_OK || b < 0 || b > stats.max_budget) {
+        invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
+                                        : "draft budget " + std::to_string(b) + " is outside [0, " +
+                                              std::to_string(stats.max_budget) + "] (limits.max_draft_tokens)");
+        *fallback = true;
+        return 0;
+    }
+    return b;
+}
+
+int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallback) {
+    *fallback = false;
+    const steward_speculation_table& t = *lib_->speculation();
+    int32_t b = 0;
+    int rc;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        counters_->n_calls++;
+        if (t.draft_budget_seq) {
+            const steward_spec_seq v = seq_view(seq);
+            rc = t.draft_budget_seq(self_, &v, &b);
+        } else {
+            // ABI 1: the per-bucket question, with what one sequence's history says.
+            steward_spec_stats st{};
+            st.max_budget = seq.max_budget;
+            st.last_budget = seq.last_budget;
+            st.batch_size = seq.batch_size;
+            st.n_steps = seq.n_steps;
+            st.mean_accepted = seq.n_steps > 0 ? (double)seq.n_accepted / (double)seq.n_steps : 0.0;
+            rc = t.draft_budget(self_, &st, &b);
+        }
+    }
+    if (rc != STEWARD_PLUGIN_OK || b < 0 || b > seq.max_budget) {
+        invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
+                                        : "draft budget " + std::to_string(b) + " for request " + std::to_string(seq.request_id) +
+                                              " is outside [0, " + std::to_string(seq.max_budget) + "] (limits.max_draft_tokens)");
         *fallback = true;
         return 0;
     }

@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "kv/block_pool.h"
 #include "plugin/plugin_loader.h"
+#include "plugin/route.h"
 
 struct steward_params;  // defined in policies.cpp (opaque to plugins)
 
@@ -26,6 +27,8 @@ struct PolicyCounters {
     std::string bucket, kind, plugin;
     std::atomic<int64_t> n_calls{0};
     std::atomic<int64_t> n_invalid{0};  // error codes and rejected decisions (safe default used)
+    std::atomic<int64_t> n_declined{0}; // eviction: "no victim" answers (an ordinary outcome, not invalid)
+    std::atomic<int64_t> n_outcomes{0}; // routing: on_outcome calls
 };
 
 // What every instance shares: the library, the plugin's instance pointer, a lock (the ABI promises
@@ -74,13 +77,18 @@ public:
                                                            const std::string& bucket,
                                                            std::shared_ptr<PolicyCounters> counters,
                                                            const std::vector<std::string>& pools);
-    // The plugin's decision, validated against `pools`; when it is rejected, the default (start on
-    // default_pool, no upgrade, no shadow) and *fallback = true. Thread-safe.
-    steward_route_decision route(const steward_route_request& req, const std::vector<steward_pool_view>& pools,
-                                 int32_t default_pool, bool* fallback);
+    // The plugin's decision (route_v2 when it has one, else route), validated against `pools`; when it
+    // is rejected, the default (start on default_pool, no upgrade, no shadow) and *fallback = true.
+    // in.n_cached_prompt_tokens may be shorter than pools (the rest read -1). Thread-safe.
+    steward_route_decision route(const RouteInput& in, const std::vector<steward_pool_view>& pools, int32_t default_pool,
+                                 bool* fallback);
     bool has_check_upgrade() const { return lib_->routing()->check_upgrade != nullptr; }
     // Whether to upgrade after the first tokens; an error answers false with *fallback = true.
-    bool check_upgrade(const steward_route_request& req, const steward_token_view& tokens, bool* fallback);
+    bool check_upgrade(const RouteInput& in, const steward_token_view& tokens, bool* fallback);
+    bool has_outcome() const { return lib_->routing()->on_outcome != nullptr; }
+    // Tells the plugin how a request it routed ended (no-op without on_outcome); an error is logged
+    // once, not counted as an invalid decision (nothing was decided).
+    void on_outcome(const RouteInput& in, const RouteOutcome& outcome);
     ~RoutingPolicy() override;
 };
 
@@ -90,13 +98,30 @@ public:
                                                                   const PolicySpec& spec, const std::string& bucket,
                                                                   std::shared_ptr<PolicyCounters> counters,
                                                                   const std::vector<std::string>& pools);
-    // An invalid index or an error code answers 0 (least recently used) and is counted.
+    // choose_victim_v2 when the plugin has it (with this bucket's name and the tenants' names from
+    // ctx.tenant_names), else choose_victim. An invalid index or an error code answers 0 (least
+    // recently used) and is counted as invalid; STEWARD_EVICT_NO_VICTIM from choose_victim_v2 answers
+    // k_no_victim and is counted as declined.
     size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) override;
     ~PluginEvictionPolicy() override;
 
 private:
     std::vector<steward_evict_candidate> cands_;  // under mu_
     std::vector<steward_evict_tenant> tenants_;
+    std::vector<const char*> tenant_names_;
+};
+
+// One sequence's speculation figures for one step (the host side of steward_spec_seq). Strings are
+// borrowed for the call.
+struct SpecSeqStats {
+    uint64_t request_id = 0;
+    const char* bucket = "";
+    const char* tenant = "";
+    int32_t max_budget = 0, last_budget = 0;
+    int32_t position = 0, n_generated = 0, max_tokens = 0, batch_size = 1;
+    int64_t n_steps = 0, n_proposed = 0, n_accepted = 0;
+    double recent_acceptance = -1;  // -1: nothing proposed yet
+    double temperature = 0;
 };
 
 class SpeculationPolicy : public PolicyInstance {
@@ -105,8 +130,13 @@ public:
                                                                const PolicySpec& spec, const std::string& bucket,
                                                                std::shared_ptr<PolicyCounters> counters,
                                                                const std::vector<std::string>& pools);
-    // The budget, validated to [0, stats.max_budget]; else 0 and *fallback = true.
+    // The per-bucket budget (ABI 1's question), validated to [0, stats.max_budget]; else 0 and
+    // *fallback = true. A plugin with only draft_budget_seq is asked for a sequence at position 0.
     int32_t draft_budget(const steward_spec_stats& stats, bool* fallback);
+    // One sequence's budget for the next step, validated to [0, seq.max_budget]; else 0 and *fallback
+    // = true. A v1 plugin (no draft_budget_seq) answers through draft_budget with the figures the
+    // sequence gives (see policy.h). Thread-safe; one call per sequence per step.
+    int32_t draft_budget_seq(const SpecSeqStats& seq, bool* fallback);
     ~SpeculationPolicy() override;
 };
 

@@ -137,6 +137,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     e.deadline_s = setup_.deadline_s;
     // A shadow only measures: it neither keeps nor reuses the conversation's pinned KV.
     if (role != RunRole::SHADOW) e.session = setup_.session_key;
+    e.tenant_name = setup_.tenant;
     if (setup_.kv_quota >= 0 && pool >= 0 && pool < (int32_t)setup_.pools.size())
         e.kv_quota_blocks = (int32_t)(setup_.kv_quota * setup_.pools[pool].n_blocks);
     if (e.prompt.empty()) {

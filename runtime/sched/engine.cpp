@@ -36,6 +36,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       kv_(KvStorage::config_for(model.params(), opt.n_blocks, opt.block_size, opt.kv_dtype)),
       mgr_(opt.n_blocks, opt.block_size) {
     mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt.n_blocks);
+    mgr_.set_tenant_names(&tenant_names_);
 }
 
 Expected<bool> Engine::submit(EngineRequest req) {
@@ -61,6 +62,10 @@ Expected<bool> Engine::submit(EngineRequest req) {
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
     const uint64_t id = req.id;
     if (req.kv_quota_blocks >= 0) mgr_.set_tenant_quota(req.tenant, req.kv_quota_blocks);
+    if (!req.tenant_name.empty() && req.tenant >= 0 && req.tenant < (1 << 20)) {
+        if ((size_t)req.tenant >= tenant_names_.size()) tenant_names_.resize((size_t)req.tenant + 1);
+        tenant_names_[req.tenant] = req.tenant_name;
+    }
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
     seqs_.emplace(id, std::move(s));
@@ -259,14 +264,16 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<uint64_t> still_running;
     std::vector<uint64_t> order = running_;
     size_t end = order.size();  // order[end..] were preempted this step
-    auto alloc = [&](Seq& s, int n) -> bool {
+    // must_evict: a request nothing else can make room for (nothing running) takes LRU victims even if
+    // its policy would decline them, so a declining policy delays requests but never stalls the pool.
+    auto alloc = [&](Seq& s, int n, bool must_evict = false) -> bool {
         // Blocks this request needs are reclaimed by its bucket's eviction policy (LRU without one).
-        mgr_.set_active_eviction(s.req.eviction.get(), s.req.tenant);
+        mgr_.set_active_eviction(must_evict ? nullptr : s.req.eviction.get(), s.req.tenant);
         const int64_t evicted_before = mgr_.n_evictions();
         auto copies = mgr_.allocate_slots(s.kv, n);
         mgr_.set_active_eviction(nullptr, -1);
         if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
-            evictions_[{s.req.bucket, s.req.eviction ? s.req.eviction_name : std::string("lru")}] += d;
+            evictions_[{s.req.bucket, s.req.eviction && !must_evict ? s.req.eviction_name : std::string("lru")}] += d;
         if (!copies) return false;
         for (const BlockCopy& c : *copies)
             for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
@@ -315,6 +322,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
         bool ok = alloc(s, n);
         while (!ok && free_one_session()) ok = alloc(s, n);
+        if (!ok && running_.empty()) ok = alloc(s, n, true);
         if (!ok) {
             // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
             // holds blocks could starve everyone (nothing would be preemptable).

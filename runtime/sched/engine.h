@@ -36,6 +36,7 @@ struct EngineOptions {
 struct EngineRequest {
     uint64_t id = 0;
     int32_t tenant = 0;
+    std::string tenant_name;   // what eviction policies are told (the engine keeps id -> name); "" unknown
     uint64_t salt = 0;         // prefix-cache salt of the tenant (config); 0: derived from tenant
     std::vector<int32_t> prompt;
     int max_tokens = 16;
@@ -170,6 +171,7 @@ private:
     EngineStats stats_;
     std::vector<float> logits_;
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
+    std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
 };
 
 }  // namespace steward

@@ -4,7 +4,7 @@
  *   "upgrade_pool" pool stays the host's default; upgrade_pool = 999, check_after_tokens = 1
  *   "shadow_pool"  pool stays the host's default; shadow_pool = 999
  *   "check"        a valid cascade (pool = the default, upgrade_pool = the other of pools 0 and 1,
- *                  check_after_tokens = 1) whose check_upgrade then returns STEWARD_ERR */
+ *                  check_after_tokens = 1) whose check_upgrade then returns STEWARD_PLUGIN_ERR */
 #include "test_plugin.h"
 
 #include <string.h>
@@ -15,16 +15,16 @@ static int create(const steward_host_api* host, const steward_params* params, st
                   size_t err_len) {
     const char* mode = "pool";
     int rc = host->param_string(params, "mode", &mode);
-    if (rc != STEWARD_OK && rc != STEWARD_ERR_NOT_FOUND) return STEWARD_ERR_PARAM;
+    if (rc != STEWARD_PLUGIN_OK && rc != STEWARD_PLUGIN_ERR_NOT_FOUND) return STEWARD_PLUGIN_ERR_PARAM;
     int m;
     if (strcmp(mode, "pool") == 0) m = MODE_POOL;
     else if (strcmp(mode, "upgrade_pool") == 0) m = MODE_UPGRADE_POOL;
     else if (strcmp(mode, "shadow_pool") == 0) m = MODE_SHADOW_POOL;
     else if (strcmp(mode, "check") == 0) m = MODE_CHECK;
-    else return STEWARD_ERR_PARAM;
-    if ((rc = tp_create(host, params, out, err, err_len)) != STEWARD_OK) return rc;
+    else return STEWARD_PLUGIN_ERR_PARAM;
+    if ((rc = tp_create(host, params, out, err, err_len)) != STEWARD_PLUGIN_OK) return rc;
     (*out)->mode = m;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static int route(steward_policy* self, const steward_route_request* req, const steward_pool_view* pools,
@@ -38,18 +38,24 @@ static int route(steward_policy* self, const steward_route_request* req, const s
         if (n_pools >= 2) out->upgrade_pool = out->pool == 0 ? 1 : 0, out->check_after_tokens = 1;
         break;
     }
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static int check_upgrade(steward_policy* self, const steward_route_request* req, const steward_token_view* tokens,
                          int32_t* upgrade) {
     (void)self, (void)req, (void)tokens;
     *upgrade = 1;
-    return STEWARD_ERR;
+    return STEWARD_PLUGIN_ERR;
 }
 
-static const steward_routing_table table = {STEWARD_ROUTING_TABLE_VERSION, sizeof table, create, tp_destroy,
-                                            route, check_upgrade};
+static const steward_routing_table table = {
+    .version = STEWARD_ROUTING_TABLE_VERSION,
+    .size = sizeof table,
+    .create = create,
+    .destroy = tp_destroy,
+    .route = route,
+    .check_upgrade = check_upgrade,
+};
 
 STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version) {
     static const steward_plugin plugin = {STEWARD_POLICY_ABI_VERSION, STEWARD_POLICY_ROUTING, "invalid_routing",

@@ -16,9 +16,9 @@ static inline int tp_create(const steward_host_api* host, const steward_params* 
                             char* err, size_t err_len) {
     (void)host, (void)params, (void)err, (void)err_len;
     steward_policy* self = (steward_policy*)calloc(1, sizeof *self);
-    if (self == NULL) return STEWARD_ERR_NOMEM;
+    if (self == NULL) return STEWARD_PLUGIN_ERR_NOMEM;
     *out = self;
-    return STEWARD_OK;
+    return STEWARD_PLUGIN_OK;
 }
 
 static inline void tp_destroy(steward_policy* self) { free(self); }

@@ -24,28 +24,28 @@ const steward_params* as_params(const Params& p) { return reinterpret_cast<const
 
 int fake_double(const steward_params* p, const char* key, double* out) {
     auto it = params_of(p).find(key);
-    if (it == params_of(p).end()) return STEWARD_ERR_NOT_FOUND;
-    if (auto d = std::get_if<double>(&it->second)) return *out = *d, STEWARD_OK;
-    if (auto i = std::get_if<int64_t>(&it->second)) return *out = double(*i), STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (it == params_of(p).end()) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto d = std::get_if<double>(&it->second)) return *out = *d, STEWARD_PLUGIN_OK;
+    if (auto i = std::get_if<int64_t>(&it->second)) return *out = double(*i), STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int fake_int(const steward_params* p, const char* key, int64_t* out) {
     auto it = params_of(p).find(key);
-    if (it == params_of(p).end()) return STEWARD_ERR_NOT_FOUND;
-    if (auto i = std::get_if<int64_t>(&it->second)) return *out = *i, STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (it == params_of(p).end()) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto i = std::get_if<int64_t>(&it->second)) return *out = *i, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int fake_bool(const steward_params* p, const char* key, int* out) {
     auto it = params_of(p).find(key);
-    if (it == params_of(p).end()) return STEWARD_ERR_NOT_FOUND;
-    if (auto b = std::get_if<bool>(&it->second)) return *out = *b ? 1 : 0, STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (it == params_of(p).end()) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto b = std::get_if<bool>(&it->second)) return *out = *b ? 1 : 0, STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 int fake_string(const steward_params* p, const char* key, const char** out) {
     auto it = params_of(p).find(key);
-    if (it == params_of(p).end()) return STEWARD_ERR_NOT_FOUND;
-    if (auto s = std::get_if<std::string>(&it->second)) return *out = s->c_str(), STEWARD_OK;
-    return STEWARD_ERR_PARAM;
+    if (it == params_of(p).end()) return STEWARD_PLUGIN_ERR_NOT_FOUND;
+    if (auto s = std::get_if<std::string>(&it->second)) return *out = s->c_str(), STEWARD_PLUGIN_OK;
+    return STEWARD_PLUGIN_ERR_PARAM;
 }
 void fake_log(const steward_params*, int, const char*) {}
 
@@ -73,6 +73,7 @@ struct Library {
         entry = reinterpret_cast<steward_plugin_entry_fn>(dlsym(handle, STEWARD_PLUGIN_ENTRY_NAME));
         REQUIRE(entry != nullptr);
         plugin = entry(STEWARD_POLICY_ABI_VERSION);
+        if (!plugin) plugin = entry(1);  // an ABI 1 plugin answers only 1
         REQUIRE(plugin != nullptr);
     }
     ~Library() {
@@ -96,7 +97,7 @@ struct Policy {
         char buf[512] = {};
         rc = table->create(host, as_params(params), &self, buf, sizeof buf);
         err = buf;
-        if (rc != STEWARD_OK) self = nullptr;
+        if (rc != STEWARD_PLUGIN_OK) self = nullptr;
     }
     ~Policy() {
         if (self) table->destroy(self);
@@ -191,7 +192,7 @@ uint32_t victim(Evictor& e, const std::vector<steward_evict_candidate>& cands,
     ctx.tenants = tenants.data();
     ctx.n_tenants = uint32_t(tenants.size());
     uint32_t v = 12345;
-    REQUIRE(e.table->choose_victim(e.self, &ctx, cands.data(), uint32_t(cands.size()), &v) == STEWARD_OK);
+    REQUIRE(e.table->choose_victim(e.self, &ctx, cands.data(), uint32_t(cands.size()), &v) == STEWARD_PLUGIN_OK);
     return v;
 }
 
@@ -210,7 +211,7 @@ int32_t budget(Speculator& s) {
     st.draft_ms = 5;
     st.verify_ms = 15;
     int32_t b = -99;
-    REQUIRE(s.table->draft_budget(s.self, &st, &b) == STEWARD_OK);
+    REQUIRE(s.table->draft_budget(s.self, &st, &b) == STEWARD_PLUGIN_OK);
     return b;
 }
 
@@ -272,29 +273,53 @@ TEST_CASE("every built-in plugin reports its kind, its name and the ABI version 
     }
 }
 
-TEST_CASE("a built-in plugin returns NULL to a host of another ABI version", "[plugins]") {
+TEST_CASE("a built-in plugin answers a host of its ABI version or newer and returns NULL to an older one", "[plugins]") {
     for (const Builtin& b : kBuiltins) {
         INFO(b.kind_dir << "/" << b.name);
         Library lib(builtin_path(b.kind_dir, b.name));
-        CHECK(lib.entry(STEWARD_POLICY_ABI_VERSION + 1) == nullptr);
+        CHECK(lib.entry(STEWARD_POLICY_ABI_VERSION - 1) == nullptr);
         CHECK(lib.entry(0) == nullptr);
         CHECK(lib.entry(STEWARD_POLICY_ABI_VERSION) == lib.plugin);
+        CHECK(lib.entry(STEWARD_POLICY_ABI_VERSION + 1) == lib.plugin);
     }
 }
 
-TEST_CASE("a built-in plugin with parameters refuses a host API of another version, with a message", "[plugins]") {
+TEST_CASE("a built-in plugin with parameters refuses an older host API, with a message, and takes a newer one",
+          "[plugins]") {
     steward_host_api old = kHost;
-    old.version = STEWARD_HOST_API_VERSION + 1;
+    old.version = STEWARD_HOST_API_VERSION - 1;
     Router r(builtin_path("routing", "cost_quality"), {}, &old);
-    CHECK(r.rc != STEWARD_OK);
+    CHECK(r.rc != STEWARD_PLUGIN_OK);
     CHECK(contains(r.err, "host API"));
+    steward_host_api newer = kHost;
+    newer.version = STEWARD_HOST_API_VERSION + 1;
+    Router n(builtin_path("routing", "cost_quality"), {}, &newer);
+    CHECK(n.rc == STEWARD_PLUGIN_OK);
+}
+
+TEST_CASE("the ABI 1 test plugins were built against the frozen v1 header: version 1 tables of the v1 size",
+          "[plugins]") {
+    // The v1 layout, counted by hand: two uint32 fields, then 4 (routing) or 3 (eviction) pointers.
+    Library r(test_plugin_path("v1_routing"));
+    CHECK(r.plugin->abi_version == 1);
+    CHECK(r.entry(STEWARD_POLICY_ABI_VERSION) == nullptr);  // it only knows host version 1
+    auto rt = static_cast<const steward_routing_table*>(r.plugin->table);
+    CHECK(rt->version == 1);
+    CHECK(rt->size == 8 + 4 * sizeof(void*));
+    CHECK(rt->size == STEWARD_ROUTING_TABLE_SIZE_V1);
+    Library e(test_plugin_path("v1_eviction"));
+    auto et = static_cast<const steward_eviction_table*>(e.plugin->table);
+    CHECK(e.plugin->abi_version == 1);
+    CHECK(et->version == 1);
+    CHECK(et->size == 8 + 3 * sizeof(void*));
+    CHECK(et->size == STEWARD_EVICTION_TABLE_SIZE_V1);
 }
 
 TEST_CASE("a built-in plugin creates independent instances from different parameters", "[plugins]") {
     Speculator a(builtin_path("speculation", "fixed"), {{"budget", int64_t(2)}});
     Speculator b(builtin_path("speculation", "fixed"), {{"budget", int64_t(6)}});
-    REQUIRE(a.rc == STEWARD_OK);
-    REQUIRE(b.rc == STEWARD_OK);
+    REQUIRE(a.rc == STEWARD_PLUGIN_OK);
+    REQUIRE(b.rc == STEWARD_PLUGIN_OK);
     CHECK(budget(a) == 2);
     CHECK(budget(b) == 6);
 }
@@ -303,11 +328,11 @@ TEST_CASE("a built-in plugin creates independent instances from different parame
 
 TEST_CASE("rules routing keeps the decision the host pre-filled", "[plugins]") {
     Router r(builtin_path("routing", "rules"));
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     CHECK(r.table->check_upgrade == nullptr);
     for (int32_t def : {0, 1, 2}) {
         Routed out = route(r, four_pools(), 7, def);
-        CHECK(out.rc == STEWARD_OK);
+        CHECK(out.rc == STEWARD_PLUGIN_OK);
         CHECK(out.d.pool == def);
         CHECK(out.d.upgrade_pool == -1);
         CHECK(out.d.check_after_tokens == 0);
@@ -320,9 +345,9 @@ TEST_CASE("rules routing keeps the decision the host pre-filled", "[plugins]") {
 TEST_CASE("cost_quality with a dominant cost weight picks the cheapest available pool", "[plugins]") {
     Router r(builtin_path("routing", "cost_quality"),
              {{"lambda_cost", 1000.0}, {"lambda_latency", 0.0}, {"lambda_quality", 0.0}, {"lambda_risk", 0.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     Routed out = route(r, four_pools(), 1, 2);
-    CHECK(out.rc == STEWARD_OK);
+    CHECK(out.rc == STEWARD_PLUGIN_OK);
     CHECK(out.d.pool == 0); // "draining" is cheaper but unavailable
     CHECK(out.d.upgrade_pool == -1);
     CHECK(out.d.check_after_tokens == 0);
@@ -332,7 +357,7 @@ TEST_CASE("cost_quality with a dominant cost weight picks the cheapest available
 TEST_CASE("cost_quality with a dominant quality weight picks the best available pool", "[plugins]") {
     Router r(builtin_path("routing", "cost_quality"),
              {{"lambda_cost", 0.0}, {"lambda_latency", 0.0}, {"lambda_quality", int64_t(1000)}, {"lambda_risk", 0.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     CHECK(route(r, four_pools()).d.pool == 2); // quality 0.97; the draining 1.00 is not available
 }
 
@@ -345,7 +370,7 @@ TEST_CASE("cost_quality balances the terms as the hand computation says", "[plug
     std::vector<steward_pool_view> pools = {pool("A", 7e9, 0.002, 400, 0.70, 0.10),
                                             pool("B", 70e9, 0.010, 800, 0.95, 0.20)};
     Router defaults(builtin_path("routing", "cost_quality"));
-    REQUIRE(defaults.rc == STEWARD_OK);
+    REQUIRE(defaults.rc == STEWARD_PLUGIN_OK);
     CHECK(route(defaults, pools).d.pool == 0); // A 0.1 vs B 1.25
 
     Router q5(builtin_path("routing", "cost_quality"), {{"lambda_quality", 5.0}});
@@ -358,7 +383,7 @@ TEST_CASE("cost_quality balances the terms as the hand computation says", "[plug
 TEST_CASE("cost_quality breaks a tie on the cheaper pool, then on the lower index", "[plugins]") {
     Router r(builtin_path("routing", "cost_quality"),
              {{"lambda_cost", 0.0}, {"lambda_latency", 0.0}, {"lambda_quality", 0.0}, {"lambda_risk", 1.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     // Same risk: the cheaper pool wins even at a higher index.
     CHECK(route(r, {pool("a", 1e9, 0.005, 100, 0.5, 0.2), pool("b", 1e9, 0.003, 900, 0.1, 0.2)}).d.pool == 1);
     // Same risk, same cost: the lower index.
@@ -367,11 +392,11 @@ TEST_CASE("cost_quality breaks a tie on the cheaper pool, then on the lower inde
 
 TEST_CASE("cost_quality keeps the host's default when no pool is available", "[plugins]") {
     Router r(builtin_path("routing", "cost_quality"));
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     std::vector<steward_pool_view> pools = {pool("a", 1e9, 0.001, 100, 0.5, 0.1, 1, 0),
                                             pool("b", 1e9, 0.002, 100, 0.5, 0.1, 1, 0)};
     Routed out = route(r, pools, 1, 1);
-    CHECK(out.rc == STEWARD_OK);
+    CHECK(out.rc == STEWARD_PLUGIN_OK);
     CHECK(out.d.pool == 1);
 }
 
@@ -380,7 +405,7 @@ TEST_CASE("cost_quality shadows a deterministic fraction of requests on the stro
     // With every lambda 1 on four_pools(): small -0.25, medium -0.17, large 1.33 -> small; the
     // strongest available pool is large (the draining one is bigger but unavailable).
     Router r(builtin_path("routing", "cost_quality"), {{"shadow_fraction", 0.25}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     const int n = 4000;
     int shadowed = 0;
     for (int id = 0; id < n; ++id) {
@@ -406,7 +431,7 @@ TEST_CASE("cost_quality shadows a deterministic fraction of requests on the stro
 
 TEST_CASE("cost_quality never shadows a request on the pool it already runs on", "[plugins]") {
     Router r(builtin_path("routing", "cost_quality"), {{"shadow_fraction", 1.0}, {"lambda_quality", 1000.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     for (uint64_t id = 0; id < 50; ++id) {
         Routed out = route(r, four_pools(), id);
         CHECK(out.d.pool == 2);
@@ -417,17 +442,17 @@ TEST_CASE("cost_quality never shadows a request on the pool it already runs on",
 TEST_CASE("cost_quality refuses negative weights and a shadow fraction outside [0, 1], naming the key",
           "[plugins]") {
     Router neg(builtin_path("routing", "cost_quality"), {{"lambda_latency", -0.5}});
-    CHECK(neg.rc == STEWARD_ERR_PARAM);
+    CHECK(neg.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(neg.err, "lambda_latency"));
     CHECK(contains(neg.err, ">= 0"));
 
     Router frac(builtin_path("routing", "cost_quality"), {{"shadow_fraction", 1.5}});
-    CHECK(frac.rc == STEWARD_ERR_PARAM);
+    CHECK(frac.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(frac.err, "shadow_fraction"));
     CHECK(contains(frac.err, "[0, 1]"));
 
     Router type(builtin_path("routing", "cost_quality"), {{"lambda_cost", std::string("cheap")}});
-    CHECK(type.rc == STEWARD_ERR_PARAM);
+    CHECK(type.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(type.err, "lambda_cost"));
     CHECK(contains(type.err, "number"));
 }
@@ -437,9 +462,9 @@ TEST_CASE("cost_quality refuses negative weights and a shadow fraction outside [
 TEST_CASE("cascade starts on the cheapest output price and upgrades to the pool with the most parameters",
           "[plugins]") {
     Router r(builtin_path("routing", "cascade"));
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     Routed out = route(r, four_pools(), 1, 1);
-    CHECK(out.rc == STEWARD_OK);
+    CHECK(out.rc == STEWARD_PLUGIN_OK);
     CHECK(out.d.pool == 0);         // price_output 0.5 (the draining pool's 0.1 is unavailable)
     CHECK(out.d.upgrade_pool == 2); // 70e9 parameters (the draining pool's 400e9 is unavailable)
     CHECK(out.d.check_after_tokens == 8);
@@ -453,7 +478,7 @@ TEST_CASE("cascade starts on the cheapest output price and upgrades to the pool 
 TEST_CASE("cascade uses the pools and k it is given by name", "[plugins]") {
     Router r(builtin_path("routing", "cascade"),
              {{"start_pool", std::string("medium")}, {"upgrade_pool", std::string("large")}, {"k", int64_t(16)}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     Routed out = route(r, four_pools());
     CHECK(out.d.pool == 1);
     CHECK(out.d.upgrade_pool == 2);
@@ -462,7 +487,7 @@ TEST_CASE("cascade uses the pools and k it is given by name", "[plugins]") {
 
 TEST_CASE("cascade does not upgrade when it starts on the strong pool", "[plugins]") {
     Router r(builtin_path("routing", "cascade"), {{"start_pool", std::string("large")}, {"shadow_fraction", 1.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     Routed out = route(r, four_pools());
     CHECK(out.d.pool == 2);
     CHECK(out.d.upgrade_pool == -1);
@@ -472,30 +497,30 @@ TEST_CASE("cascade does not upgrade when it starts on the strong pool", "[plugin
 
 TEST_CASE("cascade refuses to route when a named pool does not exist", "[plugins]") {
     Router up(builtin_path("routing", "cascade"), {{"upgrade_pool", std::string("xl")}});
-    REQUIRE(up.rc == STEWARD_OK); // names are only known at route time
-    CHECK(route(up, four_pools()).rc == STEWARD_ERR_PARAM);
+    REQUIRE(up.rc == STEWARD_PLUGIN_OK); // names are only known at route time
+    CHECK(route(up, four_pools()).rc == STEWARD_PLUGIN_ERR_PARAM);
     Router start(builtin_path("routing", "cascade"), {{"start_pool", std::string("tiny")}});
-    REQUIRE(start.rc == STEWARD_OK);
-    CHECK(route(start, four_pools()).rc == STEWARD_ERR_PARAM);
+    REQUIRE(start.rc == STEWARD_PLUGIN_OK);
+    CHECK(route(start, four_pools()).rc == STEWARD_PLUGIN_ERR_PARAM);
 }
 
 TEST_CASE("cascade shadows the sampled requests on the strong pool", "[plugins]") {
     Router r(builtin_path("routing", "cascade"), {{"shadow_fraction", 1.0}});
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     for (uint64_t id = 0; id < 20; ++id) CHECK(route(r, four_pools(), id).d.shadow_pool == 2);
 }
 
 TEST_CASE("cascade upgrades when the mean log-probability is below the threshold and not above", "[plugins]") {
     Router r(builtin_path("routing", "cascade"));
-    REQUIRE(r.rc == STEWARD_OK);
+    REQUIRE(r.rc == STEWARD_PLUGIN_OK);
     Checked low = check_upgrade(r, {-2.5f, -3.0f, -1.5f, -2.2f}); // mean -2.3 < -2
-    CHECK(low.rc == STEWARD_OK);
+    CHECK(low.rc == STEWARD_PLUGIN_OK);
     CHECK(low.upgrade == 1);
     Checked high = check_upgrade(r, {-0.5f, -1.0f, -0.2f, -0.3f}); // mean -0.5
-    CHECK(high.rc == STEWARD_OK);
+    CHECK(high.rc == STEWARD_PLUGIN_OK);
     CHECK(high.upgrade == 0);
     Checked none = check_upgrade(r, {});
-    CHECK(none.rc == STEWARD_OK);
+    CHECK(none.rc == STEWARD_PLUGIN_OK);
     CHECK(none.upgrade == 0);
 }
 
@@ -504,9 +529,9 @@ TEST_CASE("cascade's min metric upgrades on one unsure token where the mean does
     Router mean(builtin_path("routing", "cascade"), {{"metric", std::string("mean")}});
     Router min(builtin_path("routing", "cascade"), {{"metric", std::string("min")}});
     Router strict(builtin_path("routing", "cascade"), {{"threshold", -1.0}});
-    REQUIRE(mean.rc == STEWARD_OK);
-    REQUIRE(min.rc == STEWARD_OK);
-    REQUIRE(strict.rc == STEWARD_OK);
+    REQUIRE(mean.rc == STEWARD_PLUGIN_OK);
+    REQUIRE(min.rc == STEWARD_PLUGIN_OK);
+    REQUIRE(strict.rc == STEWARD_PLUGIN_OK);
     CHECK(check_upgrade(mean, one_bad).upgrade == 0);
     CHECK(check_upgrade(min, one_bad).upgrade == 1);
     CHECK(check_upgrade(strict, one_bad).upgrade == 1); // mean -1.325 < -1
@@ -514,20 +539,20 @@ TEST_CASE("cascade's min metric upgrades on one unsure token where the mean does
 
 TEST_CASE("cascade refuses a bad k, metric, threshold or pool name, naming the key", "[plugins]") {
     Router k(builtin_path("routing", "cascade"), {{"k", int64_t(0)}});
-    CHECK(k.rc == STEWARD_ERR_PARAM);
+    CHECK(k.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(k.err, "'k'"));
     Router metric(builtin_path("routing", "cascade"), {{"metric", std::string("median")}});
-    CHECK(metric.rc == STEWARD_ERR_PARAM);
+    CHECK(metric.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(metric.err, "metric"));
     CHECK(contains(metric.err, "min"));
     Router threshold(builtin_path("routing", "cascade"), {{"threshold", std::string("low")}});
-    CHECK(threshold.rc == STEWARD_ERR_PARAM);
+    CHECK(threshold.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(threshold.err, "threshold"));
     Router name(builtin_path("routing", "cascade"), {{"start_pool", std::string("")}});
-    CHECK(name.rc == STEWARD_ERR_PARAM);
+    CHECK(name.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(name.err, "start_pool"));
     Router frac(builtin_path("routing", "cascade"), {{"shadow_fraction", -0.1}});
-    CHECK(frac.rc == STEWARD_ERR_PARAM);
+    CHECK(frac.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(frac.err, "shadow_fraction"));
 }
 
@@ -535,14 +560,14 @@ TEST_CASE("cascade refuses a bad k, metric, threshold or pool name, naming the k
 
 TEST_CASE("lru evicts the first candidate", "[plugins]") {
     Evictor e(builtin_path("eviction", "lru"));
-    REQUIRE(e.rc == STEWARD_OK);
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(e, {cand(1, 3, 9), cand(1, 0, 0), cand(2, 1, 0)}) == 0);
     CHECK(victim(e, {cand(1, 3, 9)}) == 0);
 }
 
 TEST_CASE("lfu evicts the block with the fewest hits, the least recently used among equals", "[plugins]") {
     Evictor e(builtin_path("eviction", "lfu"));
-    REQUIRE(e.rc == STEWARD_OK);
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(e, {cand(1, 0, 5), cand(1, 0, 2), cand(1, 0, 7), cand(1, 0, 2)}) == 1);
     CHECK(victim(e, {cand(1, 0, 3), cand(1, 0, 3)}) == 0);
 }
@@ -553,7 +578,7 @@ TEST_CASE("cost_aware keeps a deep hot block and evicts a shallow cold one", "[p
     //   depth 0, 0 hits:  16 * (1 + 0.01 * 0.5 * 16) * 1  = 17.28
     //   depth 3, 1 hit:   16 * (1 + 0.01 * 3.5 * 16) * 2  = 49.92
     Evictor e(builtin_path("eviction", "cost_aware"));
-    REQUIRE(e.rc == STEWARD_OK);
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(e, {cand(1, 20, 5), cand(1, 0, 0), cand(1, 3, 1)}) == 1);
     // Hits outweigh depth: depth 0 with 10 hits 17.28 * 11 = 190.08; depth 30 cold: 16 * 5.88 = 94.08.
     CHECK(victim(e, {cand(1, 0, 10), cand(1, 30, 0)}) == 1);
@@ -561,20 +586,20 @@ TEST_CASE("cost_aware keeps a deep hot block and evicts a shallow cold one", "[p
 
 TEST_CASE("cost_aware follows its parameters: no hit weight evicts by depth, no weights is LRU", "[plugins]") {
     Evictor depth_only(builtin_path("eviction", "cost_aware"), {{"hit_weight", 0.0}});
-    REQUIRE(depth_only.rc == STEWARD_OK);
+    REQUIRE(depth_only.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(depth_only, {cand(1, 0, 10), cand(1, 30, 0)}) == 0); // 17.28 vs 94.08
     Evictor flat(builtin_path("eviction", "cost_aware"), {{"hit_weight", 0.0}, {"attn_ratio", 0.0}});
-    REQUIRE(flat.rc == STEWARD_OK);
+    REQUIRE(flat.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(flat, {cand(1, 9, 10), cand(1, 0, 0), cand(1, 30, 0)}) == 0);
     Evictor bad(builtin_path("eviction", "cost_aware"), {{"attn_ratio", -1.0}});
-    CHECK(bad.rc == STEWARD_ERR_PARAM);
+    CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(bad.err, "attn_ratio"));
 }
 
 TEST_CASE("tenant_fair evicts the least recently used private block of the tenant over its quota",
           "[plugins]") {
     Evictor e(builtin_path("eviction", "tenant_fair"));
-    REQUIRE(e.rc == STEWARD_OK);
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
     // 100 blocks, 2 tenants, no configured quotas: 50 each. Tenant 1 holds 60 (ratio 1.2).
     std::vector<steward_evict_tenant> tenants = {{1, 60, -1}, {2, 30, -1}};
     std::vector<steward_evict_candidate> cands = {cand(2, 0, 0), cand(1, 0, 0, /*public=*/1), cand(1, 2, 0),
@@ -593,16 +618,16 @@ TEST_CASE("tenant_fair evicts the least recently used private block of the tenan
 TEST_CASE("tenant_fair's default_share sets the quota of tenants without one", "[plugins]") {
     // default_share 0.25 of 100 blocks: 25 each; tenant 1 is at 2.4, tenant 2 at 1.2.
     Evictor e(builtin_path("eviction", "tenant_fair"), {{"default_share", 0.25}});
-    REQUIRE(e.rc == STEWARD_OK);
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(e, {cand(2, 0, 0), cand(1, 0, 0, 1), cand(1, 1, 0)}, {{1, 60, -1}, {2, 30, -1}}) == 2);
     // default_share 0.9: quotas of 90, nobody over: plain LRU.
     Evictor wide(builtin_path("eviction", "tenant_fair"), {{"default_share", 0.9}});
-    REQUIRE(wide.rc == STEWARD_OK);
+    REQUIRE(wide.rc == STEWARD_PLUGIN_OK);
     CHECK(victim(wide, {cand(2, 0, 0), cand(1, 1, 0)}, {{1, 60, -1}, {2, 30, -1}}) == 0);
 
     for (double bad : {0.0, 1.5, -0.2}) {
         Evictor b(builtin_path("eviction", "tenant_fair"), {{"default_share", bad}});
-        CHECK(b.rc == STEWARD_ERR_PARAM);
+        CHECK(b.rc == STEWARD_PLUGIN_ERR_PARAM);
         CHECK(contains(b.err, "default_share"));
         CHECK(contains(b.err, "(0, 1]"));
     }
@@ -612,32 +637,102 @@ TEST_CASE("tenant_fair's default_share sets the quota of tenants without one", "
 
 TEST_CASE("off never speculates", "[plugins]") {
     Speculator s(builtin_path("speculation", "off"));
-    REQUIRE(s.rc == STEWARD_OK);
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
     CHECK(budget(s) == 0);
 }
 
 TEST_CASE("fixed returns its configured budget, 4 by default", "[plugins]") {
     Speculator def(builtin_path("speculation", "fixed"));
-    REQUIRE(def.rc == STEWARD_OK);
+    REQUIRE(def.rc == STEWARD_PLUGIN_OK);
     CHECK(budget(def) == 4);
     Speculator seven(builtin_path("speculation", "fixed"), {{"budget", int64_t(7)}});
-    REQUIRE(seven.rc == STEWARD_OK);
+    REQUIRE(seven.rc == STEWARD_PLUGIN_OK);
     CHECK(budget(seven) == 7);
     Speculator zero(builtin_path("speculation", "fixed"), {{"budget", int64_t(0)}});
-    REQUIRE(zero.rc == STEWARD_OK);
+    REQUIRE(zero.rc == STEWARD_PLUGIN_OK);
     CHECK(budget(zero) == 0);
 }
 
 TEST_CASE("fixed refuses a negative or non-integer budget with a message naming the key", "[plugins]") {
     Speculator neg(builtin_path("speculation", "fixed"), {{"budget", int64_t(-1)}});
-    CHECK(neg.rc == STEWARD_ERR_PARAM);
+    CHECK(neg.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(neg.self == nullptr);
     CHECK(contains(neg.err, "'budget'"));
     CHECK(contains(neg.err, "-1"));
     Speculator frac(builtin_path("speculation", "fixed"), {{"budget", 2.5}});
-    CHECK(frac.rc == STEWARD_ERR_PARAM);
+    CHECK(frac.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(frac.err, "'budget'"));
     CHECK(contains(frac.err, "integer"));
+}
+
+TEST_CASE("off answers 0 per sequence and fixed its budget, capped at the tokens the sequence has left",
+          "[plugins]") {
+    auto per_seq = [](Speculator& s, int32_t n_generated, int32_t max_tokens) {
+        REQUIRE(s.table->draft_budget_seq != nullptr);
+        steward_spec_seq q{};
+        q.size = sizeof q;
+        q.request_id = 3;
+        q.bucket = "chat";
+        q.tenant = "acme";
+        q.max_budget = 8;
+        q.last_budget = 2;
+        q.position = 100 + n_generated;
+        q.n_generated = n_generated;
+        q.max_tokens = max_tokens;
+        q.batch_size = 4;
+        q.n_steps = 5;
+        q.n_proposed = 10;
+        q.n_accepted = 6;
+        q.recent_acceptance = 0.6;
+        int32_t b = -99;
+        REQUIRE(s.table->draft_budget_seq(s.self, &q, &b) == STEWARD_PLUGIN_OK);
+        return b;
+    };
+    Speculator off(builtin_path("speculation", "off"));
+    REQUIRE(off.rc == STEWARD_PLUGIN_OK);
+    CHECK(per_seq(off, 0, 64) == 0);
+    Speculator fixed(builtin_path("speculation", "fixed"), {{"budget", int64_t(5)}});
+    REQUIRE(fixed.rc == STEWARD_PLUGIN_OK);
+    CHECK(per_seq(fixed, 0, 64) == 5);
+    CHECK(per_seq(fixed, 0, 0) == 5);    // no output limit known: the budget as is
+    CHECK(per_seq(fixed, 60, 64) == 3);  // 4 tokens left: 3 drafts + the verified one
+    CHECK(per_seq(fixed, 63, 64) == 0);  // the last token: no drafts
+}
+
+TEST_CASE("cost_quality with session_affinity keeps a session on the pool holding its KV while it is available",
+          "[plugins]") {
+    auto pools = four_pools();  // by score alone (λ quality 1000) "large" (2) wins
+    auto route_v2 = [&](Router& r, int32_t session_pool) {
+        REQUIRE(r.table->route_v2 != nullptr);
+        steward_route_request req{};
+        req.request_id = 5;
+        req.bucket = "agent";
+        req.tenant = "acme";
+        req.n_prompt_tokens = 500;
+        req.max_tokens = 20;
+        req.response_format = "";
+        std::vector<steward_pool_extra> extra(pools.size(), steward_pool_extra{-1});
+        if (session_pool >= 0) extra[session_pool].n_cached_prompt_tokens = 480;
+        steward_route_context ctx{};
+        ctx.size = sizeof ctx;
+        ctx.session = "s1";
+        ctx.session_pool = session_pool;
+        ctx.pools = extra.data();
+        steward_route_decision d{0, -1, 0, -1};
+        REQUIRE(r.table->route_v2(r.self, &req, &ctx, pools.data(), uint32_t(pools.size()), &d) == STEWARD_PLUGIN_OK);
+        return d.pool;
+    };
+    Router sticky(builtin_path("routing", "cost_quality"), {{"lambda_quality", 1000.0}, {"session_affinity", true}});
+    Router plain(builtin_path("routing", "cost_quality"), {{"lambda_quality", 1000.0}});
+    REQUIRE(sticky.rc == STEWARD_PLUGIN_OK);
+    REQUIRE(plain.rc == STEWARD_PLUGIN_OK);
+    CHECK(route_v2(sticky, 0) == 0);   // the session's pool, though "large" scores better
+    CHECK(route_v2(plain, 0) == 2);    // without affinity: the score
+    CHECK(route_v2(sticky, -1) == 2);  // no session pool: the score
+    CHECK(route_v2(sticky, 3) == 2);   // the session's pool is draining: the score
+    Router bad(builtin_path("routing", "cost_quality"), {{"session_affinity", int64_t(1)}});
+    CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
+    CHECK(contains(bad.err, "'session_affinity'"));
 }
 
 // ---- the test plugins the loader tests use
@@ -675,12 +770,12 @@ TEST_CASE("the test plugins are built as the loader tests assume", "[plugins]") 
         CHECK(route(a, pools).d.pool == 2);
         CHECK(route(b, pools, 1, 3).d.pool == 0);
         Router bad(test_plugin_path("param_routing"), {{"pick", int64_t(-1)}});
-        CHECK(bad.rc == STEWARD_ERR_PARAM);
+        CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
     }
     {
         Router r(test_plugin_path("invalid_routing"));
         CHECK(route(r, pools).d.pool == 999);
-        CHECK(check_upgrade(r, {-1.0f}).rc == STEWARD_ERR);
+        CHECK(check_upgrade(r, {-1.0f}).rc == STEWARD_PLUGIN_ERR);
         Router check(test_plugin_path("invalid_routing"), {{"mode", std::string("check")}});
         Routed out = route(check, pools, 1, 0);
         CHECK(out.d.pool == 0);
@@ -693,7 +788,7 @@ TEST_CASE("the test plugins are built as the loader tests assume", "[plugins]") 
     }
     {
         Router r(test_plugin_path("error_routing"));
-        CHECK(route(r, pools).rc == STEWARD_ERR);
+        CHECK(route(r, pools).rc == STEWARD_PLUGIN_ERR);
     }
     {
         Evictor e(test_plugin_path("invalid_eviction"));

@@ -23,6 +23,7 @@
 #include "api/runtime.h"
 #include "config/config.h"
 #include "kv/block_pool.h"
+#include "kv/kv_manager.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/policies.h"
 #include "plugin/policy_set.h"
@@ -80,15 +81,13 @@ steward_pool_view pool_view(const char* name, int32_t available = 1) {
 std::vector<steward_pool_view> three_pools() { return {pool_view("a"), pool_view("b"), pool_view("c")}; }
 const std::vector<std::string> kPoolNames = {"a", "b", "c"};
 
-steward_route_request request() {
-    steward_route_request r{};
+RouteInput request() {
+    RouteInput r;
     r.request_id = 7;
     r.bucket = "chat";
     r.tenant = "t";
     r.n_prompt_tokens = 10;
     r.max_tokens = 20;
-    r.temperature = 0.0;
-    r.response_format = "";
     return r;
 }
 
@@ -170,14 +169,14 @@ TEST_CASE("an eviction plugin loaded as a routing policy is refused, naming both
     CHECK((*lib)->name() == "kind_eviction");
 }
 
-TEST_CASE("a routing table of another version is refused, naming the version and asking for a rebuild",
+TEST_CASE("a routing table of a newer version is refused, naming the versions read and asking for a rebuild",
           "[plugin_loader]") {
     const std::string path = test_plugin("bad_table_version");
     const std::string msg = open_error(path, PolicyKind::ROUTING);
     INFO(msg);
     CHECK(contains(msg, path));
     CHECK(contains(msg, "routing table of version 99"));
-    CHECK(contains(msg, "reads version " + std::to_string(STEWARD_ROUTING_TABLE_VERSION)));
+    CHECK(contains(msg, "reads versions 1 to " + std::to_string(STEWARD_ROUTING_TABLE_VERSION)));
     CHECK(contains(msg, "rebuild"));
 }
 
@@ -474,6 +473,178 @@ TEST_CASE("a valid draft budget is kept while the built-in fixed budget above th
     CHECK(counters->n_calls.load() == 3);
 }
 
+TEST_CASE("the per-sequence draft budget is validated to [0, max_budget] for built-ins, ABI 1-style and invalid plugins",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto seq = [](int32_t max_budget, int32_t n_generated = 0, int32_t max_tokens = 64) {
+        SpecSeqStats q;
+        q.request_id = 9;
+        q.bucket = "chat";
+        q.tenant = "t";
+        q.max_budget = max_budget;
+        q.position = 20 + n_generated;
+        q.n_generated = n_generated;
+        q.max_tokens = max_tokens;
+        q.n_steps = 4;
+        q.n_proposed = 12;
+        q.n_accepted = 8;
+        q.recent_acceptance = 0.5;
+        return q;
+    };
+    auto counters = std::make_shared<PolicyCounters>();
+    auto make = [&](const std::string& plugin, std::map<std::string, PolicyParam> params = {}) {
+        auto lib = load_ok(loader, plugin, PolicyKind::SPECULATION, {STEWARD_PLUGIN_BUILD_DIR});
+        auto p = SpeculationPolicy::create(lib, spec_of(plugin, std::move(params)), "chat", counters, kPoolNames);
+        REQUIRE(p.ok());
+        return std::move(*p);
+    };
+    bool fallback = true;
+    auto off = make("off");
+    CHECK(off->draft_budget_seq(seq(4), &fallback) == 0);
+    CHECK_FALSE(fallback);
+    auto fixed = make("fixed", {{"budget", int64_t(3)}});
+    CHECK(fixed->draft_budget_seq(seq(4), &fallback) == 3);
+    CHECK_FALSE(fallback);
+    CHECK(fixed->draft_budget_seq(seq(4, 62, 64), &fallback) == 1);  // 2 tokens left
+    CHECK_FALSE(fallback);
+    CHECK(counters->n_invalid.load() == 0);
+    // Above the host's limit: refused, 0, counted.
+    CHECK(fixed->draft_budget_seq(seq(2), &fallback) == 0);
+    CHECK(fallback);
+    CHECK(counters->n_invalid.load() == 1);
+    // A plugin without draft_budget_seq answers through its per-bucket draft_budget, validated alike.
+    auto over = make(test_plugin("invalid_speculation"), {{"mode", std::string("over_max")}});
+    REQUIRE(over->library().speculation()->draft_budget_seq == nullptr);
+    CHECK(over->draft_budget_seq(seq(4), &fallback) == 0);
+    CHECK(fallback);
+    auto neg = make(test_plugin("invalid_speculation"));
+    CHECK(neg->draft_budget_seq(seq(4), &fallback) == 0);
+    CHECK(fallback);
+    CHECK(counters->n_invalid.load() == 3);
+    CHECK(counters->n_calls.load() == 6);
+}
+
+// ---- ABI 2: older plugins, newer entry points
+
+TEST_CASE("an ABI 1 plugin built against the frozen v1 header loads, and its table's missing v2 functions read NULL",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto rlib = load_ok(loader, test_plugin("v1_routing"), PolicyKind::ROUTING);
+    CHECK(rlib->abi_version() == 1);
+    CHECK(rlib->routing()->version == 1);
+    CHECK(rlib->routing()->route != nullptr);
+    CHECK(rlib->routing()->route_v2 == nullptr);
+    CHECK(rlib->routing()->on_outcome == nullptr);
+    auto counters = std::make_shared<PolicyCounters>();
+    auto r = RoutingPolicy::create(rlib, spec_of(test_plugin("v1_routing"), {{"pick", int64_t(2)}}), "chat", counters,
+                                   kPoolNames);
+    REQUIRE(r.ok());
+    bool fallback = true;
+    RouteInput in = request();
+    in.session = "s";
+    in.session_pool = 0;
+    CHECK((*r)->route(in, three_pools(), 0, &fallback).pool == 2);
+    CHECK_FALSE(fallback);
+    CHECK_FALSE((*r)->has_outcome());
+    (*r)->on_outcome(in, RouteOutcome{});  // absent: nothing is called
+    CHECK(counters->n_outcomes.load() == 0);
+
+    auto elib = load_ok(loader, test_plugin("v1_eviction"), PolicyKind::EVICTION);
+    CHECK(elib->eviction()->choose_victim_v2 == nullptr);
+    auto e = PluginEvictionPolicy::create(elib, spec_of(test_plugin("v1_eviction")), "chat", counters, kPoolNames);
+    REQUIRE(e.ok());
+    EvictionContext ctx;
+    ctx.n_blocks_total = 8;
+    CHECK((*e)->choose_victim(ctx, candidates({1, 1, 1, 1})) == 3);  // most recently used, not LRU's 0
+    CHECK(counters->n_invalid.load() == 0);
+}
+
+TEST_CASE("a v2 router is told its outcomes: the learning test router alternates pools only when they arrive",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto counters = std::make_shared<PolicyCounters>();
+    auto r = routing(loader, spec_of(test_plugin("outcome_routing")), counters);
+    REQUIRE(r->has_outcome());
+    const RouteInput in = request();
+    bool fallback = true;
+    CHECK(r->route(in, three_pools(), 2, &fallback).pool == 0);
+    CHECK_FALSE(fallback);
+    RouteOutcome served;
+    served.pool = 0;
+    served.finish = FinishReason::STOP;
+    served.n_prompt_tokens = 10;
+    served.n_output_tokens = 4;
+    served.ttft_ms = 5;
+    served.tpot_ms = 1;
+    served.e2e_ms = 9;
+    served.cost = 1e-6;
+    r->on_outcome(in, served);
+    CHECK(r->route(in, three_pools(), 2, &fallback).pool == 1);
+    r->on_outcome(in, served);
+    CHECK(r->route(in, three_pools(), 2, &fallback).pool == 2);
+    CHECK(counters->n_outcomes.load() == 2);
+    CHECK(counters->n_invalid.load() == 0);
+    // A report of a request that never ran reaches it with pool -1 and the finish reason mapped.
+    RouteOutcome failed = served;
+    failed.pool = -1;
+    failed.finish = FinishReason::OVERLOADED;
+    r->on_outcome(in, failed);
+    CHECK(r->route(in, three_pools(), 2, &fallback).pool == 2);  // the plugin's error: the default
+    CHECK(fallback);
+    CHECK(counters->n_invalid.load() == 1);
+}
+
+TEST_CASE("an eviction plugin declining every candidate answers no victim, counted as declined and not invalid",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto counters = std::make_shared<PolicyCounters>();
+    auto p = PluginEvictionPolicy::create(load_ok(loader, test_plugin("decline_eviction"), PolicyKind::EVICTION),
+                                          spec_of(test_plugin("decline_eviction")), "chat", counters, kPoolNames);
+    REQUIRE(p.ok());
+    const std::vector<std::string> names = {"", "acme", "globex"};
+    const TenantBlocks held[] = {{1, 3, -1}, {2, 1, 4}};
+    EvictionContext ctx;
+    ctx.n_blocks_total = 8;
+    ctx.requesting_tenant = 2;
+    ctx.tenants = held;
+    ctx.tenant_names = &names;
+    CHECK((*p)->choose_victim(ctx, candidates({1, 2})) == EvictionPolicy::k_no_victim);
+    CHECK(counters->n_declined.load() == 1);
+    CHECK(counters->n_invalid.load() == 0);
+    // Without tenant names the test plugin answers an error: LRU, counted as invalid.
+    ctx.tenant_names = nullptr;
+    CHECK((*p)->choose_victim(ctx, candidates({1, 2})) == 0);
+    CHECK(counters->n_declined.load() == 1);
+    CHECK(counters->n_invalid.load() == 1);
+}
+
+TEST_CASE("a block pool whose policy declines answers no room, counts it, and allocates again once a block is free",
+          "[plugin_loader]") {
+    struct Decline : EvictionPolicy {
+        int n = 0;
+        size_t choose_victim(const EvictionContext&, std::span<const EvictionCandidate>) override { return n++, k_no_victim; }
+    };
+    KvManager mgr(3, 4);  // a sequence of 2 cached blocks and one free block
+    Decline decline;
+    const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6, 7, 8};
+    const SeqId a = mgr.add_seq(1, toks);
+    REQUIRE(mgr.allocate_slots(a, 8).has_value());
+    mgr.commit_computed(a, 8);
+    mgr.publish_full_blocks(a);
+    mgr.free(a);  // its 2 blocks cached and evictable; 1 block uncached and free
+    const std::vector<int32_t> other = {9, 10, 11, 12, 13};
+    const SeqId b = mgr.add_seq(1, other);
+    mgr.set_active_eviction(&decline, 1);
+    CHECK_FALSE(mgr.allocate_slots(b, 5).has_value());  // declined on its second block: the first goes back
+    CHECK(decline.n == 1);
+    CHECK(mgr.seq(b).blocks.empty());
+    CHECK(mgr.pool().stats().n_declined == 1);
+    CHECK(mgr.pool().check_invariants().empty());
+    mgr.set_active_eviction(nullptr, 1);  // LRU, as the engine does for a request nothing else can help
+    CHECK(mgr.allocate_slots(b, 5).has_value());
+    CHECK(mgr.seq(b).blocks.size() == 2);
+}
+
 // ---- 4. parameters
 
 TEST_CASE("a parameter the plugin never reads is refused as unknown, at the key's location", "[plugin_loader]") {
@@ -519,7 +690,7 @@ TEST_CASE("a plugin's own parameter error is reported with its message and the b
                                    spec_of(test_plugin("invalid_routing"), {{"mode", std::string("bogus")}}), "chat",
                                    std::make_shared<PolicyCounters>(), kPoolNames);
     REQUIRE_FALSE(q.ok());
-    CHECK(contains(q.error().message, "create() returned error " + std::to_string(STEWARD_ERR_PARAM)));
+    CHECK(contains(q.error().message, "create() returned error " + std::to_string(STEWARD_PLUGIN_ERR_PARAM)));
     CHECK(contains(q.error().message, "bucket 'chat'"));
 }
 

@@ -238,3 +238,135 @@ plugin = "lfu"
     CHECK(rt->metrics_prometheus().find("steward:plugin_invalid_decisions_total{bucket=\"broken\",kind=\"routing\"") !=
           std::string::npos);
 }
+
+TEST_CASE("session_affinity keeps turn 2 of an agent session on turn 1's pool, where its KV is cached", "[routing]") {
+    // Turn 1 is sent to "small" by a fixed router; turn 2's bucket scores "large" best (quality
+    // 1.0 vs 0.5 under λ_quality 1000), so only the affinity can keep it on "small".
+    const bool affinity = GENERATE(true, false);
+    std::string t = two_pool_toml();
+    t += hint_bucket("turn1", "plugin = \"param_routing\"\npick = 1");
+    t += hint_bucket("agent", fmt::format("plugin = \"cost_quality\"\nlambda_quality = 1000.0\nsession_affinity = {}",
+                                          affinity ? "true" : "false"));
+    t += "\n[[bucket]]\nname = \"other\"\npool = \"large\"\n";
+    auto rt = start(affinity ? "affinity.toml" : "no_affinity.toml", t);
+    GenerationRequest q1;
+    q1.bucket_hint = "turn1";
+    q1.session = "conversation-1";
+    q1.prompt_ids = ids(40, 3);
+    q1.max_tokens = 4;
+    q1.ignore_eos = true;
+    const GenerationResult r1 = rt->generate(q1);
+    REQUIRE(r1.ok());
+    CHECK(r1.pool == "small");
+    GenerationRequest q2 = q1;
+    q2.bucket_hint = "agent";
+    q2.prompt_ids.insert(q2.prompt_ids.end(), r1.tokens.begin(), r1.tokens.end());
+    for (int32_t id : ids(12, 9)) q2.prompt_ids.push_back(id);
+    const GenerationResult r2 = rt->generate(q2);
+    REQUIRE(r2.ok());
+    CHECK_FALSE(r2.fallback);
+    if (affinity) {
+        CHECK(r2.pool == "small");
+        // Turn 1 left 40 + 4 tokens; the engine reuses the 43 whose KV was computed.
+        CHECK(r2.metrics.cached_tokens >= 40);
+    } else {
+        CHECK(r2.pool == "large");
+        CHECK(r2.metrics.cached_tokens == 0);  // "large" never saw this conversation
+    }
+}
+
+TEST_CASE("an ABI 1 plugin and an ABI 2 plugin decide side by side in one config", "[routing]") {
+    TwoPoolOptions o;
+    o.kv_blocks = 12;  // tight: requests evict each other's cached blocks
+    std::string t = two_pool_toml(o);
+    t += R"(
+[[bucket]]
+name = "old"
+pool = "large"
+[bucket.match]
+hint = "old"
+[bucket.routing]
+plugin = "v1_routing"
+pick = 1
+[bucket.eviction]
+plugin = "v1_eviction"
+
+[[bucket]]
+name = "new"
+pool = "large"
+[bucket.match]
+hint = "new"
+[bucket.routing]
+plugin = "outcome_routing"
+[bucket.eviction]
+plugin = "lfu"
+
+[[bucket]]
+name = "other"
+pool = "large"
+)";
+    auto rt = start("v1_v2.toml", t);
+    // One at a time, so that the learning router has seen every earlier outcome of its bucket.
+    std::map<std::string, std::vector<std::string>> pools;
+    for (int i = 0; i < 12; i++) {
+        GenerationRequest q;
+        q.bucket_hint = i % 2 ? "new" : "old";
+        q.prompt_ids = ids(40, i);
+        q.max_tokens = 4;
+        q.ignore_eos = true;
+        const GenerationResult r = rt->generate(q);
+        REQUIRE(r.ok());
+        CHECK_FALSE(r.fallback);
+        pools[r.bucket].push_back(r.pool);
+    }
+    CHECK(pools["old"] == std::vector<std::string>(6, "small"));
+    CHECK(pools["new"] == std::vector<std::string>{"large", "small", "large", "small", "large", "small"});
+    auto j = nlohmann::json::parse(rt->metrics_json());
+    std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> by;  // (bucket, kind) -> (calls, invalid)
+    for (const auto& p : j["policies"])
+        by[{p["bucket"], p["kind"]}] = {p["decisions"].get<int64_t>(), p["invalid_decisions"].get<int64_t>()};
+    CHECK(by[{"old", "routing"}] == std::make_pair<int64_t, int64_t>(6, 0));
+    CHECK(by[{"new", "routing"}] == std::make_pair<int64_t, int64_t>(6, 0));
+    CHECK(by[{"old", "eviction"}].first > 0);
+    CHECK(by[{"old", "eviction"}].second == 0);
+    CHECK(j["buckets"]["old"]["kv"]["evictions_by_policy"]["v1_eviction"].get<int64_t>() > 0);
+}
+
+TEST_CASE("an eviction plugin that declines every candidate makes requests wait or be preempted, and all finish",
+          "[routing]") {
+    TwoPoolOptions o;
+    o.kv_blocks = 12;  // 4 requests of 3 blocks fill the pool; finished ones leave cached blocks
+    std::string t = two_pool_toml(o);
+    t += R"(
+[[bucket]]
+name = "protective"
+pool = "large"
+[bucket.eviction]
+plugin = "decline_eviction"
+)";
+    auto rt = start("decline.toml", t);
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 24; i++) {
+        GenerationRequest q;
+        q.tenant = i % 2 ? "acme" : "globex";
+        q.prompt_ids = ids(40, 100 + i);  // distinct prompts: each caches blocks that only eviction frees
+        q.max_tokens = 6;
+        q.ignore_eos = true;
+        reqs.push_back(q);
+    }
+    for (const auto& r : run_all(*rt, reqs)) {
+        REQUIRE(r.ok());
+        CHECK(r.tokens.size() == 6);
+    }
+    auto j = nlohmann::json::parse(rt->metrics_json());
+    int64_t calls = -1, invalid = -1;
+    for (const auto& p : j["policies"])
+        if (p["bucket"] == "protective" && p["kind"] == "eviction")
+            calls = p["decisions"].get<int64_t>(), invalid = p["invalid_decisions"].get<int64_t>();
+    CHECK(calls > 0);     // it was asked (and declined: it never evicted a block)...
+    CHECK(invalid == 0);  // ...a decline is not an invalid decision (the names reached it, else it errs)
+    const auto& ev = j["buckets"]["protective"]["kv"]["evictions_by_policy"];
+    CHECK_FALSE(ev.contains("decline_eviction"));
+    // Only a request that nothing else could make room for took LRU victims.
+    CHECK(ev["lru"].get<int64_t>() > 0);
+}

@@ -3,10 +3,29 @@
  * A plugin is a shared library exporting ONE function, steward_plugin_entry (see the end of this
  * file), which returns a description of the plugin: the ABI version it was built against, its kind
  * (routing, eviction or speculation), its name and a table of function pointers for that kind.
- * Every table opens with its own version and size, so the host can refuse (or, later, adapt to) a
- * table from an older header. Instances are opaque to the host; the host's data is passed in plain
- * C structs that live only for the duration of the call. No C++ type or exception crosses the line:
- * a plugin written in C++ must catch everything inside its functions.
+ * Instances are opaque to the host; the host's data is passed in plain C structs that live only for
+ * the duration of the call. No C++ type or exception crosses the line: a plugin written in C++ must
+ * catch everything inside its functions.
+ *
+ * Versions (what a version buys: an older plugin keeps loading, as with redismodule.h and llama.h).
+ *  - ABI version. The host loads a plugin built for any ABI version from STEWARD_POLICY_ABI_VERSION_MIN
+ *    up to its own. It calls steward_plugin_entry with its own version first and then with each older
+ *    version it still speaks, newest first, and takes the first answer that is not NULL (a plugin of
+ *    ABI 1 answers only 1). A plugin newer than the host is refused with a message.
+ *  - Tables. Every table opens with its version and its size (the plugin's sizeof). Functions are only
+ *    ever appended; a function pointer that lies at or past the table's size is absent (NULL) for the
+ *    host, so a table from an older header simply lacks the newer functions. A table must hold at least
+ *    the version 1 fields (STEWARD_*_TABLE_SIZE_V1 bytes).
+ *  - Data the host passes TO a plugin. The structs of version 1 are frozen: a v1 plugin reads them with
+ *    its own layout. Newer data travels in newer structs, through newer functions (route_v2,
+ *    choose_victim_v2, draft_budget_seq, on_outcome), so a v1 plugin never sees them. Each newer struct
+ *    opens with `size` (the host's sizeof) so that a later host may append fields: a plugin reads a
+ *    field only when STEWARD_HAS_FIELD says the host's struct reaches it. ARRAYS ARE NEVER EXTENDED:
+ *    appending a field would change the stride a plugin indexes with (steward_pool_view is passed as an
+ *    array); per-element data of a newer version goes into a new parallel array (steward_pool_extra).
+ *  - Data a plugin writes (decisions, budgets) is pre-filled by the host with the safe default.
+ *  - The host API (steward_host_api) keeps version 1 and only appends functions (gate them on its size):
+ *    v1 plugins compare its version for equality.
  *
  * Lifecycle. The host dlopens a private copy of the library (so a rebuilt file at the same path is a
  * new library at the next config reload), calls steward_plugin_entry once, checks the versions and
@@ -18,12 +37,18 @@
  * instance), but different instances of the same library may be called concurrently from different
  * threads: keep mutable state in the instance, not in globals.
  *
- * Errors. Functions return STEWARD_OK or an error code. A decision function that returns an error,
+ * Errors. Functions return STEWARD_PLUGIN_OK or an error code. A decision function that returns an error,
  * or returns a decision the host finds invalid (a pool that does not exist, a victim that is not an
  * evictable block, a draft budget outside [0, max]), is logged once per instance, counted in the
  * metrics (steward:plugin_invalid_decisions_total) and replaced by the safe default: the bucket's
  * configured pool, the least recently used block, a draft budget of 0. Decisions must be quick: they
- * run on the request path (routing) or inside a scheduler step (eviction, speculation).
+ * run on the request path (routing) or inside a scheduler step (eviction, speculation). An eviction
+ * plugin declining every candidate (choose_victim_v2, STEWARD_EVICT_NO_VICTIM) is not an error: it is
+ * counted apart and the engine preempts or queues instead.
+ *
+ * Status names: STEWARD_PLUGIN_* (steward_plugin_status), distinct from the C API's steward_status in
+ * steward.h so that both headers can be included in one translation unit. The numbers are those of
+ * ABI 1 (whose header called them STEWARD_OK, STEWARD_ERR, ...), so binaries of either agree.
  */
 #ifndef STEWARD_POLICY_H
 #define STEWARD_POLICY_H
@@ -35,15 +60,22 @@
 extern "C" {
 #endif
 
-/* Bumped on any incompatible change to this header. The host refuses a plugin whose
- * steward_plugin.abi_version differs from its own. */
-#define STEWARD_POLICY_ABI_VERSION 1
+/* The ABI this header describes, and the oldest one a host built from it still loads (see Versions
+ * above). 2: route_v2 / on_outcome, choose_victim_v2 (names, declining), draft_budget_seq, the
+ * STEWARD_PLUGIN_* status names. */
+#define STEWARD_POLICY_ABI_VERSION 2
+#define STEWARD_POLICY_ABI_VERSION_MIN 1
 
 /* Versions of the per-kind tables (each table's first field). */
-#define STEWARD_ROUTING_TABLE_VERSION 1
-#define STEWARD_EVICTION_TABLE_VERSION 1
-#define STEWARD_SPECULATION_TABLE_VERSION 1
+#define STEWARD_ROUTING_TABLE_VERSION 2
+#define STEWARD_EVICTION_TABLE_VERSION 2
+#define STEWARD_SPECULATION_TABLE_VERSION 2
+/* Unchanged in ABI 2: plugins built against ABI 1 refuse any other host API version. */
 #define STEWARD_HOST_API_VERSION 1
+
+/* Whether a struct that opens with `uint32_t size` (the writer's sizeof) holds FIELD. */
+#define STEWARD_HAS_FIELD(ptr, type, field) \
+    ((ptr)->size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
 /* Export the entry point with default visibility even when the library is built with
  * -fvisibility=hidden (recommended). */
@@ -53,14 +85,15 @@ extern "C" {
 #define STEWARD_PLUGIN_EXPORT __attribute__((visibility("default")))
 #endif
 
-/* Return codes of every function in this ABI. */
-typedef enum steward_status {
-    STEWARD_OK = 0,
-    STEWARD_ERR = 1,           /* generic failure: the host uses the safe default */
-    STEWARD_ERR_PARAM = 2,     /* a parameter is missing, of the wrong type or out of range */
-    STEWARD_ERR_NOMEM = 3,     /* allocation failed */
-    STEWARD_ERR_NOT_FOUND = 4  /* (host API) the parameter key is absent */
-} steward_status;
+/* Return codes of every function in this ABI (ABI 1 named them STEWARD_OK, STEWARD_ERR, ...: same
+ * numbers). */
+typedef enum steward_plugin_status {
+    STEWARD_PLUGIN_OK = 0,
+    STEWARD_PLUGIN_ERR = 1,           /* generic failure: the host uses the safe default */
+    STEWARD_PLUGIN_ERR_PARAM = 2,     /* a parameter is missing, of the wrong type or out of range */
+    STEWARD_PLUGIN_ERR_NOMEM = 3,     /* allocation failed */
+    STEWARD_PLUGIN_ERR_NOT_FOUND = 4  /* (host API) the parameter key is absent */
+} steward_plugin_status;
 
 typedef enum steward_policy_kind {
     STEWARD_POLICY_ROUTING = 1,     /* which pool a request runs on; when to upgrade */
@@ -81,8 +114,8 @@ typedef struct steward_host_api {
     uint32_t version; /* STEWARD_HOST_API_VERSION */
     uint32_t size;    /* sizeof(steward_host_api) of the host */
 
-    /* Read a parameter. Returns STEWARD_OK, STEWARD_ERR_NOT_FOUND when the key is absent (the plugin
-     * then uses its default), or STEWARD_ERR_PARAM when the value has another type (an integer is
+    /* Read a parameter. Returns STEWARD_PLUGIN_OK, STEWARD_PLUGIN_ERR_NOT_FOUND when the key is absent (the plugin
+     * then uses its default), or STEWARD_PLUGIN_ERR_PARAM when the value has another type (an integer is
      * accepted where a double is asked). A string stays valid until create() returns. Keys the
      * plugin never reads are reported to the user as unknown parameters. */
     int (*param_double)(const steward_params* params, const char* key, double* out);
@@ -95,7 +128,7 @@ typedef struct steward_host_api {
     void (*log)(const steward_params* params, int level, const char* msg);
 
     /* The index of the pool called `name` in the pools[] a routing instance will be given (the
-     * pools of its config generation, in config order): STEWARD_OK, or STEWARD_ERR_NOT_FOUND, so a
+     * pools of its config generation, in config order): STEWARD_PLUGIN_OK, or STEWARD_PLUGIN_ERR_NOT_FOUND, so a
      * plugin can refuse a misnamed pool at load time. During create() only. */
     int (*pool_index)(const steward_params* params, const char* name, int32_t* out);
 } steward_host_api;
@@ -154,6 +187,52 @@ typedef struct steward_token_view {
     int32_t finished;        /* 1: the request ended before check_after_tokens tokens */
 } steward_token_view;
 
+/* ---- routing, version 2 */
+
+/* What ABI 2 adds per pool: a parallel array to pools[] (steward_pool_view is frozen, see Versions). */
+typedef struct steward_pool_extra {
+    int32_t n_cached_prompt_tokens; /* this request's prompt tokens this pool already holds for its
+                                       tenant (prefix cache or the session's KV); -1: unknown */
+} steward_pool_extra;
+
+/* What ABI 2 adds per request. Strings are NUL-terminated; everything lives for the call. */
+typedef struct steward_route_context {
+    uint32_t size;               /* sizeof(steward_route_context) of the host (STEWARD_HAS_FIELD) */
+    const char* session;         /* the caller's session (agent conversation) id; "" for none */
+    int32_t session_pool;        /* the pool holding the session's KV (it served the session's last
+                                    turn), an index into pools[]; -1: none or unknown */
+    int32_t priority;            /* the bucket's priority: higher runs first, lowest is preempted first */
+    double slo_ttft_ms;          /* the bucket's targets; 0: none */
+    double slo_tpot_ms;
+    double deadline_ms;          /* time left before the request times out; 0: no deadline */
+    const steward_pool_extra* pools; /* [n_pools], parallel to route_v2's pools[] */
+} steward_route_context;
+
+/* How a request ended, for on_outcome. */
+typedef enum steward_finish_reason {
+    STEWARD_FINISH_STOP = 0,      /* end of sequence */
+    STEWARD_FINISH_LENGTH = 1,    /* max_tokens or the context */
+    STEWARD_FINISH_CANCELLED = 2,
+    STEWARD_FINISH_TIMEOUT = 3,
+    STEWARD_FINISH_ERROR = 4,
+    STEWARD_FINISH_OVERLOADED = 5 /* refused: the pool's queue was full */
+} steward_finish_reason;
+
+typedef struct steward_route_outcome {
+    uint32_t size;                  /* sizeof(steward_route_outcome) of the host (STEWARD_HAS_FIELD) */
+    int32_t pool;                   /* the pool whose run answered (after an upgrade, the upgrade pool),
+                                       an index as in route_v2's pools[]; -1: it never ran */
+    int32_t finish_reason;          /* a steward_finish_reason */
+    int32_t upgraded;               /* 1: check_upgrade moved it to the upgrade pool */
+    int32_t n_prompt_tokens;
+    int32_t n_cached_prompt_tokens; /* served from the prefix cache or the session */
+    int32_t n_output_tokens;
+    double ttft_ms;                 /* arrival to first token; -1: no token */
+    double tpot_ms;                 /* mean time per output token after the first; -1: fewer than 2 */
+    double e2e_ms;                  /* arrival to finish */
+    double cost;                    /* currency units, every pool the request ran on */
+} steward_route_outcome;
+
 typedef struct steward_routing_table {
     uint32_t version; /* STEWARD_ROUTING_TABLE_VERSION */
     uint32_t size;    /* sizeof(steward_routing_table) */
@@ -167,14 +246,32 @@ typedef struct steward_routing_table {
 
     /* Fills *out for one request. The host pre-fills *out with the safe default (the bucket's
      * configured pool, no upgrade, no shadow). pools[n_pools] live for the call. When no pool fits
-     * (none available), leave the default and return STEWARD_OK. Required. */
+     * (none available), leave the default and return STEWARD_PLUGIN_OK. Required unless route_v2 is
+     * given (the host calls route_v2 when both are). */
     int (*route)(steward_policy* self, const steward_route_request* req, const steward_pool_view* pools,
                  uint32_t n_pools, steward_route_decision* out);
     /* After check_after_tokens tokens on decision.pool: set *upgrade to 1 to stop there and re-run the
      * request on decision.upgrade_pool, 0 to continue. Optional (NULL: never upgrade). */
     int (*check_upgrade)(steward_policy* self, const steward_route_request* req,
                          const steward_token_view* tokens, int32_t* upgrade);
+
+    /* ---- version 2 (absent from a version 1 table: its size ends before them) */
+
+    /* route with what ABI 2 adds: the session, the pool holding its KV, cached prompt tokens per pool
+     * (ctx->pools[i] goes with pools[i]), priority, SLO and deadline. Same contract as route. */
+    int (*route_v2)(steward_policy* self, const steward_route_request* req, const steward_route_context* ctx,
+                    const steward_pool_view* pools, uint32_t n_pools, steward_route_decision* out);
+    /* Called once per finished request that this instance routed (also a failed or cancelled one),
+     * after the caller has its answer, so a router can learn. req and ctx are what route_v2 was given
+     * (ctx->pools is NULL here: the per-pool figures were those of routing time). The return code is
+     * only logged. Optional. Called on the request's thread: keep it short, and remember the host
+     * serialises it with route_v2 on the same instance. */
+    int (*on_outcome)(steward_policy* self, const steward_route_request* req, const steward_route_context* ctx,
+                      const steward_route_outcome* outcome);
 } steward_routing_table;
+
+/* The size of a version 1 routing table (create .. check_upgrade). */
+#define STEWARD_ROUTING_TABLE_SIZE_V1 offsetof(steward_routing_table, route_v2)
 
 /* ---------------------------------------------------------------------------------------------
  * Eviction: called inside a scheduler step when a pool needs a block and no uncached free block
@@ -205,6 +302,23 @@ typedef struct steward_evict_context {
     uint32_t n_tenants;
 } steward_evict_context;
 
+/* ---- eviction, version 2 */
+
+/* choose_victim_v2's answer for "none of these": the allocation fails, and the engine frees an idle
+ * session, preempts a lower-priority sequence or queues the request instead, exactly as when no block
+ * is free at all. Counted apart (not an invalid decision). So that a pool never stalls, a request that
+ * nothing else could make room for (nothing running to preempt or wait for) gets its block from the
+ * least recently used candidate after all. */
+#define STEWARD_EVICT_NO_VICTIM UINT32_MAX
+
+/* What ABI 2 adds to an eviction question: names, not only small ids. Lives for the call. */
+typedef struct steward_evict_request {
+    uint32_t size;                    /* sizeof(steward_evict_request) of the host (STEWARD_HAS_FIELD) */
+    const char* bucket;               /* the bucket of the request that needs the block */
+    const char* tenant;               /* its tenant's name; "" unknown */
+    const char* const* tenant_names;  /* [ctx->n_tenants]: the name of ctx->tenants[i]; "" unknown */
+} steward_evict_request;
+
 typedef struct steward_eviction_table {
     uint32_t version; /* STEWARD_EVICTION_TABLE_VERSION */
     uint32_t size;    /* sizeof(steward_eviction_table) */
@@ -212,10 +326,20 @@ typedef struct steward_eviction_table {
                   char* err, size_t err_len);
     void (*destroy)(steward_policy* self);
     /* Picks the block to reclaim: writes an index into cands[0..n) to *victim. cands is ordered least
-     * recently used first and never empty; it lives for the call. Required. */
+     * recently used first and never empty; it lives for the call. Required unless choose_victim_v2 is
+     * given (the host calls choose_victim_v2 when both are). */
     int (*choose_victim)(steward_policy* self, const steward_evict_context* ctx,
                          const steward_evict_candidate* cands, uint32_t n, uint32_t* victim);
+
+    /* ---- version 2 */
+
+    /* choose_victim with the requesting bucket and tenant names (req); *victim may also be
+     * STEWARD_EVICT_NO_VICTIM to decline every candidate (e.g. to protect a tenant's blocks). */
+    int (*choose_victim_v2)(steward_policy* self, const steward_evict_context* ctx, const steward_evict_request* req,
+                            const steward_evict_candidate* cands, uint32_t n, uint32_t* victim);
 } steward_eviction_table;
+
+#define STEWARD_EVICTION_TABLE_SIZE_V1 offsetof(steward_eviction_table, choose_victim_v2)
 
 /* ---------------------------------------------------------------------------------------------
  * Speculation: asked for the number of draft tokens to propose per sequence for the next step. */
@@ -233,15 +357,53 @@ typedef struct steward_spec_stats {
     double verify_ms;             /* of which verifying */
 } steward_spec_stats;
 
+/* ---- speculation, version 2: per step, per sequence.
+ *
+ * The contract (the speculative-decoding engine implements the calling side): before each decode
+ * step, for every sequence of the step's batch whose bucket names the plugin, the host asks
+ * draft_budget_seq for the number of draft tokens to propose for THAT sequence in THAT step, passing
+ * the sequence's running acceptance statistics. The answer must lie in [0, seq->max_budget]; anything
+ * else (or an error code) is counted as invalid and replaced by 0 (no drafts for that sequence in that
+ * step). 0 is always safe: the step decodes one token as without speculation. A v1 plugin (no
+ * draft_budget_seq) is asked draft_budget instead, with a steward_spec_stats derived from the
+ * sequence (max_budget, last_budget, batch_size, n_steps, mean_accepted; no histogram or timings). */
+typedef struct steward_spec_seq {
+    uint32_t size;             /* sizeof(steward_spec_seq) of the host (STEWARD_HAS_FIELD) */
+    uint64_t request_id;
+    const char* bucket;
+    const char* tenant;
+    int32_t max_budget;        /* the host's limit (limits.max_draft_tokens): a budget above it is invalid */
+    int32_t last_budget;       /* this sequence's budget at its previous step; 0 at its first */
+    int32_t position;          /* tokens in the sequence so far (prompt + output): the next token's index */
+    int32_t n_generated;       /* output tokens so far */
+    int32_t max_tokens;        /* the request's output limit */
+    int32_t batch_size;        /* sequences in this step's batch */
+    int64_t n_steps;           /* speculative steps of this sequence so far */
+    int64_t n_proposed;        /* draft tokens proposed for this sequence so far */
+    int64_t n_accepted;        /* of which the target model accepted */
+    double recent_acceptance;  /* accepted / proposed over the sequence's recent steps; -1: none yet */
+    double temperature;
+} steward_spec_seq;
+
 typedef struct steward_speculation_table {
     uint32_t version; /* STEWARD_SPECULATION_TABLE_VERSION */
     uint32_t size;    /* sizeof(steward_speculation_table) */
     int (*create)(const steward_host_api* host, const steward_params* params, steward_policy** out,
                   char* err, size_t err_len);
     void (*destroy)(steward_policy* self);
-    /* Writes the draft budget (tokens per sequence, 0 = no speculation) to *budget. Required. */
+    /* Writes the draft budget (tokens per sequence, 0 = no speculation) for the bucket's next steps
+     * to *budget (ABI 1: per bucket). Required unless draft_budget_seq is given. */
     int (*draft_budget)(steward_policy* self, const steward_spec_stats* stats, int32_t* budget);
+
+    /* ---- version 2 */
+
+    /* Writes the draft budget of one sequence for the next step to *budget (see the contract above).
+     * The host calls it instead of draft_budget when both are given (also for a per-bucket question,
+     * with a sequence at position 0 and no history). */
+    int (*draft_budget_seq)(steward_policy* self, const steward_spec_seq* seq, int32_t* budget);
 } steward_speculation_table;
+
+#define STEWARD_SPECULATION_TABLE_SIZE_V1 offsetof(steward_speculation_table, draft_budget_seq)
 
 /* ---------------------------------------------------------------------------------------------
  * The entry point. */
@@ -257,8 +419,9 @@ typedef struct steward_plugin {
 } steward_plugin;
 
 /* Every plugin exports exactly this function (C linkage, default visibility). host_abi_version is
- * the host's STEWARD_POLICY_ABI_VERSION; return NULL to refuse to load. The returned struct has
- * static storage. */
+ * an ABI version the host speaks (its own first, then older ones: see Versions); return NULL to
+ * refuse it. A plugin answers every version at or above the one it was built with (a newer host loads
+ * older plugins). The returned struct has static storage. */
 #define STEWARD_PLUGIN_ENTRY_NAME "steward_plugin_entry"
 typedef const steward_plugin* (*steward_plugin_entry_fn)(uint32_t host_abi_version);
 STEWARD_PLUGIN_EXPORT const steward_plugin* steward_plugin_entry(uint32_t host_abi_version);
