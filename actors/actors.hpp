@@ -25,7 +25,7 @@ caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine
 // policy for the pool. Holds no owning reference to its snapshot (the snapshot owns the router).
 caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared);
 // One per runtime, detached (a reload loads models and plugins): answers reload_atom by calling
-// `reload` (parse, validate completely, swap) and config_atom with the live generation and path.
+// `reload` (parse, validate completely, swap).
 using ReloadFn = std::function<Expected<uint64_t>()>;
 caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared);
 // One per request.

@@ -20,7 +20,6 @@ using token_atom = caf::atom_constant<caf::atom("token")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using session_atom = caf::atom_constant<caf::atom("session")>;
-using config_atom = caf::atom_constant<caf::atom("config")>;
 using reload_atom = caf::atom_constant<caf::atom("reload")>;
 
 // request_actor -> router_actor: what the bucket rules look at.

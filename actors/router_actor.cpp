@@ -2,8 +2,7 @@
 // then asks the bucket's routing policy (plugin) for the pool, an upgrade check and a shadow run,
 // with pool estimates from live figures, the session's pool and cached tokens per pool (RouteInput,
 // kept in the decision for the request's later plugin calls); the speculation policy gives the
-// draft budget. The
-// decision carries the generation. config_actor: the live config's reload entry point.
+// draft budget. The decision carries the generation.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -113,43 +112,10 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_pt
     };
 }
 
-struct config_state {
-    ReloadFn reload;
-    std::weak_ptr<SharedState> shared;
-    static inline const char* name = "config";
-};
-
-caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::weak_ptr<SharedState> shared) {
-    self->state.reload = std::move(reload);
-    self->state.shared = std::move(shared);
-    return {
-        // -> (ok, live generation, error message)
-        [=](reload_atom) {
-            auto r = self->state.reload();
-            if (r) return caf::make_message(true, *r, std::string());
-            uint64_t g = 0;
-            if (auto sh = self->state.shared.lock())
-                if (auto s = sh->snapshot()) g = s->generation;
-            return caf::make_message(false, g, r.error().message);
-        },
-        [=](config_atom) {
-            uint64_t g = 0;
-            std::string path;
-            if (auto sh = self->state.shared.lock())
-                if (auto s = sh->snapshot()) g = s->generation, path = s->config->path;
-            return caf::make_message(g, path);
-        },
-    };
-}
-
 }  // namespace
 
 caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
     return sys.spawn(router_actor, std::move(snap), std::move(shared));
-}
-
-caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared) {
-    return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(shared));
 }
 
 }  // namespace steward

@@ -200,7 +200,7 @@ bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& o
     return true;
 }
 
-RequestRecord RequestFsm::make_record(const RunEnd& end) const {
+RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const {
     const Run& r = runs_[(int)answer_];
     RequestRecord rec;
     rec.bucket = route_.bucket;
@@ -209,7 +209,7 @@ RequestRecord RequestFsm::make_record(const RunEnd& end) const {
     rec.t_arrival_s = setup_.arrival_s;
     if (end.first_scheduled_s >= 0) rec.t_scheduled_s = end.first_scheduled_s;
     if (!token_times_.empty()) rec.t_first_token_s = token_times_.front();
-    rec.t_finish_s = end.t_s;
+    rec.t_finish_s = t_finish;
     for (size_t i = 1; i < token_times_.size(); i++) rec.itl_s.push_back(token_times_[i] - token_times_[i - 1]);
     rec.n_prompt_tokens = end.n_prompt;
     rec.n_cached_prompt_tokens = end.n_cached;
@@ -241,13 +241,16 @@ void RequestFsm::finish(const RunEnd& end, double now, RequestActions& out) {
         g.text += rest;
         if (!rest.empty()) out.push_back(StreamText{rest, {}});
     }
-    RequestRecord rec = make_record(end);
+    // Finished when the caller is told, on the clock its tokens were stamped with (the executor's
+    // finish stamp is earlier than the actor's receipt of the last tokens, so e2e < TTFT could read).
+    const double t_finish = std::max({now, end.t_s, token_times_.empty() ? now : token_times_.back()});
+    RequestRecord rec = make_record(end, t_finish);
     RequestMetrics& m = g.metrics;
     m.prompt_tokens = end.n_prompt;
     m.cached_tokens = end.n_cached;
     m.completion_tokens = (int)g.tokens.size();
     m.recomputed_tokens = end.n_recomputed;
-    m.e2e_ms = (end.t_s - setup_.arrival_s) * 1e3;
+    m.e2e_ms = (t_finish - setup_.arrival_s) * 1e3;
     m.config_generation = route_.generation;
     if (end.first_scheduled_s >= 0) m.queue_ms = (end.first_scheduled_s - setup_.arrival_s) * 1e3;
     if (!token_times_.empty()) m.ttft_ms = (token_times_.front() - setup_.arrival_s) * 1e3;

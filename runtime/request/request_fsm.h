@@ -172,7 +172,7 @@ private:
     bool check_cascade(bool primary_ended, double now, RequestActions& out);
     void finish(const RunEnd& end, double now, RequestActions& out);
     // The request's record from the answer run's end and what the request did before it.
-    RequestRecord make_record(const RunEnd& end) const;
+    RequestRecord make_record(const RunEnd& end, double t_finish) const;
     PoolSample pool_sample(const Run& r, bool failed) const;
     void record_quality(RequestActions& out);
     void maybe_done(RequestActions& out);

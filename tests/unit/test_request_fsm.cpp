@@ -353,3 +353,20 @@ TEST_CASE("a request finishes exactly once and is done last, whatever the order 
         for (const CancelRun& c : all_of<CancelRun>(log)) CHECK(runs.count(c.role) == 1);
     }
 }
+
+TEST_CASE("end-to-end latency is never below TTFT, even when the executor's finish stamp predates the last token's receipt",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RouteChoice r;
+    r.pool = 0;
+    fsm.on_route(r, 100.0);
+    fsm.on_tokens(RunRole::PRIMARY, {30}, {}, 100.50);  // the actor stamps the first token at 100.50 s
+    // The executor stamped its finish at 100.40 s, before the actor received that token.
+    RequestActions out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::LENGTH, 3, 0, 100.40), 100.55);
+    const FinishRequest f = all_of<FinishRequest>(out).at(0);
+    CHECK(f.result.metrics.ttft_ms == Approx(500.0));
+    CHECK(f.result.metrics.e2e_ms == Approx(550.0));
+    CHECK(f.record.t_finish_s >= *f.record.t_first_token_s);
+}

@@ -1,0 +1,38 @@
+// config_actor: one per runtime, detached (a reload loads models and plugins). The single entry
+// point of reloads (file save, SIGHUP, Runtime::reload): one at a time, in arrival order.
+#include "actors/actors.hpp"
+#include "actors/shared_state.hpp"
+
+namespace steward {
+
+namespace {
+
+struct config_state {
+    ReloadFn reload;
+    std::weak_ptr<SharedState> shared;
+    static inline const char* name = "config";
+};
+
+caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::weak_ptr<SharedState> shared) {
+    self->state.reload = std::move(reload);
+    self->state.shared = std::move(shared);
+    return {
+        // -> (ok, live generation, error message)
+        [=](reload_atom) {
+            auto r = self->state.reload();
+            if (r) return caf::make_message(true, *r, std::string());
+            uint64_t g = 0;
+            if (auto sh = self->state.shared.lock())
+                if (auto s = sh->snapshot()) g = s->generation;
+            return caf::make_message(false, g, r.error().message);
+        },
+    };
+}
+
+}  // namespace
+
+caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared) {
+    return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(shared));
+}
+
+}  // namespace steward
