@@ -462,7 +462,7 @@ nlohmann::json MetricsRegistry::to_json() const {
     nlohmann::json policies = nlohmann::json::array();
     for (const PolicyFigure& p : policies_)
         policies.push_back({{"bucket", p.bucket}, {"kind", p.kind}, {"plugin", p.plugin}, {"decisions", p.n_calls},
-                            {"invalid_decisions", p.n_invalid}});
+                            {"invalid_decisions", p.n_invalid}, {"declined_decisions", p.n_declined}});
     nlohmann::json config = {{"generation", generation_},
                              {"reloads_ok", n_reload_ok_},
                              {"reloads_failed", n_reload_failed_},
@@ -627,6 +627,10 @@ std::string MetricsRegistry::to_prometheus() const {
            "Plugin errors and rejected decisions (replaced by the safe default).");
     for (const PolicyFigure& p : policies_)
         out += "steward:plugin_invalid_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_invalid) + "\n";
+    family("steward:plugin_declined_decisions_total", "counter",
+           "Eviction plugins' 'no victim' answers (the engine preempts or waits instead of evicting).");
+    for (const PolicyFigure& p : policies_)
+        out += "steward:plugin_declined_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_declined) + "\n";
     counter("steward:spec_decode_num_drafts_total", "Speculative drafts.",
             [](const BucketMetrics& m) { return m.n_drafts; });
     counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",

@@ -207,6 +207,7 @@ int prompt_length_class(int64_t n_prompt_tokens);
 struct PolicyFigure {
     std::string bucket, kind, plugin;
     int64_t n_calls = 0, n_invalid = 0;
+    int64_t n_declined = 0;  // eviction: "no victim" answers (the engine then preempts or waits)
 };
 
 // Aggregates records per bucket and overall; writes the figures.

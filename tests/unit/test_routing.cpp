@@ -359,12 +359,15 @@ plugin = "decline_eviction"
         CHECK(r.tokens.size() == 6);
     }
     auto j = nlohmann::json::parse(rt->metrics_json());
-    int64_t calls = -1, invalid = -1;
+    int64_t calls = -1, invalid = -1, declined = -1;
     for (const auto& p : j["policies"])
         if (p["bucket"] == "protective" && p["kind"] == "eviction")
-            calls = p["decisions"].get<int64_t>(), invalid = p["invalid_decisions"].get<int64_t>();
+            calls = p["decisions"].get<int64_t>(), invalid = p["invalid_decisions"].get<int64_t>(),
+            declined = p["declined_decisions"].get<int64_t>();
     CHECK(calls > 0);     // it was asked (and declined: it never evicted a block)...
-    CHECK(invalid == 0);  // ...a decline is not an invalid decision (the names reached it, else it errs)
+    CHECK(declined == calls);  // ...every answer was a decline, reported as such...
+    CHECK(invalid == 0);  // ...and a decline is not an invalid decision (the names reached it, else it errs)
+    CHECK_THAT(rt->metrics_prometheus(), Catch::Contains("steward:plugin_declined_decisions_total{bucket=\"protective\""));
     const auto& ev = j["buckets"]["protective"]["kv"]["evictions_by_policy"];
     CHECK_FALSE(ev.contains("decline_eviction"));
     // Only a request that nothing else could make room for took LRU victims.
