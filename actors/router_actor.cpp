@@ -79,7 +79,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         }
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
-            views[i] = make_pool_view(snap.pools[i]->profile, live[i], quality[i], q.prompt_tokens, q.max_tokens);
+            views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens);
         bool fallback = false;
         const steward_route_decision r = pol.routing->route(in, views, d.pool, &fallback);
         d.pool = r.pool;

@@ -41,6 +41,7 @@ struct Snapshot {
     uint64_t generation = 0;
     std::shared_ptr<const Config> config;
     std::vector<std::shared_ptr<PoolHandle>> pools;  // config.pools order
+    std::vector<PoolProfile> profiles;               // pools order: what routing sees (this config's prices)
     std::vector<BucketPolicies> policies;            // config.buckets order
     caf::actor router;                               // this generation's router
     int pool_index(const std::string& name) const {

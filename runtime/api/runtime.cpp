@@ -77,9 +77,9 @@ struct Runtime::Impl {
             if (!p) return p.error();
             snap->pools.push_back(std::make_shared<PoolHandle>(std::move(*p)));
         }
-        std::vector<Pool*> pools;
+        std::vector<const Pool*> pools;
         for (auto& ph : snap->pools) pools.push_back(ph.get());
-        assign_quality_priors(config, pools);
+        snap->profiles = generation_profiles(config, pools);
         auto policies = create_policies(config, shared->plugins, shared->policy_counters);
         if (!policies) return policies.error();
         snap->policies = std::move(*policies);

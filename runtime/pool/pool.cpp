@@ -192,13 +192,20 @@ std::vector<PoolPlan> plan_generation(const Config& config, const std::vector<co
     return plan;
 }
 
-void assign_quality_priors(const Config& config, const std::vector<Pool*>& pools) {
+std::vector<PoolProfile> generation_profiles(const Config& config, const std::vector<const Pool*>& pools) {
     double max_params = 0;
     for (const Pool* p : pools) max_params = std::max(max_params, p->profile.n_params);
+    std::vector<PoolProfile> out;
     for (size_t i = 0; i < pools.size(); i++) {
-        const double q = i < config.pools.size() ? config.pools[i].quality : pools[i]->cfg.quality;
-        pools[i]->profile.quality_prior = q >= 0 ? q : (max_params > 0 ? pools[i]->profile.n_params / max_params : 1.0);
+        PoolProfile pr = pools[i]->profile;  // the model's figures, taken at load
+        const PoolConfig& pc = i < config.pools.size() ? config.pools[i] : pools[i]->cfg;
+        pr.max_queue = pc.max_queue;
+        pr.price_prompt = pc.price_prompt;
+        pr.price_output = pc.price_output;
+        pr.quality_prior = pc.quality >= 0 ? pc.quality : (max_params > 0 ? pr.n_params / max_params : 1.0);
+        out.push_back(std::move(pr));
     }
+    return out;
 }
 
 }  // namespace steward

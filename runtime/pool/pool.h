@@ -72,8 +72,11 @@ struct PoolPlan {
 };
 std::vector<PoolPlan> plan_generation(const Config& config, const std::vector<const Pool*>& previous);
 
-// Quality priors routing sees until shadow runs measure them: the config's quality when set, else
-// the pool's parameter count relative to the largest pool's. `pools` in config.pools order.
-void assign_quality_priors(const Config& config, const std::vector<Pool*>& pools);
+// What routing sees of each pool in one generation: the model's figures (taken at load) with this
+// config's prices, queue limit and quality prior (the config's quality when set, else the pool's
+// parameter count relative to the largest pool's). Per generation, not on the shared Pool: a kept
+// pool's new prices apply to the new generation while older generations' routers keep theirs.
+// `pools` in config.pools order.
+std::vector<PoolProfile> generation_profiles(const Config& config, const std::vector<const Pool*>& pools);
 
 }  // namespace steward

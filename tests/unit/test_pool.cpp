@@ -184,10 +184,27 @@ TEST_CASE("quality priors are the configured quality, else the parameter count r
     pools[0].profile.n_params = 100;
     pools[1].profile.n_params = 400;
     pools[2].profile.n_params = 100;
-    assign_quality_priors(c, {&pools[0], &pools[1], &pools[2]});
-    CHECK(pools[0].profile.quality_prior == 0.3);
-    CHECK(pools[1].profile.quality_prior == 1.0);
-    CHECK(pools[2].profile.quality_prior == 0.25);
+    const auto pr = generation_profiles(c, {&pools[0], &pools[1], &pools[2]});
+    REQUIRE(pr.size() == 3);
+    CHECK(pr[0].quality_prior == 0.3);
+    CHECK(pr[1].quality_prior == 1.0);
+    CHECK(pr[2].quality_prior == 0.25);
+}
+
+TEST_CASE("a generation's profiles take this config's prices and leave the kept pool's own profile alone", "[pool]") {
+    PoolText a;
+    a.extra = "price_prompt = 2.0\nprice_output = 6.0";
+    const Config c = config_of(pool_text(a));
+    Pool kept;
+    kept.profile.n_params = 100;
+    kept.profile.price_prompt = 1.0;  // what an older generation's router was given
+    kept.profile.price_output = 3.0;
+    const auto pr = generation_profiles(c, {&kept});
+    REQUIRE(pr.size() == 1);
+    CHECK(pr[0].price_prompt == 2.0);
+    CHECK(pr[0].price_output == 6.0);
+    CHECK(pr[0].n_params == 100);
+    CHECK(kept.profile.price_prompt == 1.0);  // not written in place: older routers may be reading it
 }
 
 TEST_CASE("synthesis writes a draft after the target it is cut from, even when the draft's pool comes first", "[pool]") {
