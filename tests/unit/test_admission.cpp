@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kv/admission.h"
+#include "metrics/bucket_metrics.h"
 
 using namespace steward;
 
@@ -220,4 +221,34 @@ TEST_CASE("Random admit and release sequences keep reserved equal to the live re
         CHECK(a.n_waiting() == 0);
         CHECK(n_admitted_later > 20);
     }
+}
+
+TEST_CASE("Admission figures reach the metrics JSON and Prometheus text per pool and tenant", "[admission][metrics]") {
+    Admission a = make(10, 1);
+    a.set_tenant_quota("acme", 4);
+    CHECK(a.request(1, "acme", 4).verdict == AdmissionVerdict::ADMIT);
+    CHECK(a.request(2, "acme", 5).verdict == AdmissionVerdict::REFUSE);  // over the quota
+    CHECK(a.request(3, "beta", 6).verdict == AdmissionVerdict::ADMIT);
+    CHECK(a.request(4, "beta", 3).verdict == AdmissionVerdict::QUEUE);
+    CHECK(a.request(5, "beta", 3).verdict == AdmissionVerdict::REFUSE);  // queue full
+    MetricsRegistry m;
+    m.set_admission("tiny", a.figures());
+    const nlohmann::json j = m.to_json();
+    const nlohmann::json& acme = j["admission"]["tiny"]["acme"];
+    CHECK(acme["admitted"] == 1);
+    CHECK(acme["refused_tenant_quota"] == 1);
+    CHECK(acme["blocks_reserved"] == 4);
+    CHECK(acme["quota_blocks"] == 4);
+    const nlohmann::json& beta = j["admission"]["tiny"]["beta"];
+    CHECK(beta["queued"] == 1);
+    CHECK(beta["waiting"] == 1);
+    CHECK(beta["refused_queue_length"] == 1);
+    CHECK(beta["quota_blocks"].is_null());
+    const std::string text = m.to_prometheus();
+    CHECK(contains(text, "steward:kv_admission_refused_total{pool=\"tiny\",tenant=\"acme\",limit=\"tenant_quota\"} 1\n"));
+    CHECK(contains(text, "steward:kv_admission_requests_total{pool=\"tiny\",tenant=\"beta\",result=\"queued\"} 1\n"));
+    CHECK(contains(text, "steward:kv_admission_blocks_reserved{pool=\"tiny\",tenant=\"beta\"} 6\n"));
+    a.release(3);
+    m.set_admission("tiny", a.figures());
+    CHECK(m.to_json()["admission"]["tiny"]["beta"]["blocks_reserved"] == 3);
 }
