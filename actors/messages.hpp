@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_event.h"
+
 namespace steward {
 
 // ---- atoms (10 characters at most)
@@ -20,6 +22,12 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using session_atom = caf::atom_constant<caf::atom("session")>;
 using config_atom = caf::atom_constant<caf::atom("config")>;
 using reload_atom = caf::atom_constant<caf::atom("reload")>;
+using kv_events_atom = caf::atom_constant<caf::atom("kv_events")>;
+using kv_drop_atom = caf::atom_constant<caf::atom("kv_drop")>;
+using cache_atom = caf::atom_constant<caf::atom("cache")>;
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using quota_atom = caf::atom_constant<caf::atom("quota")>;
 
 // request_actor -> router_actor: what the bucket rules look at.
 struct RouteQuery {
@@ -125,6 +133,109 @@ typename Inspector::result_type inspect(Inspector& f, PoolStats& x) {
              x.n_prefix_hit_tokens, x.n_tenant_boundary_hits);
 }
 
+// ---- cache actor (one per runtime): which pool holds which prefix blocks.
+
+// The kind travels as an int32_t (CAF 0.17 cannot inspect an enum class).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEvent& x) {
+    int32_t kind = static_cast<int32_t>(x.kind);
+    return f(caf::meta::type_name("KvEvent"), x.hash, kind, caf::meta::load_callback([&]() -> caf::error {
+                 x.kind = static_cast<KvEventKind>(kind);
+                 return caf::none;
+             }));
+}
+
+// executor_actor -> cache_actor: the block stored / removed events of one step, in the pool's order.
+// pool_id names the pool instance (a reload that replaces a pool gives the new one a new id).
+struct KvEventBatch {
+    uint64_t pool_id = 0;
+    std::vector<KvEvent> events;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEventBatch& x) {
+    return f(caf::meta::type_name("KvEventBatch"), x.pool_id, x.events);
+}
+
+// One pool's part of a cache query: the prompt's lookup hashes for that pool (lookup_block_hashes with
+// the pool's tokenizer, block size and public prefixes, and the tenant's salt).
+struct CachePoolQuery {
+    uint64_t pool_id = 0;
+    int32_t block_size = 0;
+    std::vector<uint64_t> hashes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachePoolQuery& x) {
+    return f(caf::meta::type_name("CachePoolQuery"), x.pool_id, x.block_size, x.hashes);
+}
+
+// router_actor (or anyone) -> cache_actor, answered with CachedTokens.
+struct CacheQuery {
+    uint64_t request_id = 0;
+    std::vector<CachePoolQuery> pools;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheQuery& x) {
+    return f(caf::meta::type_name("CacheQuery"), x.request_id, x.pools);
+}
+
+// cache_actor -> asker: prompt tokens each queried pool holds in its prefix cache, in query order.
+struct CachedTokens {
+    std::vector<int32_t> n_tokens;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachedTokens& x) {
+    return f(caf::meta::type_name("CachedTokens"), x.n_tokens);
+}
+
+// cache_actor -> anyone who asks (stats_atom): the block hashes each pool holds.
+struct CacheStats {
+    std::vector<uint64_t> pool_ids;
+    std::vector<int64_t> n_blocks;  // [pool_ids]
+    int64_t n_events = 0;           // applied since start
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
+    return f(caf::meta::type_name("CacheStats"), x.pool_ids, x.n_blocks, x.n_events);
+}
+
+// ---- kv_allocator actor (one per pool): admission before the engine's queue.
+
+// request_actor -> kv_allocator_actor (admit_atom): reserve n_blocks for engine request `id`.
+struct AdmitRequest {
+    uint64_t id = 0;
+    std::string tenant;
+    int32_t n_blocks = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AdmitRequest& x) {
+    return f(caf::meta::type_name("AdmitRequest"), x.id, x.tenant, x.n_blocks);
+}
+
+// kv_allocator_actor -> request_actor: the reply to AdmitRequest and, for a queued request, a later
+// (admit_atom, AdmitAnswer) when it is admitted or refused. verdict / limit: AdmissionVerdict /
+// AdmissionLimit as int32_t.
+struct AdmitAnswer {
+    uint64_t id = 0;
+    int32_t verdict = 0;
+    int32_t limit = 0;
+    int32_t n_blocks = 0;
+    std::string message;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AdmitAnswer& x) {
+    return f(caf::meta::type_name("AdmitAnswer"), x.id, x.verdict, x.limit, x.n_blocks, x.message);
+}
+
+// kv_allocator_actor -> anyone who asks (stats_atom).
+struct AllocatorStats {
+    int32_t n_blocks_total = 0, capacity_blocks = 0, n_blocks_reserved = 0, n_reservations = 0, n_waiting = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AllocatorStats& x) {
+    return f(caf::meta::type_name("AllocatorStats"), x.n_blocks_total, x.capacity_blocks, x.n_blocks_reserved,
+             x.n_reservations, x.n_waiting);
+}
+
 // Registers every type above with a config (each node that sends or receives them).
 inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");
@@ -133,8 +244,18 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<TokenBatch>("TokenBatch");
     cfg.add_message_type<FinishInfo>("FinishInfo");
     cfg.add_message_type<PoolStats>("PoolStats");
+    cfg.add_message_type<KvEvent>("KvEvent");
+    cfg.add_message_type<KvEventBatch>("KvEventBatch");
+    cfg.add_message_type<CachePoolQuery>("CachePoolQuery");
+    cfg.add_message_type<CacheQuery>("CacheQuery");
+    cfg.add_message_type<CachedTokens>("CachedTokens");
+    cfg.add_message_type<CacheStats>("CacheStats");
+    cfg.add_message_type<AdmitRequest>("AdmitRequest");
+    cfg.add_message_type<AdmitAnswer>("AdmitAnswer");
+    cfg.add_message_type<AllocatorStats>("AllocatorStats");
     cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
     cfg.add_message_type<std::vector<float>>("std::vector<float>");
+    cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
 }
 
 double now_s();  // one monotonic clock for every actor (steady_clock, seconds)
