@@ -21,6 +21,8 @@ struct executor_state {
     std::shared_ptr<SharedState> shared;
     std::string pool;
     std::unordered_map<uint64_t, caf::actor> reply_to;
+    caf::actor cache;      // gets each step's KV events (kv_events_atom subscribes it)
+    uint64_t pool_id = 0;  // this pool in the cache actor's index
     bool step_pending = false;
     double last_kv_sample = 0;
     static inline const char* name = "executor";
@@ -107,11 +109,21 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             ensure_stepping(self);
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
+        [=](kv_events_atom, caf::actor cache, uint64_t pool_id) {
+            self->state.cache = cache;
+            self->state.pool_id = pool_id;
+            // Sent after this actor's last event batch, so the index forgets the pool for good.
+            self->attach_functor([cache, pool_id](const caf::error&) { caf::anon_send(cache, kv_drop_atom::value, pool_id); });
+        },
         [=](step_atom) {
             auto& st = self->state;
             st.step_pending = false;
             const double t = now_s();
-            for (EngineEvent& ev : st.engine->step(t)) {
+            std::vector<EngineEvent> events = st.engine->step(t);
+            // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
+            if (auto kv = st.engine->take_kv_events(); !kv.empty() && st.cache)
+                self->send(st.cache, kv_events_atom::value, KvEventBatch{st.pool_id, std::move(kv)});
+            for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;
                 const double te = now_s();

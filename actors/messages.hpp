@@ -29,6 +29,73 @@ using admit_atom = caf::atom_constant<caf::atom("admit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using quota_atom = caf::atom_constant<caf::atom("quota")>;
 
+// ---- cache actor (one per runtime): which pool holds which prefix blocks.
+
+// The kind travels as an int32_t (CAF 0.17 cannot inspect an enum class).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEvent& x) {
+    int32_t kind = static_cast<int32_t>(x.kind);
+    return f(caf::meta::type_name("KvEvent"), x.hash, kind, caf::meta::load_callback([&]() -> caf::error {
+                 x.kind = static_cast<KvEventKind>(kind);
+                 return caf::none;
+             }));
+}
+
+// executor_actor -> cache_actor: the block stored / removed events of one step, in the pool's order.
+// pool_id names the pool instance (a reload that replaces a pool gives the new one a new id).
+struct KvEventBatch {
+    uint64_t pool_id = 0;
+    std::vector<KvEvent> events;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEventBatch& x) {
+    return f(caf::meta::type_name("KvEventBatch"), x.pool_id, x.events);
+}
+
+// One pool's part of a cache query: the prompt's lookup hashes for that pool (lookup_block_hashes with
+// the pool's tokenizer, block size and public prefixes, and the tenant's salt).
+struct CachePoolQuery {
+    uint64_t pool_id = 0;
+    int32_t block_size = 0;
+    std::vector<uint64_t> hashes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachePoolQuery& x) {
+    return f(caf::meta::type_name("CachePoolQuery"), x.pool_id, x.block_size, x.hashes);
+}
+
+// router_actor (or anyone) -> cache_actor, answered with CachedTokens.
+struct CacheQuery {
+    uint64_t request_id = 0;
+    std::vector<CachePoolQuery> pools;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheQuery& x) {
+    return f(caf::meta::type_name("CacheQuery"), x.request_id, x.pools);
+}
+
+// cache_actor -> asker: prompt tokens each queried pool holds in its prefix cache, in query order.
+struct CachedTokens {
+    std::vector<int32_t> n_tokens;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachedTokens& x) {
+    return f(caf::meta::type_name("CachedTokens"), x.n_tokens);
+}
+
+// cache_actor -> anyone who asks (stats_atom): the block hashes each pool holds.
+struct CacheStats {
+    std::vector<uint64_t> pool_ids;
+    std::vector<int64_t> n_blocks;  // [pool_ids]
+    int64_t n_events = 0;           // applied since start
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
+    return f(caf::meta::type_name("CacheStats"), x.pool_ids, x.n_blocks, x.n_events);
+}
+
+// ---- request, router and executor actors
+
 // request_actor -> router_actor: what the bucket rules look at.
 struct RouteQuery {
     uint64_t request_id = 0;
@@ -39,11 +106,12 @@ struct RouteQuery {
     bool tools = false;
     std::string response_format;
     std::string tenant;
+    CacheQuery cache;  // the prompt's lookup hashes per pool; the router asks the cache actor with it
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
     return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
-             x.response_format, x.tenant);
+             x.response_format, x.tenant, x.cache);
 }
 
 // router_actor -> request_actor: where the request goes and with which policies.
@@ -59,11 +127,12 @@ struct RouteDecision {
     int32_t check_after_tokens = 0;  // when to ask it
     int32_t shadow_pool = -1;        // also run there to measure agreement
     bool fallback = false;           // a plugin decision was rejected: the safe default was used
+    std::vector<int32_t> cached_tokens;  // [snapshot pools] prompt tokens each holds (cache actor); empty: unknown
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
     return f(caf::meta::type_name("RouteDecision"), x.bucket, x.bucket_index, x.pool, x.priority, x.generation,
-             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback);
+             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback, x.cached_tokens);
 }
 
 // request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
@@ -131,71 +200,6 @@ typename Inspector::result_type inspect(Inspector& f, PoolStats& x) {
     return f(caf::meta::type_name("PoolStats"), x.n_waiting, x.n_running, x.n_sessions, x.n_blocks_total,
              x.n_blocks_in_use, x.fragmentation, x.n_preemptions, x.n_evictions, x.n_steps, x.n_prefix_query_tokens,
              x.n_prefix_hit_tokens, x.n_tenant_boundary_hits);
-}
-
-// ---- cache actor (one per runtime): which pool holds which prefix blocks.
-
-// The kind travels as an int32_t (CAF 0.17 cannot inspect an enum class).
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, KvEvent& x) {
-    int32_t kind = static_cast<int32_t>(x.kind);
-    return f(caf::meta::type_name("KvEvent"), x.hash, kind, caf::meta::load_callback([&]() -> caf::error {
-                 x.kind = static_cast<KvEventKind>(kind);
-                 return caf::none;
-             }));
-}
-
-// executor_actor -> cache_actor: the block stored / removed events of one step, in the pool's order.
-// pool_id names the pool instance (a reload that replaces a pool gives the new one a new id).
-struct KvEventBatch {
-    uint64_t pool_id = 0;
-    std::vector<KvEvent> events;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, KvEventBatch& x) {
-    return f(caf::meta::type_name("KvEventBatch"), x.pool_id, x.events);
-}
-
-// One pool's part of a cache query: the prompt's lookup hashes for that pool (lookup_block_hashes with
-// the pool's tokenizer, block size and public prefixes, and the tenant's salt).
-struct CachePoolQuery {
-    uint64_t pool_id = 0;
-    int32_t block_size = 0;
-    std::vector<uint64_t> hashes;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CachePoolQuery& x) {
-    return f(caf::meta::type_name("CachePoolQuery"), x.pool_id, x.block_size, x.hashes);
-}
-
-// router_actor (or anyone) -> cache_actor, answered with CachedTokens.
-struct CacheQuery {
-    uint64_t request_id = 0;
-    std::vector<CachePoolQuery> pools;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CacheQuery& x) {
-    return f(caf::meta::type_name("CacheQuery"), x.request_id, x.pools);
-}
-
-// cache_actor -> asker: prompt tokens each queried pool holds in its prefix cache, in query order.
-struct CachedTokens {
-    std::vector<int32_t> n_tokens;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CachedTokens& x) {
-    return f(caf::meta::type_name("CachedTokens"), x.n_tokens);
-}
-
-// cache_actor -> anyone who asks (stats_atom): the block hashes each pool holds.
-struct CacheStats {
-    std::vector<uint64_t> pool_ids;
-    std::vector<int64_t> n_blocks;  // [pool_ids]
-    int64_t n_events = 0;           // applied since start
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
-    return f(caf::meta::type_name("CacheStats"), x.pool_ids, x.n_blocks, x.n_events);
 }
 
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.

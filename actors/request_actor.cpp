@@ -8,6 +8,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
+#include "kv/prefix_index.h"
 #include "model/tokenizer.h"
 
 namespace steward {
@@ -27,6 +28,8 @@ struct Run {
     std::vector<float> logprobs;
     FinishInfo fin;
     bool finished = false;
+    bool submitted = false;  // admitted by the pool's kv_allocator and sent to its executor
+    EngineSubmit pending;    // what is sent once admitted
 };
 
 struct request_state {
@@ -47,6 +50,7 @@ struct request_state {
     int32_t max_tokens = 0;            // the request's, or the config's default
     const Tokenizer* tok0 = nullptr;   // the tokenizer the prompt was classified with...
     std::vector<int32_t> ids0;         // ...and its ids, reused by every run on a pool sharing it
+    std::vector<std::vector<int32_t>> ids_by_pool;  // prompt ids per pool, encoded once (cache query, runs)
     static inline const char* name = "request";
 };
 
@@ -55,13 +59,59 @@ using self_ptr = caf::stateful_actor<request_state>*;
 const PoolHandle& pool_of(self_ptr self, int32_t i) { return *self->state.ctx->snap->pools.at(i); }
 
 std::vector<int32_t> prompt_for(self_ptr self, int32_t pool) {
-    const auto& st = self->state;
+    auto& st = self->state;
     const GenerationRequest& req = st.ctx->req;
     if (!req.prompt_ids.empty()) return req.prompt_ids;
+    st.ids_by_pool.resize(st.ctx->snap->pools.size());
+    if (!st.ids_by_pool[pool].empty()) return st.ids_by_pool[pool];
     const Tokenizer& tok = pool_of(self, pool).model->tokenizer();
     std::vector<int32_t> ids = &tok == st.tok0 ? st.ids0 : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
     if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
+    st.ids_by_pool[pool] = ids;
     return ids;
+}
+
+// The prompt's lookup hashes on every pool of the snapshot, for the router's cache query.
+CacheQuery cache_query(self_ptr self) {
+    const auto& ctx = *self->state.ctx;
+    CacheQuery q;
+    q.request_id = ctx.id;
+    const int32_t tenant = ctx.shared->tenant_id(ctx.req.tenant);
+    const uint64_t salt = ctx.snap->config->tenant_salt(ctx.req.tenant);
+    for (size_t i = 0; i < ctx.snap->pools.size(); i++) {
+        const PoolHandle& ph = *ctx.snap->pools[i];
+        CachePoolQuery pq;
+        pq.pool_id = ph.id;
+        pq.block_size = ph.cfg.block_size;
+        if (ph.cfg.prefix_cache)
+            pq.hashes = lookup_block_hashes(prompt_for(self, (int32_t)i), ph.cfg.block_size, tenant, salt, ph.public_prefixes);
+        q.pools.push_back(std::move(pq));
+    }
+    return q;
+}
+
+FinishInfo run_finish(uint64_t engine, const char* reason, const std::string& msg) {
+    FinishInfo f;
+    f.id = engine;
+    f.reason = reason;
+    f.error = msg;
+    f.t_s = now_s();
+    return f;
+}
+
+// The pool's kv_allocator answered for a run: admitted -> to the executor; refused -> the run finishes
+// overloaded with the allocator's message; queued -> wait for its next (admit_atom, AdmitAnswer).
+void on_admission(self_ptr self, Role role, const AdmitAnswer& a) {
+    auto& st = self->state;
+    Run& run = st.runs[role];
+    // Cancelled meanwhile: its cancelled finish (and so its release) is already on the way.
+    if (!run.active || run.submitted || st.cancel_requested) return;
+    const PoolHandle& ph = pool_of(self, run.pool);
+    if (a.verdict == (int32_t)AdmissionVerdict::REFUSE)
+        return (void)self->send(self, finish_atom::value, run_finish(run.pending.id, "overloaded", a.message));
+    if (a.verdict != (int32_t)AdmissionVerdict::ADMIT) return;
+    run.submitted = true;
+    self->send(ph.executor, submit_atom::value, std::move(run.pending));
 }
 
 void submit_run(self_ptr self, Role role, int32_t pool) {
@@ -103,7 +153,22 @@ void submit_run(self_ptr self, Role role, int32_t pool) {
         self->send(self, finish_atom::value, f);
         return;
     }
-    self->send(pool_of(self, pool).executor, submit_atom::value, std::move(m));
+    // KV admission first: the pool's kv_allocator reserves the run's worst-case blocks.
+    const PoolHandle& ph = pool_of(self, pool);
+    if ((int64_t)m.prompt.size() + m.max_tokens > ph.model->params().n_ctx_train) {
+        // Invalid whatever the load: the engine refuses it with the context error, not "overloaded".
+        run.submitted = true;
+        return (void)self->send(ph.executor, submit_atom::value, std::move(m));
+    }
+    AdmitRequest ar{m.id, req.tenant, Admission::blocks_for((int64_t)m.prompt.size(), m.max_tokens, ph.cfg.block_size)};
+    run.pending = std::move(m);
+    self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
+        .then([=](const AdmitAnswer& a) { on_admission(self, role, a); },
+              [=](caf::error& err) {
+                  self->send(self, finish_atom::value,
+                             run_finish(engine_id(self->state.ctx->id, role), "error",
+                                        "KV admission failed: " + self->system().render(err)));
+              });
 }
 
 // Hands the answer run's tokens from n_streamed on to the caller.
@@ -297,6 +362,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.tools = req.tools;
     q.response_format = req.response_format;
     q.tenant = req.tenant;
+    q.cache = cache_query(self);
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {
@@ -325,10 +391,13 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             if (st.holding && run.tokens.size() >= (size_t)st.route.check_after_tokens && check_cascade(self, false)) return;
             stream(self);
         },
+        [=](admit_atom, const AdmitAnswer& a) { on_admission(self, role_of(a.id), a); },
         [=](finish_atom, const FinishInfo& f) {
             auto& st = self->state;
             const Role role = role_of(f.id);
             Run& run = st.runs[role];
+            // The run's KV reservation ends with it (a refused or never-admitted run's release is ignored).
+            if (run.pool >= 0) self->send(pool_of(self, run.pool).kv_allocator, release_atom::value, f.id);
             run.active = false;
             run.finished = true;
             run.fin = f;
@@ -350,9 +419,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
         [=](cancel_atom) {
             auto& st = self->state;
             st.cancel_requested = true;
-            for (uint64_t r = 0; r < 3; r++)
-                if (st.runs[r].active)
-                    self->send(pool_of(self, st.runs[r].pool).executor, cancel_atom::value, engine_id(st.ctx->id, (Role)r));
+            for (uint64_t r = 0; r < 3; r++) {
+                Run& run = st.runs[r];
+                if (!run.active) continue;
+                const uint64_t id = engine_id(st.ctx->id, (Role)r);
+                if (run.submitted)
+                    self->send(pool_of(self, run.pool).executor, cancel_atom::value, id);
+                else  // still waiting for KV admission: the finish releases its place in the queue
+                    self->send(self, finish_atom::value, run_finish(id, "cancelled", "cancelled by the caller"));
+            }
         },
     };
 }

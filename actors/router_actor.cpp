@@ -19,7 +19,8 @@ struct router_state {
     static inline const char* name = "router";
 };
 
-RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q) {
+// cached: prompt tokens each pool of the snapshot holds (the cache actor's answer); empty: unknown.
+RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q, std::vector<int32_t> cached) {
     const Config& c = *snap.config;
     RequestFeatures f;
     f.hint = q.hint;
@@ -37,6 +38,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     d.priority = b.priority;
     d.generation = snap.generation;
     d.pool = std::max(0, snap.pool_index(b.pool));
+    d.cached_tokens = std::move(cached);
     const BucketPolicies& pol = snap.policies[bi];
     if (pol.routing) {
         // Live estimates per pool; measured quality of this bucket's routes, else the prior.
@@ -56,6 +58,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
             views[i] = make_pool_view(snap.pools[i]->profile, live[i], quality[i], q.prompt_tokens, q.max_tokens);
+        // (H2's routing ABI: views[i].<cached prompt tokens> = d.cached_tokens[i] when non-empty.)
         steward_route_request rq{q.request_id, b.name.c_str(), q.tenant.c_str(), q.prompt_tokens, q.max_tokens,
                                  q.temperature, q.tools ? 1 : 0, q.response_format.c_str()};
         bool fallback = false;
@@ -85,7 +88,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_pt
             auto s = self->state.snap.lock();
             if (!s) return caf::make_error(caf::sec::invalid_argument, "the config generation was released");
             auto sh = self->state.shared.lock();
-            return decide(*s, sh.get(), q);
+            if (!sh || !sh->cache || q.cache.pools.size() != s->pools.size()) return decide(*s, sh.get(), q, {});
+            // Ask the cache actor how much of the prompt each pool holds, then decide. The request holds
+            // the snapshot and the shared state until it has its answer.
+            auto rp = self->make_response_promise<RouteDecision>();
+            self->request(sh->cache, caf::infinite, cache_atom::value, q.cache)
+                .then([=](const CachedTokens& c) mutable { rp.deliver(decide(*s, sh.get(), q, c.n_tokens)); },
+                      [=](caf::error&) mutable { rp.deliver(decide(*s, sh.get(), q, {})); });  // route without it
+            return rp;
         },
     };
 }

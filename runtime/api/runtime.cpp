@@ -99,7 +99,7 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     std::ostringstream o;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
-      << p.prefix_cache << '|' << c.limits.session_ttl_ms;
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     std::error_code ec;
     auto t = std::filesystem::last_write_time(p.model, ec);
@@ -212,14 +212,36 @@ struct Runtime::Impl {
             eo.n_threads = pc.threads;
             eo.prefix_cache = pc.prefix_cache;
             eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
+            eo.kv_events = pc.prefix_cache;  // the cache actor's index is fed by them
             auto engine = std::make_unique<Engine>(*ph->model, eo);
             // Public prefixes are token sequences of each pool's own vocabulary.
             std::vector<std::vector<int32_t>> pubs;
             for (const auto& pp : config.public_prefixes)
                 pubs.push_back(ph->model->tokenizer().encode(pp.text, ph->model->tokenizer().add_bos_default()));
+            ph->public_prefixes = pubs;
             engine->set_public_prefixes(std::move(pubs));
             ph->executor = spawn_executor(*sys, std::move(engine), ph->model, ph->live, shared, pc.name);
+            // KV wiring: the executor feeds the cache actor; a kv_allocator admits before its queue.
+            ph->id = shared->next_pool_id++;
+            caf::anon_send(ph->executor, kv_events_atom::value, shared->cache, ph->id);
+            AdmissionOptions ao;
+            ao.pool = pc.name;
+            ao.n_blocks_total = ph->n_blocks;
+            ao.max_queue = pc.max_queue;
+            ao.overcommit = pc.kv_overcommit;
+            std::weak_ptr<SharedState> weak = shared;  // the allocator must not keep the runtime alive
+            ph->kv_allocator = spawn_kv_allocator(*sys, ao, [weak](const std::string& pool, std::vector<TenantAdmission> f) {
+                auto sh = weak.lock();
+                if (!sh) return;
+                std::lock_guard<std::mutex> lk(sh->metrics_mu);
+                if (sh->metrics) sh->metrics->set_admission(pool, std::move(f));
+            });
         }
+        // Tenant KV quotas (a share of each pool's blocks) of this generation, also for kept pools.
+        for (auto& ph : snap->pools)
+            for (const TenantConfig& t : config.tenants)
+                caf::anon_send(ph->kv_allocator, quota_atom::value, t.name,
+                               (int32_t)(t.kv_quota >= 0 ? t.kv_quota * ph->n_blocks : -1));
         snap->router = spawn_router(*sys, snap, shared);
         return snap;
     }
@@ -264,8 +286,12 @@ Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) {
     auto impl = std::make_unique<Impl>();
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
     impl->config_path = config.path == "<string>" ? "" : config.path;
+    impl->shared->cache = spawn_cache(*impl->sys);
     auto snap = impl->build(config, nullptr);
-    if (!snap) return snap.error();  // build() spawns executors only once everything validated
+    if (!snap) {  // build() spawns executors only once everything validated
+        caf::anon_send_exit(impl->shared->cache, caf::exit_reason::user_shutdown);
+        return snap.error();
+    }
     SharedState& sh = *impl->shared;
     sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, (*snap)->pools));
     sh.publish(std::move(*snap));
@@ -303,6 +329,7 @@ Runtime::~Runtime() {
         }
         cur.reset();
     }
+    caf::anon_send_exit(impl_->shared->cache, caf::exit_reason::user_shutdown);
     impl_->sys.reset();  // waits for every actor
 }
 
