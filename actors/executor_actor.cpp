@@ -1,7 +1,9 @@
 // executor_actor: one per pool, detached. Owns the pool's Engine (scheduler + KV + forward); a
 // step is one forward over the whole batch, then one message per request with its new tokens.
-// The prefix cache and the KV allocator live inside the Engine's KvManager: allocation is on the
-// step's critical path, so it is a call there, not a message (vLLM's scheduler does the same).
+// Block allocation and the prefix match live inside the Engine's KvManager: they are on the step's
+// critical path, so they are calls there, not messages (vLLM's scheduler does the same). Above the
+// pool, each step's block stored / removed events go to the cache actor, and admission is the pool's
+// kv_allocator actor's, before a request reaches this actor.
 #include <chrono>
 #include <unordered_map>
 

@@ -1,4 +1,5 @@
-// request_actor: one per request. route (this generation's router) -> tokenize for the pool -> submit
+// request_actor: one per request. route (this generation's router, which asks the cache actor how much
+// of the prompt each pool holds) -> admit (the pool's kv_allocator: admit, queue or refuse) -> submit
 // (executor: reuse, allocation, prefill, decode) -> stream tokens to the caller -> finish: record the
 // request's figures and call on_finish exactly once. With a cascade decision the first K tokens are
 // held back until the routing policy's check: pass -> they stream and decoding goes on; fail -> the
