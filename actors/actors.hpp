@@ -8,6 +8,7 @@
 
 #include "actors/messages.hpp"
 #include "config/config.h"
+#include "kv/admission.h"
 #include "sched/engine.h"
 
 namespace steward {
@@ -28,6 +29,15 @@ caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, st
 // `reload` (parse, validate completely, swap).
 using ReloadFn = std::function<Expected<uint64_t>()>;
 caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared);
+// One per runtime: the prefix index of every pool (runtime/kv/prefix_index), fed by the executors'
+// KvEventBatch messages and kv_drop_atom (a pool stopped); answers CacheQuery with CachedTokens.
+caf::actor spawn_cache(caf::actor_system& sys);
+// One per pool: KV admission (runtime/kv/admission). Answers (admit_atom, AdmitRequest) with an
+// AdmitAnswer; a queued request later gets (admit_atom, AdmitAnswer) from it. (release_atom, id) ends a
+// request; (quota_atom, tenant, quota_blocks) sets a quota. on_figures, when set, is called with the
+// pool's per-tenant figures after every change (the runtime puts them into the metrics).
+using AdmissionFiguresFn = std::function<void(const std::string& pool, std::vector<TenantAdmission> figures)>;
+caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures = {});
 // One per request.
 struct RequestContext;
 caf::actor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx);

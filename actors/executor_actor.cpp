@@ -1,7 +1,9 @@
 // executor_actor: one per pool, detached. Owns the pool's Engine (scheduler + KV + forward); a
 // step is one forward over the whole batch, then one message per request with its new tokens.
-// The prefix cache and the KV allocator live inside the Engine's KvManager: allocation is on the
-// step's critical path, so it is a call there, not a message (vLLM's scheduler does the same).
+// Block allocation and the prefix match live inside the Engine's KvManager: they are on the step's
+// critical path, so they are calls there, not messages (vLLM's scheduler does the same). Above the
+// pool, each step's block stored / removed events go to the cache actor, and admission is the pool's
+// kv_allocator actor's, before a request reaches this actor.
 #include <chrono>
 #include <unordered_map>
 
@@ -21,6 +23,8 @@ struct executor_state {
     std::shared_ptr<SharedState> shared;
     std::string pool;
     std::unordered_map<uint64_t, caf::actor> reply_to;
+    caf::actor cache;      // gets each step's KV events (kv_events_atom subscribes it)
+    uint64_t pool_id = 0;  // this pool in the cache actor's index
     bool step_pending = false;
     double last_kv_sample = 0;
     static inline const char* name = "executor";
@@ -130,6 +134,12 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             ensure_stepping(self);
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
+        [=](kv_events_atom, caf::actor cache, uint64_t pool_id) {
+            self->state.cache = cache;
+            self->state.pool_id = pool_id;
+            // Sent after this actor's last event batch, so the index forgets the pool for good.
+            self->attach_functor([cache, pool_id](const caf::error&) { caf::anon_send(cache, kv_drop_atom::value, pool_id); });
+        },
         [=](step_atom) {
             auto& st = self->state;
             st.step_pending = false;
@@ -142,6 +152,9 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             } catch (...) {
                 fail_all(self, "the pool's executor caught an unknown exception from the engine step");
             }
+            // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
+            if (auto kv = st.engine->take_kv_events(); !kv.empty() && st.cache)
+                self->send(st.cache, kv_events_atom::value, KvEventBatch{st.pool_id, std::move(kv)});
             for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;

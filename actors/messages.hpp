@@ -9,6 +9,7 @@
 
 #include "util/finish_reason.h"
 #include "plugin/route.h"
+#include "kv/kv_event.h"
 
 namespace steward {
 
@@ -19,8 +20,82 @@ using step_atom = caf::atom_constant<caf::atom("step")>;
 using token_atom = caf::atom_constant<caf::atom("token")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;  // figures of the cache and kv_allocator actors
 using session_atom = caf::atom_constant<caf::atom("session")>;
 using reload_atom = caf::atom_constant<caf::atom("reload")>;
+using kv_events_atom = caf::atom_constant<caf::atom("kv_events")>;
+using kv_drop_atom = caf::atom_constant<caf::atom("kv_drop")>;
+using cache_atom = caf::atom_constant<caf::atom("cache")>;
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using quota_atom = caf::atom_constant<caf::atom("quota")>;
+
+// ---- cache actor (one per runtime): which pool holds which prefix blocks.
+
+// The kind travels as an int32_t (CAF 0.17 cannot inspect an enum class).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEvent& x) {
+    int32_t kind = static_cast<int32_t>(x.kind);
+    return f(caf::meta::type_name("KvEvent"), x.hash, kind, caf::meta::load_callback([&]() -> caf::error {
+                 x.kind = static_cast<KvEventKind>(kind);
+                 return caf::none;
+             }));
+}
+
+// executor_actor -> cache_actor: the block stored / removed events of one step, in the pool's order.
+// pool_id names the pool instance (a reload that replaces a pool gives the new one a new id).
+struct KvEventBatch {
+    uint64_t pool_id = 0;
+    std::vector<KvEvent> events;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KvEventBatch& x) {
+    return f(caf::meta::type_name("KvEventBatch"), x.pool_id, x.events);
+}
+
+// One pool's part of a cache query: the prompt's lookup hashes for that pool (lookup_block_hashes with
+// the pool's tokenizer, block size and public prefixes, and the tenant's salt).
+struct CachePoolQuery {
+    uint64_t pool_id = 0;
+    int32_t block_size = 0;
+    std::vector<uint64_t> hashes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachePoolQuery& x) {
+    return f(caf::meta::type_name("CachePoolQuery"), x.pool_id, x.block_size, x.hashes);
+}
+
+// router_actor (or anyone) -> cache_actor, answered with CachedTokens.
+struct CacheQuery {
+    uint64_t request_id = 0;
+    std::vector<CachePoolQuery> pools;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheQuery& x) {
+    return f(caf::meta::type_name("CacheQuery"), x.request_id, x.pools);
+}
+
+// cache_actor -> asker: prompt tokens each queried pool holds in its prefix cache, in query order.
+struct CachedTokens {
+    std::vector<int32_t> n_tokens;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CachedTokens& x) {
+    return f(caf::meta::type_name("CachedTokens"), x.n_tokens);
+}
+
+// cache_actor -> anyone who asks (stats_atom): the block hashes each pool holds.
+struct CacheStats {
+    std::vector<uint64_t> pool_ids;
+    std::vector<int64_t> n_blocks;  // [pool_ids]
+    int64_t n_events = 0;           // applied since start
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
+    return f(caf::meta::type_name("CacheStats"), x.pool_ids, x.n_blocks, x.n_events);
+}
+
+// ---- request, router and executor actors
 
 // request_actor -> router_actor: what the bucket rules look at.
 struct RouteQuery {
@@ -34,14 +109,12 @@ struct RouteQuery {
     std::string tenant;
     std::string session;     // the caller's session id ("" none)
     double arrival_s = 0;    // now_s() at arrival: the router derives the time left before the timeout
-    // Per pool of the snapshot: prompt tokens already cached there for this tenant; -1 or missing:
-    // unknown (a cache index fills it; the router adds what it knows of the session's pool).
-    std::vector<int32_t> n_cached_prompt_tokens;
+    CacheQuery cache;  // the prompt's lookup hashes per pool; the router asks the cache actor with it
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
     return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
-             x.response_format, x.tenant, x.session, x.arrival_s, x.n_cached_prompt_tokens);
+             x.response_format, x.tenant, x.session, x.arrival_s, x.cache);
 }
 
 // Part of RouteDecision: what the routing plugin was told (plugin/route.h).
@@ -131,6 +204,44 @@ typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
              x.n_preemptions, x.n_cached_cross_tenant, x.n_cached_public, x.first_scheduled_s, x.t_s);
 }
 
+// ---- kv_allocator actor (one per pool): admission before the engine's queue.
+
+// request_actor -> kv_allocator_actor (admit_atom): reserve n_blocks for engine request `id`.
+struct AdmitRequest {
+    uint64_t id = 0;
+    std::string tenant;
+    int32_t n_blocks = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AdmitRequest& x) {
+    return f(caf::meta::type_name("AdmitRequest"), x.id, x.tenant, x.n_blocks);
+}
+
+// kv_allocator_actor -> request_actor: the reply to AdmitRequest and, for a queued request, a later
+// (admit_atom, AdmitAnswer) when it is admitted or refused. verdict / limit: AdmissionVerdict /
+// AdmissionLimit as int32_t.
+struct AdmitAnswer {
+    uint64_t id = 0;
+    int32_t verdict = 0;
+    int32_t limit = 0;
+    int32_t n_blocks = 0;
+    std::string message;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AdmitAnswer& x) {
+    return f(caf::meta::type_name("AdmitAnswer"), x.id, x.verdict, x.limit, x.n_blocks, x.message);
+}
+
+// kv_allocator_actor -> anyone who asks (stats_atom).
+struct AllocatorStats {
+    int32_t n_blocks_total = 0, capacity_blocks = 0, n_blocks_reserved = 0, n_reservations = 0, n_waiting = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AllocatorStats& x) {
+    return f(caf::meta::type_name("AllocatorStats"), x.n_blocks_total, x.capacity_blocks, x.n_blocks_reserved,
+             x.n_reservations, x.n_waiting);
+}
+
 // Registers every type above with a config (each node that sends or receives them).
 inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");
@@ -139,8 +250,18 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<EngineSubmit>("EngineSubmit");
     cfg.add_message_type<TokenBatch>("TokenBatch");
     cfg.add_message_type<FinishInfo>("FinishInfo");
+    cfg.add_message_type<KvEvent>("KvEvent");
+    cfg.add_message_type<KvEventBatch>("KvEventBatch");
+    cfg.add_message_type<CachePoolQuery>("CachePoolQuery");
+    cfg.add_message_type<CacheQuery>("CacheQuery");
+    cfg.add_message_type<CachedTokens>("CachedTokens");
+    cfg.add_message_type<CacheStats>("CacheStats");
+    cfg.add_message_type<AdmitRequest>("AdmitRequest");
+    cfg.add_message_type<AdmitAnswer>("AdmitAnswer");
+    cfg.add_message_type<AllocatorStats>("AllocatorStats");
     cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
     cfg.add_message_type<std::vector<float>>("std::vector<float>");
+    cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
 }
 
 double now_s();  // one monotonic clock for every actor (steady_clock, seconds)

@@ -1,10 +1,14 @@
-// request_actor: one per request, thin. It asks this generation's router for a route, then hands
-// every event (route, a run's tokens, a run's end, cancel) to the request core
-// (runtime/request/request_fsm.h) and executes the actions it returns: submit or cancel a run on
-// a pool's executor, stream text to the caller, fold figures into the pool's live stats and the
-// metrics, call on_finish (exactly once, the core sees to it) and stop when the core is done.
+// request_actor: one per request, thin. It asks this generation's router for a route (the router
+// asks the cache actor how much of the prompt each pool holds), then hands every event (route, a
+// run's tokens, a run's end, cancel) to the request core (runtime/request/request_fsm.h) and
+// executes the actions it returns: submit a run (first the pool's kv_allocator admits, queues or
+// refuses it, then the executor gets it) or cancel one, stream text to the caller, fold figures
+// into the pool's live stats and the metrics, call on_finish (exactly once, the core sees to it)
+// and stop when the core is done.
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
+#include "kv/admission.h"
+#include "kv/prefix_index.h"
 #include "model/tokenizer.h"
 #include "request/request_fsm.h"
 
@@ -22,11 +26,15 @@ public:
         if (req.prompt_ids.empty()) ids0_ = tok0_->encode(req.prompt, req.add_bos && tok0_->add_bos_default());
     }
     int32_t n_prompt() const { return (int32_t)(ctx_.req.prompt_ids.empty() ? ids0_.size() : ctx_.req.prompt_ids.size()); }
+    // Encoded once per pool: the router's cache query and the run use the same ids.
     std::vector<int32_t> prompt_ids(int32_t pool) override {
         const GenerationRequest& req = ctx_.req;
         if (!req.prompt_ids.empty()) return req.prompt_ids;
+        ids_by_pool_.resize(ctx_.snap->pools.size());
+        std::vector<int32_t>& ids = ids_by_pool_.at(pool);
+        if (!ids.empty()) return ids;
         const Tokenizer& tok = tokenizer(pool);
-        std::vector<int32_t> ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
+        ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
         if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
         return ids;
     }
@@ -45,6 +53,7 @@ private:
     const RequestContext& ctx_;
     const Tokenizer* tok0_ = nullptr;
     std::vector<int32_t> ids0_;
+    std::vector<std::vector<int32_t>> ids_by_pool_;
 };
 
 // The bucket's routing policy of the request's generation.
@@ -77,11 +86,20 @@ private:
     RouteDecision route_;
 };
 
+// A run between the core's SubmitRun and the executor: the pool's kv_allocator reserves its
+// worst-case blocks first (admit), or holds it in its queue, or refuses it (overloaded).
+struct RunAdmission {
+    int32_t pool = -1;     // the run's pool (its allocator gets the release when the run ends)
+    bool waiting = false;  // asked the allocator, not admitted yet
+    EngineSubmit pending;  // sent to the executor once admitted
+};
+
 struct request_state {
     std::shared_ptr<RequestContext> ctx;
     std::unique_ptr<SnapshotVocab> vocab;      // declared before the core, which holds references
     std::unique_ptr<BucketRouting> routing;
     std::unique_ptr<RequestFsm> core;
+    RunAdmission admission[3];                 // by RunRole
     static inline const char* name = "request";
 };
 
@@ -159,6 +177,70 @@ EngineSubmit engine_submit(SubmitRun&& s) {
     return m;
 }
 
+// The prompt's lookup hashes on every pool of the snapshot, for the router's cache query.
+CacheQuery cache_query(const RequestContext& ctx, SnapshotVocab& vocab) {
+    CacheQuery q;
+    q.request_id = ctx.id;
+    const int32_t tenant = ctx.shared->tenant_id(ctx.req.tenant);
+    const uint64_t salt = ctx.snap->config->tenant_salt(ctx.req.tenant);
+    for (size_t i = 0; i < ctx.snap->pools.size(); i++) {
+        const PoolHandle& ph = *ctx.snap->pools[i];
+        CachePoolQuery pq;
+        pq.pool_id = ph.id;
+        pq.block_size = ph.cfg.block_size;
+        if (ph.cfg.prefix_cache)
+            pq.hashes = lookup_block_hashes(vocab.prompt_ids((int32_t)i), ph.cfg.block_size, tenant, salt, ph.public_prefixes);
+        q.pools.push_back(std::move(pq));
+    }
+    return q;
+}
+
+// A run's end the actor itself reports (admission refused or failed, cancelled while queued): a
+// message to itself, so the core sees it like an executor's and never re-entrantly.
+void end_run(self_ptr self, uint64_t engine_id, FinishReason why, const std::string& msg) {
+    FinishInfo f;
+    f.id = engine_id;
+    f.set_reason(why);
+    f.error = msg;
+    f.t_s = now_s();
+    self->send(self, finish_atom::value, f);
+}
+
+void on_admission(self_ptr self, RunRole role, const AdmitAnswer& a) {
+    RunAdmission& ad = self->state.admission[(int)role];
+    if (!ad.waiting) return;  // cancelled meanwhile
+    if (a.verdict == (int32_t)AdmissionVerdict::REFUSE) {
+        ad.waiting = false;
+        return end_run(self, ad.pending.id, FinishReason::OVERLOADED, a.message);
+    }
+    if (a.verdict != (int32_t)AdmissionVerdict::ADMIT) return;  // queued: the allocator answers again
+    ad.waiting = false;
+    self->send(self->state.ctx->snap->pools.at(ad.pool)->executor, submit_atom::value, std::move(ad.pending));
+}
+
+void submit(self_ptr self, SubmitRun&& s) {
+    auto& st = self->state;
+    const PoolHandle& ph = *st.ctx->snap->pools.at(s.pool);
+    const RunRole role = s.role;
+    RunAdmission& ad = st.admission[(int)role];
+    ad = RunAdmission{};
+    ad.pool = s.pool;
+    EngineSubmit m = engine_submit(std::move(s));
+    // Past the model's context it is invalid whatever the load: the engine's context error says so.
+    if (!ph.kv_allocator || (int64_t)m.prompt.size() + m.max_tokens > ph.model->params().n_ctx_train)
+        return (void)self->send(ph.executor, submit_atom::value, std::move(m));
+    AdmitRequest ar{m.id, st.ctx->req.tenant, Admission::blocks_for((int64_t)m.prompt.size(), m.max_tokens, ph.cfg.block_size)};
+    const uint64_t id = m.id;
+    ad.waiting = true;
+    ad.pending = std::move(m);
+    self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
+        .then([=](const AdmitAnswer& a) { on_admission(self, role, a); },
+              [=](caf::error& err) {
+                  self->state.admission[(int)role].waiting = false;
+                  end_run(self, id, FinishReason::ERROR, "KV admission failed: " + self->system().render(err));
+              });
+}
+
 // Executes the core's actions in order.
 void execute(self_ptr self, RequestActions&& actions) {
     auto& st = self->state;
@@ -166,10 +248,15 @@ void execute(self_ptr self, RequestActions&& actions) {
     SharedState& sh = *ctx.shared;
     for (RequestAction& a : actions) {
         if (auto* s = std::get_if<SubmitRun>(&a)) {
-            const caf::actor& ex = ctx.snap->pools.at(s->pool)->executor;
-            self->send(ex, submit_atom::value, engine_submit(std::move(*s)));
+            submit(self, std::move(*s));
         } else if (auto* c = std::get_if<CancelRun>(&a)) {
-            self->send(ctx.snap->pools.at(c->pool)->executor, cancel_atom::value, c->engine_id);
+            RunAdmission& ad = st.admission[(int)c->role];
+            if (ad.waiting) {  // still in the allocator's queue: its end (below) frees the place
+                ad.waiting = false;
+                end_run(self, c->engine_id, FinishReason::CANCELLED, "cancelled by the caller");
+            } else {
+                self->send(ctx.snap->pools.at(c->pool)->executor, cancel_atom::value, c->engine_id);
+            }
         } else if (auto* t = std::get_if<StreamText>(&a)) {
             if (ctx.cb.on_token) ctx.cb.on_token(t->piece, t->ids);
         } else if (auto* p = std::get_if<PoolSample>(&a)) {
@@ -220,6 +307,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.tenant = req.tenant;
     q.session = req.session;
     q.arrival_s = ctx->arrival_s;
+    q.cache = cache_query(*ctx, *st.vocab);
     // Refused before routing: the request never reaches a pool.
     if (auto fmt = check_response_format(req.response_format); !fmt) {
         execute(self, st.core->on_refused(fmt.error().message, now_s()));
@@ -236,8 +324,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
         [=](token_atom, const TokenBatch& b) {
             execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s()));
         },
+        [=](admit_atom, const AdmitAnswer& a) { on_admission(self, run_role_of(a.id), a); },
         [=](finish_atom, const FinishInfo& f) {
-            execute(self, self->state.core->on_run_end(run_role_of(f.id), run_end(f), now_s()));
+            // The run's KV reservation (or queue place) ends with it; the allocator ignores an
+            // unknown id (a refused run, or one that never asked).
+            const RunRole role = run_role_of(f.id);
+            if (const int32_t pool = self->state.admission[(int)role].pool; pool >= 0)
+                if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator)
+                    self->send(alloc, release_atom::value, f.id);
+            execute(self, self->state.core->on_run_end(role, run_end(f), now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
     };

@@ -20,7 +20,8 @@ struct router_state {
     static inline const char* name = "router";
 };
 
-RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q) {
+// cached: prompt tokens each pool of the snapshot holds (the cache actor's answer); empty: unknown.
+RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q, std::vector<int32_t> cached) {
     const Config& c = *snap.config;
     RequestFeatures f;
     f.hint = q.hint;
@@ -55,7 +56,9 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     in.slo_tpot_ms = b.slo_tpot_ms;
     if (const double timeout = c.limits.request_timeout_ms; timeout > 0)
         in.deadline_ms = std::max(1e-3, timeout - (now_s() - q.arrival_s) * 1e3);
-    in.n_cached_prompt_tokens = q.n_cached_prompt_tokens;
+    // Per pool: the cache actor's count of this tenant's prompt blocks it holds (-1: unknown); the
+    // session's pool may hold more (its last, partly filled block), which apply_session_place adds.
+    in.n_cached_prompt_tokens = std::move(cached);
     in.n_cached_prompt_tokens.resize(snap.pools.size(), -1);
     if (shared && !q.session.empty()) {
         std::vector<std::string> names;
@@ -107,7 +110,14 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_pt
             auto s = self->state.snap.lock();
             if (!s) return caf::make_error(caf::sec::invalid_argument, "the config generation was released");
             auto sh = self->state.shared.lock();
-            return decide(*s, sh.get(), q);
+            if (!sh || !sh->cache || q.cache.pools.size() != s->pools.size()) return decide(*s, sh.get(), q, {});
+            // Ask the cache actor how much of the prompt each pool holds, then decide. The request holds
+            // the snapshot and the shared state until it has its answer.
+            auto rp = self->make_response_promise<RouteDecision>();
+            self->request(sh->cache, caf::infinite, cache_atom::value, q.cache)
+                .then([=](const CachedTokens& c) mutable { rp.deliver(decide(*s, sh.get(), q, c.n_tokens)); },
+                      [=](caf::error&) mutable { rp.deliver(decide(*s, sh.get(), q, {})); });  // route without it
+            return rp;
         },
     };
 }

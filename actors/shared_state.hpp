@@ -31,8 +31,12 @@ namespace steward {
 struct PoolHandle : Pool {
     explicit PoolHandle(Pool p) : Pool(std::move(p)) {}
     caf::actor executor;
+    uint64_t id = 0;           // this pool instance, in the cache actor's index (never reused)
+    caf::actor kv_allocator;   // admission before the executor's queue
+    std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
     ~PoolHandle() {
         if (executor) caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+        if (kv_allocator) caf::anon_send_exit(kv_allocator, caf::exit_reason::user_shutdown);
     }
 };
 
@@ -75,6 +79,9 @@ struct SharedState {
         generations[s->generation] = s;
         current = std::move(s);
     }
+
+    caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
+    std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id
 
     PluginLoader plugins;
     PolicyCounterRegistry policy_counters;

@@ -84,9 +84,31 @@ struct Runtime::Impl {
         if (!policies) return policies.error();
         snap->policies = std::move(*policies);
         // Validation is complete: start the new pools' executors.
+        for (auto& ph : snap->pools) {
+            if (ph->executor) continue;
+            ph->public_prefixes = public_prefix_ids(*ph, config);
+            ph->executor = spawn_executor(*sys, make_engine(*ph, config), ph->model, ph->live, shared, ph->cfg.name);
+            // KV wiring: the executor feeds the cache actor; a kv_allocator admits before its queue.
+            ph->id = shared->next_pool_id++;
+            caf::anon_send(ph->executor, kv_events_atom::value, shared->cache, ph->id);
+            AdmissionOptions ao;
+            ao.pool = ph->cfg.name;
+            ao.n_blocks_total = ph->n_blocks;
+            ao.max_queue = ph->cfg.max_queue;
+            ao.overcommit = ph->cfg.kv_overcommit;
+            std::weak_ptr<SharedState> weak = shared;  // the allocator must not keep the runtime alive
+            ph->kv_allocator = spawn_kv_allocator(*sys, ao, [weak](const std::string& pool, std::vector<TenantAdmission> f) {
+                auto sh = weak.lock();
+                if (!sh) return;
+                std::lock_guard<std::mutex> lk(sh->metrics_mu);
+                if (sh->metrics) sh->metrics->set_admission(pool, std::move(f));
+            });
+        }
+        // Tenant KV quotas (a share of each pool's blocks) of this generation, also for kept pools.
         for (auto& ph : snap->pools)
-            if (!ph->executor)
-                ph->executor = spawn_executor(*sys, make_engine(*ph, config), ph->model, ph->live, shared, ph->cfg.name);
+            for (const TenantConfig& t : config.tenants)
+                caf::anon_send(ph->kv_allocator, quota_atom::value, t.name,
+                               (int32_t)(t.kv_quota >= 0 ? t.kv_quota * ph->n_blocks : -1));
         snap->router = spawn_router(*sys, snap, shared);
         return snap;
     }
@@ -143,8 +165,12 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
     impl->config_path = config.path == "<string>" ? "" : config.path;
     impl->options = std::move(options);
+    impl->shared->cache = spawn_cache(*impl->sys);
     auto snap = impl->build(config, nullptr);
-    if (!snap) return snap.error();  // build() spawns executors only once everything validated
+    if (!snap) {  // build() spawns executors only once everything validated
+        caf::anon_send_exit(impl->shared->cache, caf::exit_reason::user_shutdown);
+        return snap.error();
+    }
     SharedState& sh = *impl->shared;
     sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, pools_of(**snap)));
     sh.publish(std::move(*snap));
@@ -182,6 +208,7 @@ Runtime::~Runtime() {
         }
         cur.reset();
     }
+    caf::anon_send_exit(impl_->shared->cache, caf::exit_reason::user_shutdown);
     impl_->sys.reset();  // waits for every actor
 }
 

@@ -219,7 +219,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get("max_batch", p.max_batch) && r.get("max_batch_tokens", p.max_batch_tokens) &&
                       r.get("max_queue", p.max_queue) && r.get("prefix_cache", p.prefix_cache) &&
                       r.get("price_prompt", p.price_prompt) && r.get("price_output", p.price_output) &&
-                      r.get("price_cached", p.price_cached) && r.get("quality", p.quality);
+                      r.get("price_cached", p.price_cached) && r.get("quality", p.quality) &&
+                      r.get("kv_overcommit", p.kv_overcommit);
             if (!ok) return fail(r.err);
             if (const toml::table* st = r.sub("synth")) {
                 SynthConfig s;
@@ -246,6 +247,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' needs kv_blocks > 0 or kv_gib > 0");
             if (p.max_batch <= 0 || p.max_batch_tokens <= 0 || p.max_queue < 0 || p.threads < 0)
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' max_batch and max_batch_tokens must be > 0, max_queue and threads >= 0");
+            if (!(p.kv_overcommit >= 1.0))
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_overcommit must be >= 1 (1: KV reservations never exceed the pool)");
             if (p.quality > 1.0)
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' quality must be in [0, 1] (or omitted)");
             if (c.find_pool(p.name)) return fail(where(src, t.source()) + ": pool '" + p.name + "' is defined twice");

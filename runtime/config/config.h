@@ -35,6 +35,7 @@ struct PoolConfig {
     int max_batch = 32;             // sequences per step
     int max_batch_tokens = 256;     // token budget per step (chunked prefill fills the rest)
     int max_queue = 256;            // waiting requests before 'overloaded'
+    double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
     bool prefix_cache = true;
     // Prices per million tokens (cost/request in METRICS.md).
     double price_prompt = 0.0, price_output = 0.0, price_cached = 0.0;

@@ -107,6 +107,7 @@ std::optional<int32_t> BlockPool::allocate() {
         }
         evictable_remove(block);
         hash_to_block_.erase(blocks_[block].hash);
+        if (record_events_) events_.push_back({KvEventKind::REMOVED, blocks_[block].hash});
         ++stats_.n_evictions;
     } else {
         ++stats_.n_alloc_failures;
@@ -189,6 +190,7 @@ int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool i
     b.depth = depth;
     b.n_hits = 0;
     ++stats_.n_publishes;
+    if (record_events_) events_.push_back({KvEventKind::STORED, hash});
     return block;
 }
 

@@ -8,9 +8,11 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_hash.h"
+#include "kv/kv_event.h"
 
 // Invariant check that stays on in release builds: a broken invariant aborts with a message, it never
 // turns into undefined behaviour. Used by kv/ for caller bugs (unref of a free block, unknown sequence).
@@ -131,6 +133,10 @@ public:
     }
     // A tenant's KV quota in blocks (eviction policies see it); -1 removes it.
     void set_tenant_quota(int32_t tenant, int32_t quota_blocks);
+    // KV events: while on, every hash publish() maps and every hash eviction drops is recorded, in order,
+    // until take_events() hands them over (off by default: pools nobody indexes pay nothing).
+    void set_record_events(bool on) { record_events_ = on; }
+    std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
 
     int32_t n_total() const { return static_cast<int32_t>(blocks_.size()); }
     int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
@@ -186,6 +192,8 @@ private:
     std::unordered_map<int32_t, int32_t> tenant_quota_;
     int64_t tick_ = 0;
     BlockPoolStats stats_;
+    bool record_events_ = false;
+    std::vector<KvEvent> events_;
 };
 
 }  // namespace steward

@@ -88,6 +88,9 @@ public:
     void set_tenant_quota(int32_t tenant, int32_t quota_blocks) { pool_.set_tenant_quota(tenant, quota_blocks); }
     void set_tenant_names(const std::vector<std::string>* names) { pool_.set_tenant_names(names); }
     void set_block_bytes(double block_bytes) { pool_.set_block_geometry(block_size_, block_bytes); }
+    // See BlockPool::set_record_events / take_events: the pool's block stored / removed events.
+    void set_record_kv_events(bool on) { pool_.set_record_events(on); }
+    std::vector<KvEvent> take_kv_events() { return pool_.take_events(); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
     // salt: the tenant's prefix-cache salt (from the config); 0 derives one from the tenant id.

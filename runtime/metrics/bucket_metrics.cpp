@@ -467,8 +467,24 @@ nlohmann::json MetricsRegistry::to_json() const {
                              {"reloads_ok", n_reload_ok_},
                              {"reloads_failed", n_reload_failed_},
                              {"last_reload_error", last_reload_error_}};
+    // KV admission per pool and tenant: {"pool": {"tenant": {admitted, queued, refused, ...}}}.
+    nlohmann::json admission = nlohmann::json::object();
+    for (const auto& [pool, tenants] : admission_) {
+        nlohmann::json& pj = admission[pool] = nlohmann::json::object();
+        for (const TenantAdmission& t : tenants)
+            pj[t.tenant] = {{"admitted", t.n_admitted},
+                            {"queued", t.n_queued},
+                            {"refused", t.n_refused()},
+                            {"refused_tenant_quota", t.n_refused_quota},
+                            {"refused_pool_capacity", t.n_refused_capacity},
+                            {"refused_queue_length", t.n_refused_queue},
+                            {"blocks_reserved", t.n_blocks_reserved},
+                            {"reservations", t.n_reservations},
+                            {"waiting", t.n_waiting},
+                            {"quota_blocks", t.quota_blocks >= 0 ? nlohmann::json(t.quota_blocks) : nlohmann::json()}};
+    }
     return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
-            {"policies", policies}};
+            {"policies", policies}, {"admission", admission}};
 }
 
 std::string MetricsRegistry::to_table() const {
@@ -637,6 +653,32 @@ std::string MetricsRegistry::to_prometheus() const {
             [](const BucketMetrics& m) { return m.n_draft_tokens; });
     counter("steward:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
             [](const BucketMetrics& m) { return m.n_accepted_tokens; });
+
+    auto alabel = [](const std::string& pool, const TenantAdmission& t) {
+        return "pool=\"" + prometheus_label_value(pool) + "\",tenant=\"" + prometheus_label_value(t.tenant) + "\"";
+    };
+    family("steward:kv_admission_requests_total", "counter", "KV admission answers per pool and tenant (refused: see the limit).");
+    for (const auto& [pool, tenants] : admission_)
+        for (const TenantAdmission& t : tenants) {
+            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"admitted\"} " + std::to_string(t.n_admitted) + "\n";
+            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"queued\"} " + std::to_string(t.n_queued) + "\n";
+            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"refused\"} " + std::to_string(t.n_refused()) + "\n";
+        }
+    family("steward:kv_admission_refused_total", "counter", "Requests refused at KV admission, by the limit that refused them.");
+    for (const auto& [pool, tenants] : admission_)
+        for (const TenantAdmission& t : tenants)
+            for (auto [limit, n] : {std::pair{AdmissionLimit::TENANT_QUOTA, t.n_refused_quota},
+                                    std::pair{AdmissionLimit::POOL_CAPACITY, t.n_refused_capacity},
+                                    std::pair{AdmissionLimit::QUEUE_LENGTH, t.n_refused_queue}})
+                out += "steward:kv_admission_refused_total{" + alabel(pool, t) + ",limit=\"" + admission_limit_name(limit) + "\"} " + std::to_string(n) + "\n";
+    family("steward:kv_admission_blocks_reserved", "gauge", "KV blocks reserved by admitted, unfinished requests.");
+    for (const auto& [pool, tenants] : admission_)
+        for (const TenantAdmission& t : tenants)
+            out += "steward:kv_admission_blocks_reserved{" + alabel(pool, t) + "} " + std::to_string(t.n_blocks_reserved) + "\n";
+    family("steward:kv_admission_waiting", "gauge", "Requests waiting for a KV reservation.");
+    for (const auto& [pool, tenants] : admission_)
+        for (const TenantAdmission& t : tenants)
+            out += "steward:kv_admission_waiting{" + alabel(pool, t) + "} " + std::to_string(t.n_waiting) + "\n";
 
     family("steward:kv_cache_evictions_total", "counter", "Cached unreferenced KV blocks reclaimed, per policy.");
     for (const auto& [policy, n] : all_.n_evictions_by_policy)

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kv/admission.h"
 #include "metrics/histogram.h"
 #include "util/finish_reason.h"
 
@@ -231,6 +232,11 @@ public:
     void update_config(MetricsConfig cfg) { cfg_ = std::move(cfg); }
     // The plugin decision counts, refreshed by the owner before writing a report.
     void set_policy_figures(std::vector<PolicyFigure> f) { policies_ = std::move(f); }
+    // A pool's KV admission figures per tenant (its kv_allocator's), replacing the pool's previous ones.
+    void set_admission(const std::string& pool, std::vector<TenantAdmission> tenants) {
+        admission_[pool] = std::move(tenants);
+    }
+    const std::map<std::string, std::vector<TenantAdmission>, std::less<>>& admission() const { return admission_; }
     uint64_t config_generation() const { return generation_; }
     int64_t n_reloads_ok() const { return n_reload_ok_; }
     int64_t n_reloads_failed() const { return n_reload_failed_; }
@@ -269,6 +275,7 @@ private:
     int64_t n_reload_ok_ = 0, n_reload_failed_ = 0;
     std::string last_reload_error_;
     std::vector<PolicyFigure> policies_;
+    std::map<std::string, std::vector<TenantAdmission>, std::less<>> admission_;  // pool -> by tenant
 };
 
 }  // namespace steward

@@ -92,7 +92,7 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     std::ostringstream o;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
-      << p.prefix_cache << '|' << c.limits.session_ttl_ms;
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     std::error_code ec;
     auto t = std::filesystem::last_write_time(p.model, ec);
@@ -148,16 +148,20 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.n_threads = pc.threads;
     eo.prefix_cache = pc.prefix_cache;
     eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
+    eo.kv_events = pc.prefix_cache;  // they feed the cache actor's index of which pool holds which blocks
     return eo;
+}
+
+std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& p, const Config& config) {
+    const Tokenizer& tok = p.model->tokenizer();
+    std::vector<std::vector<int32_t>> pubs;
+    for (const auto& pp : config.public_prefixes) pubs.push_back(tok.encode(pp.text, tok.add_bos_default()));
+    return pubs;
 }
 
 std::unique_ptr<Engine> make_engine(const Pool& p, const Config& config) {
     auto engine = std::make_unique<Engine>(*p.model, engine_options(p, config));
-    // Public prefixes are token sequences of each pool's own vocabulary.
-    const Tokenizer& tok = p.model->tokenizer();
-    std::vector<std::vector<int32_t>> pubs;
-    for (const auto& pp : config.public_prefixes) pubs.push_back(tok.encode(pp.text, tok.add_bos_default()));
-    engine->set_public_prefixes(std::move(pubs));
+    engine->set_public_prefixes(public_prefix_ids(p, config));
     return engine;
 }
 

@@ -58,6 +58,8 @@ Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
 // The engine options of a loaded pool (the config's engine fields, KV size, session TTL).
 EngineOptions engine_options(const Pool& pool, const Config& config);
 
+// The config's public prefixes as token sequences of the pool's own vocabulary.
+std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& pool, const Config& config);
 // A new engine for a loaded pool, with the config's public prefixes in the pool's vocabulary.
 std::unique_ptr<Engine> make_engine(const Pool& pool, const Config& config);
 

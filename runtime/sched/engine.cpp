@@ -37,6 +37,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       mgr_(opt.n_blocks, opt.block_size) {
     mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
+    mgr_.set_record_kv_events(opt.kv_events);
 }
 
 Expected<bool> Engine::submit(EngineRequest req) {

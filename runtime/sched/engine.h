@@ -31,6 +31,7 @@ struct EngineOptions {
     int n_threads = 0;
     bool prefix_cache = true;
     double session_ttl_s = 60.0;
+    bool kv_events = false;  // record block stored / removed events for take_kv_events (a cache actor)
 };
 
 struct EngineRequest {
@@ -124,6 +125,8 @@ public:
     void end_session(const std::string& session);
     // Evictions since the last call, per (bucket, policy) of the request that needed the blocks.
     std::vector<EvictionCount> take_evictions();
+    // Block stored / removed events since the last call, in order (empty unless options().kv_events).
+    std::vector<KvEvent> take_kv_events() { return mgr_.take_kv_events(); }
 
 private:
     struct Seq {
