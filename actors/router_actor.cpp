@@ -82,7 +82,8 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         }
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
-            views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens);
+            views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens,
+                                      in.n_cached_prompt_tokens[i]);
         bool fallback = false;
         const steward_route_decision r = pol.routing->route(in, views, d.pool, &fallback);
         d.pool = r.pool;

@@ -14,7 +14,7 @@ struct PoolProfile {
     double n_params = 0;
     double model_bytes = 0;     // bytes of weights read per decoded token
     int max_queue = 0;
-    double price_prompt = 0, price_output = 0;
+    double price_prompt = 0, price_output = 0, price_cached = 0;
     double quality_prior = 1.0;  // [0, 1]
 };
 
@@ -31,8 +31,11 @@ struct PoolLiveStats {
 // the prior is used). TTFT is estimated per prompt token, so requests of any length inform it.
 // Before any request finished, TPOT's prior is the time to read the weights once at 20 GB/s and a
 // prompt token costs an eighth of that (prefill is batched).
+// cached_tokens: the prompt tokens the pool already holds for the request's tenant (the cache actor's
+// figure; < 0 unknown, taken as 0): they cost the cached price and no prefill time, so a pool
+// holding the prefix looks as much cheaper and quicker as it is.
 steward_pool_view make_pool_view(const PoolProfile& p, const PoolLiveStats& live, double quality_measured,
-                                 int prompt_tokens, int max_tokens);
+                                 int prompt_tokens, int max_tokens, int cached_tokens = -1);
 
 // An exponential moving average step (alpha 0.2); the first sample is taken as is.
 double ewma(double prev, double sample);

@@ -206,6 +206,7 @@ std::vector<PoolProfile> generation_profiles(const Config& config, const std::ve
         pr.max_queue = pc.max_queue;
         pr.price_prompt = pc.price_prompt;
         pr.price_output = pc.price_output;
+        pr.price_cached = pc.price_cached;
         pr.quality_prior = pc.quality >= 0 ? pc.quality : (max_params > 0 ? pr.n_params / max_params : 1.0);
         out.push_back(std::move(pr));
     }

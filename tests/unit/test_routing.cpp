@@ -74,12 +74,14 @@ TEST_CASE("cost_quality sends everything to one pool under extreme λ and splits
     auto rt = start("cost_quality.toml", t);
 
     std::vector<GenerationRequest> reqs;
+    // Every prompt distinct (no prefix cache hit anywhere: cached tokens would change the costs).
+    int salt = 100;
     for (int i = 0; i < 12; i++)
         for (const char* b : {"cheap", "best", "prompt_heavy", "output_heavy"}) {
             GenerationRequest q;
             q.bucket_hint = b;
             const bool long_prompt = std::string(b) == "prompt_heavy" || i % 2;
-            q.prompt_ids = ids(long_prompt ? 200 : 10, i);
+            q.prompt_ids = ids(long_prompt ? 200 : 10, salt++);
             q.max_tokens = std::string(b) == "output_heavy" ? 64 : 4;
             reqs.push_back(q);
         }
@@ -372,4 +374,44 @@ plugin = "decline_eviction"
     CHECK_FALSE(ev.contains("decline_eviction"));
     // Only a request that nothing else could make room for took LRU victims.
     CHECK(ev["lru"].get<int64_t>() > 0);
+}
+
+TEST_CASE("the cache actor's cached prompt tokens per pool reach the router: a warm prefix pulls a request to the pool holding it",
+          "[routing]") {
+    // Prices make "large" the cheaper pool for any cold prompt (0.5 vs 1.0 per M prompt tokens, the
+    // same output price), and cached prompt tokens cost nothing: only the figure of the pool that
+    // holds the prefix can make "small" cheaper. cost_quality weighs cost alone here.
+    TwoPoolOptions o;
+    o.small_price_prompt = 1.0;
+    o.large_price_prompt = 0.5;
+    o.small_price_output = o.large_price_output = 0.3;
+    std::string t = two_pool_toml(o);
+    t += hint_bucket("warm", "plugin = \"param_routing\"\npick = 1");
+    t += hint_bucket("kv", "plugin = \"cost_quality\"\nlambda_latency = 0.0\nlambda_quality = 0.0\nlambda_risk = 0.0");
+    t += "\n[[bucket]]\nname = \"other\"\npool = \"large\"\n";
+    auto rt = start("cache_aware.toml", t);
+    GenerationRequest warm;
+    warm.bucket_hint = "warm";
+    warm.prompt_ids = ids(100, 5);  // 6 full blocks of 16 are published on "small"
+    warm.max_tokens = 2;
+    const GenerationResult w = rt->generate(warm);
+    REQUIRE(w.ok());
+    REQUIRE(w.pool == "small");
+
+    GenerationRequest hot = warm;  // the same prefix, another question, no session
+    hot.bucket_hint = "kv";
+    for (int32_t id : ids(12, 8)) hot.prompt_ids.push_back(id);
+    const GenerationResult h = rt->generate(hot);
+    REQUIRE(h.ok());
+    CHECK(h.pool == "small");
+    CHECK(h.metrics.cached_tokens == 96);
+
+    GenerationRequest cold;  // a prompt no pool holds: the cold prices decide
+    cold.bucket_hint = "kv";
+    cold.prompt_ids = ids(112, 13);
+    cold.max_tokens = 2;
+    const GenerationResult c = rt->generate(cold);
+    REQUIRE(c.ok());
+    CHECK(c.pool == "large");
+    CHECK(c.metrics.cached_tokens == 0);
 }

@@ -158,10 +158,13 @@ typedef struct steward_pool_view {
     double n_params;            /* model parameters */
     double price_prompt;        /* per million tokens */
     double price_output;        /* per million tokens */
-    double est_cost;            /* this request's expected cost on this pool (currency units) */
+    double est_cost;            /* this request's expected cost on this pool (currency units): the
+                                   prompt tokens the pool already holds (steward_pool_extra) at the
+                                   cached price, the rest at the prompt price, max_tokens of output */
     double est_latency_ms;      /* expected end-to-end latency: queue + prefill + max_tokens x TPOT */
-    double est_ttft_ms;         /* this request's expected TTFT: prompt tokens x the pool's live
-                                   prefill time per token (a prior before any request finished) */
+    double est_ttft_ms;         /* this request's expected TTFT: prompt tokens the pool does not hold
+                                   yet x the pool's live prefill time per token (a prior before any
+                                   request finished) */
     double est_tpot_ms;         /* live mean TPOT (or a prior) */
     double quality;             /* [0, 1]: measured agreement with the strongest pool on shadowed
                                    requests of this bucket, else the configured prior */
