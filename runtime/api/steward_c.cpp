@@ -125,6 +125,17 @@ steward_status guarded(const char* fn, char* err, size_t err_len, Body&& body) {
     }
 }
 
+// The steward_metrics_* functions: one of the runtime's renderings, as a string the caller frees.
+steward_status metrics_string(const char* fn, steward_runtime* rt, char** out,
+                              std::string (steward::Runtime::*render)() const) {
+    if (out) *out = nullptr;
+    if (!rt || !out) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded(fn, nullptr, 0, [&] {
+        *out = dup_string((rt->rt.get()->*render)());
+        return STEWARD_OK;
+    });
+}
+
 }  // namespace
 
 extern "C" {
@@ -291,30 +302,15 @@ steward_status steward_reload(steward_runtime* rt, uint64_t* out_generation, cha
 }
 
 steward_status steward_metrics_json(steward_runtime* rt, char** out_json) {
-    if (out_json) *out_json = nullptr;
-    if (!rt || !out_json) return STEWARD_ERR_INVALID_ARGUMENT;
-    return guarded("steward_metrics_json", nullptr, 0, [&] {
-        *out_json = dup_string(rt->rt->metrics_json());
-        return STEWARD_OK;
-    });
+    return metrics_string("steward_metrics_json", rt, out_json, &steward::Runtime::metrics_json);
 }
 
 steward_status steward_metrics_prometheus(steward_runtime* rt, char** out_text) {
-    if (out_text) *out_text = nullptr;
-    if (!rt || !out_text) return STEWARD_ERR_INVALID_ARGUMENT;
-    return guarded("steward_metrics_prometheus", nullptr, 0, [&] {
-        *out_text = dup_string(rt->rt->metrics_prometheus());
-        return STEWARD_OK;
-    });
+    return metrics_string("steward_metrics_prometheus", rt, out_text, &steward::Runtime::metrics_prometheus);
 }
 
 steward_status steward_metrics_table(steward_runtime* rt, char** out_text) {
-    if (out_text) *out_text = nullptr;
-    if (!rt || !out_text) return STEWARD_ERR_INVALID_ARGUMENT;
-    return guarded("steward_metrics_table", nullptr, 0, [&] {
-        *out_text = dup_string(rt->rt->metrics_table());
-        return STEWARD_OK;
-    });
+    return metrics_string("steward_metrics_table", rt, out_text, &steward::Runtime::metrics_table);
 }
 
 steward_status steward_config_generation(steward_runtime* rt, uint64_t* out_generation) {

@@ -2,9 +2,8 @@
  * languages, in libsteward. Opaque handles, init/free pairs, one status enum; no C++ type or
  * exception crosses this line. C99; includes only <stddef.h> and <stdint.h>; may be included with
  * <steward/policy.h> in one translation unit (distinct names throughout). Build against an installed
- * Steward with find_package(steward) and target_link_libraries(app steward::runtime) (link with the
- * C++ linker: set LINKER_LANGUAGE CXX, or the target's dependencies bring libstdc++ through
- * libsteward.so's own DT_NEEDED; a plain `cc app.c -lsteward` works).
+ * Steward with find_package(steward) and target_link_libraries(app steward::runtime); a C program
+ * links with the C compiler alone (`cc app.c -lsteward`): libsteward.so records its C++ runtime.
  *
  * Ownership: strings this API returns (steward_generate's text, steward_metrics_json,
  * steward_metrics_prometheus, steward_metrics_table, steward_check_config's summary) belong to the
