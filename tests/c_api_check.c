@@ -1,10 +1,12 @@
 /* Proves steward.h is plain C (compiled as C99 with -Wpedantic -Werror) and that the C API works
- * end to end: start, generate, submit with callbacks, cancel, sessions, metrics, free.
+ * end to end through libsteward.so: config check, start (with options), generate, submit with
+ * callbacks (typed finish, upgraded/fallback flags, ignore_eos), cancel, sessions, reload and the
+ * config generation, metrics (JSON, Prometheus, table), free.
  * Run: build/c_api_check configs/test_tiny.toml (ctest runs it as c_api_runs). */
 #include <stdio.h>
 #include <string.h>
 
-#include "api/steward.h"
+#include <steward/steward.h>
 
 static int n_failed = 0;
 
@@ -22,6 +24,8 @@ typedef struct request_state {
     size_t n_piece_bytes;
     int n_finish_calls;
     steward_status status;
+    steward_result_finish finish;
+    int upgraded, fallback;
     char finish_reason[32];
     int n_tokens;
     int cached_tokens;
@@ -39,6 +43,9 @@ static void on_finish(const steward_result *r, void *user) {
     request_state *st = (request_state *)user;
     st->n_finish_calls++;
     st->status = r->status;
+    st->finish = r->finish;
+    st->upgraded = r->upgraded;
+    st->fallback = r->fallback;
     strncpy(st->finish_reason, r->finish_reason, sizeof st->finish_reason - 1);
     st->finish_reason[sizeof st->finish_reason - 1] = '\0';
     st->n_tokens = (int)r->n_tokens;
@@ -50,7 +57,7 @@ int main(int argc, char **argv) {
     steward_runtime *rt = NULL;
     steward_request req;
     steward_request_metrics m;
-    request_state a, b, c, d;
+    request_state a, b, c, d, e;
     char *text = NULL;
     char *json = NULL;
     uint64_t handle = 0;
@@ -68,9 +75,38 @@ int main(int argc, char **argv) {
     CHECK(steward_runtime_start("/nonexistent/steward.toml", &rt, err, sizeof err) == STEWARD_ERR_CONFIG);
     CHECK(rt == NULL && strstr(err, "/nonexistent/steward.toml") != NULL);
 
-    if (steward_runtime_start(argv[1], &rt, err, sizeof err) != STEWARD_OK) {
-        fprintf(stderr, "c_api_check: cannot start: %s\n", err);
-        return 1;
+    /* Config check: a summary the caller frees, or the error naming the file. */
+    CHECK(steward_check_config(argv[1], &text, err, sizeof err) == STEWARD_OK);
+    CHECK(text != NULL && strstr(text, "ok") != NULL);
+    steward_string_free(text);
+    text = NULL;
+    CHECK(steward_check_config("/nonexistent/steward.toml", &text, err, sizeof err) == STEWARD_ERR_CONFIG);
+    CHECK(text == NULL && strstr(err, "/nonexistent/steward.toml") != NULL);
+    CHECK(steward_check_config(NULL, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+
+    /* Options: malformed public prefixes are refused, naming the entry. */
+    {
+        steward_public_prefix prefixes[1];
+        steward_runtime_options opts;
+        memset(&opts, 0, sizeof opts);
+        opts.n_public_prefixes = 1;
+        CHECK(steward_runtime_start_with_options(argv[1], &opts, &rt, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+        prefixes[0].name = "";
+        prefixes[0].text = "You are a careful agent.";
+        opts.public_prefixes = prefixes;
+        CHECK(steward_runtime_start_with_options(argv[1], &opts, &rt, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+        CHECK(rt == NULL && strstr(err, "public_prefixes[0]") != NULL);
+        prefixes[0].name = "system";
+        steward_route_sighup_to_reload(); /* the process now reloads its runtimes on SIGHUP */
+        if (steward_runtime_start_with_options(argv[1], &opts, &rt, err, sizeof err) != STEWARD_OK) {
+            fprintf(stderr, "c_api_check: cannot start: %s\n", err);
+            return 1;
+        }
+    }
+    {
+        uint64_t gen = 0;
+        CHECK(steward_config_generation(rt, &gen) == STEWARD_OK && gen == 1);
+        CHECK(steward_config_generation(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
     }
 
     /* Blocking generation. */
@@ -125,6 +161,9 @@ int main(int argc, char **argv) {
     CHECK(handle != 0);
     CHECK(steward_drain(rt) == STEWARD_OK);
     CHECK(a.n_finish_calls == 1 && a.status == STEWARD_OK);
+    CHECK(a.finish == STEWARD_RESULT_STOP || a.finish == STEWARD_RESULT_LENGTH);
+    CHECK(strcmp(a.finish_reason, a.finish == STEWARD_RESULT_STOP ? "stop" : "length") == 0);
+    CHECK(a.upgraded == 0 && a.fallback == 0); /* one pool, routed by rules */
     CHECK(a.n_token_calls > 0);
     CHECK(steward_cancel(rt, handle) == STEWARD_ERR_NOT_FOUND); /* already finished */
 
@@ -141,6 +180,8 @@ int main(int argc, char **argv) {
         char rerr[256];
         CHECK(steward_reload(rt, &gen, rerr, sizeof rerr) == STEWARD_OK);
         CHECK(gen == 2);
+        gen = 0;
+        CHECK(steward_config_generation(rt, &gen) == STEWARD_OK && gen == 2);
         CHECK(steward_reload(NULL, &gen, rerr, sizeof rerr) == STEWARD_ERR_INVALID_ARGUMENT);
     }
 
@@ -153,6 +194,19 @@ int main(int argc, char **argv) {
     CHECK(steward_drain(rt) == STEWARD_OK);
     CHECK(c.n_finish_calls == 1);
     CHECK(c.status == STEWARD_ERR_CANCELLED || c.status == STEWARD_OK);
+    CHECK((c.status == STEWARD_ERR_CANCELLED) == (c.finish == STEWARD_RESULT_CANCELLED));
+
+    /* ignore_eos: exactly max_tokens tokens, finished by length (never by end-of-sequence). */
+    memset(&e, 0, sizeof e);
+    req = steward_request_default();
+    req.prompt = "Once upon a time";
+    req.max_tokens = 24;
+    req.ignore_eos = 1;
+    CHECK(steward_submit(rt, &req, NULL, on_finish, &e, &handle) == STEWARD_OK);
+    CHECK(steward_drain(rt) == STEWARD_OK);
+    CHECK(e.n_finish_calls == 1 && e.status == STEWARD_OK);
+    CHECK(e.finish == STEWARD_RESULT_LENGTH && strcmp(e.finish_reason, "length") == 0);
+    CHECK(e.n_tokens == 24);
     printf("cancelled request: %s after %d tokens\n", c.finish_reason, c.n_tokens);
 
     /* Metrics: a JSON document the caller frees. */
@@ -160,6 +214,17 @@ int main(int argc, char **argv) {
     CHECK(json != NULL && strstr(json, "\"buckets\"") != NULL);
     steward_string_free(json);
     CHECK(steward_metrics_json(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
+    /* ... the same figures as Prometheus text and as a table. */
+    CHECK(steward_metrics_prometheus(rt, &text) == STEWARD_OK);
+    CHECK(text != NULL && strstr(text, "# TYPE steward:") != NULL && strstr(text, "bucket=\"agent\"") != NULL);
+    steward_string_free(text);
+    text = NULL;
+    CHECK(steward_metrics_prometheus(NULL, &text) == STEWARD_ERR_INVALID_ARGUMENT && text == NULL);
+    CHECK(steward_metrics_table(rt, &text) == STEWARD_OK);
+    CHECK(text != NULL && strstr(text, "agent") != NULL);
+    steward_string_free(text);
+    text = NULL;
+    CHECK(steward_metrics_table(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
 
     /* Freeing with a request in flight cancels it; its finish callback has run when free returns. */
     memset(&d, 0, sizeof d);

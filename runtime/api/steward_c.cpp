@@ -6,8 +6,10 @@
 #include <new>
 #include <string>
 
-#include "api/runtime.h"
-#include "api/steward.h"
+#include <steward/runtime.h>
+#include <steward/steward.h>
+
+#include "config/config.h"  // check_response_format
 
 struct steward_runtime {
     std::unique_ptr<steward::Runtime> rt;
@@ -42,6 +44,20 @@ steward_status status_of(steward::FinishReason finish) {
         case FinishReason::ERROR: return STEWARD_ERR_GENERATION;
     }
     return STEWARD_ERR_INTERNAL;
+}
+
+// The C enum mirrors FinishReason number for number (and policy.h's steward_finish_reason).
+static_assert(STEWARD_RESULT_STOP == static_cast<int>(steward::FinishReason::STOP) &&
+              STEWARD_RESULT_LENGTH == static_cast<int>(steward::FinishReason::LENGTH) &&
+              STEWARD_RESULT_CANCELLED == static_cast<int>(steward::FinishReason::CANCELLED) &&
+              STEWARD_RESULT_TIMEOUT == static_cast<int>(steward::FinishReason::TIMEOUT) &&
+              STEWARD_RESULT_ERROR == static_cast<int>(steward::FinishReason::ERROR) &&
+              STEWARD_RESULT_OVERLOADED == static_cast<int>(steward::FinishReason::OVERLOADED) &&
+              steward::n_finish_reasons == 6,
+              "steward_result_finish must list FinishReason in order");
+
+steward_result_finish finish_of(steward::FinishReason finish) {
+    return static_cast<steward_result_finish>(static_cast<int>(finish));
 }
 
 steward_request_metrics metrics_of(const steward::RequestMetrics& m) {
@@ -87,6 +103,7 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
     out.seed = r->seed;
     out.tools = r->tools != 0;
     out.add_bos = r->add_bos != 0;
+    out.ignore_eos = r->ignore_eos != 0;
     return STEWARD_OK;
 }
 
@@ -106,6 +123,17 @@ steward_status guarded(const char* fn, char* err, size_t err_len, Body&& body) {
         write_err(err, err_len, std::string(fn) + ": unknown exception");
         return STEWARD_ERR_INTERNAL;
     }
+}
+
+// The steward_metrics_* functions: one of the runtime's renderings, as a string the caller frees.
+steward_status metrics_string(const char* fn, steward_runtime* rt, char** out,
+                              std::string (steward::Runtime::*render)() const) {
+    if (out) *out = nullptr;
+    if (!rt || !out) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded(fn, nullptr, 0, [&] {
+        *out = dup_string((rt->rt.get()->*render)());
+        return STEWARD_OK;
+    });
 }
 
 }  // namespace
@@ -141,13 +169,34 @@ steward_request steward_request_default(void) {
 }
 
 steward_status steward_runtime_start(const char* config_path, steward_runtime** out, char* err, size_t err_len) {
+    return steward_runtime_start_with_options(config_path, nullptr, out, err, err_len);
+}
+
+steward_status steward_runtime_start_with_options(const char* config_path, const steward_runtime_options* opts,
+                                                  steward_runtime** out, char* err, size_t err_len) {
     if (out) *out = nullptr;
     if (!config_path || !out) {
         write_err(err, err_len, "steward_runtime_start: config_path and out must not be NULL");
         return STEWARD_ERR_INVALID_ARGUMENT;
     }
+    steward::RuntimeOptions options;
+    if (opts) {
+        if (opts->n_public_prefixes > 0 && !opts->public_prefixes) {
+            write_err(err, err_len, "steward_runtime_start_with_options: public_prefixes is NULL but n_public_prefixes > 0");
+            return STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        for (size_t i = 0; i < opts->n_public_prefixes; i++) {
+            const steward_public_prefix& p = opts->public_prefixes[i];
+            if (!p.name || !*p.name || !p.text) {
+                write_err(err, err_len, "steward_runtime_start_with_options: public_prefixes[" + std::to_string(i) +
+                                            "] needs a non-empty name and a non-NULL text");
+                return STEWARD_ERR_INVALID_ARGUMENT;
+            }
+            options.extra_public_prefixes.push_back({p.name, p.text});
+        }
+    }
     return guarded("steward_runtime_start", err, err_len, [&] {
-        auto rt = steward::Runtime::start(std::string(config_path));
+        auto rt = steward::Runtime::start(std::string(config_path), std::move(options));
         if (!rt) {
             write_err(err, err_len, rt.error().message);
             return STEWARD_ERR_CONFIG;
@@ -191,6 +240,9 @@ steward_status steward_submit(steward_runtime* rt, const steward_request* req, s
                 c.bucket = r.bucket.c_str();
                 c.pool = r.pool.c_str();
                 c.metrics = metrics_of(r.metrics);
+                c.finish = finish_of(r.finish);
+                c.upgraded = r.upgraded ? 1 : 0;
+                c.fallback = r.fallback ? 1 : 0;
                 on_finish(&c, user);
             };
         const uint64_t h = rt->rt->submit(std::move(gr), std::move(cb));
@@ -250,12 +302,45 @@ steward_status steward_reload(steward_runtime* rt, uint64_t* out_generation, cha
 }
 
 steward_status steward_metrics_json(steward_runtime* rt, char** out_json) {
-    if (out_json) *out_json = nullptr;
-    if (!rt || !out_json) return STEWARD_ERR_INVALID_ARGUMENT;
-    return guarded("steward_metrics_json", nullptr, 0, [&] {
-        *out_json = dup_string(rt->rt->metrics_json());
+    return metrics_string("steward_metrics_json", rt, out_json, &steward::Runtime::metrics_json);
+}
+
+steward_status steward_metrics_prometheus(steward_runtime* rt, char** out_text) {
+    return metrics_string("steward_metrics_prometheus", rt, out_text, &steward::Runtime::metrics_prometheus);
+}
+
+steward_status steward_metrics_table(steward_runtime* rt, char** out_text) {
+    return metrics_string("steward_metrics_table", rt, out_text, &steward::Runtime::metrics_table);
+}
+
+steward_status steward_config_generation(steward_runtime* rt, uint64_t* out_generation) {
+    if (!rt || !out_generation) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded("steward_config_generation", nullptr, 0, [&] {
+        *out_generation = rt->rt->config_generation();
         return STEWARD_OK;
     });
+}
+
+steward_status steward_check_config(const char* config_path, char** out_summary, char* err, size_t err_len) {
+    if (out_summary) *out_summary = nullptr;
+    if (!config_path) {
+        write_err(err, err_len, "steward_check_config: config_path must not be NULL");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    return guarded("steward_check_config", err, err_len, [&] {
+        auto summary = steward::check_config_file(config_path);
+        if (!summary) {
+            write_err(err, err_len, summary.error().message);
+            return STEWARD_ERR_CONFIG;
+        }
+        if (out_summary) *out_summary = dup_string(*summary);
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    });
+}
+
+void steward_route_sighup_to_reload(void) {
+    steward::Runtime::route_sighup_to_reload();
 }
 
 steward_status steward_drain(steward_runtime* rt) {

@@ -1,0 +1,151 @@
+// steward/config.h (public): the runtime's configuration as values: pools, buckets (classification
+// rules and routing), tenants, public prefixes, limits and the server; the README's "Config
+// reference" documents every key. Runtime::start(const Config&) takes one, Runtime::config() shows
+// the live one. parse_config / load_config read TOML and validate completely; an error names
+// file:line:column, the key, the value and the fix. Plain value types (not synchronised); the
+// functions are thread-safe. Standard library and <steward/expected.h> only.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <steward/expected.h>
+
+namespace steward {
+
+// [pool.synth]: a synthetic model written to the pool's model path when that file is missing.
+struct SynthConfig {
+    std::string arch = "llama";
+    int dim = 256, layers = 4, heads = 4, kv_heads = 4, ffn = 688, vocab = 4096, ctx = 2048;
+    std::string dtype = "f32";
+    uint64_t seed = 1;
+    std::string draft_from;  // pool name: derive by keeping the first keep_layers layers
+    int keep_layers = 0;
+};
+
+// One [[pool]]: a model with its own KV cache, batcher and prices.
+struct PoolConfig {
+    std::string name;
+    std::string model;              // GGUF path (relative to the config file's directory)
+    std::optional<SynthConfig> synth;
+    std::string backend = "cpu";    // cpu | cuda (falls back to cpu with a log line)
+    int threads = 0;                // 0: all cores
+    int kv_blocks = 0;              // 0: derive from kv_gib
+    double kv_gib = 0.25;
+    int block_size = 16;
+    std::string kv_dtype = "f32";   // f32 | f16
+    int max_batch = 32;             // sequences per step
+    int max_batch_tokens = 256;     // token budget per step (chunked prefill fills the rest)
+    int max_queue = 256;            // waiting requests before 'overloaded'
+    double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
+    bool prefix_cache = true;
+    // Prices per million tokens (cost/request in METRICS.md).
+    double price_prompt = 0.0, price_output = 0.0, price_cached = 0.0;
+    // Prior quality in [0, 1] a routing policy sees until shadowed requests measure it; < 0: the
+    // pool's parameter count relative to the largest pool's.
+    double quality = -1.0;
+};
+
+// One parameter of a policy plugin: the TOML scalar as written.
+using PolicyParam = std::variant<int64_t, double, bool, std::string>;
+
+// A bucket's [bucket.routing] / [bucket.eviction] / [bucket.speculation] table: the plugin (a name
+// searched in the plugin directories, or a path) and every other key as its parameters.
+struct PolicySpec {
+    std::string plugin;
+    std::map<std::string, PolicyParam> params;
+    std::map<std::string, std::string> param_where;  // key -> file:line:column
+    std::string where;                               // the table's file:line:column
+};
+
+// A request is put in the first bucket whose rules all match (absent rules match anything).
+struct BucketMatch {
+    std::vector<std::string> hints;  // the request's bucket hint is one of these
+    std::optional<int> min_prompt_tokens, max_prompt_tokens;
+    std::optional<int> min_max_tokens, max_max_tokens;
+    std::optional<double> min_temperature, max_temperature;
+    std::optional<bool> tools;
+    std::optional<std::string> response_format;
+    std::vector<std::string> tenants;
+};
+
+// One [[bucket]]: a workload class, its matching rules and its policies.
+struct BucketConfig {
+    std::string name;
+    BucketMatch match;
+    std::string pool;   // routing by rules: the pool this bucket's requests go to
+    int priority = 0;   // higher runs first; the lowest is preempted first
+    double slo_ttft_ms = 0, slo_tpot_ms = 0;  // goodput targets (0: none)
+    std::optional<PolicySpec> routing;      // none: route to `pool` (the rules)
+    std::optional<PolicySpec> eviction;     // none: least recently used
+    std::optional<PolicySpec> speculation;  // none: no draft tokens
+};
+
+// One [[tenant]]: tenants never share KV blocks except inside public prefixes.
+struct TenantConfig {
+    std::string name;
+    uint64_t salt = 0;  // 0: derived from the name
+    std::vector<std::string> api_keys;  // for the HTTP server; a non-empty list is a config error until it lands
+    double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
+};
+
+// One [[public_prefix]] (or RuntimeOptions::extra_public_prefixes): text every tenant may share.
+struct PublicPrefixConfig {
+    std::string name;
+    std::string text;  // tokenized per pool; blocks fully inside it are shared across tenants
+};
+
+// [limits]
+struct LimitsConfig {
+    double request_timeout_ms = 120000;  // deadline from arrival; 0: none
+    double session_ttl_ms = 60000;       // KV of an idle session stays pinned this long
+    int max_tokens_default = 128;
+    int max_draft_tokens = 16;           // a speculation policy's budget above this is invalid
+};
+
+// [plugins]
+struct PluginsConfig {
+    std::vector<std::string> dirs;  // searched for plugins named by name (relative to the config file)
+};
+
+// [reload]
+struct ReloadConfig {
+    bool watch = true;      // reload when the config file changes (inotify)
+    int debounce_ms = 100;  // wait this long after a change for the writer to finish
+};
+
+// [server]: where the HTTP server will listen (read and validated; not served yet).
+struct ServerConfig {
+    std::string host = "127.0.0.1";
+    int port = 8080;
+};
+
+// A whole config file, validated (every cross-reference resolves).
+struct Config {
+    std::string path;  // the file it came from ("" for built-in)
+    std::vector<PoolConfig> pools;
+    std::vector<BucketConfig> buckets;
+    std::vector<TenantConfig> tenants;
+    std::vector<PublicPrefixConfig> public_prefixes;
+    LimitsConfig limits;
+    ServerConfig server;
+    PluginsConfig plugins;
+    ReloadConfig reload;
+
+    // The entry of that name; nullptr when there is none. The pointer lives as long as the Config.
+    const PoolConfig* find_pool(const std::string& name) const;
+    const TenantConfig* find_tenant(const std::string& name) const;
+    uint64_t tenant_salt(const std::string& tenant) const;  // configured or derived from the name
+};
+
+// Parses and validates TOML text. source_name is the file it came from: errors name it
+// (file:line:column), relative paths (models, plugin dirs) are resolved against its directory and
+// Config::path is set to it. Loads no model or plugin (Runtime::start and check_config_file do).
+Expected<Config> parse_config(const std::string& toml_text, const std::string& source_name = "<string>");
+// Reads the file and parses it as above; an unreadable file is an error naming it.
+Expected<Config> load_config(const std::string& path);
+
+}  // namespace steward

@@ -1,0 +1,73 @@
+// steward/request.h (public): what a caller asks and gets back: a generation request, its
+// callbacks, its result and figures. Plain value types (copy freely; not synchronised: one thread
+// at a time per object), shared by the embedding API (steward/runtime.h) and the runtime's cores.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <steward/finish_reason.h>
+
+namespace steward {
+
+// What to generate, for Runtime::submit / generate. The defaults are a greedy request of the
+// config's default length for tenant "default".
+struct GenerationRequest {
+    std::string prompt;               // text; ignored when prompt_ids is non-empty
+    std::vector<int32_t> prompt_ids;  // token ids of the routed pool's vocabulary
+    std::string tenant = "default";
+    std::string session;              // non-empty: the conversation's KV stays pinned between turns
+    std::string bucket_hint;          // e.g. "short_qa"; the config's rules decide
+    int max_tokens = 0;               // 0: the config's limits.max_tokens_default
+    float temperature = 0.0f;         // 0: greedy
+    float top_p = 1.0f;
+    int top_k = 0;
+    uint64_t seed = 0;
+    bool tools = false;               // tools present (an agent turn)
+    std::string response_format;      // "" or "json" (classification only: output is not constrained
+                                      // yet); anything else finishes with ERROR
+    bool add_bos = true;              // prepend BOS when the vocabulary wants it
+    bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
+};
+
+// The request's own figures (METRICS.md), filled in the finish callback.
+struct RequestMetrics {
+    double ttft_ms = -1;       // arrival -> first token handed to the caller (-1: none)
+    double e2e_ms = 0;
+    double queue_ms = -1;      // arrival -> first scheduled
+    double tpot_ms = -1;       // (last - first token) / (n - 1); -1 for fewer than 2 tokens
+    int prompt_tokens = 0;
+    int cached_tokens = 0;     // prompt tokens served from the prefix cache or the session
+    int completion_tokens = 0;
+    int recomputed_tokens = 0; // recomputed after preemption
+    double cost = 0;           // from the pool's prices
+    uint64_t config_generation = 0;
+};
+
+// A finished request, handed to on_finish exactly once (also on error, cancel, timeout, overload).
+struct GenerationResult {
+    uint64_t id = 0;                // the RequestHandle submit returned
+    std::string text;               // the whole output (possibly cut short by the finish)
+    std::vector<int32_t> tokens;    // the output's ids
+    std::vector<float> logprobs;    // one per token: log-probability of the sampled id
+    FinishReason finish = FinishReason::STOP;  // as text: finish_reason_name(finish)
+    std::string error;          // empty unless finish is ERROR, TIMEOUT, OVERLOADED or CANCELLED
+    std::string bucket, pool;   // pool: the one that answered
+    bool upgraded = false;      // started on a cheaper pool, answered by a stronger one
+    bool fallback = false;      // a routing plugin's decision was rejected; the bucket's pool served it
+    RequestMetrics metrics;
+    bool ok() const { return finish_reason_ok(finish); }
+};
+
+// How a submitted request reports back. Both run on runtime threads; one request's callbacks never
+// run concurrently with each other. They must return quickly and must not call Runtime::generate,
+// drain or ~Runtime (those wait for callbacks).
+struct RequestCallbacks {
+    // A piece of text (complete UTF-8 characters only) and the ids that produced it. May be null.
+    std::function<void(const std::string& piece, const std::vector<int32_t>& ids)> on_token;
+    // Exactly once per submitted request, also on error, cancel, timeout or overload.
+    std::function<void(const GenerationResult&)> on_finish;
+};
+
+}  // namespace steward

@@ -1,0 +1,90 @@
+// steward/runtime.h (public): steward::Runtime, the C++ embedding API (libsteward). Start from a
+// TOML path or a Config, submit requests with callbacks, cancel, keep an agent's KV across turns
+// with a session id. Includes only the standard library and <steward/...>: build against an
+// installed Steward with find_package(steward) and target_link_libraries(app steward::runtime).
+//
+// Errors: functions that can fail return Expected<T> (steward/expected.h); a request's failure
+// arrives as its GenerationResult::finish (steward/finish_reason.h), never as an exception.
+//
+// Thread-safety: every member function may be called from any thread. Callbacks run on runtime
+// threads (one request's callbacks never run concurrently with each other); they must not block
+// for long and must not call ~Runtime.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <steward/config.h>
+#include <steward/expected.h>
+#include <steward/finish_reason.h>
+#include <steward/request.h>
+
+namespace steward {
+
+// Names a submitted request (never 0) for cancel().
+using RequestHandle = uint64_t;
+
+// Validates a config file completely without serving: TOML, pools (models present or
+// synthesizable), every bucket's plugins load and accept their parameters. Returns a short summary.
+Expected<std::string> check_config_file(const std::string& path);
+
+// How a runtime is started beyond its config file; applied again at every reload of the file.
+struct RuntimeOptions {
+    // Public prefixes added to the file's own (a name the file declares itself keeps the file's
+    // text). `steward run` declares its workload's public segments here, so that a reload of the
+    // unchanged file keeps every pool and its cache.
+    std::vector<PublicPrefixConfig> extra_public_prefixes;
+};
+
+// A running Steward: its pools, actors and config. Owned by the unique_ptr start() returns.
+class Runtime {
+public:
+    // Loads the config (and the pools' models: a missing model with a [pool.synth] table is
+    // generated first). Errors name the file and the problem. A reload re-reads the file and
+    // applies `options` again.
+    static Expected<std::unique_ptr<Runtime>> start(const std::string& config_path, RuntimeOptions options = {});
+    // From a Config value. One read from a file (config.path) reloads from that file as it is on
+    // disk: changes made to the value after reading it do not survive a reload (use the options).
+    static Expected<std::unique_ptr<Runtime>> start(const Config& config);
+    // Cancels what is still running (each gets on_finish "cancelled") and stops every actor.
+    ~Runtime();
+
+    // Submits; returns at once. The result always arrives through on_finish.
+    RequestHandle submit(GenerationRequest req, RequestCallbacks cb);
+    // Cancels a running request; false when it already finished or is unknown.
+    bool cancel(RequestHandle h);
+    // Blocking convenience: submit and wait for the result.
+    GenerationResult generate(GenerationRequest req);
+    // Drops a session's pinned KV now (otherwise it expires after limits.session_ttl_ms).
+    void end_session(const std::string& session);
+
+    // The per-bucket figures so far: JSON, a text table, Prometheus exposition.
+    std::string metrics_json() const;
+    std::string metrics_table() const;
+    std::string metrics_prometheus() const;
+    // The live config (the newest generation); requests in flight may still use older ones.
+    std::shared_ptr<const Config> config() const;
+    uint64_t config_generation() const;
+    // Re-reads the config file: parse, validate completely (pools, plugins load, parameters check),
+    // then swap atomically. Requests in flight finish with the generation they started with; new
+    // ones get the new one; a removed pool drains, then stops. On error nothing changes and the
+    // error (file:line:column) is returned, logged and counted (steward:config_reloads_total).
+    // Plugin files changed on disk are loaded afresh. Also triggered by a change of the file
+    // ([reload] watch) and by SIGHUP (after route_sighup_to_reload). Thread-safe.
+    Expected<uint64_t> reload();
+    // Installs a SIGHUP handler that makes every Runtime of the process reload (call from main).
+    static void route_sighup_to_reload();
+    // Waits until no request is in flight.
+    void drain();
+
+    struct Impl;  // the runtime's internals (opaque to embedders)
+
+private:
+    explicit Runtime(std::unique_ptr<Impl> impl);
+    static Expected<std::unique_ptr<Runtime>> start_with(const Config& config, RuntimeOptions options);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace steward
