@@ -29,6 +29,7 @@ using cache_atom = caf::atom_constant<caf::atom("cache")>;
 using admit_atom = caf::atom_constant<caf::atom("admit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using quota_atom = caf::atom_constant<caf::atom("quota")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  // a run's deadline passed while it waited
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 

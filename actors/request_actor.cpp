@@ -231,6 +231,9 @@ void submit(self_ptr self, SubmitRun&& s) {
         return (void)self->send(ph.executor, submit_atom::value, std::move(m));
     AdmitRequest ar{m.id, st.ctx->req.tenant, Admission::blocks_for((int64_t)m.prompt.size(), m.max_tokens, ph.cfg.block_size)};
     const uint64_t id = m.id;
+    // The engine enforces the deadline once the run is there; while it waits for admission, a timer.
+    if (const double left = m.deadline_s - now_s(); m.deadline_s > 0)
+        self->delayed_send(self, std::chrono::microseconds((int64_t)(std::max(0.0, left) * 1e6)), deadline_atom::value, id);
     ad.waiting = true;
     ad.pending = std::move(m);
     self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
@@ -325,6 +328,14 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s()));
         },
         [=](admit_atom, const AdmitAnswer& a) { on_admission(self, run_role_of(a.id), a); },
+        [=](deadline_atom, uint64_t id) {
+            RunAdmission& ad = self->state.admission[(int)run_role_of(id)];
+            if (!ad.waiting || ad.pending.id != id) return;  // admitted (the engine times it) or over
+            ad.waiting = false;
+            end_run(self, id, FinishReason::TIMEOUT,
+                    "timed out waiting for KV admission on pool '" + self->state.ctx->snap->pools.at(ad.pool)->cfg.name +
+                        "' (its reservations were full); raise request_timeout_ms, kv_blocks or kv_overcommit");
+        },
         [=](finish_atom, const FinishInfo& f) {
             // The run's KV reservation (or queue place) ends with it; the allocator ignores an
             // unknown id (a refused run, or one that never asked).

@@ -104,11 +104,16 @@ struct Runtime::Impl {
                 if (sh->metrics) sh->metrics->set_admission(pool, std::move(f));
             });
         }
-        // Tenant KV quotas (a share of each pool's blocks) of this generation, also for kept pools.
-        for (auto& ph : snap->pools)
+        // Tenant KV quotas (a share of each pool's blocks) of this generation, also for kept pools; a
+        // tenant the new file no longer names loses the quota it had.
+        for (auto& ph : snap->pools) {
             for (const TenantConfig& t : config.tenants)
                 caf::anon_send(ph->kv_allocator, quota_atom::value, t.name,
                                (int32_t)(t.kv_quota >= 0 ? t.kv_quota * ph->n_blocks : -1));
+            if (prev)
+                for (const TenantConfig& t : prev->config->tenants)
+                    if (!config.find_tenant(t.name)) caf::anon_send(ph->kv_allocator, quota_atom::value, t.name, (int32_t)-1);
+        }
         snap->router = spawn_router(*sys, snap, shared);
         return snap;
     }

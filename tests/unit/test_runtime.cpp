@@ -557,3 +557,40 @@ TEST_CASE("a response_format other than json finishes with an error naming the v
     q.response_format = "json";  // accepted: it only classifies the request
     CHECK(rt->generate(q).ok());
 }
+
+TEST_CASE("a request waiting for KV admission times out at its deadline with a message naming the pool and the fix",
+          "[runtime]") {
+    // A holds every block's reservation and its forward is held by the hook (deterministically, no
+    // timing): B can only wait in the allocator's queue until its deadline's timer fires.
+    TinyOptions o;
+    o.kv_blocks = 10;
+    o.request_timeout_ms = 300;
+    auto rt = start_runtime(o);
+    std::mt19937_64 rng(67);
+    struct HookGuard {
+        std::promise<void> release;
+        std::shared_future<void> released = release.get_future().share();
+        ~HookGuard() {
+            try {
+                release.set_value();
+            } catch (...) {
+            }
+            set_forward_fault_hook({});
+        }
+    } guard;
+    std::shared_future<void> released = guard.released;
+    set_forward_fault_hook([released](std::span<const uint64_t>) { released.wait(); });
+    Probe a, b;
+    rt->submit(ids_request(random_ids(rng, 30), 120), a.callbacks());  // ceil(150 / 16) = 10 blocks
+    rt->submit(ids_request(random_ids(rng, 30), 120), b.callbacks());
+    const GenerationResult rb = await(b.finished.get_future());
+    CHECK(rb.finish == FinishReason::TIMEOUT);
+    CHECK_THAT(rb.error, Catch::Contains("KV admission") && Catch::Contains("'tiny'") && Catch::Contains("kv_overcommit"));
+    CHECK(rb.tokens.empty());
+    guard.release.set_value();
+    const GenerationResult ra = await(a.finished.get_future());
+    CHECK(ra.finish == FinishReason::TIMEOUT);  // its deadline passed while its forward was held
+    rt->drain();
+    CHECK(a.n_finish == 1);
+    CHECK(b.n_finish == 1);
+}
