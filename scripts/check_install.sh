@@ -81,6 +81,18 @@ for ex in embed_cpp embed_c; do
   fi
 done
 
+step "a program embedding the installed libsteward finds the installed built-in plugins"
+# The prefix is not the configured install prefix, and the program is not in the prefix's bin/:
+# only libsteward's own location leads to <prefix>/lib/steward/plugins.
+{ cat configs/test_tiny.toml; printf '[bucket.eviction]\nplugin = "lfu"\n[bucket.routing]\nplugin = "rules"\n'; } \
+  > "$tmp/run/test_tiny_plugins.toml"
+if ! (cd "$tmp/run" && env -u STEWARD_PLUGIN_PATH "$tmp/embed_cpp/build/embed_cpp" test_tiny_plugins.toml) \
+     > "$tmp/embed_plugins.out" 2>&1; then
+  cat "$tmp/embed_plugins.out"
+  fail "embed_cpp could not load the installed plugins (output above)"
+fi
+expect "$tmp/embed_plugins.out" "embed_cpp: OK"
+
 # What each must have shown: 16 streamed tokens ending by length, the figures, the metrics.
 expect "$tmp/embed_cpp.out" "finish length, bucket default, pool tiny, upgraded 0, fallback 0"
 expect "$tmp/embed_cpp.out" "completion_tokens=16"

@@ -167,6 +167,13 @@ std::vector<std::string> PluginLoader::default_dirs() {
         dirs.push_back((exe.parent_path() / "plugins").string());
         dirs.push_back((exe.parent_path().parent_path() / "lib" / "steward" / "plugins").string());
     }
+    // A program embedding libsteward.so: the plugins installed next to the library itself (the
+    // install tree may have moved since it was built). In a static build this names the program.
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&PluginLoader::default_dirs), &info) && info.dli_fname) {
+        const fs::path lib = fs::weakly_canonical(fs::path(info.dli_fname), ec);
+        if (!ec && lib != exe) dirs.push_back((lib.parent_path() / "steward" / "plugins").string());
+    }
 #ifdef STEWARD_INSTALL_PLUGIN_DIR
     dirs.push_back(STEWARD_INSTALL_PLUGIN_DIR);
 #endif
