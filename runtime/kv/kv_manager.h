@@ -71,7 +71,7 @@ struct KvManagerStats {
     int64_t n_alloc_failures = 0;  // allocate_slots calls answered nullopt
 };
 
-// Not thread-safe: one owner (the kv_allocator / cache actors of a pool, or a test). Unknown sequence ids
+// Not thread-safe: one owner (the pool's Engine, on its executor's thread, or a test). Unknown sequence ids
 // and out-of-range counts are caller bugs and abort via STEWARD_KV_CHECK; running out of blocks is not.
 class KvManager {
 public:

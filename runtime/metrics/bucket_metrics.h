@@ -45,7 +45,7 @@ struct RequestRecord {
     int n_preemptions = 0;
     FinishReason finish = FinishReason::STOP;
     uint64_t config_generation = 0;
-    // Routing (the routing issue fills these).
+    // Routing: filled by the request core (runtime/request/request_fsm).
     std::vector<PoolUse> prior_pools;  // non-empty: upgraded from a cheaper pool
     bool fallback = false;             // served by a fallback path
     // Speculation (the speculation issue fills these; 0 until then).
