@@ -15,7 +15,10 @@ struct cache_state {
     static inline const char* name = "cache";
 };
 
-caf::behavior cache_actor(caf::stateful_actor<cache_state>* self) {
+// `name` is only there because CAF 0.17 spawns a function actor without arguments through a null
+// std::shared_ptr<std::tuple<>> that it dereferences (undefined behaviour UBSan reports).
+caf::behavior cache_actor(caf::stateful_actor<cache_state>* self, std::string name) {
+    (void)name;
     return {
         [=](kv_events_atom, const KvEventBatch& b) { self->state.index.apply(b.pool_id, b.events); },
         [=](kv_drop_atom, uint64_t pool_id) { self->state.index.reset(pool_id); },
@@ -38,6 +41,6 @@ caf::behavior cache_actor(caf::stateful_actor<cache_state>* self) {
 
 }  // namespace
 
-caf::actor spawn_cache(caf::actor_system& sys) { return sys.spawn(cache_actor); }
+caf::actor spawn_cache(caf::actor_system& sys) { return sys.spawn(cache_actor, std::string("cache")); }
 
 }  // namespace steward
