@@ -9,6 +9,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_manager.h"
 #include "kv/prefix_index.h"
+#include "memory_model.h"
 #include "model/synth.h"
 #include "sched/engine.h"
 
@@ -166,17 +167,7 @@ TEST_CASE("Random KV operations: the index equals the pool's cached hashes and p
 
 namespace {
 
-const Model& tiny_model() {
-    static std::unique_ptr<Model> m = [] {
-        SynthSpec s;
-        s.n_embd = 32; s.n_layer = 1; s.n_head = 2; s.n_head_kv = 1; s.n_ff = 64; s.n_vocab = 512; s.n_ctx = 256;
-        s.seed = 11;
-        auto w = synth_model(s);
-        auto f = GgufFile::from_bytes(w->to_bytes());
-        return std::move(Model::from_gguf(std::move(f.value())).value());
-    }();
-    return *m;
-}
+const Model& tiny_model() { return steward_test::tiny_kv_model(); }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "cpu/generator.h"
+#include "memory_model.h"
 #include "model/synth.h"
 #include "sched/engine.h"
 
@@ -22,9 +23,7 @@ const Model& test_model() {
         SynthSpec s;
         s.n_embd = 64; s.n_layer = 2; s.n_head = 4; s.n_head_kv = 2; s.n_ff = 128; s.n_vocab = 512; s.n_ctx = 512;
         s.seed = 7;
-        auto w = synth_model(s);
-        auto f = GgufFile::from_bytes(w->to_bytes());
-        return std::move(Model::from_gguf(std::move(f.value())).value());
+        return steward_test::memory_model(s);
     }();
     return *m;
 }
