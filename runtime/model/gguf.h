@@ -80,6 +80,9 @@ public:
     std::optional<std::vector<std::string_view>> get_string_array(std::string_view key) const;
     std::optional<std::vector<float>> get_f32_array(std::string_view key) const;
     std::optional<std::vector<int32_t>> get_i32_array(std::string_view key) const;
+    // The file's mapping (null / 0 for a parsed buffer): what MappedFileGuard protects.
+    const void* mapped_data() const { return map_; }
+    size_t mapped_size() const { return map_size_; }
 
 private:
     GgufFile() = default;

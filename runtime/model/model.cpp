@@ -2,6 +2,10 @@
 // into the mapping, every tensor shape checked against the hyper-parameters.
 #include "model/model.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <set>
 
 namespace steward {
@@ -19,14 +23,32 @@ bool arch_supported(const std::string& arch) { return arch == "llama" || arch ==
 }  // namespace
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+    // The guard watches the file through a descriptor opened before the mapping, and the path must
+    // still name that same file afterwards: otherwise it may watch one file and serve another.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     auto f = GgufFile::open(path);
-    if (!f) return f.error();
-    return from_gguf(std::move(f.value()));
+    if (!f) {
+        if (fd >= 0) ::close(fd);
+        return f.error();
+    }
+    struct stat a {}, b {};
+    if (fd < 0 || fstat(fd, &a) != 0 || stat(path.c_str(), &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev ||
+        a.st_size != b.st_size || (size_t)a.st_size != f.value()->mapped_size()) {
+        if (fd >= 0) ::close(fd);
+        return make_error("the model file '", path, "' changed while it was being loaded; load it again once it is written");
+    }
+    auto guard = std::make_unique<MappedFileGuard>(path, fd, f.value()->mapped_data(), f.value()->mapped_size());
+    auto m = from_gguf(std::move(f.value()), std::move(guard));
+    if (!m) return m.error();
+    if (auto ok = m.value()->check_file(); !ok) return ok.error();
+    return m;
 }
 
-Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file) {
+Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file,
+                                                  std::unique_ptr<MappedFileGuard> guard) {
     std::unique_ptr<Model> m(new Model());
     m->file_ = std::move(file);
+    m->guard_ = std::move(guard);  // a member after file_: it is unregistered before the unmap
     const GgufFile& f = *m->file_;
     const std::string& path = f.path();
     ModelParams& p = m->params_;

@@ -61,6 +61,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
         return make_error_code(ErrorCode::OVERLOADED, "overloaded: the pool's queue is full (",
                                std::to_string(waiting_.size()), " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
+    if (auto intact = model_.check_file(); !intact) return intact.error();  // a changed model serves nothing
     const uint64_t id = req.id;
     if (req.kv_quota_blocks >= 0) mgr_.set_tenant_quota(req.tenant, req.kv_quota_blocks);
     if (!req.tenant_name.empty() && req.tenant >= 0 && req.tenant < (1 << 20)) {
@@ -358,6 +359,12 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     stats_.n_steps++;
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
+        return;
+    }
+    // A model file truncated or rewritten under the mapping: this forward may have read zero pages
+    // (see MappedFileGuard), so nothing of it is committed and the batch fails with the reason.
+    if (auto intact = model_.check_file(); !intact) {
+        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, intact.error().message);
         return;
     }
 

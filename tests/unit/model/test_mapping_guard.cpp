@@ -1,0 +1,57 @@
+// MappedFileGuard: reading a loaded model's weights after its file was truncated reads zeros (on
+// the caller and on pool workers) instead of killing the process, and the model reports why.
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "cpu/thread_pool.h"
+#include "model/mapping_guard.h"
+#include "model/model.h"
+#include "model/synth.h"
+
+using namespace steward;
+
+TEST_CASE("weights read after the model file was truncated are zeros and the model names the truncation",
+          "[model][truncation]") {
+    if (!mapping_guard_active()) {
+        WARN("skipped: the SIGBUS handler is not installed (a sanitizer keeps SIGBUS: ASAN_OPTIONS=allow_user_segv_handler=1)");
+        return;
+    }
+    const auto path = std::filesystem::temp_directory_path() / ("steward_guard_" + std::to_string(::getpid()) + ".gguf");
+    SynthSpec spec;
+    spec.n_embd = 64;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 128;
+    spec.n_vocab = 512;
+    REQUIRE(synth_write(spec, path.string()));
+    auto m = Model::load(path.string());
+    REQUIRE(m);
+    const Model& model = *m.value();
+    REQUIRE(model.check_file());
+    const WeightView& w = model.weights().layers[0].w_down;
+    const auto* bytes = static_cast<const uint8_t*>(w.data);
+    const int64_t n = p_bytes(w);
+    double before = 0;
+    for (int64_t i = 0; i < n; i++) before += bytes[i];
+    REQUIRE(before > 0);  // random weights: not all zero
+
+    REQUIRE(::truncate(path.c_str(), 64) == 0);
+    // Four participants read disjoint slices; whoever faults first remaps, the others read zeros too.
+    ThreadPool pool(4);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(16, [&](int64_t c) {
+        int64_t s = 0;
+        for (int64_t i = c * n / 16; i < (c + 1) * n / 16; i++) s += bytes[i];
+        sum += s;
+    });
+    CHECK(sum == 0);
+    auto c = model.check_file();
+    REQUIRE_FALSE(c);
+    CHECK(c.error().message.find("changed while it was served (truncated") != std::string::npos);
+    CHECK(c.error().message.find(path.string()) != std::string::npos);
+    std::filesystem::remove(path);
+}
