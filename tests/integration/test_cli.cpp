@@ -78,7 +78,7 @@ TEST_CASE("a corrupt model, a missing file and a bad config give one clear error
     }
     Run c = run("config check " + d + "/bad.toml");
     CHECK(c.rc == 1);
-    CHECK_THAT(c.out, Catch::Contains("bad.toml:1:1") && Catch::Contains("max_batch"));
+    CHECK_THAT(c.out, Catch::Contains("bad.toml:4:13") && Catch::Contains("max_batch"));
     std::filesystem::remove_all(d);
 }
 
