@@ -34,7 +34,8 @@ public:
         const toml::node* n = t_.get(key);
         if (!n) return true;
         if constexpr (std::is_same_v<T, bool>) {
-            if (auto v = n->value<bool>()) return out = *v, true;
+            // value<bool>() would turn -1 or 2 into true: only a TOML boolean is one.
+            if (n->is_boolean()) return out = n->as_boolean()->get(), true;
             return type_error(key, *n, "a boolean (true/false)");
         } else if constexpr (std::is_integral_v<T>) {
             // Read as int64 and range-checked: never narrowed (4294967297 is not 1), and a boolean
@@ -395,6 +396,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     if (v && *v < 0) return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name + "': token bounds must be >= 0");
                 for (const auto& v : {bm.min_temperature, bm.max_temperature})
                     if (v && *v < 0) return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name + "': temperature bounds must be >= 0");
+                // A rule whose minimum is above its maximum matches nothing: a typo, not a plan.
+                auto crossed = [](const auto& lo, const auto& hi) { return lo && hi && *lo > *hi; };
+                if (crossed(bm.min_prompt_tokens, bm.max_prompt_tokens) || crossed(bm.min_max_tokens, bm.max_max_tokens) ||
+                    crossed(bm.min_temperature, bm.max_temperature))
+                    return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name +
+                                "': a min_ bound is above its max_ bound, so the bucket matches nothing; swap or fix them");
                 // A bucket rule on a format no request can carry would never match: say so now.
                 if (bm.response_format && *bm.response_format != "json")
                     return fail(where(src, mt->get("response_format")->source()) + ": [bucket.match] of bucket '" + b.name +

@@ -131,6 +131,14 @@ Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
 }
 
 Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
+    // parse_config refuses these; a Config built in code (Runtime::start(const Config&)) meets the
+    // same limits here instead of std::system_error / std::bad_alloc in the engine.
+    if (auto t = check_threads(pc.threads, "pool '" + pc.name + "' threads"); !t) return t.error();
+    if (pc.max_batch < 1 || pc.max_batch > k_max_batch || pc.max_batch_tokens < 1 || pc.max_batch_tokens > k_max_batch_tokens ||
+        pc.kv_blocks < 0 || pc.kv_blocks > k_max_kv_blocks || pc.max_queue < 0 || pc.max_queue > k_max_queue)
+        return make_error("pool '", pc.name, "': max_batch ", std::to_string(pc.max_batch), ", max_batch_tokens ",
+                          std::to_string(pc.max_batch_tokens), ", kv_blocks ", std::to_string(pc.kv_blocks), " or max_queue ",
+                          std::to_string(pc.max_queue), " is out of range (1..4096, 1..65536, 0..2^24, 0..2^20)");
     Pool p;
     p.cfg = pc;
     p.key = pool_key(pc, config);
