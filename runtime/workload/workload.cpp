@@ -265,8 +265,8 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
         else if (v != "text")
             c.fail("response_format is " + shown(v) + "; it must be \"json\" or \"text\" (or left out)");
     }
-    if (auto v = c.number("tool_pause_ms", false, 0.0, std::numeric_limits<double>::max(), false,
-                          "a number >= 0: the pause in ms after this turn before the next"))
+    if (auto v = c.number("tool_pause_ms", false, 0.0, k_max_ms, false,
+                          "a number in [0, 1e9]: the pause in ms after this turn before the next"))
         r.tool_pause_ms = *v;
     if (auto v = c.string("public_prefix", false, true,
                           "the name of the declared-public shared segment the prompt opens with")) {

@@ -39,7 +39,7 @@ namespace steward {
 //   seed            integer >= 0, optional
 //   tools           bool, default false
 //   response_format "json" or "text" (the default)
-//   tool_pause_ms   number >= 0, default 0  agent: the pause (the tool) after this turn finishes
+//   tool_pause_ms   number in [0, 1e9], default 0  agent: the pause (the tool) after this turn finishes
 //   public_prefix   string, optional        names the declared-public shared segment the prompt
 //                                           opens with; must be the first segments entry
 // Blank lines are skipped.

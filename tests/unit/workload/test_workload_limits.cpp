@@ -15,6 +15,9 @@ using namespace steward;
 TEST_CASE("an arrival_ms of 1e13 is refused naming the line instead of overflowing into 'now'", "[workload][hostile]") {
     auto ok = parse_workload("{\"arrival_ms\": 1e9, \"prompt\": \"a\", \"max_tokens\": 1}\n");
     CHECK(ok.ok());
+    auto pause = parse_workload("{\"arrival_ms\": 0, \"prompt\": \"a\", \"max_tokens\": 1, \"tool_pause_ms\": 1e300}\n");
+    REQUIRE_FALSE(pause.ok());
+    CHECK_THAT(pause.error().message, Catch::Contains("workload line 1") && Catch::Contains("tool_pause_ms"));
     auto r = parse_workload("{\"arrival_ms\": 0, \"prompt\": \"a\", \"max_tokens\": 1}\n"
                             "{\"arrival_ms\": 1e13, \"prompt\": \"b\", \"max_tokens\": 1}\n");
     REQUIRE_FALSE(r.ok());
