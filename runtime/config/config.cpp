@@ -2,18 +2,18 @@
 // fall back to a default), reported with their file:line:column.
 #include "config/config.h"
 
-#include "config/limits.h"
-#include "model/synth.h"
-
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+
+#include "config/limits.h"
+#include "model/synth.h"
 
 namespace steward {
 
