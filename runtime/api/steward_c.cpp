@@ -10,6 +10,7 @@
 #include <steward/steward.h>
 
 #include "config/config.h"  // check_response_format
+#include "cpu/sampling.h"    // check_sampling
 
 struct steward_runtime {
     std::unique_ptr<steward::Runtime> rt;
@@ -81,10 +82,12 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
         return msg = "prompt_ids is NULL but n_prompt_ids > 0", STEWARD_ERR_INVALID_ARGUMENT;
     if (r->max_tokens < 0)
         return msg = "max_tokens must be >= 0 (0: the config's default)", STEWARD_ERR_INVALID_ARGUMENT;
-    if (!(r->temperature >= 0.0f)) return msg = "temperature must be >= 0 (0: greedy)", STEWARD_ERR_INVALID_ARGUMENT;
-    if (!(r->top_p > 0.0f && r->top_p <= 1.0f))
-        return msg = "top_p must be in (0, 1]; start from steward_request_default()", STEWARD_ERR_INVALID_ARGUMENT;
-    if (r->top_k < 0) return msg = "top_k must be >= 0 (0: off)", STEWARD_ERR_INVALID_ARGUMENT;
+    {
+        steward::SamplingParams sp;  // the rule `steward generate` applies too
+        sp.temperature = r->temperature, sp.top_p = r->top_p, sp.top_k = r->top_k;
+        if (auto ok = steward::check_sampling(sp); !ok)
+            return msg = ok.error().message + "; start from steward_request_default()", STEWARD_ERR_INVALID_ARGUMENT;
+    }
     if (r->response_format)
         if (auto ok = steward::check_response_format(r->response_format); !ok)
             return msg = ok.error().message, STEWARD_ERR_INVALID_ARGUMENT;

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "api/runtime.h"
 #include "config/config.h"
+#include "config/limits.h"
 #include "cpu/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -122,17 +123,21 @@ int main(int argc, char** argv) {
     }
 
     if (gen->parsed()) {
+        // Checked before the model is read: a bad value is refused the same way the C API refuses it.
+        if (auto ok = check_threads(n_threads, "-t/--threads"); !ok) return fail(ok.error().message);
+        SamplingParams sp;
+        sp.temperature = temp;
+        sp.top_p = top_p;
+        sp.top_k = top_k;
+        sp.seed = seed;
+        if (auto ok = check_sampling(sp); !ok) return fail(ok.error().message);
+        if (n_predict < 0) return fail("-n/--n-predict is " + std::to_string(n_predict) + "; it must be >= 0");
         auto m = Model::load(model_path);
         if (!m) return fail(m.error().message);
         const Model& model = **m;
         const Tokenizer& tok = model.tokenizer();
         std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() || prompt.empty());
         Generator g(model, n_threads, kv_f16 ? KvDtype::F16 : KvDtype::F32);
-        SamplingParams sp;
-        sp.temperature = temp;
-        sp.top_p = top_p;
-        sp.top_k = top_k;
-        sp.seed = seed;
         StreamDecoder dec(tok);
         std::vector<int32_t> out_ids;
         std::fputs(prompt.c_str(), stdout);

@@ -95,13 +95,15 @@ int cmd_run(const RunOptions& o) {
     prog.total = (int)wl.requests.size();
     std::mutex mu;
     std::condition_variable cv;
-    // Agent sessions: the conversation so far, and when the next turn may go.
+    // Agent sessions: when the next turn may go; their text is in `conversations`.
+    SessionConversations conversations;
     struct SessionState {
-        std::string conversation;
         bool busy = false;
         clk::time_point ready = clk::time_point::min();
     };
-    std::map<std::string, SessionState> sessions;
+    // Keyed by (tenant, session): two tenants using one session id are two conversations, and
+    // neither's text may be appended to the other's prompt.
+    std::map<std::pair<std::string, std::string>, SessionState> sessions;
     std::atomic<int> in_flight{0};
     const clk::time_point t0 = clk::now();
     prog.start = t0;
@@ -140,26 +142,26 @@ int cmd_run(const RunOptions& o) {
             if (!r.session.empty()) {
                 // A later turn waits for the previous one and its tool pause; its prompt is the
                 // conversation so far plus its new content.
-                cv.wait(lk, [&] { return !sessions[r.session].busy; });
-                SessionState& s = sessions[r.session];
+                const auto key = std::make_pair(r.tenant, r.session);
+                cv.wait(lk, [&] { return !sessions[key].busy; });
+                SessionState& s = sessions[key];
                 cv.wait_until(lk, std::max(at, s.ready));
-                s.conversation += (s.conversation.empty() ? "" : " ") + text;
-                text = s.conversation;
+                text = conversations.open_turn(r.tenant, r.session, text);
                 s.busy = true;
             } else {
                 cv.wait_until(lk, at, [] { return false; });
             }
         }
         in_flight++;
-        const std::string session = r.session;
+        const std::string session = r.session, tenant = r.tenant;
         const double pause_ms = r.tool_pause_ms;
         RequestCallbacks cb;
-        cb.on_finish = [&, session, pause_ms](const GenerationResult& res) {
+        cb.on_finish = [&, session, tenant, pause_ms](const GenerationResult& res) {
             {
                 std::lock_guard<std::mutex> lk(mu);
                 if (!session.empty()) {
-                    SessionState& s = sessions[session];
-                    s.conversation += res.text;
+                    SessionState& s = sessions[{tenant, session}];
+                    conversations.close_turn(tenant, session, res.text);
                     s.busy = false;
                     s.ready = clk::now() + std::chrono::microseconds((int64_t)(pause_ms * 1e3));
                 }

@@ -5,10 +5,15 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+
+#include "config/limits.h"
+#include "model/synth.h"
 
 namespace steward {
 
@@ -29,14 +34,28 @@ public:
         const toml::node* n = t_.get(key);
         if (!n) return true;
         if constexpr (std::is_same_v<T, bool>) {
-            if (auto v = n->value<bool>()) return out = *v, true;
+            // value<bool>() would turn -1 or 2 into true: only a TOML boolean is one.
+            if (n->is_boolean()) return out = n->as_boolean()->get(), true;
             return type_error(key, *n, "a boolean (true/false)");
         } else if constexpr (std::is_integral_v<T>) {
-            if (auto v = n->value<int64_t>()) return out = (T)*v, true;
-            return type_error(key, *n, "an integer");
+            // Read as int64 and range-checked: never narrowed (4294967297 is not 1), and a boolean
+            // is not an integer.
+            if (!n->is_integer()) return type_error(key, *n, "an integer");
+            const int64_t v = n->as_integer()->get();
+            const int64_t lo = std::is_signed_v<T> ? (int64_t)std::numeric_limits<T>::min() : 0;
+            const int64_t hi = sizeof(T) >= 8 ? std::numeric_limits<int64_t>::max() : (int64_t)std::numeric_limits<T>::max();
+            if (v < lo || v > hi)
+                return fail_at(*n, ctx_ + "." + key + " is " + std::to_string(v) + ", out of range [" + std::to_string(lo) +
+                                       ", " + std::to_string(hi) + "]");
+            return out = (T)v, true;
         } else if constexpr (std::is_floating_point_v<T>) {
-            if (auto v = n->value<double>()) return out = (T)*v, true;
-            return type_error(key, *n, "a number");
+            // An integer is a number; a boolean is not. NaN and inf mean nothing in a config.
+            double v = 0;
+            if (n->is_floating_point()) v = n->as_floating_point()->get();
+            else if (n->is_integer()) v = (double)n->as_integer()->get();
+            else return type_error(key, *n, "a number");
+            if (!std::isfinite(v)) return fail_at(*n, ctx_ + "." + key + " is " + std::to_string(v) + "; it must be a finite number");
+            return out = (T)v, true;
         } else if constexpr (std::is_same_v<T, std::string>) {
             if (auto v = n->value<std::string>()) return out = *v, true;
             return type_error(key, *n, "a string");
@@ -56,6 +75,17 @@ public:
             static_assert(sizeof(T) == 0, "unsupported type");
         }
     }
+    // get() and then lo <= value <= hi, else an error naming the key, the value and `want`.
+    template <typename T>
+    bool get_in(const char* key, T& out, double lo, double hi, const std::string& want) {
+        if (!get(key, out)) return false;
+        const toml::node* n = t_.get(key);
+        if (!n || ((double)out >= lo && (double)out <= hi)) return true;
+        std::ostringstream v;
+        v << out;
+        return fail_at(*n, ctx_ + "." + key + " is " + v.str() + "; it must be " + want);
+    }
+    bool has(const char* key) const { return t_.get(key) != nullptr; }
     template <typename T>
     bool get_opt(const char* key, std::optional<T>& out) {
         if (!t_.get(key)) {
@@ -180,18 +210,17 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     for (const char* k : {"pool", "bucket", "tenant", "public_prefix"}) top.sub(k);  // arrays, read below
     if (const toml::table* t = top.sub("limits")) {
         TableReader r(*t, src, "[limits]");
-        if (!r.get("request_timeout_ms", c.limits.request_timeout_ms) || !r.get("session_ttl_ms", c.limits.session_ttl_ms) ||
-            !r.get("max_tokens_default", c.limits.max_tokens_default) ||
-            !r.get("max_draft_tokens", c.limits.max_draft_tokens) || !r.finish())
+        const std::string ms = "in [0, 1e9] ms (0: none)";
+        if (!r.get_in("request_timeout_ms", c.limits.request_timeout_ms, 0, k_max_ms, ms) ||
+            !r.get_in("session_ttl_ms", c.limits.session_ttl_ms, 0, k_max_ms, "in [0, 1e9] ms") ||
+            !r.get_in("max_tokens_default", c.limits.max_tokens_default, 1, 1 << 20, "in [1, 1048576]") ||
+            !r.get_in("max_draft_tokens", c.limits.max_draft_tokens, 0, 256, "in [0, 256]") || !r.finish())
             return fail(r.err);
-        if (c.limits.request_timeout_ms < 0 || c.limits.session_ttl_ms < 0 || c.limits.max_tokens_default <= 0 ||
-            c.limits.max_draft_tokens < 0)
-            return fail(where(src, t->source()) + ": [limits] values must be >= 0 (max_tokens_default > 0)");
     }
     if (const toml::table* t = top.sub("server")) {
         TableReader r(*t, src, "[server]");
-        if (!r.get("host", c.server.host) || !r.get("port", c.server.port) || !r.finish()) return fail(r.err);
-        if (c.server.port < 0 || c.server.port > 65535) return fail(where(src, t->source()) + ": [server] port must be 0..65535");
+        if (!r.get("host", c.server.host) || !r.get_in("port", c.server.port, 0, 65535, "in [0, 65535]") || !r.finish())
+            return fail(r.err);
     }
     const std::filesystem::path base = std::filesystem::path(src).parent_path();
     if (const toml::table* t = top.sub("plugins")) {
@@ -202,9 +231,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     }
     if (const toml::table* t = top.sub("reload")) {
         TableReader r(*t, src, "[reload]");
-        if (!r.get("watch", c.reload.watch) || !r.get("debounce_ms", c.reload.debounce_ms) || !r.finish()) return fail(r.err);
-        if (c.reload.debounce_ms < 0 || c.reload.debounce_ms > 60000)
-            return fail(where(src, t->source()) + ": [reload] debounce_ms must be 0..60000");
+        if (!r.get("watch", c.reload.watch) || !r.get_in("debounce_ms", c.reload.debounce_ms, 0, 60000, "in [0, 60000]") ||
+            !r.finish())
+            return fail(r.err);
     }
     if (!top.finish()) return fail(top.err);
 
@@ -213,24 +242,50 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             const toml::table& t = *n.as_table();
             PoolConfig p;
             TableReader r(t, src, "[[pool]]");
+            const std::string threads_want = "0 (all " + std::to_string(n_cores()) + " cores) or 1.." +
+                                             std::to_string(max_threads()) + " (4 x the cores of this machine)";
+            const double price_max = 1e9;  // per million tokens
             bool ok = r.get("name", p.name) && r.get("model", p.model) && r.get("backend", p.backend) &&
-                      r.get("threads", p.threads) && r.get("kv_blocks", p.kv_blocks) && r.get("kv_gib", p.kv_gib) &&
+                      r.get_in("threads", p.threads, 0, max_threads(), threads_want) &&
+                      r.get_in("kv_blocks", p.kv_blocks, 0, (double)k_max_kv_blocks, "in [0, 16777216] (0: from kv_gib)") &&
+                      r.get_in("kv_gib", p.kv_gib, 0, 1 << 20, "in [0, 1048576] GiB") &&
                       r.get("block_size", p.block_size) && r.get("kv_dtype", p.kv_dtype) &&
-                      r.get("max_batch", p.max_batch) && r.get("max_batch_tokens", p.max_batch_tokens) &&
-                      r.get("max_queue", p.max_queue) && r.get("prefix_cache", p.prefix_cache) &&
-                      r.get("price_prompt", p.price_prompt) && r.get("price_output", p.price_output) &&
-                      r.get("price_cached", p.price_cached) && r.get("quality", p.quality) &&
-                      r.get("kv_overcommit", p.kv_overcommit);
+                      r.get_in("max_batch", p.max_batch, 1, (double)k_max_batch, "in [1, 4096] sequences") &&
+                      r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
+                      r.get_in("max_queue", p.max_queue, 0, (double)k_max_queue, "in [0, 1048576] requests") &&
+                      r.get("prefix_cache", p.prefix_cache) &&
+                      r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&
+                      r.get_in("price_output", p.price_output, 0, price_max, "a price >= 0 per million tokens") &&
+                      r.get_in("price_cached", p.price_cached, 0, price_max, "a price >= 0 per million tokens") &&
+                      r.get_in("quality", p.quality, 0, 1, "in [0, 1] (or omitted: from the parameter count)") &&
+                      r.get_in("kv_overcommit", p.kv_overcommit, 1, 64, "in [1, 64] (1: KV reservations never exceed the pool)");
             if (!ok) return fail(r.err);
             if (const toml::table* st = r.sub("synth")) {
                 SynthConfig s;
                 TableReader sr(*st, src, "[pool.synth]");
-                if (!sr.get("arch", s.arch) || !sr.get("dim", s.dim) || !sr.get("layers", s.layers) ||
-                    !sr.get("heads", s.heads) || !sr.get("kv_heads", s.kv_heads) || !sr.get("ffn", s.ffn) ||
-                    !sr.get("vocab", s.vocab) || !sr.get("ctx", s.ctx) || !sr.get("dtype", s.dtype) ||
+                const double dmax = 1 << 16;
+                if (!sr.get("arch", s.arch) || !sr.get_in("dim", s.dim, 1, dmax, "in [1, 65536]") ||
+                    !sr.get_in("layers", s.layers, 1, 1024, "in [1, 1024]") || !sr.get_in("heads", s.heads, 1, 1024, "in [1, 1024]") ||
+                    !sr.get_in("kv_heads", s.kv_heads, 1, 1024, "in [1, 1024]") || !sr.get_in("ffn", s.ffn, 1, 1 << 18, "in [1, 262144]") ||
+                    !sr.get_in("vocab", s.vocab, 354, 1 << 20, "in [354, 1048576]") ||
+                    !sr.get_in("ctx", s.ctx, 1, 1 << 24, "in [1, 16777216]") || !sr.get("dtype", s.dtype) ||
                     !sr.get("seed", s.seed) || !sr.get("draft_from", s.draft_from) ||
-                    !sr.get("keep_layers", s.keep_layers) || !sr.finish())
+                    !sr.get_in("keep_layers", s.keep_layers, 0, 1024, "in [1, 1024] (with draft_from)") || !sr.finish())
                     return fail(sr.err);
+                const std::string at = where(src, st->source()) + ": [pool.synth] of pool '" + p.name + "': ";
+                if (s.draft_from.empty()) {
+                    if (sr.has("keep_layers")) return fail(at + "keep_layers is only for a draft; add draft_from = \"<pool>\" or drop it");
+                    SynthSpec spec;
+                    spec.arch = s.arch, spec.n_embd = s.dim, spec.n_layer = s.layers, spec.n_head = s.heads;
+                    spec.n_head_kv = s.kv_heads, spec.n_ff = s.ffn, spec.n_vocab = s.vocab, spec.n_ctx = s.ctx;
+                    auto dt = parse_ggml_type(s.dtype);
+                    if (!dt) return fail(at + dt.error().message);
+                    spec.dtype = *dt;
+                    if (auto v = synth_validate(spec); !v) return fail(at + v.error().message);
+                } else {
+                    if (s.keep_layers < 1) return fail(at + "draft_from needs keep_layers = N (N >= 1 layers of the target)");
+                    if (s.draft_from == p.name) return fail(at + "draft_from names the pool itself; name the target pool it is cut from");
+                }
                 p.synth = s;
             }
             if (!r.finish()) return fail(r.err);
@@ -245,12 +300,6 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' block_size must be a power of two up to 256");
             if (p.kv_blocks < 0 || (p.kv_blocks == 0 && !(p.kv_gib > 0)))
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' needs kv_blocks > 0 or kv_gib > 0");
-            if (p.max_batch <= 0 || p.max_batch_tokens <= 0 || p.max_queue < 0 || p.threads < 0)
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' max_batch and max_batch_tokens must be > 0, max_queue and threads >= 0");
-            if (!(p.kv_overcommit >= 1.0))
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_overcommit must be >= 1 (1: KV reservations never exceed the pool)");
-            if (p.quality > 1.0)
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' quality must be in [0, 1] (or omitted)");
             if (c.find_pool(p.name)) return fail(where(src, t.source()) + ": pool '" + p.name + "' is defined twice");
             c.pools.push_back(p);
         }
@@ -258,23 +307,54 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         return fail(err);
     }
     if (c.pools.empty()) return fail(src + ": the config defines no [[pool]]; add one with a name and a model path");
+    // Drafts are written after their targets in one pass (ensure_models), so a draft's target must
+    // be a pool that is not itself a draft: this also rules out every draft_from cycle.
+    for (size_t i = 0; i < c.pools.size(); i++) {
+        const PoolConfig& p = c.pools[i];
+        if (!p.synth || p.synth->draft_from.empty()) continue;
+        const toml::node& sn = *(*root.get("pool")->as_array())[i].as_table()->get("synth");
+        const std::string at = where(src, sn.source()) + ": [pool.synth] of pool '" + p.name + "': draft_from \"" +
+                               p.synth->draft_from + "\" ";
+        const PoolConfig* t = c.find_pool(p.synth->draft_from);
+        if (!t) return fail(at + "names no pool; define it with [[pool]] name = \"" + p.synth->draft_from + "\"");
+        if (t->synth && !t->synth->draft_from.empty())
+            return fail(at + "is itself a draft (of \"" + t->synth->draft_from +
+                        "\"); cut every draft from a full model (a chain or cycle of drafts cannot be written)");
+        if (t->synth && p.synth->keep_layers > t->synth->layers)
+            return fail(at + "has " + std::to_string(t->synth->layers) + " layers; keep_layers " +
+                        std::to_string(p.synth->keep_layers) + " must be at most that");
+    }
 
     if (const toml::array* a = array_of_tables(root, "tenant", err, src)) {
         for (const auto& n : *a) {
             TenantConfig tc;
             TableReader r(*n.as_table(), src, "[[tenant]]");
             if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) ||
-                !r.get("kv_quota", tc.kv_quota) || !r.finish())
+                !r.get_in("kv_quota", tc.kv_quota, 1e-9, 1, "a share of the pool's KV, in (0, 1]") || !r.finish())
                 return fail(r.err);
+            const std::string at = where(src, n.source()) + ": tenant '" + tc.name + "' ";
             if (tc.name.empty()) return fail(where(src, n.source()) + ": [[tenant]] needs a name");
-            if (!tc.api_keys.empty())
-                return fail(where(src, n.as_table()->get("api_keys")->source()) + ": tenant '" + tc.name +
+            if (c.find_tenant(tc.name)) return fail(at + "is defined twice; give each [[tenant]] a unique name");
+            c.tenants.push_back(tc);
+            // Tenants share KV blocks exactly when their salts are equal: two tenants with one
+            // salt (written, or derived from a name) would read each other's cache.
+            for (size_t i = 0; i + 1 < c.tenants.size(); i++)
+                if (c.tenant_salt(c.tenants[i].name) == c.tenant_salt(tc.name))
+                    return fail(at + "has the same salt as tenant '" + c.tenants[i].name +
+                                "': they would share KV blocks; give each tenant its own salt (or none: derived from the name)");
+            for (const auto& k : tc.api_keys) {
+                if (k.empty()) return fail(at + "has an empty api key; remove it");
+                for (size_t i = 0; i + 1 < c.tenants.size(); i++)
+                    for (const auto& o : c.tenants[i].api_keys)
+                        if (o == k) return fail(at + "uses an api key of tenant '" + c.tenants[i].name + "'; give each tenant its own keys");
+                if (std::count(tc.api_keys.begin(), tc.api_keys.end(), k) > 1) return fail(at + "lists an api key twice");
+            }
+        }
+        for (size_t i = 0; i < c.tenants.size(); i++)
+            if (!c.tenants[i].api_keys.empty())
+                return fail(where(src, (*a)[i].as_table()->get("api_keys")->source()) + ": tenant '" + c.tenants[i].name +
                             "' api_keys: api_keys are checked by the HTTP server, which this build does not have yet; "
                             "remove the key");
-            if (tc.kv_quota > 1.0)
-                return fail(where(src, n.source()) + ": tenant '" + tc.name + "' kv_quota is a share of the pool's KV, in (0, 1]");
-            c.tenants.push_back(tc);
-        }
     } else if (!err.empty()) {
         return fail(err);
     }
@@ -285,6 +365,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             TableReader r(*n.as_table(), src, "[[public_prefix]]");
             if (!r.get("name", pp.name) || !r.get("text", pp.text) || !r.finish()) return fail(r.err);
             if (pp.text.empty()) return fail(where(src, n.source()) + ": [[public_prefix]] '" + pp.name + "' needs text");
+            for (const auto& o : c.public_prefixes)
+                if (!pp.name.empty() && o.name == pp.name)
+                    return fail(where(src, n.source()) + ": [[public_prefix]] '" + pp.name + "' is defined twice; give each a unique name");
             c.public_prefixes.push_back(pp);
         }
     } else if (!err.empty()) {
@@ -296,8 +379,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             const toml::table& t = *n.as_table();
             BucketConfig b;
             TableReader r(t, src, "[[bucket]]");
-            if (!r.get("name", b.name) || !r.get("pool", b.pool) || !r.get("priority", b.priority) ||
-                !r.get("slo_ttft_ms", b.slo_ttft_ms) || !r.get("slo_tpot_ms", b.slo_tpot_ms))
+            if (!r.get("name", b.name) || !r.get("pool", b.pool) || !r.get_in("priority", b.priority, -1e6, 1e6, "in [-1e6, 1e6]") ||
+                !r.get_in("slo_ttft_ms", b.slo_ttft_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)") ||
+                !r.get_in("slo_tpot_ms", b.slo_tpot_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)"))
                 return fail(r.err);
             if (const toml::table* mt = r.sub("match")) {
                 TableReader m(*mt, src, "[bucket.match]");
@@ -308,6 +392,16 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     !m.get_opt("max_temperature", bm.max_temperature) || !m.get_opt("tools", bm.tools) ||
                     !m.get_opt("response_format", bm.response_format) || !m.get("tenant", bm.tenants) || !m.finish())
                     return fail(m.err);
+                for (const auto& v : {bm.min_prompt_tokens, bm.max_prompt_tokens, bm.min_max_tokens, bm.max_max_tokens})
+                    if (v && *v < 0) return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name + "': token bounds must be >= 0");
+                for (const auto& v : {bm.min_temperature, bm.max_temperature})
+                    if (v && *v < 0) return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name + "': temperature bounds must be >= 0");
+                // A rule whose minimum is above its maximum matches nothing: a typo, not a plan.
+                auto crossed = [](const auto& lo, const auto& hi) { return lo && hi && *lo > *hi; };
+                if (crossed(bm.min_prompt_tokens, bm.max_prompt_tokens) || crossed(bm.min_max_tokens, bm.max_max_tokens) ||
+                    crossed(bm.min_temperature, bm.max_temperature))
+                    return fail(where(src, mt->source()) + ": [bucket.match] of bucket '" + b.name +
+                                "': a min_ bound is above its max_ bound, so the bucket matches nothing; swap or fix them");
                 // A bucket rule on a format no request can carry would never match: say so now.
                 if (bm.response_format && *bm.response_format != "json")
                     return fail(where(src, mt->get("response_format")->source()) + ": [bucket.match] of bucket '" + b.name +
@@ -356,11 +450,11 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
 }
 
 Expected<Config> load_config(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return make_error("cannot read config '", path, "': no such file or not readable");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse_config(ss.str(), path);
+    // A FIFO or /dev/zero (also behind a symlink) is refused at once: it would block or grow
+    // without bound, here and on every reload.
+    auto text = read_regular_file(path, k_max_config_bytes, "config");
+    if (!text) return text.error();
+    return parse_config(*text, path);
 }
 
 Expected<bool> check_response_format(const std::string& value) {

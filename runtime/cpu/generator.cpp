@@ -3,16 +3,15 @@
 
 #include <chrono>
 
+#include "config/limits.h"
+
 namespace steward {
 
 Generator::Generator(const Model& model, int n_threads, KvDtype kv_dtype, int block_size)
     : model_(model),
       fwd_(model, n_threads, 512),
-      kv_(KvStorage::config_for(model.params(), (model.params().n_ctx_train + block_size - 1) / block_size,
-                                block_size, kv_dtype)) {
-    table_.resize(kv_.config().n_blocks);
-    for (size_t i = 0; i < table_.size(); i++) table_[i] = (int32_t)i;
-}
+      kv_dtype_(kv_dtype),
+      block_size_(block_size) {}
 
 Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_predict, const SamplingParams& sp,
                                             const std::function<bool(int32_t, float)>& on_token) {
@@ -27,6 +26,21 @@ Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_p
         return make_error("prompt of ", std::to_string(prompt.size()), " tokens + ", std::to_string(n_predict),
                           " to generate exceeds the model's context of ", std::to_string(p.n_ctx_train),
                           " tokens; shorten the prompt or lower -n");
+    if (n_predict < 0) return make_error("n_predict is ", std::to_string(n_predict), "; it must be >= 0");
+    if (auto ok = check_sampling(sp); !ok) return ok.error();
+    const int n_blocks = (int)(((int64_t)prompt.size() + n_predict + block_size_ - 1) / block_size_);
+    if (!kv_ || kv_->config().n_blocks < n_blocks) {
+        const KvConfig kc = KvStorage::config_for(p, n_blocks, block_size_, kv_dtype_);
+        if (auto m = check_memory((double)kv_bytes(kc), "the KV of " + std::to_string((int64_t)prompt.size() + n_predict) + " tokens",
+                                  "shorten the prompt or lower -n");
+            !m)
+            return m.error();
+        kv_.reset();  // free the old one first
+        kv_ = std::make_unique<KvStorage>(kc);
+        table_.resize(n_blocks);
+        for (size_t i = 0; i < table_.size(); i++) table_[i] = (int32_t)i;
+    }
+    KvStorage& kv = *kv_;
     GenerateStats st;
     st.n_prompt = (int)prompt.size();
     Sampler sampler(sp);
@@ -40,7 +54,7 @@ Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_p
         in.tokens = std::span<const int32_t>(prompt.data() + b, e - b);
         in.block_table = table_;
         in.logits = e == prompt.size() ? LogitsMode::LAST : LogitsMode::NONE;
-        auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits);
+        auto r = fwd_.forward(kv, std::span<const SeqInput>(&in, 1), logits);
         if (!r) return r.error();
         n_past = (int)e;
     }
@@ -56,7 +70,7 @@ Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_p
         in.n_past = n_past;
         in.tokens = std::span<const int32_t>(&s.token, 1);
         in.block_table = table_;
-        auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits);
+        auto r = fwd_.forward(kv, std::span<const SeqInput>(&in, 1), logits);
         if (!r) return r.error();
         n_past++;
     }

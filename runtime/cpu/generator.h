@@ -19,18 +19,23 @@ struct GenerateStats {
 
 class Generator {
 public:
+    // n_threads: 0 for all cores; the caller checks it (check_threads in config/limits.h).
     Generator(const Model& model, int n_threads, KvDtype kv_dtype = KvDtype::F32, int block_size = 16);
     // Prompt ids (may be empty only if the model has BOS: then BOS alone starts it). on_token is
     // called for every generated id; returning false stops. Stops at an end-of-generation token
-    // (not passed to on_token) or after n_predict tokens. Errors: prompt + n_predict past the
-    // context, or a forward error.
+    // (not passed to on_token) or after n_predict tokens. The KV is sized for prompt + n_predict
+    // (grown when a later call needs more), never for the model's whole context. Errors:
+    // n_predict < 0, prompt + n_predict past the context, sampling parameters check_sampling
+    // refuses, a KV larger than the machine's memory, or a forward error.
     Expected<GenerateStats> generate(std::vector<int32_t> prompt, int n_predict, const SamplingParams& sp,
                                      const std::function<bool(int32_t, float)>& on_token);
 
 private:
     const Model& model_;
     CpuForward fwd_;
-    KvStorage kv_;
+    KvDtype kv_dtype_;
+    int block_size_;
+    std::unique_ptr<KvStorage> kv_;  // [n_blocks] for the longest request so far
     std::vector<int32_t> table_;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace steward {
 
@@ -60,6 +61,15 @@ float logprob_with_pos_inf(std::span<const float> logits, float lt) {
 }
 
 }  // namespace
+
+Expected<bool> check_sampling(const SamplingParams& p) {
+    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+        return make_error("temperature is ", std::to_string(p.temperature), "; it must be a finite number >= 0 (0: greedy)");
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return make_error("top_p is ", std::to_string(p.top_p), "; it must be in (0, 1] (1: off)");
+    if (p.top_k < 0) return make_error("top_k is ", std::to_string(p.top_k), "; it must be >= 0 (0: off)");
+    return true;
+}
 
 int32_t argmax(std::span<const float> logits) {
     int32_t best = 0;

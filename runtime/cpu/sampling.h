@@ -5,6 +5,8 @@
 #include <span>
 #include <vector>
 
+#include "util/error.h"
+
 namespace steward {
 
 struct SamplingParams {
@@ -13,6 +15,11 @@ struct SamplingParams {
     float top_p = 1.0f;        // >= 1: off
     uint64_t seed = 0;
 };
+
+// The one rule for sampling values, at every edge (`steward generate`, the C API, workload lines):
+// temperature finite and >= 0 (0: greedy), top_p in (0, 1], top_k >= 0 (0: off). An error names the
+// field and its value; nothing is silently turned into something else. Pure, thread-safe.
+Expected<bool> check_sampling(const SamplingParams& p);
 
 struct Sampled {
     int32_t token = -1;

@@ -149,12 +149,14 @@ bool GgufValue::is_integer() const {
 }
 
 Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the fstat
+    // below then refuses anything but a regular file before a byte is read.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return make_error("cannot open model file '", path, "': ", std::strerror(errno));
     struct stat st {};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
-        return make_error("'", path, "' is not a regular file");
+        return make_error("model '", path, "' is not a regular file (a FIFO, device or directory); give the path of a .gguf file");
     }
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = path;

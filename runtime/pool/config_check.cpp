@@ -1,28 +1,83 @@
 // check_config_file (declared in <steward/runtime.h>): everything `run` and a reload would refuse,
-// without serving: the TOML, every pool's model (present, or synthesizable), every bucket's plugins
-// loaded with their parameters. Plain cores only (no actor system is started).
+// without serving: the TOML, every pool's model (present, or synthesizable), its KV and activations
+// against the machine's memory, every bucket's plugins loaded with their parameters. Plain cores
+// only (no actor system is started).
 #include <filesystem>
 #include <sstream>
 
 #include <steward/runtime.h>
 
+#include "config/limits.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/policy_set.h"
+#include "pool/pool.h"
 
 namespace steward {
+
+namespace {
+
+// The shape a [pool.synth] would write (parse_config validated it), without writing it.
+ModelParams synth_params(const SynthConfig& s) {
+    ModelParams mp;
+    mp.arch = s.arch;
+    mp.n_vocab = s.vocab;
+    mp.n_ctx_train = s.ctx;
+    mp.n_embd = s.dim;
+    mp.n_layer = s.layers;
+    mp.n_head = s.heads;
+    mp.n_head_kv = s.kv_heads;
+    mp.n_ff = s.ffn;
+    mp.head_dim = s.dim / s.heads;
+    mp.n_rot = mp.head_dim;
+    return mp;
+}
+
+// Bytes synth_model holds while it writes: every weight, F32 norms aside.
+double synth_bytes(const SynthConfig& s) {
+    const double e = s.dim, kv = (double)s.kv_heads * (s.dim / s.heads), f = s.ffn, v = s.vocab;
+    const double per_elem = s.dtype == "f32" ? 4 : s.dtype == "q8_0" ? 34.0 / 32 : 2;
+    return (2 * v * e + s.layers * (2 * e * e + 2 * e * kv + 3 * e * f)) * per_elem;
+}
+
+}  // namespace
 
 Expected<std::string> check_config_file(const std::string& path) {
     auto c = load_config(path);
     if (!c) return c.error();
     for (const PoolConfig& p : c->pools) {
         if (std::filesystem::exists(p.model)) {
-            auto m = Model::load(p.model);
-            if (!m) return make_error("pool '", p.name, "': ", m.error().message);
-        } else if (!p.synth) {
+            auto pool = load_pool(p, *c);  // the model, its KV size and memory, as `run` loads them
+            if (!pool) return pool.error();
+            continue;
+        }
+        if (!p.synth)
             return make_error(path, ": pool '", p.name, "' model '", p.model,
                               "' does not exist and the pool has no [pool.synth] to write it; fix the path or add [pool.synth]");
+        ModelParams mp;
+        if (p.synth->draft_from.empty()) {
+            if (auto m = check_memory(synth_bytes(*p.synth), "pool '" + p.name + "' [pool.synth] model", "make it smaller"); !m)
+                return m.error();
+            mp = synth_params(*p.synth);
+        } else {
+            const PoolConfig* t = c->find_pool(p.synth->draft_from);  // parse_config checked it is a full model
+            if (std::filesystem::exists(t->model)) {
+                auto tm = Model::load(t->model);
+                if (!tm) return make_error("pool '", t->name, "': ", tm.error().message);
+                mp = (*tm)->params();
+            } else if (t->synth) {
+                mp = synth_params(*t->synth);
+            } else {
+                return make_error(path, ": pool '", p.name, "' is a draft of pool '", t->name, "', whose model '", t->model,
+                                  "' does not exist and has no [pool.synth]");
+            }
+            if (p.synth->keep_layers > mp.n_layer)
+                return make_error(path, ": pool '", p.name, "' [pool.synth] keep_layers ", std::to_string(p.synth->keep_layers),
+                                  " exceeds the ", std::to_string(mp.n_layer), " layers of pool '", t->name, "'");
+            mp.n_layer = p.synth->keep_layers;
         }
+        if (auto n = kv_block_count(p, mp); !n) return n.error();
     }
     PluginLoader loader;
     PolicyCounterRegistry counters;

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
+#include "config/limits.h"
 #include "kv/kv_storage.h"
 #include "model/synth.h"
 
@@ -103,16 +105,40 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
 KvDtype kv_dtype_of(const PoolConfig& p) { return p.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32; }
 
 Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
-    if (pc.kv_blocks > 0) return pc.kv_blocks;
     const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
-    const int n = (int)(pc.kv_gib * (double)(1ull << 30) / block_bytes);
-    if (n < 1)
-        return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block of ",
-                          std::to_string((int64_t)block_bytes), " bytes; raise kv_gib or set kv_blocks");
-    return n;
+    double n = pc.kv_blocks;
+    if (pc.kv_blocks <= 0) {
+        n = std::floor(pc.kv_gib * (double)(1ull << 30) / block_bytes);
+        if (n < 1)
+            return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " holds no block of ",
+                              std::to_string((int64_t)block_bytes), " bytes; raise kv_gib or set kv_blocks");
+        if (n > (double)k_max_kv_blocks)
+            return make_error("pool '", pc.name, "': kv_gib ", std::to_string(pc.kv_gib), " is ", std::to_string((int64_t)n),
+                              " blocks, over the limit of ", std::to_string(k_max_kv_blocks), "; lower kv_gib");
+    }
+    // What the engine allocates up front: the KV (M_KV = 2*L*B*T*H_kv*D_head*bytes) and the
+    // forward pass's activations for one step's tokens. More than the machine has would end in
+    // std::bad_alloc (or the OOM killer) after `config check` said ok.
+    const double step_tokens = std::max(pc.max_batch_tokens, pc.max_batch);
+    const double act_floats = 3.0 * mp.n_embd + 2.0 * mp.n_head * mp.head_dim + 2.0 * mp.n_head_kv * mp.head_dim + 2.0 * mp.n_ff;
+    const double bytes = n * block_bytes + step_tokens * act_floats * 4.0;
+    auto mem = check_memory(bytes, "pool '" + pc.name + "' (" + std::to_string((int64_t)n) + " KV blocks of " +
+                                       std::to_string((int64_t)block_bytes) + " bytes, and activations for " +
+                                       std::to_string((int64_t)step_tokens) + " tokens a step)",
+                            "lower kv_blocks / kv_gib or max_batch_tokens");
+    if (!mem) return mem.error();
+    return (int)n;
 }
 
 Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
+    // parse_config refuses these; a Config built in code (Runtime::start(const Config&)) meets the
+    // same limits here instead of std::system_error / std::bad_alloc in the engine.
+    if (auto t = check_threads(pc.threads, "pool '" + pc.name + "' threads"); !t) return t.error();
+    if (pc.max_batch < 1 || pc.max_batch > k_max_batch || pc.max_batch_tokens < 1 || pc.max_batch_tokens > k_max_batch_tokens ||
+        pc.kv_blocks < 0 || pc.kv_blocks > k_max_kv_blocks || pc.max_queue < 0 || pc.max_queue > k_max_queue)
+        return make_error("pool '", pc.name, "': max_batch ", std::to_string(pc.max_batch), ", max_batch_tokens ",
+                          std::to_string(pc.max_batch_tokens), ", kv_blocks ", std::to_string(pc.kv_blocks), " or max_queue ",
+                          std::to_string(pc.max_queue), " is out of range (1..4096, 1..65536, 0..2^24, 0..2^20)");
     Pool p;
     p.cfg = pc;
     p.key = pool_key(pc, config);

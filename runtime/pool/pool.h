@@ -48,7 +48,8 @@ KvDtype kv_dtype_of(const PoolConfig& pool);
 
 // KV blocks of a pool: kv_blocks when set, else as many as kv_gib holds, a block being
 // 2 (K and V) * n_layer * block_size * n_head_kv * head_dim * bytes per element.
-// Errors when kv_gib holds no block.
+// Errors when kv_gib holds no block or more than 2^24, or when the KV plus one step's activations
+// (max_batch_tokens) exceed the machine's physical memory.
 Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model);
 
 // Loads a pool's model, sizes its KV and fills its profile; key = pool_key(pool, config), taken

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/limits.h"
+
 namespace steward {
 
 using nlohmann::json;
@@ -181,8 +183,10 @@ std::optional<PromptPart> parse_part(const json& v, const Workload& w, LineCheck
 std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, int line, Error& err) {
     LineChecker c(j, line);
     WorkloadRequest r;
-    if (auto v = c.number("arrival_ms", true, 0.0, std::numeric_limits<double>::max(), false,
-                          "a number >= 0: the arrival offset in ms from the start of the run"))
+    // Bounded so that the runner's arrival time (microseconds in an int64) cannot overflow into
+    // "now": 1e9 ms is ~11.6 days.
+    if (auto v = c.number("arrival_ms", true, 0.0, k_max_ms, false,
+                          "a number in [0, 1e9]: the arrival offset in ms from the start of the run"))
         r.arrival_ms = *v;
     if (auto v = c.string("tenant", false, true, "the tenant's name")) r.tenant = *v;
     if (auto v = c.string("bucket", false, false, "the bucket hint, e.g. \"short_qa\"")) r.bucket = *v;
@@ -261,8 +265,8 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
         else if (v != "text")
             c.fail("response_format is " + shown(v) + "; it must be \"json\" or \"text\" (or left out)");
     }
-    if (auto v = c.number("tool_pause_ms", false, 0.0, std::numeric_limits<double>::max(), false,
-                          "a number >= 0: the pause in ms after this turn before the next"))
+    if (auto v = c.number("tool_pause_ms", false, 0.0, k_max_ms, false,
+                          "a number in [0, 1e9]: the pause in ms after this turn before the next"))
         r.tool_pause_ms = *v;
     if (auto v = c.string("public_prefix", false, true,
                           "the name of the declared-public shared segment the prompt opens with")) {
@@ -287,6 +291,7 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
 Expected<Workload> parse_workload(std::string_view jsonl) {
     Workload w;
     std::set<std::string, std::less<>> names;
+    std::map<std::pair<std::string, std::string>, int> last_turn;  // (tenant, session) -> last turn seen
     int line_no = 0;
     size_t pos = 0;
     while (pos < jsonl.size()) {
@@ -332,17 +337,37 @@ Expected<Workload> parse_workload(std::string_view jsonl) {
         Error err;
         auto r = parse_request(j, w, line_no, err);
         if (!r) return err;
+        if (!r->session.empty()) {
+            // Sessions are scoped by tenant (two tenants' "s1" are two conversations); within one,
+            // turns come in file order as 1, 2, 3, ... with none missing.
+            int& last = last_turn[{r->tenant, r->session}];
+            if (r->turn != last + 1)
+                return make_error(prefix(), "turn ", std::to_string(r->turn), " of session \"", r->session, "\" (tenant \"",
+                                  r->tenant, "\") comes after ",
+                                  last ? "turn " + std::to_string(last) : std::string("no earlier turn"), "; number a session's turns 1, 2, 3, ... in file order (turn ",
+                                  std::to_string(last + 1), " is missing or out of order)");
+            last = r->turn;
+        }
         w.requests.push_back(std::move(*r));
     }
     return w;
 }
 
+const std::string& SessionConversations::open_turn(const std::string& tenant, const std::string& session,
+                                                   const std::string& text) {
+    std::string& c = text_[{tenant, session}];
+    c += (c.empty() ? "" : " ") + text;
+    return c;
+}
+
+void SessionConversations::close_turn(const std::string& tenant, const std::string& session, const std::string& output) {
+    text_[{tenant, session}] += output;
+}
+
 Expected<Workload> read_workload_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return make_error("cannot open workload file '", path, "': ", std::strerror(errno), "; check the path");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto w = parse_workload(ss.str());
+    auto text = read_regular_file(path, k_max_workload_bytes, "workload file");  // a FIFO never blocks
+    if (!text) return text.error();
+    auto w = parse_workload(*text);
     if (!w) return make_error(path, ": ", w.error().message);
     return w;
 }

@@ -2,6 +2,7 @@
 // standard mixed workload of the six buckets, seeded and deterministic across platforms.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,7 +17,7 @@ namespace steward {
 // Header lines (before any request line) define shared segments:
 //   {"segment": "doc-2", "text": "..."}
 // Request lines:
-//   arrival_ms      number >= 0, required   offset from the start of the run
+//   arrival_ms      number in [0, 1e9], required  offset from the start of the run (1e9 ms: ~11.6 days)
 //   tenant          string, default "default"
 //   bucket          string, optional        a hint; the classifier may decide otherwise
 //   session, turn   string, integer >= 1    agent sessions; turns of a session are numbered 1, 2, ...
@@ -24,7 +25,9 @@ namespace steward {
 //                                           appends it to the session's conversation (previous
 //                                           prompts and outputs), and sends it no earlier than
 //                                           arrival_ms nor before the previous turn finished and
-//                                           paused for its tool_pause_ms.
+//                                           paused for its tool_pause_ms. A session is scoped by its
+//                                           tenant (two tenants' "s1" are two conversations); its
+//                                           turns come in file order, 1, 2, 3, ..., none missing.
 //   exactly one of:
 //   prompt          string
 //   prompt_ids      array of integers in [0, 2^31)
@@ -36,7 +39,7 @@ namespace steward {
 //   seed            integer >= 0, optional
 //   tools           bool, default false
 //   response_format "json" or "text" (the default)
-//   tool_pause_ms   number >= 0, default 0  agent: the pause (the tool) after this turn finishes
+//   tool_pause_ms   number in [0, 1e9], default 0  agent: the pause (the tool) after this turn finishes
 //   public_prefix   string, optional        names the declared-public shared segment the prompt
 //                                           opens with; must be the first segments entry
 // Blank lines are skipped.
@@ -91,13 +94,29 @@ struct Workload {
 // Parses a whole JSONL file's contents. Errors name the line (1-based), the field, the value and the
 // fix, e.g. "workload line 7: max_tokens is -3; it must be an integer >= 1". Thread-safe (pure).
 Expected<Workload> parse_workload(std::string_view jsonl);
-// Reads and parses a file; errors also name the path.
+// Reads and parses a file (a regular file of at most 1 GiB: a FIFO or device is refused without
+// blocking); errors also name the path.
 Expected<Workload> read_workload_file(const std::string& path);
 // JSONL that parse_workload reads back equal: segment lines first, then one line per request with
 // its fields in the order of the format above; defaults are left out. Thread-safe (pure).
 std::string write_workload(const Workload& w);
 // Writes write_workload's text to a file; an Error names the path when it cannot.
 std::optional<Error> write_workload_file(const Workload& w, const std::string& path);
+
+// The conversations of agent sessions as the runner replays them: a later turn's prompt is the
+// session's previous prompts and outputs plus its new content. Sessions are keyed by (tenant,
+// session id), so two tenants using one id never see each other's text. Not synchronised.
+class SessionConversations {
+public:
+    // Appends a turn's new content (space-separated) and returns the whole prompt to send.
+    const std::string& open_turn(const std::string& tenant, const std::string& session, const std::string& text);
+    // Appends the turn's generated text.
+    void close_turn(const std::string& tenant, const std::string& session, const std::string& output);
+    size_t n_sessions() const { return text_.size(); }
+
+private:
+    std::map<std::pair<std::string, std::string>, std::string> text_;
+};
 
 // The standard mixed workload (WORKLOADS.md), sized at scale 1 for a 2-core machine and small
 // synthetic models (a run of a few minutes); scale multiplies every length in words (~1 token per

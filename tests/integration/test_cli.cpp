@@ -2,6 +2,9 @@
 // and clear errors (exit 1, one line naming the problem) for a corrupt model or a bad config.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -78,7 +81,7 @@ TEST_CASE("a corrupt model, a missing file and a bad config give one clear error
     }
     Run c = run("config check " + d + "/bad.toml");
     CHECK(c.rc == 1);
-    CHECK_THAT(c.out, Catch::Contains("bad.toml:1:1") && Catch::Contains("max_batch"));
+    CHECK_THAT(c.out, Catch::Contains("bad.toml:4:13") && Catch::Contains("max_batch"));
     std::filesystem::remove_all(d);
 }
 
@@ -86,4 +89,59 @@ TEST_CASE("steward --version prints the project version and exits 0", "[cli]") {
     Run v = run("--version");
     CHECK(v.rc == 0);
     CHECK(v.out == "steward " STEWARD_VERSION "\n");
+}
+
+TEST_CASE("hostile CLI input gets one clear error line and exit 1, never an abort or a hang", "[cli][hostile]") {
+    const std::string d = tmp_dir() + "-hostile";
+    std::filesystem::create_directories(d);
+    const std::string m = d + "/m.gguf";
+    // A model claiming a 2^24-token context: generate sizes KV for the request, not for that.
+    REQUIRE(run("model synth -o " + m + " --dim 64 --layers 1 --heads 2 --kv-heads 2 --ffn 128 --vocab 512 --ctx 16777216").rc == 0);
+    Run ok = run("generate -m " + m + " -p hi -n 4 --temp 0 -t 1");
+    CHECK(ok.rc == 0);
+    Run t = run("generate -m " + m + " -p hi -n 4 -t 100000");
+    CHECK(t.rc == 1);
+    CHECK_THAT(t.out, Catch::Contains("steward: error: -t/--threads is 100000"));
+    for (const char* bad : {"--temp nan", "--temp -1", "--top-p 0", "--top-p nan", "--top-k -2"}) {
+        Run s = run("generate -m " + m + " -p hi -n 4 " + bad);
+        INFO(bad << ": " << s.out);
+        CHECK(s.rc == 1);
+        CHECK_THAT(s.out, Catch::Contains("steward: error:") && Catch::Contains("it must be"));
+    }
+    // FIFOs: nobody writes them, so any blocking open would hang the test (ctest's timeout).
+    const std::string fifo = d + "/fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    Run g = run("generate -m " + fifo + " -p hi -n 4");
+    CHECK(g.rc == 1);
+    CHECK_THAT(g.out, Catch::Contains("not a regular file"));
+    Run c = run("config check " + fifo);
+    CHECK(c.rc == 1);
+    CHECK_THAT(c.out, Catch::Contains("not a regular file"));
+    Run w = run("run -c " + fifo + " -w " + fifo + " -o " + d + "/r.json");
+    CHECK(w.rc == 1);
+    CHECK_THAT(w.out, Catch::Contains("workload file") && Catch::Contains("not a regular file"));
+    // What `run` would abort on, `config check` refuses with file:line:column.
+    struct Case {
+        std::string toml, want;
+    };
+    const std::vector<Case> cases = {
+        {"kv_blocks = 4294967297\n", "c.toml:4:13: [[pool]].kv_blocks is 4294967297, out of range"},
+        {"kv_blocks = true\n", "c.toml:4:13: [[pool]].kv_blocks must be an integer, got a boolean"},
+        {"kv_blocks = 2147483647\n", "c.toml:4:13: [[pool]].kv_blocks is 2147483647"},
+        {"max_batch_tokens = 2147483647\n", "c.toml:4:20: [[pool]].max_batch_tokens is 2147483647"},
+        {"threads = 100000\n", "c.toml:4:11: [[pool]].threads is 100000"},
+        {"price_prompt = nan\n", "c.toml:4:16: [[pool]].price_prompt is nan"},
+        {"[pool.synth]\ndraft_from = \"p\"\nkeep_layers = 1\n", "c.toml:4:1: [pool.synth] of pool 'p': draft_from names the pool itself"},
+    };
+    for (const auto& k : cases) {
+        {
+            std::ofstream f(d + "/c.toml");
+            f << "[[pool]]\nname = \"p\"\nmodel = \"m.gguf\"\n" << k.toml;
+        }
+        Run r = run("config check " + d + "/c.toml");
+        INFO(k.toml << ": " << r.out);
+        CHECK(r.rc == 1);
+        CHECK_THAT(r.out, Catch::Contains(k.want));
+    }
+    std::filesystem::remove_all(d);
 }

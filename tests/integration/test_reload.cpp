@@ -2,6 +2,7 @@
 // changes nothing, a removed pool drains, and a plugin library rebuilt at the same path decides new
 // requests while in-flight ones finish on the old code. No sleeps: futures, drain() and counters.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -302,4 +303,30 @@ TEST_CASE("a runtime started as steward run starts it keeps its pools, their cac
     REQUIRE((*old_way)->reload().ok());
     CHECK((*old_way)->config()->public_prefixes.empty());
     CHECK((*old_way)->generate(q).metrics.cached_tokens == 0);
+}
+
+TEST_CASE("a reload of a config replaced by a FIFO or a symlink to /dev/zero is refused at once and changes nothing",
+          "[reload][hostile]") {
+    const std::string path = write_config("hostile_reload.toml", two_pool_toml() + buckets_rules("small"));
+    auto rt = Runtime::start(path);
+    if (!rt) FAIL(rt.error().message);
+    Runtime& r = **rt;
+    std::filesystem::remove(path);
+    std::filesystem::create_symlink("/dev/zero", path);  // read to the end, it would grow without bound
+    auto z = r.reload();
+    REQUIRE_FALSE(z.ok());
+    CHECK(z.error().message.find("not a regular file") != std::string::npos);
+    std::filesystem::remove(path);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);  // nobody writes it: a blocking open would wait forever
+    auto f = r.reload();
+    REQUIRE_FALSE(f.ok());
+    CHECK(f.error().message.find("not a regular file") != std::string::npos);
+    CHECK(r.config_generation() == 1);
+    GenerationRequest q;
+    q.prompt_ids = ids(10, 2);
+    q.bucket_hint = "short_qa";
+    auto res = r.generate(q);
+    CHECK(res.ok());
+    CHECK(res.metrics.config_generation == 1);
+    std::filesystem::remove(path);
 }

@@ -911,7 +911,7 @@ namespace {
 std::string synth_config(const TempDir& tmp, const std::string& buckets) {
     return "[plugins]\ndirs = [\"" + std::string(STEWARD_PLUGIN_BUILD_DIR) + "\"]\n\n[[pool]]\nname = \"p\"\nmodel = \"" +
            tmp.file("models/not_yet.gguf") + "\"\n[pool.synth]\ndim = 64\nlayers = 1\nheads = 2\nkv_heads = 2\n" +
-           "ffn = 128\nvocab = 300\nctx = 128\n\n" + buckets;
+           "ffn = 128\nvocab = 512\nctx = 128\n\n" + buckets;
 }
 }  // namespace
 
