@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "plugin/policies.h"
@@ -135,6 +138,12 @@ Expected<bool> check_plugin_in_child(const std::shared_ptr<PluginLibrary>& lib, 
         return make_error(who, ": cannot check it in a child (fork: ", std::strerror(errno), "); set [plugins] check_in_child = false");
     }
     if (pid == 0) {
+        // The parent's crash handlers (a test framework's, a crash reporter's) must not run here: a
+        // fault in the plugin is to end the child by its signal, which the parent reports.
+        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
         ::close(fds[0]);
         child(fds[1], lib, spec, bucket, pools);
     }
