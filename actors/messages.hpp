@@ -30,6 +30,7 @@ using admit_atom = caf::atom_constant<caf::atom("admit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using quota_atom = caf::atom_constant<caf::atom("quota")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  // a run's deadline passed while it waited
+using req_deadline_atom = caf::atom_constant<caf::atom("reqdeadln")>;  // the request's deadline timer fired
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 

@@ -316,6 +316,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
         execute(self, st.core->on_refused(fmt.error().message, now_s()));
         return {[=](cancel_atom) {}};
     }
+    // The request's own deadline, a timer: it answers TIMEOUT even when the router, a plugin or an engine
+    // is stuck. A short grace after the deadline lets the engine's and the admission queue's more specific
+    // timeouts (same deadline) answer first when they can.
+    if (const double timeout = snap.config->limits.request_timeout_ms; timeout > 0) {
+        const double dl = ctx->arrival_s + timeout / 1e3;
+        constexpr double k_grace_s = 0.025;
+        self->delayed_send(self, std::chrono::microseconds((int64_t)(std::max(0.0, dl + k_grace_s - now_s()) * 1e6)),
+                           req_deadline_atom::value);
+    }
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {
@@ -346,6 +355,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             execute(self, self->state.core->on_run_end(role, run_end(f), now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
+        [=](req_deadline_atom) { execute(self, self->state.core->on_deadline(now_s())); },
     };
 }
 

@@ -2,7 +2,9 @@
 // then asks the bucket's routing policy (plugin) for the pool, an upgrade check and a shadow run,
 // with pool estimates from live figures, the session's pool and cached tokens per pool (RouteInput,
 // kept in the decision for the request's later plugin calls); the speculation policy gives the
-// draft budget. The decision carries the generation.
+// draft budget. The decision carries the generation. Every bucket's requests pass through this one
+// actor, so a plugin must not block it: each plugin call waits at most its [plugins] budget (then the
+// safe default), and while that call is still running the plugin's later calls answer at once.
 #include <spdlog/spdlog.h>
 
 #include <cmath>

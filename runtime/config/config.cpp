@@ -225,7 +225,15 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     const std::filesystem::path base = std::filesystem::path(src).parent_path();
     if (const toml::table* t = top.sub("plugins")) {
         TableReader r(*t, src, "[plugins]");
-        if (!r.get("dirs", c.plugins.dirs) || !r.finish()) return fail(r.err);
+        if (!r.get("dirs", c.plugins.dirs) || !r.get("decision_budget_ms", c.plugins.decision_budget_ms) ||
+            !r.get("step_decision_budget_ms", c.plugins.step_decision_budget_ms) ||
+            !r.get("check_in_child", c.plugins.check_in_child) || !r.get("check_timeout_ms", c.plugins.check_timeout_ms) ||
+            !r.finish())
+            return fail(r.err);
+        for (double v : {c.plugins.decision_budget_ms, c.plugins.step_decision_budget_ms, c.plugins.check_timeout_ms})
+            if (!(v >= 0 && v <= 3.6e6))
+                return fail(where(src, t->source()) +
+                            ": [plugins] decision_budget_ms, step_decision_budget_ms and check_timeout_ms must be 0..3600000 (ms)");
         for (auto& d : c.plugins.dirs)
             if (std::filesystem::path(d).is_relative() && !base.empty()) d = (base / d).string();
     }

@@ -462,7 +462,8 @@ nlohmann::json MetricsRegistry::to_json() const {
     nlohmann::json policies = nlohmann::json::array();
     for (const PolicyFigure& p : policies_)
         policies.push_back({{"bucket", p.bucket}, {"kind", p.kind}, {"plugin", p.plugin}, {"decisions", p.n_calls},
-                            {"invalid_decisions", p.n_invalid}, {"declined_decisions", p.n_declined}});
+                            {"invalid_decisions", p.n_invalid}, {"declined_decisions", p.n_declined},
+                            {"timed_out_decisions", p.n_timed_out}});
     nlohmann::json config = {{"generation", generation_},
                              {"reloads_ok", n_reload_ok_},
                              {"reloads_failed", n_reload_failed_},
@@ -647,6 +648,11 @@ std::string MetricsRegistry::to_prometheus() const {
            "Eviction plugins' 'no victim' answers (the engine preempts or waits instead of evicting).");
     for (const PolicyFigure& p : policies_)
         out += "steward:plugin_declined_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_declined) + "\n";
+    family("steward:plugin_timed_out_decisions_total", "counter",
+           "Plugin decisions answered by the safe default because the plugin overran its time budget "
+           "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.");
+    for (const PolicyFigure& p : policies_)
+        out += "steward:plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
     counter("steward:spec_decode_num_drafts_total", "Speculative drafts.",
             [](const BucketMetrics& m) { return m.n_drafts; });
     counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",

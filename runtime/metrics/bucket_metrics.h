@@ -209,6 +209,7 @@ struct PolicyFigure {
     std::string bucket, kind, plugin;
     int64_t n_calls = 0, n_invalid = 0;
     int64_t n_declined = 0;  // eviction: "no victim" answers (the engine then preempts or waits)
+    int64_t n_timed_out = 0; // answered by the safe default: over the time budget, or while an overrun call ran
 };
 
 // Aggregates records per bucket and overall; writes the figures.

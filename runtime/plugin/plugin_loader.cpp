@@ -5,11 +5,13 @@
 #include "config/config.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -32,19 +34,111 @@ const char* kind_name_u32(uint32_t k) {
 }
 
 std::atomic<uint64_t> g_serial{0};
-std::mutex g_copy_mu;  // the copies' directory is shared by the process's loads
+std::mutex g_copy_mu;  // the copies' directory is created once per process
 
-// A private directory for the copies; each copy is unlinked right after dlopen (the mapping stays).
-Expected<std::string> private_copy(const std::string& path, uint64_t serial) {
+std::string g_copy_dir;  // "" until made; removed at exit (it is empty by then: each copy is unlinked)
+void remove_copy_dir() {
+    if (!g_copy_dir.empty()) ::rmdir(g_copy_dir.c_str());
+}
+
+// The process's private directory for plugin copies: mkdtemp (a fresh, unpredictable name, created
+// 0700 by us, never an existing path, so nobody else can plant a file or a symlink in it) under
+// $XDG_RUNTIME_DIR when set (a per-user 0700 directory already), else $TMPDIR, else /tmp.
+Expected<std::string> copy_dir() {
+    if (!g_copy_dir.empty()) return g_copy_dir;
+    std::vector<std::string> bases;
+    for (const char* env : {"XDG_RUNTIME_DIR", "TMPDIR"})
+        if (const char* v = std::getenv(env); v && *v) bases.push_back(v);
+    bases.push_back("/tmp");
+    std::string errors;
+    for (const auto& base : bases) {
+        std::string tmpl = base + "/steward-plugins-XXXXXX";
+        if (::mkdtemp(tmpl.data())) {  // mode 0700
+            struct stat st {};
+            if (::lstat(tmpl.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077)) {
+                ::rmdir(tmpl.c_str());
+                errors += "; " + tmpl + ": not a private directory after mkdtemp";
+                continue;
+            }
+            g_copy_dir = tmpl;
+            std::atexit(remove_copy_dir);
+            return g_copy_dir;
+        }
+        errors += "; " + base + ": " + std::strerror(errno);
+    }
+    return make_error("cannot create a private directory for plugin copies", errors,
+                      "; set XDG_RUNTIME_DIR or TMPDIR to a directory this user can write");
+}
+
+// A copy of the plugin held open: the descriptor the host checked and dlopens through
+// /proc/self/fd/<fd>, so nothing can swap the file between the check and the load.
+struct HeldCopy {
+    int fd = -1;
+    std::string path;
+    ~HeldCopy() {
+        if (fd >= 0) ::close(fd);
+        if (!path.empty()) ::unlink(path.c_str());
+    }
+};
+
+// Copies `path` (a symlink to it is fine: the file it names is what the config means) into the private
+// directory. The source is opened once and checked as a regular file through that descriptor (a FIFO
+// or a directory is refused at once, nothing blocks on it); the copy is created with O_EXCL|O_NOFOLLOW
+// (never an existing file, never through a symlink) and checked before it is loaded: a regular file,
+// ours, not writable by group or others, of the size written.
+Expected<bool> private_copy(const std::string& path, uint64_t serial, HeldCopy* out) {
+    const int src = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (src < 0) {
+        const int e = errno;
+        if (e == ENOENT) return make_error("plugin file '", path, "' does not exist; build it, or fix the path / [plugins] dirs in the config");
+        return make_error("cannot open plugin file '", path, "': ", std::strerror(e), "; check its permissions");
+    }
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } src_closer{src};
+    struct stat sst {};
+    if (::fstat(src, &sst) != 0 || !S_ISREG(sst.st_mode))
+        return make_error("plugin file '", path, "' is not a regular file (", S_ISDIR(sst.st_mode) ? "a directory" : S_ISFIFO(sst.st_mode) ? "a FIFO" : "a special file",
+                          "); point the config at the plugin's .so");
     std::lock_guard<std::mutex> lk(g_copy_mu);
-    std::error_code ec;
-    const fs::path dir = fs::temp_directory_path(ec) / ("steward-plugins-" + std::to_string(::getpid()));
-    fs::create_directories(dir, ec);
-    if (ec) return make_error("cannot create '", dir.string(), "' for plugin copies: ", ec.message(), "; check TMPDIR is writable");
-    const fs::path dst = dir / (std::to_string(serial) + "-" + fs::path(path).filename().string());
-    fs::copy_file(path, dst, fs::copy_options::overwrite_existing, ec);
-    if (ec) return make_error("cannot copy plugin '", path, "' to '", dst.string(), "': ", ec.message());
-    return dst.string();
+    auto dir = copy_dir();
+    if (!dir) return dir.error();
+    std::string base = fs::path(path).filename().string();
+    for (char& c : base)
+        if (c == '/' || (unsigned char)c < 32) c = '_';
+    out->path = *dir + "/" + std::to_string(serial) + "-" + base;
+    out->fd = ::open(out->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    if (out->fd < 0) {
+        const int e = errno;
+        const std::string p = out->path;
+        out->path.clear();  // not ours: never unlink it
+        return make_error("cannot create the private copy '", p, "' of plugin '", path, "': ", std::strerror(e),
+                          "; something else writes into Steward's private plugin directory");
+    }
+    char buf[1 << 16];
+    int64_t n_written = 0;
+    for (;;) {
+        const ssize_t n = ::read(src, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return make_error("cannot read plugin file '", path, "': ", std::strerror(errno));
+        if (n == 0) break;
+        for (ssize_t off = 0; off < n;) {
+            const ssize_t w = ::write(out->fd, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) return make_error("cannot write the private copy of plugin '", path, "' to '", out->path, "': ", std::strerror(errno));
+            off += w;
+        }
+        n_written += n;
+    }
+    ::fchmod(out->fd, 0500);
+    struct stat cst {};
+    if (::fstat(out->fd, &cst) != 0 || !S_ISREG(cst.st_mode) || cst.st_uid != ::geteuid() || (cst.st_mode & 022) ||
+        cst.st_size != n_written || cst.st_nlink != 1)
+        return make_error("the private copy '", out->path, "' of plugin '", path,
+                          "' changed after it was written (not a regular file of ours, of ", std::to_string(n_written),
+                          " bytes); refusing to load it");
+    return true;
 }
 
 // Checks a table's version and size and copies it into `out` (zero-filled first): the functions a
@@ -72,36 +166,45 @@ Expected<bool> adopt_table(const std::string& path, const void* t, uint32_t host
 
 const char* policy_kind_name(PolicyKind k) { return kind_name_u32((uint32_t)k); }
 
+std::string plugin_copy_dir() {
+    std::lock_guard<std::mutex> lk(g_copy_mu);
+    return g_copy_dir;
+}
+
 PluginLibrary::~PluginLibrary() {
     if (handle_) ::dlclose(handle_);
+    if (copy_fd_ >= 0) ::close(copy_fd_);
 }
 
 Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& path, PolicyKind kind) {
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
-        return make_error("plugin file '", path, "' does not exist; build it, or fix the path / [plugins] dirs in the config");
     const uint64_t serial = ++g_serial;
-    auto copy = private_copy(path, serial);
-    if (!copy) return copy.error();
     void* h = nullptr;
     std::string dl_err;
+    int copy_fd = -1;
     {
-        std::lock_guard<std::mutex> lk(g_copy_mu);
+        HeldCopy copy;
+        auto ok = private_copy(path, serial, &copy);
+        if (!ok) return ok.error();
+        // Loaded through the descriptor we checked: the name in the directory no longer matters.
+        const std::string via_fd = "/proc/self/fd/" + std::to_string(copy.fd);
+        std::lock_guard<std::mutex> lk(g_copy_mu);  // dlerror is per thread, but keep loads ordered
         ::dlerror();
-        h = ::dlopen(copy->c_str(), RTLD_NOW | RTLD_LOCAL);
+        h = ::dlopen(via_fd.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             const char* e = ::dlerror();
             dl_err = e ? e : "dlopen failed";
         }
-        fs::remove(*copy, ec);
-        fs::remove(fs::path(*copy).parent_path(), ec);  // only when empty
-    }
+        // The descriptor stays open while the library is loaded: glibc matches dlopen names against
+        // loaded objects, so a reused fd number must never name a live library.
+        if (h) std::swap(copy_fd, copy.fd);
+    }  // the copy is unlinked here: the mapping stays
     if (!h) {
         return make_error("cannot load plugin '", path, "': ", dl_err,
                           "; it must be a shared library built for this machine (see the README's plugin how-to)");
     }
     std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
     lib->handle_ = h;  // closed by the destructor on every error path below
+    lib->copy_fd_ = copy_fd;
     lib->path_ = path;
     lib->kind_ = kind;
     lib->serial_ = serial;

@@ -18,16 +18,19 @@ namespace steward {
 enum class PolicyKind { ROUTING = STEWARD_POLICY_ROUTING, EVICTION = STEWARD_POLICY_EVICTION, SPECULATION = STEWARD_POLICY_SPECULATION };
 const char* policy_kind_name(PolicyKind k);  // "routing", "eviction", "speculation"
 
-// One loaded plugin library. The file is copied to a private temporary name before dlopen, so the
-// dynamic loader never hands back an older mapping of the same path, and rebuilding the file on
-// disk never changes code that is running. dlclose on destruction (after the last instance).
+// One loaded plugin library. The file is copied into the process's private directory (mkdtemp, 0700)
+// with O_EXCL|O_NOFOLLOW, checked through its descriptor and dlopened as /proc/self/fd/<fd>, so the
+// dynamic loader never hands back an older mapping of the same path, rebuilding the file on disk never
+// changes code that is running, and no other user can plant or swap what is loaded. dlclose on
+// destruction (after the last instance).
 class PluginLibrary {
 public:
     ~PluginLibrary();
     PluginLibrary(const PluginLibrary&) = delete;
     PluginLibrary& operator=(const PluginLibrary&) = delete;
 
-    // Loads `path` as a plugin of `kind`. Errors name the file, the problem and the fix: not found,
+    // Loads `path` as a plugin of `kind`. Errors name the file, the problem and the fix: not found, not a
+    // regular file (a FIFO or directory is refused without blocking), the private copy unsafe,
     // not a shared library, no steward_plugin_entry, entry returned NULL, an ABI version outside
     // [STEWARD_POLICY_ABI_VERSION_MIN, STEWARD_POLICY_ABI_VERSION], kind mismatch, table missing / of a
     // newer version / smaller than a version 1 table / missing a required function.
@@ -50,6 +53,7 @@ private:
     std::string path_;
     PolicyKind kind_ = PolicyKind::ROUTING;
     void* handle_ = nullptr;
+    int copy_fd_ = -1;  // the checked private copy, loaded as /proc/self/fd/<copy_fd_>
     const steward_plugin* info_ = nullptr;
     uint64_t serial_ = 0;
     steward_routing_table routing_{};
@@ -83,4 +87,9 @@ private:
     std::map<std::pair<std::string, int>, Entry> cache_;
 };
 
+}  // namespace steward
+
+namespace steward {
+// The private directory plugin copies go to ("" before the first load). For tests and diagnostics.
+std::string plugin_copy_dir();
 }  // namespace steward

@@ -18,6 +18,72 @@ struct steward_params {
 
 namespace steward {
 
+// The plugin's instance and the one call in flight: its inputs are copied here (strings and arrays
+// included) before the call and its outputs read from here after it, so an abandoned call reads and
+// writes only memory it keeps alive. Only one call at a time touches the slots (the worker refuses a
+// second while one runs). destroy() runs when the last owner (the instance, or an abandoned call that
+// finally returned) lets go.
+struct PolicyCore {
+    std::shared_ptr<PluginLibrary> lib;
+    steward_policy* self = nullptr;
+    std::unique_ptr<steward_params> params;
+    int rc = STEWARD_PLUGIN_ERR;
+    // routing
+    RouteInput in;
+    std::vector<std::string> pool_names;
+    std::vector<steward_pool_view> pools;
+    std::vector<steward_pool_extra> extra;
+    steward_route_request req{};
+    steward_route_context ctx{};
+    steward_route_decision d{};
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    steward_token_view token_view{};
+    int32_t up = 0;
+    steward_route_outcome outcome{};
+    // eviction
+    std::vector<steward_evict_candidate> cands;
+    std::vector<steward_evict_tenant> tenants;
+    std::vector<std::string> tenant_name_store;
+    std::vector<const char*> tenant_names;
+    std::string requesting_tenant;
+    steward_evict_context ecx{};
+    steward_evict_request erq{};
+    uint32_t victim = 0;
+    // speculation
+    std::string spec_bucket, spec_tenant;
+    steward_spec_seq seq{};
+    steward_spec_stats stats{};
+    int32_t budget = 0;
+
+    // Points req / ctx at `in` (after it was copied here) for n_pools pools.
+    void point_route_views(size_t n_pools) {
+        req = steward_route_request{in.request_id, in.bucket.c_str(), in.tenant.c_str(), in.n_prompt_tokens, in.max_tokens,
+                                    in.temperature, in.tools ? 1 : 0, in.response_format.c_str()};
+        ctx = steward_route_context{};
+        ctx.size = sizeof ctx;
+        ctx.session = in.session.c_str();
+        ctx.session_pool = in.session_pool >= 0 && (size_t)in.session_pool < n_pools ? in.session_pool : -1;
+        ctx.priority = in.priority;
+        ctx.slo_ttft_ms = in.slo_ttft_ms;
+        ctx.slo_tpot_ms = in.slo_tpot_ms;
+        ctx.deadline_ms = in.deadline_ms;
+        extra.resize(n_pools);
+        for (size_t i = 0; i < n_pools; i++)
+            extra[i].n_cached_prompt_tokens = i < in.n_cached_prompt_tokens.size() ? in.n_cached_prompt_tokens[i] : -1;
+        ctx.pools = n_pools ? extra.data() : nullptr;
+    }
+
+    ~PolicyCore() {
+        if (!self || !lib) return;
+        switch (lib->kind()) {
+            case PolicyKind::ROUTING: lib->routing()->destroy(self); break;
+            case PolicyKind::EVICTION: lib->eviction()->destroy(self); break;
+            case PolicyKind::SPECULATION: lib->speculation()->destroy(self); break;
+        }
+    }
+};
+
 namespace {
 
 const PolicyParam* find_param(const steward_params* p, const char* key) {
@@ -88,14 +154,23 @@ std::string param_name_list(const std::set<std::string>& s) {
 
 }  // namespace
 
-PolicyInstance::~PolicyInstance() {
-    if (!self_ || !lib_) return;
-    switch (lib_->kind()) {
-        case PolicyKind::ROUTING: lib_->routing()->destroy(self_); break;
-        case PolicyKind::EVICTION: lib_->eviction()->destroy(self_); break;
-        case PolicyKind::SPECULATION: lib_->speculation()->destroy(self_); break;
+PolicyInstance::~PolicyInstance() = default;  // worker_ first (see the header), then core_
+
+bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call) {
+    if (budget_ms_ <= 0) {
+        call();
+        return true;
     }
-    self_ = nullptr;
+    const DecisionWorker::Result r = worker_.run(std::move(call), budget_ms_);
+    if (r == DecisionWorker::Result::DONE) return true;
+    counters_->n_timed_out++;
+    if (!logged_timeout_.exchange(true))
+        spdlog::warn("{} plugin '{}' (bucket {}): {} {}; using the safe default, and for every call until it returns "
+                     "(logged once per instance, counted in steward:plugin_timed_out_decisions_total)",
+                     policy_kind_name(lib_->kind()), plugin_, bucket_, fn,
+                     r == DecisionWorker::Result::BUSY ? "is still running from an earlier call"
+                                                       : "did not answer within its budget of " + std::to_string((int)budget_ms_) + " ms");
+    return false;
 }
 
 Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
@@ -104,7 +179,10 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     bucket_ = bucket;
     plugin_ = spec.plugin;
     counters_ = std::move(counters);
-    params_ = std::make_unique<steward_params>();
+    core_ = std::make_shared<PolicyCore>();
+    core_->lib = lib_;
+    core_->params = std::make_unique<steward_params>();
+    auto& params_ = core_->params;
     params_->spec = &spec;
     params_->bucket = bucket;
     params_->plugin = spec.plugin;
@@ -121,11 +199,11 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     err[sizeof err - 1] = 0;
     const std::string ctx = spec.where + ": bucket '" + bucket + "' " + params_->kind + " plugin '" + spec.plugin + "'";
     if (rc != STEWARD_PLUGIN_OK) {
-        if (out) self_ = out;  // a plugin that returns an error and an instance: still destroy it
+        if (out) core_->self = out;  // a plugin that returns an error and an instance: still destroy it
         return make_error(ctx, " refused its parameters: ", err[0] ? err : "create() returned error " + std::to_string(rc));
     }
     if (!out) return make_error(ctx, ": create() returned OK without an instance; the plugin must set *out");
-    self_ = out;
+    core_->self = out;
     for (const auto& [key, value] : spec.params) {
         if (params_->asked.count(key)) continue;
         auto w = spec.param_where.find(key);
@@ -158,28 +236,6 @@ RoutingPolicy::~RoutingPolicy() = default;
 
 namespace {
 
-// The C views of one RouteInput: they point into `in`, which must outlive them.
-struct RouteViews {
-    steward_route_request req{};
-    steward_route_context ctx{};
-    std::vector<steward_pool_extra> extra;
-    RouteViews(const RouteInput& in, size_t n_pools) {
-        req = steward_route_request{in.request_id, in.bucket.c_str(), in.tenant.c_str(), in.n_prompt_tokens, in.max_tokens,
-                                    in.temperature, in.tools ? 1 : 0, in.response_format.c_str()};
-        ctx.size = sizeof ctx;
-        ctx.session = in.session.c_str();
-        ctx.session_pool = in.session_pool >= 0 && (size_t)in.session_pool < n_pools ? in.session_pool : -1;
-        ctx.priority = in.priority;
-        ctx.slo_ttft_ms = in.slo_ttft_ms;
-        ctx.slo_tpot_ms = in.slo_tpot_ms;
-        ctx.deadline_ms = in.deadline_ms;
-        extra.resize(n_pools);
-        for (size_t i = 0; i < n_pools; i++)
-            extra[i].n_cached_prompt_tokens = i < in.n_cached_prompt_tokens.size() ? in.n_cached_prompt_tokens[i] : -1;
-        ctx.pools = n_pools ? extra.data() : nullptr;
-    }
-};
-
 int32_t finish_code(FinishReason r) {
     switch (r) {
         case FinishReason::STOP: return STEWARD_FINISH_STOP;
@@ -197,18 +253,41 @@ int32_t finish_code(FinishReason r) {
 steward_route_decision RoutingPolicy::route(const RouteInput& in, const std::vector<steward_pool_view>& pools,
                                             int32_t default_pool, bool* fallback) {
     steward_route_decision safe{default_pool, -1, 0, -1};
-    steward_route_decision d = safe;
     *fallback = false;
-    const RouteViews v(in, pools.size());
     const steward_routing_table& t = *lib_->routing();
+    const char* fn = t.route_v2 ? "route_v2()" : "route()";
+    steward_route_decision d = safe;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
+        if (worker_.busy()) {  // an abandoned call still owns the slots: do not touch them
+            call_plugin(fn, [] {});
+            *fallback = true;
+            return safe;
+        }
+        PolicyCore& c = *core_;
+        c.in = in;
+        c.pools = pools;
+        c.pool_names.resize(pools.size());
+        for (size_t i = 0; i < pools.size(); i++) {
+            c.pool_names[i] = pools[i].name ? pools[i].name : "";
+            c.pools[i].name = c.pool_names[i].c_str();
+        }
+        c.point_route_views(pools.size());
+        c.d = safe;
         counters_->n_calls++;
-        rc = t.route_v2 ? t.route_v2(self_, &v.req, &v.ctx, pools.data(), (uint32_t)pools.size(), &d)
-                        : t.route(self_, &v.req, pools.data(), (uint32_t)pools.size(), &d);
+        const bool ok = call_plugin(fn, [core = core_, t] {
+            PolicyCore& k = *core;
+            k.rc = t.route_v2 ? t.route_v2(k.self, &k.req, &k.ctx, k.pools.data(), (uint32_t)k.pools.size(), &k.d)
+                              : t.route(k.self, &k.req, k.pools.data(), (uint32_t)k.pools.size(), &k.d);
+        });
+        if (!ok) {
+            *fallback = true;
+            return safe;
+        }
+        rc = c.rc;
+        d = c.d;
     }
-    const char* fn = t.route_v2 ? "route_v2()" : "route()";
     const int32_t n = (int32_t)pools.size();
     auto usable = [&](int32_t i) { return i >= 0 && i < n && pools[i].available; };
     std::string why;
@@ -234,13 +313,34 @@ steward_route_decision RoutingPolicy::route(const RouteInput& in, const std::vec
 bool RoutingPolicy::check_upgrade(const RouteInput& in, const steward_token_view& tokens, bool* fallback) {
     *fallback = false;
     if (!has_check_upgrade()) return false;
-    const RouteViews v(in, 0);
     int32_t up = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
+        if (worker_.busy()) {
+            call_plugin("check_upgrade()", [] {});
+            *fallback = true;
+            return false;
+        }
+        PolicyCore& c = *core_;
+        c.in = in;
+        c.point_route_views(0);
+        c.tokens.assign(tokens.tokens, tokens.tokens + (tokens.tokens ? tokens.n : 0));
+        c.logprobs.assign(tokens.logprobs, tokens.logprobs + (tokens.logprobs ? tokens.n : 0));
+        c.token_view = steward_token_view{tokens.tokens ? c.tokens.data() : nullptr, tokens.logprobs ? c.logprobs.data() : nullptr,
+                                          tokens.n, tokens.finished};
+        c.up = 0;
         counters_->n_calls++;
-        rc = lib_->routing()->check_upgrade(self_, &v.req, &tokens, &up);
+        const auto fnp = lib_->routing()->check_upgrade;
+        if (!call_plugin("check_upgrade()", [core = core_, fnp] {
+                PolicyCore& k = *core;
+                k.rc = fnp(k.self, &k.req, &k.token_view, &k.up);
+            })) {
+            *fallback = true;
+            return false;
+        }
+        rc = c.rc;
+        up = c.up;
     }
     if (rc != STEWARD_PLUGIN_OK || (up != 0 && up != 1)) {
         invalid(rc != STEWARD_PLUGIN_OK ? "check_upgrade() returned error " + std::to_string(rc)
@@ -253,24 +353,37 @@ bool RoutingPolicy::check_upgrade(const RouteInput& in, const steward_token_view
 
 void RoutingPolicy::on_outcome(const RouteInput& in, const RouteOutcome& o) {
     if (!has_outcome()) return;
-    const RouteViews v(in, 0);
-    steward_route_outcome out{};
-    out.size = sizeof out;
-    out.pool = o.pool;
-    out.finish_reason = finish_code(o.finish);
-    out.upgraded = o.upgraded ? 1 : 0;
-    out.n_prompt_tokens = o.n_prompt_tokens;
-    out.n_cached_prompt_tokens = o.n_cached_prompt_tokens;
-    out.n_output_tokens = o.n_output_tokens;
-    out.ttft_ms = o.ttft_ms;
-    out.tpot_ms = o.tpot_ms;
-    out.e2e_ms = o.e2e_ms;
-    out.cost = o.cost;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
+        if (worker_.busy()) {  // nothing is decided: the outcome is dropped, counted as timed out
+            call_plugin("on_outcome()", [] {});
+            return;
+        }
+        PolicyCore& c = *core_;
+        c.in = in;
+        c.point_route_views(0);
+        steward_route_outcome& out = c.outcome;
+        out = steward_route_outcome{};
+        out.size = sizeof out;
+        out.pool = o.pool;
+        out.finish_reason = finish_code(o.finish);
+        out.upgraded = o.upgraded ? 1 : 0;
+        out.n_prompt_tokens = o.n_prompt_tokens;
+        out.n_cached_prompt_tokens = o.n_cached_prompt_tokens;
+        out.n_output_tokens = o.n_output_tokens;
+        out.ttft_ms = o.ttft_ms;
+        out.tpot_ms = o.tpot_ms;
+        out.e2e_ms = o.e2e_ms;
+        out.cost = o.cost;
         counters_->n_outcomes++;
-        rc = lib_->routing()->on_outcome(self_, &v.req, &v.ctx, &out);
+        const auto fnp = lib_->routing()->on_outcome;
+        if (!call_plugin("on_outcome()", [core = core_, fnp] {
+                PolicyCore& k = *core;
+                k.rc = fnp(k.self, &k.req, &k.ctx, &k.outcome);
+            }))
+            return;
+        rc = c.rc;
     }
     if (rc != STEWARD_PLUGIN_OK && !logged_.exchange(true))
         spdlog::warn("routing plugin '{}' (bucket {}): on_outcome() returned error {} (logged once per instance)", plugin_, bucket_, rc);
@@ -289,37 +402,51 @@ PluginEvictionPolicy::~PluginEvictionPolicy() = default;
 
 size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) {
     const steward_eviction_table& t = *lib_->eviction();
+    const char* fn = t.choose_victim_v2 ? "choose_victim_v2()" : "choose_victim()";
     uint32_t victim = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        // The C views are rebuilt in buffers kept across calls (no allocation per eviction).
-        cands_.resize(candidates.size());
+        if (worker_.busy()) {
+            call_plugin(fn, [] {});
+            return 0;  // least recently used
+        }
+        // The C views are rebuilt in the core's buffers, kept across calls (no allocation per eviction).
+        PolicyCore& c = *core_;
+        c.cands.resize(candidates.size());
         for (size_t i = 0; i < candidates.size(); i++) {
             const EvictionCandidate& e = candidates[i];
-            cands_[i] = {e.block, e.tenant, e.is_public ? 1 : 0, e.depth, e.last_access_tick, e.n_hits};
+            c.cands[i] = {e.block, e.tenant, e.is_public ? 1 : 0, e.depth, e.last_access_tick, e.n_hits};
         }
-        tenants_.resize(ctx.tenants.size());
+        c.tenants.resize(ctx.tenants.size());
         for (size_t i = 0; i < ctx.tenants.size(); i++)
-            tenants_[i] = {ctx.tenants[i].tenant, ctx.tenants[i].n_held, ctx.tenants[i].quota_blocks};
-        const steward_evict_context cx{ctx.now_tick,          ctx.n_blocks_total, ctx.block_size,
-                                       ctx.block_bytes,       ctx.requesting_tenant, tenants_.data(),
-                                       (uint32_t)tenants_.size()};
-        counters_->n_calls++;
+            c.tenants[i] = {ctx.tenants[i].tenant, ctx.tenants[i].n_held, ctx.tenants[i].quota_blocks};
+        c.ecx = steward_evict_context{ctx.now_tick,          ctx.n_blocks_total, ctx.block_size,
+                                      ctx.block_bytes,       ctx.requesting_tenant, c.tenants.data(),
+                                      (uint32_t)c.tenants.size()};
         if (t.choose_victim_v2) {
             auto name_of = [&](int32_t id) -> const char* {
                 return ctx.tenant_names && id >= 0 && (size_t)id < ctx.tenant_names->size() ? (*ctx.tenant_names)[id].c_str() : "";
             };
-            tenant_names_.resize(ctx.tenants.size());
-            for (size_t i = 0; i < ctx.tenants.size(); i++) tenant_names_[i] = name_of(ctx.tenants[i].tenant);
-            const steward_evict_request rq{sizeof(steward_evict_request), bucket_.c_str(), name_of(ctx.requesting_tenant),
-                                           tenant_names_.data()};
-            rc = t.choose_victim_v2(self_, &cx, &rq, cands_.data(), (uint32_t)cands_.size(), &victim);
-        } else {
-            rc = t.choose_victim(self_, &cx, cands_.data(), (uint32_t)cands_.size(), &victim);
+            c.tenant_name_store.resize(ctx.tenants.size());
+            c.tenant_names.resize(ctx.tenants.size());
+            for (size_t i = 0; i < ctx.tenants.size(); i++) c.tenant_name_store[i] = name_of(ctx.tenants[i].tenant);
+            for (size_t i = 0; i < ctx.tenants.size(); i++) c.tenant_names[i] = c.tenant_name_store[i].c_str();
+            c.requesting_tenant = name_of(ctx.requesting_tenant);
+            c.erq = steward_evict_request{sizeof(steward_evict_request), c.params->bucket.c_str(), c.requesting_tenant.c_str(),
+                                          c.tenant_names.data()};
         }
+        c.victim = 0;
+        counters_->n_calls++;
+        if (!call_plugin(fn, [core = core_, t] {
+                PolicyCore& k = *core;
+                k.rc = t.choose_victim_v2 ? t.choose_victim_v2(k.self, &k.ecx, &k.erq, k.cands.data(), (uint32_t)k.cands.size(), &k.victim)
+                                          : t.choose_victim(k.self, &k.ecx, k.cands.data(), (uint32_t)k.cands.size(), &k.victim);
+            }))
+            return 0;
+        rc = c.rc;
+        victim = c.victim;
     }
-    const char* fn = t.choose_victim_v2 ? "choose_victim_v2()" : "choose_victim()";
     if (rc != STEWARD_PLUGIN_OK) {
         invalid(std::string(fn) + " returned error " + std::to_string(rc));
         return 0;
@@ -372,61 +499,62 @@ steward_spec_seq seq_view(const SpecSeqStats& q) {
 }  // namespace
 
 int32_t SpeculationPolicy::draft_budget(const steward_spec_stats& stats, bool* fallback) {
-    *fallback = false;
-    const steward_speculation_table& t = *lib_->speculation();
-    int32_t b = 0;
-    int rc;
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        counters_->n_calls++;
-        if (t.draft_budget_seq) {
-            SpecSeqStats q;
-            q.bucket = bucket_.c_str();
-            q.max_budget = stats.max_budget;
-            q.last_budget = stats.last_budget;
-            q.batch_size = stats.batch_size;
-            const steward_spec_seq v = seq_view(q);
-            rc = t.draft_budget_seq(self_, &v, &b);
-        } else {
-            rc = t.draft_budget(self_, &stats, &b);
-        }
-    }
-    if (rc != STEWARD_PLUGIN_OK || b < 0 || b > stats.max_budget) {
-        invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
-                                        : "draft budget " + std::to_string(b) + " is outside [0, " +
-                                              std::to_string(stats.max_budget) + "] (limits.max_draft_tokens)");
-        *fallback = true;
-        return 0;
-    }
-    return b;
+    SpecSeqStats q;
+    q.bucket = bucket_.c_str();
+    q.max_budget = stats.max_budget;
+    q.last_budget = stats.last_budget;
+    q.batch_size = stats.batch_size;
+    return ask(&stats, q, fallback);
 }
 
-int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallback) {
+int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallback) { return ask(nullptr, seq, fallback); }
+
+// stats: the per-bucket question (ABI 1's draft_budget) when not null, else one sequence's.
+int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback) {
     *fallback = false;
     const steward_speculation_table& t = *lib_->speculation();
     int32_t b = 0;
     int rc;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        counters_->n_calls++;
-        if (t.draft_budget_seq) {
-            const steward_spec_seq v = seq_view(seq);
-            rc = t.draft_budget_seq(self_, &v, &b);
+        if (worker_.busy()) {
+            call_plugin("draft budget call", [] {});
+            *fallback = true;
+            return 0;
+        }
+        PolicyCore& c = *core_;
+        c.spec_bucket = seq.bucket ? seq.bucket : "";
+        c.spec_tenant = seq.tenant ? seq.tenant : "";
+        c.seq = seq_view(seq);
+        c.seq.bucket = c.spec_bucket.c_str();
+        c.seq.tenant = c.spec_tenant.c_str();
+        if (stats) {
+            c.stats = *stats;
         } else {
             // ABI 1: the per-bucket question, with what one sequence's history says.
-            steward_spec_stats st{};
-            st.max_budget = seq.max_budget;
-            st.last_budget = seq.last_budget;
-            st.batch_size = seq.batch_size;
-            st.n_steps = seq.n_steps;
-            st.mean_accepted = seq.n_steps > 0 ? (double)seq.n_accepted / (double)seq.n_steps : 0.0;
-            rc = t.draft_budget(self_, &st, &b);
+            c.stats = steward_spec_stats{};
+            c.stats.max_budget = seq.max_budget;
+            c.stats.last_budget = seq.last_budget;
+            c.stats.batch_size = seq.batch_size;
+            c.stats.n_steps = seq.n_steps;
+            c.stats.mean_accepted = seq.n_steps > 0 ? (double)seq.n_accepted / (double)seq.n_steps : 0.0;
         }
+        c.budget = 0;
+        counters_->n_calls++;
+        if (!call_plugin("draft budget call", [core = core_, t] {
+                PolicyCore& k = *core;
+                k.rc = t.draft_budget_seq ? t.draft_budget_seq(k.self, &k.seq, &k.budget) : t.draft_budget(k.self, &k.stats, &k.budget);
+            })) {
+            *fallback = true;
+            return 0;
+        }
+        rc = c.rc;
+        b = c.budget;
     }
     if (rc != STEWARD_PLUGIN_OK || b < 0 || b > seq.max_budget) {
         invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
-                                        : "draft budget " + std::to_string(b) + " for request " + std::to_string(seq.request_id) +
-                                              " is outside [0, " + std::to_string(seq.max_budget) + "] (limits.max_draft_tokens)");
+                : "draft budget " + std::to_string(b) + (stats ? std::string() : " for request " + std::to_string(seq.request_id)) +
+                      " is outside [0, " + std::to_string(seq.max_budget) + "] (limits.max_draft_tokens)");
         *fallback = true;
         return 0;
     }

@@ -6,6 +6,7 @@
 #include <steward/policy.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -14,6 +15,7 @@
 
 #include "config/config.h"
 #include "kv/block_pool.h"
+#include "plugin/decision_worker.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/route.h"
 
@@ -29,10 +31,22 @@ struct PolicyCounters {
     std::atomic<int64_t> n_invalid{0};  // error codes and rejected decisions (safe default used)
     std::atomic<int64_t> n_declined{0}; // eviction: "no victim" answers (an ordinary outcome, not invalid)
     std::atomic<int64_t> n_outcomes{0}; // routing: on_outcome calls
+    // Decisions answered by the safe default because the plugin did not answer within the budget: the
+    // call that overran, and every call made while that abandoned call was still running.
+    std::atomic<int64_t> n_timed_out{0};
 };
+
+struct PolicyCore;  // the plugin's instance and the in-flight call's inputs and outputs (policies.cpp)
 
 // What every instance shares: the library, the plugin's instance pointer, a lock (the ABI promises
 // one call at a time per instance), counters and the logged-once flag.
+//
+// Time budget (set_budget_ms; 0 = none, the default for an instance made directly): each decision runs
+// on the instance's own worker thread and the caller waits at most the budget. Past it the caller gets
+// the safe default, counted in n_timed_out; the abandoned call runs on (on copies of its inputs) and,
+// until it returns, every further call gets the safe default at once. So a plugin that sleeps or loops
+// delays its caller by one budget, then by nothing; it never stalls the router or an engine step for
+// longer. A plugin that never returns keeps one thread (and its library) until the process exits.
 class PolicyInstance {
 public:
     virtual ~PolicyInstance();
@@ -43,6 +57,9 @@ public:
     const std::string& plugin() const { return plugin_; }  // as the config names it
     const PluginLibrary& library() const { return *lib_; }
     const std::shared_ptr<PolicyCounters>& counters() const { return counters_; }
+    void set_budget_ms(double ms) { budget_ms_ = ms; }
+    double budget_ms() const { return budget_ms_; }
+    bool busy() const { return worker_.busy(); }  // an abandoned call is still running
 
 protected:
     PolicyInstance() = default;
@@ -61,14 +78,19 @@ protected:
     }
     // Counts an invalid answer; logs the first one of this instance.
     void invalid(const std::string& what);
+    // Runs `call` (which must touch only what it captures by value, e.g. core_) under the budget, with
+    // mu_ held by the caller. False: the safe default is to be used (timed out or busy; counted, logged
+    // once) and the call's outputs in core_ must not be read.
+    bool call_plugin(const char* fn, std::function<void()> call);
 
     std::shared_ptr<PluginLibrary> lib_;
-    steward_policy* self_ = nullptr;
-    std::unique_ptr<steward_params> params_;
+    std::shared_ptr<PolicyCore> core_;  // shared with an abandoned call
     std::mutex mu_;
     std::string bucket_, plugin_;
     std::shared_ptr<PolicyCounters> counters_;
-    std::atomic<bool> logged_{false};
+    std::atomic<bool> logged_{false}, logged_timeout_{false};
+    double budget_ms_ = 0;
+    DecisionWorker worker_;  // declared after core_: stopped (or left to an abandoned call) first
 };
 
 class RoutingPolicy : public PolicyInstance {
@@ -104,11 +126,6 @@ public:
     // k_no_victim and is counted as declined.
     size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) override;
     ~PluginEvictionPolicy() override;
-
-private:
-    std::vector<steward_evict_candidate> cands_;  // under mu_
-    std::vector<steward_evict_tenant> tenants_;
-    std::vector<const char*> tenant_names_;
 };
 
 // One sequence's speculation figures for one step (the host side of steward_spec_seq). Strings are
@@ -138,6 +155,9 @@ public:
     // sequence gives (see policy.h). Thread-safe; one call per sequence per step.
     int32_t draft_budget_seq(const SpecSeqStats& seq, bool* fallback);
     ~SpeculationPolicy() override;
+
+private:
+    int32_t ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback);
 };
 
 }  // namespace steward

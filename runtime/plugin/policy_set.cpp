@@ -1,6 +1,8 @@
 // Creating a config generation's policy instances, bucket by bucket.
 #include "plugin/policy_set.h"
 
+#include "plugin/plugin_check.h"
+
 namespace steward {
 
 std::shared_ptr<PolicyCounters> PolicyCounterRegistry::get(const std::string& bucket, const std::string& kind,
@@ -32,6 +34,10 @@ Expected<std::shared_ptr<Policy>> make_policy(const PolicySpec& spec, PolicyKind
     if (!lib) return make_error(spec.where, ": bucket '", b.name, "': ", lib.error().message);
     std::vector<std::string> pools;
     for (const PoolConfig& pc : config.pools) pools.push_back(pc.name);
+    if (config.plugins.check_in_child) {
+        auto ok = check_plugin_in_child(*lib, spec, b.name, pools, config.plugins.check_timeout_ms);
+        if (!ok) return ok.error();
+    }
     auto p = Policy::create(*lib, spec, b.name, counters.get(b.name, policy_kind_name(kind), spec.plugin), pools);
     if (!p) return p.error();
     return std::shared_ptr<Policy>(std::move(*p));
@@ -48,16 +54,20 @@ Expected<std::vector<BucketPolicies>> create_policies(const Config& config, Plug
             auto p = make_policy<RoutingPolicy>(*b.routing, PolicyKind::ROUTING, b, config, loader, counters);
             if (!p) return p.error();
             out[i].routing = *p;
+            (*p)->set_budget_ms(config.plugins.decision_budget_ms);
         }
         if (b.eviction) {
             auto p = make_policy<PluginEvictionPolicy>(*b.eviction, PolicyKind::EVICTION, b, config, loader, counters);
             if (!p) return p.error();
             out[i].eviction = *p;
+            (*p)->set_budget_ms(config.plugins.step_decision_budget_ms);
         }
         if (b.speculation) {
             auto p = make_policy<SpeculationPolicy>(*b.speculation, PolicyKind::SPECULATION, b, config, loader, counters);
             if (!p) return p.error();
             out[i].speculation = *p;
+            // The router asks the per-bucket budget off any step: the routing budget applies.
+            (*p)->set_budget_ms(config.plugins.decision_budget_ms);
         }
     }
     return out;

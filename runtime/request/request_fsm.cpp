@@ -2,6 +2,7 @@
 #include "request/request_fsm.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "plugin/pool_estimates.h"
 
@@ -88,6 +89,30 @@ RequestActions RequestFsm::on_cancel() {
     cancel_requested_ = true;
     for (int i = 0; i < n_run_roles; i++)
         if (runs_[i].active) out.push_back(CancelRun{(RunRole)i, runs_[i].pool, run_engine_id(setup_.id, (RunRole)i)});
+    return out;
+}
+
+RequestActions RequestFsm::on_deadline(double now) {
+    RequestActions out;
+    if (done_ || answered_) return out;
+    const bool was_routed = routed_;
+    routed_ = true;  // a route answer arriving later starts nothing
+    for (int i = 0; i < n_run_roles; i++)
+        if (runs_[i].active) out.push_back(CancelRun{(RunRole)i, runs_[i].pool, run_engine_id(setup_.id, (RunRole)i)});
+    RunEnd e;
+    e.reason = FinishReason::TIMEOUT;
+    e.t_s = now;
+    const double limit_ms = (setup_.deadline_s - setup_.arrival_s) * 1e3;
+    e.error = std::string("timed out after ") + std::to_string((long long)std::llround(limit_ms)) + " ms (limits.request_timeout_ms) " +
+              (was_routed ? "before its run finished" : "while it was being routed") +
+              "; raise request_timeout_ms, or look at the pool's queue and steward:plugin_timed_out_decisions_total";
+    if (was_routed) {
+        const Run& a = run(answer_);
+        e.n_prompt = a.end.n_prompt;
+        e.n_cached = a.end.n_cached;
+    }
+    finish(e, now, out);
+    maybe_done(out);
     return out;
 }
 

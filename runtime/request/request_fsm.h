@@ -150,6 +150,10 @@ public:
                              double now);
     RequestActions on_run_end(RunRole role, const RunEnd& end, double now);
     RequestActions on_cancel();
+    // The request's deadline timer fired (the actor's timer, not a step): unless it is answered, it
+    // finishes TIMEOUT to the caller now and cancels its runs, whatever the router, a plugin or an
+    // engine is doing; the runs' later ends only complete it (RequestDone).
+    RequestActions on_deadline(double now);
 
     bool finished() const { return answered_; }  // FinishRequest was returned
     bool done() const { return done_; }          // RequestDone was returned

@@ -37,6 +37,14 @@
  * instance), but different instances of the same library may be called concurrently from different
  * threads: keep mutable state in the instance, not in globals.
  *
+ * Time budgets. Each decision (route, route_v2, check_upgrade, on_outcome, choose_victim*,
+ * draft_budget*) runs on a thread of the instance's own and the host waits for it at most a budget
+ * ([plugins] decision_budget_ms, 50 ms by default, for routing; step_decision_budget_ms, 20 ms, for
+ * decisions inside an engine step). Past it the host uses the safe default and counts it
+ * (steward:plugin_timed_out_decisions_total); the call is not interrupted, and until it returns the
+ * instance gets no further calls (their answers are the safe default). Inputs stay valid until the
+ * call returns, also after the host gave up waiting. create() and destroy() have no budget.
+ *
  * Errors. Functions return STEWARD_PLUGIN_OK or an error code. A decision function that returns an error,
  * or returns a decision the host finds invalid (a pool that does not exist, a victim that is not an
  * evictable block, a draft budget outside [0, max]), is logged once per instance, counted in the

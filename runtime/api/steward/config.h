@@ -109,6 +109,14 @@ struct LimitsConfig {
 // [plugins]
 struct PluginsConfig {
     std::vector<std::string> dirs;  // searched for plugins named by name (relative to the config file)
+    // Time budgets of one plugin decision (0: none, the plugin is called on the caller's thread).
+    // Past it the safe default is used and counted (steward:plugin_timed_out_decisions_total).
+    double decision_budget_ms = 50;       // routing (route, check_upgrade, on_outcome) and the router's draft budget
+    double step_decision_budget_ms = 20;  // inside an engine step: eviction, per-sequence draft budgets
+    // Before a config (at start or reload) adopts a plugin, load it in a forked child and run create()
+    // and one decision of each kind there: a crash or hang fails the load, naming the plugin.
+    bool check_in_child = false;
+    double check_timeout_ms = 5000;  // the child's time limit
 };
 
 // [reload]

@@ -370,3 +370,60 @@ TEST_CASE("end-to-end latency is never below TTFT, even when the executor's fini
     CHECK(f.result.metrics.e2e_ms == Approx(550.0));
     CHECK(f.record.t_finish_s >= *f.record.t_first_token_s);
 }
+
+TEST_CASE("the deadline timer finishes a routed request TIMEOUT at once, cancels its run, and is done when the run ends",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestSetup s = setup();
+    s.deadline_s = 100.5;
+    RequestFsm fsm(s, vocab, routing);
+    RouteChoice r;
+    r.bucket = "qa";
+    r.pool = 1;
+    REQUIRE(all_of<SubmitRun>(fsm.on_route(r, 100.0)).size() == 1);
+    RequestActions out = fsm.on_deadline(100.6);
+    REQUIRE(all_of<CancelRun>(out).size() == 1);
+    CHECK(all_of<CancelRun>(out)[0].pool == 1);
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    const GenerationResult g = all_of<FinishRequest>(out)[0].result;
+    CHECK(g.finish == FinishReason::TIMEOUT);
+    INFO(g.error);
+    CHECK(g.error.find("timed out after 500 ms (limits.request_timeout_ms)") != std::string::npos);
+    CHECK(all_of<RequestDone>(out).empty());  // the run is still in the engine
+    CHECK(fsm.finished());
+    // The stuck run's late end neither answers again nor streams: it only completes the request.
+    out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::CANCELLED, 3, 0, 100.7), 100.7);
+    CHECK(all_of<FinishRequest>(out).empty());
+    REQUIRE(out.size() >= 1);
+    CHECK(std::holds_alternative<RequestDone>(out.back()));
+    CHECK(fsm.on_deadline(100.8).empty());
+}
+
+TEST_CASE("the deadline timer finishes a request still being routed, and a late route starts no run", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestSetup s = setup();
+    s.deadline_s = 101.0;
+    RequestFsm fsm(s, vocab, routing);
+    RequestActions out = fsm.on_deadline(101.1);
+    CHECK(all_of<CancelRun>(out).empty());
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    CHECK(all_of<FinishRequest>(out)[0].result.finish == FinishReason::TIMEOUT);
+    CHECK(all_of<FinishRequest>(out)[0].result.error.find("while it was being routed") != std::string::npos);
+    CHECK(std::holds_alternative<RequestDone>(out.back()));
+    CHECK(fsm.on_route(cascade(2), 101.2).empty());
+}
+
+TEST_CASE("the deadline timer does nothing to a request already answered", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestSetup s = setup();
+    s.deadline_s = 101.0;
+    RequestFsm fsm(s, vocab, routing);
+    RouteChoice r;
+    fsm.on_route(r, 100.0);
+    const RequestActions out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 3, 0, 100.2), 100.2);
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    CHECK(fsm.on_deadline(101.1).empty());
+}
