@@ -58,6 +58,8 @@ caf::behavior kv_allocator_actor(self_ptr self, AdmissionOptions opt, AdmissionF
             publish_figures(self);
             return to_answer(r.id, d);
         },
+        // Answers (empty) once the release is in the figures: the request waits for it before it
+        // counts as finished, so drain() sees every reservation released.
         [=](release_atom, uint64_t id) {
             auto& st = self->state;
             st.waiting.erase(id);

@@ -100,6 +100,8 @@ struct request_state {
     std::unique_ptr<BucketRouting> routing;
     std::unique_ptr<RequestFsm> core;
     RunAdmission admission[3];                 // by RunRole
+    int n_releases_pending = 0;                // releases the allocators have not confirmed yet
+    bool core_done = false;                    // the core said RequestDone
     static inline const char* name = "request";
 };
 
@@ -244,6 +246,15 @@ void submit(self_ptr self, SubmitRun&& s) {
               });
 }
 
+// The request leaves the in-flight table (drain() waits for that) once the core is done AND every
+// allocator confirmed its release: after drain(), every reservation is released and in the figures.
+void maybe_quit(self_ptr self) {
+    auto& st = self->state;
+    if (!st.core_done || st.n_releases_pending > 0) return;
+    st.ctx->shared->finished(st.ctx->id);
+    self->quit();
+}
+
 // Executes the core's actions in order.
 void execute(self_ptr self, RequestActions&& actions) {
     auto& st = self->state;
@@ -284,8 +295,8 @@ void execute(self_ptr self, RequestActions&& actions) {
             std::lock_guard<std::mutex> lk(sh.metrics_mu);
             sh.metrics->record_quality(q->bucket, q->pool, q->agreement, q->exact);
         } else if (std::holds_alternative<RequestDone>(a)) {
-            sh.finished(ctx.id);
-            self->quit();
+            st.core_done = true;
+            maybe_quit(self);
         }
     }
 }
@@ -350,8 +361,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             // unknown id (a refused run, or one that never asked).
             const RunRole role = run_role_of(f.id);
             if (const int32_t pool = self->state.admission[(int)role].pool; pool >= 0)
-                if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator)
-                    self->send(alloc, release_atom::value, f.id);
+                if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator) {
+                    self->state.n_releases_pending++;
+                    auto confirmed = [=] {
+                        self->state.n_releases_pending--;
+                        maybe_quit(self);
+                    };
+                    self->request(alloc, caf::infinite, release_atom::value, f.id)
+                        .then([=]() { confirmed(); }, [=](caf::error&) { confirmed(); });
+                }
             execute(self, self->state.core->on_run_end(role, run_end(f), now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
