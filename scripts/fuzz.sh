@@ -13,6 +13,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_config fuzz_workload fuzz_plugin_decision)
 dir="${STEWARD_FUZZ_BUILD:-build-fuzz}"
 launcher=()
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"  # with -g, ccache would otherwise hash the build directory
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 t0=$(date +%s)
