@@ -38,17 +38,17 @@ for t in "${targets[@]}"; do
   [ -n "${dicts[$t]:-}" ] && args+=(-dict="tests/fuzz/dict/${dicts[$t]}.dict")
   rc=0
   "$dir/tests/fuzz/$t" "${args[@]}" "$corpus" >"$work/$t/log" 2>&1 || rc=$?
-  done_line=$(grep -E '^#[0-9]+.*(DONE|cov:)' "$work/$t/log" | tail -1 || true)
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$work/$t/log" | grep -oE '[0-9]+$' || echo "${done_line%% *}")
-  eps=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$work/$t/log" | grep -oE '[0-9]+$' || echo "?")
-  cov=$(grep -oE 'cov: [0-9]+' <<<"$done_line" | grep -oE '[0-9]+' || echo "?")
-  ft=$(grep -oE 'ft: [0-9]+' <<<"$done_line" | grep -oE '[0-9]+' || echo "?")
+  done_line=$(grep -aE '^#[0-9]+.*(DONE|cov:)' "$work/$t/log" | tail -1 || true)
+  execs=$(grep -aoE 'stat::number_of_executed_units: *[0-9]+' "$work/$t/log" | grep -aoE '[0-9]+$' || echo "${done_line%% *}")
+  eps=$(grep -aoE 'stat::average_exec_per_sec: *[0-9]+' "$work/$t/log" | grep -aoE '[0-9]+$' || echo "?")
+  cov=$(grep -aoE 'cov: [0-9]+' <<<"$done_line" | grep -aoE '[0-9]+' || echo "?")
+  ft=$(grep -aoE 'ft: [0-9]+' <<<"$done_line" | grep -aoE '[0-9]+' || echo "?")
   n_crash=$(find "$art" -type f | wc -l)
   printf '%-22s %12s %9s %7s %7s %8s\n' "$t" "${execs:-?}" "$eps" "$cov" "$ft" "$n_crash"
   if [ "$rc" -ne 0 ] || [ "$n_crash" -gt 0 ]; then
     failed+=("$t")
     echo "fuzz: $t failed (exit $rc); inputs in $art, log $work/$t/log:" >&2
-    grep -E 'ERROR|invariant|runtime error|SUMMARY' "$work/$t/log" | head -5 >&2 || true
+    grep -aE 'ERROR|invariant|runtime error|SUMMARY' "$work/$t/log" | head -5 >&2 || true
   fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
