@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian package Steward builds, tests and runs with (Debian 12, as root).
+# Installs every Debian package Steward builds, tests, fuzzes and runs with (Debian 12, as root).
 # Safe to run again: apt-get skips what is already installed.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libcaf-dev libtomlplusplus-dev libspdlog-dev libfmt-dev catch2
       libboost-dev libboost-system-dev libopenblas-dev nlohmann-json3-dev
-      libcli11-dev libpcre2-dev curl)
+      libcli11-dev libpcre2-dev curl
+      clang libclang-rt-14-dev libomp-dev)  # the fuzz tree: Clang, libFuzzer's runtime, Clang's OpenMP
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

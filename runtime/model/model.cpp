@@ -2,6 +2,7 @@
 // into the mapping, every tensor shape checked against the hyper-parameters.
 #include "model/model.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -133,9 +134,11 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         w.output = w.tok_embd;
         w.tied_output = true;
     }
-    w.layers.resize(p.n_layer);
+    // Grown layer by layer: a hostile block_count (up to 2^24) must not allocate gigabytes before
+    // the first missing tensor is noticed (found by fuzz_gguf).
+    w.layers.reserve(std::min<size_t>((size_t)p.n_layer, f.tensors().size()));
     for (int l = 0; l < p.n_layer && r; l++) {
-        LayerWeights& L = w.layers[l];
+        LayerWeights& L = w.layers.emplace_back();
         const std::string b = "blk." + std::to_string(l) + ".";
         r = get(b + "attn_norm.weight", E, 1, true, L.attn_norm);
         if (r) r = get(b + "attn_q.weight", E, Q, true, L.wq);

@@ -306,7 +306,7 @@ Expected<Workload> parse_workload(std::string_view jsonl) {
         json j;
         try {
             j = json::parse(line);
-        } catch (const json::parse_error& e) {
+        } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double (1e999)
             std::string what = e.what();
             size_t cut = what.find("] ");
             if (cut != std::string::npos) what = what.substr(cut + 2);

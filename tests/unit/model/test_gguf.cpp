@@ -24,6 +24,7 @@
 
 #include "model/ggml_types.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 using namespace steward;
 
@@ -1071,4 +1072,19 @@ TEST_CASE("type tables give ggml's names and sizes", "[gguf]") {
     dequantize_row(GgmlType::BF16, bh, out, 2);
     CHECK(out[0] == 1.0f);
     CHECK(out[1] == -3.0f);
+}
+
+// Found by fuzz_gguf (tests/fuzz/corpus/fuzz_gguf/regress-model-layers-oom.seed, a 95 KiB synthetic
+// model with a mutated block_count of ~16M): the loader sized its layer table from block_count before
+// looking for blk.0's tensors and allocated 3 GB. It now grows the table as layers load; under
+// scripts/fuzz.sh's 2 GiB limit the seed itself fails the run if that comes back.
+TEST_CASE("A model whose block_count exceeds its layer tensors is refused, naming the missing tensor", "[gguf]") {
+    const std::string path = std::string(STEWARD_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_gguf/regress-model-layers-oom.seed";
+    auto file = GgufFile::open(path);
+    REQUIRE(file.ok());
+    REQUIRE((*file)->get_int("llama.block_count").value_or(0) > 1000000);
+    auto model = Model::from_gguf(std::move(*file));
+    REQUIRE(!model.ok());
+    INFO(model.error().message);
+    CHECK(model.error().message.find("blk.") != std::string::npos);
 }

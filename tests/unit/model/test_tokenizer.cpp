@@ -415,3 +415,15 @@ TEST_CASE("StreamDecoder never emits a partial UTF-8 character", "[tokenizer]") 
         CHECK(all == text);
     }
 }
+
+// From fuzz_tokenizer_spm (tests/fuzz/corpus/fuzz_tokenizer_spm/regress-sp-marker.bin): SentencePiece
+// writes a space as U+2581, so a U+2581 in the input decodes as a space (as in llama.cpp); every other
+// byte, ill-formed ones included, comes back as it was. The fuzz target checks exactly this promise.
+TEST_CASE("SPM decodes a U+2581 in the input as a space and keeps every other byte", "[tokenizer]") {
+    auto tok = load_vocab("llama-spm");
+    const std::string text = "\xF0+\xF2\xE2\x96\x81 a\xE2\x96\x81\xE2\x96\x81" "b";
+    CHECK(tok->decode(tok->encode(text, false)) == "\xF0+\xF2  a  b");
+    CHECK(tok->decode(tok->encode(text, true)) == "\xF0+\xF2  a  b");
+    auto bpe = load_vocab("llama-bpe");
+    CHECK(bpe->decode(bpe->encode(text, false)) == text);  // byte-level BPE keeps it as it is
+}

@@ -362,3 +362,17 @@ TEST_CASE("agent sessions have consecutive turns in arrival order with pauses be
         }
     }
 }
+
+// Found by fuzz_workload (tests/fuzz/corpus/fuzz_workload/regress-number-overflow): a number past
+// double's range made nlohmann throw out_of_range out of parse_workload.
+TEST_CASE("a number too large for a double is an error naming the line, not an exception", "[workload]") {
+    for (const char* text : {"2e2804", "{\"arrival_ms\": 1e999, \"prompt\": \"hi\", \"max_tokens\": 1}",
+                             "\n{\"arrival_ms\": 0, \"prompt\": \"hi\", \"max_tokens\": -1e400}"}) {
+        INFO(text);
+        Expected<Workload> w = make_error("unset");
+        REQUIRE_NOTHROW(w = parse_workload(text));
+        REQUIRE(!w.ok());
+        CHECK(w.error().message.rfind("workload line ", 0) == 0);
+        CHECK(w.error().message.find("number overflow") != std::string::npos);
+    }
+}
