@@ -227,8 +227,14 @@ plugin = "crash_create"
     REQUIRE_FALSE(g.ok());
     INFO(g.error().message);
     CHECK_THAT(g.error().message, Catch::Contains("plugin 'crash_create'"));
+#if defined(__SANITIZE_ADDRESS__)
+    // The sanitizers' runtime catches the null store in the child and exits it with an error
+    // status instead of letting the signal through: the check still refuses, in other words.
+    CHECK_THAT(g.error().message, Catch::Contains("in create()"));
+#else
     CHECK_THAT(g.error().message, Catch::Contains("crashed in create()"));
     CHECK_THAT(g.error().message, Catch::Contains("signal 11"));
+#endif
     GenerationRequest q;
     q.prompt_ids = ids(10, 1);
     q.max_tokens = 2;
