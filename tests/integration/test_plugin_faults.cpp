@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "api/runtime.h"
+#include "run_all.h"
 #include "two_pool_config.h"
 
 using namespace steward;
@@ -33,21 +34,6 @@ std::string pools_with(const std::string& plugin_keys, TwoPoolOptions o = {}) {
     const std::string key = "[plugins]\n";
     t.replace(t.find(key), key.size(), key + plugin_keys + "\n");
     return t;
-}
-
-std::vector<GenerationResult> run_all(Runtime& r, const std::vector<GenerationRequest>& reqs) {
-    std::vector<GenerationResult> out(reqs.size());
-    std::mutex mu;
-    for (size_t i = 0; i < reqs.size(); i++) {
-        RequestCallbacks cb;
-        cb.on_finish = [&, i](const GenerationResult& res) {
-            std::lock_guard<std::mutex> lk(mu);
-            out[i] = res;
-        };
-        r.submit(reqs[i], std::move(cb));
-    }
-    r.drain();
-    return out;
 }
 
 struct PolicyRow {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/runtime.h"
+#include "run_all.h"
 #include "two_pool_config.h"
 
 using namespace steward;
@@ -27,22 +28,6 @@ std::unique_ptr<Runtime> start(const std::string& name, const std::string& text)
     auto rt = Runtime::start(write_config(name, text));
     if (!rt) FAIL(rt.error().message);
     return std::move(rt.value());
-}
-
-// Submits every request at once and waits for all results (in submission order).
-std::vector<GenerationResult> run_all(Runtime& r, const std::vector<GenerationRequest>& reqs) {
-    std::vector<GenerationResult> out(reqs.size());
-    std::mutex mu;
-    for (size_t i = 0; i < reqs.size(); i++) {
-        RequestCallbacks cb;
-        cb.on_finish = [&, i](const GenerationResult& res) {
-            std::lock_guard<std::mutex> lk(mu);
-            out[i] = res;
-        };
-        r.submit(reqs[i], std::move(cb));
-    }
-    r.drain();
-    return out;
 }
 
 std::string hint_bucket(const std::string& name, const std::string& routing) {
