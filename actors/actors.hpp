@@ -38,6 +38,13 @@ caf::actor spawn_cache(caf::actor_system& sys);
 // pool's per-tenant figures after every change (the runtime puts them into the metrics).
 using AdmissionFiguresFn = std::function<void(const std::string& pool, std::vector<TenantAdmission> figures)>;
 caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures = {});
+// One per runtime: deadlines by owner (runtime/util/deadline_queue). (timer_add_atom, owner, at_s,
+// target, kind, arg) sends `target` req_deadline_atom (kind TimerKind::request) or (deadline_atom, arg)
+// (kind TimerKind::admission) at now_s() >= at_s; (timer_cancel_atom, owner) forgets every deadline
+// of the owner and its handle. Unlike delayed_send to itself, a finished request is not held alive
+// until its deadline.
+enum class TimerKind : int32_t { request = 0, admission = 1 };
+caf::actor spawn_timer(caf::actor_system& sys);
 // One per request.
 struct RequestContext;
 caf::actor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx);

@@ -31,6 +31,9 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 using quota_atom = caf::atom_constant<caf::atom("quota")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  // a run's deadline passed while it waited
 using req_deadline_atom = caf::atom_constant<caf::atom("reqdeadln")>;  // the request's deadline timer fired
+using timer_add_atom = caf::atom_constant<caf::atom("timeradd")>;        // timer_actor: a deadline for an owner
+using timer_cancel_atom = caf::atom_constant<caf::atom("timercncl")>;    // timer_actor: forget an owner's deadlines
+using timer_tick_atom = caf::atom_constant<caf::atom("timertick")>;      // timer_actor, to itself
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 

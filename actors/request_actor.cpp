@@ -234,8 +234,9 @@ void submit(self_ptr self, SubmitRun&& s) {
     AdmitRequest ar{m.id, st.ctx->req.tenant, Admission::blocks_for((int64_t)m.prompt.size(), m.max_tokens, ph.cfg.block_size)};
     const uint64_t id = m.id;
     // The engine enforces the deadline once the run is there; while it waits for admission, a timer.
-    if (const double left = m.deadline_s - now_s(); m.deadline_s > 0)
-        self->delayed_send(self, std::chrono::microseconds((int64_t)(std::max(0.0, left) * 1e6)), deadline_atom::value, id);
+    if (m.deadline_s > 0)
+        self->send(st.ctx->shared->timers, timer_add_atom::value, st.ctx->id, m.deadline_s, caf::actor(self),
+                   (int32_t)TimerKind::admission, id);
     ad.waiting = true;
     ad.pending = std::move(m);
     self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
@@ -252,6 +253,7 @@ void maybe_quit(self_ptr self) {
     auto& st = self->state;
     if (!st.core_done || st.n_releases_pending > 0) return;
     st.ctx->shared->finished(st.ctx->id);
+    self->send(st.ctx->shared->timers, timer_cancel_atom::value, st.ctx->id);  // its handle goes with them
     self->quit();
 }
 
@@ -333,8 +335,8 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     if (const double timeout = snap.config->limits.request_timeout_ms; timeout > 0) {
         const double dl = ctx->arrival_s + timeout / 1e3;
         constexpr double k_grace_s = 0.025;
-        self->delayed_send(self, std::chrono::microseconds((int64_t)(std::max(0.0, dl + k_grace_s - now_s()) * 1e6)),
-                           req_deadline_atom::value);
+        self->send(ctx->shared->timers, timer_add_atom::value, ctx->id, dl + k_grace_s, caf::actor(self),
+                   (int32_t)TimerKind::request, uint64_t{0});
     }
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(

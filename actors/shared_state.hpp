@@ -81,6 +81,7 @@ struct SharedState {
     }
 
     caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
+    caf::actor timers;                      // the runtime's timer actor (request and admission deadlines)
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id
 
     PluginLoader plugins;

@@ -171,9 +171,11 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     impl->config_path = config.path == "<string>" ? "" : config.path;
     impl->options = std::move(options);
     impl->shared->cache = spawn_cache(*impl->sys);
+    impl->shared->timers = spawn_timer(*impl->sys);
     auto snap = impl->build(config, nullptr);
     if (!snap) {  // build() spawns executors only once everything validated
         caf::anon_send_exit(impl->shared->cache, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(impl->shared->timers, caf::exit_reason::user_shutdown);
         return snap.error();
     }
     SharedState& sh = *impl->shared;
@@ -214,6 +216,7 @@ Runtime::~Runtime() {
         cur.reset();
     }
     caf::anon_send_exit(impl_->shared->cache, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(impl_->shared->timers, caf::exit_reason::user_shutdown);
     impl_->sys.reset();  // waits for every actor
 }
 
