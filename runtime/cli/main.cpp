@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <charconv>
+#include <cstdint>
 #include <iostream>
+#include <random>
 #include <string>
 
 #include "cli/commands.h"
@@ -24,6 +27,32 @@ int steward::cli_fail(const std::string& msg) {
 namespace {
 
 int fail(const std::string& msg) { return cli_fail(msg); }
+
+// --seed N: N >= 0, or -1 for a random seed (llama.cpp's convention), printed so the run can be
+// repeated. Anything else is refused rather than wrapped around to a huge unsigned seed.
+CLI::Option* add_seed_option(CLI::App* app, uint64_t& seed, const std::string& what) {
+    return app
+        ->add_option_function<std::string>(
+            "--seed",
+            [&seed, what](const std::string& text) {
+                if (text == "-1") {
+                    std::random_device rd;
+                    seed = ((uint64_t)rd() << 32 | rd()) & (uint64_t)INT64_MAX;
+                    std::fprintf(stderr, "%s: --seed -1 drew seed %llu\n", what.c_str(), (unsigned long long)seed);
+                    return;
+                }
+                uint64_t v = 0;
+                const char* end = text.data() + text.size();
+                auto [p, ec] = std::from_chars(text.data(), end, v);
+                if (text.empty() || ec != std::errc() || p != end)
+                    throw CLI::ValidationError("--seed", "'" + text + "' is not a seed: give an integer from 0 to " +
+                                                             std::to_string(UINT64_MAX) + ", or -1 for a random one");
+                seed = v;
+            },
+            what + " (-1: a random one, printed)")
+        ->type_name("INT")
+        ->default_str(std::to_string(seed));
+}
 
 }  // namespace
 
@@ -49,7 +78,7 @@ int main(int argc, char** argv) {
     synth->add_option("--vocab", spec.n_vocab, "Vocabulary size")->capture_default_str();
     synth->add_option("--ctx", spec.n_ctx, "Context length")->capture_default_str();
     synth->add_option("--dtype", dtype_s, "Weight type: f32, f16, bf16, q8_0")->capture_default_str();
-    synth->add_option("--seed", spec.seed, "Weight seed")->capture_default_str();
+    add_seed_option(synth, spec.seed, "Weight seed");
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
     synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
@@ -67,7 +96,7 @@ int main(int argc, char** argv) {
     gen->add_option("--temp", temp, "Temperature (0: greedy)")->capture_default_str();
     gen->add_option("--top-p", top_p, "Nucleus sampling mass")->capture_default_str();
     gen->add_option("--top-k", top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
-    gen->add_option("--seed", seed, "Sampling seed")->capture_default_str();
+    add_seed_option(gen, seed, "Sampling seed");
     gen->add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
     gen->add_flag("--kv-f16", kv_f16, "Store the KV cache in F16");
     gen->add_flag("--ids", print_ids, "Also print the generated token ids on one line");
@@ -80,7 +109,7 @@ int main(int argc, char** argv) {
     run->add_option("--requests", ro.n_requests, "Requests of the generated workload")->capture_default_str();
     run->add_option("--rate", ro.rate, "Arrival rate of the generated workload (req/s)")->capture_default_str();
     run->add_option("--scale", ro.scale, "Multiply prompt and output lengths")->capture_default_str();
-    run->add_option("--seed", ro.seed, "Workload seed")->capture_default_str();
+    add_seed_option(run, ro.seed, "Workload seed");
     run->add_flag("--burst", ro.burst, "Bursty arrivals");
     run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
     run->add_option("-o,--out", ro.out_path, "Report JSON path")->capture_default_str();

@@ -66,6 +66,7 @@ int cmd_run(const RunOptions& o) {
         gp.scale = o.scale;
         gp.seed = o.seed;
         gp.burst = o.burst;
+        if (auto ok = check_workload_gen(gp); !ok) return cli_fail(ok.error().message);
         wl = generate_workload(gp);
     }
     if (!o.save_workload.empty()) {

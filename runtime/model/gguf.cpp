@@ -2,6 +2,7 @@
 // u64 n_kv, n_kv x (string key, u32 type, value), n_tensors x (string name, u32 n_dims,
 // u64 ne[n_dims], u32 type, u64 offset), padding to `general.alignment`, tensor data.
 #include "model/gguf.h"
+#include "model/mapping_guard.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -170,9 +171,14 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
         f->map_ = m;
         f->map_size_ = f->size_;
         f->base_ = static_cast<const uint8_t*>(m);
+        f->guard_ = std::make_unique<MappedFileGuard>(path, fd, m, f->size_);  // keeps and closes fd
+    } else {
+        ::close(fd);
     }
-    ::close(fd);
     auto r = f->parse_impl();
+    // Truncated while it was parsed: what was read may be zeros, so whatever parse said is moot.
+    if (f->guard_ && f->guard_->faulted())
+        return make_error("the model file '", path, "' changed while it was being loaded (truncated); load it again once it is written");
     if (!r) return r.error();
     return f;
 }
@@ -199,6 +205,7 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> by
 }
 
 GgufFile::~GgufFile() {
+    guard_.reset();  // no fault may be turned into zero pages of a range about to be unmapped
     if (map_) munmap(map_, map_size_);
 }
 

@@ -15,6 +15,8 @@
 
 namespace steward {
 
+class MappedFileGuard;  // model/mapping_guard.h
+
 enum class GgufType : uint32_t {
     UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
     STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
@@ -80,9 +82,12 @@ public:
     std::optional<std::vector<std::string_view>> get_string_array(std::string_view key) const;
     std::optional<std::vector<float>> get_f32_array(std::string_view key) const;
     std::optional<std::vector<int32_t>> get_i32_array(std::string_view key) const;
-    // The file's mapping (null / 0 for a parsed buffer): what MappedFileGuard protects.
+    // The file's mapping (null / 0 for a parsed buffer), and its guard (null for a parsed buffer):
+    // registered before the first byte is parsed, so a file truncated while it loads or while it is
+    // served faults into zero pages and an error instead of SIGBUS (model/mapping_guard.h).
     const void* mapped_data() const { return map_; }
     size_t mapped_size() const { return map_size_; }
+    const MappedFileGuard* guard() const { return guard_.get(); }
 
 private:
     GgufFile() = default;
@@ -94,6 +99,7 @@ private:
     std::vector<uint8_t> owned_;
     void* map_ = nullptr;  // non-null when we own an mmap
     size_t map_size_ = 0;
+    std::unique_ptr<MappedFileGuard> guard_;  // unregistered before the unmap (see the destructor)
     uint32_t version_ = 0;
     uint32_t alignment_ = 32;
     std::map<std::string, GgufValue, std::less<>> kv_;

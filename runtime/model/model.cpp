@@ -24,8 +24,8 @@ bool arch_supported(const std::string& arch) { return arch == "llama" || arch ==
 }  // namespace
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
-    // The guard watches the file through a descriptor opened before the mapping, and the path must
-    // still name that same file afterwards: otherwise it may watch one file and serve another.
+    // The path must still name the file that was mapped: otherwise the guard may watch one file and
+    // the model serve another.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     auto f = GgufFile::open(path);
     if (!f) {
@@ -38,18 +38,16 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
         if (fd >= 0) ::close(fd);
         return make_error("the model file '", path, "' changed while it was being loaded; load it again once it is written");
     }
-    auto guard = std::make_unique<MappedFileGuard>(path, fd, f.value()->mapped_data(), f.value()->mapped_size());
-    auto m = from_gguf(std::move(f.value()), std::move(guard));
+    ::close(fd);  // the file's own guard (GgufFile::open) watches it from here on
+    auto m = from_gguf(std::move(f.value()));
     if (!m) return m.error();
     if (auto ok = m.value()->check_file(); !ok) return ok.error();
     return m;
 }
 
-Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file,
-                                                  std::unique_ptr<MappedFileGuard> guard) {
+Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file) {
     std::unique_ptr<Model> m(new Model());
     m->file_ = std::move(file);
-    m->guard_ = std::move(guard);  // a member after file_: it is unregistered before the unmap
     const GgufFile& f = *m->file_;
     const std::string& path = f.path();
     ModelParams& p = m->params_;

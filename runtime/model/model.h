@@ -66,9 +66,8 @@ public:
     // Loads hyper-parameters, weights and tokenizer from a GGUF file. Errors name the key or
     // tensor that is missing or malformed.
     static Expected<std::unique_ptr<Model>> load(const std::string& path);
-    // Builds from an already parsed file (takes ownership), with the guard of its mapping if any.
-    static Expected<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file,
-                                                      std::unique_ptr<MappedFileGuard> guard = nullptr);
+    // Builds from an already parsed file (takes ownership); a mapped file brings its guard.
+    static Expected<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file);
 
     const ModelParams& params() const { return params_; }
     const ModelWeights& weights() const { return weights_; }
@@ -80,14 +79,13 @@ public:
     // Whether the mapped file is still what was loaded: an error once it was truncated (a fault in
     // the mapping, answered with zero pages) or rewritten in place; sticky. Engines call it after
     // every forward and before accepting a request. Always ok for a model built from memory.
-    Expected<bool> check_file() const { return guard_ ? guard_->check() : Expected<bool>(true); }
+    Expected<bool> check_file() const { return file_->guard() ? file_->guard()->check() : Expected<bool>(true); }
 
 private:
     std::unique_ptr<GgufFile> file_;
     ModelParams params_;
     ModelWeights weights_;
     std::unique_ptr<Tokenizer> tokenizer_;
-    std::unique_ptr<MappedFileGuard> guard_;  // declared after file_: unregistered before the unmap
 };
 
 }  // namespace steward

@@ -574,6 +574,16 @@ struct PendingTurn {
 
 }  // namespace
 
+Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
+    if (p.n_requests < 1 || p.n_requests > 1000000)
+        return make_error("--requests is ", p.n_requests, "; give 1 to 1000000 requests");
+    if (!std::isfinite(p.rate) || p.rate <= 0 || p.rate > 100000)
+        return make_error("--rate is ", p.rate, "; give a rate in (0, 100000] requests per second");
+    if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
+        return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
+    return true;
+}
+
 Workload generate_workload(const WorkloadGenParams& p) {
     GenRng rng(p.seed);
     Workload w;

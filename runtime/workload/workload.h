@@ -145,6 +145,9 @@ struct WorkloadGenParams {
     int n_tenants = 4;  // 3 or 4 (clamped to [1, 4])
 };
 Workload generate_workload(const WorkloadGenParams& p);
+// The generator's limits: n_requests in [1, 1,000,000], rate finite in (0, 100,000] req/s, scale
+// finite in (0, 64]. The error names the flag (--requests, --rate, --scale) and the range.
+Expected<bool> check_workload_gen(const WorkloadGenParams& p);
 
 // The ~200 common English words the generator builds text from.
 const std::vector<std::string>& workload_words();

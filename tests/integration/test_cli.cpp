@@ -108,6 +108,23 @@ TEST_CASE("hostile CLI input gets one clear error line and exit 1, never an abor
         CHECK(s.rc == 1);
         CHECK_THAT(s.out, Catch::Contains("steward: error:") && Catch::Contains("it must be"));
     }
+    // Seeds: -1 draws a random one (llama.cpp's convention) and prints it; nothing wraps around.
+    for (const char* bad : {"--seed -2", "--seed 18446744073709551616", "--seed 1e3", "--seed abc"}) {
+        Run s = run("generate -m " + m + " -p hi -n 2 " + bad);
+        INFO(bad << ": " << s.out);
+        CHECK(s.rc != 0);
+        CHECK_THAT(s.out, Catch::Contains("is not a seed"));
+    }
+    Run rs = run("generate -m " + m + " -p hi -n 2 --seed -1");
+    CHECK(rs.rc == 0);
+    CHECK_THAT(rs.out, Catch::Contains("--seed -1 drew seed"));
+    // The generated workload's knobs.
+    for (const char* bad : {"--rate -1", "--rate inf", "--scale 0", "--scale nan", "--requests 0"}) {
+        Run s = run(std::string("run ") + bad + " -o " + d + "/r.json");
+        INFO(bad << ": " << s.out);
+        CHECK(s.rc == 1);
+        CHECK_THAT(s.out, Catch::Contains("steward: error: --"));
+    }
     // FIFOs: nobody writes them, so any blocking open would hang the test (ctest's timeout).
     const std::string fifo = d + "/fifo";
     REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);

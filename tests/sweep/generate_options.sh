@@ -14,7 +14,7 @@ try() {
   elif { [ $rc = 1 ] || [ $rc -ge 100 -a $rc -lt 120 ]; } && grep -qi "error\|required\|run with" out.txt; then err=$((err+1));
   else crash=$((crash+1)); echo "CRASH rc=$rc $1"; tail -2 out.txt; fi
 }
-for o in "--temp nan" "--temp -1" "--temp inf" "--temp 1e39" "--top-p 0" "--top-p -1" "--top-p 2" "--top-p nan" "--top-k -1" "--top-k 2147483648" "-t 100000" "-t -1" "-t 9" "-n -1" "-n 2147483647" "-n 0" "--seed -1"; do
+for o in "--temp nan" "--temp -1" "--temp inf" "--temp 1e39" "--top-p 0" "--top-p -1" "--top-p 2" "--top-p nan" "--top-k -1" "--top-k 2147483648" "-t 100000" "-t -1" "-t 9" "-n -1" "-n 2147483647" "-n 0" "--seed -1" "--seed -2" "--seed 18446744073709551616" "--seed abc"; do
   case "$o" in -n*) try "-m m.gguf -p hi $o";; *) try "-m m.gguf -p hi -n 2 $o";; esac; done
 for m in fifo zero.gguf adir nope.gguf /dev/null; do try "-m $m -p hi -n 2"; done
 echo "cases $((ok+err+crash+hang)) accepted $ok errors $err crashes $crash hangs $hang"

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cpu/thread_pool.h"
+#include "model/gguf.h"
 #include "model/mapping_guard.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -53,5 +54,38 @@ TEST_CASE("weights read after the model file was truncated are zeros and the mod
     REQUIRE_FALSE(c);
     CHECK(c.error().message.find("changed while it was served (truncated") != std::string::npos);
     CHECK(c.error().message.find(path.string()) != std::string::npos);
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("a GGUF file is guarded from the moment it is mapped, before and while it is parsed",
+          "[model][truncation]") {
+    const auto path = std::filesystem::temp_directory_path() / ("steward_guard_open_" + std::to_string(::getpid()) + ".gguf");
+    SynthSpec spec;
+    spec.n_embd = 64;
+    spec.n_layer = 1;
+    spec.n_head = 2;
+    spec.n_head_kv = 2;
+    spec.n_ff = 128;
+    spec.n_vocab = 512;
+    REQUIRE(synth_write(spec, path.string()));
+    auto f = GgufFile::open(path.string());
+    REQUIRE(f);
+    const GgufFile& file = *f.value();
+    REQUIRE(file.guard());
+    if (!mapping_guard_active()) {
+        WARN("skipped: the SIGBUS handler is not installed (a sanitizer keeps SIGBUS: ASAN_OPTIONS=allow_user_segv_handler=1)");
+        std::filesystem::remove(path);
+        return;
+    }
+    // A bare GgufFile (no Model yet), as during parsing: the last page of the mapping, past the cut.
+    REQUIRE(::truncate(path.c_str(), 64) == 0);
+    const auto* bytes = static_cast<const uint8_t*>(file.mapped_data());
+    int64_t s = 0;
+    for (size_t i = file.mapped_size() - 4096; i < file.mapped_size(); i++) s += bytes[i];
+    CHECK(s == 0);
+    CHECK(file.guard()->faulted());
+    auto c = file.guard()->check();
+    REQUIRE_FALSE(c);
+    CHECK(c.error().message.find("truncated") != std::string::npos);
     std::filesystem::remove(path);
 }
