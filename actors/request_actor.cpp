@@ -23,7 +23,7 @@ public:
     explicit SnapshotVocab(const RequestContext& ctx) : ctx_(ctx) {
         const GenerationRequest& req = ctx.req;
         tok0_ = &ctx.snap->pools.front()->model->tokenizer();
-        if (req.prompt_ids.empty()) ids0_ = tok0_->encode(req.prompt, req.add_bos && tok0_->add_bos_default());
+        if (req.prompt_ids.empty()) ids0_ = tok0_->encode(req.prompt, req.add_bos && tok0_->add_bos_default(), req.parse_special);
     }
     int32_t n_prompt() const { return (int32_t)(ctx_.req.prompt_ids.empty() ? ids0_.size() : ctx_.req.prompt_ids.size()); }
     // Encoded once per pool: the router's cache query and the run use the same ids.
@@ -34,7 +34,7 @@ public:
         std::vector<int32_t>& ids = ids_by_pool_.at(pool);
         if (!ids.empty()) return ids;
         const Tokenizer& tok = tokenizer(pool);
-        ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default());
+        ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default(), req.parse_special);
         if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
         return ids;
     }

@@ -21,6 +21,7 @@
 #include "pool/pool.h"
 #include "request/request.h"
 #include "plugin/route.h"
+#include "request/trace_store.h"
 
 namespace steward {
 
@@ -82,6 +83,7 @@ struct SharedState {
 
     caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
     caf::actor timers;                      // the runtime's timer actor (request and admission deadlines)
+    TraceStore traces;                      // the last requests' decision traces
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id
 
     PluginLoader plugins;

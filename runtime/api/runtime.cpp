@@ -170,6 +170,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
     impl->config_path = config.path == "<string>" ? "" : config.path;
     impl->options = std::move(options);
+    impl->shared->traces.set_capacity(impl->options.trace_capacity);
     impl->shared->cache = spawn_cache(*impl->sys);
     impl->shared->timers = spawn_timer(*impl->sys);
     auto snap = impl->build(config, nullptr);
@@ -232,6 +233,66 @@ RequestHandle Runtime::submit(GenerationRequest req, RequestCallbacks cb) {
     // Spawned under the lock so finished() (which takes it) cannot run before the entry exists.
     impl_->shared->inflight[ctx->id] = spawn_request(*impl_->sys, ctx);
     return ctx->id;
+}
+
+std::vector<PoolInfo> Runtime::pools() const {
+    std::vector<PoolInfo> out;
+    auto snap = impl_->shared->snapshot();
+    if (!snap) return out;
+    for (const auto& ph : snap->pools) {
+        PoolInfo i;
+        i.name = ph->cfg.name;
+        i.model_path = ph->cfg.model;
+        const ModelParams& mp = ph->model->params();
+        i.arch = mp.arch;
+        i.n_ctx = mp.n_ctx_train;
+        i.n_vocab = mp.n_vocab;
+        if (!ph->cfg.chat_template.empty())
+            i.chat_template = ph->cfg.chat_template;
+        else if (auto t = ph->model->file().get_string("tokenizer.chat_template"))
+            i.chat_template = std::string(*t);
+        const Tokenizer& tok = ph->model->tokenizer();
+        if (tok.bos() >= 0 && tok.bos() < tok.n_vocab()) i.bos_token = tok.token_text(tok.bos());
+        if (tok.eos() >= 0 && tok.eos() < tok.n_vocab()) i.eos_token = tok.token_text(tok.eos());
+        out.push_back(std::move(i));
+    }
+    return out;
+}
+
+namespace {
+
+Expected<std::shared_ptr<PoolHandle>> find_pool(const SharedState& sh, const std::string& name) {
+    auto snap = sh.snapshot();
+    if (snap)
+        for (const auto& ph : snap->pools)
+            if (ph->cfg.name == name) return ph;
+    std::string names;
+    if (snap)
+        for (const auto& ph : snap->pools) names += (names.empty() ? "" : ", ") + ph->cfg.name;
+    return make_error("no pool named '", name, "' (pools: ", names, ")");
+}
+
+}  // namespace
+
+Expected<std::vector<int32_t>> Runtime::tokenize(const std::string& pool, const std::string& text, bool add_special) const {
+    auto ph = find_pool(*impl_->shared, pool);
+    if (!ph) return ph.error();
+    const Tokenizer& tok = (*ph)->model->tokenizer();
+    return tok.encode(text, add_special && tok.add_bos_default(), add_special);
+}
+
+Expected<std::string> Runtime::detokenize(const std::string& pool, const std::vector<int32_t>& ids) const {
+    auto ph = find_pool(*impl_->shared, pool);
+    if (!ph) return ph.error();
+    const Tokenizer& tok = (*ph)->model->tokenizer();
+    for (int32_t id : ids)
+        if (id < 0 || id >= tok.n_vocab())
+            return make_error("token id ", id, " is outside pool '", pool, "''s vocabulary of ", tok.n_vocab(), " ids");
+    return tok.decode(ids);
+}
+
+std::string Runtime::request_trace_json(RequestHandle h, const std::string& tenant) const {
+    return impl_->shared->traces.json(h, tenant);
 }
 
 bool Runtime::cancel(RequestHandle h) {

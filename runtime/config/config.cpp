@@ -261,7 +261,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("max_batch", p.max_batch, 1, (double)k_max_batch, "in [1, 4096] sequences") &&
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
                       r.get_in("max_queue", p.max_queue, 0, (double)k_max_queue, "in [0, 1048576] requests") &&
-                      r.get("prefix_cache", p.prefix_cache) &&
+                      r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
                       r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_output", p.price_output, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_cached", p.price_cached, 0, price_max, "a price >= 0 per million tokens") &&
@@ -300,6 +300,13 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             if (p.name.empty()) return fail(where(src, t.source()) + ": [[pool]] needs a name");
             if (p.model.empty()) return fail(where(src, t.source()) + ": pool '" + p.name + "' needs model = \"path.gguf\"");
             if (std::filesystem::path(p.model).is_relative() && !base.empty()) p.model = (base / p.model).string();
+            if (!p.chat_template_file.empty()) {
+                if (std::filesystem::path(p.chat_template_file).is_relative() && !base.empty())
+                    p.chat_template_file = (base / p.chat_template_file).string();
+                auto text = read_regular_file(p.chat_template_file, 1 << 20, "chat template of pool '" + p.name + "'");
+                if (!text) return fail(where(src, t.source()) + ": " + text.error().message);
+                p.chat_template = std::move(*text);
+            }
             if (p.backend != "cpu" && p.backend != "cuda")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\" or \"cuda\", got \"" + p.backend + "\"");
             if (p.kv_dtype != "f32" && p.kv_dtype != "f16")

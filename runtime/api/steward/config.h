@@ -47,6 +47,10 @@ struct PoolConfig {
     // Prior quality in [0, 1] a routing policy sees until shadowed requests measure it; < 0: the
     // pool's parameter count relative to the largest pool's.
     double quality = -1.0;
+    // A Jinja chat template replacing the GGUF's tokenizer.chat_template (path relative to the
+    // config file), and its text, read when the config is.
+    std::string chat_template_file;
+    std::string chat_template;
 };
 
 // One parameter of a policy plugin: the TOML scalar as written.

@@ -28,7 +28,26 @@ struct GenerationRequest {
     std::string response_format;      // "" or "json" (classification only: output is not constrained
                                       // yet); anything else finishes with ERROR
     bool add_bos = true;              // prepend BOS when the vocabulary wants it
+    bool parse_special = false;       // special-token spellings in the prompt text (<|im_start|>) are
+                                      // those tokens: a rendered chat template
     bool ignore_eos = false;          // generate max_tokens even past end-of-sequence (benchmarks)
+    // Non-empty: served by this pool (an OpenAI `model` naming a pool). The request is still
+    // classified into a bucket (its figures), but no routing policy, upgrade or shadow runs.
+    std::string pool;
+    // Stop strings (at most 16, each 1-256 bytes): the output ends before the first occurrence of any,
+    // also across token boundaries, with finish STOP; neither the text nor on_token includes it (text
+    // that might begin one is held back until it cannot).
+    std::vector<std::string> stop;
+    int top_logprobs = 0;             // 0-20: the most likely alternatives per output token (result)
+    float presence_penalty = 0.0f;    // OpenAI's, in [-2, 2]: minus this for every id already output
+    float frequency_penalty = 0.0f;   // OpenAI's, in [-2, 2]: minus this times the id's output count
+    std::vector<std::pair<int32_t, float>> logit_bias;  // id -> added to its logit, in [-100, 100]
+};
+
+// One alternative for an output position: a token id and its log-probability.
+struct TokenLogprob {
+    int32_t id = 0;
+    float logprob = 0.0f;
 };
 
 // The request's own figures (METRICS.md), filled in the finish callback.
@@ -51,6 +70,8 @@ struct GenerationResult {
     std::string text;               // the whole output (possibly cut short by the finish)
     std::vector<int32_t> tokens;    // the output's ids
     std::vector<float> logprobs;    // one per token: log-probability of the sampled id
+    // With top_logprobs > 0: per output token, that many alternatives, most likely first.
+    std::vector<std::vector<TokenLogprob>> top_logprobs;
     FinishReason finish = FinishReason::STOP;  // as text: finish_reason_name(finish)
     std::string error;          // empty unless finish is ERROR, TIMEOUT, OVERLOADED or CANCELLED
     std::string bucket, pool;   // pool: the one that answered

@@ -36,6 +36,19 @@ struct RuntimeOptions {
     // text). `steward run` declares its workload's public segments here, so that a reload of the
     // unchanged file keeps every pool and its cache.
     std::vector<PublicPrefixConfig> extra_public_prefixes;
+    // Decision traces kept (the last N finished or running requests) for request_trace_json().
+    size_t trace_capacity = 1024;
+};
+
+// What a pool serves, for listing models and rendering prompts.
+struct PoolInfo {
+    std::string name;
+    std::string model_path;
+    std::string arch;           // GGUF general.architecture
+    int n_ctx = 0;              // the model's context length
+    int n_vocab = 0;
+    std::string chat_template;  // the pool's override ([[pool]] chat_template_file), else the GGUF's; "" none
+    std::string bos_token, eos_token;  // their text ("" when the vocabulary has none)
 };
 
 // A running Steward: its pools, actors and config. Owned by the unique_ptr start() returns.
@@ -64,6 +77,16 @@ public:
     std::string metrics_json() const;
     std::string metrics_table() const;
     std::string metrics_prometheus() const;
+    // The live generation's pools, in config order.
+    std::vector<PoolInfo> pools() const;
+    // Text <-> ids with a pool's tokenizer. add_special: BOS when the vocabulary wants it. Errors
+    // name an unknown pool, or ids outside the vocabulary.
+    Expected<std::vector<int32_t>> tokenize(const std::string& pool, const std::string& text, bool add_special) const;
+    Expected<std::string> detokenize(const std::string& pool, const std::vector<int32_t>& ids) const;
+    // The decision trace of one of the last trace_capacity requests, as JSON: bucket and why, the
+    // route (every pool's cached tokens and estimates, the choice, fallback), admission, runs (pool,
+    // upgrade, shadow), finish. "" when unknown, or when `tenant` is not the request's tenant.
+    std::string request_trace_json(RequestHandle h, const std::string& tenant) const;
     // The live config (the newest generation); requests in flight may still use older ones.
     std::shared_ptr<const Config> config() const;
     uint64_t config_generation() const;
