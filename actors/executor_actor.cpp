@@ -97,6 +97,11 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             r.sampling.top_p = m.top_p;
             r.sampling.top_k = m.top_k;
             r.sampling.seed = m.seed;
+            r.sampling.presence_penalty = m.presence_penalty;
+            r.sampling.frequency_penalty = m.frequency_penalty;
+            for (size_t i = 0; i < m.bias_ids.size() && i < m.bias_values.size(); i++)
+                r.sampling.logit_bias.emplace_back(m.bias_ids[i], m.bias_values[i]);
+            r.sampling.n_top_logprobs = m.n_top_logprobs;
             r.priority = m.priority;
             r.arrival_s = m.arrival_s;
             r.deadline_s = m.deadline_s;
@@ -159,7 +164,18 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;
                 const double te = now_s();
-                if (!ev.tokens.empty()) self->send(it->second, token_atom::value, TokenBatch{ev.id, ev.tokens, ev.logprobs, te});
+                if (!ev.tokens.empty()) {
+                    TokenBatch b{ev.id, ev.tokens, ev.logprobs, te};
+                    if (!ev.top_logprobs.empty()) {
+                        b.n_top = (int32_t)ev.top_logprobs.front().size();
+                        for (const auto& alts : ev.top_logprobs)
+                            for (int32_t j = 0; j < b.n_top; j++) {  // every token has n_top (vocab >= 20)
+                                b.top_ids.push_back(j < (int32_t)alts.size() ? alts[j].id : 0);
+                                b.top_logprobs.push_back(j < (int32_t)alts.size() ? alts[j].logprob : 0.0f);
+                            }
+                    }
+                    self->send(it->second, token_atom::value, std::move(b));
+                }
                 if (ev.finished) {
                     FinishInfo f;
                     f.id = ev.id;

@@ -115,11 +115,12 @@ struct RouteQuery {
     std::string session;     // the caller's session id ("" none)
     double arrival_s = 0;    // now_s() at arrival: the router derives the time left before the timeout
     CacheQuery cache;  // the prompt's lookup hashes per pool; the router asks the cache actor with it
+    int32_t pinned_pool = -1;  // >= 0: the caller named this pool; no routing policy runs
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
     return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
-             x.response_format, x.tenant, x.session, x.arrival_s, x.cache);
+             x.response_format, x.tenant, x.session, x.arrival_s, x.cache, x.pinned_pool);
 }
 
 // Part of RouteDecision: what the routing plugin was told (plugin/route.h).
@@ -144,11 +145,16 @@ struct RouteDecision {
     int32_t shadow_pool = -1;        // also run there to measure agreement
     bool fallback = false;           // a plugin decision was rejected: the safe default was used
     RouteInput input;                // what the routing policy was told: check_upgrade and on_outcome reuse it
+    // For the decision trace: why the bucket, how the pool was chosen, and per pool (snapshot order)
+    // the estimates the routing policy saw.
+    std::string bucket_why, route_why;
+    std::vector<double> est_cost, est_ttft_ms, est_latency_ms, quality, risk;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
     return f(caf::meta::type_name("RouteDecision"), x.bucket, x.bucket_index, x.pool, x.priority, x.generation,
-             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback, x.input);
+             x.draft_budget, x.upgrade_pool, x.check_after_tokens, x.shadow_pool, x.fallback, x.input, x.bucket_why,
+             x.route_why, x.est_cost, x.est_ttft_ms, x.est_latency_ms, x.quality, x.risk);
 }
 
 // request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
@@ -169,12 +175,17 @@ struct EngineSubmit {
     int32_t bucket_index = -1;
     int32_t kv_quota_blocks = -1;
     bool ignore_eos = false;
+    float presence_penalty = 0, frequency_penalty = 0;
+    std::vector<int32_t> bias_ids;  // logit_bias, as two columns
+    std::vector<float> bias_values;
+    int32_t n_top_logprobs = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
     return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
-             x.kv_quota_blocks, x.ignore_eos);
+             x.kv_quota_blocks, x.ignore_eos, x.presence_penalty, x.frequency_penalty, x.bias_ids, x.bias_values,
+             x.n_top_logprobs);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).
@@ -183,10 +194,14 @@ struct TokenBatch {
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     double t_s = 0;
+    // With top logprobs: n_top alternatives per token, flattened (token-major).
+    int32_t n_top = 0;
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_logprobs;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
-    return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s);
+    return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s, x.n_top, x.top_ids, x.top_logprobs);
 }
 
 // executor_actor -> request_actor: the request is over (tokens of its last step, if any, came

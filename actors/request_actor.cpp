@@ -5,7 +5,11 @@
 // refuses it, then the executor gets it) or cancel one, stream text to the caller, fold figures
 // into the pool's live stats and the metrics, call on_finish (exactly once, the core sees to it)
 // and stop when the core is done.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "actors/actors.hpp"
+#include "request/request_check.h"
 #include "actors/shared_state.hpp"
 #include "kv/admission.h"
 #include "kv/prefix_index.h"
@@ -102,10 +106,58 @@ struct request_state {
     RunAdmission admission[3];                 // by RunRole
     int n_releases_pending = 0;                // releases the allocators have not confirmed yet
     bool core_done = false;                    // the core said RequestDone
+    nlohmann::ordered_json trace;              // the decision trace so far (published at every change)
     static inline const char* name = "request";
 };
 
 using self_ptr = caf::stateful_actor<request_state>*;
+
+const char* role_name(RunRole r) { return r == RunRole::PRIMARY ? "primary" : r == RunRole::UPGRADE ? "upgrade" : "shadow"; }
+
+void publish_trace(self_ptr self) {
+    self->state.ctx->shared->traces.put(self->state.ctx->id, self->state.ctx->req.tenant, self->state.trace);
+}
+
+void trace_route(self_ptr self, const RouteDecision& d) {
+    const Snapshot& snap = *self->state.ctx->snap;
+    nlohmann::ordered_json& t = self->state.trace;
+    t["state"] = "routed";
+    t["bucket"] = {{"name", d.bucket}, {"why", d.bucket_why}};
+    nlohmann::ordered_json pools = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < snap.pools.size(); i++) {
+        nlohmann::ordered_json p = {{"name", snap.pools[i]->cfg.name}};
+        p["cached_prompt_tokens"] = i < d.input.n_cached_prompt_tokens.size() ? d.input.n_cached_prompt_tokens[i] : -1;
+        auto put = [&](const char* k, const std::vector<double>& v) {
+            if (i < v.size() && std::isfinite(v[i])) p[k] = v[i];
+        };
+        put("est_cost", d.est_cost);
+        put("est_ttft_ms", d.est_ttft_ms);
+        put("est_latency_ms", d.est_latency_ms);
+        put("quality", d.quality);
+        put("risk", d.risk);
+        pools.push_back(std::move(p));
+    }
+    auto pool_name = [&](int32_t i) -> nlohmann::ordered_json {
+        if (i < 0 || i >= (int32_t)snap.pools.size()) return nullptr;
+        return snap.pools[(size_t)i]->cfg.name;
+    };
+    t["route"] = {{"generation", d.generation},  {"pool", pool_name(d.pool)},
+                  {"why", d.route_why},          {"fallback", d.fallback},
+                  {"upgrade_pool", pool_name(d.upgrade_pool)}, {"check_after_tokens", d.check_after_tokens},
+                  {"shadow_pool", pool_name(d.shadow_pool)},   {"draft_budget_per_step", d.draft_budget},
+                  {"session_pool", pool_name(d.input.session_pool)}, {"pools", std::move(pools)}};
+    publish_trace(self);
+}
+
+void trace_admission(self_ptr self, RunRole role, int32_t pool, int64_t n_blocks, const char* verdict, const std::string& msg) {
+    nlohmann::ordered_json a = {{"run", role_name(role)},
+                                {"pool", self->state.ctx->snap->pools.at(pool)->cfg.name},
+                                {"blocks", n_blocks},
+                                {"verdict", verdict}};
+    if (!msg.empty()) a["message"] = msg;
+    self->state.trace["admission"].push_back(std::move(a));
+    publish_trace(self);
+}
 
 RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     const GenerationRequest& req = ctx.req;
@@ -121,6 +173,11 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     s.sampling.top_p = req.top_p;
     s.sampling.top_k = req.top_k;
     s.sampling.seed = req.seed;
+    s.sampling.presence_penalty = req.presence_penalty;
+    s.sampling.frequency_penalty = req.frequency_penalty;
+    s.sampling.logit_bias = req.logit_bias;
+    s.sampling.n_top_logprobs = req.top_logprobs;
+    s.stop = req.stop;
     s.ignore_eos = req.ignore_eos;
     s.arrival_s = ctx.arrival_s;
     const double timeout = c.limits.request_timeout_ms;
@@ -168,6 +225,13 @@ EngineSubmit engine_submit(SubmitRun&& s) {
     m.top_p = r.sampling.top_p;
     m.top_k = r.sampling.top_k;
     m.seed = r.sampling.seed;
+    m.presence_penalty = r.sampling.presence_penalty;
+    m.frequency_penalty = r.sampling.frequency_penalty;
+    for (const auto& [id, b] : r.sampling.logit_bias) {
+        m.bias_ids.push_back(id);
+        m.bias_values.push_back(b);
+    }
+    m.n_top_logprobs = r.sampling.n_top_logprobs;
     m.priority = r.priority;
     m.arrival_s = r.arrival_s;
     m.deadline_s = r.deadline_s;
@@ -211,11 +275,18 @@ void end_run(self_ptr self, uint64_t engine_id, FinishReason why, const std::str
 void on_admission(self_ptr self, RunRole role, const AdmitAnswer& a) {
     RunAdmission& ad = self->state.admission[(int)role];
     if (!ad.waiting) return;  // cancelled meanwhile
+    const int64_t n_blocks = Admission::blocks_for((int64_t)ad.pending.prompt.size(), ad.pending.max_tokens,
+                                                   self->state.ctx->snap->pools.at(ad.pool)->cfg.block_size);
     if (a.verdict == (int32_t)AdmissionVerdict::REFUSE) {
         ad.waiting = false;
+        trace_admission(self, role, ad.pool, n_blocks, "refused", a.message);
         return end_run(self, ad.pending.id, FinishReason::OVERLOADED, a.message);
     }
-    if (a.verdict != (int32_t)AdmissionVerdict::ADMIT) return;  // queued: the allocator answers again
+    if (a.verdict != (int32_t)AdmissionVerdict::ADMIT) {  // queued: the allocator answers again
+        trace_admission(self, role, ad.pool, n_blocks, "queued", a.message);
+        return;
+    }
+    trace_admission(self, role, ad.pool, n_blocks, "admitted", "");
     ad.waiting = false;
     self->send(self->state.ctx->snap->pools.at(ad.pool)->executor, submit_atom::value, std::move(ad.pending));
 }
@@ -264,6 +335,8 @@ void execute(self_ptr self, RequestActions&& actions) {
     SharedState& sh = *ctx.shared;
     for (RequestAction& a : actions) {
         if (auto* s = std::get_if<SubmitRun>(&a)) {
+            st.trace["runs"].push_back({{"run", role_name(s->role)}, {"pool", ctx.snap->pools.at(s->pool)->cfg.name},
+                                        {"prompt_tokens", s->run.prompt.size()}});
             submit(self, std::move(*s));
         } else if (auto* c = std::get_if<CancelRun>(&a)) {
             RunAdmission& ad = st.admission[(int)c->role];
@@ -292,6 +365,21 @@ void execute(self_ptr self, RequestActions&& actions) {
                 sh.session_pools.record(SharedState::session_key(sh.tenant_id(ctx.req.tenant), ctx.req.session),
                                         f->record.pool, f->result.metrics.prompt_tokens + f->result.metrics.completion_tokens);
             st.routing->report_outcome(f->record, f->result);
+            {
+                const GenerationResult& g = f->result;
+                nlohmann::ordered_json fin = {{"reason", finish_reason_name(g.finish)}, {"pool", g.pool},
+                                              {"upgraded", g.upgraded},                {"fallback", g.fallback},
+                                              {"prompt_tokens", g.metrics.prompt_tokens},
+                                              {"cached_tokens", g.metrics.cached_tokens},
+                                              {"completion_tokens", g.metrics.completion_tokens},
+                                              {"recomputed_tokens", g.metrics.recomputed_tokens},
+                                              {"ttft_ms", g.metrics.ttft_ms}, {"e2e_ms", g.metrics.e2e_ms},
+                                              {"cost", g.metrics.cost}};
+                if (!g.error.empty()) fin["error"] = g.error;
+                st.trace["state"] = "finished";
+                st.trace["finish"] = std::move(fin);
+                publish_trace(self);
+            }
             if (ctx.cb.on_finish) ctx.cb.on_finish(f->result);
         } else if (auto* q = std::get_if<RecordQuality>(&a)) {
             std::lock_guard<std::mutex> lk(sh.metrics_mu);
@@ -324,11 +412,26 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.session = req.session;
     q.arrival_s = ctx->arrival_s;
     q.cache = cache_query(*ctx, *st.vocab);
+    st.trace = {{"id", ctx->id},
+                {"tenant", req.tenant},
+                {"state", "routing"},
+                {"request", {{"prompt_tokens", q.prompt_tokens}, {"max_tokens", max_tokens}, {"temperature", req.temperature},
+                             {"bucket_hint", req.bucket_hint}, {"session", req.session}, {"pool", req.pool},
+                             {"stop", req.stop.size()}}}};
     // Refused before routing: the request never reaches a pool.
-    if (auto fmt = check_response_format(req.response_format); !fmt) {
-        execute(self, st.core->on_refused(fmt.error().message, now_s()));
+    auto ok = check_request(req);
+    if (ok && !req.pool.empty() && (q.pinned_pool = snap.pool_index(req.pool)) < 0) {
+        std::string names;
+        for (const auto& p : snap.pools) names += (names.empty() ? "" : ", ") + p->cfg.name;
+        ok = make_error("no pool named '", req.pool, "' (pools: ", names, ")");
+    }
+    if (!ok) {
+        st.trace["state"] = "refused";
+        publish_trace(self);
+        execute(self, st.core->on_refused(ok.error().message, now_s()));
         return {[=](cancel_atom) {}};
     }
+    publish_trace(self);
     // The request's own deadline, a timer: it answers TIMEOUT even when the router, a plugin or an engine
     // is stuck. A short grace after the deadline lets the engine's and the admission queue's more specific
     // timeouts (same deadline) answer first when they can.
@@ -341,13 +444,20 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     self->request(snap.router, caf::infinite, route_atom::value, q)
         .then(
             [=](const RouteDecision& d) {
+                trace_route(self, d);
                 self->state.routing->set_route(d);
                 execute(self, self->state.core->on_route(route_choice(d), now_s()));
             },
             [=](caf::error& err) { execute(self, self->state.core->on_route_failed(self->system().render(err), now_s())); });
     return {
         [=](token_atom, const TokenBatch& b) {
-            execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s()));
+            std::vector<std::vector<TokenLogprob>> top;
+            if (b.n_top > 0)
+                for (size_t i = 0; i + (size_t)b.n_top <= b.top_ids.size(); i += (size_t)b.n_top) {
+                    auto& alts = top.emplace_back();
+                    for (size_t j = i; j < i + (size_t)b.n_top; j++) alts.push_back({b.top_ids[j], b.top_logprobs[j]});
+                }
+            execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s(), top));
         },
         [=](admit_atom, const AdmitAnswer& a) { on_admission(self, run_role_of(a.id), a); },
         [=](deadline_atom, uint64_t id) {
@@ -372,6 +482,16 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                     self->request(alloc, caf::infinite, release_atom::value, f.id)
                         .then([=]() { confirmed(); }, [=](caf::error&) { confirmed(); });
                 }
+            {
+                nlohmann::ordered_json& runs = self->state.trace["runs"];
+                for (auto& r : runs)
+                    if (r["run"] == role_name(role) && !r.contains("finish")) {
+                        r["finish"] = finish_reason_name(f.reason());
+                        r["cached_prompt_tokens"] = f.n_cached;
+                        r["preemptions"] = f.n_preemptions;
+                        if (!f.error.empty()) r["error"] = f.error;
+                    }
+            }
             execute(self, self->state.core->on_run_end(role, run_end(f), now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },

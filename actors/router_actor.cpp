@@ -41,6 +41,8 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     d.priority = b.priority;
     d.generation = snap.generation;
     d.pool = std::max(0, snap.pool_index(b.pool));
+    d.bucket_why = explain_classification(c, f);
+    d.route_why = "the bucket's pool '" + b.pool + "' (rules)";
     const BucketPolicies& pol = snap.policies[bi];
     // What the plugin is told, kept in the decision for check_upgrade and on_outcome.
     RouteInput& in = d.input;
@@ -67,7 +69,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         for (const auto& p : snap.pools) names.push_back(p->cfg.name);
         apply_session_place(in, shared->session_pools.find(SharedState::session_key(shared->tenant_id(q.tenant), q.session)), names);
     }
-    if (pol.routing) {
+    {
         // Live estimates per pool; measured quality of this bucket's routes, else the prior.
         std::vector<PoolLiveStats> live(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++) {
@@ -86,13 +88,27 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         for (size_t i = 0; i < snap.pools.size(); i++)
             views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens,
                                       in.n_cached_prompt_tokens[i]);
-        bool fallback = false;
-        const steward_route_decision r = pol.routing->route(in, views, d.pool, &fallback);
-        d.pool = r.pool;
-        d.upgrade_pool = r.upgrade_pool;
-        d.check_after_tokens = r.upgrade_pool >= 0 ? r.check_after_tokens : 0;
-        d.shadow_pool = r.shadow_pool;
-        d.fallback = fallback;
+        for (const steward_pool_view& v : views) {
+            d.est_cost.push_back(v.est_cost);
+            d.est_ttft_ms.push_back(v.est_ttft_ms);
+            d.est_latency_ms.push_back(v.est_latency_ms);
+            d.quality.push_back(v.quality);
+            d.risk.push_back(v.risk);
+        }
+        if (q.pinned_pool >= 0 && q.pinned_pool < (int32_t)snap.pools.size()) {
+            d.pool = q.pinned_pool;
+            d.route_why = "pool '" + snap.pools[(size_t)q.pinned_pool]->cfg.name + "' named by the request (no routing policy)";
+        } else if (pol.routing) {
+            bool fallback = false;
+            const steward_route_decision r = pol.routing->route(in, views, d.pool, &fallback);
+            d.pool = r.pool;
+            d.upgrade_pool = r.upgrade_pool;
+            d.check_after_tokens = r.upgrade_pool >= 0 ? r.check_after_tokens : 0;
+            d.shadow_pool = r.shadow_pool;
+            d.fallback = fallback;
+            d.route_why = "routing plugin '" + pol.routing->plugin() + "'" +
+                          (fallback ? ": its decision was rejected, the bucket's pool (safe default)" : "");
+        }
     }
     if (pol.speculation) {
         steward_spec_stats st{};

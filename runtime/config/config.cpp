@@ -496,4 +496,67 @@ size_t classify(const Config& c, const RequestFeatures& f) {
     return c.buckets.size() - 1;
 }
 
+namespace {
+
+// The first rule of `m` that `f` fails, or "" when it matches; `matched` collects the rules it met.
+std::string first_failed_rule(const BucketMatch& m, const RequestFeatures& f, std::vector<std::string>* matched) {
+    auto list = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+        return "[" + s + "]";
+    };
+    auto num = [](double v) {
+        std::ostringstream o;
+        o << v;
+        return o.str();
+    };
+    auto range = [&](const char* what, double v, const std::optional<double>& lo, const std::optional<double>& hi) -> std::string {
+        if (!lo && !hi) return "";
+        const std::string r = std::string(what) + " " + num(v) + " in [" + (lo ? num(*lo) : "") + ", " + (hi ? num(*hi) : "") + "]";
+        if ((lo && v < *lo) || (hi && v > *hi)) return "not " + r;
+        if (matched) matched->push_back(r);
+        return "";
+    };
+    auto opt = [](const std::optional<int>& o) { return o ? std::optional<double>(*o) : std::nullopt; };
+    if (!m.hints.empty()) {
+        if (std::find(m.hints.begin(), m.hints.end(), f.hint) == m.hints.end()) return "hint '" + f.hint + "' not in " + list(m.hints);
+        if (matched) matched->push_back("hint '" + f.hint + "'");
+    }
+    if (auto e = range("prompt_tokens", f.prompt_tokens, opt(m.min_prompt_tokens), opt(m.max_prompt_tokens)); !e.empty()) return e;
+    if (auto e = range("max_tokens", f.max_tokens, opt(m.min_max_tokens), opt(m.max_max_tokens)); !e.empty()) return e;
+    if (auto e = range("temperature", f.temperature, m.min_temperature, m.max_temperature); !e.empty()) return e;
+    if (m.tools) {
+        if (f.tools != *m.tools) return std::string("tools ") + (f.tools ? "present" : "absent");
+        if (matched) matched->push_back(std::string("tools ") + (f.tools ? "present" : "absent"));
+    }
+    if (m.response_format) {
+        if (f.response_format != *m.response_format) return "response_format '" + f.response_format + "' is not '" + *m.response_format + "'";
+        if (matched) matched->push_back("response_format '" + f.response_format + "'");
+    }
+    if (!m.tenants.empty()) {
+        if (std::find(m.tenants.begin(), m.tenants.end(), f.tenant) == m.tenants.end())
+            return "tenant '" + f.tenant + "' not in " + list(m.tenants);
+        if (matched) matched->push_back("tenant '" + f.tenant + "'");
+    }
+    return "";
+}
+
+}  // namespace
+
+std::string explain_classification(const Config& c, const RequestFeatures& f) {
+    std::string why;
+    for (size_t i = 0; i < c.buckets.size(); i++) {
+        std::vector<std::string> matched;
+        const std::string failed = first_failed_rule(c.buckets[i].match, f, &matched);
+        if (failed.empty()) {
+            std::string rules;
+            for (const auto& r : matched) rules += (rules.empty() ? "" : ", ") + r;
+            return "bucket '" + c.buckets[i].name + "': " + (rules.empty() ? "no rules (takes every request)" : "matched " + rules) +
+                   (why.empty() ? "" : "; skipped " + why);
+        }
+        why += (why.empty() ? "" : "; ") + ("'" + c.buckets[i].name + "' (" + failed + ")");
+    }
+    return "bucket '" + (c.buckets.empty() ? std::string() : c.buckets.back().name) + "': the last bucket, as no bucket matched; skipped " + why;
+}
+
 }  // namespace steward

@@ -26,5 +26,8 @@ Expected<bool> check_response_format(const std::string& value);
 // Index of the first matching bucket; the last bucket when none matches (validation requires
 // at least one bucket).
 size_t classify(const Config& c, const RequestFeatures& f);
+// Why classify() chose its bucket, for the decision trace: the rules the bucket matched, and for
+// each bucket before it the first rule the request failed.
+std::string explain_classification(const Config& c, const RequestFeatures& f);
 
 }  // namespace steward

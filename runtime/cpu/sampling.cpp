@@ -68,7 +68,61 @@ Expected<bool> check_sampling(const SamplingParams& p) {
     if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
         return make_error("top_p is ", std::to_string(p.top_p), "; it must be in (0, 1] (1: off)");
     if (p.top_k < 0) return make_error("top_k is ", std::to_string(p.top_k), "; it must be >= 0 (0: off)");
+    if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+        return make_error("presence_penalty is ", std::to_string(p.presence_penalty), "; it must be in [-2, 2]");
+    if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+        return make_error("frequency_penalty is ", std::to_string(p.frequency_penalty), "; it must be in [-2, 2]");
+    if (p.logit_bias.size() > 1024)
+        return make_error("logit_bias has ", p.logit_bias.size(), " entries; at most 1024 are accepted");
+    for (const auto& [id, b] : p.logit_bias) {
+        if (id < 0) return make_error("logit_bias names token id ", id, "; ids are >= 0");
+        if (!(b >= -100.0f && b <= 100.0f))
+            return make_error("logit_bias of token ", id, " is ", std::to_string(b), "; it must be in [-100, 100]");
+    }
+    if (p.n_top_logprobs < 0 || p.n_top_logprobs > 20)
+        return make_error("top_logprobs is ", p.n_top_logprobs, "; it must be in [0, 20]");
     return true;
+}
+
+void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> output) {
+    for (const auto& [id, b] : p.logit_bias)
+        if (id >= 0 && (size_t)id < logits.size()) logits[(size_t)id] += b;
+    if (p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+    std::vector<int32_t> ids(output.begin(), output.end());
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size();) {
+        size_t j = i;
+        while (j < ids.size() && ids[j] == ids[i]) j++;
+        if (ids[i] >= 0 && (size_t)ids[i] < logits.size())
+            logits[(size_t)ids[i]] -= (float)(j - i) * p.frequency_penalty + p.presence_penalty;
+        i = j;
+    }
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
+    std::vector<TokenLogprob> out;
+    k = std::min<int>(std::max(k, 0), (int)logits.size());
+    if (k == 0) return out;
+    float mx = k_neg_inf;
+    for (float v : logits)
+        if (v > mx) mx = v;
+    double sum = 0.0;
+    if (mx > k_neg_inf)
+        for (float v : logits)
+            if (v > k_neg_inf) sum += std::exp((double)v - (double)mx);
+    const double lse = mx > k_neg_inf ? (double)mx + std::log(sum) : 0.0;
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
+    auto value = [&](int32_t i) { return std::isnan(logits[(size_t)i]) ? k_neg_inf : logits[(size_t)i]; };
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        const float va = value(a), vb = value(b);
+        return va != vb ? va > vb : a < b;
+    });
+    for (int i = 0; i < k; i++) {
+        const float v = value(ids[(size_t)i]);
+        out.push_back({ids[(size_t)i], mx > k_neg_inf && v > k_neg_inf ? (float)((double)v - lse) : k_neg_inf});
+    }
+    return out;
 }
 
 int32_t argmax(std::span<const float> logits) {

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "steward/request.h"
 #include "util/error.h"
 
 namespace steward {
@@ -14,10 +15,18 @@ struct SamplingParams {
     int top_k = 0;             // <= 0: off
     float top_p = 1.0f;        // >= 1: off
     uint64_t seed = 0;
+    // OpenAI's logit adjustments (adjust_logits), applied before everything above.
+    float presence_penalty = 0.0f;   // [-2, 2]
+    float frequency_penalty = 0.0f;  // [-2, 2]
+    std::vector<std::pair<int32_t, float>> logit_bias;  // id -> added, [-100, 100]
+    int n_top_logprobs = 0;          // [0, 20]: alternatives reported per output token
+    bool adjusts_logits() const { return presence_penalty != 0 || frequency_penalty != 0 || !logit_bias.empty(); }
 };
 
-// The one rule for sampling values, at every edge (`steward generate`, the C API, workload lines):
-// temperature finite and >= 0 (0: greedy), top_p in (0, 1], top_k >= 0 (0: off). An error names the
+// The one rule for sampling values, at every edge (`steward generate`, the C API, workload lines,
+// HTTP): temperature finite and >= 0 (0: greedy), top_p in (0, 1], top_k >= 0 (0: off); penalties
+// finite in [-2, 2]; at most 1024 logit_bias entries, ids >= 0, values finite in [-100, 100];
+// n_top_logprobs in [0, 20]. An error names the
 // field and its value; nothing is silently turned into something else. Pure, thread-safe.
 Expected<bool> check_sampling(const SamplingParams& p);
 
@@ -53,6 +62,15 @@ private:
     std::mt19937_64 rng_;
     std::vector<Candidate> candidates_;  // scratch, [n_vocab] at most; reused between calls
 };
+
+// OpenAI's adjustments, in place: logits[id] += bias for each logit_bias entry (ids outside the span
+// are ignored), then for every id that occurs c > 0 times in `output` (the tokens generated so far):
+// logits[id] -= c * frequency_penalty + presence_penalty. Pure apart from `logits`.
+void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> output);
+
+// The k most likely ids under log softmax(logits), most likely first (ties to the lower id), with
+// their log-probabilities; k is clamped to the span's size. NaN counts as -inf.
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 
 // log softmax(logits)[token], computed stably (max subtracted, sum in double). NaN counts as -inf.
 // Returns -inf for a token out of range or when no logit is above -inf. Pure, thread-safe.

@@ -12,7 +12,7 @@ uint64_t run_engine_id(uint64_t request, RunRole role) { return request * 4 + (u
 RunRole run_role_of(uint64_t engine_id) { return (RunRole)(engine_id & 3); }
 
 RequestFsm::RequestFsm(RequestSetup setup, RequestVocab& vocab, RequestRouting& routing)
-    : setup_(std::move(setup)), vocab_(vocab), routing_(routing) {
+    : setup_(std::move(setup)), vocab_(vocab), routing_(routing), stop_(setup_.stop) {
     for (const RequestPool& p : setup_.pools) prices_.prices[p.name] = p.price;
 }
 
@@ -56,7 +56,7 @@ RequestActions RequestFsm::on_refused(const std::string& error, double now) {
 }
 
 RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
-                                     double now) {
+                                     double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs) {
     RequestActions out;
     Run& r = run(role);
     if (done_ || !r.active) return out;
@@ -65,6 +65,7 @@ RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& t
     for (size_t i = 0; i < tokens.size(); i++) {
         r.tokens.push_back(tokens[i]);
         r.logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
+        if (i < top_logprobs.size()) r.top_logprobs.push_back(top_logprobs[i]);
     }
     if (role == RunRole::SHADOW || role != answer_ || answered_) return out;
     if (holding_ && r.tokens.size() >= (size_t)route_.check_after_tokens && check_cascade(false, now, out)) {
@@ -187,18 +188,24 @@ void RequestFsm::drain_deferred(double now, RequestActions& out) {
 
 void RequestFsm::stream(double now, RequestActions& out) {
     const Run& r = run(answer_);
-    if (holding_ || r.tokens.size() <= n_streamed_) return;
+    if (holding_ || stop_.stopped() || r.tokens.size() <= n_streamed_) return;
     StreamText st;
     st.ids.assign(r.tokens.begin() + (long)n_streamed_, r.tokens.end());
+    std::string decoded;
     for (size_t i = n_streamed_; i < r.tokens.size(); i++) {
         result_.tokens.push_back(r.tokens[i]);
         result_.logprobs.push_back(r.logprobs[i]);
+        if (i < r.top_logprobs.size()) result_.top_logprobs.push_back(r.top_logprobs[i]);
         token_times_.push_back(now);
-        st.piece += decoder_->push(r.tokens[i]);
+        decoded += decoder_->push(r.tokens[i]);
     }
     n_streamed_ = r.tokens.size();
+    StopMatcher::Out o = stop_.push(decoded);
+    st.piece = std::move(o.emit);
     result_.text += st.piece;
     out.push_back(std::move(st));
+    // A stop string: the answer is complete; its run is cancelled and its end answers STOP.
+    if (o.stopped && r.active) out.push_back(CancelRun{answer_, r.pool, run_engine_id(setup_.id, answer_)});
 }
 
 bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& out) {
@@ -250,19 +257,31 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     return rec;
 }
 
-void RequestFsm::finish(const RunEnd& end, double now, RequestActions& out) {
+void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) {
     if (answered_) return;
     answered_ = true;
-    answer_reason_ = end.reason;
     holding_ = false;
     if (decoder_) stream(now, out);
+    // The text reached a stop string: the answer is complete, whether its run then ended by itself,
+    // was cancelled for it, or the caller cancelled meanwhile.
+    RunEnd end = run_end;
+    if (stop_.stopped() && (finish_reason_ok(end.reason) || end.reason == FinishReason::CANCELLED)) {
+        end.reason = FinishReason::STOP;
+        end.error.clear();
+    }
+    answer_reason_ = end.reason;
     GenerationResult& g = result_;
     g.id = setup_.id;
     g.finish = end.reason;
     g.error = end.error;
     g.bucket = route_.bucket;
     if (decoder_) {
-        const std::string rest = decoder_->flush();
+        std::string rest;
+        if (!stop_.stopped()) {
+            StopMatcher::Out o = stop_.push(decoder_->flush());
+            rest = std::move(o.emit);
+            if (!o.stopped) rest += stop_.flush();  // held back, and no stop string came
+        }
         g.text += rest;
         if (!rest.empty()) out.push_back(StreamText{rest, {}});
     }

@@ -13,6 +13,7 @@
 
 #include "metrics/bucket_metrics.h"
 #include "request/request.h"
+#include "request/stop_matcher.h"
 #include "sched/engine.h"
 
 namespace steward {
@@ -69,6 +70,7 @@ struct RequestSetup {
     double deadline_s = 0;             // 0: none
     double kv_quota = -1;              // the tenant's share of a pool's blocks; < 0: none
     std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteChoice indexes them)
+    std::vector<std::string> stop;     // stop strings: the answer ends (STOP) before the first one
 };
 
 // Turns one run's ids into text, never half a UTF-8 character (StreamDecoder over the pool's
@@ -146,8 +148,9 @@ public:
     // The request is refused before routing (an invalid field): it finishes with ERROR and `error`.
     RequestActions on_refused(const std::string& error, double now);
     RequestActions on_route_failed(const std::string& why, double now);
+    // top_logprobs: per token, its alternatives (when the request asked for them).
     RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
-                             double now);
+                             double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs = {});
     RequestActions on_run_end(RunRole role, const RunEnd& end, double now);
     RequestActions on_cancel();
     // The request's deadline timer fired (the actor's timer, not a step): unless it is answered, it
@@ -166,6 +169,7 @@ private:
         double t_submit = 0, t_first = -1, t_last = -1;
         std::vector<int32_t> tokens;
         std::vector<float> logprobs;
+        std::vector<std::vector<TokenLogprob>> top_logprobs;
         RunEnd end;
     };
 
@@ -194,6 +198,7 @@ private:
     bool holding_ = false;               // cascade: the answer's tokens held back until the check
     size_t n_streamed_ = 0;              // tokens of the answer run handed to the caller
     std::unique_ptr<TextDecoder> decoder_;
+    StopMatcher stop_;                   // the answer's text, held back while it may begin a stop string
     GenerationResult result_;
     std::vector<double> token_times_;  // when each streamed token reached the caller
     std::vector<PoolUse> prior_pools_;

@@ -381,8 +381,15 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (s.n_generated == 0 || !wants) stats_.n_prompt_tokens_computed += plan[k].n;
         else stats_.n_decode_tokens += plan[k].n;
         if (!wants) continue;
-        const Sampled sm = s.sampler.sample(std::span<const float>(logits_.data() + (size_t)row * V, V));
+        std::span<const float> dist(logits_.data() + (size_t)row * V, V);
         row++;
+        const SamplingParams& sp = s.req.sampling;
+        if (sp.adjusts_logits()) {  // bias and penalties: on a copy, the batch's logits stay as computed
+            adjusted_.assign(dist.begin(), dist.end());
+            adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
+            dist = adjusted_;
+        }
+        const Sampled sm = s.sampler.sample(dist);
         EngineEvent e = make_event(s);
         const bool eos = s.req.stop_at_eos && model_.tokenizer().is_eog(sm.token);
         if (!eos) {
@@ -391,6 +398,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             s.n_generated++;
             e.tokens.push_back(sm.token);
             e.logprobs.push_back(sm.logprob);
+            if (sp.n_top_logprobs > 0) e.top_logprobs.push_back(top_logprobs(dist, sp.n_top_logprobs));
         }
         if (eos) {
             e.finished = true;

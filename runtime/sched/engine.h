@@ -65,6 +65,7 @@ struct EvictionCount {
 struct EngineEvent {
     uint64_t id = 0;
     std::vector<int32_t> tokens;  // new tokens this step (0 or 1 today; more with speculation)
+    std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.n_top_logprobs > 0
     std::vector<float> logprobs;
     bool finished = false;
     FinishReason finish = FinishReason::STOP;  // meaningful when finished
@@ -173,6 +174,7 @@ private:
     std::map<std::string, Session> sessions_;
     EngineStats stats_;
     std::vector<float> logits_;
+    std::vector<float> adjusted_;  // scratch: one row of logits after bias and penalties
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
 };

@@ -97,7 +97,9 @@ TEST_CASE("a soak of mixed buckets, cancels, reloads, plugin faults, overload an
     int64_t n_submitted = 0;
     int n_reload_ok = 0, n_reload_failed = 0, n_truncations = 0;
     {
-        auto rt = Runtime::start(cfg);
+        RuntimeOptions opts;
+        opts.trace_capacity = 16;  // bounded anyway; kept small so that the per-request heap figure is the growth
+        auto rt = Runtime::start(cfg, opts);
         if (!rt) FAIL(rt.error().message);
         Runtime& r = **rt;
         const bool can_truncate = mapping_guard_active();

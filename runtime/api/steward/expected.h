@@ -3,7 +3,9 @@
 // Header-only, standard library only. Thread-safety: a plain value type (like std::variant).
 #pragma once
 #include <stdexcept>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -47,11 +49,32 @@ private:
     std::variant<T, Error> v_;
 };
 
-// An INVALID Error whose message is the parts (strings) concatenated.
+namespace detail {
+// One part of a message: text as it is, numbers in decimal (never appended as a character code).
+template <typename T>
+void append_part(std::string& s, T&& part) {
+    using U = std::remove_cv_t<std::remove_reference_t<T>>;
+    if constexpr (std::is_same_v<U, bool>) {
+        s += part ? "true" : "false";
+    } else if constexpr (std::is_same_v<U, char>) {
+        s += part;
+    } else if constexpr (std::is_integral_v<U>) {
+        s += std::to_string(part);
+    } else if constexpr (std::is_floating_point_v<U>) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", (double)part);
+        s += buf;
+    } else {
+        s += std::forward<T>(part);
+    }
+}
+}  // namespace detail
+
+// An INVALID Error whose message is the parts concatenated (strings as they are, numbers in decimal).
 template <typename... Args>
 Error make_error(Args&&... parts) {
     std::string s;
-    ((s += parts), ...);
+    (detail::append_part(s, std::forward<Args>(parts)), ...);
     return Error{std::move(s)};
 }
 

@@ -1,0 +1,28 @@
+// check_request: the field rules shared by every way in.
+#include "request/request_check.h"
+
+#include "config/config.h"
+#include "cpu/sampling.h"
+
+namespace steward {
+
+Expected<bool> check_request(const GenerationRequest& req) {
+    if (auto fmt = check_response_format(req.response_format); !fmt) return fmt.error();
+    SamplingParams sp;
+    sp.temperature = req.temperature;
+    sp.top_p = req.top_p;
+    sp.top_k = req.top_k;
+    sp.presence_penalty = req.presence_penalty;
+    sp.frequency_penalty = req.frequency_penalty;
+    sp.logit_bias = req.logit_bias;
+    sp.n_top_logprobs = req.top_logprobs;
+    if (auto ok = check_sampling(sp); !ok) return ok.error();
+    if (req.stop.size() > 16) return make_error("stop has ", req.stop.size(), " strings; at most 16 are accepted");
+    for (const std::string& s : req.stop)
+        if (s.empty() || s.size() > 256)
+            return make_error("a stop string is ", s.size(), " bytes long; each must be 1 to 256 bytes");
+    if (req.max_tokens < 0) return make_error("max_tokens is ", req.max_tokens, "; it must be >= 0 (0: the config's default)");
+    return true;
+}
+
+}  // namespace steward
