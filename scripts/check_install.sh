@@ -101,8 +101,8 @@ expect "$tmp/embed_cpp.out" "embed_cpp: OK"
 expect "$tmp/embed_c.out" "status STEWARD_OK, finish length (STEWARD_RESULT_LENGTH), upgraded 0, fallback 0"
 expect "$tmp/embed_c.out" "completion_tokens=16"
 expect "$tmp/embed_c.out" "streamed 16 tokens"
-expect "$tmp/embed_c.out" 'steward:generation_tokens_total{bucket="default"} 16'
-expect "$tmp/embed_c.out" 'steward:request_success_total{bucket="default",finished_reason="length"} 1'
+expect "$tmp/embed_c.out" 'steward_generation_tokens_total{bucket="default"} 16'
+expect "$tmp/embed_c.out" 'steward_request_success_total{bucket="default",finished_reason="length"} 1'
 expect "$tmp/embed_c.out" "embed_c: OK"
 echo
 echo "check_install: OK"

@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
     CHECK(steward_metrics_json(rt, NULL) == STEWARD_ERR_INVALID_ARGUMENT);
     /* ... the same figures as Prometheus text and as a table. */
     CHECK(steward_metrics_prometheus(rt, &text) == STEWARD_OK);
-    CHECK(text != NULL && strstr(text, "# TYPE steward:") != NULL && strstr(text, "bucket=\"agent\"") != NULL);
+    CHECK(text != NULL && strstr(text, "# TYPE steward_") != NULL && strstr(text, "bucket=\"agent\"") != NULL);
     steward_string_free(text);
     text = NULL;
     CHECK(steward_metrics_prometheus(NULL, &text) == STEWARD_ERR_INVALID_ARGUMENT && text == NULL);

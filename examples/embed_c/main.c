@@ -113,9 +113,9 @@ int main(int argc, char **argv) {
         while (*line) {
             const char *end = strchr(line, '\n');
             const size_t n = end ? (size_t)(end - line) : strlen(line);
-            if (strncmp(line, "steward:generation_tokens_total", 31) == 0 ||
-                strncmp(line, "steward:request_success_total", 29) == 0 ||
-                strncmp(line, "steward:config_generation ", 26) == 0)
+            if (strncmp(line, "steward_generation_tokens_total", 31) == 0 ||
+                strncmp(line, "steward_request_success_total", 29) == 0 ||
+                strncmp(line, "steward_config_generation ", 26) == 0)
                 printf("%.*s\n", (int)n, line);
             line += n + (end ? 1 : 0);
         }

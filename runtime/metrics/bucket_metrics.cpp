@@ -546,6 +546,15 @@ std::string MetricsRegistry::to_table() const {
     return out;
 }
 
+// Our own exposition rather than prometheus-cpp's registry and serializer: every figure here is a
+// snapshot computed from the registry's records (per-bucket log histograms re-bucketed on fixed
+// bounds, counts by finish reason, admission and plugin figures), not a live instrument that code
+// increments. prometheus-cpp would have to be a fresh registry filled from the snapshot on every
+// scrape, and it would then only format ~40 families that this function formats in place, while
+// becoming one more shared dependency (DT_NEEDED) of the installed libsteward.so (Debian 12 ships
+// prometheus-cpp 1.0.1, libprometheus-cpp-core1.0). Conformance is what matters, and the tests
+// check it with a strict, independent parser of the text format (tests/support/prometheus_text.h)
+// on the exposition of a runtime that served requests.
 std::string MetricsRegistry::to_prometheus() const {
     std::string out;
     std::vector<std::string> names = bucket_names();
@@ -566,145 +575,145 @@ std::string MetricsRegistry::to_prometheus() const {
                    prometheus_number((double)value_of(buckets_.find(b)->second)) + "\n";
     };
 
-    histogram("steward:time_to_first_token_seconds", "Arrival to first output token, seconds.", &BucketMetrics::ttft_s,
+    histogram("steward_time_to_first_token_seconds", "Arrival to first output token, seconds.", &BucketMetrics::ttft_s,
               k_ttft_bounds);
-    histogram("steward:inter_token_latency_seconds", "Gap between consecutive output tokens, seconds.",
+    histogram("steward_inter_token_latency_seconds", "Gap between consecutive output tokens, seconds.",
               &BucketMetrics::itl_s, k_itl_bounds);
-    histogram("steward:request_time_per_output_token_seconds", "Per-request mean time per output token, seconds.",
+    histogram("steward_request_time_per_output_token_seconds", "Per-request mean time per output token, seconds.",
               &BucketMetrics::tpot_s, k_itl_bounds);
-    histogram("steward:e2e_request_latency_seconds", "Arrival to finish, seconds.", &BucketMetrics::e2e_s,
+    histogram("steward_e2e_request_latency_seconds", "Arrival to finish, seconds.", &BucketMetrics::e2e_s,
               k_e2e_bounds);
-    histogram("steward:request_queue_time_seconds", "Arrival to first scheduled, seconds.", &BucketMetrics::queue_s,
+    histogram("steward_request_queue_time_seconds", "Arrival to first scheduled, seconds.", &BucketMetrics::queue_s,
               k_e2e_bounds);
 
-    family("steward:request_success_total", "counter", "Requests finished with stop or length.");
+    family("steward_request_success_total", "counter", "Requests finished with stop or length.");
     for (const std::string& b : names)
         for (FinishReason f : {FinishReason::STOP, FinishReason::LENGTH})
-            out += "steward:request_success_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
+            out += "steward_request_success_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
                    "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
-    family("steward:request_failure_total", "counter", "Requests cancelled, timed out, failed or rejected.");
+    family("steward_request_failure_total", "counter", "Requests cancelled, timed out, failed or rejected.");
     for (const std::string& b : names)
         for (FinishReason f :
              {FinishReason::CANCELLED, FinishReason::TIMEOUT, FinishReason::ERROR, FinishReason::OVERLOADED})
-            out += "steward:request_failure_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
+            out += "steward_request_failure_total{" + label(b) + ",finished_reason=\"" + finish_reason_name(f) +
                    "\"} " + std::to_string(buckets_.find(b)->second.n_by_finish[(size_t)f]) + "\n";
 
-    counter("steward:prompt_tokens_total", "Prompt tokens.", [](const BucketMetrics& m) { return m.n_prompt_tokens; });
-    counter("steward:generation_tokens_total", "Output tokens.",
+    counter("steward_prompt_tokens_total", "Prompt tokens.", [](const BucketMetrics& m) { return m.n_prompt_tokens; });
+    counter("steward_generation_tokens_total", "Output tokens.",
             [](const BucketMetrics& m) { return m.n_output_tokens; });
-    counter("steward:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+    counter("steward_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
             [](const BucketMetrics& m) { return m.n_prompt_tokens; });
-    counter("steward:prefix_cache_hits_total", "Prompt tokens found in cached full blocks.",
+    counter("steward_prefix_cache_hit_tokens_total", "Prompt tokens found in cached full blocks.",
             [](const BucketMetrics& m) { return m.n_cached_tokens; });
-    counter("steward:prefix_cache_saved_tokens_total", "Prompt tokens not computed thanks to the cache.",
+    counter("steward_prefix_cache_saved_tokens_total", "Prompt tokens not computed thanks to the cache.",
             [](const BucketMetrics& m) { return m.n_saved_tokens; });
-    counter("steward:prefix_cache_cross_tenant_hits_total",
+    counter("steward_prefix_cache_cross_tenant_hit_tokens_total",
             "Hit tokens on another tenant's blocks outside declared-public prefixes (must be 0).",
             [](const BucketMetrics& m) { return m.n_cross_tenant_hits; });
-    counter("steward:prefix_cache_public_hits_total", "Hit tokens on another tenant's declared-public blocks.",
+    counter("steward_prefix_cache_public_hit_tokens_total", "Hit tokens on another tenant's declared-public blocks.",
             [](const BucketMetrics& m) { return m.n_public_hits; });
-    counter("steward:num_preemptions_total", "Preemptions for lack of KV blocks.",
+    counter("steward_preemptions_total", "Preemptions for lack of KV blocks.",
             [](const BucketMetrics& m) { return m.n_preemptions; });
-    counter("steward:recomputed_tokens_total", "Tokens computed again after preemption.",
+    counter("steward_recomputed_tokens_total", "Tokens computed again after preemption.",
             [](const BucketMetrics& m) { return m.n_recomputed_tokens; });
-    counter("steward:request_cost_total", "Cost from per-pool prices, currency units.",
+    counter("steward_request_cost_total", "Cost from per-pool prices, currency units.",
             [](const BucketMetrics& m) { return m.cost_total; });
-    counter("steward:route_upgrades_total", "Requests upgraded from a cheaper pool.",
+    counter("steward_route_upgrades_total", "Requests upgraded from a cheaper pool.",
             [](const BucketMetrics& m) { return m.n_upgraded; });
-    counter("steward:route_fallbacks_total", "Requests served by a fallback path.",
+    counter("steward_route_fallbacks_total", "Requests served by a fallback path.",
             [](const BucketMetrics& m) { return m.n_fallback; });
-    family("steward:route_requests_total", "counter", "Requests finished per pool.");
+    family("steward_route_requests_total", "counter", "Requests finished per pool.");
     for (const std::string& b : names)
         for (const auto& [pool, n] : buckets_.find(b)->second.n_by_pool)
-            out += "steward:route_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+            out += "steward_route_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
                    std::to_string(n) + "\n";
-    family("steward:route_shadowed_total", "counter", "Requests also run on the strongest pool, per route.");
+    family("steward_route_shadowed_requests_total", "counter", "Requests also run on the strongest pool, per route.");
     for (const std::string& b : names)
         for (const auto& [pool, q] : buckets_.find(b)->second.route_quality)
-            out += "steward:route_shadowed_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+            out += "steward_route_shadowed_requests_total{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
                    std::to_string(q.n_shadowed) + "\n";
-    family("steward:route_quality_agreement", "gauge", "Agreement with the strongest pool on shadowed requests (0-1).");
+    family("steward_route_quality_agreement_ratio", "gauge", "Agreement with the strongest pool on shadowed requests (0-1).");
     for (const std::string& b : names)
         for (const auto& [pool, q] : buckets_.find(b)->second.route_quality)
-            out += "steward:route_quality_agreement{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
+            out += "steward_route_quality_agreement_ratio{" + label(b) + ",pool=\"" + prometheus_label_value(pool) + "\"} " +
                    prometheus_number(q.agreement()) + "\n";
-    family("steward:config_generation", "gauge", "The live config generation.");
-    out += "steward:config_generation " + std::to_string(generation_) + "\n";
-    family("steward:config_reloads_total", "counter", "Config reloads by result.");
-    out += "steward:config_reloads_total{result=\"ok\"} " + std::to_string(n_reload_ok_) + "\n";
-    out += "steward:config_reloads_total{result=\"error\"} " + std::to_string(n_reload_failed_) + "\n";
-    family("steward:plugin_decisions_total", "counter", "Decisions asked of policy plugins.");
+    family("steward_config_generation", "gauge", "The live config generation.");
+    out += "steward_config_generation " + std::to_string(generation_) + "\n";
+    family("steward_config_reloads_total", "counter", "Config reloads by result.");
+    out += "steward_config_reloads_total{result=\"ok\"} " + std::to_string(n_reload_ok_) + "\n";
+    out += "steward_config_reloads_total{result=\"error\"} " + std::to_string(n_reload_failed_) + "\n";
+    family("steward_plugin_decisions_total", "counter", "Decisions asked of policy plugins.");
     auto plabel = [](const PolicyFigure& p) {
         return "bucket=\"" + prometheus_label_value(p.bucket) + "\",kind=\"" + prometheus_label_value(p.kind) +
                "\",plugin=\"" + prometheus_label_value(p.plugin) + "\"";
     };
     for (const PolicyFigure& p : policies_)
-        out += "steward:plugin_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_calls) + "\n";
-    family("steward:plugin_invalid_decisions_total", "counter",
+        out += "steward_plugin_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_calls) + "\n";
+    family("steward_plugin_invalid_decisions_total", "counter",
            "Plugin errors and rejected decisions (replaced by the safe default).");
     for (const PolicyFigure& p : policies_)
-        out += "steward:plugin_invalid_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_invalid) + "\n";
-    family("steward:plugin_declined_decisions_total", "counter",
+        out += "steward_plugin_invalid_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_invalid) + "\n";
+    family("steward_plugin_declined_decisions_total", "counter",
            "Eviction plugins' 'no victim' answers (the engine preempts or waits instead of evicting).");
     for (const PolicyFigure& p : policies_)
-        out += "steward:plugin_declined_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_declined) + "\n";
-    family("steward:plugin_timed_out_decisions_total", "counter",
+        out += "steward_plugin_declined_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_declined) + "\n";
+    family("steward_plugin_timed_out_decisions_total", "counter",
            "Plugin decisions answered by the safe default because the plugin overran its time budget "
            "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.");
     for (const PolicyFigure& p : policies_)
-        out += "steward:plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
-    counter("steward:spec_decode_num_drafts_total", "Speculative drafts.",
+        out += "steward_plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
+    counter("steward_spec_decode_drafts_total", "Speculative drafts.",
             [](const BucketMetrics& m) { return m.n_drafts; });
-    counter("steward:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
+    counter("steward_spec_decode_draft_tokens_total", "Draft tokens proposed.",
             [](const BucketMetrics& m) { return m.n_draft_tokens; });
-    counter("steward:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+    counter("steward_spec_decode_accepted_tokens_total", "Draft tokens accepted.",
             [](const BucketMetrics& m) { return m.n_accepted_tokens; });
 
     auto alabel = [](const std::string& pool, const TenantAdmission& t) {
         return "pool=\"" + prometheus_label_value(pool) + "\",tenant=\"" + prometheus_label_value(t.tenant) + "\"";
     };
-    family("steward:kv_admission_requests_total", "counter", "KV admission answers per pool and tenant (refused: see the limit).");
+    family("steward_kv_admission_requests_total", "counter", "KV admission answers per pool and tenant (refused: see the limit).");
     for (const auto& [pool, tenants] : admission_)
         for (const TenantAdmission& t : tenants) {
-            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"admitted\"} " + std::to_string(t.n_admitted) + "\n";
-            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"queued\"} " + std::to_string(t.n_queued) + "\n";
-            out += "steward:kv_admission_requests_total{" + alabel(pool, t) + ",result=\"refused\"} " + std::to_string(t.n_refused()) + "\n";
+            out += "steward_kv_admission_requests_total{" + alabel(pool, t) + ",result=\"admitted\"} " + std::to_string(t.n_admitted) + "\n";
+            out += "steward_kv_admission_requests_total{" + alabel(pool, t) + ",result=\"queued\"} " + std::to_string(t.n_queued) + "\n";
+            out += "steward_kv_admission_requests_total{" + alabel(pool, t) + ",result=\"refused\"} " + std::to_string(t.n_refused()) + "\n";
         }
-    family("steward:kv_admission_refused_total", "counter", "Requests refused at KV admission, by the limit that refused them.");
+    family("steward_kv_admission_refused_requests_total", "counter", "Requests refused at KV admission, by the limit that refused them.");
     for (const auto& [pool, tenants] : admission_)
         for (const TenantAdmission& t : tenants)
             for (auto [limit, n] : {std::pair{AdmissionLimit::TENANT_QUOTA, t.n_refused_quota},
                                     std::pair{AdmissionLimit::POOL_CAPACITY, t.n_refused_capacity},
                                     std::pair{AdmissionLimit::QUEUE_LENGTH, t.n_refused_queue}})
-                out += "steward:kv_admission_refused_total{" + alabel(pool, t) + ",limit=\"" + admission_limit_name(limit) + "\"} " + std::to_string(n) + "\n";
-    family("steward:kv_admission_blocks_reserved", "gauge", "KV blocks reserved by admitted, unfinished requests.");
+                out += "steward_kv_admission_refused_requests_total{" + alabel(pool, t) + ",limit=\"" + admission_limit_name(limit) + "\"} " + std::to_string(n) + "\n";
+    family("steward_kv_admission_reserved_blocks", "gauge", "KV blocks reserved by admitted, unfinished requests.");
     for (const auto& [pool, tenants] : admission_)
         for (const TenantAdmission& t : tenants)
-            out += "steward:kv_admission_blocks_reserved{" + alabel(pool, t) + "} " + std::to_string(t.n_blocks_reserved) + "\n";
-    family("steward:kv_admission_waiting", "gauge", "Requests waiting for a KV reservation.");
+            out += "steward_kv_admission_reserved_blocks{" + alabel(pool, t) + "} " + std::to_string(t.n_blocks_reserved) + "\n";
+    family("steward_kv_admission_waiting_requests", "gauge", "Requests waiting for a KV reservation.");
     for (const auto& [pool, tenants] : admission_)
         for (const TenantAdmission& t : tenants)
-            out += "steward:kv_admission_waiting{" + alabel(pool, t) + "} " + std::to_string(t.n_waiting) + "\n";
+            out += "steward_kv_admission_waiting_requests{" + alabel(pool, t) + "} " + std::to_string(t.n_waiting) + "\n";
 
-    family("steward:kv_cache_evictions_total", "counter", "Cached unreferenced KV blocks reclaimed, per policy.");
+    family("steward_kv_cache_evicted_blocks_total", "counter", "Cached unreferenced KV blocks reclaimed, per policy.");
     for (const auto& [policy, n] : all_.n_evictions_by_policy)
-        out += "steward:kv_cache_evictions_total{policy=\"" + prometheus_label_value(policy) + "\"} " +
+        out += "steward_kv_cache_evicted_blocks_total{policy=\"" + prometheus_label_value(policy) + "\"} " +
                std::to_string(n) + "\n";
     const KvGauges& kv = all_.kv;
     if (kv.n_samples > 0) {
         double usage =
             kv.last.n_blocks_total > 0 ? (double)kv.last.n_blocks_used / (double)kv.last.n_blocks_total : 0.0;
-        family("steward:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (0-1).");
-        out += "steward:kv_cache_usage_perc " + prometheus_number(usage) + "\n";
-        family("steward:kv_cache_fragmentation_perc", "gauge",
+        family("steward_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use (0-1).");
+        out += "steward_kv_cache_usage_ratio " + prometheus_number(usage) + "\n";
+        family("steward_kv_cache_fragmentation_ratio", "gauge",
                "Fraction of allocated token slots not holding a token (0-1).");
-        out += "steward:kv_cache_fragmentation_perc " + prometheus_number(kv.last.fragmentation) + "\n";
-        family("steward:kv_cache_blocks_used", "gauge", "KV blocks referenced by running or pinned sequences.");
-        out += "steward:kv_cache_blocks_used " + std::to_string(kv.last.n_blocks_used) + "\n";
-        family("steward:kv_cache_blocks_total", "gauge", "KV blocks in the pool.");
-        out += "steward:kv_cache_blocks_total " + std::to_string(kv.last.n_blocks_total) + "\n";
-        family("steward:kv_cache_branches", "gauge", "Live forked sequences sharing blocks copy-on-write.");
-        out += "steward:kv_cache_branches " + std::to_string(kv.last.n_branches) + "\n";
+        out += "steward_kv_cache_fragmentation_ratio " + prometheus_number(kv.last.fragmentation) + "\n";
+        family("steward_kv_cache_used_blocks", "gauge", "KV blocks referenced by running or pinned sequences.");
+        out += "steward_kv_cache_used_blocks " + std::to_string(kv.last.n_blocks_used) + "\n";
+        family("steward_kv_cache_capacity_blocks", "gauge", "KV blocks in the pool.");
+        out += "steward_kv_cache_capacity_blocks " + std::to_string(kv.last.n_blocks_total) + "\n";
+        family("steward_kv_cache_branches", "gauge", "Live forked sequences sharing blocks copy-on-write.");
+        out += "steward_kv_cache_branches " + std::to_string(kv.last.n_branches) + "\n";
     }
     return out;
 }

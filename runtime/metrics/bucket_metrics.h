@@ -258,9 +258,10 @@ public:
     nlohmann::json to_json() const;
     // Fixed-width text: one row per bucket and "all"; "-" for undefined figures.
     std::string to_table() const;
-    // Text exposition format; names follow vLLM's where one exists (steward: for vllm:). Request
-    // figures carry a bucket label (no "all" series: Prometheus sums labels itself); KV gauges come
-    // from the untagged samples and carry no label.
+    // Text exposition format 0.0.4, Prometheus naming: steward_ prefix, the base unit last
+    // (_seconds, _tokens, _blocks, _ratio for 0-1), _total on counters only; names follow vLLM's
+    // where one exists. Request figures carry a bucket label (no "all" series: Prometheus sums
+    // labels itself); KV gauges come from the untagged samples and carry no label.
     std::string to_prometheus() const;
 
 private:

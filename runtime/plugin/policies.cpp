@@ -166,7 +166,7 @@ bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call) {
     counters_->n_timed_out++;
     if (!logged_timeout_.exchange(true))
         spdlog::warn("{} plugin '{}' (bucket {}): {} {}; using the safe default, and for every call until it returns "
-                     "(logged once per instance, counted in steward:plugin_timed_out_decisions_total)",
+                     "(logged once per instance, counted in steward_plugin_timed_out_decisions_total)",
                      policy_kind_name(lib_->kind()), plugin_, bucket_, fn,
                      r == DecisionWorker::Result::BUSY ? "is still running from an earlier call"
                                                        : "did not answer within its budget of " + std::to_string((int)budget_ms_) + " ms");
@@ -219,7 +219,7 @@ void PolicyInstance::invalid(const std::string& what) {
     counters_->n_invalid++;
     if (!logged_.exchange(true))
         spdlog::warn("{} plugin '{}' (bucket {}): {}; using the safe default (logged once per instance, counted in "
-                     "steward:plugin_invalid_decisions_total)",
+                     "steward_plugin_invalid_decisions_total)",
                      policy_kind_name(lib_->kind()), plugin_, bucket_, what);
 }
 

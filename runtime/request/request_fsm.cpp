@@ -106,7 +106,7 @@ RequestActions RequestFsm::on_deadline(double now) {
     const double limit_ms = (setup_.deadline_s - setup_.arrival_s) * 1e3;
     e.error = std::string("timed out after ") + std::to_string((long long)std::llround(limit_ms)) + " ms (limits.request_timeout_ms) " +
               (was_routed ? "before its run finished" : "while it was being routed") +
-              "; raise request_timeout_ms, or look at the pool's queue and steward:plugin_timed_out_decisions_total";
+              "; raise request_timeout_ms, or look at the pool's queue and steward_plugin_timed_out_decisions_total";
     if (was_routed) {
         const Run& a = run(answer_);
         e.n_prompt = a.end.n_prompt;

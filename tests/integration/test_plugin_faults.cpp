@@ -116,7 +116,7 @@ pool = 0
     CHECK(row.decisions >= 1);
     CHECK(row.decisions <= n_slow);
     CHECK_THAT(rt->metrics_prometheus(),
-               Catch::Contains("steward:plugin_timed_out_decisions_total{bucket=\"slow\",kind=\"routing\",plugin=\"slow_routing\"} " +
+               Catch::Contains("steward_plugin_timed_out_decisions_total{bucket=\"slow\",kind=\"routing\",plugin=\"slow_routing\"} " +
                                std::to_string(n_slow)));
 }
 

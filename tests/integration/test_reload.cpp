@@ -128,7 +128,7 @@ TEST_CASE("1000 requests across 5 reloads (valid and invalid): none lost, none f
     CHECK(j["config"]["reloads_ok"] == n_reload_ok);
     CHECK(j["config"]["reloads_failed"] == n_reload_failed);
     CHECK(j["config"]["generation"] == expect_gen);
-    CHECK(r.metrics_prometheus().find("steward:config_reloads_total{result=\"error\"} 2") != std::string::npos);
+    CHECK(r.metrics_prometheus().find("steward_config_reloads_total{result=\"error\"} 2") != std::string::npos);
 }
 
 TEST_CASE("a reload with a bad file changes nothing and reports file:line:column", "[reload]") {

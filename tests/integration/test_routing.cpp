@@ -222,7 +222,7 @@ plugin = "lfu"
     CHECK(by_kind["eviction"].first == by_kind["eviction"].second);
     // Every block the broken policy was asked about was evicted (by LRU instead), counted per bucket.
     CHECK(j["buckets"]["broken"]["kv"]["evictions_by_policy"]["invalid_eviction"].get<int64_t>() == by_kind["eviction"].first);
-    CHECK(rt->metrics_prometheus().find("steward:plugin_invalid_decisions_total{bucket=\"broken\",kind=\"routing\"") !=
+    CHECK(rt->metrics_prometheus().find("steward_plugin_invalid_decisions_total{bucket=\"broken\",kind=\"routing\"") !=
           std::string::npos);
 }
 
@@ -354,7 +354,7 @@ plugin = "decline_eviction"
     CHECK(calls > 0);     // it was asked (and declined: it never evicted a block)...
     CHECK(declined == calls);  // ...every answer was a decline, reported as such...
     CHECK(invalid == 0);  // ...and a decline is not an invalid decision (the names reached it, else it errs)
-    CHECK_THAT(rt->metrics_prometheus(), Catch::Contains("steward:plugin_declined_decisions_total{bucket=\"protective\""));
+    CHECK_THAT(rt->metrics_prometheus(), Catch::Contains("steward_plugin_declined_decisions_total{bucket=\"protective\""));
     const auto& ev = j["buckets"]["protective"]["kv"]["evictions_by_policy"];
     CHECK_FALSE(ev.contains("decline_eviction"));
     // Only a request that nothing else could make room for took LRU victims.

@@ -41,14 +41,14 @@
  * draft_budget*) runs on a thread of the instance's own and the host waits for it at most a budget
  * ([plugins] decision_budget_ms, 50 ms by default, for routing; step_decision_budget_ms, 20 ms, for
  * decisions inside an engine step). Past it the host uses the safe default and counts it
- * (steward:plugin_timed_out_decisions_total); the call is not interrupted, and until it returns the
+ * (steward_plugin_timed_out_decisions_total); the call is not interrupted, and until it returns the
  * instance gets no further calls (their answers are the safe default). Inputs stay valid until the
  * call returns, also after the host gave up waiting. create() and destroy() have no budget.
  *
  * Errors. Functions return STEWARD_PLUGIN_OK or an error code. A decision function that returns an error,
  * or returns a decision the host finds invalid (a pool that does not exist, a victim that is not an
  * evictable block, a draft budget outside [0, max]), is logged once per instance, counted in the
- * metrics (steward:plugin_invalid_decisions_total) and replaced by the safe default: the bucket's
+ * metrics (steward_plugin_invalid_decisions_total) and replaced by the safe default: the bucket's
  * configured pool, the least recently used block, a draft budget of 0. Decisions must be quick: they
  * run on the request path (routing) or inside a scheduler step (eviction, speculation). An eviction
  * plugin declining every candidate (choose_victim_v2, STEWARD_EVICT_NO_VICTIM) is not an error: it is

@@ -114,7 +114,7 @@ struct LimitsConfig {
 struct PluginsConfig {
     std::vector<std::string> dirs;  // searched for plugins named by name (relative to the config file)
     // Time budgets of one plugin decision (0: none, the plugin is called on the caller's thread).
-    // Past it the safe default is used and counted (steward:plugin_timed_out_decisions_total).
+    // Past it the safe default is used and counted (steward_plugin_timed_out_decisions_total).
     double decision_budget_ms = 50;       // routing (route, check_upgrade, on_outcome) and the router's draft budget
     double step_decision_budget_ms = 20;  // inside an engine step: eviction, per-sequence draft budgets
     // Before a config (at start or reload) adopts a plugin, load it in a forked child and run create()

@@ -93,7 +93,7 @@ public:
     // Re-reads the config file: parse, validate completely (pools, plugins load, parameters check),
     // then swap atomically. Requests in flight finish with the generation they started with; new
     // ones get the new one; a removed pool drains, then stops. On error nothing changes and the
-    // error (file:line:column) is returned, logged and counted (steward:config_reloads_total).
+    // error (file:line:column) is returned, logged and counted (steward_config_reloads_total).
     // Plugin files changed on disk are loaded afresh. Also triggered by a change of the file
     // ([reload] watch) and by SIGHUP (after route_sighup_to_reload). Thread-safe.
     Expected<uint64_t> reload();

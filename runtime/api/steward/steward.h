@@ -217,7 +217,7 @@ steward_status steward_end_session(steward_runtime *rt, const char *session);
  * Thread-safe; callable from a callback. */
 steward_status steward_metrics_json(steward_runtime *rt, char **out_json);
 
-/* The same figures in the Prometheus text exposition format (Runtime::metrics_prometheus: steward:*
+/* The same figures in the Prometheus text exposition format (Runtime::metrics_prometheus: steward_*
  * families with bucket labels), NUL-terminated; the caller frees *out_text with
  * steward_string_free. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt or out_text NULL),
  * STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL (then *out_text is NULL). Thread-safe; callable

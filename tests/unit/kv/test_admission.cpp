@@ -245,9 +245,9 @@ TEST_CASE("Admission figures reach the metrics JSON and Prometheus text per pool
     CHECK(beta["refused_queue_length"] == 1);
     CHECK(beta["quota_blocks"].is_null());
     const std::string text = m.to_prometheus();
-    CHECK(contains(text, "steward:kv_admission_refused_total{pool=\"tiny\",tenant=\"acme\",limit=\"tenant_quota\"} 1\n"));
-    CHECK(contains(text, "steward:kv_admission_requests_total{pool=\"tiny\",tenant=\"beta\",result=\"queued\"} 1\n"));
-    CHECK(contains(text, "steward:kv_admission_blocks_reserved{pool=\"tiny\",tenant=\"beta\"} 6\n"));
+    CHECK(contains(text, "steward_kv_admission_refused_requests_total{pool=\"tiny\",tenant=\"acme\",limit=\"tenant_quota\"} 1\n"));
+    CHECK(contains(text, "steward_kv_admission_requests_total{pool=\"tiny\",tenant=\"beta\",result=\"queued\"} 1\n"));
+    CHECK(contains(text, "steward_kv_admission_reserved_blocks{pool=\"tiny\",tenant=\"beta\"} 6\n"));
     a.release(3);
     m.set_admission("tiny", a.figures());
     CHECK(m.to_json()["admission"]["tiny"]["beta"]["blocks_reserved"] == 3);

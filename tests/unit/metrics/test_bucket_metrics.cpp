@@ -316,24 +316,24 @@ TEST_CASE("the Prometheus text parses line by line with vLLM-aligned names", "[m
     CHECK(!parse_sample("x 1 2", n, v));
     CHECK(!parse_sample("x one", n, v));
     CHECK(!parse_sample("1x 1", n, v));
-    CHECK(types["steward:time_to_first_token_seconds"] == "histogram");
-    CHECK(types["steward:prefix_cache_queries_total"] == "counter");
-    CHECK(types["steward:kv_cache_usage_perc"] == "gauge");
-    CHECK(values["steward:prefix_cache_queries_total{bucket=\"short_qa\"}"] == 384);
-    CHECK(values["steward:prefix_cache_hits_total{bucket=\"short_qa\"}"] == 128);
-    CHECK(values["steward:prefix_cache_hits_total{bucket=\"long_doc\"}"] == 512);
-    CHECK(values["steward:kv_cache_usage_perc"] == Approx(0.2));
-    CHECK(values["steward:num_preemptions_total{bucket=\"long_doc\"}"] == 1);
-    CHECK(values["steward:request_success_total{bucket=\"short_qa\",finished_reason=\"length\"}"] == 1);
-    CHECK(values["steward:request_failure_total{bucket=\"short_qa\",finished_reason=\"overloaded\"}"] == 1);
-    CHECK(values["steward:route_requests_total{bucket=\"short_qa\",pool=\"small\"}"] == 3);
-    CHECK(values["steward:kv_cache_evictions_total{policy=\"lru\"}"] == 7);
-    CHECK(values["steward:spec_decode_num_drafts_total{bucket=\"short_qa\"}"] == 0);
-    CHECK(values["steward:time_to_first_token_seconds_count{bucket=\"short_qa\"}"] == 3);
-    CHECK(values["steward:time_to_first_token_seconds_sum{bucket=\"short_qa\"}"] == Approx(0.45));
-    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.08\"}"] == 1);
-    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.25\"}"] == 2);
-    CHECK(values["steward:time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"+Inf\"}"] == 3);
+    CHECK(types["steward_time_to_first_token_seconds"] == "histogram");
+    CHECK(types["steward_prefix_cache_query_tokens_total"] == "counter");
+    CHECK(types["steward_kv_cache_usage_ratio"] == "gauge");
+    CHECK(values["steward_prefix_cache_query_tokens_total{bucket=\"short_qa\"}"] == 384);
+    CHECK(values["steward_prefix_cache_hit_tokens_total{bucket=\"short_qa\"}"] == 128);
+    CHECK(values["steward_prefix_cache_hit_tokens_total{bucket=\"long_doc\"}"] == 512);
+    CHECK(values["steward_kv_cache_usage_ratio"] == Approx(0.2));
+    CHECK(values["steward_preemptions_total{bucket=\"long_doc\"}"] == 1);
+    CHECK(values["steward_request_success_total{bucket=\"short_qa\",finished_reason=\"length\"}"] == 1);
+    CHECK(values["steward_request_failure_total{bucket=\"short_qa\",finished_reason=\"overloaded\"}"] == 1);
+    CHECK(values["steward_route_requests_total{bucket=\"short_qa\",pool=\"small\"}"] == 3);
+    CHECK(values["steward_kv_cache_evicted_blocks_total{policy=\"lru\"}"] == 7);
+    CHECK(values["steward_spec_decode_drafts_total{bucket=\"short_qa\"}"] == 0);
+    CHECK(values["steward_time_to_first_token_seconds_count{bucket=\"short_qa\"}"] == 3);
+    CHECK(values["steward_time_to_first_token_seconds_sum{bucket=\"short_qa\"}"] == Approx(0.45));
+    CHECK(values["steward_time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.08\"}"] == 1);
+    CHECK(values["steward_time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.25\"}"] == 2);
+    CHECK(values["steward_time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"+Inf\"}"] == 3);
 }
 
 TEST_CASE("records without a bucket, prices or KV shape still give well-formed output", "[metrics]") {
@@ -356,7 +356,7 @@ TEST_CASE("records without a bucket, prices or KV shape still give well-formed o
     CHECK(j["all"]["prefix_cache"]["miss_penalty_ms"].is_null());
     m.set_window(0.0, 10.0);
     CHECK(m.throughput_tok_s(m.all()) == Approx(0.5));
-    CHECK(m.to_prometheus().find("steward:kv_cache_usage_perc") == std::string::npos);
+    CHECK(m.to_prometheus().find("steward_kv_cache_usage_ratio") == std::string::npos);
     CHECK(m.to_table().find("unclassified") != std::string::npos);
 
     MetricsRegistry empty;

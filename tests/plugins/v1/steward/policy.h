@@ -21,7 +21,7 @@
  * Errors. Functions return STEWARD_OK or an error code. A decision function that returns an error,
  * or returns a decision the host finds invalid (a pool that does not exist, a victim that is not an
  * evictable block, a draft budget outside [0, max]), is logged once per instance, counted in the
- * metrics (steward:plugin_invalid_decisions_total) and replaced by the safe default: the bucket's
+ * metrics (steward_plugin_invalid_decisions_total) and replaced by the safe default: the bucket's
  * configured pool, the least recently used block, a draft budget of 0. Decisions must be quick: they
  * run on the request path (routing) or inside a scheduler step (eviction, speculation).
  */
