@@ -303,6 +303,16 @@ void MetricsRegistry::record(const RequestRecord& r) {
     t_last_finish_s_ = std::max(t_last_finish_s_, r.t_finish_s);
     m.add(r, cost, met);
     all_.add(r, cost, met);
+    TenantRouteKey key{b, r.pool.empty() ? std::string("none") : r.pool, r.tenant.empty() ? std::string("default") : r.tenant};
+    if (tenant_rows_.size() >= k_max_tenant_rows && !tenant_rows_.count(key)) std::get<2>(key) = "other";
+    TenantRouteRow& t = tenant_rows_[key];
+    t.n_by_finish[(size_t)r.finish]++;
+    t.n_prompt_tokens += r.n_prompt_tokens;
+    t.n_cached_tokens += r.n_cached_prompt_tokens;
+    t.n_output_tokens += r.n_output_tokens;
+    t.cost += cost;
+    if (r.t_first_token_s) t.ttft_s.record(*r.t_first_token_s - r.t_arrival_s);
+    if (r.finish != FinishReason::ERROR && r.finish != FinishReason::OVERLOADED) t.e2e_s.record(r.t_finish_s - r.t_arrival_s);
 }
 
 void MetricsRegistry::record_kv(const KvSample& s) {
@@ -574,6 +584,37 @@ std::string MetricsRegistry::to_prometheus() const {
             out += std::string(name) + "{" + label(b) + "} " +
                    prometheus_number((double)value_of(buckets_.find(b)->second)) + "\n";
     };
+
+    // By bucket, pool and tenant (what a tenant's dashboard and bill need).
+    auto tlabel = [](const TenantRouteKey& k) {
+        return "bucket=\"" + prometheus_label_value(std::get<0>(k)) + "\",pool=\"" + prometheus_label_value(std::get<1>(k)) +
+               "\",tenant=\"" + prometheus_label_value(std::get<2>(k)) + "\"";
+    };
+    family("steward_tenant_requests_total", "counter", "Requests finished, by bucket, pool, tenant and finish reason.");
+    for (const auto& [k, t] : tenant_rows_)
+        for (size_t f = 0; f < t.n_by_finish.size(); f++)
+            if (t.n_by_finish[f] > 0)
+                out += "steward_tenant_requests_total{" + tlabel(k) + ",finished_reason=\"" +
+                       finish_reason_name((FinishReason)f) + "\"} " + std::to_string(t.n_by_finish[f]) + "\n";
+    auto tcounter = [&](const char* name, const char* help, auto value_of) {
+        family(name, "counter", help);
+        for (const auto& [k, t] : tenant_rows_)
+            out += std::string(name) + "{" + tlabel(k) + "} " + prometheus_number((double)value_of(t)) + "\n";
+    };
+    tcounter("steward_tenant_prompt_tokens_total", "Prompt tokens, by bucket, pool and tenant.",
+             [](const TenantRouteRow& t) { return t.n_prompt_tokens; });
+    tcounter("steward_tenant_cached_prompt_tokens_total", "Prompt tokens found in the prefix cache, by bucket, pool and tenant.",
+             [](const TenantRouteRow& t) { return t.n_cached_tokens; });
+    tcounter("steward_tenant_generation_tokens_total", "Output tokens, by bucket, pool and tenant.",
+             [](const TenantRouteRow& t) { return t.n_output_tokens; });
+    tcounter("steward_tenant_request_cost_total", "Cost from per-pool prices (currency units), by bucket, pool and tenant.",
+             [](const TenantRouteRow& t) { return t.cost; });
+    family("steward_tenant_time_to_first_token_seconds", "histogram", "Arrival to first output token, seconds, by bucket, pool and tenant.");
+    for (const auto& [k, t] : tenant_rows_)
+        out += prometheus_histogram(t.ttft_s, "steward_tenant_time_to_first_token_seconds", tlabel(k), k_ttft_bounds);
+    family("steward_tenant_e2e_request_latency_seconds", "histogram", "Arrival to finish, seconds, by bucket, pool and tenant.");
+    for (const auto& [k, t] : tenant_rows_)
+        out += prometheus_histogram(t.e2e_s, "steward_tenant_e2e_request_latency_seconds", tlabel(k), k_e2e_bounds);
 
     histogram("steward_time_to_first_token_seconds", "Arrival to first output token, seconds.", &BucketMetrics::ttft_s,
               k_ttft_bounds);

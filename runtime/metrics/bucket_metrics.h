@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <string_view>
 #include <vector>
 
@@ -278,6 +279,22 @@ private:
     std::string last_reload_error_;
     std::vector<PolicyFigure> policies_;
     std::map<std::string, std::vector<TenantAdmission>, std::less<>> admission_;  // pool -> by tenant
+
+public:
+    // Request figures by (bucket, pool, tenant), for the Prometheus series labelled with all three.
+    // Bounded: past k_max_tenant_rows distinct keys a new tenant is counted as "other".
+    struct TenantRouteRow {
+        std::array<int64_t, n_finish_reasons> n_by_finish{};
+        int64_t n_prompt_tokens = 0, n_cached_tokens = 0, n_output_tokens = 0;
+        double cost = 0.0;
+        Histogram ttft_s, e2e_s;
+    };
+    using TenantRouteKey = std::tuple<std::string, std::string, std::string>;  // bucket, pool, tenant
+    static constexpr size_t k_max_tenant_rows = 4096;
+    const std::map<TenantRouteKey, TenantRouteRow>& tenant_rows() const { return tenant_rows_; }
+
+private:
+    std::map<TenantRouteKey, TenantRouteRow> tenant_rows_;
 };
 
 }  // namespace steward

@@ -2,6 +2,7 @@
 // exposition passes the strict checker (tests/support/prometheus_text.h) and its figures count what
 // was served.
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "api/runtime.h"
 #include "prometheus_text.h"
@@ -88,6 +89,21 @@ pool = "large"
             s.labels.at("limit") == "tenant_quota")
             n_refused_quota += s.value;
     CHECK(n_refused_quota == 1);
+    // By tenant: acme sent requests 1, 2, 4, 5 and beta 0, 3 (4 tokens each); tight's one was refused.
+    std::map<std::string, double> tokens_by_tenant, requests_by_tenant;
+    for (const auto& s : e.series) {
+        if (s.name == "steward_tenant_generation_tokens_total") tokens_by_tenant[s.labels.at("tenant")] += s.value;
+        if (s.name == "steward_tenant_requests_total") requests_by_tenant[s.labels.at("tenant")] += s.value;
+    }
+    CHECK(tokens_by_tenant["acme"] == 16);
+    CHECK(tokens_by_tenant["beta"] == 8);
+    CHECK(requests_by_tenant["tight"] == 1);
+    double tight_overloaded = 0;
+    for (const auto& s : e.series)
+        if (s.name == "steward_tenant_requests_total" && s.labels.at("tenant") == "tight" &&
+            s.labels.at("finished_reason") == "overloaded")
+            tight_overloaded += s.value;
+    CHECK(tight_overloaded == 1);
     CHECK(e.types.count("steward_plugin_decisions_total") == 1);
     CHECK(e.types.count("steward_kv_cache_usage_ratio") == 1);
 }
