@@ -199,7 +199,7 @@ static std::string float_repr(double x) {
     for (char c : mant)
         if (c != '.') digits += c;
     std::string out = neg ? "-" : "";
-    if (exp >= -5 && exp < 16) {
+    if (exp >= -4 && exp < 16) {
         if (exp < 0) {
             out += "0." + std::string(-exp - 1, '0') + digits;
         } else if ((int)digits.size() <= exp + 1) {
@@ -1473,7 +1473,7 @@ private:
                 if (!r) return r;
                 n = std::move(*r);
             } else if (is_op("(")) {
-                auto c = node(EK::Call, cur().pos);
+                auto c = node(EK::Call, n->kind == EK::Name ? n->pos : cur().pos);
                 c->kids.push_back(std::move(n));
                 c->kwnames.push_back("");
                 auto a = parse_call_args(*c);
@@ -2145,18 +2145,32 @@ public:
             if (s.bodies[1].empty()) return Flow::Normal;
             return exec_body(s.bodies[1]);
         }
+        // One loop object per loop, updated in place each iteration (as jinja2's LoopContext).
         int64_t n = (int64_t)kept.size();
+        auto index0 = std::make_shared<int64_t>(0);
+        Value loop = loop_value(kept, index0);
+        Scope sc;
         for (int64_t k = 0; k < n; k++) {
             auto st = step(s.pos);
             if (!st) return st.error();
-            Scope sc;
+            *index0 = k;
+            auto& it = loop.d->items;
+            it[0].second.i = k + 1;
+            it[1].second.i = k;
+            it[2].second.i = n - k;
+            it[3].second.i = n - k - 1;
+            it[4].second.b = k == 0;
+            it[5].second.b = k == n - 1;
+            it[9].second = k > 0 ? kept[k - 1] : Value::undefined("loop.previtem");
+            it[10].second = k + 1 < n ? kept[k + 1] : Value::undefined("loop.nextitem");
+            sc.vars.clear();
             scopes_.push_back(&sc);
             auto a = assign_targets(s.targets, kept[k], s.pos);
             if (!a) {
                 scopes_.pop_back();
                 return a.error();
             }
-            sc.set("loop", loop_value(kept, k));
+            sc.set("loop", loop);
             auto f = exec_body(s.bodies[0]);
             scopes_.pop_back();
             if (!f) return f;
@@ -2165,33 +2179,37 @@ public:
         return Flow::Normal;
     }
 
-    Value loop_value(const std::vector<Value>& items, int64_t k) {
+    Value loop_value(const std::vector<Value>& items, std::shared_ptr<int64_t> index0) {
         int64_t n = (int64_t)items.size();
         Value v;
         v.t = Type::Dict;
         v.d = std::make_shared<Dict>();
         auto put = [&](const char* name, Value x) { v.d->items.emplace_back(Value::str(name), std::move(x)); };
-        put("index", Value::integer(k + 1));
-        put("index0", Value::integer(k));
-        put("revindex", Value::integer(n - k));
-        put("revindex0", Value::integer(n - k - 1));
-        put("first", Value::boolean(k == 0));
-        put("last", Value::boolean(k == n - 1));
+        put("index", Value::integer(1));
+        put("index0", Value::integer(0));
+        put("revindex", Value::integer(n));
+        put("revindex0", Value::integer(n - 1));
+        put("first", Value::boolean(true));
+        put("last", Value::boolean(n == 1));
         put("length", Value::integer(n));
         put("depth", Value::integer(1));
         put("depth0", Value::integer(0));
-        put("previtem", k > 0 ? items[k - 1] : Value::undefined("loop.previtem"));
-        put("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("loop.nextitem"));
+        put("previtem", Value::undefined("loop.previtem"));
+        put("nextitem", Value::undefined("loop.nextitem"));
         Value cyc;
         cyc.t = Type::Func;
         cyc.fn = std::make_shared<Callable>();
         cyc.fn->name = "loop.cycle";
-        cyc.fn->fn = [k](Renderer& r, CallArgs& a) -> Expected<Value> {
+        cyc.fn->fn = [index0](Renderer& r, CallArgs& a) -> Expected<Value> {
             if (a.pos.empty()) return r.err("loop.cycle() needs at least one argument");
-            return a.pos[k % a.pos.size()];
+            return a.pos[(size_t)*index0 % a.pos.size()];
         };
         put("cycle", std::move(cyc));
         for (auto& kv : v.d->items) v.d->depth = std::max(v.d->depth, depth_of(kv.second) + 1);
+        for (auto& x : items) {  // previtem / nextitem
+            v.d->depth = std::max(v.d->depth, depth_of(x) + 1);
+            v.d->has_ns = v.d->has_ns || has_ns_of(x);
+        }
         return v;
     }
 
@@ -2735,29 +2753,100 @@ static std::string py_strip(const std::string& s, const Value* chars, int which)
     return s.substr(offs[lo], offs[hi] - offs[lo]);
 }
 
-static std::string ascii_lower(std::string s) {
-    for (auto& c : s) c = (char)std::tolower((unsigned char)c);
-    return s;
+// Simple case mappings for ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic and fullwidth Latin
+// (what chat content mostly holds); other code points have no case here.
+static uint32_t cp_lower(uint32_t c) {
+    if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+    if ((c >= 0xc0 && c <= 0xde && c != 0xd7) || (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) || (c >= 0x410 && c <= 0x42f) ||
+        (c >= 0xff21 && c <= 0xff3a))
+        return c + 0x20;
+    if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+    if (c == 0x178) return 0xff;
+    if (c == 0x386) return 0x3ac;
+    if (c >= 0x388 && c <= 0x38a) return c + 0x25;
+    if (c == 0x38c) return 0x3cc;
+    if (c == 0x38e || c == 0x38f) return c + 0x3f;
+    if ((c >= 0x100 && c <= 0x12f) || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) return c | 1;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1) ? c + 1 : c;
+    return c;
 }
-static std::string ascii_upper(std::string s) {
-    for (auto& c : s) c = (char)std::toupper((unsigned char)c);
-    return s;
+static uint32_t cp_upper(uint32_t c) {
+    if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
+    if ((c >= 0xe0 && c <= 0xfe && c != 0xf7) || (c >= 0x3b1 && c <= 0x3c9 && c != 0x3c2) || (c >= 0x430 && c <= 0x44f) ||
+        (c >= 0xff41 && c <= 0xff5a))
+        return c - 0x20;
+    if (c >= 0x450 && c <= 0x45f) return c - 0x50;
+    if (c == 0xff) return 0x178;
+    if (c == 0xb5) return 0x39c;
+    if (c == 0x131) return 'I';
+    if (c == 0x3c2) return 0x3a3;
+    if (c == 0x3ac) return 0x386;
+    if (c >= 0x3ad && c <= 0x3af) return c - 0x25;
+    if (c == 0x3cc) return 0x38c;
+    if (c == 0x3cd || c == 0x3ce) return c - 0x3f;
+    if ((c >= 0x100 && c <= 0x12f) || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) return c & ~1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1) ? c : c - 1;
+    return c;
 }
-// Python's str.title(): a letter after a non-letter starts a word.
+static bool cp_cased(uint32_t c) { return cp_lower(c) != c || cp_upper(c) != c || c == 0xdf; }
+static void put_upper(std::string& out, uint32_t c) {
+    if (c == 0xdf) out += "SS";  // Python: 'ß'.upper() == 'SS'
+    else utf8_put(out, cp_upper(c));
+}
+
+static std::string ascii_lower(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t at = i;
+        uint32_t c = utf8_next(s, i);
+        if (c < 0x80 || i - at > 1) utf8_put(out, cp_lower(c));
+        else out += s[at];  // a stray byte stays as it was
+    }
+    return out;
+}
+static std::string ascii_upper(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t at = i;
+        uint32_t c = utf8_next(s, i);
+        if (c < 0x80 || i - at > 1) put_upper(out, c);
+        else out += s[at];
+    }
+    return out;
+}
+// Python's str.title(): a cased character after an uncased one starts a word.
 static std::string py_title(const std::string& s) {
-    std::string out = s;
-    bool prev_letter = false;
-    for (auto& c : out) {
-        bool letter = std::isalpha((unsigned char)c) || ((unsigned char)c >= 0x80);
-        if (std::isalpha((unsigned char)c)) c = prev_letter ? (char)std::tolower((unsigned char)c) : (char)std::toupper((unsigned char)c);
-        prev_letter = letter;
+    std::string out;
+    bool prev_cased = false;
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t at = i;
+        uint32_t c = utf8_next(s, i);
+        if (c >= 0x80 && i - at == 1) {
+            out += s[at];
+            prev_cased = false;
+            continue;
+        }
+        bool cased = cp_cased(c);
+        if (cased && !prev_cased) put_upper(out, c);
+        else if (cased) utf8_put(out, cp_lower(c));
+        else utf8_put(out, c);
+        prev_cased = cased;
     }
     return out;
 }
 static std::string py_capitalize(const std::string& s) {
-    std::string out = ascii_lower(s);
-    if (!out.empty()) out[0] = (char)std::toupper((unsigned char)out[0]);
-    return out;
+    if (s.empty()) return s;
+    size_t i = 0;
+    uint32_t c = utf8_next(s, i);
+    std::string out;
+    if (c >= 0x80 && i == 1) out += s[0];
+    else put_upper(out, c);
+    return out + ascii_lower(s.substr(i));
 }
 
 static std::vector<std::string> py_split(const std::string& s, const Value* sep, int64_t maxsplit, bool from_right) {
@@ -3272,15 +3361,16 @@ Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, 
         // jinja2's do_title: words start after whitespace or one of -({[<
         std::string s = to_str(v), out;
         bool start = true;
-        for (char c : s) {
-            bool sep = is_ws(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-            if (sep) {
-                out += c;
-                start = true;
-            } else {
-                out += start ? (char)std::toupper((unsigned char)c) : (char)std::tolower((unsigned char)c);
-                start = false;
-            }
+        size_t i = 0;
+        while (i < s.size()) {
+            size_t at = i;
+            uint32_t c = utf8_next(s, i);
+            bool sep = c < 0x80 && (is_ws((char)c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
+            if (c >= 0x80 && i - at == 1) out += s[at];
+            else if (sep) utf8_put(out, c);
+            else if (start) put_upper(out, c);
+            else utf8_put(out, cp_lower(c));
+            start = sep;
         }
         return make_string(std::move(out));
     }
@@ -3437,7 +3527,7 @@ Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, 
         if (const Value* m = arg(1, "method"); m && m->is_str()) method = m->sv();
         double x = v.as_float(), scale = std::pow(10.0, (double)prec);
         double y = x * scale;
-        if (method == "common") y = std::round(y);
+        if (method == "common") y = std::nearbyint(y);  // Python's round(): half to even
         else if (method == "floor") y = std::floor(y);
         else if (method == "ceil") y = std::ceil(y);
         else return err("round: method must be 'common', 'ceil' or 'floor'");

@@ -56,10 +56,16 @@ def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         cases = json.load(f)
     results = []
+    envs, compiled = {}, {}
     for case in cases:
         try:
-            env = make_env(case.get("now"))
-            text = env.from_string(case["template"]).render(**case["context"])
+            now = case.get("now")
+            if now not in envs:
+                envs[now] = make_env(now)
+            key = (now, case["template"])
+            if key not in compiled:
+                compiled[key] = envs[now].from_string(case["template"])
+            text = compiled[key].render(**case["context"])
             results.append({"ok": True, "text": text})
         except Exception as e:  # any failure of the template: the C++ side must fail too
             results.append({"ok": False, "error": f"{type(e).__name__}: {e}"})

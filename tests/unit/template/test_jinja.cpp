@@ -69,8 +69,8 @@ TEST_CASE("filters and string methods compute what Python computes", "[template]
     CHECK(render("{{ 'abc'[::-1] }}{{ 'abcdef'[1:3] }}{{ [1,2,3][-1] }}") == "cbabc3");
     CHECK(render("{{ xs|selectattr('r', 'equalto', 'u')|map(attribute='c')|join }}",
                  {{"xs", {{{"r", "u"}, {"c", "1"}}, {{"r", "a"}, {"c", "2"}}, {{"r", "u"}, {"c", "3"}}}}}) == "13");
-    CHECK(render("{{ x|default('d') }}{{ none|string }}{{ 3.0|int }}{{ '7'|int + 1 }}{{ -2|abs }}{{ 2.567|round(1) }}") ==
-          "dNone382.6");
+    CHECK(render("{{ x|default('d') }}{{ none|string }}{{ 3.0|int }}{{ '7'|int + 1 }}{{ -2|abs }}{{ (-2)|abs }}{{ 2.567|round(1) }}") ==
+          "dNone38222.6");
     CHECK(render("{{ 'héllo'|length }}{{ [3,1,2]|sort|list }}{{ ['a','A','b']|unique|list }}") == "5[1, 2, 3]['a', 'b']");
 }
 
@@ -85,7 +85,7 @@ TEST_CASE("errors name the template line and column of the problem", "[template]
           "ERROR: line 4, column 6: can only concatenate str (not \"int\") to str");
     CHECK(render("x\n{% if %}") == "ERROR: line 2, column 7: unexpected '%}' in an expression");
     CHECK(render("{% for x in y %}") == "ERROR: line 1, column 17: unexpected end of template: expected 'endfor' or 'else'");
-    CHECK(render("\n  {{ raise_exception('roles must alternate') }}") == "ERROR: line 2, column 20: raise_exception: roles must alternate");
+    CHECK(render("\n  {{ raise_exception('roles must alternate') }}") == "ERROR: line 2, column 6: raise_exception: roles must alternate");
     CHECK(render("{% frobnicate %}").find("unknown statement 'frobnicate'") != std::string::npos);
     CHECK(render("{{ x|nosuchfilter }}").find("no filter named 'nosuchfilter'") != std::string::npos);
 }
@@ -108,7 +108,9 @@ TEST_CASE("hostile templates stop with an error naming the bound, never a crash"
     // Endless recursion.
     CHECK(render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("called more than 64 deep") != std::string::npos);
     // Loops that would run for hours.
-    CHECK(render("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}").find("steps") !=
+    CHECK(render("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}").find("the limit is") !=
+          std::string::npos);
+    CHECK(render("{% for a in range(100000) %}{% for b in range(100) %}{% endfor %}{% endfor %}").find("the limit is") !=
           std::string::npos);
     CHECK(render("{{ range(1000000000)|length }}").find("MAX_RANGE") != std::string::npos);
     // Output and values that would exhaust memory.
@@ -198,7 +200,8 @@ TEST_CASE("a corpus of feature snippets renders as Python's jinja2 renders it", 
         "{{ s.nomethod() }}",
         "{{ 1 / 0 }}",
         "{{ msgs|first|tojson }}{{ msgs|last }}{{ []|first }}{{ x|list }}{{ x|length }}{{ x|items|list }}",
-        "{{ 'abc'[1] }}{{ 'abc'[-1] }}{{ 'abc'[5] }}{{ xs['a'] }}{{ d[0] }}{{ d.items }}",
+        "{{ 'abc'[1] }}{{ 'abc'[-1] }}{{ 'abc'[5] }}{{ xs['a'] }}{{ d[0] }}{{ d.items is defined }}",
+        "{{ 'straße'|upper }}{{ 'ΑΒΓ Ωμέγα'|lower }}{{ 'ПРИВЕТ мир'|title }}{{ 'élan vital'|capitalize }}{{ 'ŁÓDŹ'|lower }}",
     };
     std::vector<steward_test::ReferenceCase> cases;
     ordered_json full = ctx;
