@@ -237,6 +237,10 @@ static std::string str_repr(const std::string& s) {
     return out;
 }
 
+// A repr is cut short past this size (the render's output limit + 1): the caller's size check then
+// fails, instead of a list holding one huge string many times being printed in full.
+thread_local size_t t_repr_cap = 16u << 20;
+
 static void append_repr(std::string& out, const Value& v);
 static void append_str(std::string& out, const Value& v) {
     switch (v.t) {
@@ -250,11 +254,12 @@ static void append_str(std::string& out, const Value& v) {
     }
 }
 static void append_repr(std::string& out, const Value& v) {
+    if (out.size() > t_repr_cap) return;
     switch (v.t) {
     case Type::String: out += str_repr(v.sv()); return;
     case Type::List: {
         out += v.tuple ? '(' : '[';
-        for (size_t k = 0; k < v.l->items.size(); k++) {
+        for (size_t k = 0; k < v.l->items.size() && out.size() <= t_repr_cap; k++) {
             if (k) out += ", ";
             append_repr(out, v.l->items[k]);
         }
@@ -266,7 +271,7 @@ static void append_repr(std::string& out, const Value& v) {
     case Type::Namespace: {
         if (v.t == Type::Namespace) out += "<Namespace ";
         out += '{';
-        for (size_t k = 0; k < v.d->items.size(); k++) {
+        for (size_t k = 0; k < v.d->items.size() && out.size() <= t_repr_cap; k++) {
             if (k) out += ", ";
             append_repr(out, v.d->items[k].first);
             out += ": ";
@@ -1770,7 +1775,9 @@ struct Scope {
 
 class Renderer {
 public:
-    Renderer(const Program& prog, const RenderOptions& opt) : prog_(prog), opt_(opt), lim_(opt.limits) {}
+    Renderer(const Program& prog, const RenderOptions& opt) : prog_(prog), opt_(opt), lim_(opt.limits) {
+        t_repr_cap = lim_.max_output_bytes + 1;
+    }
 
     Expected<std::string> run(const nlohmann::ordered_json& context) {
         if (!context.is_object() && !context.is_null()) return make_error("the template context must be a JSON object");
@@ -1804,6 +1811,19 @@ public:
             return err(pos, "the rendering created more than " + std::to_string(lim_.max_total_bytes) +
                                 " bytes of values; the limit is RenderLimits::max_total_bytes");
         return true;
+    }
+    // Work proportional to a value's size (scans, searches, comparisons) counts as steps too, so
+    // that a loop over a huge string or list is bounded by time, not only by what it creates.
+    static uint64_t size_of(const Value& v) {
+        if (v.t == Type::String) return v.sv().size() * 4;
+        if (v.t == Type::List) return v.l->items.size() * 16;
+        if (v.t == Type::Dict || v.t == Type::Namespace) return v.d->items.size() * 16;
+        return 0;
+    }
+    Expected<bool> charge(const Value& v) {
+        uint64_t n = size_of(v) / 64;
+        if (n == 0) return true;
+        return step(cur_pos_, n);
     }
     Expected<Value> make_string(std::string s) {
         if (s.size() > lim_.max_output_bytes)
@@ -2123,6 +2143,7 @@ public:
     Expected<Flow> exec_for(const Stmt& s) {
         auto it = eval(*s.expr);
         if (!it) return it.error();
+        if (auto c = charge(*it); !c) return c.error();
         auto items = iterate(*it, s.expr->pos);
         if (!items) return items.error();
         std::vector<Value> kept;
@@ -2393,6 +2414,7 @@ public:
     Expected<Value> eval_slice(const Expr& e) {
         auto o = eval(*e.kids[0]);
         if (!o) return o;
+        if (auto c = charge(*o); !c) return c.error();
         std::optional<int64_t> parts[3];
         for (int p = 0; p < 3; p++) {
             if (!e.has[p]) continue;
@@ -2498,6 +2520,7 @@ static const char* k_str_methods[] = {"strip", "lstrip", "rstrip", "split", "rsp
 static const char* k_dict_methods[] = {"get", "items", "keys", "values"};
 
 Expected<Value> Renderer::get_attr(const Value& o, const std::string& name, size_t pos) {
+    if (auto c = charge(o); !c) return c.error();
     switch (o.t) {
     case Type::Undefined: return err(pos, "'" + o.sv() + "' is undefined (reading its attribute '" + name + "')");
     case Type::String:
@@ -2518,6 +2541,7 @@ Expected<Value> Renderer::get_attr(const Value& o, const std::string& name, size
 }
 
 Expected<Value> Renderer::get_item(const Value& o, const Value& key, size_t pos) {
+    if (auto c = charge(o); !c) return c.error();
     switch (o.t) {
     case Type::Undefined: return err(pos, "'" + o.sv() + "' is undefined (reading an item of it)");
     case Type::Dict:
@@ -2545,11 +2569,14 @@ Expected<Value> Renderer::get_item(const Value& o, const Value& key, size_t pos)
                 if (k < 0 || k >= n) return Value::undefined("'str object' has no element " + std::to_string(key.as_int()));
                 return Value::str(std::string(1, s[k]));
             }
-            auto offs = cp_offsets(s);
-            int64_t n = (int64_t)offs.size() - 1;
+            int64_t n = (int64_t)cp_length(s);
             if (k < 0) k += n;
             if (k < 0 || k >= n) return Value::undefined("'str object' has no element " + std::to_string(key.as_int()));
-            return Value::str(s.substr(offs[k], offs[k + 1] - offs[k]));
+            size_t i = 0;
+            for (int64_t c = 0; c < k; c++) utf8_next(s, i);
+            size_t start = i;
+            utf8_next(s, i);
+            return Value::str(s.substr(start, i - start));
         }
         if (key.is_str()) return get_attr(o, key.sv(), pos);
         return Value::undefined("an item of a str");
@@ -2687,6 +2714,7 @@ static int order(const Value& a, const Value& b, bool& ok) {
 }
 
 Expected<bool> Renderer::contains(const Value& item, const Value& c) {
+    if (auto ch = charge(c); !ch) return ch.error();
     switch (c.t) {
     case Type::String:
         if (!item.is_str())
@@ -2703,6 +2731,8 @@ Expected<bool> Renderer::contains(const Value& item, const Value& c) {
 }
 
 Expected<bool> Renderer::compare(const std::string& op, const Value& l, const Value& r) {
+    if (auto c = charge(l); !c) return c.error();
+    if (auto c = charge(r); !c) return c.error();
     if (op == "==") return equal(l, r);
     if (op == "!=") return !equal(l, r);
     if (op == "in") return contains(l, r);
@@ -2957,6 +2987,7 @@ static size_t replace_size(const std::string& s, const std::string& old, const s
 }
 
 Expected<Value> Renderer::string_method(const Value& self, const std::string& name, CallArgs& a) {
+    if (auto c = charge(self); !c) return c.error();
     const std::string& s = self.sv();
     auto arg = [&](size_t k, const char* kw) -> const Value* {
         if (k < a.pos.size()) return &a.pos[k];
@@ -3316,6 +3347,12 @@ static std::string html_escape(const std::string& s) {
 }
 
 Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, CallArgs& a) {
+    if (auto c = charge(v); !c) return c.error();
+    if (name == "sort" || name == "unique" || name == "dictsort") {
+        // n log n (sort), up to n^2 / 64 (unique, charged as it goes)
+        uint64_t n = size_of(v) / 16;
+        if (auto c = step(cur_pos_, n * (uint64_t)std::log2((double)n + 2) / 8); !c) return c.error();
+    }
     auto arg = [&](size_t k, const char* kw) -> const Value* {
         if (k < a.pos.size()) return &a.pos[k];
         return a.kwarg(kw);

@@ -21,7 +21,7 @@ struct RenderLimits {
     int max_eval_depth = 400;                         // nested statement / expression evaluations
     size_t max_output_bytes = 16u << 20;              // the rendering, and any one string value
     size_t max_total_bytes = 256u << 20;              // all strings and lists created by one render
-    uint64_t max_steps = 20'000'000;                  // evaluation steps (loop iterations included)
+    uint64_t max_steps = 5'000'000;                   // evaluation steps (loop iterations, scans by size)
     size_t max_list_items = 1u << 20;                 // elements of one list
 };
 

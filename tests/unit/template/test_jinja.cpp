@@ -121,6 +121,15 @@ TEST_CASE("hostile templates stop with an error naming the bound, never a crash"
     CHECK(starts_with(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
                              "{{ ns.x|length }}"),
                       "ERROR:"));
+    // One huge string held many times: printing, joining or serializing it stops at the limit.
+    const std::string many = "{% set xs = ['x' * 1000000] * 100000 %}";
+    CHECK(render(many + "{{ xs }}").find("max_output_bytes") != std::string::npos);
+    CHECK(render(many + "{{ xs|join }}").find("over the limit") != std::string::npos);
+    CHECK(starts_with(render(many + "{{ xs|tojson }}"), "ERROR:"));
+    CHECK(starts_with(render(many + "{{ xs|string|length }}"), "ERROR:"));
+    // Scanning a huge string in a loop is charged by its size, so it stops early.
+    CHECK(render("{% set s = 'é' * 4000000 %}{% for i in range(100000) %}{{ s[i] }}{% endfor %}").find("steps") !=
+          std::string::npos);
     // A namespace that would hold itself (a cycle) is refused.
     CHECK(starts_with(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"), "ERROR:"));
     CHECK(starts_with(render("{{ 9223372036854775807 + 1 }}"), "ERROR:"));
