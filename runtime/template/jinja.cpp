@@ -1787,7 +1787,7 @@ public:
                 if (!v) return make_error("the variable '", it.key(), "': ", v.error().message);
                 globals_.set(it.key(), std::move(*v));
             }
-        scopes_.push_back(&root_);
+        scopes_.push_back(root_);
         std::string out;
         out_ = &out;
         auto r = exec_body(prog_.body);
@@ -1893,11 +1893,23 @@ public:
     }
 
     // ---- macros
-    Expected<Value> call_macro(const std::shared_ptr<MacroDef>& m, CallArgs& args, const Value* caller, size_t pos) {
+    using Closure = std::vector<std::weak_ptr<Scope>>;
+
+    // The scopes a macro (or a call block's caller) sees besides the top level: those around its
+    // definition. Held weakly: a scope that has ended (a macro kept past its loop) is skipped.
+    Closure closure() const {
+        Closure c;
+        for (size_t k = 1; k < scopes_.size(); k++) c.push_back(scopes_[k]);
+        return c;
+    }
+
+    Expected<Value> call_macro(const std::shared_ptr<MacroDef>& m, const Closure& closure, CallArgs& args,
+                               const Value* caller, size_t pos) {
         if (call_depth_ >= lim_.max_call_depth)
             return err(pos, "macro '" + m->name + "' called more than " + std::to_string(lim_.max_call_depth) +
                                 " deep (endless recursion?)");
-        Scope local;
+        auto local_p = std::make_shared<Scope>();
+        Scope& local = *local_p;
         size_t n_pos = args.pos.size();
         if (n_pos > m->params.size())
             return err(pos, "macro '" + m->name + "' takes " + std::to_string(m->params.size()) +
@@ -1919,8 +1931,12 @@ public:
             if (std::find(m->params.begin(), m->params.end(), k) == m->params.end())
                 return err(pos, "macro '" + m->name + "' has no parameter named '" + k + "'");
         if (caller) local.set("caller", *caller);
-        std::vector<Scope*> saved_scopes = std::move(scopes_);
-        scopes_ = {&root_, &local};
+        std::vector<std::shared_ptr<Scope>> chain{root_};
+        for (auto& w : closure)
+            if (auto sp = w.lock()) chain.push_back(std::move(sp));
+        chain.push_back(local_p);
+        std::vector<std::shared_ptr<Scope>> saved_scopes = std::move(scopes_);
+        scopes_ = std::move(chain);
         std::string buf;
         std::string* saved_out = out_;
         out_ = &buf;
@@ -1938,11 +1954,11 @@ public:
         v.t = Type::Func;
         v.fn = std::make_shared<Callable>();
         v.fn->name = m->name;
-        v.fn->fn = [m](Renderer& r, CallArgs& a) -> Expected<Value> {
+        v.fn->fn = [m, cl = closure()](Renderer& r, CallArgs& a) -> Expected<Value> {
             // Only the macro a {% call %} block invokes directly receives its caller.
             const Value* caller = r.pending_caller_;
             r.pending_caller_ = nullptr;
-            return r.call_macro(m, a, caller, r.cur_pos_);
+            return r.call_macro(m, cl, a, caller, r.cur_pos_);
         };
         return v;
     }
@@ -2026,9 +2042,9 @@ public:
 
     Expected<Value> apply_filter_chain(const Expr& chain, Value input) {
         // The chain's innermost subject is the placeholder Name "": bind it through a scope.
-        Scope tmp;
-        tmp.set("", std::move(input));
-        scopes_.push_back(&tmp);
+        auto tmp = std::make_shared<Scope>();
+        tmp->set("", std::move(input));
+        scopes_.push_back(tmp);
         auto r = eval(chain);
         scopes_.pop_back();
         return r;
@@ -2149,8 +2165,7 @@ public:
         std::vector<Value> kept;
         if (s.filter) {
             for (auto& x : *items) {
-                Scope fs;
-                scopes_.push_back(&fs);
+                scopes_.push_back(std::make_shared<Scope>());
                 auto a = assign_targets(s.targets, x, s.pos);
                 Expected<Value> c = a ? eval(*s.filter) : Expected<Value>(a.error());
                 scopes_.pop_back();
@@ -2170,7 +2185,7 @@ public:
         int64_t n = (int64_t)kept.size();
         auto index0 = std::make_shared<int64_t>(0);
         Value loop = loop_value(kept, index0);
-        Scope sc;
+        auto sc = std::make_shared<Scope>();
         for (int64_t k = 0; k < n; k++) {
             auto st = step(s.pos);
             if (!st) return st.error();
@@ -2184,14 +2199,14 @@ public:
             it[5].second.b = k == n - 1;
             it[9].second = k > 0 ? kept[k - 1] : Value::undefined("loop.previtem");
             it[10].second = k + 1 < n ? kept[k + 1] : Value::undefined("loop.nextitem");
-            sc.vars.clear();
-            scopes_.push_back(&sc);
+            sc->vars.clear();
+            scopes_.push_back(sc);
             auto a = assign_targets(s.targets, kept[k], s.pos);
             if (!a) {
                 scopes_.pop_back();
                 return a.error();
             }
-            sc.set("loop", loop);
+            sc->set("loop", loop);
             auto f = exec_body(s.bodies[0]);
             scopes_.pop_back();
             if (!f) return f;
@@ -2502,8 +2517,9 @@ public:
     const Program& prog_;
     const RenderOptions& opt_;
     const RenderLimits& lim_;
-    Scope globals_, root_;
-    std::vector<Scope*> scopes_;
+    Scope globals_;
+    std::shared_ptr<Scope> root_ = std::make_shared<Scope>();
+    std::vector<std::shared_ptr<Scope>> scopes_;
     std::string* out_ = nullptr;
     uint64_t steps_ = 0;
     size_t total_bytes_ = 0;
@@ -3783,7 +3799,18 @@ Template::~Template() = default;
 
 Expected<std::shared_ptr<const Template>> Template::compile(const std::string& source) {
     auto prog = std::make_unique<Program>();
-    prog->source = source;
+    // As jinja2's lexer: every \r\n, \r and \n becomes \n, and one trailing newline is dropped
+    // (keep_trailing_newline is off in transformers' environment).
+    prog->source.reserve(source.size());
+    for (size_t k = 0; k < source.size(); k++) {
+        if (source[k] == '\r') {
+            prog->source += '\n';
+            if (k + 1 < source.size() && source[k + 1] == '\n') k++;
+        } else {
+            prog->source += source[k];
+        }
+    }
+    if (!prog->source.empty() && prog->source.back() == '\n') prog->source.pop_back();
     prog->map = SourceMap(prog->source);
     Lexer lexer(prog->source, prog->map);
     auto toks = lexer.run();
