@@ -2186,6 +2186,9 @@ public:
         auto index0 = std::make_shared<int64_t>(0);
         Value loop = loop_value(kept, index0);
         auto sc = std::make_shared<Scope>();
+        // jinja2 runs the else branch unless some iteration reached the end of the body: a loop
+        // whose every iteration ended in break or continue runs it too.
+        bool completed_one = false;
         for (int64_t k = 0; k < n; k++) {
             auto st = step(s.pos);
             if (!st) return st.error();
@@ -2210,8 +2213,10 @@ public:
             auto f = exec_body(s.bodies[0]);
             scopes_.pop_back();
             if (!f) return f;
+            if (*f == Flow::Normal) completed_one = true;
             if (*f == Flow::Break) break;
         }
+        if (!completed_one && !s.bodies[1].empty()) return exec_body(s.bodies[1]);
         return Flow::Normal;
     }
 
