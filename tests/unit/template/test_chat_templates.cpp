@@ -3,9 +3,13 @@
 // transformers does, run at test time): byte-for-byte equal, or both fail.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "model/gguf.h"
 #include "reference.h"
@@ -183,4 +187,31 @@ TEST_CASE("every real chat template renders every conversation exactly as Python
     WARN(cases.size() << " renderings compared with jinja2 over " << templates.size() << " templates: " << n_rendered
                       << " rendered (" << n_equal << " byte-for-byte equal), " << n_both_failed << " failed in both");
     CHECK(n_rendered > cases.size() / 2);
+}
+
+TEST_CASE("one compiled template renders the same from many threads at once", "[template]") {
+    auto templates = real_templates();
+    REQUIRE(!templates.empty());
+    auto qwen3 = std::find_if(templates.begin(), templates.end(), [](auto& t) { return t.name.find("Qwen3") != std::string::npos; });
+    REQUIRE(qwen3 != templates.end());
+    auto compiled = steward::compile_template(qwen3->source);
+    REQUIRE(compiled.ok());
+    auto convs = conversations();
+    steward::ChatTemplateInputs in;
+    in.messages = convs[4].messages;  // tools, a tool call and its result
+    in.tools = weather_tools();
+    in.add_generation_prompt = true;
+    auto expected = steward::render_chat_template(**compiled, in);
+    REQUIRE(expected.ok());
+    std::vector<std::thread> threads;
+    std::atomic<int> n_equal{0};
+    for (int t = 0; t < 4; t++)
+        threads.emplace_back([&] {
+            for (int k = 0; k < 50; k++) {
+                auto r = steward::render_chat_template(**compiled, in);
+                if (r.ok() && *r == *expected) n_equal++;
+            }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(n_equal == 200);
 }
