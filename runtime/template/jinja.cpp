@@ -856,6 +856,20 @@ private:
         }
     }
 
+    // `%}`, a body, then `{% end %}` (an optional name after `end`, as `{% endmacro m %}`).
+    Expected<Body> parse_block_body(const char* end) {
+        auto e = expect_block_end();
+        if (!e) return e.error();
+        std::string stop;
+        auto b = parse_body_until({end}, stop);
+        if (!b) return b.error();
+        k_++;
+        if (cur().kind == Tok::Name) k_++;
+        e = expect_block_end();
+        if (!e) return e.error();
+        return std::move(*b);
+    }
+
     Expected<Body> parse_body_until(const std::vector<std::string>& ends, std::string& stop) {
         auto b = subparse(ends, stop);
         if (!b) return b.error();
@@ -884,15 +898,9 @@ private:
         }
         if (name == "generation") {  // transformers' AssistantTracker: renders its body unchanged
             s->kind = SK::Body;
-            auto e = expect_block_end();
-            if (!e) return e.error();
-            std::string stop;
-            auto b = parse_body_until({"endgeneration"}, stop);
+            auto b = parse_block_body("endgeneration");
             if (!b) return b.error();
             s->bodies.push_back(std::move(*b));
-            k_++;
-            e = expect_block_end();
-            if (!e) return e.error();
             return s;
         }
         return err(pos, "unknown statement '" + name + "' (supported: if, for, set, macro, call, filter, break, "
@@ -1009,15 +1017,9 @@ private:
             if (!f) return f.error();
             s->expr = std::move(*f);
         }
-        auto e = expect_block_end();
-        if (!e) return e.error();
-        std::string stop;
-        auto b = parse_body_until({"endset"}, stop);
+        auto b = parse_block_body("endset");
         if (!b) return b.error();
         s->bodies.push_back(std::move(*b));
-        k_++;
-        e = expect_block_end();
-        if (!e) return e.error();
         return s;
     }
 
@@ -1061,19 +1063,12 @@ private:
         s->macro->name = *n;
         auto p = parse_params(*s->macro);
         if (!p) return p.error();
-        auto e = expect_block_end();
-        if (!e) return e.error();
-        std::string stop;
         int saved = loop_depth_;
         loop_depth_ = 0;
-        auto b = parse_body_until({"endmacro"}, stop);
+        auto b = parse_block_body("endmacro");
         loop_depth_ = saved;
         if (!b) return b.error();
         s->macro->body = std::move(*b);
-        k_++;
-        if (cur().kind == Tok::Name) k_++;  // {% endmacro name %}
-        e = expect_block_end();
-        if (!e) return e.error();
         return s;
     }
 
@@ -1089,15 +1084,9 @@ private:
         if (!c) return c.error();
         if ((*c)->kind != EK::Call) return err(s->pos, "'call' needs a macro call, e.g. {% call m(x) %}");
         s->call = std::move(*c);
-        auto e = expect_block_end();
-        if (!e) return e.error();
-        std::string stop;
-        auto b = parse_body_until({"endcall"}, stop);
+        auto b = parse_block_body("endcall");
         if (!b) return b.error();
         s->macro->body = std::move(*b);
-        k_++;
-        e = expect_block_end();
-        if (!e) return e.error();
         return s;
     }
 
@@ -1112,15 +1101,9 @@ private:
         auto chain = parse_filters(std::move(*f));
         if (!chain) return chain.error();
         s->expr = std::move(*chain);
-        auto e = expect_block_end();
-        if (!e) return e.error();
-        std::string stop;
-        auto b = parse_body_until({"endfilter"}, stop);
+        auto b = parse_block_body("endfilter");
         if (!b) return b.error();
         s->bodies.push_back(std::move(*b));
-        k_++;
-        e = expect_block_end();
-        if (!e) return e.error();
         return s;
     }
 
@@ -1175,35 +1158,36 @@ private:
         return e;
     }
 
-    Expected<ExprP> parse_or() {
-        auto l = parse_and();
+    // A left-associative level: `next (op next)*`, where `match` names the operator at the current
+    // token ("" when there is none).
+    template <typename Match>
+    Expected<ExprP> parse_chain(Expected<ExprP> (Parser::*next)(), Match match, EK kind) {
+        auto l = (this->*next)();
         if (!l) return l;
-        while (is_name("or")) {
+        while (true) {
+            std::string op = match();
+            if (op.empty()) return l;
             size_t pos = cur().pos;
             k_++;
-            auto r = parse_and();
+            auto r = (this->*next)();
             if (!r) return r;
-            auto n = node(EK::Or, pos);
+            auto n = node(kind, pos);
+            n->name = op;
             n->kids.push_back(std::move(*l));
             n->kids.push_back(std::move(*r));
             l = std::move(n);
         }
-        return l;
+    }
+    std::string op_of(std::initializer_list<const char*> ops) const {
+        for (const char* o : ops)
+            if (is_op(o)) return o;
+        return "";
+    }
+    Expected<ExprP> parse_or() {
+        return parse_chain(&Parser::parse_and, [&] { return std::string(is_name("or") ? "or" : ""); }, EK::Or);
     }
     Expected<ExprP> parse_and() {
-        auto l = parse_not();
-        if (!l) return l;
-        while (is_name("and")) {
-            size_t pos = cur().pos;
-            k_++;
-            auto r = parse_not();
-            if (!r) return r;
-            auto n = node(EK::And, pos);
-            n->kids.push_back(std::move(*l));
-            n->kids.push_back(std::move(*r));
-            l = std::move(n);
-        }
-        return l;
+        return parse_chain(&Parser::parse_not, [&] { return std::string(is_name("and") ? "and" : ""); }, EK::And);
     }
     Expected<ExprP> parse_not() {
         if (is_name("not")) {
@@ -1251,26 +1235,7 @@ private:
         if (cmp) return cmp;
         return first;
     }
-    Expected<ExprP> binary(const std::string& op, ExprP l, ExprP r, size_t pos) {
-        auto n = node(EK::Binary, pos);
-        n->name = op;
-        n->kids.push_back(std::move(l));
-        n->kids.push_back(std::move(r));
-        return n;
-    }
-    Expected<ExprP> parse_math1() {
-        auto l = parse_concat();
-        if (!l) return l;
-        while (is_op("+") || is_op("-")) {
-            std::string op = cur().text;
-            size_t pos = cur().pos;
-            k_++;
-            auto r = parse_concat();
-            if (!r) return r;
-            l = binary(op, std::move(*l), std::move(*r), pos);
-        }
-        return l;
-    }
+    Expected<ExprP> parse_math1() { return parse_chain(&Parser::parse_concat, [&] { return op_of({"+", "-"}); }, EK::Binary); }
     Expected<ExprP> parse_concat() {
         size_t pos = cur().pos;
         auto first = parse_math2();
@@ -1287,30 +1252,10 @@ private:
         return n;
     }
     Expected<ExprP> parse_math2() {
-        auto l = parse_pow();
-        if (!l) return l;
-        while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-            std::string op = cur().text;
-            size_t pos = cur().pos;
-            k_++;
-            auto r = parse_pow();
-            if (!r) return r;
-            l = binary(op, std::move(*l), std::move(*r), pos);
-        }
-        return l;
+        return parse_chain(&Parser::parse_pow, [&] { return op_of({"*", "/", "//", "%"}); }, EK::Binary);
     }
-    Expected<ExprP> parse_pow() {
-        auto l = parse_unary(true);
-        if (!l) return l;
-        while (is_op("**")) {
-            size_t pos = cur().pos;
-            k_++;
-            auto r = parse_unary(true);
-            if (!r) return r;
-            l = binary("**", std::move(*l), std::move(*r), pos);
-        }
-        return l;
-    }
+    Expected<ExprP> parse_pow() { return parse_chain(&Parser::parse_unary_filtered, [&] { return op_of({"**"}); }, EK::Binary); }
+    Expected<ExprP> parse_unary_filtered() { return parse_unary(true); }
     Expected<ExprP> parse_unary(bool with_filter) {
         DepthGuard g(depth_);
         if (depth_ > k_max_depth) return err("the expression is nested more than " + std::to_string(k_max_depth) + " deep");
