@@ -2449,6 +2449,7 @@ public:
     Expected<Value> apply_filter(const std::string& name, const Value& v, CallArgs& args);
     Expected<bool> apply_test(const std::string& name, const Value& v, CallArgs& args);
     Expected<Value> string_method(const Value& self, const std::string& name, CallArgs& args);
+    Expected<Value> percent_format(const std::string& fmt, const std::vector<Value>& args, const Value* mapping);
     Expected<Value> dict_method(const Value& self, const std::string& name, CallArgs& args);
 
     Value method(const Value& self, const std::string& name) {
@@ -2655,7 +2656,12 @@ Expected<Value> Renderer::binary_op(const std::string& op, const Value& l, const
         }
         return unsupported();
     }
-    if (op == "%" && l.is_str()) return err("'%' string formatting is not supported; use ~ or the format filter");
+    if (op == "%" && l.is_str()) {
+        std::vector<Value> args;
+        if (r.t == Type::List && r.tuple) args = r.l->items;
+        else args.push_back(r);
+        return percent_format(l.sv(), args, r.t == Type::Dict ? &r : nullptr);
+    }
     return unsupported();
 }
 
@@ -3155,6 +3161,86 @@ Expected<Value> Renderer::string_method(const Value& self, const std::string& na
         return make_string(std::move(out));
     }
     return err("str has no method '" + name + "'");
+}
+
+// Python's printf-style `fmt % args`: %s %r %d %i %f %e %g %x %o %c %% with flags (-+ 0#), width
+// and precision, and %(name)s with a mapping.
+Expected<Value> Renderer::percent_format(const std::string& fmt, const std::vector<Value>& args, const Value* mapping) {
+    std::string out;
+    size_t next = 0;
+    for (size_t k = 0; k < fmt.size(); k++) {
+        if (fmt[k] != '%') {
+            out += fmt[k];
+            continue;
+        }
+        if (++k >= fmt.size()) return err("incomplete format");
+        const Value* arg = nullptr;
+        if (fmt[k] == '(') {
+            size_t e = fmt.find(')', k);
+            if (e == std::string::npos) return err("incomplete format key");
+            if (!mapping) return err("format requires a mapping");
+            arg = dict_find(*mapping->d, fmt.substr(k + 1, e - k - 1));
+            if (!arg) return err("format: no key '" + fmt.substr(k + 1, e - k - 1) + "'");
+            k = e + 1;
+        }
+        std::string spec = "%";
+        while (k < fmt.size() && std::strchr("-+ 0#", fmt[k])) spec += fmt[k++];
+        size_t n_digits = 0;
+        while (k < fmt.size() && std::isdigit((unsigned char)fmt[k])) spec += fmt[k++], n_digits++;
+        if (k < fmt.size() && fmt[k] == '.') {
+            spec += fmt[k++];
+            while (k < fmt.size() && std::isdigit((unsigned char)fmt[k])) spec += fmt[k++], n_digits++;
+        }
+        if (n_digits > 4 || spec.size() > 16) return err("format: the width or precision is too large (at most 3 digits)");
+        if (k >= fmt.size()) return err("incomplete format");
+        char conv = fmt[k];
+        if (conv == '%') {
+            out += '%';
+            continue;
+        }
+        if (!arg) {
+            if (mapping && args.empty()) arg = mapping;
+            else if (next < args.size()) arg = &args[next++];
+            else return err("not enough arguments for format string");
+        }
+        char buf[512];
+        if (conv == 's' || conv == 'r') {
+            std::string text;
+            if (conv == 's') append_str(text, *arg);
+            else append_repr(text, *arg);
+            size_t width = 0, prec = std::string::npos;
+            size_t dot = spec.find('.');
+            std::string w = spec.substr(1, dot == std::string::npos ? std::string::npos : dot - 1);
+            bool left = w.find('-') != std::string::npos;
+            w.erase(std::remove_if(w.begin(), w.end(), [](char c) { return !std::isdigit((unsigned char)c); }), w.end());
+            if (!w.empty()) width = std::stoul(w);
+            if (dot != std::string::npos) prec = spec.size() > dot + 1 ? std::stoul(spec.substr(dot + 1)) : 0;
+            if (prec != std::string::npos && prec < text.size()) text = text.substr(0, prec);
+            size_t len = cp_length(text);
+            if (len < width) text = left ? text + std::string(width - len, ' ') : std::string(width - len, ' ') + text;
+            out += text;
+        } else if (std::strchr("dixXo", conv)) {
+            if (!arg->is_num()) return err(std::string("%") + conv + " format: a number is required, not " + type_name(*arg));
+            int64_t x = arg->t == Type::Float ? (int64_t)std::trunc(std::clamp(arg->f, -9.2e18, 9.2e18)) : arg->as_int();
+            std::string f = spec + "ll" + (conv == 'i' ? 'd' : conv);
+            std::snprintf(buf, sizeof buf, f.c_str(), (long long)x);
+            out += buf;
+        } else if (std::strchr("feEgG", conv)) {
+            if (!arg->is_num()) return err(std::string("%") + conv + " format: a number is required, not " + type_name(*arg));
+            std::snprintf(buf, sizeof buf, (spec + conv).c_str(), arg->as_float());
+            out += buf;
+        } else if (conv == 'c') {
+            if (arg->is_str() && cp_length(arg->sv()) == 1) out += arg->sv();
+            else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10ffff) utf8_put(out, (uint32_t)arg->as_int());
+            else return err("%c requires an int or a single character");
+        } else {
+            return err(std::string("unsupported format character '") + conv + "'");
+        }
+        auto c = check_size(out.size());
+        if (!c) return c.error();
+    }
+    if (!mapping && next < args.size()) return err("not all arguments converted during string formatting");
+    return make_string(std::move(out));
 }
 
 Expected<Value> Renderer::dict_method(const Value& self, const std::string& name, CallArgs& a) {
@@ -3736,7 +3822,17 @@ Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, 
         auto parts = py_split(to_str(v), nullptr, -1, false);
         return Value::integer((int64_t)parts.size());
     }
-    if (name == "batch" || name == "slice" || name == "groupby" || name == "format" || name == "truncate" ||
+    if (name == "format") {
+        if (!a.kw.empty()) {
+            std::vector<std::pair<Value, Value>> items;
+            for (auto& [k, x] : a.kw) items.emplace_back(Value::str(k), x);
+            auto d = make_dict(std::move(items));
+            if (!d) return d;
+            return percent_format(to_str(v), {}, &*d);
+        }
+        return percent_format(to_str(v), a.pos, nullptr);
+    }
+    if (name == "batch" || name == "slice" || name == "groupby" || name == "truncate" ||
         name == "wordwrap" || name == "center" || name == "urlencode" || name == "xmlattr" || name == "striptags" ||
         name == "pprint" || name == "filesizeformat" || name == "urlize")
         return err("the filter '" + name + "' is not supported by this interpreter");

@@ -133,6 +133,8 @@ TEST_CASE("hostile templates stop with an error naming the bound, never a crash"
     // A namespace that would hold itself (a cycle) is refused.
     CHECK(starts_with(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"), "ERROR:"));
     CHECK(starts_with(render("{{ 9223372036854775807 + 1 }}"), "ERROR:"));
+    CHECK(render("{{ '%99999999s' % 'x' }}").find("too large") != std::string::npos);
+    CHECK(starts_with(render("{{ ('%s' * 10000000) % 'x' }}"), "ERROR:"));
     CHECK(starts_with(render("{{ 1 // 0 }}"), "ERROR:"));
     CHECK(starts_with(render("{{ 'abc"), "ERROR:"));
     CHECK(starts_with(render("{{ x "), "ERROR:"));
@@ -209,6 +211,9 @@ TEST_CASE("a corpus of feature snippets renders as Python's jinja2 renders it", 
         "{{ s.nomethod() }}",
         "{{ 1 / 0 }}",
         "{{ msgs|first|tojson }}{{ msgs|last }}{{ []|first }}{{ x|list }}{{ x|length }}{{ x|items|list }}",
+        "{{ '%s-%d-%5.2f-%r-%x-%%-%-4s|' % (s, n, f, 'q', 255, 'ab') }}{{ '%(a)s=%(b)03d' % {'a': 'k', 'b': 7} }}{{ '%s!'|format(n) }}{{ '%(x)s'|format(x=1) }}{{ '%s' % [1, 'a'] }}{{ '%c%c' % ('a', 98) }}",
+        "{{ '%s %s' % (1,) }}",
+        "{{ '%d' % 'x' }}",
         "{{ 'abc'[1] }}{{ 'abc'[-1] }}{{ 'abc'[5] }}{{ xs['a'] }}{{ d[0] }}{{ d.items is defined }}",
         "{{ 'straße'|upper }}{{ 'ΑΒΓ Ωμέγα'|lower }}{{ 'ПРИВЕТ мир'|title }}{{ 'élan vital'|capitalize }}{{ 'ŁÓDŹ'|lower }}",
     };
