@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-45}"; shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_config fuzz_workload fuzz_plugin_decision)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_config fuzz_workload fuzz_plugin_decision
+  fuzz_jinja)
 dir="${STEWARD_FUZZ_BUILD:-build-fuzz}"
 launcher=()
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"  # with -g, ccache would otherwise hash the build directory
@@ -23,7 +24,7 @@ cmake --build "$dir" -j "$(nproc)" --target steward_fuzz
 echo "fuzz: build took $(( $(date +%s) - t0 )) s"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/steward-fuzz.XXXXXX")"
-declare -A dicts=([fuzz_gguf]=gguf [fuzz_config]=toml [fuzz_workload]=workload)
+declare -A dicts=([fuzz_gguf]=gguf [fuzz_config]=toml [fuzz_workload]=workload [fuzz_jinja]=jinja)
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 failed=()

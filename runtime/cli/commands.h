@@ -21,4 +21,16 @@ struct RunOptions {
 };
 int cmd_run(const RunOptions& o);
 
+// steward template render (runtime/cli/template_cmd.cpp)
+struct TemplateRenderOptions {
+    std::string model_path;     // -m: read tokenizer.chat_template (and BOS/EOS) from this GGUF
+    std::string template_path;  // --template: or from this file
+    std::string messages_path;  // --messages: a JSON array (or a request body with "messages")
+    std::string tools_path;     // --tools: a JSON array of tools
+    std::string kwargs;         // --kwargs: a JSON object of extra variables
+    bool add_generation_prompt = false;
+    int64_t now_unix = -1;      // --now: strftime_now() renders this instant (UTC); -1: now
+};
+int cmd_template_render(const TemplateRenderOptions& o);
+
 }  // namespace steward

@@ -1,4 +1,4 @@
-// The steward binary: `model synth`, `generate`, `run`, `config check`, `--version` (later: serve).
+// The steward binary: `model synth`, `generate`, `run`, `config check`, `template render`, `--version` (later: serve).
 // Errors print one line naming the problem and the fix, and exit non-zero; only the CLI exits.
 #include <CLI/CLI.hpp>
 
@@ -122,7 +122,22 @@ int main(int argc, char** argv) {
     std::string check_path;
     check->add_option("file", check_path, "TOML config")->required();
 
+    // ---- steward template render
+    auto* template_cmd = app.add_subcommand("template", "Chat template tools");
+    template_cmd->require_subcommand(1);
+    auto* render = template_cmd->add_subcommand("render", "Print a chat template's rendering of messages");
+    TemplateRenderOptions tro;
+    render->add_option("-m,--model", tro.model_path, "GGUF whose tokenizer.chat_template to use");
+    render->add_option("--template", tro.template_path, "Jinja template file (instead of -m)");
+    render->add_option("--messages", tro.messages_path, "JSON file: an array of messages")->required();
+    render->add_option("--tools", tro.tools_path, "JSON file: an array of tools");
+    render->add_flag("--add-generation-prompt", tro.add_generation_prompt, "End with the assistant's turn opener");
+    render->add_option("--kwargs", tro.kwargs, "JSON object of extra template variables, e.g. '{\"enable_thinking\": false}'");
+    render->add_option("--now", tro.now_unix, "Unix time strftime_now() renders (UTC), for reproducible output");
+
     CLI11_PARSE(app, argc, argv);
+
+    if (render->parsed()) return cmd_template_render(tro);
 
     if (run->parsed()) return cmd_run(ro);
     if (check->parsed()) {
