@@ -1331,41 +1331,52 @@ private:
         if (is_op("[")) {
             k_++;
             auto l = node(EK::List, pos);
-            while (!is_op("]")) {
-                if (!l->kids.empty()) {
-                    auto c = expect_op(",");
-                    if (!c) return c.error();
-                    if (is_op("]")) break;
-                }
+            auto ok = parse_items("]", [&]() -> Expected<bool> {
                 auto e = parse_expression(true);
-                if (!e) return e;
+                if (!e) return e.error();
                 l->kids.push_back(std::move(*e));
-            }
-            k_++;
+                return true;
+            });
+            if (!ok) return ok.error();
             return l;
         }
         if (is_op("{")) {
             k_++;
             auto d = node(EK::Dict, pos);
-            while (!is_op("}")) {
-                if (!d->kids.empty()) {
-                    auto c = expect_op(",");
-                    if (!c) return c.error();
-                    if (is_op("}")) break;
-                }
+            auto ok = parse_items("}", [&]() -> Expected<bool> {
                 auto key = parse_expression(true);
-                if (!key) return key;
+                if (!key) return key.error();
                 auto c = expect_op(":");
                 if (!c) return c.error();
                 auto v = parse_expression(true);
-                if (!v) return v;
+                if (!v) return v.error();
                 d->kids.push_back(std::move(*key));
                 d->kids.push_back(std::move(*v));
-            }
-            k_++;
+                return true;
+            });
+            if (!ok) return ok.error();
             return d;
         }
         return err("unexpected " + describe(tk) + " in an expression");
+    }
+
+    // Comma-separated items up to `close` (a trailing comma allowed), each read by parse_one; the
+    // opening bracket is already consumed, the closing one is consumed here.
+    template <class F>
+    Expected<bool> parse_items(const char* close, F&& parse_one) {
+        bool first = true;
+        while (!is_op(close)) {
+            if (!first) {
+                auto c = expect_op(",");
+                if (!c) return c.error();
+                if (is_op(close)) break;
+            }
+            first = false;
+            auto ok = parse_one();
+            if (!ok) return ok.error();
+        }
+        k_++;
+        return true;
     }
 
     Expected<bool> parse_call_args(Expr& call) {

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include "run_command.h"
+
 namespace {
 
 struct Run {
@@ -19,15 +21,9 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-    const std::string cmd = std::string(STEWARD_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int status = pclose(p);
-    return {WEXITSTATUS(status), out};
+    auto r = steward_test::run_command(std::string(STEWARD_BINARY) + " " + args + " 2>&1");
+    REQUIRE(r.rc != -1);
+    return {r.rc, r.out};
 }
 
 std::string tmp_dir() {

@@ -14,13 +14,9 @@
 
 using namespace steward;
 
-TEST_CASE("weights read after the model file was truncated are zeros and the model names the truncation",
-          "[model][truncation]") {
-    if (!mapping_guard_active()) {
-        WARN("skipped: the SIGBUS handler is not installed (a sanitizer keeps SIGBUS: ASAN_OPTIONS=allow_user_segv_handler=1)");
-        return;
-    }
-    const auto path = std::filesystem::temp_directory_path() / ("steward_guard_" + std::to_string(::getpid()) + ".gguf");
+namespace {
+
+SynthSpec small_spec() {
     SynthSpec spec;
     spec.n_embd = 64;
     spec.n_layer = 1;
@@ -28,6 +24,19 @@ TEST_CASE("weights read after the model file was truncated are zeros and the mod
     spec.n_head_kv = 2;
     spec.n_ff = 128;
     spec.n_vocab = 512;
+    return spec;
+}
+
+}  // namespace
+
+TEST_CASE("weights read after the model file was truncated are zeros and the model names the truncation",
+          "[model][truncation]") {
+    if (!mapping_guard_active()) {
+        WARN("skipped: the SIGBUS handler is not installed (a sanitizer keeps SIGBUS: ASAN_OPTIONS=allow_user_segv_handler=1)");
+        return;
+    }
+    const auto path = std::filesystem::temp_directory_path() / ("steward_guard_" + std::to_string(::getpid()) + ".gguf");
+    const SynthSpec spec = small_spec();
     REQUIRE(synth_write(spec, path.string()));
     auto m = Model::load(path.string());
     REQUIRE(m);
@@ -60,13 +69,7 @@ TEST_CASE("weights read after the model file was truncated are zeros and the mod
 TEST_CASE("a GGUF file is guarded from the moment it is mapped, before and while it is parsed",
           "[model][truncation]") {
     const auto path = std::filesystem::temp_directory_path() / ("steward_guard_open_" + std::to_string(::getpid()) + ".gguf");
-    SynthSpec spec;
-    spec.n_embd = 64;
-    spec.n_layer = 1;
-    spec.n_head = 2;
-    spec.n_head_kv = 2;
-    spec.n_ff = 128;
-    spec.n_vocab = 512;
+    const SynthSpec spec = small_spec();
     REQUIRE(synth_write(spec, path.string()));
     auto f = GgufFile::open(path.string());
     REQUIRE(f);

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "run_command.h"
+
 #include "process_temp_dir.h"
 
 namespace {
@@ -31,17 +33,11 @@ std::string write(const std::string& name, const std::string& text) {
 
 Run run(const std::string& args) {
     const std::string err_path = (dir() / "stderr.txt").string();
-    const std::string cmd = std::string(STEWARD_BINARY) + " template render " + args + " 2>" + err_path;
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int status = pclose(p);
+    auto r = steward_test::run_command(std::string(STEWARD_BINARY) + " template render " + args + " 2>" + err_path);
+    REQUIRE(r.rc != -1);
     std::ifstream f(err_path);
     std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return {WEXITSTATUS(status), out, err};
+    return {r.rc, r.out, err};
 }
 
 const std::string k_testdata = STEWARD_TESTDATA_DIR;
