@@ -21,4 +21,11 @@ struct RunOptions {
 };
 int cmd_run(const RunOptions& o);
 
+struct ServeOptions {
+    std::string config_path = "configs/default.toml";
+    std::string host;  // empty: [server] host
+    int port = -1;     // < 0: [server] port
+};
+int cmd_serve(const ServeOptions& o);
+
 }  // namespace steward
