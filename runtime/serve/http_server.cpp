@@ -182,14 +182,29 @@ private:
         send((http::status)e.status, error_body(e), "application/json", {}, true);
     }
 
+    // The answer is out: half-close, then read and drop what the client still sends (up to 1 MiB,
+    // for 2 s) before closing. Closing with unread bytes would reset the connection, and the client
+    // could lose the answer (a 413 or 431 sent before the rest of its request was read).
     void shutdown() {
         if (closing_) return;
         closing_ = true;
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        linger(0);
+    }
+    void linger(size_t n_read) {
+        if (n_read > (1u << 20)) return close_now();
+        stream_.expires_after(std::chrono::seconds(2));
+        stream_.async_read_some(net::buffer(linger_buf_), [self = shared_from_this(), n_read](beast::error_code ec, size_t n) {
+            if (ec) return self->close_now();
+            self->linger(n_read + n);
+        });
+    }
+    void close_now() {
         stream_.close();
         maybe_release();
     }
+    char linger_buf_[4096];
     void maybe_release() {
         if (!closing_ || (ex_ && ex_->n_done < (int)ex_->handles.size())) return;
         std::lock_guard<std::mutex> lk(srv_.sessions_mu);
@@ -490,8 +505,8 @@ private:
                 self->stream_.expires_never();
                 self->ex_.reset();
                 self->streaming_ = false;
-                if (!self->req_.keep_alive() || self->peer_eof_) return self->shutdown();
-                self->stop_watching_then([self] { self->wait_request(); });
+                const bool again = self->req_.keep_alive() && !self->peer_eof_;
+                self->stop_watching_then([self, again] { again ? self->wait_request() : self->shutdown(); });
             }
         });
     }
