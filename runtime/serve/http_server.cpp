@@ -552,8 +552,10 @@ private:
                     for (const auto& a : alts) tops[k].back().push_back(text_of(a.id));
                 }
             }
+        auto headers = id_header(*ex);
+        headers.emplace_back("x-steward-pool", ex->results[0].pool);  // the pool that answered (choice 0)
         send_json(http::status::ok, completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, &*ex->pool),
-                  id_header(*ex));
+                  std::move(headers));
     }
 
     void on_stream_finish(const std::shared_ptr<Exchange>& ex, int i) {

@@ -349,6 +349,10 @@ TEST_CASE("n > 1 answers n choices indexed in order, usage counting the prompt o
     }
     CHECK(b["usage"]["prompt_tokens"] == a["usage"]["prompt_tokens"]);
     CHECK(b["usage"]["completion_tokens"] == 3 * a["usage"]["completion_tokens"].get<int>());
+    // A bucket's name as the model is its hint: bucket slow_b routes to pool slow.
+    const Reply by_bucket = post(s.port, "/v1/completions", {{"model", "slow_b"}, {"prompt", "abc"}, {"max_tokens", 1}});
+    REQUIRE(by_bucket.status == 200);
+    CHECK(std::string(by_bucket.headers["x-steward-pool"]) == "slow");
 }
 
 TEST_CASE("logprobs have OpenAI's shape: completion tokens and offsets, chat content entries", "[http]") {
@@ -526,7 +530,7 @@ TEST_CASE("request fields the runtime enforces: model pins the pool, stop string
     auto s = serve_with();
     const Reply pinned = post(s.port, "/v1/completions", {{"model", "slow"}, {"prompt", "abc"}, {"max_tokens", 2}, {"temperature", 0}});
     REQUIRE(pinned.status == 200);
-    CHECK(pinned.j()["model"] == "slow");
+    CHECK(std::string(pinned.headers["x-steward-pool"]) == "slow");
     // The first pool's own greedy text; stopping at its third character cuts it there.
     const std::string full = greedy_text(*s.rt, "stop here", 12);
     REQUIRE(full.size() > 4);
