@@ -608,6 +608,11 @@ void HttpServer::Impl::accept() {
             return accept();
         }
         n_connections++;
+        // The kernel's send buffer is bounded like ours: a client that stops reading holds at most
+        // about twice max_stream_buffer_bytes per connection (the kernel doubles the value).
+        beast::error_code ignored;
+        socket.set_option(net::socket_base::send_buffer_size((int)std::min<int64_t>(cfg.max_stream_buffer_bytes, 1 << 30)), ignored);
+        socket.set_option(tcp::no_delay(true), ignored);  // a streamed token goes out at once
         auto s = std::make_shared<Session>(*this, std::move(socket));
         {
             std::lock_guard<std::mutex> lk(sessions_mu);

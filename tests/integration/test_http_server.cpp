@@ -63,6 +63,7 @@ read_timeout_ms = {}
 idle_timeout_ms = {}
 write_timeout_ms = {}
 max_connections = {}
+max_stream_buffer_bytes = {}
 
 [[pool]]
 name = "tiny"
@@ -111,7 +112,7 @@ name = "default"
 pool = "tiny"
 {}
 )",
-                       s.max_body_bytes, s.max_header_bytes, s.read_timeout_ms, s.idle_timeout_ms, s.write_timeout_ms, max_connections, dir, dir,
+                       s.max_body_bytes, s.max_header_bytes, s.read_timeout_ms, s.idle_timeout_ms, s.write_timeout_ms, max_connections, s.max_stream_buffer_bytes, dir, dir,
                        extra);
 }
 
@@ -696,4 +697,32 @@ TEST_CASE("connections past max_connections are closed at once; the others are s
     const size_t n = c.read_some(net::buffer(&ch, 1), ec);
     CHECK(n == 0);
     CHECK((ec == net::error::eof || ec == net::error::connection_reset));
+}
+
+TEST_CASE("a streaming client that stops reading is cancelled once its unread output passes the bound", "[http][limits]") {
+    ServerConfig sc = test_server_config();
+    sc.max_stream_buffer_bytes = 4096;
+    auto s = serve_with("", sc);
+    net::io_context io;
+    tcp::socket sock(io);
+    sock.open(tcp::v4());
+    sock.set_option(net::socket_base::receive_buffer_size(2048));  // a small window: the server's writes stall
+    sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), s.port));
+    // 16 choices of up to 480 tokens: megabytes of events, far more than the socket buffers take.
+    const std::string body = json{{"model", "tiny"}, {"prompt", "go"}, {"max_tokens", 480}, {"n", 16}, {"stream", true}}.dump();
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    net::write(sock, net::buffer(req));
+    // The first event proves the requests run; from then on the client reads nothing more.
+    std::string got;
+    char chunk[256];
+    while (got.find("data: ") == std::string::npos) {
+        beast::error_code ec;
+        const size_t n = sock.read_some(net::buffer(chunk), ec);
+        REQUIRE(!ec);
+        got.append(chunk, n);
+    }
+    s.rt->drain();  // the server must give up on its own
+    const json m = json::parse(s.rt->metrics_json());
+    CHECK(blocks_reserved(m) == 0);
+    CHECK(finished_with(m["all"], "cancelled") >= 1);
 }
