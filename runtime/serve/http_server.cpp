@@ -131,6 +131,20 @@ private:
         // The whole request (headers and body) within read_timeout: a client dripping bytes
         // (slowloris) is dropped when it passes.
         stream_.expires_after(ms(srv_.cfg.read_timeout_ms));
+        http::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec || self->parser_->is_done()) return self->on_read(ec);
+            // curl (and others) send "Expect: 100-continue" before a large body and wait for it.
+            if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
+                static const std::string k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+                return net::async_write(self->stream_, net::buffer(k_continue), [self](beast::error_code ec, size_t) {
+                    if (ec) return self->abort();
+                    self->read_body();
+                });
+            }
+            self->read_body();
+        });
+    }
+    void read_body() {
         http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
     }
 
@@ -469,12 +483,16 @@ private:
     }
 
     void queue_stream(const std::string& bytes) {
-        // HTTP/1.1 chunked framing around each event.
-        char size[20];
-        snprintf(size, sizeof size, "%zx\r\n", bytes.size());
-        pending_ += size;
-        pending_ += bytes;
-        pending_ += "\r\n";
+        if (req_.version() >= 11) {
+            // HTTP/1.1 chunked framing around each event.
+            char size[20];
+            snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+            pending_ += size;
+            pending_ += bytes;
+            pending_ += "\r\n";
+        } else {
+            pending_ += bytes;  // HTTP/1.0: the stream ends with the connection
+        }
         if ((int64_t)pending_.size() > srv_.cfg.max_stream_buffer_bytes) {
             spdlog::warn("http: a streaming client left {} bytes unread (over [server] max_stream_buffer_bytes): request cancelled",
                          pending_.size());
@@ -483,10 +501,12 @@ private:
         flush();
     }
     void send_stream_headers(const Exchange& ex) {
-        std::string h = "HTTP/1.1 200 OK\r\nServer: steward\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                        "Transfer-Encoding: chunked\r\nx-steward-request-id: " +
-                        std::to_string(ex.handles.empty() ? 0 : ex.handles[0]) + "\r\n";
-        h += req_.keep_alive() ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+        const bool v11 = req_.version() >= 11;
+        std::string h = std::string(v11 ? "HTTP/1.1" : "HTTP/1.0") +
+                        " 200 OK\r\nServer: steward\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+                        (v11 ? "Transfer-Encoding: chunked\r\n" : "") +
+                        "x-steward-request-id: " + std::to_string(ex.handles.empty() ? 0 : ex.handles[0]) + "\r\n";
+        h += v11 && req_.keep_alive() ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
         pending_ = h + pending_;
     }
     void flush() {
@@ -505,7 +525,7 @@ private:
                 self->stream_.expires_never();
                 self->ex_.reset();
                 self->streaming_ = false;
-                const bool again = self->req_.keep_alive() && !self->peer_eof_;
+                const bool again = self->req_.version() >= 11 && self->req_.keep_alive() && !self->peer_eof_;
                 self->stop_watching_then([self, again] { again ? self->wait_request() : self->shutdown(); });
             }
         });
@@ -589,7 +609,7 @@ private:
         if (ex->req.include_usage) queue_stream(sse_event(stream_usage_chunk(ex->req, ex->handles[0], ex->created, ex->results)));
         queue_stream(std::string(k_sse_done));
         if (closing_) return;
-        pending_ += "0\r\n\r\n";
+        if (req_.version() >= 11) pending_ += "0\r\n\r\n";
         finish_after_write_ = true;
         flush();
     }

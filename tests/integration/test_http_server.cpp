@@ -726,3 +726,52 @@ TEST_CASE("a streaming client that stops reading is cancelled once its unread ou
     CHECK(blocks_reserved(m) == 0);
     CHECK(finished_with(m["all"], "cancelled") >= 1);
 }
+
+TEST_CASE("a client sending Expect: 100-continue gets the go-ahead, then its answer", "[http]") {
+    auto s = serve_with();
+    net::io_context io;
+    tcp::socket sock = connect(io, s.port);
+    const std::string body = json{{"prompt", "continue"}, {"max_tokens", 2}, {"temperature", 0}}.dump();
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n";
+    net::write(sock, net::buffer(head));
+    std::string got;
+    char chunk[256];
+    while (got.find("\r\n\r\n") == std::string::npos) {
+        beast::error_code ec;
+        const size_t n = sock.read_some(net::buffer(chunk), ec);
+        REQUIRE(!ec);
+        got.append(chunk, n);
+    }
+    CHECK(got.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0) == 0);
+    net::write(sock, net::buffer(body));
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(sock, buf, res);
+    CHECK(res.result_int() == 200);
+    CHECK(json::parse(res.body())["choices"][0]["text"] == greedy_text(*s.rt, "continue", 2));
+}
+
+TEST_CASE("an HTTP/1.0 client's stream is plain events ending with the connection", "[http]") {
+    auto s = serve_with();
+    net::io_context io;
+    tcp::socket sock = connect(io, s.port);
+    const std::string body = json{{"prompt", "old client"}, {"max_tokens", 3}, {"temperature", 0}, {"stream", true}}.dump();
+    const std::string req = "POST /v1/completions HTTP/1.0\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    net::write(sock, net::buffer(req));
+    std::string got;
+    char chunk[4096];
+    beast::error_code ec;
+    while (!ec) {
+        const size_t n = sock.read_some(net::buffer(chunk), ec);
+        got.append(chunk, n);
+    }
+    CHECK(ec == net::error::eof);
+    CHECK(got.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+    CHECK_THAT(got, !Catch::Contains("chunked"));
+    const std::string events = got.substr(got.find("\r\n\r\n") + 4);
+    const auto ev = sse_events(events);
+    REQUIRE(!ev.empty());
+    CHECK(ev.back() == "[DONE]");
+    CHECK(events.rfind("data: ", 0) == 0);  // no chunk sizes between the events
+}
