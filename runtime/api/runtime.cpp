@@ -287,8 +287,7 @@ Expected<std::string> Runtime::detokenize(const std::string& pool, const std::ve
     const Tokenizer& tok = (*ph)->model->tokenizer();
     for (int32_t id : ids)
         if (id < 0 || id >= tok.n_vocab())
-            return make_error("token id ", std::to_string(id), " is outside pool '", pool, "''s vocabulary of ",
-                              std::to_string(tok.n_vocab()), " ids");
+            return make_error("token id ", id, " is outside pool '", pool, "''s vocabulary of ", tok.n_vocab(), " ids");
     return tok.decode(ids);
 }
 

@@ -433,7 +433,7 @@ TEST_CASE("/v1/models lists the routed name, the pools and the buckets; /health,
     const Reply d = post(s.port, "/detokenize", {{"model", "tiny"}, {"tokens", *ids_ref}});
     REQUIRE(d.status == 200);
     CHECK(d.j()["content"] == "hello world");
-    check_error(post(s.port, "/detokenize", {{"tokens", {99999}}}), 400, "tokens", "invalid_token", "99999");
+    check_error(post(s.port, "/detokenize", {{"tokens", {99999}}}), 400, "tokens", "invalid_token", "outside pool 'tiny'");
     const Reply reload = request(s.port, http::verb::post, "/admin/reload");
     CHECK(reload.status == 200);
     CHECK(reload.j()["generation"].get<uint64_t>() == s.rt->config_generation());
