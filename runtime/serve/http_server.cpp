@@ -57,6 +57,7 @@ struct HttpServer::Impl {
     std::mutex inflight_mu;
     std::condition_variable inflight_cv;
     std::unordered_set<RequestHandle> inflight;
+    std::unordered_set<RequestHandle> finished_before_listed;  // on_finish ran before submit returned
     size_t n_inflight_callbacks = 0;
 
     // The live connections, owned here (runtime callbacks hold only weak pointers, so a callback
@@ -465,14 +466,14 @@ private:
                 if (auto self = weak.lock())
                     net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
                 std::lock_guard<std::mutex> lk(srv->inflight_mu);
-                srv->inflight.erase(r.id);
+                if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
                 srv->n_inflight_callbacks--;
                 srv->inflight_cv.notify_all();
             };
             const RequestHandle h = srv_.rt.submit(std::move(g), std::move(cb));
             ex->handles.push_back(h);
             std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-            srv_.inflight.insert(h);
+            if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
         }
         // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
         if (srv_.stopped) cancel_exchange();
