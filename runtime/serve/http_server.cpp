@@ -42,7 +42,7 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 class Session;
 
 struct HttpServer::Impl {
-    Runtime& rt;
+    std::atomic<Runtime*> runtime{nullptr};  // null while the runtime loads: everything answers 503
     ServerConfig cfg;
     std::atomic<bool> draining{false}, stopped{false};
     std::atomic<int> n_connections{0};
@@ -66,7 +66,7 @@ struct HttpServer::Impl {
     std::mutex sessions_mu;
     std::list<std::shared_ptr<Session>> sessions;
 
-    Impl(Runtime& r, const ServerConfig& c) : rt(r), cfg(c), acceptor(ioc) {}
+    Impl(Runtime* r, const ServerConfig& c) : runtime(r), cfg(c), acceptor(ioc) {}
     void accept();
 };
 
@@ -99,6 +99,7 @@ public:
 private:
     HttpServer::Impl& srv_;
     beast::tcp_stream stream_;
+    Runtime& rt() { return *srv_.runtime.load(); }  // set: handle() answers 503 before any handler while it is not
     beast::flat_buffer buf_;
     std::optional<http::request_parser<http::string_body>> parser_;
     http::request<http::string_body> req_;
@@ -239,7 +240,7 @@ private:
         if (!ex_ || ex_->closed) return;
         ex_->closed = true;
         for (size_t i = 0; i < ex_->handles.size(); i++)
-            if (!ex_->done[i]) srv_.rt.cancel(ex_->handles[i]);
+            if (!ex_->done[i]) rt().cancel(ex_->handles[i]);
     }
 
     // A read stays pending while a request runs: a reset (or, when streaming, an EOF) of the client
@@ -279,7 +280,7 @@ private:
     // ---- routing
     std::string tenant_;
     bool authorize() {
-        auto cfg = srv_.rt.config();
+        auto cfg = rt().config();
         bool any_keys = false;
         for (const auto& t : cfg->tenants) any_keys |= !t.api_keys.empty();
         tenant_ = "default";
@@ -328,6 +329,11 @@ private:
                                             std::string(http::to_string(r.method)),
                                    "invalid_request_error", "", "method_not_allowed"},
                                   {{"Allow", std::string(http::to_string(r.method))}});
+            if (!srv_.runtime.load()) {
+                if (r.fn == &Session::on_health) return send_json(http::status::service_unavailable, {{"status", "loading"}});
+                return send_error({503, "the runtime is still loading its models; retry shortly", "server_error", "", "loading"},
+                                  {{"Retry-After", "1"}});
+            }
             // /health answers load balancers without a key.
             if (r.fn != &Session::on_health && !authorize()) return;
             return (this->*r.fn)();
@@ -339,13 +345,13 @@ private:
         if (srv_.draining) return send_json(http::status::service_unavailable, {{"status", "draining"}});
         send_json(http::status::ok, {{"status", "ok"}});
     }
-    void on_models() { send_json(http::status::ok, models_list(srv_.rt.pools(), *srv_.rt.config(), unix_now())); }
-    void on_metrics() { send(http::status::ok, srv_.rt.metrics_prometheus(), "text/plain; version=0.0.4"); }
+    void on_models() { send_json(http::status::ok, models_list(rt().pools(), *rt().config(), unix_now())); }
+    void on_metrics() { send(http::status::ok, rt().metrics_prometheus(), "text/plain; version=0.0.4"); }
 
     // The pool whose tokenizer a tokenize / prompt check uses: the named one, else the first.
     std::optional<PoolInfo> pool_for(const std::string& model, ApiError& err) {
-        const auto pools = srv_.rt.pools();
-        auto target = resolve_model(model, pools, *srv_.rt.config(), err);
+        const auto pools = rt().pools();
+        auto target = resolve_model(model, pools, *rt().config(), err);
         if (!target) return std::nullopt;
         if (pools.empty()) {
             err = {503, "no pool is serving", "server_error", "", "no_pool"};
@@ -362,7 +368,7 @@ private:
         if (!r) return send_error(err);
         auto pool = pool_for(r->model, err);
         if (!pool) return send_error(err);
-        auto ids = srv_.rt.tokenize(pool->name, r->text, r->add_special);
+        auto ids = rt().tokenize(pool->name, r->text, r->add_special);
         if (!ids) return send_error({400, ids.error().message, "invalid_request_error", "content", "tokenize_failed"});
         send_json(http::status::ok, {{"tokens", *ids}});
     }
@@ -372,14 +378,14 @@ private:
         if (!r) return send_error(err);
         auto pool = pool_for(r->model, err);
         if (!pool) return send_error(err);
-        auto text = srv_.rt.detokenize(pool->name, r->tokens);
+        auto text = rt().detokenize(pool->name, r->tokens);
         if (!text) return send_error({400, text.error().message, "invalid_request_error", "tokens", "invalid_token"});
         send_json(http::status::ok, {{"content", *text}});
     }
 
     void on_reload() {
         net::post(srv_.blocking, [self = shared_from_this()] {
-            auto g = self->srv_.rt.reload();
+            auto g = self->rt().reload();
             net::post(self->stream_.get_executor(), [self, g = std::move(g)]() mutable {
                 if (!g) return self->send_error({400, g.error().message, "invalid_request_error", "", "reload_failed"});
                 self->send_json(http::status::ok, {{"status", "reloaded"}, {"generation", *g}});
@@ -392,7 +398,7 @@ private:
         const std::string id = target.substr(strlen("/admin/requests/"), target.find('?') - strlen("/admin/requests/"));
         const uint64_t h = parse_request_id(id);
         // Another tenant's trace is as unknown as a missing one (404, not 403: its existence is not told).
-        const std::string trace = h ? srv_.rt.request_trace_json(h, tenant_) : "";
+        const std::string trace = h ? rt().request_trace_json(h, tenant_) : "";
         if (trace.empty())
             return send_error({404, "no decision trace for request '" + id + "' (unknown, dropped, or another tenant's)",
                                "invalid_request_error", "id", "not_found"});
@@ -409,8 +415,8 @@ private:
         auto ex = std::make_shared<Exchange>();
         ex->req = std::move(*parsed);
         ex->created = unix_now();
-        const auto pools = srv_.rt.pools();
-        auto target = resolve_model(ex->req.model, pools, *srv_.rt.config(), err);
+        const auto pools = rt().pools();
+        auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
         if (pools.empty()) return send_error({503, "no pool is serving", "server_error", "", "no_pool"});
         ex->pool = pools.front();
@@ -427,7 +433,7 @@ private:
         // tokenizer and context: pools of one deployment share the vocabulary).
         size_t n_prompt = ex->req.prompt_ids.size();
         if (!ex->req.prompt_is_ids) {
-            auto ids = srv_.rt.tokenize(ex->pool->name, chat ? rendered : ex->req.prompt, true);
+            auto ids = rt().tokenize(ex->pool->name, chat ? rendered : ex->req.prompt, true);
             if (!ids) return send_error({400, ids.error().message, "invalid_request_error", chat ? "messages" : "prompt", "tokenize_failed"});
             n_prompt = ids->size();
         }
@@ -470,7 +476,7 @@ private:
                 srv->n_inflight_callbacks--;
                 srv->inflight_cv.notify_all();
             };
-            const RequestHandle h = srv_.rt.submit(std::move(g), std::move(cb));
+            const RequestHandle h = rt().submit(std::move(g), std::move(cb));
             ex->handles.push_back(h);
             std::lock_guard<std::mutex> lk(srv_.inflight_mu);
             if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
@@ -564,7 +570,7 @@ private:
                 const auto& res = ex->results[k];
                 const std::string& pool = res.pool.empty() ? ex->pool->name : res.pool;
                 auto text_of = [&](int32_t id) {
-                    auto t = srv_.rt.detokenize(pool, {id});
+                    auto t = rt().detokenize(pool, {id});
                     return TokenText{id, t ? *t : std::string()};
                 };
                 for (int32_t id : res.tokens) texts[k].push_back(text_of(id));
@@ -648,7 +654,9 @@ void HttpServer::Impl::accept() {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { stop(); }
 
-Expected<std::unique_ptr<HttpServer>> HttpServer::start(Runtime& runtime, const ServerConfig& cfg) {
+Expected<std::unique_ptr<HttpServer>> HttpServer::start(Runtime& runtime, const ServerConfig& cfg) { return start(&runtime, cfg); }
+
+Expected<std::unique_ptr<HttpServer>> HttpServer::start(Runtime* runtime, const ServerConfig& cfg) {
     auto impl = std::make_unique<Impl>(runtime, cfg);
     beast::error_code ec;
     const auto addr = net::ip::make_address(cfg.host, ec);
@@ -681,7 +689,8 @@ void HttpServer::stop() {
     // Every runtime request's last callback posts into ioc: wait for them before it goes.
     {
         std::unique_lock<std::mutex> lk(s.inflight_mu);
-        for (RequestHandle h : s.inflight) s.rt.cancel(h);
+        if (Runtime* rt = s.runtime.load())
+            for (RequestHandle h : s.inflight) rt->cancel(h);
         s.inflight_cv.wait(lk, [&] { return s.n_inflight_callbacks == 0; });
     }
     s.blocking.join();
@@ -691,7 +700,8 @@ void HttpServer::stop() {
     // A request submitted by a handler that ran while stop() waited: cancel it and wait again.
     {
         std::unique_lock<std::mutex> lk(s.inflight_mu);
-        for (RequestHandle h : s.inflight) s.rt.cancel(h);
+        if (Runtime* rt = s.runtime.load())
+            for (RequestHandle h : s.inflight) rt->cancel(h);
         s.inflight_cv.wait(lk, [&] { return s.n_inflight_callbacks == 0; });
     }
     std::list<std::shared_ptr<Session>> sessions;
@@ -704,6 +714,7 @@ void HttpServer::stop() {
 }
 
 void HttpServer::set_draining(bool draining) { impl_->draining = draining; }
+void HttpServer::attach(Runtime& runtime) { impl_->runtime = &runtime; }
 uint16_t HttpServer::port() const { return impl_->bound_port; }
 
 }  // namespace steward::serve

@@ -17,6 +17,11 @@ public:
     // Binds cfg.host:cfg.port (0: an ephemeral port, see port()) and starts cfg.io_threads threads.
     // The runtime must outlive the server. Errors name the address and the reason.
     static Expected<std::unique_ptr<HttpServer>> start(Runtime& runtime, const ServerConfig& cfg);
+    // The same before the runtime exists (its models still loading): every endpoint answers 503
+    // (/health {"status": "loading"}) until attach(). The attached runtime must outlive the server
+    // (or stop() must come first).
+    static Expected<std::unique_ptr<HttpServer>> start(Runtime* runtime, const ServerConfig& cfg);
+    void attach(Runtime& runtime);
     // Stops accepting, closes every connection, cancels the requests still running and waits for
     // their last callback, then joins the I/O threads. Idempotent; ~HttpServer calls it.
     ~HttpServer();

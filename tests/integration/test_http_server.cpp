@@ -775,3 +775,23 @@ TEST_CASE("an HTTP/1.0 client's stream is plain events ending with the connectio
     CHECK(ev.back() == "[DONE]");
     CHECK(events.rfind("data: ", 0) == 0);  // no chunk sizes between the events
 }
+
+TEST_CASE("before a runtime is attached every endpoint answers 503 and /health says loading", "[http]") {
+    ServerConfig sc = test_server_config();
+    sc.port = 0;
+    auto srv = serve::HttpServer::start(nullptr, sc);
+    REQUIRE(srv.ok());
+    const uint16_t port = (*srv)->port();
+    const Reply h = request(port, http::verb::get, "/health");
+    CHECK(h.status == 503);
+    CHECK(h.j()["status"] == "loading");
+    const Reply c = post(port, "/v1/completions", {{"prompt", "x"}});
+    check_error(c, 503, "", "loading");
+    CHECK(std::string(c.headers["Retry-After"]) == "1");
+    check_error(request(port, http::verb::get, "/nowhere"), 404, "", "not_found");
+    auto s = serve_with();
+    (*srv)->attach(*s.rt);
+    CHECK(request(port, http::verb::get, "/health").status == 200);
+    CHECK(post(port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}}).status == 200);
+    (*srv)->stop();  // before s.rt goes
+}
