@@ -419,9 +419,16 @@ private:
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
         if (pools.empty()) return send_error({503, "no pool is serving", "server_error", "", "no_pool"});
+        // The pool whose template renders the chat and whose tokenizer and context check the
+        // prompt: the pinned one, else a named bucket's pool, else the first (routing happens in the
+        // runtime, after rendering: pools that one bucket routes between should share a template).
+        std::string render_pool = target->pool;
+        if (render_pool.empty() && !target->bucket_hint.empty())
+            for (const auto& b : rt().config()->buckets)
+                if (b.name == target->bucket_hint) render_pool = b.pool;
         ex->pool = pools.front();
         for (const auto& p : pools)
-            if (p.name == target->pool) ex->pool = p;
+            if (p.name == render_pool) ex->pool = p;
 
         std::string rendered;
         if (chat) {
@@ -429,8 +436,7 @@ private:
             if (!r) return send_error({400, r.error().message, "invalid_request_error", "messages", "template_error"});
             rendered = std::move(*r);
         }
-        // Over the context is a 400 before anything runs (the routed case checks the first pool's
-        // tokenizer and context: pools of one deployment share the vocabulary).
+        // Over the context is a 400 before anything runs.
         size_t n_prompt = ex->req.prompt_ids.size();
         if (!ex->req.prompt_is_ids) {
             auto ids = rt().tokenize(ex->pool->name, chat ? rendered : ex->req.prompt, true);

@@ -506,7 +506,10 @@ json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t crea
             ChoiceOutput out = parse_choice_output(req, pool, r.text);
             json message = {{"role", "assistant"}, {"content", out.content}};
             const bool has_tools = !out.tool_calls.empty();
-            if (has_tools) message["tool_calls"] = out.tool_calls;
+            if (has_tools) {
+                message["tool_calls"] = out.tool_calls;
+                if (out.content.empty()) message["content"] = nullptr;  // as OpenAI answers a pure tool call
+            }
             choices.push_back({{"index", i},
                                {"message", message},
                                {"logprobs", req.logprobs ? chat_logprobs(r, texts, tops) : json(nullptr)},
