@@ -2,14 +2,27 @@
 // until SIGINT or SIGTERM (then /health answers 503, running requests are cancelled, the server
 // stops). It listens first (503 "loading" while the models load); SIGHUP reloads the config.
 // Prints the address it listens on (port 0: the one it got).
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
 
 #include "cli/commands.h"
 #include "api/runtime.h"
 #include "config/config.h"
 #include "serve/http_server.h"
+
+namespace {
+
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+    const char c = (char)sig;
+    (void)!::write(g_stop_pipe[1], &c, 1);  // async-signal-safe; a full pipe already holds a stop
+}
+
+}  // namespace
 
 namespace steward {
 
@@ -19,13 +32,16 @@ int cmd_serve(const ServeOptions& o) {
     ServerConfig sc = cfg->server;
     if (!o.host.empty()) sc.host = o.host;
     if (o.port >= 0) sc.port = o.port;
-    // SIGINT / SIGTERM are taken by sigwait below: blocked before any thread starts, so that none
-    // of the runtime's or server's threads receives them.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    // SIGINT / SIGTERM: a handler writes the signal to a pipe that the main thread reads once all is
+    // up. A handler, not sigwait with the signals blocked: threads that libraries start on their own
+    // (BLAS, OpenMP) need not have them blocked, and the default action would end the process.
+    if (::pipe(g_stop_pipe) != 0) return cli_fail("serve: cannot create the stop pipe");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
 
     // Listening before the models load: /health answers 503 "loading" until the runtime is up.
     auto server = serve::HttpServer::start(nullptr, sc);
@@ -43,8 +59,9 @@ int cmd_serve(const ServeOptions& o) {
     Runtime::route_sighup_to_reload();
     (*server)->attach(**rt);
     std::fprintf(stderr, "steward serve: ready\n");
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    char sig = 0;
+    while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
     std::fprintf(stderr, "steward serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*server)->set_draining(true);
     (*server)->stop();  // before the runtime goes: nothing of the server calls into it after this

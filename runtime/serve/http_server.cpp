@@ -544,15 +544,18 @@ private:
         });
     }
 
+    // The 200 and SSE headers, then (chat) each choice's opening delta with the assistant role.
+    void open_stream(Exchange& ex) {
+        ex.headers_sent = true;
+        send_stream_headers(ex);
+        if (ex.req.chat)
+            for (int k = 0; k < ex.req.n; k++)
+                queue_stream(sse_event(stream_chunk(ex.req, ex.handles[0], ex.created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
+    }
+
     void on_piece(const std::shared_ptr<Exchange>& ex, int i, const std::string& piece) {
         if (ex->closed || closing_) return;
-        if (!ex->headers_sent) {
-            ex->headers_sent = true;
-            send_stream_headers(*ex);
-            if (ex->req.chat)
-                for (int k = 0; k < ex->req.n; k++)
-                    queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
-        }
+        if (!ex->headers_sent) open_stream(*ex);
         for (const json& d : ex->outputs[i].feed(piece))
             queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
     }
@@ -601,13 +604,7 @@ private:
             streaming_ = false;
             return send_error(error_for_result(r), id_header(*ex));
         }
-        if (!ex->headers_sent) {
-            ex->headers_sent = true;
-            send_stream_headers(*ex);
-            if (ex->req.chat)
-                for (int k = 0; k < ex->req.n; k++)
-                    queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
-        }
+        if (!ex->headers_sent) open_stream(*ex);
         if (closing_) return;
         if (r.ok()) {
             for (const json& d : ex->outputs[i].finish())

@@ -108,8 +108,12 @@ pool = "tiny"
     const std::string models = http_get(port, "/v1/models");
     CHECK(models.find("\"id\":\"tiny\"") != std::string::npos);
     REQUIRE(::kill(pid, SIGTERM) == 0);
+    std::string after;
+    while (std::fgets(line, sizeof line, out)) after += line;  // until the process exits
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
+    INFO(after);
+    INFO("signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
     std::fclose(out);
