@@ -353,12 +353,22 @@ private:
         const auto pools = rt().pools();
         auto target = resolve_model(model, pools, *rt().config(), err);
         if (!target) return std::nullopt;
+        return pool_of(*target, pools, err);
+    }
+    // The pool whose template renders a chat and whose tokenizer and context check a prompt: the
+    // pinned one, else a named bucket's pool, else the first (routing happens in the runtime, after
+    // rendering: pools that one bucket routes between should share a template).
+    std::optional<PoolInfo> pool_of(const ModelTarget& target, const std::vector<PoolInfo>& pools, ApiError& err) {
         if (pools.empty()) {
             err = {503, "no pool is serving", "server_error", "", "no_pool"};
             return std::nullopt;
         }
+        std::string name = target.pool;
+        if (name.empty() && !target.bucket_hint.empty())
+            for (const auto& b : rt().config()->buckets)
+                if (b.name == target.bucket_hint) name = b.pool;
         for (const auto& p : pools)
-            if (p.name == target->pool) return p;
+            if (p.name == name) return p;
         return pools.front();
     }
 
@@ -418,17 +428,8 @@ private:
         const auto pools = rt().pools();
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
-        if (pools.empty()) return send_error({503, "no pool is serving", "server_error", "", "no_pool"});
-        // The pool whose template renders the chat and whose tokenizer and context check the
-        // prompt: the pinned one, else a named bucket's pool, else the first (routing happens in the
-        // runtime, after rendering: pools that one bucket routes between should share a template).
-        std::string render_pool = target->pool;
-        if (render_pool.empty() && !target->bucket_hint.empty())
-            for (const auto& b : rt().config()->buckets)
-                if (b.name == target->bucket_hint) render_pool = b.pool;
-        ex->pool = pools.front();
-        for (const auto& p : pools)
-            if (p.name == render_pool) ex->pool = p;
+        ex->pool = pool_of(*target, pools, err);
+        if (!ex->pool) return send_error(err);
 
         std::string rendered;
         if (chat) {
