@@ -795,3 +795,42 @@ TEST_CASE("before a runtime is attached every endpoint answers 503 and /health s
     CHECK(post(port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}}).status == 200);
     (*srv)->stop();  // before s.rt goes
 }
+
+TEST_CASE("concurrent streaming and plain clients all get whole, correct answers", "[http]") {
+    auto s = serve_with();
+    const std::string want = greedy_text(*s.rt, "many clients", 6);
+    constexpr int n_clients = 24;
+    std::vector<std::string> texts(n_clients);
+    std::vector<int> statuses(n_clients);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < n_clients; c++)
+        threads.emplace_back([&, c] {
+            const bool stream = c % 2 == 0;
+            const Reply r = post(s.port, "/v1/completions", {{"prompt", "many clients"}, {"max_tokens", 6}, {"temperature", 0}, {"stream", stream}});
+            statuses[c] = r.status;
+            if (r.status != 200) return;
+            if (!stream) {
+                texts[c] = json::parse(r.body)["choices"][0]["text"];
+                return;
+            }
+            std::string t;
+            bool done = false;
+            size_t at = 0;
+            while ((at = r.body.find("data: ", at)) != std::string::npos) {
+                const size_t e = r.body.find("\n\n", at);
+                const std::string ev = r.body.substr(at + 6, e - at - 6);
+                at = e;
+                if (ev == "[DONE]") done = true;
+                else t += json::parse(ev)["choices"][0]["text"].get<std::string>();
+            }
+            texts[c] = done ? t : "(no [DONE])";
+        });
+    for (auto& t : threads) t.join();
+    for (int c = 0; c < n_clients; c++) {
+        INFO("client " << c);
+        CHECK(statuses[c] == 200);
+        CHECK(texts[c] == want);
+    }
+    s.rt->drain();
+    CHECK(blocks_reserved(json::parse(s.rt->metrics_json())) == 0);
+}
