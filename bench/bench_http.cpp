@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
         const std::string metrics = get(port, "/metrics");
         const auto ttft = histogram_means(metrics, "time_to_first_token_seconds");
         const auto tpot = histogram_means(metrics, "time_per_output_token_seconds");
-        std::printf("server (/metrics, means per bucket):\n");
+        std::printf("server (/metrics, means per bucket since the server started):\n");
         for (const auto& [b, v] : ttft)
             std::printf("  %-12s ttft %.1f ms  tpot %s\n", b.c_str(), v * 1e3,
                         tpot.count(b) ? (std::to_string(tpot.at(b) * 1e3) + " ms").c_str() : "-");
