@@ -33,4 +33,11 @@ struct TemplateRenderOptions {
 };
 int cmd_template_render(const TemplateRenderOptions& o);
 
+struct ServeOptions {
+    std::string config_path = "configs/default.toml";
+    std::string host;  // empty: [server] host
+    int port = -1;     // < 0: [server] port
+};
+int cmd_serve(const ServeOptions& o);
+
 }  // namespace steward

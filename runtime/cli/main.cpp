@@ -1,4 +1,4 @@
-// The steward binary: `model synth`, `generate`, `run`, `config check`, `template render`, `--version` (later: serve).
+// The steward binary: `model synth`, `generate`, `run`, `serve`, `config check`, `template render`, `--version`.
 // Errors print one line naming the problem and the fix, and exit non-zero; only the CLI exits.
 #include <CLI/CLI.hpp>
 
@@ -115,6 +115,13 @@ int main(int argc, char** argv) {
     run->add_option("-o,--out", ro.out_path, "Report JSON path")->capture_default_str();
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
 
+    // ---- steward serve
+    auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (README: HTTP server)");
+    ServeOptions so;
+    serve->add_option("-c,--config", so.config_path, "TOML config")->capture_default_str();
+    serve->add_option("--host", so.host, "Listen address (default: [server] host)");
+    serve->add_option("--port", so.port, "Listen port, 0: ephemeral (default: [server] port)");
+
     // ---- steward config check
     auto* config_cmd = app.add_subcommand("config", "Config tools");
     config_cmd->require_subcommand(1);
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
     if (render->parsed()) return cmd_template_render(tro);
 
     if (run->parsed()) return cmd_run(ro);
+    if (serve->parsed()) return cmd_serve(so);
     if (check->parsed()) {
         auto r = check_config_file(check_path);
         if (!r) return fail(r.error().message);

@@ -219,7 +219,17 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     }
     if (const toml::table* t = top.sub("server")) {
         TableReader r(*t, src, "[server]");
-        if (!r.get("host", c.server.host) || !r.get_in("port", c.server.port, 0, 65535, "in [0, 65535]") || !r.finish())
+        ServerConfig& sv = c.server;
+        if (!r.get("host", sv.host) || !r.get_in("port", sv.port, 0, 65535, "in [0, 65535]") ||
+            !r.get_in("io_threads", sv.io_threads, 1, 256, "in [1, 256]") ||
+            !r.get_in("max_connections", sv.max_connections, 1, 1 << 20, "in [1, 1048576]") ||
+            !r.get_in("max_body_bytes", sv.max_body_bytes, 1024, 1LL << 30, "in [1024, 1073741824] bytes") ||
+            !r.get_in("max_header_bytes", sv.max_header_bytes, 1024, 1 << 20, "in [1024, 1048576] bytes") ||
+            !r.get_in("read_timeout_ms", sv.read_timeout_ms, 1, k_max_ms, "in [1, 1e9] ms") ||
+            !r.get_in("idle_timeout_ms", sv.idle_timeout_ms, 1, k_max_ms, "in [1, 1e9] ms") ||
+            !r.get_in("write_timeout_ms", sv.write_timeout_ms, 1, k_max_ms, "in [1, 1e9] ms") ||
+            !r.get_in("max_stream_buffer_bytes", sv.max_stream_buffer_bytes, 4096, 1LL << 30, "in [4096, 1073741824] bytes") ||
+            !r.get_in("trace_requests", sv.trace_requests, 0, 1 << 20, "in [0, 1048576]") || !r.finish())
             return fail(r.err);
     }
     const std::filesystem::path base = std::filesystem::path(src).parent_path();
@@ -365,11 +375,6 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (std::count(tc.api_keys.begin(), tc.api_keys.end(), k) > 1) return fail(at + "lists an api key twice");
             }
         }
-        for (size_t i = 0; i < c.tenants.size(); i++)
-            if (!c.tenants[i].api_keys.empty())
-                return fail(where(src, (*a)[i].as_table()->get("api_keys")->source()) + ": tenant '" + c.tenants[i].name +
-                            "' api_keys: api_keys are checked by the HTTP server, which this build does not have yet; "
-                            "remove the key");
     } else if (!err.empty()) {
         return fail(err);
     }

@@ -92,7 +92,7 @@ struct BucketConfig {
 struct TenantConfig {
     std::string name;
     uint64_t salt = 0;  // 0: derived from the name
-    std::vector<std::string> api_keys;  // for the HTTP server; a non-empty list is a config error until it lands
+    std::vector<std::string> api_keys;  // bearer keys of the HTTP server: with any configured, a request's key names its tenant
     double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
 };
 
@@ -129,10 +129,19 @@ struct ReloadConfig {
     int debounce_ms = 100;  // wait this long after a change for the writer to finish
 };
 
-// [server]: where the HTTP server will listen (read and validated; not served yet).
+// [server]: `steward serve`'s HTTP server (README "HTTP server").
 struct ServerConfig {
     std::string host = "127.0.0.1";
-    int port = 8080;
+    int port = 8080;                       // 0: an ephemeral port
+    int io_threads = 2;                    // the server's own threads (never the runtime's)
+    int max_connections = 1024;            // past it a new connection is closed at once
+    int64_t max_body_bytes = 8 << 20;      // a larger body is answered 413
+    int max_header_bytes = 16384;          // larger headers are answered 431
+    double read_timeout_ms = 30000;        // a request (headers and body) must arrive within this: slow clients are dropped
+    double idle_timeout_ms = 60000;        // a keep-alive connection may wait this long for its next request
+    double write_timeout_ms = 30000;       // a response (or one streamed chunk) must be taken within this
+    int64_t max_stream_buffer_bytes = 1 << 20;  // streamed output a slow reader may leave unread; past it the request is cancelled
+    int trace_requests = 1024;             // decision traces kept (GET /admin/requests/{id})
 };
 
 // A whole config file, validated (every cross-reference resolves).

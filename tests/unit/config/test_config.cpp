@@ -57,8 +57,9 @@ TEST_CASE("bad configs are refused with file:line:column, the key and the fix", 
         // Not implemented yet: refused rather than accepted and ignored.
         {std::string(kMinimal) + "[[bucket]]\nname = \"b\"\n[bucket.match]\nresponse_format = \"yaml\"\n",
          "x.toml:8:19: [bucket.match] of bucket 'b': response_format \"yaml\" is not supported; the only format is \"json\""},
-        {std::string(kMinimal) + "[[tenant]]\nname = \"t\"\napi_keys = [\"sk-1\"]\n",
-         "x.toml:7:12: tenant 't' api_keys: api_keys are checked by the HTTP server, which this build does not have yet; remove the key"},
+        {std::string(kMinimal) + "[server]\nread_timeout_ms = 0\n", "[server].read_timeout_ms is 0; it must be in [1, 1e9] ms"},
+        {std::string(kMinimal) + "[server]\nmax_body_bytes = 10\n", "[server].max_body_bytes is 10"},
+        {std::string(kMinimal) + "[server]\nheader_limit = 10\n", "unknown key 'header_limit'"},
     };
     for (const auto& k : cases) {
         auto c = parse_config(k.text, "x.toml");
@@ -156,4 +157,25 @@ TEST_CASE("non-ASCII characters where TOML expects whitespace are a located synt
         CHECK(c.error().message.find("TOML syntax error") != std::string::npos);
     }
 #endif
+}
+
+TEST_CASE("a tenant's api keys and the [server] table are read", "[config]") {
+    auto c = parse_config(std::string(kMinimal) +
+                              "[[tenant]]\nname = \"t\"\napi_keys = [\"sk-1\", \"sk-2\"]\n"
+                              "[server]\nport = 0\nio_threads = 3\nmax_body_bytes = 4096\nmax_header_bytes = 2048\n"
+                              "read_timeout_ms = 500\nidle_timeout_ms = 700\nwrite_timeout_ms = 900\n"
+                              "max_stream_buffer_bytes = 8192\ntrace_requests = 7\n",
+                          "x.toml");
+    REQUIRE(c.ok());
+    REQUIRE(c->find_tenant("t"));
+    CHECK(c->find_tenant("t")->api_keys == std::vector<std::string>{"sk-1", "sk-2"});
+    CHECK(c->server.port == 0);
+    CHECK(c->server.io_threads == 3);
+    CHECK(c->server.max_body_bytes == 4096);
+    CHECK(c->server.max_header_bytes == 2048);
+    CHECK(c->server.read_timeout_ms == 500);
+    CHECK(c->server.idle_timeout_ms == 700);
+    CHECK(c->server.write_timeout_ms == 900);
+    CHECK(c->server.max_stream_buffer_bytes == 8192);
+    CHECK(c->server.trace_requests == 7);
 }

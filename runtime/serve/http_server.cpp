@@ -1,0 +1,724 @@
+// The HTTP server (http_server.h) on Boost.Beast: one strand per connection; every runtime callback
+// posts to that strand, so a connection's state is touched by one thread at a time and the
+// runtime's threads never wait on a socket. Bounded everywhere: connections, header and body
+// sizes, read / idle / write timeouts, and the streamed output a slow reader leaves unread.
+#include "serve/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "serve/openai_api.h"
+
+namespace steward::serve {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using json = nlohmann::json;
+
+namespace {
+
+std::chrono::milliseconds ms(double v) { return std::chrono::milliseconds((int64_t)v); }
+
+int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+class Session;
+
+struct HttpServer::Impl {
+    std::atomic<Runtime*> runtime{nullptr};  // null while the runtime loads: everything answers 503
+    ServerConfig cfg;
+    std::atomic<bool> draining{false}, stopped{false};
+    std::atomic<int> n_connections{0};
+    uint16_t bound_port = 0;
+    net::io_context ioc;  // before the sockets: destroyed after them
+    tcp::acceptor acceptor;
+    net::thread_pool blocking{1};  // Runtime::reload waits on the runtime: never on an I/O thread
+    std::vector<std::thread> threads;
+
+    // Runtime requests whose last callback has not returned yet: stop() cancels them and waits, so
+    // that no callback posts into a destroyed io_context.
+    std::mutex inflight_mu;
+    std::condition_variable inflight_cv;
+    std::unordered_set<RequestHandle> inflight;
+    std::unordered_set<RequestHandle> finished_before_listed;  // on_finish ran before submit returned
+    size_t n_inflight_callbacks = 0;
+
+    // The live connections, owned here (runtime callbacks hold only weak pointers, so a callback
+    // object the runtime keeps after its last call never owns a socket): a connection leaves when it
+    // is closed and none of its runtime requests is still to finish.
+    std::mutex sessions_mu;
+    std::list<std::shared_ptr<Session>> sessions;
+
+    Impl(Runtime* r, const ServerConfig& c) : runtime(r), cfg(c), acceptor(ioc) {}
+    void accept();
+};
+
+// One OpenAI generation request of a connection: its n runtime requests and what came back.
+struct Exchange {
+    OpenAiRequest req;
+    std::optional<PoolInfo> pool;  // the pool that rendered the prompt (templates, tool calls)
+    std::vector<RequestHandle> handles;
+    std::vector<GenerationResult> results;
+    std::vector<bool> done;
+    std::vector<StreamOutput> outputs;
+    int n_done = 0;
+    int64_t created = 0;
+    bool headers_sent = false;  // streaming: the 200 and SSE headers are out
+    bool closed = false;        // answered, or the connection went away
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+public:
+    Session(HttpServer::Impl& srv, tcp::socket socket) : srv_(srv), stream_(std::move(socket)) {}
+    ~Session() { srv_.n_connections--; }
+    std::list<std::shared_ptr<Session>>::iterator self_in_server;
+    bool registered = false;
+
+    void start() { net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_request(); }); }
+    void close_from_server() {
+        net::post(stream_.get_executor(), [self = shared_from_this()] { self->abort(); });
+    }
+
+private:
+    HttpServer::Impl& srv_;
+    beast::tcp_stream stream_;
+    Runtime& rt() { return *srv_.runtime.load(); }  // set: handle() answers 503 before any handler while it is not
+    beast::flat_buffer buf_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+    http::request<http::string_body> req_;
+    std::shared_ptr<Exchange> ex_;
+    bool streaming_ = false;
+    bool watching_ = false;     // a read is pending while a request runs (disconnects)
+    bool peer_eof_ = false;     // the client half-closed (or closed): no further request
+    bool closing_ = false;
+    // Streaming output: bytes waiting (pending_) and being written (out_).
+    std::string pending_, out_;
+    bool writing_ = false;
+    bool finish_after_write_ = false;  // the stream's last bytes are queued: next request after them
+
+    // ---- reading
+    void wait_request() {
+        if (closing_) return;
+        if (buf_.size() > 0) return read_request();
+        // An idle keep-alive connection waits idle_timeout for the first byte of its next request.
+        stream_.expires_after(ms(srv_.cfg.idle_timeout_ms));
+        stream_.async_read_some(buf_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            if (ec) return self->abort();
+            self->buf_.commit(n);
+            self->read_request();
+        });
+    }
+
+    void read_request() {
+        parser_.emplace();
+        parser_->header_limit((uint32_t)srv_.cfg.max_header_bytes);
+        parser_->body_limit((uint64_t)srv_.cfg.max_body_bytes);
+        // The whole request (headers and body) within read_timeout: a client dripping bytes
+        // (slowloris) is dropped when it passes.
+        stream_.expires_after(ms(srv_.cfg.read_timeout_ms));
+        http::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec || self->parser_->is_done()) return self->on_read(ec);
+            // curl (and others) send "Expect: 100-continue" before a large body and wait for it.
+            if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
+                static const std::string k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+                return net::async_write(self->stream_, net::buffer(k_continue), [self](beast::error_code ec, size_t) {
+                    if (ec) return self->abort();
+                    self->read_body();
+                });
+            }
+            self->read_body();
+        });
+    }
+    void read_body() {
+        http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    }
+
+    void on_read(beast::error_code ec) {
+        if (ec == http::error::header_limit)
+            return send_error_and_close({431, "the request's headers are over " + std::to_string(srv_.cfg.max_header_bytes) +
+                                                  " bytes ([server] max_header_bytes)", "invalid_request_error", "", "headers_too_large"});
+        if (ec == http::error::body_limit)
+            return send_error_and_close({413, "the body is over " + std::to_string(srv_.cfg.max_body_bytes) +
+                                                  " bytes ([server] max_body_bytes)", "invalid_request_error", "", "body_too_large"});
+        if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::eof ||
+            ec == net::error::operation_aborted || ec == net::error::connection_reset)
+            return abort();
+        if (ec) return send_error_and_close({400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "", "bad_request"});
+        req_ = parser_->release();
+        stream_.expires_never();
+        handle();
+    }
+
+    // ---- answering
+    void send(http::status status, std::string body, const char* content_type, std::vector<std::pair<std::string, std::string>> headers = {},
+              bool close = false) {
+        auto res = std::make_shared<http::response<http::string_body>>(status, req_.version());
+        res->set(http::field::server, "steward");
+        res->set(http::field::content_type, content_type);
+        for (auto& [k, v] : headers) res->set(k, v);
+        res->keep_alive(!close && req_.keep_alive() && !peer_eof_);
+        res->body() = std::move(body);
+        res->prepare_payload();
+        stop_watching_then([self = shared_from_this(), res] {
+            self->stream_.expires_after(ms(self->srv_.cfg.write_timeout_ms));
+            http::async_write(self->stream_, *res, [self, res](beast::error_code ec, size_t) {
+                if (ec || !res->keep_alive()) return self->shutdown();
+                self->stream_.expires_never();
+                self->wait_request();
+            });
+        });
+    }
+    void send_json(http::status status, const json& j, std::vector<std::pair<std::string, std::string>> headers = {}) {
+        send(status, dump(j), "application/json", std::move(headers));
+    }
+    void send_error(const ApiError& e, std::vector<std::pair<std::string, std::string>> headers = {}) {
+        if (e.status == 429) headers.emplace_back("Retry-After", "1");
+        send((http::status)e.status, error_body(e), "application/json", std::move(headers));
+    }
+    void send_error_and_close(const ApiError& e) {
+        req_ = {};
+        req_.version(11);
+        send((http::status)e.status, error_body(e), "application/json", {}, true);
+    }
+
+    // The answer is out: half-close, then read and drop what the client still sends (up to 1 MiB,
+    // for 2 s) before closing. Closing with unread bytes would reset the connection, and the client
+    // could lose the answer (a 413 or 431 sent before the rest of its request was read).
+    void shutdown() {
+        if (closing_) return;
+        closing_ = true;
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        linger(0);
+    }
+    void linger(size_t n_read) {
+        if (n_read > (1u << 20)) return close_now();
+        stream_.expires_after(std::chrono::seconds(2));
+        stream_.async_read_some(net::buffer(linger_buf_), [self = shared_from_this(), n_read](beast::error_code ec, size_t n) {
+            if (ec) return self->close_now();
+            self->linger(n_read + n);
+        });
+    }
+    void close_now() {
+        stream_.close();
+        maybe_release();
+    }
+    char linger_buf_[4096];
+    void maybe_release() {
+        if (!closing_ || (ex_ && ex_->n_done < (int)ex_->handles.size())) return;
+        std::lock_guard<std::mutex> lk(srv_.sessions_mu);
+        if (registered) srv_.sessions.erase(self_in_server);
+        registered = false;
+    }
+    // The connection ends now (error, timeout, the client went away, the server stops): its
+    // requests are cancelled, so that their KV blocks are freed at once.
+    void abort() {
+        cancel_exchange();
+        if (closing_) return;
+        closing_ = true;
+        stream_.close();
+        maybe_release();
+    }
+    void cancel_exchange() {
+        if (!ex_ || ex_->closed) return;
+        ex_->closed = true;
+        for (size_t i = 0; i < ex_->handles.size(); i++)
+            if (!ex_->done[i]) rt().cancel(ex_->handles[i]);
+    }
+
+    // A read stays pending while a request runs: a reset (or, when streaming, an EOF) of the client
+    // cancels it. A non-streaming client may half-close after its request and still get the answer.
+    void watch() {
+        if (watching_ || peer_eof_ || closing_) return;
+        if (buf_.size() > (size_t)srv_.cfg.max_header_bytes) return;  // a pipelined request waits for its turn
+        watching_ = true;
+        stream_.async_read_some(buf_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            self->watching_ = false;
+            if (auto next = std::exchange(self->after_watch_, nullptr)) return next(ec, n);
+            if (!ec) {
+                self->buf_.commit(n);
+                return self->watch();
+            }
+            if (ec == net::error::operation_aborted) return;
+            if (ec == net::error::eof && !self->streaming_) {
+                self->peer_eof_ = true;
+                return;
+            }
+            self->abort();
+        });
+    }
+    std::function<void(beast::error_code, size_t)> after_watch_;
+    // Runs `next` once no watch read is pending (cancelling it: no write is in flight then).
+    void stop_watching_then(std::function<void()> next) {
+        if (!watching_) return next();
+        after_watch_ = [self = shared_from_this(), next = std::move(next)](beast::error_code ec, size_t n) {
+            if (!ec) self->buf_.commit(n);
+            else if (ec == net::error::eof) self->peer_eof_ = true;
+            next();
+        };
+        beast::error_code ignored;
+        stream_.socket().cancel(ignored);
+    }
+
+    // ---- routing
+    std::string tenant_;
+    bool authorize() {
+        auto cfg = rt().config();
+        bool any_keys = false;
+        for (const auto& t : cfg->tenants) any_keys |= !t.api_keys.empty();
+        tenant_ = "default";
+        if (!any_keys) return true;
+        const auto auth_field = req_[http::field::authorization];
+        const std::string_view auth(auth_field.data(), auth_field.size());
+        const std::string_view bearer = "Bearer ";
+        if (auth.substr(0, bearer.size()) == bearer) {
+            const std::string_view key = auth.substr(bearer.size());
+            for (const auto& t : cfg->tenants)
+                for (const auto& k : t.api_keys)
+                    if (k == key) return tenant_ = t.name, true;
+        }
+        send_error({401, auth.empty() ? "no API key: send 'Authorization: Bearer <key>'" : "the API key is not valid",
+                    "authentication_error", "", "invalid_api_key"},
+                   {{"WWW-Authenticate", "Bearer"}});
+        return false;
+    }
+
+    void handle() {
+        const std::string target(req_.target());
+        const std::string path = target.substr(0, target.find('?'));
+        const http::verb m = req_.method();
+        struct Route {
+            const char* path;
+            http::verb method;
+            void (Session::*fn)();
+            bool prefix;
+        };
+        static const Route routes[] = {
+            {"/v1/chat/completions", http::verb::post, &Session::on_chat, false},
+            {"/v1/completions", http::verb::post, &Session::on_completion, false},
+            {"/v1/models", http::verb::get, &Session::on_models, false},
+            {"/health", http::verb::get, &Session::on_health, false},
+            {"/tokenize", http::verb::post, &Session::on_tokenize, false},
+            {"/detokenize", http::verb::post, &Session::on_detokenize, false},
+            {"/metrics", http::verb::get, &Session::on_metrics, false},
+            {"/admin/reload", http::verb::post, &Session::on_reload, false},
+            {"/admin/requests/", http::verb::get, &Session::on_trace, true},
+        };
+        for (const Route& r : routes) {
+            const bool match = r.prefix ? path.rfind(r.path, 0) == 0 && path.size() > strlen(r.path) : path == r.path;
+            if (!match) continue;
+            if (m != r.method)
+                return send_error({405, std::string(req_.method_string()) + " is not allowed on " + path + "; use " +
+                                            std::string(http::to_string(r.method)),
+                                   "invalid_request_error", "", "method_not_allowed"},
+                                  {{"Allow", std::string(http::to_string(r.method))}});
+            if (!srv_.runtime.load()) {
+                if (r.fn == &Session::on_health) return send_json(http::status::service_unavailable, {{"status", "loading"}});
+                return send_error({503, "the runtime is still loading its models; retry shortly", "server_error", "", "loading"},
+                                  {{"Retry-After", "1"}});
+            }
+            // /health answers load balancers without a key.
+            if (r.fn != &Session::on_health && !authorize()) return;
+            return (this->*r.fn)();
+        }
+        send_error({404, "no route " + path + " (see README: HTTP server)", "invalid_request_error", "", "not_found"});
+    }
+
+    void on_health() {
+        if (srv_.draining) return send_json(http::status::service_unavailable, {{"status", "draining"}});
+        send_json(http::status::ok, {{"status", "ok"}});
+    }
+    void on_models() { send_json(http::status::ok, models_list(rt().pools(), *rt().config(), unix_now())); }
+    void on_metrics() { send(http::status::ok, rt().metrics_prometheus(), "text/plain; version=0.0.4"); }
+
+    // The pool whose tokenizer a tokenize / prompt check uses: the named one, else the first.
+    std::optional<PoolInfo> pool_for(const std::string& model, ApiError& err) {
+        const auto pools = rt().pools();
+        auto target = resolve_model(model, pools, *rt().config(), err);
+        if (!target) return std::nullopt;
+        return pool_of(*target, pools, err);
+    }
+    // The pool whose template renders a chat and whose tokenizer and context check a prompt: the
+    // pinned one, else a named bucket's pool, else the first (routing happens in the runtime, after
+    // rendering: pools that one bucket routes between should share a template).
+    std::optional<PoolInfo> pool_of(const ModelTarget& target, const std::vector<PoolInfo>& pools, ApiError& err) {
+        if (pools.empty()) {
+            err = {503, "no pool is serving", "server_error", "", "no_pool"};
+            return std::nullopt;
+        }
+        std::string name = target.pool;
+        if (name.empty() && !target.bucket_hint.empty())
+            for (const auto& b : rt().config()->buckets)
+                if (b.name == target.bucket_hint) name = b.pool;
+        for (const auto& p : pools)
+            if (p.name == name) return p;
+        return pools.front();
+    }
+
+    void on_tokenize() {
+        ApiError err;
+        auto r = parse_tokenize_request(req_.body(), err);
+        if (!r) return send_error(err);
+        auto pool = pool_for(r->model, err);
+        if (!pool) return send_error(err);
+        auto ids = rt().tokenize(pool->name, r->text, r->add_special);
+        if (!ids) return send_error({400, ids.error().message, "invalid_request_error", "content", "tokenize_failed"});
+        send_json(http::status::ok, {{"tokens", *ids}});
+    }
+    void on_detokenize() {
+        ApiError err;
+        auto r = parse_detokenize_request(req_.body(), err);
+        if (!r) return send_error(err);
+        auto pool = pool_for(r->model, err);
+        if (!pool) return send_error(err);
+        auto text = rt().detokenize(pool->name, r->tokens);
+        if (!text) return send_error({400, text.error().message, "invalid_request_error", "tokens", "invalid_token"});
+        send_json(http::status::ok, {{"content", *text}});
+    }
+
+    void on_reload() {
+        net::post(srv_.blocking, [self = shared_from_this()] {
+            auto g = self->rt().reload();
+            net::post(self->stream_.get_executor(), [self, g = std::move(g)]() mutable {
+                if (!g) return self->send_error({400, g.error().message, "invalid_request_error", "", "reload_failed"});
+                self->send_json(http::status::ok, {{"status", "reloaded"}, {"generation", *g}});
+            });
+        });
+    }
+
+    void on_trace() {
+        const std::string target(req_.target());
+        const std::string id = target.substr(strlen("/admin/requests/"), target.find('?') - strlen("/admin/requests/"));
+        const uint64_t h = parse_request_id(id);
+        // Another tenant's trace is as unknown as a missing one (404, not 403: its existence is not told).
+        const std::string trace = h ? rt().request_trace_json(h, tenant_) : "";
+        if (trace.empty())
+            return send_error({404, "no decision trace for request '" + id + "' (unknown, dropped, or another tenant's)",
+                               "invalid_request_error", "id", "not_found"});
+        send(http::status::ok, trace, "application/json");
+    }
+
+    void on_chat() { generate(true); }
+    void on_completion() { generate(false); }
+
+    void generate(bool chat) {
+        ApiError err;
+        auto parsed = parse_openai_request(req_.body(), chat, err);
+        if (!parsed) return send_error(err);
+        auto ex = std::make_shared<Exchange>();
+        ex->req = std::move(*parsed);
+        ex->created = unix_now();
+        const auto pools = rt().pools();
+        auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
+        if (!target) return send_error(err);
+        ex->pool = pool_of(*target, pools, err);
+        if (!ex->pool) return send_error(err);
+
+        std::string rendered;
+        if (chat) {
+            auto r = render_prompt(*ex->pool, ex->req);
+            if (!r) return send_error({400, r.error().message, "invalid_request_error", "messages", "template_error"});
+            rendered = std::move(*r);
+        }
+        // Over the context is a 400 before anything runs.
+        size_t n_prompt = ex->req.prompt_ids.size();
+        if (!ex->req.prompt_is_ids) {
+            auto ids = rt().tokenize(ex->pool->name, chat ? rendered : ex->req.prompt, true);
+            if (!ids) return send_error({400, ids.error().message, "invalid_request_error", chat ? "messages" : "prompt", "tokenize_failed"});
+            n_prompt = ids->size();
+        }
+        if ((int64_t)n_prompt >= ex->pool->n_ctx)
+            return send_error({400, "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " +
+                                        std::to_string(ex->pool->n_ctx) + " tokens of pool '" + ex->pool->name +
+                                        "': shorten it",
+                               "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
+
+        ex_ = ex;
+        streaming_ = ex->req.stream;
+        pending_.clear();
+        finish_after_write_ = false;
+        const int n = ex->req.n;
+        ex->results.resize(n);
+        ex->done.assign(n, false);
+        for (int i = 0; i < n; i++) ex->outputs.emplace_back(ex->req);
+        watch();
+        // All n are submitted before any callback can touch ex->handles: callbacks post to this
+        // strand, which is busy until this function returns.
+        for (int i = 0; i < n; i++) {
+            GenerationRequest g = to_generation_request(ex->req, *target, tenant_, rendered, i);
+            RequestCallbacks cb;
+            std::weak_ptr<Session> weak = shared_from_this();
+            if (streaming_)
+                cb.on_token = [weak, ex, i](const std::string& piece, const std::vector<int32_t>&) {
+                    if (auto self = weak.lock())
+                        net::post(self->stream_.get_executor(), [self, ex, i, piece] { self->on_piece(ex, i, piece); });
+                };
+            {
+                std::lock_guard<std::mutex> lk(srv_.inflight_mu);
+                srv_.n_inflight_callbacks++;
+            }
+            HttpServer::Impl* srv = &srv_;
+            cb.on_finish = [weak, srv, ex, i](const GenerationResult& r) {
+                if (auto self = weak.lock())
+                    net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
+                std::lock_guard<std::mutex> lk(srv->inflight_mu);
+                if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
+                srv->n_inflight_callbacks--;
+                srv->inflight_cv.notify_all();
+            };
+            const RequestHandle h = rt().submit(std::move(g), std::move(cb));
+            ex->handles.push_back(h);
+            std::lock_guard<std::mutex> lk(srv_.inflight_mu);
+            if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
+        }
+        // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
+        if (srv_.stopped) cancel_exchange();
+    }
+
+    std::vector<std::pair<std::string, std::string>> id_header(const Exchange& ex) {
+        return {{"x-steward-request-id", std::to_string(ex.handles.empty() ? 0 : ex.handles[0])}};
+    }
+
+    void queue_stream(const std::string& bytes) {
+        if (req_.version() >= 11) {
+            // HTTP/1.1 chunked framing around each event.
+            char size[20];
+            snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+            pending_ += size;
+            pending_ += bytes;
+            pending_ += "\r\n";
+        } else {
+            pending_ += bytes;  // HTTP/1.0: the stream ends with the connection
+        }
+        if ((int64_t)pending_.size() > srv_.cfg.max_stream_buffer_bytes) {
+            spdlog::warn("http: a streaming client left {} bytes unread (over [server] max_stream_buffer_bytes): request cancelled",
+                         pending_.size());
+            return abort();
+        }
+        flush();
+    }
+    void send_stream_headers(const Exchange& ex) {
+        const bool v11 = req_.version() >= 11;
+        std::string h = std::string(v11 ? "HTTP/1.1" : "HTTP/1.0") +
+                        " 200 OK\r\nServer: steward\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+                        (v11 ? "Transfer-Encoding: chunked\r\n" : "") +
+                        "x-steward-request-id: " + std::to_string(ex.handles.empty() ? 0 : ex.handles[0]) + "\r\n";
+        h += v11 && req_.keep_alive() ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+        pending_ = h + pending_;
+    }
+    void flush() {
+        if (writing_ || closing_ || pending_.empty()) return;
+        writing_ = true;
+        out_.swap(pending_);
+        pending_.clear();
+        stream_.expires_after(ms(srv_.cfg.write_timeout_ms));
+        net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+            self->writing_ = false;
+            self->out_.clear();
+            if (ec) return self->abort();  // the client went away, or stopped reading past write_timeout
+            if (!self->pending_.empty()) return self->flush();
+            if (self->finish_after_write_) {
+                self->finish_after_write_ = false;
+                self->stream_.expires_never();
+                self->ex_.reset();
+                self->streaming_ = false;
+                const bool again = self->req_.version() >= 11 && self->req_.keep_alive() && !self->peer_eof_;
+                self->stop_watching_then([self, again] { again ? self->wait_request() : self->shutdown(); });
+            }
+        });
+    }
+
+    // The 200 and SSE headers, then (chat) each choice's opening delta with the assistant role.
+    void open_stream(Exchange& ex) {
+        ex.headers_sent = true;
+        send_stream_headers(ex);
+        if (ex.req.chat)
+            for (int k = 0; k < ex.req.n; k++)
+                queue_stream(sse_event(stream_chunk(ex.req, ex.handles[0], ex.created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
+    }
+
+    void on_piece(const std::shared_ptr<Exchange>& ex, int i, const std::string& piece) {
+        if (ex->closed || closing_) return;
+        if (!ex->headers_sent) open_stream(*ex);
+        for (const json& d : ex->outputs[i].feed(piece))
+            queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
+    }
+
+    void on_finish(const std::shared_ptr<Exchange>& ex, int i, const GenerationResult& r) {
+        ex->results[i] = r;
+        ex->done[i] = true;
+        ex->n_done++;
+        if (ex->closed || closing_) return maybe_release();
+        if (streaming_) return on_stream_finish(ex, i);
+        if (ex->n_done < ex->req.n) return;
+        ex->closed = true;
+        ex_.reset();
+        for (const auto& res : ex->results)
+            if (!res.ok()) return send_error(error_for_result(res), id_header(*ex));
+        // Token texts for logprobs, detokenized one id at a time (a token's own spelling).
+        std::vector<std::vector<TokenText>> texts(ex->req.n);
+        std::vector<std::vector<std::vector<TokenText>>> tops(ex->req.n);
+        if (ex->req.logprobs)
+            for (int k = 0; k < ex->req.n; k++) {
+                const auto& res = ex->results[k];
+                const std::string& pool = res.pool.empty() ? ex->pool->name : res.pool;
+                auto text_of = [&](int32_t id) {
+                    auto t = rt().detokenize(pool, {id});
+                    return TokenText{id, t ? *t : std::string()};
+                };
+                for (int32_t id : res.tokens) texts[k].push_back(text_of(id));
+                for (const auto& alts : res.top_logprobs) {
+                    tops[k].emplace_back();
+                    for (const auto& a : alts) tops[k].back().push_back(text_of(a.id));
+                }
+            }
+        auto headers = id_header(*ex);
+        headers.emplace_back("x-steward-pool", ex->results[0].pool);  // the pool that answered (choice 0)
+        send_json(http::status::ok, completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, &*ex->pool),
+                  std::move(headers));
+    }
+
+    void on_stream_finish(const std::shared_ptr<Exchange>& ex, int i) {
+        const GenerationResult& r = ex->results[i];
+        if (!ex->headers_sent && !r.ok()) {
+            // Nothing streamed yet: the failure is the answer (429 with Retry-After when overloaded).
+            ex->closed = true;
+            cancel_exchange();
+            ex_.reset();
+            streaming_ = false;
+            return send_error(error_for_result(r), id_header(*ex));
+        }
+        if (!ex->headers_sent) open_stream(*ex);
+        if (closing_) return;
+        if (r.ok()) {
+            for (const json& d : ex->outputs[i].finish())
+                queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
+            queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, nullptr,
+                                                openai_finish_reason(r.finish, ex->outputs[i].saw_tool_calls()))));
+        } else {
+            queue_stream(sse_event(json::parse(error_body(error_for_result(r)))));
+        }
+        if (closing_ || ex->n_done < ex->req.n) return;
+        ex->closed = true;
+        if (ex->req.include_usage) queue_stream(sse_event(stream_usage_chunk(ex->req, ex->handles[0], ex->created, ex->results)));
+        queue_stream(std::string(k_sse_done));
+        if (closing_) return;
+        if (req_.version() >= 11) pending_ += "0\r\n\r\n";
+        finish_after_write_ = true;
+        flush();
+    }
+};
+
+void HttpServer::Impl::accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+            if (ec == net::error::operation_aborted || stopped) return;
+            spdlog::warn("http: accept failed: {}", ec.message());
+            return accept();
+        }
+        if (n_connections.load() >= cfg.max_connections) {
+            beast::error_code ignored;
+            socket.close(ignored);  // over [server] max_connections
+            return accept();
+        }
+        n_connections++;
+        // The kernel's send buffer is bounded like ours: a client that stops reading holds at most
+        // about twice max_stream_buffer_bytes per connection (the kernel doubles the value).
+        beast::error_code ignored;
+        socket.set_option(net::socket_base::send_buffer_size((int)std::min<int64_t>(cfg.max_stream_buffer_bytes, 1 << 30)), ignored);
+        socket.set_option(tcp::no_delay(true), ignored);  // a streamed token goes out at once
+        auto s = std::make_shared<Session>(*this, std::move(socket));
+        {
+            std::lock_guard<std::mutex> lk(sessions_mu);
+            s->self_in_server = sessions.insert(sessions.end(), s);
+            s->registered = true;
+        }
+        s->start();
+        accept();
+    });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::~HttpServer() { stop(); }
+
+Expected<std::unique_ptr<HttpServer>> HttpServer::start(Runtime& runtime, const ServerConfig& cfg) { return start(&runtime, cfg); }
+
+Expected<std::unique_ptr<HttpServer>> HttpServer::start(Runtime* runtime, const ServerConfig& cfg) {
+    auto impl = std::make_unique<Impl>(runtime, cfg);
+    beast::error_code ec;
+    const auto addr = net::ip::make_address(cfg.host, ec);
+    if (ec) return make_error("[server] host '", cfg.host, "' is not an IP address (", ec.message(), "); use e.g. 127.0.0.1 or 0.0.0.0");
+    const tcp::endpoint ep(addr, (uint16_t)cfg.port);
+    const std::string at = cfg.host + ":" + std::to_string(cfg.port);
+    impl->acceptor.open(ep.protocol(), ec);
+    if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) impl->acceptor.bind(ep, ec);
+    if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return make_error("http server: cannot listen on ", at, ": ", ec.message(), " (another process on the port? set [server] port)");
+    impl->bound_port = impl->acceptor.local_endpoint().port();
+    impl->accept();
+    for (int i = 0; i < std::max(1, cfg.io_threads); i++) impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+    return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+void HttpServer::stop() {
+    Impl& s = *impl_;
+    if (s.stopped.exchange(true)) return;
+    s.draining = true;
+    net::post(s.acceptor.get_executor(), [&s] {
+        beast::error_code ignored;
+        s.acceptor.close(ignored);
+    });
+    {
+        std::lock_guard<std::mutex> lk(s.sessions_mu);
+        for (auto& p : s.sessions) p->close_from_server();
+    }
+    // Every runtime request's last callback posts into ioc: wait for them before it goes.
+    {
+        std::unique_lock<std::mutex> lk(s.inflight_mu);
+        if (Runtime* rt = s.runtime.load())
+            for (RequestHandle h : s.inflight) rt->cancel(h);
+        s.inflight_cv.wait(lk, [&] { return s.n_inflight_callbacks == 0; });
+    }
+    s.blocking.join();
+    s.ioc.stop();
+    for (auto& t : s.threads) t.join();
+    s.threads.clear();
+    // A request submitted by a handler that ran while stop() waited: cancel it and wait again.
+    {
+        std::unique_lock<std::mutex> lk(s.inflight_mu);
+        if (Runtime* rt = s.runtime.load())
+            for (RequestHandle h : s.inflight) rt->cancel(h);
+        s.inflight_cv.wait(lk, [&] { return s.n_inflight_callbacks == 0; });
+    }
+    std::list<std::shared_ptr<Session>> sessions;
+    {
+        std::lock_guard<std::mutex> lk(s.sessions_mu);
+        sessions.swap(s.sessions);
+        for (auto& p : sessions) p->registered = false;
+    }
+    sessions.clear();  // the sockets close while the io_context still exists
+}
+
+void HttpServer::set_draining(bool draining) { impl_->draining = draining; }
+void HttpServer::attach(Runtime& runtime) { impl_->runtime = &runtime; }
+uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+}  // namespace steward::serve

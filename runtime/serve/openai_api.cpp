@@ -1,0 +1,604 @@
+// The OpenAI-compatible API's bodies: parsing and validation of requests, the model field, the
+// prompt, and the responses, chunks and errors the HTTP server sends (openai_api.h).
+#include "serve/openai_api.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace steward::serve {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool fail(ApiError& err, int status, std::string message, std::string param = "", std::string code = "") {
+    err.status = status;
+    err.message = std::move(message);
+    err.type = status == 404 ? "invalid_request_error" : err.type;
+    err.param = std::move(param);
+    err.code = std::move(code);
+    return false;
+}
+
+// Nesting deeper than k_max_json_depth is refused before parsing: responses echo nothing of the
+// body, but a value this deep means nothing in these APIs and costs stack in any later recursion.
+bool depth_ok(std::string_view s) {
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : s) {
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (c == '\\') escaped = true;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > k_max_json_depth) return false;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return true;
+}
+
+const char* type_name(const json& v) {
+    switch (v.type()) {
+        case json::value_t::null: return "null";
+        case json::value_t::boolean: return "a boolean";
+        case json::value_t::number_integer:
+        case json::value_t::number_unsigned: return "an integer";
+        case json::value_t::number_float: return "a number";
+        case json::value_t::string: return "a string";
+        case json::value_t::array: return "an array";
+        case json::value_t::object: return "an object";
+        default: return "a value";
+    }
+}
+
+// Typed optional fields of one JSON object; null counts as absent (clients send explicit nulls).
+class Fields {
+public:
+    Fields(const json& obj, ApiError& err) : o_(obj), err_(err) {}
+    const json* find(const char* key) const {
+        auto it = o_.find(key);
+        if (it == o_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool wrong(const char* key, const json& v, const char* want) {
+        return fail(err_, 400, std::string("'") + key + "' must be " + want + ", not " + type_name(v), key, "invalid_type");
+    }
+    bool range(const char* key, const std::string& value, const char* want) {
+        return fail(err_, 400, std::string("'") + key + "' is " + value + "; it must be " + want, key, "invalid_value");
+    }
+    bool str(const char* key, std::string& out) {
+        const json* v = find(key);
+        if (!v) return true;
+        if (!v->is_string()) return wrong(key, *v, "a string");
+        out = v->get<std::string>();
+        return true;
+    }
+    bool boolean(const char* key, bool& out) {
+        const json* v = find(key);
+        if (!v) return true;
+        if (!v->is_boolean()) return wrong(key, *v, "a boolean");
+        out = v->get<bool>();
+        return true;
+    }
+    template <typename T>
+    bool integer(const char* key, T& out, int64_t lo, int64_t hi) {
+        const json* v = find(key);
+        if (!v) return true;
+        int64_t x = 0;
+        if (v->is_number_unsigned()) {
+            const uint64_t u = v->get<uint64_t>();
+            if (u > (uint64_t)INT64_MAX) return range(key, std::to_string(u), ("in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+            x = (int64_t)u;
+        } else if (v->is_number_integer()) {
+            x = v->get<int64_t>();
+        } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+                   std::fabs(v->get<double>()) < 9e15) {
+            x = (int64_t)v->get<double>();  // 2.0 is an integer in JSON's eyes
+        } else {
+            return wrong(key, *v, "an integer");
+        }
+        if (x < lo || x > hi) return range(key, std::to_string(x), ("in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+        out = (T)x;
+        return true;
+    }
+    bool number(const char* key, float& out, double lo, double hi, const char* want) {
+        const json* v = find(key);
+        if (!v) return true;
+        if (!v->is_number()) return wrong(key, *v, "a number");
+        const double x = v->get<double>();
+        if (!(x >= lo && x <= hi)) return range(key, dump(*v), want);
+        out = (float)x;
+        return true;
+    }
+
+private:
+    const json& o_;
+    ApiError& err_;
+};
+
+bool parse_stop(const json& body, OpenAiRequest& r, ApiError& err) {
+    auto it = body.find("stop");
+    if (it == body.end() || it->is_null()) return true;
+    std::vector<std::string> stop;
+    if (it->is_string()) {
+        stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+        for (const auto& s : *it) {
+            if (!s.is_string()) return fail(err, 400, std::string("'stop' must be a string or an array of strings; it holds ") + type_name(s), "stop", "invalid_type");
+            stop.push_back(s.get<std::string>());
+        }
+    } else {
+        return fail(err, 400, std::string("'stop' must be a string or an array of strings, not ") + type_name(*it), "stop", "invalid_type");
+    }
+    if ((int)stop.size() > k_max_stop)
+        return fail(err, 400, "'stop' has " + std::to_string(stop.size()) + " strings; at most " + std::to_string(k_max_stop), "stop", "invalid_value");
+    for (const auto& s : stop)
+        if (s.empty() || s.size() > k_max_stop_bytes)
+            return fail(err, 400, "'stop' strings must be 1 to " + std::to_string(k_max_stop_bytes) + " bytes; one is " + std::to_string(s.size()), "stop", "invalid_value");
+    r.stop = std::move(stop);
+    return true;
+}
+
+bool parse_logit_bias(const json& body, OpenAiRequest& r, ApiError& err) {
+    auto it = body.find("logit_bias");
+    if (it == body.end() || it->is_null()) return true;
+    if (!it->is_object()) return fail(err, 400, std::string("'logit_bias' must be an object of token id -> bias, not ") + type_name(*it), "logit_bias", "invalid_type");
+    for (const auto& [k, v] : it->items()) {
+        int32_t id = -1;
+        auto [p, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+        if (ec != std::errc() || p != k.data() + k.size() || id < 0)
+            return fail(err, 400, "'logit_bias' key '" + k + "' is not a token id (a non-negative integer)", "logit_bias", "invalid_value");
+        if (!v.is_number()) return fail(err, 400, "'logit_bias' value for " + k + " must be a number, not " + type_name(v), "logit_bias", "invalid_type");
+        const double b = v.get<double>();
+        if (!(b >= -100 && b <= 100)) return fail(err, 400, "'logit_bias' value for " + k + " is " + dump(v) + "; it must be in [-100, 100]", "logit_bias", "invalid_value");
+        r.logit_bias.emplace_back(id, (float)b);
+    }
+    return true;
+}
+
+bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
+    auto it = body.find("messages");
+    if (it == body.end() || it->is_null()) return fail(err, 400, "'messages' is required: an array of {role, content}", "messages", "missing_field");
+    if (!it->is_array()) return fail(err, 400, std::string("'messages' must be an array, not ") + type_name(*it), "messages", "invalid_type");
+    if (it->empty()) return fail(err, 400, "'messages' is empty; give at least one message", "messages", "invalid_value");
+    for (size_t i = 0; i < it->size(); i++) {
+        const json& m = (*it)[i];
+        const std::string at = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) return fail(err, 400, "'" + at + "' must be an object, not " + type_name(m), at, "invalid_type");
+        auto role = m.find("role");
+        if (role == m.end() || !role->is_string())
+            return fail(err, 400, "'" + at + ".role' must be a string", at + ".role", "invalid_type");
+        const std::string rs = role->get<std::string>();
+        if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
+            return fail(err, 400, "'" + at + ".role' is '" + rs + "'; it must be system, developer, user, assistant or tool", at + ".role", "invalid_value");
+        auto c = m.find("content");
+        if (c != m.end() && !c->is_null() && !c->is_string()) {
+            if (!c->is_array()) return fail(err, 400, "'" + at + ".content' must be a string or an array of parts, not " + type_name(*c), at + ".content", "invalid_type");
+            for (const auto& part : *c) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+                    return fail(err, 400, "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...}: other parts (images, audio) are not supported", at + ".content", "invalid_value");
+            }
+        }
+    }
+    r.messages = ojson::parse(it->dump());
+    if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+        if (!t->is_array()) return fail(err, 400, std::string("'tools' must be an array, not ") + type_name(*t), "tools", "invalid_type");
+        if (!t->empty()) r.tools = ojson::parse(t->dump());
+    }
+    return true;
+}
+
+bool parse_prompt(const json& body, OpenAiRequest& r, ApiError& err) {
+    auto it = body.find("prompt");
+    if (it == body.end() || it->is_null()) return fail(err, 400, "'prompt' is required: a string or an array of token ids", "prompt", "missing_field");
+    if (it->is_string()) {
+        r.prompt = it->get<std::string>();
+        return true;
+    }
+    if (it->is_array()) {
+        if (it->size() == 1 && (*it)[0].is_string()) {
+            r.prompt = (*it)[0].get<std::string>();
+            return true;
+        }
+        if (!it->empty() && (*it)[0].is_string())
+            return fail(err, 400, "'prompt' holds " + std::to_string(it->size()) + " strings; batched prompts are not supported: send one request each", "prompt", "invalid_value");
+        for (const auto& v : *it) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+                return fail(err, 400, std::string("'prompt' as an array must hold token ids (non-negative integers); it holds ") + type_name(v), "prompt", "invalid_type");
+            r.prompt_ids.push_back((int32_t)v.get<int64_t>());
+        }
+        if (r.prompt_ids.empty()) return fail(err, 400, "'prompt' is an empty array; give text or token ids", "prompt", "invalid_value");
+        r.prompt_is_ids = true;
+        return true;
+    }
+    return fail(err, 400, std::string("'prompt' must be a string or an array of token ids, not ") + type_name(*it), "prompt", "invalid_type");
+}
+
+std::string message_text(const ojson& m) {
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) return "";
+    if (c->is_string()) return c->get<std::string>();
+    std::string s;
+    for (const auto& part : *c)
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) s += part["text"].get<std::string>();
+    return s;
+}
+
+std::vector<int> utf8_bytes(const std::string& s) {
+    std::vector<int> b;
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+}
+
+}  // namespace
+
+std::string error_body(const ApiError& e) {
+    json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+    if (!e.param.empty()) err["param"] = e.param;
+    if (!e.code.empty()) err["code"] = e.code;
+    return dump(json{{"error", err}});
+}
+
+std::optional<json> parse_json_body(std::string_view body, ApiError& err) {
+    if (!depth_ok(body)) {
+        fail(err, 400, "the body nests deeper than " + std::to_string(k_max_json_depth) + " levels", "", "invalid_json");
+        return std::nullopt;
+    }
+    json j = json::parse(body.begin(), body.end(), nullptr, false);
+    if (j.is_discarded()) {
+        fail(err, 400, "the body is not valid JSON", "", "invalid_json");
+        return std::nullopt;
+    }
+    return j;
+}
+
+std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool chat, ApiError& err) {
+    auto parsed = parse_json_body(body, err);
+    if (!parsed) return std::nullopt;
+    const json& j = *parsed;
+    if (!j.is_object()) {
+        fail(err, 400, std::string("the body must be a JSON object, not ") + type_name(j), "", "invalid_type");
+        return std::nullopt;
+    }
+    OpenAiRequest r;
+    r.chat = chat;
+    Fields f(j, err);
+    // OpenAI's completions take logprobs as a count (0-5), chat as a flag with top_logprobs.
+    bool ok = f.str("model", r.model) && (chat ? parse_messages(j, r, err) : parse_prompt(j, r, err)) &&
+              f.integer("max_tokens", r.max_tokens, 1, 1 << 20) &&
+              f.integer("max_completion_tokens", r.max_tokens, 1, 1 << 20) &&
+              f.number("temperature", r.temperature, 0, 2, "in [0, 2]") && f.number("top_p", r.top_p, 0, 1, "in [0, 1]") &&
+              f.integer("top_k", r.top_k, 0, 1 << 20) && f.integer("n", r.n, 1, k_max_n) && parse_stop(j, r, err) &&
+              f.number("presence_penalty", r.presence_penalty, -2, 2, "in [-2, 2]") &&
+              f.number("frequency_penalty", r.frequency_penalty, -2, 2, "in [-2, 2]") && parse_logit_bias(j, r, err) &&
+              f.str("user", r.user) && f.str("session", r.session) && f.boolean("stream", r.stream);
+    if (!ok) return std::nullopt;
+    if (const json* s = f.find("seed")) {
+        if (!s->is_number_integer()) {
+            f.wrong("seed", *s, "an integer");
+            return std::nullopt;
+        }
+        r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : (uint64_t)s->get<int64_t>();
+    }
+    if (chat) {
+        if (!f.boolean("logprobs", r.logprobs) || !f.integer("top_logprobs", r.top_logprobs, 0, 20)) return std::nullopt;
+        if (r.top_logprobs > 0 && !r.logprobs) {
+            fail(err, 400, "'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+            return std::nullopt;
+        }
+    } else {
+        if (const json* lp = f.find("logprobs"); lp && lp->is_boolean()) {
+            f.wrong("logprobs", *lp, "an integer (0-5) for /v1/completions");
+            return std::nullopt;
+        }
+        int n_lp = -1;
+        if (!f.integer("logprobs", n_lp, 0, 5) || !f.boolean("echo", r.echo)) return std::nullopt;
+        if (n_lp >= 0) r.logprobs = true, r.top_logprobs = n_lp;
+    }
+    if (const json* so = f.find("stream_options")) {
+        if (!so->is_object()) {
+            f.wrong("stream_options", *so, "an object");
+            return std::nullopt;
+        }
+        Fields sf(*so, err);
+        if (!sf.boolean("include_usage", r.include_usage)) {
+            err.param = "stream_options.include_usage";
+            return std::nullopt;
+        }
+    }
+    if (const json* rf = f.find("response_format")) {
+        if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+            f.wrong("response_format", *rf, "an object {\"type\": ...}");
+            return std::nullopt;
+        }
+        const std::string t = (*rf)["type"].get<std::string>();
+        if (t != "text") {
+            fail(err, 400, "response_format '" + t + "' is not supported yet: output is not constrained; omit it or use \"text\"",
+                 "response_format", "unsupported_response_format");
+            return std::nullopt;
+        }
+    }
+    return r;
+}
+
+std::optional<ModelTarget> resolve_model(const std::string& model, const std::vector<PoolInfo>& pools, const Config& config,
+                                         ApiError& err) {
+    ModelTarget t;
+    if (model.empty() || model == k_routed_model) return t;
+    for (const auto& p : pools)
+        if (p.name == model) return t.pool = model, t;
+    for (const auto& b : config.buckets)
+        if (b.name == model) return t.bucket_hint = model, t;
+    std::string names = k_routed_model;
+    for (const auto& p : pools) names += ", " + p.name;
+    for (const auto& b : config.buckets) names += ", " + b.name;
+    fail(err, 404, "The model '" + model + "' does not exist (models: " + names + ")", "model", "model_not_found");
+    return std::nullopt;
+}
+
+json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64_t created) {
+    json data = json::array();
+    auto entry = [&](const std::string& id, const char* kind) {
+        data.push_back({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "steward"}, {"steward_kind", kind}});
+    };
+    entry(k_routed_model, "routed");
+    for (const auto& p : pools) entry(p.name, "pool");
+    for (const auto& b : config.buckets) entry(b.name, "bucket");
+    return {{"object", "list"}, {"data", data}};
+}
+
+Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req) {
+    // TODO(lead): H10's render_chat_template(pool.chat_template, ChatTemplateInputs{req.messages,
+    // req.tools, add_generation_prompt = true, pool.bos_token, pool.eos_token}) when the pool has a
+    // template; the ChatML fallback below stays for pools without one.
+    (void)pool;
+    std::string s;
+    for (const auto& m : req.messages) s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + message_text(m) + "<|im_end|>\n";
+    s += "<|im_start|>assistant\n";
+    return s;
+}
+
+GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
+                                        const std::string& rendered_prompt, int index) {
+    GenerationRequest g;
+    if (req.prompt_is_ids) g.prompt_ids = req.prompt_ids;
+    else g.prompt = req.chat ? rendered_prompt : req.prompt;
+    g.tenant = tenant;
+    g.session = req.session;
+    g.bucket_hint = target.bucket_hint;
+    g.pool = target.pool;
+    g.max_tokens = req.max_tokens;
+    g.temperature = req.temperature;
+    g.top_p = req.top_p;
+    g.top_k = req.top_k;
+    g.seed = req.seed ? *req.seed + (uint64_t)index : (uint64_t)index;
+    g.tools = req.tools.has_value();
+    g.parse_special = req.chat;  // a rendered template spells its special tokens
+    g.stop = req.stop;
+    g.top_logprobs = req.top_logprobs;
+    g.presence_penalty = req.presence_penalty;
+    g.frequency_penalty = req.frequency_penalty;
+    g.logit_bias = req.logit_bias;
+    return g;
+}
+
+ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text) {
+    // TODO(lead): H11's parse_tool_calls(detect_tool_call_format(pool->chat_template), text) when
+    // req.tools is set: content and tool_calls from the parser.
+    (void)req;
+    (void)pool;
+    ChoiceOutput out;
+    out.content = text;
+    return out;
+}
+
+std::vector<json> StreamOutput::feed(const std::string& piece) {
+    // TODO(lead): H11's ToolCallParser(format).feed(piece): content and tool-call deltas.
+    if (piece.empty()) return {};
+    return {chat_ ? json{{"content", piece}} : json(piece)};
+}
+
+std::vector<json> StreamOutput::finish() {
+    // TODO(lead): H11's ToolCallParser::finish() (what it held back).
+    return {};
+}
+
+const char* openai_finish_reason(FinishReason r, bool tool_calls) {
+    if (r == FinishReason::LENGTH) return "length";
+    return tool_calls ? "tool_calls" : "stop";
+}
+
+ApiError error_for_result(const GenerationResult& r) {
+    ApiError e;
+    e.message = r.error.empty() ? std::string("the request finished ") + finish_reason_name(r.finish) : r.error;
+    switch (r.finish) {
+        case FinishReason::OVERLOADED:
+            e.status = 429, e.type = "rate_limit_error", e.code = "overloaded";
+            break;
+        case FinishReason::TIMEOUT:
+            e.status = 504, e.type = "timeout_error", e.code = "timeout";
+            break;
+        case FinishReason::CANCELLED:
+            e.status = 503, e.type = "server_error", e.code = "cancelled";
+            break;
+        default:
+            e.status = 400, e.type = "invalid_request_error", e.code = "generation_failed";
+            break;
+    }
+    return e;
+}
+
+json usage_json(const std::vector<GenerationResult>& results) {
+    int prompt = 0, cached = 0, completion = 0;
+    if (!results.empty()) prompt = results[0].metrics.prompt_tokens, cached = results[0].metrics.cached_tokens;
+    for (const auto& r : results) completion += r.metrics.completion_tokens;
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+std::string response_id(bool chat, uint64_t handle) { return (chat ? "chatcmpl-" : "cmpl-") + std::to_string(handle); }
+
+uint64_t parse_request_id(std::string_view id) {
+    for (std::string_view prefix : {"chatcmpl-", "cmpl-"})
+        if (id.substr(0, prefix.size()) == prefix) {
+            id.remove_prefix(prefix.size());
+            break;
+        }
+    uint64_t h = 0;
+    auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), h);
+    if (id.empty() || ec != std::errc() || p != id.data() + id.size()) return 0;
+    return h;
+}
+
+namespace {
+
+json chat_logprobs(const GenerationResult& r, const std::vector<TokenText>& texts, const std::vector<std::vector<TokenText>>& tops) {
+    json content = json::array();
+    for (size_t i = 0; i < texts.size() && i < r.logprobs.size(); i++) {
+        json alts = json::array();
+        if (i < tops.size() && i < r.top_logprobs.size())
+            for (size_t k = 0; k < tops[i].size() && k < r.top_logprobs[i].size(); k++)
+                alts.push_back({{"token", tops[i][k].text}, {"logprob", r.top_logprobs[i][k].logprob}, {"bytes", utf8_bytes(tops[i][k].text)}});
+        content.push_back({{"token", texts[i].text}, {"logprob", r.logprobs[i]}, {"bytes", utf8_bytes(texts[i].text)}, {"top_logprobs", alts}});
+    }
+    return {{"content", content}};
+}
+
+json completion_logprobs(const GenerationResult& r, const std::vector<TokenText>& texts, const std::vector<std::vector<TokenText>>& tops,
+                         size_t text_offset0) {
+    json tokens = json::array(), lps = json::array(), top = json::array(), offsets = json::array();
+    size_t off = text_offset0;
+    for (size_t i = 0; i < texts.size() && i < r.logprobs.size(); i++) {
+        tokens.push_back(texts[i].text);
+        lps.push_back(r.logprobs[i]);
+        offsets.push_back(off);
+        off += texts[i].text.size();
+        json alts = json::object();
+        if (i < tops.size() && i < r.top_logprobs.size())
+            for (size_t k = 0; k < tops[i].size() && k < r.top_logprobs[i].size(); k++) alts[tops[i][k].text] = r.top_logprobs[i][k].logprob;
+        top.push_back(alts);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+}  // namespace
+
+json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created, const std::vector<GenerationResult>& results,
+                         const std::vector<std::vector<TokenText>>& token_texts,
+                         const std::vector<std::vector<std::vector<TokenText>>>& top_texts, const PoolInfo* pool) {
+    static const std::vector<TokenText> no_texts;
+    static const std::vector<std::vector<TokenText>> no_tops;
+    json choices = json::array();
+    for (size_t i = 0; i < results.size(); i++) {
+        const GenerationResult& r = results[i];
+        const auto& texts = i < token_texts.size() ? token_texts[i] : no_texts;
+        const auto& tops = i < top_texts.size() ? top_texts[i] : no_tops;
+        if (req.chat) {
+            ChoiceOutput out = parse_choice_output(req, pool, r.text);
+            json message = {{"role", "assistant"}, {"content", out.content}};
+            const bool has_tools = !out.tool_calls.empty();
+            if (has_tools) {
+                message["tool_calls"] = out.tool_calls;
+                if (out.content.empty()) message["content"] = nullptr;  // as OpenAI answers a pure tool call
+            }
+            choices.push_back({{"index", i},
+                               {"message", message},
+                               {"logprobs", req.logprobs ? chat_logprobs(r, texts, tops) : json(nullptr)},
+                               {"finish_reason", openai_finish_reason(r.finish, has_tools)}});
+        } else {
+            const std::string prefix = req.echo && !req.prompt_is_ids ? req.prompt : "";
+            choices.push_back({{"index", i},
+                               {"text", prefix + r.text},
+                               {"logprobs", req.logprobs ? completion_logprobs(r, texts, tops, prefix.size()) : json(nullptr)},
+                               {"finish_reason", openai_finish_reason(r.finish, false)}});
+        }
+    }
+    const std::string model = !results.empty() && !results[0].pool.empty() ? results[0].pool : req.model;
+    return {{"id", response_id(req.chat, handle)},
+            {"object", req.chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", req.model.empty() ? model : req.model},
+            {"system_fingerprint", "steward"},
+            {"choices", choices},
+            {"usage", usage_json(results)}};
+}
+
+json stream_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, int index, const json& delta_or_text,
+                  const char* finish_reason) {
+    json choice = {{"index", index}};
+    if (req.chat) choice["delta"] = delta_or_text.is_null() ? json::object() : delta_or_text;
+    else choice["text"] = delta_or_text.is_null() ? json("") : delta_or_text;
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+    return {{"id", response_id(req.chat, handle)},
+            {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", req.model.empty() ? std::string(k_routed_model) : req.model},
+            {"choices", json::array({choice})}};
+}
+
+json stream_usage_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, const std::vector<GenerationResult>& results) {
+    return {{"id", response_id(req.chat, handle)},
+            {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", req.model.empty() ? std::string(k_routed_model) : req.model},
+            {"choices", json::array()},
+            {"usage", usage_json(results)}};
+}
+
+std::string sse_event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+std::optional<TokenizeRequest> parse_tokenize_request(std::string_view body, ApiError& err) {
+    auto j = parse_json_body(body, err);
+    if (!j) return std::nullopt;
+    if (!j->is_object()) {
+        fail(err, 400, "the body must be a JSON object", "", "invalid_type");
+        return std::nullopt;
+    }
+    TokenizeRequest r;
+    Fields f(*j, err);
+    if (!f.str("model", r.model) || !f.boolean("add_special", r.add_special)) return std::nullopt;
+    const char* key = f.find("content") ? "content" : "prompt";
+    if (!f.find(key)) {
+        fail(err, 400, "'content' (or 'prompt') is required: the text to tokenize", "content", "missing_field");
+        return std::nullopt;
+    }
+    if (!f.str(key, r.text)) return std::nullopt;
+    return r;
+}
+
+std::optional<DetokenizeRequest> parse_detokenize_request(std::string_view body, ApiError& err) {
+    auto j = parse_json_body(body, err);
+    if (!j) return std::nullopt;
+    if (!j->is_object()) {
+        fail(err, 400, "the body must be a JSON object", "", "invalid_type");
+        return std::nullopt;
+    }
+    DetokenizeRequest r;
+    Fields f(*j, err);
+    if (!f.str("model", r.model)) return std::nullopt;
+    const json* t = f.find("tokens");
+    if (!t || !t->is_array()) {
+        fail(err, 400, "'tokens' is required: an array of token ids", "tokens", t ? "invalid_type" : "missing_field");
+        return std::nullopt;
+    }
+    for (const auto& v : *t) {
+        if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
+            fail(err, 400, std::string("'tokens' must hold integers; it holds ") + type_name(v), "tokens", "invalid_type");
+            return std::nullopt;
+        }
+        r.tokens.push_back((int32_t)v.get<int64_t>());
+    }
+    return r;
+}
+
+}  // namespace steward::serve

@@ -1,0 +1,165 @@
+// The OpenAI-compatible API as plain values (no sockets, no Boost): request bodies parsed and
+// validated into OpenAiRequest (an error names the field), the `model` field resolved to a pool or
+// bucket, the prompt rendered, and every response body (objects, SSE chunks, errors) built as JSON.
+// The HTTP server (http_server.cpp) moves bytes; everything it answers is decided here.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <steward/config.h>
+#include <steward/expected.h>
+#include <steward/request.h>
+#include <steward/runtime.h>
+
+namespace steward::serve {
+
+// An answer that is not a success: the HTTP status and OpenAI's error object
+// {"error": {"message", "type", "param", "code"}} (param and code null when empty).
+struct ApiError {
+    int status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;
+    std::string code;
+};
+std::string error_body(const ApiError& e);
+
+// What a /v1/chat/completions or /v1/completions body asks, validated. Defaults are OpenAI's.
+struct OpenAiRequest {
+    bool chat = false;
+    std::string model;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // chat: as sent (the template sees them)
+    std::optional<nlohmann::ordered_json> tools;                         // chat: OpenAI `tools`, as sent
+    std::string prompt;                // completion: text
+    std::vector<int32_t> prompt_ids;   // completion: token ids (prompt given as an array of integers)
+    bool prompt_is_ids = false;
+    int max_tokens = 0;                // 0: the config's default
+    float temperature = 1.0f;
+    float top_p = 1.0f;
+    int top_k = 0;
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    int n = 1;
+    bool logprobs = false;             // chat: logprobs true; completion: logprobs N given
+    int top_logprobs = 0;
+    float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    std::string user;
+    std::string session;               // extension: the conversation's KV stays pinned between turns
+    bool stream = false;
+    bool include_usage = false;        // stream_options.include_usage
+    bool echo = false;                 // completion: the prompt text precedes the output
+};
+
+// Limits on what one request may ask (the runtime's own bounds, checked here to answer 400 early).
+inline constexpr int k_max_n = 16;
+inline constexpr int k_max_stop = 16;
+inline constexpr size_t k_max_stop_bytes = 256;
+inline constexpr int k_max_json_depth = 64;
+
+// Parses a body (chat = /v1/chat/completions); nullopt with err filled when it is refused. Malformed JSON, nesting deeper than
+// k_max_json_depth, a wrong type or an out-of-range value is a 400 whose param names the field;
+// response_format other than "text" is a 400 until structured output is enforced. Unknown fields
+// are ignored, as OpenAI's server does.
+std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool chat, ApiError& err);
+// Parses any JSON body with the depth bound above; nullopt (and err filled) when malformed.
+std::optional<nlohmann::json> parse_json_body(std::string_view body, ApiError& err);
+
+// The `model` field: "steward" (or empty) routes; a pool's name pins the pool; a bucket's name is
+// the bucket hint. Anything else is a 404 with code "model_not_found".
+struct ModelTarget {
+    std::string pool;         // non-empty: pinned
+    std::string bucket_hint;  // non-empty: a bucket name
+};
+inline constexpr const char* k_routed_model = "steward";
+std::optional<ModelTarget> resolve_model(const std::string& model, const std::vector<PoolInfo>& pools,
+                                         const Config& config, ApiError& err);
+// GET /v1/models: "steward" (routed) first, then every pool, then every bucket.
+nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64_t created);
+
+// The chat prompt for a pool: its template rendered over the messages (and tools), with the
+// generation prompt. Until the template engine lands, a ChatML rendering
+// (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n).
+Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
+
+// The runtime request for choice `index` of `req` (the n choices share the prompt; a given seed is
+// offset by the index so that sampled choices differ).
+GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
+                                        const std::string& rendered_prompt, int index);
+
+// A finished choice's text split into content and tool calls. Until the tool-call parser lands the
+// whole text is content.
+struct ChoiceOutput {
+    std::string content;
+    nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{id, type, function{name, arguments}}]
+};
+ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text);
+// The streaming twin: pieces in, delta objects out ({"content": ...} or {"tool_calls": [...]}).
+class StreamOutput {
+public:
+    explicit StreamOutput(const OpenAiRequest& req) : chat_(req.chat) {}
+    std::vector<nlohmann::json> feed(const std::string& piece);
+    std::vector<nlohmann::json> finish();
+    bool saw_tool_calls() const { return saw_tool_calls_; }
+
+private:
+    bool chat_;
+    bool saw_tool_calls_ = false;
+};
+
+// Token texts for logprobs: one piece per id (the caller detokenizes).
+struct TokenText {
+    int32_t id = 0;
+    std::string text;
+};
+
+// "stop", "length", "tool_calls" (a stop whose output held tool calls).
+const char* openai_finish_reason(FinishReason r, bool tool_calls);
+// The HTTP answer for a request the runtime did not serve (OVERLOADED 429, TIMEOUT 504, ERROR 400,
+// CANCELLED 503).
+ApiError error_for_result(const GenerationResult& r);
+
+// usage: prompt tokens once (the n choices share it), completion tokens summed, cached tokens of
+// the first choice.
+nlohmann::json usage_json(const std::vector<GenerationResult>& results);
+
+// The id a response carries: "chatcmpl-<handle>" / "cmpl-<handle>"; parse_request_id accepts
+// those and a bare handle (GET /admin/requests/{id}), 0 when it is neither.
+std::string response_id(bool chat, uint64_t handle);
+uint64_t parse_request_id(std::string_view id);
+
+// The whole non-streaming response. texts[i] are choice i's token texts (logprobs), may be empty.
+nlohmann::json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created,
+                                   const std::vector<GenerationResult>& results,
+                                   const std::vector<std::vector<TokenText>>& token_texts,
+                                   const std::vector<std::vector<std::vector<TokenText>>>& top_texts,
+                                   const PoolInfo* pool);
+// One SSE chunk (without "data: "): a delta for choice `index` (chat) or text (completion), and a
+// finish_reason when non-null.
+nlohmann::json stream_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, int index,
+                            const nlohmann::json& delta_or_text, const char* finish_reason);
+// The final usage chunk (stream_options.include_usage): empty choices.
+nlohmann::json stream_usage_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created,
+                                  const std::vector<GenerationResult>& results);
+// "data: <json>\n\n"
+std::string sse_event(const nlohmann::json& j);
+inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
+
+// POST /tokenize {"model", "prompt"|"content", "add_special"} and /detokenize {"model", "tokens"}.
+struct TokenizeRequest {
+    std::string model, text;
+    bool add_special = true;
+};
+std::optional<TokenizeRequest> parse_tokenize_request(std::string_view body, ApiError& err);
+struct DetokenizeRequest {
+    std::string model;
+    std::vector<int32_t> tokens;
+};
+std::optional<DetokenizeRequest> parse_detokenize_request(std::string_view body, ApiError& err);
+
+}  // namespace steward::serve

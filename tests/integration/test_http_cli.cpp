@@ -1,0 +1,120 @@
+// `steward serve` as a user runs it: the binary on a config with port 0 prints the address it got,
+// says "ready" once the models are loaded, serves, and exits 0 on SIGTERM. The test reads the
+// process's own output to know when it is ready (no polling, no sleeps).
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "process_temp_dir.h"
+
+namespace {
+
+const std::filesystem::path& temp_dir() {
+    static const steward_test::ProcessTempDir dir("steward_test_http_cli_");
+    return dir.path();
+}
+
+// One plain HTTP/1.0 exchange over a socket; the whole answer (the server closes after it).
+std::string http_get(int port, const std::string& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    REQUIRE(::connect(fd, (sockaddr*)&a, sizeof a) == 0);
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    REQUIRE(::write(fd, req.data(), req.size()) == (ssize_t)req.size());
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, (size_t)n);
+    ::close(fd);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("steward serve prints its address, serves once ready and exits 0 on SIGTERM", "[http][cli]") {
+    const std::string cfg = (temp_dir() / "serve.toml").string();
+    {
+        std::ofstream f(cfg);
+        f << fmt::format(R"(
+[reload]
+watch = false
+[server]
+port = 0
+[[pool]]
+name = "tiny"
+model = "{}/tiny.gguf"
+threads = 1
+kv_blocks = 32
+[pool.synth]
+dim = 64
+layers = 1
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 512
+ctx = 256
+[[bucket]]
+name = "default"
+pool = "tiny"
+)",
+                         temp_dir().string());
+    }
+    int out_pipe[2];
+    REQUIRE(::pipe(out_pipe) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::dup2(out_pipe[1], 1);
+        ::dup2(out_pipe[1], 2);
+        ::close(out_pipe[0]);
+        ::execl(STEWARD_BINARY, STEWARD_BINARY, "serve", "-c", cfg.c_str(), (char*)nullptr);
+        ::_exit(127);
+    }
+    ::close(out_pipe[1]);
+    FILE* out = ::fdopen(out_pipe[0], "r");
+    REQUIRE(out);
+    int port = 0;
+    bool ready = false;
+    std::string log;
+    char line[1024];
+    while (!ready && std::fgets(line, sizeof line, out)) {
+        log += line;
+        const std::string l = line;
+        if (const size_t at = l.find("listening on http://127.0.0.1:"); at != std::string::npos)
+            port = std::stoi(l.substr(at + std::string("listening on http://127.0.0.1:").size()));
+        ready = l.find("steward serve: ready") != std::string::npos;
+    }
+    INFO(log);
+    REQUIRE(port > 0);
+    REQUIRE(ready);
+    const std::string health = http_get(port, "/health");
+    CHECK(health.rfind("HTTP/1.0 200", 0) == 0);
+    CHECK(health.find("{\"status\":\"ok\"}") != std::string::npos);
+    const std::string models = http_get(port, "/v1/models");
+    CHECK(models.find("\"id\":\"tiny\"") != std::string::npos);
+    REQUIRE(::kill(pid, SIGTERM) == 0);
+    std::string after;
+    while (std::fgets(line, sizeof line, out)) after += line;  // until the process exits
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    INFO(after);
+    INFO("signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    std::fclose(out);
+}

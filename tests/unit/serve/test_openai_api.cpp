@@ -1,0 +1,175 @@
+// The OpenAI API's bodies without a server: parsing (every refusal names its field), the model
+// field, the ChatML fallback prompt, ids, usage and chunk shapes.
+#include <catch2/catch.hpp>
+
+#include "serve/openai_api.h"
+
+using namespace steward;
+using namespace steward::serve;
+using json = nlohmann::json;
+
+TEST_CASE("a chat body's fields reach the request with OpenAI's defaults for the rest", "[serve][openai]") {
+    ApiError err;
+    auto r = parse_openai_request(
+        R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9, "stop": "END",
+            "n": 2, "logprobs": true, "top_logprobs": 3, "logit_bias": {"7": -100}, "seed": 5, "session": "s",
+            "stream": true, "stream_options": {"include_usage": true}, "presence_penalty": 1.5, "whatever": [1]})",
+        true, err);
+    REQUIRE(r);
+    CHECK(r->model == "m");
+    CHECK(r->max_tokens == 9);
+    CHECK(r->temperature == 1.0f);
+    CHECK(r->stop == std::vector<std::string>{"END"});
+    CHECK(r->n == 2);
+    CHECK(r->logprobs);
+    CHECK(r->top_logprobs == 3);
+    REQUIRE(r->logit_bias.size() == 1);
+    CHECK(r->logit_bias[0] == std::pair<int32_t, float>{7, -100.0f});
+    CHECK(r->include_usage);
+    CHECK(r->session == "s");
+    const GenerationRequest g0 = to_generation_request(*r, ModelTarget{"p", ""}, "t", "PROMPT", 0);
+    const GenerationRequest g1 = to_generation_request(*r, ModelTarget{"p", ""}, "t", "PROMPT", 1);
+    CHECK(g0.prompt == "PROMPT");
+    CHECK(g0.pool == "p");
+    CHECK(g0.tenant == "t");
+    CHECK(g0.parse_special);
+    CHECK(g0.seed == 5);
+    CHECK(g1.seed == 6);
+    CHECK(g0.presence_penalty == 1.5f);
+    CHECK(g0.top_logprobs == 3);
+}
+
+TEST_CASE("refused bodies name the field, the value and what it must be", "[serve][openai]") {
+    struct Case {
+        bool chat;
+        std::string body, param, in_message;
+    };
+    const std::vector<Case> cases = {
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p", "'top_p' is 1.5; it must be in [0, 1]"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5})", "max_tokens", "must be an integer, not a number"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "seed": "1"})", "seed", "must be an integer"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "needs 'logprobs': true"},
+        {true, R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content", "a string or an array of parts"},
+        {true, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", "not supported"},
+        {true, R"({"messages": [{"content": "x"}]})", "messages[0].role", "must be a string"},
+        {true, R"({"messages": []})", "messages", "empty"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", ""]})", "stop", "1 to 256 bytes"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": 1}})",
+         "stream_options.include_usage", "a boolean"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"3": 200}})", "logit_bias", "[-100, 100]"},
+        {false, R"({"prompt": 5})", "prompt", "a string or an array of token ids"},
+        {false, R"({"prompt": [1, -2]})", "prompt", "token ids"},
+        {false, R"({"prompt": "x", "logprobs": 6})", "logprobs", "in [0, 5]"},
+        {false, R"({})", "prompt", "required"},
+        {false, R"([1, 2])", "", "must be a JSON object"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.body);
+        ApiError err;
+        REQUIRE(!parse_openai_request(c.body, c.chat, err));
+        CHECK(err.status == 400);
+        CHECK(err.param == c.param);
+        CHECK_THAT(err.message, Catch::Contains(c.in_message));
+        const json body = json::parse(error_body(err));
+        CHECK(body["error"]["message"] == err.message);
+        CHECK(body["error"]["type"] == "invalid_request_error");
+    }
+}
+
+TEST_CASE("a completion prompt is text, one string in an array, or token ids", "[serve][openai]") {
+    ApiError err;
+    auto text = parse_openai_request(R"({"prompt": ["only one"], "logprobs": 2, "echo": true})", false, err);
+    REQUIRE(text);
+    CHECK(text->prompt == "only one");
+    CHECK(!text->prompt_is_ids);
+    CHECK(text->logprobs);
+    CHECK(text->top_logprobs == 2);
+    CHECK(text->echo);
+    auto ids = parse_openai_request(R"({"prompt": [3, 4, 5]})", false, err);
+    REQUIRE(ids);
+    CHECK(ids->prompt_is_ids);
+    CHECK(ids->prompt_ids == std::vector<int32_t>{3, 4, 5});
+    CHECK(to_generation_request(*ids, {}, "default", "", 0).prompt_ids == std::vector<int32_t>{3, 4, 5});
+}
+
+TEST_CASE("the model field routes, pins a pool, names a bucket, or is not found", "[serve][openai]") {
+    const auto pool = [](std::string name) {
+        PoolInfo p;
+        p.name = std::move(name);
+        return p;
+    };
+    const PoolInfo a = pool("a"), b = pool("b");
+    Config cfg;
+    cfg.buckets.push_back(BucketConfig{});
+    cfg.buckets.back().name = "chat";
+    ApiError err;
+    auto routed = resolve_model("steward", {a, b}, cfg, err);
+    REQUIRE(routed);
+    CHECK(routed->pool.empty());
+    CHECK(routed->bucket_hint.empty());
+    CHECK(resolve_model("", {a, b}, cfg, err)->pool.empty());
+    CHECK(resolve_model("b", {a, b}, cfg, err)->pool == "b");
+    CHECK(resolve_model("chat", {a, b}, cfg, err)->bucket_hint == "chat");
+    CHECK(!resolve_model("gpt-4o", {a, b}, cfg, err));
+    CHECK(err.status == 404);
+    CHECK(err.code == "model_not_found");
+    CHECK_THAT(err.message, Catch::Contains("steward, a, b, chat"));
+    const json list = models_list({a, b}, cfg, 0);
+    REQUIRE(list["data"].size() == 4);
+    CHECK(list["data"][0]["id"] == "steward");
+}
+
+TEST_CASE("without a template engine a chat renders as ChatML with the generation prompt", "[serve][openai]") {
+    ApiError err;
+    auto r = parse_openai_request(
+        R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                         {"role": "assistant", "content": null}]})",
+        true, err);
+    REQUIRE(r);
+    auto p = render_prompt(PoolInfo{}, *r);
+    REQUIRE(p);
+    CHECK(*p == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("request ids round-trip through the response id; anything else is 0", "[serve][openai]") {
+    CHECK(response_id(true, 42) == "chatcmpl-42");
+    CHECK(response_id(false, 42) == "cmpl-42");
+    CHECK(parse_request_id("chatcmpl-42") == 42);
+    CHECK(parse_request_id("cmpl-7") == 7);
+    CHECK(parse_request_id("9") == 9);
+    CHECK(parse_request_id("chatcmpl-") == 0);
+    CHECK(parse_request_id("x-9") == 0);
+    CHECK(parse_request_id("9a") == 0);
+}
+
+TEST_CASE("usage counts the shared prompt once and every choice's output; chunks have OpenAI's shape", "[serve][openai]") {
+    GenerationResult a, b;
+    a.metrics.prompt_tokens = b.metrics.prompt_tokens = 10;
+    a.metrics.cached_tokens = 8;
+    a.metrics.completion_tokens = 3;
+    b.metrics.completion_tokens = 4;
+    const json u = usage_json({a, b});
+    CHECK(u["prompt_tokens"] == 10);
+    CHECK(u["completion_tokens"] == 7);
+    CHECK(u["total_tokens"] == 17);
+    CHECK(u["prompt_tokens_details"]["cached_tokens"] == 8);
+    OpenAiRequest chat;
+    chat.chat = true;
+    const json c = stream_chunk(chat, 5, 100, 1, {{"content", "x"}}, "stop");
+    CHECK(c["object"] == "chat.completion.chunk");
+    CHECK(c["id"] == "chatcmpl-5");
+    CHECK(c["choices"][0]["index"] == 1);
+    CHECK(c["choices"][0]["delta"]["content"] == "x");
+    CHECK(c["choices"][0]["finish_reason"] == "stop");
+    CHECK(sse_event(c).rfind("data: {", 0) == 0);
+    CHECK(sse_event(c).substr(sse_event(c).size() - 2) == "\n\n");
+    const json last = stream_usage_chunk(chat, 5, 100, {a});
+    CHECK(last["choices"].empty());
+    CHECK(last["usage"]["completion_tokens"] == 3);
+    GenerationResult over;
+    over.finish = FinishReason::OVERLOADED;
+    over.error = "queue full";
+    const ApiError e = error_for_result(over);
+    CHECK(e.status == 429);
+    CHECK(e.message == "queue full");
+}
