@@ -14,5 +14,5 @@ if [ "${STEWARD_SKIP_ASAN:-0}" != "1" ]; then
   (cd build-asan && ctest --output-on-failure --timeout 900 -j "$(nproc)")
 fi
 if [ "${STEWARD_SKIP_FUZZ:-0}" != "1" ]; then
-  bash scripts/fuzz.sh "${STEWARD_FUZZ_SECONDS:-45}"
+  bash scripts/fuzz.sh "${STEWARD_FUZZ_SECONDS:-30}"
 fi

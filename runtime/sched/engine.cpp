@@ -5,6 +5,7 @@
 #include "sched/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <mutex>
@@ -27,6 +28,17 @@ std::shared_ptr<const ForwardFaultHook> forward_fault_hook() {
 void set_forward_fault_hook(ForwardFaultHook hook) {
     std::lock_guard<std::mutex> lk(g_fault_mu);
     g_fault_hook = hook ? std::make_shared<const ForwardFaultHook>(std::move(hook)) : nullptr;
+}
+
+namespace {
+std::shared_ptr<const ForcedTokenHook> g_forced_hook;  // under g_fault_mu; null: none
+std::atomic<bool> g_forced_set{false};                 // the step's fast path reads only this
+}  // namespace
+
+void set_forced_token_hook(ForcedTokenHook hook) {
+    std::lock_guard<std::mutex> lk(g_fault_mu);
+    g_forced_hook = hook ? std::make_shared<const ForcedTokenHook>(std::move(hook)) : nullptr;
+    g_forced_set = (bool)g_forced_hook;
 }
 
 Engine::Engine(const Model& model, const EngineOptions& opt)
@@ -389,7 +401,16 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
             dist = adjusted_;
         }
-        const Sampled sm = s.sampler.sample(dist);
+        Sampled sm = s.sampler.sample(dist);
+        if (g_forced_set.load(std::memory_order_relaxed)) {
+            std::shared_ptr<const ForcedTokenHook> h;
+            {
+                std::lock_guard<std::mutex> lk(g_fault_mu);
+                h = g_forced_hook;
+            }
+            if (h)
+                if (const int32_t f = (*h)(s.n_generated); f >= 0 && f < V) sm = {f, token_logprob(dist, f)};
+        }
         EngineEvent e = make_event(s);
         const bool eos = s.req.stop_at_eos && model_.tokenizer().is_eog(sm.token);
         if (!eos) {

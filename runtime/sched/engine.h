@@ -88,6 +88,12 @@ struct EngineEvent {
 using ForwardFaultHook = std::function<void(std::span<const uint64_t> batch_ids)>;
 void set_forward_fault_hook(ForwardFaultHook hook);  // an empty function removes it
 
+// Forced output for tests (a model whose output is known: tool calls, stop strings through HTTP):
+// while set, every Engine asks it for each sampled token with the request's output length so far;
+// an id >= 0 replaces the sample (its logprob is the distribution's), -1 keeps it. Thread-safe.
+using ForcedTokenHook = std::function<int32_t(int n_generated)>;
+void set_forced_token_hook(ForcedTokenHook hook);  // an empty function removes it
+
 struct EngineStats {
     int64_t n_steps = 0;
     int64_t n_preemptions = 0;

@@ -4,6 +4,7 @@
 // sizes, read / idle / write timeouts, and the streamed output a slow reader leaves unread.
 #include "serve/http_server.h"
 
+#include <random>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -457,7 +458,8 @@ private:
         const int n = ex->req.n;
         ex->results.resize(n);
         ex->done.assign(n, false);
-        for (int i = 0; i < n; i++) ex->outputs.emplace_back(ex->req);
+        const uint64_t id_seed = std::random_device{}() ^ ((uint64_t)ex->created << 20);  // tool-call ids
+        for (int i = 0; i < n; i++) ex->outputs.emplace_back(ex->req, &*ex->pool, id_seed * 16 + (uint64_t)i);
         watch();
         // All n are submitted before any callback can touch ex->handles: callbacks post to this
         // strand, which is busy until this function returns.

@@ -4,6 +4,10 @@
 
 #include <charconv>
 #include <cmath>
+#include <map>
+#include <mutex>
+
+#include "template/chat_template.h"
 
 namespace steward::serve {
 
@@ -280,6 +284,23 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
               f.number("frequency_penalty", r.frequency_penalty, -2, 2, "in [-2, 2]") && parse_logit_bias(j, r, err) &&
               f.str("user", r.user) && f.str("session", r.session) && f.boolean("stream", r.stream);
     if (!ok) return std::nullopt;
+    if (chat) {
+        // The template sees messages and tools with their keys in the order sent (tojson shows it),
+        // as transformers' Python dicts keep it; json sorts keys, so read them again ordered.
+        const ojson o = ojson::parse(body, nullptr, false);
+        if (o.is_object()) {
+            if (auto m = o.find("messages"); m != o.end()) r.messages = *m;
+            if (auto t = o.find("tools"); r.tools && t != o.end()) r.tools = *t;
+            if (auto k = o.find("chat_template_kwargs"); k != o.end() && !k->is_null()) {
+                if (!k->is_object()) {
+                    fail(err, 400, std::string("'chat_template_kwargs' must be an object, not ") + type_name(*j.find("chat_template_kwargs")),
+                         "chat_template_kwargs", "invalid_type");
+                    return std::nullopt;
+                }
+                r.chat_template_kwargs = *k;
+            }
+        }
+    }
     if (const json* s = f.find("seed")) {
         if (!s->is_number_integer()) {
             f.wrong("seed", *s, "an integer");
@@ -354,13 +375,46 @@ json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64
     return {{"object", "list"}, {"data", data}};
 }
 
+namespace {
+
+// One compiled template per distinct source (a pool's, usually one or two per process): compiling
+// costs about as much as rendering, and a server renders per request.
+Expected<std::shared_ptr<const CompiledTemplate>> compiled_template(const std::string& source) {
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<const CompiledTemplate>, std::less<>> cache;
+    std::lock_guard<std::mutex> lk(mu);
+    if (auto it = cache.find(source); it != cache.end()) return it->second;
+    auto t = compile_template(source);
+    if (!t) return t.error();
+    if (cache.size() >= 64) cache.clear();
+    cache.emplace(source, *t);
+    return *t;
+}
+
+}  // namespace
+
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req) {
-    // TODO(lead): H10's render_chat_template(pool.chat_template, ChatTemplateInputs{req.messages,
-    // req.tools, add_generation_prompt = true, pool.bos_token, pool.eos_token}) when the pool has a
-    // template; the ChatML fallback below stays for pools without one.
-    (void)pool;
+    // Text parts of a content array become one string: real templates expect content as text.
+    ojson messages = req.messages;
+    for (auto& m : messages)
+        if (auto c = m.find("content"); c != m.end() && c->is_array()) *c = message_text(m);
+    if (!pool.chat_template.empty()) {
+        auto t = compiled_template(pool.chat_template);
+        if (!t) return make_error("the chat template of pool '", pool.name, "' does not parse: ", t.error().message);
+        ChatTemplateInputs in;
+        in.messages = std::move(messages);
+        in.tools = req.tools;
+        in.add_generation_prompt = true;
+        in.bos_token = pool.bos_token;
+        in.eos_token = pool.eos_token;
+        in.extra = req.chat_template_kwargs;
+        auto r = render_chat_template(**t, in);
+        if (!r) return make_error("the chat template of pool '", pool.name, "' failed on these messages: ", r.error().message);
+        return r;
+    }
+    // A model without a template (e.g. a synthetic one): ChatML.
     std::string s;
-    for (const auto& m : req.messages) s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + message_text(m) + "<|im_end|>\n";
+    for (const auto& m : messages) s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + message_text(m) + "<|im_end|>\n";
     s += "<|im_start|>assistant\n";
     return s;
 }
@@ -389,24 +443,59 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     return g;
 }
 
-ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text) {
-    // TODO(lead): H11's parse_tool_calls(detect_tool_call_format(pool->chat_template), text) when
-    // req.tools is set: content and tool_calls from the parser.
-    (void)req;
-    (void)pool;
+namespace {
+
+ToolCallFormat tool_format_of(const OpenAiRequest& req, const PoolInfo* pool) {
+    if (!req.chat || !req.tools || !pool) return ToolCallFormat::none;
+    return detect_tool_call_format(pool->chat_template);
+}
+
+json tool_call_json(const std::string& id, const std::string& name, const std::string& arguments) {
+    return {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+}
+
+}  // namespace
+
+ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text, uint64_t id_seed) {
     ChoiceOutput out;
-    out.content = text;
+    const ToolCallFormat f = tool_format_of(req, pool);
+    if (f == ToolCallFormat::none) {
+        out.content = text;
+        return out;
+    }
+    ParsedOutput p = parse_tool_calls(f, text, id_seed);
+    out.content = std::move(p.content);
+    for (const ToolCall& c : p.tool_calls) out.tool_calls.push_back(tool_call_json(c.id, c.name, c.arguments));
+    return out;
+}
+
+StreamOutput::StreamOutput(const OpenAiRequest& req, const PoolInfo* pool, uint64_t id_seed) : chat_(req.chat) {
+    if (const ToolCallFormat f = tool_format_of(req, pool); f != ToolCallFormat::none) parser_.emplace(f, id_seed);
+}
+
+std::vector<json> StreamOutput::deltas(std::vector<ToolCallDelta> d) {
+    std::vector<json> out;
+    for (ToolCallDelta& x : d) {
+        if (x.kind == ToolCallDelta::Kind::content) {
+            if (!x.content.empty()) out.push_back(json{{"content", std::move(x.content)}});
+        } else {
+            saw_tool_calls_ = true;
+            json call = tool_call_json(x.id, x.name, x.arguments);
+            call["index"] = x.index;
+            out.push_back(json{{"tool_calls", json::array({std::move(call)})}});
+        }
+    }
     return out;
 }
 
 std::vector<json> StreamOutput::feed(const std::string& piece) {
-    // TODO(lead): H11's ToolCallParser(format).feed(piece): content and tool-call deltas.
+    if (parser_) return deltas(parser_->feed(piece));
     if (piece.empty()) return {};
     return {chat_ ? json{{"content", piece}} : json(piece)};
 }
 
 std::vector<json> StreamOutput::finish() {
-    // TODO(lead): H11's ToolCallParser::finish() (what it held back).
+    if (parser_) return deltas(parser_->finish());
     return {};
 }
 
@@ -503,7 +592,7 @@ json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t crea
         const auto& texts = i < token_texts.size() ? token_texts[i] : no_texts;
         const auto& tops = i < top_texts.size() ? top_texts[i] : no_tops;
         if (req.chat) {
-            ChoiceOutput out = parse_choice_output(req, pool, r.text);
+            ChoiceOutput out = parse_choice_output(req, pool, r.text, handle * 16 + i);
             json message = {{"role", "assistant"}, {"content", out.content}};
             const bool has_tools = !out.tool_calls.empty();
             if (has_tools) {

@@ -16,6 +16,8 @@
 #include <steward/request.h>
 #include <steward/runtime.h>
 
+#include "serve/tool_calls.h"
+
 namespace steward::serve {
 
 // An answer that is not a success: the HTTP status and OpenAI's error object
@@ -54,6 +56,8 @@ struct OpenAiRequest {
     bool stream = false;
     bool include_usage = false;        // stream_options.include_usage
     bool echo = false;                 // completion: the prompt text precedes the output
+    // chat: extra variables for the chat template (vLLM's extension), e.g. {"enable_thinking": false}
+    nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
 };
 
 // Limits on what one request may ask (the runtime's own bounds, checked here to answer 400 early).
@@ -98,17 +102,24 @@ struct ChoiceOutput {
     std::string content;
     nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{id, type, function{name, arguments}}]
 };
-ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text);
-// The streaming twin: pieces in, delta objects out ({"content": ...} or {"tool_calls": [...]}).
+// With `tools` in a chat request, the output is parsed in the pool's chat-template format
+// (serve/tool_calls.h: Llama 3 JSON / python_tag, Hermes and Qwen <tool_call>, Mistral [TOOL_CALLS]);
+// id_seed makes the call ids (distinct per request and choice).
+ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text,
+                                 uint64_t id_seed = 0);
+// The streaming twin: pieces in, delta objects out ({"content": ...} or {"tool_calls": [...]}). Text
+// that may become a tool call is held back until decided; a call goes out in one delta.
 class StreamOutput {
 public:
-    explicit StreamOutput(const OpenAiRequest& req) : chat_(req.chat) {}
+    StreamOutput(const OpenAiRequest& req, const PoolInfo* pool, uint64_t id_seed);
     std::vector<nlohmann::json> feed(const std::string& piece);
     std::vector<nlohmann::json> finish();
     bool saw_tool_calls() const { return saw_tool_calls_; }
 
 private:
+    std::vector<nlohmann::json> deltas(std::vector<ToolCallDelta> d);
     bool chat_;
+    std::optional<ToolCallParser> parser_;  // chat with tools and a known format
     bool saw_tool_calls_ = false;
 };
 
