@@ -80,6 +80,11 @@ struct Exchange {
     std::vector<bool> done;
     std::vector<StreamOutput> outputs;
     int n_done = 0;
+    // n > 1: choice 0 runs first; the others are submitted at its first token, when its prompt's full
+    // blocks are in the prefix cache, so they attach to those blocks instead of computing them again.
+    ModelTarget target;
+    std::string rendered;
+    bool rest_submitted = false;
     int64_t created = 0;
     bool headers_sent = false;  // streaming: the 200 and SSE headers are out
     bool closed = false;        // answered, or the connection went away
@@ -461,36 +466,54 @@ private:
         const uint64_t id_seed = std::random_device{}() ^ ((uint64_t)ex->created << 20);  // tool-call ids
         for (int i = 0; i < n; i++) ex->outputs.emplace_back(ex->req, &*ex->pool, id_seed * 16 + (uint64_t)i);
         watch();
-        // All n are submitted before any callback can touch ex->handles: callbacks post to this
-        // strand, which is busy until this function returns.
-        for (int i = 0; i < n; i++) {
-            GenerationRequest g = to_generation_request(ex->req, *target, tenant_, rendered, i);
-            RequestCallbacks cb;
-            std::weak_ptr<Session> weak = shared_from_this();
-            if (streaming_)
-                cb.on_token = [weak, ex, i](const std::string& piece, const std::vector<int32_t>&) {
-                    if (auto self = weak.lock())
-                        net::post(self->stream_.get_executor(), [self, ex, i, piece] { self->on_piece(ex, i, piece); });
-                };
-            {
-                std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-                srv_.n_inflight_callbacks++;
-            }
-            HttpServer::Impl* srv = &srv_;
-            cb.on_finish = [weak, srv, ex, i](const GenerationResult& r) {
-                if (auto self = weak.lock())
-                    net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
-                std::lock_guard<std::mutex> lk(srv->inflight_mu);
-                if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
-                srv->n_inflight_callbacks--;
-                srv->inflight_cv.notify_all();
-            };
-            const RequestHandle h = rt().submit(std::move(g), std::move(cb));
-            ex->handles.push_back(h);
-            std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-            if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
-        }
+        ex->target = *target;
+        ex->rendered = std::move(rendered);
+        ex->rest_submitted = n == 1;
+        submit_choice(ex, 0);
         // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
+        if (srv_.stopped) cancel_exchange();
+    }
+
+    // Submits choice i of the exchange. Runs on this connection's strand: callbacks post to it, so
+    // none touches ex->handles while it grows.
+    void submit_choice(const std::shared_ptr<Exchange>& ex, int i) {
+        GenerationRequest g = to_generation_request(ex->req, ex->target, tenant_, ex->rendered, i);
+        RequestCallbacks cb;
+        std::weak_ptr<Session> weak = shared_from_this();
+        const bool stream = streaming_;
+        if (stream || (i == 0 && !ex->rest_submitted))
+            cb.on_token = [weak, ex, i, stream](const std::string& piece, const std::vector<int32_t>&) {
+                if (auto self = weak.lock())
+                    net::post(self->stream_.get_executor(), [self, ex, i, piece, stream] {
+                        if (i == 0) self->submit_rest(ex);
+                        if (stream) self->on_piece(ex, i, piece);
+                    });
+            };
+        {
+            std::lock_guard<std::mutex> lk(srv_.inflight_mu);
+            srv_.n_inflight_callbacks++;
+        }
+        HttpServer::Impl* srv = &srv_;
+        cb.on_finish = [weak, srv, ex, i](const GenerationResult& r) {
+            if (auto self = weak.lock())
+                net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
+            std::lock_guard<std::mutex> lk(srv->inflight_mu);
+            if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
+            srv->n_inflight_callbacks--;
+            srv->inflight_cv.notify_all();
+        };
+        const RequestHandle h = rt().submit(std::move(g), std::move(cb));
+        ex->handles.push_back(h);
+        std::lock_guard<std::mutex> lk(srv_.inflight_mu);
+        if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
+    }
+
+    // Choices 1..n-1, once choice 0 has its first token (or finished well without one).
+    void submit_rest(const std::shared_ptr<Exchange>& ex) {
+        if (ex->rest_submitted) return;
+        ex->rest_submitted = true;
+        if (ex->closed || closing_) return;
+        for (int i = 1; i < ex->req.n; i++) submit_choice(ex, i);
         if (srv_.stopped) cancel_exchange();
     }
 
@@ -567,6 +590,18 @@ private:
         ex->results[i] = r;
         ex->done[i] = true;
         ex->n_done++;
+        if (i == 0 && !ex->rest_submitted) {
+            if (r.ok()) {
+                submit_rest(ex);
+            } else {  // choice 0 failed before the others ran: they share its answer (e.g. 429)
+                ex->rest_submitted = true;
+                for (int k = 1; k < ex->req.n; k++) {
+                    ex->results[k] = r;
+                    ex->done[k] = true;
+                    ex->n_done++;
+                }
+            }
+        }
         if (ex->closed || closing_) return maybe_release();
         if (streaming_) return on_stream_finish(ex, i);
         if (ex->n_done < ex->req.n) return;
