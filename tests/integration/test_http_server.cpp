@@ -359,26 +359,6 @@ TEST_CASE("n > 1 answers n choices indexed in order, usage counting the prompt o
     CHECK(std::string(by_bucket.headers["x-steward-pool"]) == "slow");
 }
 
-TEST_CASE("n > 1 shares the prompt's full blocks: choices after the first attach to what it computed", "[http]") {
-    auto s = serve_with();
-    std::string prompt;
-    for (int i = 0; i < 40; i++) prompt += "word" + std::to_string(i) + " ";
-    auto ids = s.rt->tokenize("tiny", prompt, true);
-    REQUIRE(ids);
-    // The full blocks before the prompt's last token (that one is always computed: its logits answer).
-    const int64_t full_blocks_tokens = (int64_t)((ids->size() - 1) / 16) * 16;
-    REQUIRE(full_blocks_tokens >= 48);
-    const Reply r = post(s.port, "/v1/completions",
-                         {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0.8}, {"seed", 3}, {"n", 4}});
-    INFO(r.body);
-    REQUIRE(r.status == 200);
-    REQUIRE(r.j()["choices"].size() == 4);
-    // Choice 0 computed the prompt; each of the 3 others found every full block of it cached.
-    const json m = json::parse(s.rt->metrics_json());
-    CHECK(m["all"]["tokens"]["cached_prompt"].get<int64_t>() >= 3 * full_blocks_tokens);
-    CHECK(m["all"]["tokens"]["prompt"].get<int64_t>() == 4 * (int64_t)ids->size());
-}
-
 TEST_CASE("logprobs have OpenAI's shape: completion tokens and offsets, chat content entries", "[http]") {
     auto s = serve_with();
     const Reply c = post(s.port, "/v1/completions", {{"prompt", "the cat"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 0}});
@@ -989,4 +969,27 @@ TEST_CASE("a tool result message renders through the template, and a malformed c
     json bad = body;
     bad["chat_template_kwargs"] = "yes";
     check_error(post(s.port, "/v1/chat/completions", bad), 400, "chat_template_kwargs", "invalid_type");
+}
+
+TEST_CASE("n > 1 shares the prompt's full blocks: choices after the first attach to what it computed", "[http]") {
+    // Pool "hermes" takes 512 tokens a step: the 4 prompts would all be prefilled in one step, each
+    // computing its own blocks, if they were submitted together.
+    auto s = serve_with(k_hermes_pool);
+    std::string prompt;
+    for (int i = 0; i < 24; i++) prompt += "word" + std::to_string(i) + " ";
+    auto ids = s.rt->tokenize("hermes", prompt, true);
+    REQUIRE(ids);
+    // The full blocks before the prompt's last token (that one is always computed: its logits answer).
+    const int64_t full_blocks_tokens = (int64_t)((ids->size() - 1) / 16) * 16;
+    REQUIRE(full_blocks_tokens >= 48);
+    REQUIRE(4 * ids->size() <= 512);
+    const Reply r = post(s.port, "/v1/completions",
+                         {{"model", "hermes"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0.8}, {"seed", 3}, {"n", 4}});
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    REQUIRE(r.j()["choices"].size() == 4);
+    // Choice 0 computed the prompt; each of the 3 others found every full block of it cached.
+    const json m = json::parse(s.rt->metrics_json());
+    CHECK(m["all"]["tokens"]["cached_prompt"].get<int64_t>() >= 3 * full_blocks_tokens);
+    CHECK(m["all"]["tokens"]["prompt"].get<int64_t>() == 4 * (int64_t)ids->size());
 }
