@@ -993,3 +993,29 @@ TEST_CASE("n > 1 shares the prompt's full blocks: choices after the first attach
     CHECK(m["all"]["tokens"]["cached_prompt"].get<int64_t>() >= 3 * full_blocks_tokens);
     CHECK(m["all"]["tokens"]["prompt"].get<int64_t>() == 4 * (int64_t)ids->size());
 }
+
+TEST_CASE("a streamed stop string spanning several tokens is never sent, and the stream ends with stop", "[http][runtime_fields]") {
+    auto s = serve_with();
+    ForcedOutput forced(*s.rt, "tiny", "Hello there <END> and more text after it");
+    auto ids = s.rt->tokenize("tiny", "<END>", false);
+    REQUIRE(ids);
+    REQUIRE(ids->size() >= 2);  // the stop string is split across tokens
+    const Reply r = post(s.port, "/v1/chat/completions",
+                         {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 60},
+                          {"stop", {"<END>", "never"}}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+    REQUIRE(r.status == 200);
+    std::string text, finish;
+    int completion_tokens = -1;
+    for (const auto& e : sse_events(r.body)) {
+        if (e == "[DONE]") break;
+        const json c = json::parse(e);
+        if (c.contains("usage") && c["usage"].is_object()) completion_tokens = c["usage"]["completion_tokens"];
+        if (c["choices"].empty()) continue;
+        const json& d = c["choices"][0]["delta"];
+        if (d.contains("content") && d["content"].is_string()) text += d["content"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    CHECK(text == "Hello there ");
+    CHECK(finish == "stop");
+    CHECK(completion_tokens > 0);
+}
