@@ -21,6 +21,9 @@ struct RunOptions {
 };
 int cmd_run(const RunOptions& o);
 
+// steward model info M.gguf (runtime/cli/model_info.cpp)
+int cmd_model_info(const std::string& path);
+
 // steward template render (runtime/cli/template_cmd.cpp)
 struct TemplateRenderOptions {
     std::string model_path;     // -m: read tokenizer.chat_template (and BOS/EOS) from this GGUF

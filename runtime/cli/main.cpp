@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
     synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
     synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
 
+    auto* info = model_cmd->add_subcommand("info", "What a GGUF file holds: shape, tensor types, tokenizer, template, KV and weight bytes per token");
+    std::string info_path;
+    info->add_option("file", info_path, "GGUF model")->required();
+
     // ---- steward generate
     auto* gen = app.add_subcommand("generate", "Generate text from a GGUF model");
     std::string model_path, prompt;
@@ -155,6 +159,7 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    if (info->parsed()) return cmd_model_info(info_path);
     if (synth->parsed()) {
         if (!draft_from.empty()) {
             if (keep_layers <= 0) return fail("--draft-from needs --keep-layers N (N >= 1)");

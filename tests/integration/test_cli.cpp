@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "model/model.h"
 #include "run_command.h"
 
 namespace {
@@ -156,5 +157,29 @@ TEST_CASE("hostile CLI input gets one clear error line and exit 1, never an abor
         CHECK(r.rc == 1);
         CHECK_THAT(r.out, Catch::Contains(k.want));
     }
+    std::filesystem::remove_all(d);
+}
+
+TEST_CASE("model info names the shape, the tensor types and the roofline figures, and refuses what cannot load", "[cli][model_info]") {
+    const std::string d = tmp_dir() + "-info";
+    std::filesystem::create_directories(d);
+    const std::string m = d + "/m.gguf";
+    REQUIRE(run("model synth -o " + m + " --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 1024 --dtype q8_0").rc == 0);
+    Run r = run("model info " + m);
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK_THAT(r.out, Catch::Contains("architecture  llama"));
+    CHECK_THAT(r.out, Catch::Contains("dim 128, 3 layers, 4 heads, 2 KV heads, head dim 32, ffn 256, vocab 512, context 1024"));
+    CHECK_THAT(r.out, Catch::Contains("Q8_0: "));
+    CHECK_THAT(r.out, Catch::Contains("chat template no"));
+    // KV per token in F16: 2 (K, V) x 3 layers x 2 KV heads x 32 dims x 2 bytes.
+    CHECK_THAT(r.out, Catch::Contains("(" + std::to_string(2 * 3 * 2 * 32 * 2) + " bytes in F16"));
+    // The weight bytes per decoded token: the loaded model's own figure (a second path).
+    auto model = steward::Model::load(m);
+    REQUIRE(model);
+    CHECK_THAT(r.out, Catch::Contains("(" + std::to_string((*model)->weight_bytes_per_token()) + " bytes: every matrix once"));
+    Run bad = run("model info " + d + "/missing.gguf");
+    CHECK(bad.rc == 1);
+    CHECK_THAT(bad.out, Catch::Contains("steward: error:"));
     std::filesystem::remove_all(d);
 }

@@ -1,0 +1,92 @@
+// steward model info M.gguf: what a GGUF file holds and what serving it costs, read from the file
+// alone (no weights are touched): architecture and shape, tensor types with counts and bytes, the
+// tokenizer, the chat template, and the two roofline figures (KV bytes per token, weight bytes read
+// per decoded token).
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/gguf.h"
+#include "serve/tool_calls.h"
+
+namespace steward {
+
+namespace {
+
+std::string human_bytes(double b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+    return buf;
+}
+
+}  // namespace
+
+int cmd_model_info(const std::string& path) {
+    auto f = GgufFile::open(path);  // refuses a tensor type Steward cannot load, naming it
+    if (!f) return cli_fail(f.error().message);
+    const GgufFile& g = **f;
+    const std::string arch = std::string(g.get_string("general.architecture").value_or("(none)"));
+    auto meta_int = [&](const std::string& key) { return g.get_int(arch + "." + key); };
+    const int64_t n_embd = meta_int("embedding_length").value_or(0), n_layer = meta_int("block_count").value_or(0);
+    const int64_t n_head = meta_int("attention.head_count").value_or(0);
+    const int64_t n_head_kv = meta_int("attention.head_count_kv").value_or(n_head);
+    const int64_t head_dim = meta_int("attention.key_length").value_or(n_head > 0 ? n_embd / n_head : 0);
+    const int64_t n_ctx = meta_int("context_length").value_or(0), n_ff = meta_int("feed_forward_length").value_or(0);
+    const auto tokens = g.get_string_array("tokenizer.ggml.tokens");
+    const int64_t n_vocab = tokens ? (int64_t)tokens->size() : 0;
+
+    std::printf("file          %s (GGUF v%u, %s)\n", path.c_str(), g.version(), human_bytes((double)g.mapped_size()).c_str());
+    std::printf("architecture  %s", arch.c_str());
+    if (auto name = g.get_string("general.name")) std::printf(" (%.*s)", (int)name->size(), name->data());
+    std::printf("\nshape         dim %lld, %lld layers, %lld heads, %lld KV heads, head dim %lld, ffn %lld, vocab %lld, context %lld\n",
+                (long long)n_embd, (long long)n_layer, (long long)n_head, (long long)n_head_kv, (long long)head_dim,
+                (long long)n_ff, (long long)n_vocab, (long long)n_ctx);
+
+    struct TypeUse {
+        int64_t n_tensors = 0, n_elements = 0, n_bytes = 0;
+    };
+    std::map<std::string, TypeUse> by_type;
+    int64_t n_params = 0, bytes_total = 0, bytes_per_token = 0;
+    for (const GgufTensorInfo& t : g.tensors()) {
+        TypeUse& u = by_type[ggml_type_name((uint32_t)t.type)];
+        u.n_tensors++;
+        u.n_elements += t.n_elements();
+        u.n_bytes += (int64_t)t.n_bytes;
+        n_params += t.n_elements();
+        bytes_total += (int64_t)t.n_bytes;
+        // A decoded token reads every matrix once, but only its own row of the embedding table.
+        const bool embedding = t.name == "token_embd.weight";
+        const bool output_tied = embedding && !g.find_tensor("output.weight");
+        bytes_per_token += embedding && !output_tied ? (int64_t)t.n_bytes / std::max<int64_t>(1, t.ne[1]) : (int64_t)t.n_bytes;
+    }
+    std::printf("parameters    %.3f M in %zu tensors, %s\n", (double)n_params / 1e6, g.tensors().size(), human_bytes((double)bytes_total).c_str());
+    std::printf("tensor types ");
+    if (by_type.empty()) std::printf(" none (a vocabulary-only file)");
+    for (const auto& [name, u] : by_type)
+        std::printf(" %s: %lld tensors, %s (%.2f bits/weight);", name.c_str(), (long long)u.n_tensors, human_bytes((double)u.n_bytes).c_str(),
+                    u.n_elements ? 8.0 * (double)u.n_bytes / (double)u.n_elements : 0.0);
+    std::printf("\n");
+
+    const std::string tok_model = std::string(g.get_string("tokenizer.ggml.model").value_or("(none)"));
+    const std::string tok_pre = std::string(g.get_string("tokenizer.ggml.pre").value_or("(none: default)"));
+    std::printf("tokenizer     %s, pre-tokenizer %s, %lld tokens\n", tok_model.c_str(), tok_pre.c_str(), (long long)n_vocab);
+    if (auto t = g.get_string("tokenizer.chat_template"))
+        std::printf("chat template yes (%zu bytes; tool calls: %s)\n", t->size(), tool_call_format_name(detect_tool_call_format(*t)));
+    else
+        std::printf("chat template no (a [[pool]] chat_template_file can give one; otherwise ChatML)\n");
+    // KV per token: K and V, every layer, n_head_kv x head_dim elements each.
+    const int64_t kv_elems = 2 * n_layer * n_head_kv * head_dim;
+    std::printf("KV per token  %s in F32, %s in F16 (%lld bytes in F16: 2 x %lld layers x %lld KV heads x %lld head dim); a %lld-token context: %s in F16\n",
+                human_bytes(4.0 * (double)kv_elems).c_str(), human_bytes(2.0 * (double)kv_elems).c_str(), (long long)(2 * kv_elems),
+                (long long)n_layer,
+                (long long)n_head_kv, (long long)head_dim, (long long)n_ctx, human_bytes(2.0 * (double)kv_elems * (double)n_ctx).c_str());
+    std::printf("decode reads  %s of weights per token (%lld bytes: every matrix once, one embedding row)\n",
+                human_bytes((double)bytes_per_token).c_str(), (long long)bytes_per_token);
+    return 0;
+}
+
+}  // namespace steward
