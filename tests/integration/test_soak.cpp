@@ -178,8 +178,11 @@ TEST_CASE("a soak of mixed buckets, cancels, reloads, plugin faults, overload an
     CHECK(by_reason["length"] + by_reason["stop"] > 0);
     CHECK(by_reason.count("timeout") == 0);
     // Memory flat: what a finished request leaves is its entry in this test's tables (n_finish, about
-    // 64 bytes) and its figures in the metrics; a request actor held until its deadline was ~1.7 KiB.
-    const long per_request_bytes = n_submitted > 0 ? (heap_end - heap_before) * 1024 / n_submitted : 0;
-    std::printf("soak: live heap growth %ld bytes per request\n", per_request_bytes);
-    CHECK(per_request_bytes < 400);
+    // 64 bytes); the runtime's bounded tables (traces, metrics rows, session places) fill up early,
+    // a fixed cost that dominates short, slow runs (a loaded CI machine). A request actor held until
+    // its deadline was ~1.7 KiB each: at the 3 s run's few thousand requests that is several MiB.
+    const long growth_bytes = (heap_end - heap_before) * 1024;
+    const long per_request_bytes = n_submitted > 0 ? growth_bytes / n_submitted : 0;
+    std::printf("soak: live heap growth %ld bytes per request (%ld KiB in all)\n", per_request_bytes, heap_end - heap_before);
+    CHECK(growth_bytes < (2L << 20) + 200L * n_submitted);
 }
