@@ -56,6 +56,7 @@ constexpr const char* k_regex_gpt4o =
 std::vector<const char*> regexes_of(PreType type) {
     switch (type) {
         case PreType::GPT2: return {k_regex_gpt2};
+        case PreType::DEFAULT: return {R"([\p{P}\$\+<=>\^~\|]+)", k_regex_gpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
         case PreType::LLAMA3: return {k_regex_llama3};
         case PreType::QWEN2: return {k_regex_qwen2};
         case PreType::QWEN35: return {k_regex_qwen35};
@@ -73,8 +74,9 @@ std::vector<const char*> regexes_of(PreType type) {
 
 // `tokenizer.ggml.pre` name -> regex set, as llama.cpp's llama_vocab::load groups them:
 //   GPT2           gpt-2 (gpt2), phi-2, mpt, olmo, jais, jina-es, jina-de, jina-v2-es, jina-v2-de,
-//                  gigachat, a.x-4.0, mellum, modern-bert, exaone4, trillion, granite-docling,
-//                  and "default" / no key (llama.cpp's DEFAULT set differs; kept as before)
+//                  gigachat, a.x-4.0, mellum, modern-bert, exaone4, trillion, granite-docling;
+//                  also a missing key (llama.cpp would warn and use DEFAULT; we keep gpt-2 as before)
+//   DEFAULT        default (llama.cpp's fallback set: punctuation runs, GPT-2, digit runs, threes)
 //   LLAMA3         llama-bpe, llama3, llama-v3, falcon3, falcon-h1, pixtral, midm-2.0, lfm2,
 //                  dbrx, smaug-bpe
 //   QWEN2          qwen2, deepseek-r1-qwen, kormo, f2llmv2, stablelm2, megrez, hunyuan, solar-open
@@ -93,7 +95,7 @@ struct NamedSet {
 };
 constexpr NamedSet k_names[] = {
     {"", PreType::GPT2},
-    {"default", PreType::GPT2},
+    {"default", PreType::DEFAULT},
     {"gpt-2", PreType::GPT2},
     {"gpt2", PreType::GPT2},
     {"phi-2", PreType::GPT2},

@@ -12,7 +12,19 @@ namespace steward {
 
 // A regex set: one or more regexes applied in turn, each splitting the words the previous left.
 // Many `tokenizer.ggml.pre` names share one set (the table is in pretokenizer.cpp).
-enum class PreType { GPT2, LLAMA3, QWEN2, QWEN35, DEEPSEEK_LLM, DEEPSEEK_CODER, DEEPSEEK3, FALCON, STARCODER, GPT4O };
+enum class PreType {
+    GPT2,
+    DEFAULT,
+    LLAMA3,
+    QWEN2,
+    QWEN35,
+    DEEPSEEK_LLM,
+    DEEPSEEK_CODER,
+    DEEPSEEK3,
+    FALCON,
+    STARCODER,
+    GPT4O
+};
 
 class Pretokenizer {
 public:

@@ -53,6 +53,7 @@ TEST_CASE("Each pre-tokenizer name maps to llama.cpp's regex set for it", "[pret
         {"smollm", PreType::STARCODER},
         {"gpt-4o", PreType::GPT4O},
         {"llama4", PreType::GPT4O},
+        {"default", PreType::DEFAULT},
     };
     for (const auto& [name, type] : cases) {
         INFO(name);
@@ -77,6 +78,7 @@ TEST_CASE("Digit runs group as each family's regexes say", "[pretokenizer]") {
     CHECK(split_as(PreType::GPT2, "12345") == Words{"12345"});
     CHECK(split_as(PreType::DEEPSEEK_LLM, "12345") == Words{"12345"});
     CHECK(split_as(PreType::LLAMA3, "12345") == Words{"123", "45"});
+    CHECK(split_as(PreType::DEFAULT, "12345") == Words{"123", "45"});
     CHECK(split_as(PreType::DEEPSEEK3, "12345") == Words{"123", "45"});
     CHECK(split_as(PreType::FALCON, "12345") == Words{"123", "45"});
     CHECK(split_as(PreType::GPT4O, "12345") == Words{"123", "45"});
@@ -138,6 +140,11 @@ TEST_CASE("gpt-4o splits at case changes and keeps contractions on their word", 
 TEST_CASE("falcon splits punctuation runs off before GPT-2's regex", "[pretokenizer]") {
     CHECK(split_named("falcon", "wait ...ok") == Words{"wait", " ", "...", "ok"});
     CHECK(split_named("gpt-2", "wait ...ok") == Words{"wait", " ...", "ok"});
+}
+
+TEST_CASE("default splits punctuation and symbol runs off before GPT-2's regex", "[pretokenizer]") {
+    CHECK(split_named("default", " +1") == Words{" ", "+", "1"});
+    CHECK(split_named("gpt-2", " +1") == Words{" +", "1"});
 }
 
 TEST_CASE("The words of every regex set tile the text, invalid UTF-8 included", "[pretokenizer]") {
