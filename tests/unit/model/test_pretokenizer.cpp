@@ -150,7 +150,7 @@ TEST_CASE("default splits punctuation and symbol runs off before GPT-2's regex",
 TEST_CASE("The words of every regex set tile the text, invalid UTF-8 included", "[pretokenizer]") {
     const std::string text = std::string("Grüße, 世界! 🦙 x=42\r\n\tdon't  ") + "\xFF\xFE bad \xE2\x82 end";
     for (PreType type :
-         {PreType::GPT2, PreType::LLAMA3, PreType::QWEN2, PreType::QWEN35, PreType::DEEPSEEK_LLM,
+         {PreType::GPT2, PreType::DEFAULT, PreType::LLAMA3, PreType::QWEN2, PreType::QWEN35, PreType::DEEPSEEK_LLM,
           PreType::DEEPSEEK_CODER, PreType::DEEPSEEK3, PreType::FALCON, PreType::STARCODER, PreType::GPT4O}) {
         INFO(int(type));
         std::string joined;
