@@ -439,7 +439,7 @@ private:
 
 class BpeTokenizer final : public VocabTokenizer {
 public:
-    explicit BpeTokenizer(Pretokenizer pretok) : pretok_(std::move(pretok)) {}
+    BpeTokenizer(Pretokenizer pretok, bool ignore_merges) : pretok_(std::move(pretok)), ignore_merges_(ignore_merges) {}
 
     Expected<bool> load(const GgufFile& file) {
         auto ok = load_vocab(file, TokenizerKind::BPE);
@@ -462,9 +462,8 @@ public:
                                   " is not of the form 'left right'; re-convert the model");
             ranks_.try_emplace(std::string(m), (int32_t)i);  // first rank wins, as in llama.cpp
         }
-        // Llama 3 (and llama.cpp's other LLAMA3-type vocabularies) take a whole word as one
+        // Llama 3 (and the other names llama.cpp gives ignore_merges) take a whole word as one
         // token when it is in the vocabulary, before any merge; they also want BOS by default.
-        ignore_merges_ = pretok_.type() == PreType::LLAMA3;
         add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(ignore_merges_);
         return true;
     }
@@ -598,7 +597,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) 
         }
         auto pretok = Pretokenizer::create(*type);
         if (!pretok) return pretok.error();
-        auto tok = std::make_unique<BpeTokenizer>(std::move(*pretok));
+        auto tok = std::make_unique<BpeTokenizer>(std::move(*pretok), Pretokenizer::ignores_merges(pre));
         auto ok = tok->load(file);
         if (!ok) return ok.error();
         tok->pre_ = std::move(pre);

@@ -1,4 +1,4 @@
-// Tokenizer tests: llama.cpp's reference tokenizations for four real vocabularies, round trips,
+// Tokenizer tests: llama.cpp's reference tokenizations for seven real vocabularies, round trips,
 // byte fallback, hand-made vocabularies whose merges are worked out by hand, and streaming.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -15,7 +15,7 @@ using namespace steward;
 namespace {
 
 const std::string k_tok_dir = std::string(STEWARD_TESTDATA_DIR) + "/tokenizers/";
-const char* const k_vocabs[] = {"llama-spm", "gpt-2", "llama-bpe", "qwen2"};
+const char* const k_vocabs[] = {"llama-spm", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "falcon", "starcoder"};
 
 std::string read_all(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -148,10 +148,21 @@ TEST_CASE("Invalid UTF-8 in the input comes back byte for byte", "[tokenizer]") 
     // SPM falls back to <0xNN> tokens; byte-level BPE maps every byte, and the pre-tokenizer
     // leaves ill-formed bytes in words of their own.
     const std::string text = std::string("ok \xFF\xFE bad \xE2\x82 cut ") + "\xC0\xAF end\xF0\x9F";
-    for (const char* name : k_vocabs) {
+    for (const char* name : {"llama-spm", "gpt-2", "llama-bpe", "qwen2"}) {
         INFO(name);
         auto tok = load_vocab(name);
         CHECK(tok->decode(tok->encode(text, false)) == text);
+    }
+    // Falcon and StarCoder have no tokens for the bytes valid UTF-8 never holds (0xC0, 0xFE,
+    // 0xFF), and DeepSeek's are user-defined tokens that decode as their text, so for them
+    // (as in llama.cpp) only the rest of the text survives.
+    for (const char* name : {"deepseek-llm", "falcon", "starcoder"}) {
+        INFO(name);
+        auto tok = load_vocab(name);
+        const std::string back = tok->decode(tok->encode(text, false));
+        CHECK(back.rfind("ok ", 0) == 0);
+        CHECK(back.find(" bad \xE2\x82 cut ") != std::string::npos);
+        CHECK(back.find(" end\xF0\x9F") != std::string::npos);
     }
 }
 
@@ -421,7 +432,9 @@ TEST_CASE("StreamDecoder never emits a partial UTF-8 character", "[tokenizer]") 
 // byte, ill-formed ones included, comes back as it was. The fuzz target checks exactly this promise.
 TEST_CASE("SPM decodes a U+2581 in the input as a space and keeps every other byte", "[tokenizer]") {
     auto tok = load_vocab("llama-spm");
-    const std::string text = "\xF0+\xF2\xE2\x96\x81 a\xE2\x96\x81\xE2\x96\x81" "b";
+    const std::string text =
+        "\xF0+\xF2\xE2\x96\x81 a\xE2\x96\x81\xE2\x96\x81"
+        "b";
     CHECK(tok->decode(tok->encode(text, false)) == "\xF0+\xF2  a  b");
     CHECK(tok->decode(tok->encode(text, true)) == "\xF0+\xF2  a  b");
     auto bpe = load_vocab("llama-bpe");
