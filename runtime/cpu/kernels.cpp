@@ -132,12 +132,27 @@ void stream_matmul(const WeightView& W, const float* X, int n_tok, float* Y, int
     }
 }
 
+// The exact path for the block types without a kernel of their own (Q4_0 ... Q6_K, IQ4_*): each
+// row is dequantized once with the reference dequantizer into a thread-local scratch, then dotted
+// in F32 with every token. Exact against dequantize-then-F32 (no activation quantization, unlike
+// llama.cpp's integer kernels); the fast integer dot products are still to come.
+void stream_matmul_dequant(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re) {
+    const int64_t K = W.n_cols, N = W.n_rows;
+    thread_local std::vector<float> row;
+    row.resize((size_t)K);
+    for (int64_t r = rb; r < re; r++) {
+        dequantize_row(W.type, W.row(r), row.data(), K);
+        for (int t = 0; t < n_tok; t++) Y[(int64_t)t * N + r] = dot_f32(row.data(), X + (int64_t)t * K, (int)K);
+    }
+}
+
 void stream_matmul_any(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re) {
     switch (W.type) {
         case GgmlType::F32: return stream_matmul<GgmlType::F32>(W, X, n_tok, Y, rb, re);
         case GgmlType::F16: return stream_matmul<GgmlType::F16>(W, X, n_tok, Y, rb, re);
         case GgmlType::BF16: return stream_matmul<GgmlType::BF16>(W, X, n_tok, Y, rb, re);
         case GgmlType::Q8_0: return stream_matmul<GgmlType::Q8_0>(W, X, n_tok, Y, rb, re);
+        default: return stream_matmul_dequant(W, X, n_tok, Y, rb, re);
     }
 }
 
@@ -157,6 +172,7 @@ void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
         case GgmlType::F16: return convert_row<GgmlType::F16>(row, dst, n);
         case GgmlType::BF16: return convert_row<GgmlType::BF16>(row, dst, n);
         case GgmlType::Q8_0: return convert_row<GgmlType::Q8_0>(row, dst, n);
+        default: return dequantize_row(t, row, dst, n);  // the block types: reference dequantizer
     }
 }
 

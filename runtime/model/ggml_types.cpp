@@ -1,6 +1,8 @@
 // Type tables and row conversions for the GGUF tensor types Steward loads.
 #include "model/ggml_types.h"
 
+#include "model/quants.h"
+
 #include <cctype>
 #include <cmath>
 
@@ -8,8 +10,8 @@ namespace steward {
 
 bool ggml_type_supported(uint32_t type) {
     switch (type) {
-        case 0: case 1: case 8: case 30: return true;
-        default: return false;
+        case 0: case 1: case 30: return true;
+        default: return dequant_supported((GgmlType)type);
     }
 }
 
@@ -29,22 +31,16 @@ const char* ggml_type_name(uint32_t type) {
         case 13: return "Q5_K";
         case 14: return "Q6_K";
         case 15: return "Q8_K";
+        case 20: return "IQ4_NL";
+        case 23: return "IQ4_XS";
         case 30: return "BF16";
         default: return "unknown";
     }
 }
 
-int64_t ggml_type_block_elems(GgmlType t) { return t == GgmlType::Q8_0 ? kQ8BlockSize : 1; }
+int64_t ggml_type_block_elems(GgmlType t) { return quant_block_elems(t); }
 
-int64_t ggml_type_block_bytes(GgmlType t) {
-    switch (t) {
-        case GgmlType::F32: return 4;
-        case GgmlType::F16: return 2;
-        case GgmlType::BF16: return 2;
-        case GgmlType::Q8_0: return sizeof(BlockQ8_0);
-    }
-    return 0;
-}
+int64_t ggml_type_block_bytes(GgmlType t) { return (int64_t)quant_block_bytes(t); }
 
 Expected<GgmlType> parse_ggml_type(const std::string& name) {
     std::string s = name;
@@ -91,6 +87,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
             }
             return;
         }
+        default:
+            (void)steward::dequantize_row(t, src, n, dst);  // callers hold a type ggml_type_supported took
+            return;
     }
 }
 

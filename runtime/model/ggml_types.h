@@ -13,7 +13,18 @@ namespace steward {
 enum class GgmlType : uint32_t {
     F32 = 0,
     F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
     Q8_0 = 8,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    IQ4_NL = 20,
+    IQ4_XS = 23,
     BF16 = 30,
 };
 
@@ -28,7 +39,7 @@ static_assert(sizeof(BlockQ8_0) == 34);
 // True for the types Steward can load.
 bool ggml_type_supported(uint32_t type);
 const char* ggml_type_name(uint32_t type);
-// Elements per block and bytes per block (1 and sizeof(T) for plain types).
+// Elements per block and bytes per block (1 and sizeof(T) for plain types); quants.h's tables.
 int64_t ggml_type_block_elems(GgmlType t);
 int64_t ggml_type_block_bytes(GgmlType t);
 // Bytes for a row of n elements; n must be a multiple of the block size.
@@ -107,7 +118,8 @@ Expected<GgmlType> parse_ggml_type(const std::string& name);
 
 // Quantise n floats (multiple of 32) into Q8_0 blocks, as ggml does: d = max|x| / 127.
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
-// Convert one row of n elements of type t to F32.
+// Convert one row of n elements of type t to F32 (any supported type; the block types through
+// quants.h's reference dequantizers).
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 }  // namespace steward

@@ -9,8 +9,7 @@
 
 namespace steward {
 
-// ggml type ids that GgmlType (ggml_types.h) does not name yet. When the enum gains them these
-// stay valid aliases of the same ids.
+// Aliases of GgmlType's block types (the same ggml ids), kept for the code written against them.
 namespace ggml_id {
 constexpr GgmlType Q4_0 = GgmlType(2);
 constexpr GgmlType Q4_1 = GgmlType(3);
@@ -109,7 +108,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 // True for the block types dequantize_row below handles (plus F32, F16, BF16).
 bool dequant_supported(GgmlType type);
 // Elements and bytes per block of a type dequant_supported knows (1 and the element size for
-// F32 / F16 / BF16); 0 for any other type. (ggml_types.h's ggml_type_block_* know only Q8_0 yet.)
+// F32 / F16 / BF16); 0 for any other type. ggml_types.h's ggml_type_block_* read these tables.
 int quant_block_elems(GgmlType type);
 size_t quant_block_bytes(GgmlType type);
 

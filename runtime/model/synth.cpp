@@ -56,6 +56,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, GgmlType t) {
         case GgmlType::Q8_0:
             quantize_row_q8_0(v.data(), reinterpret_cast<BlockQ8_0*>(out.data()), (int64_t)v.size());
             break;
+        default: break;  // synth writes only the types parse_ggml_type names
     }
     return out;
 }

@@ -183,3 +183,18 @@ TEST_CASE("model info names the shape, the tensor types and the roofline figures
     CHECK_THAT(bad.out, Catch::Contains("steward: error:"));
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("generate on a llama-quantize k-quant file prints llama.cpp's greedy ids", "[cli][quant]") {
+    // Q3_K_M (q3_K, q4_K, q5_K, q6_K mixed): its 32 greedy steps have no near-tie (our top-2
+    // margin stays above 0.15 logits), so activation quantization in llama.cpp cannot flip one.
+    const std::string base = std::string(STEWARD_TESTDATA_DIR) + "/quant/synth-Q3_K_M";
+    std::ifstream ref(base + ".greedy.txt");
+    REQUIRE(ref);
+    std::string line, want;
+    while (std::getline(ref, line))
+        if (line.rfind("greedy: ", 0) == 0) want = line.substr(8);
+    REQUIRE(!want.empty());
+    Run r = run("generate -m " + base + ".gguf -p \"the quick brown fox jumps over the lazy dog\" -n 32 --temp 0 -t 1 --ids");
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find("\n" + want + "\n") != std::string::npos);
+}

@@ -634,7 +634,8 @@ std::vector<BadCase> bad_cases() {
         {"dimension 3 is 65536", "too large"});
     add("dims whose product passes 2^48", one_tensor({1ull << 32, 1ull << 32}, kTensorF32, 0, 16),
         {"dimension 1 is 4294967296"});
-    add("tensor type Q4_0", one_tensor({32}, kTensorQ4_0, 0, 18), {"tensor 'w'", "Q4_0", "id 2", "Supported: F32, F16, BF16, Q8_0"});
+    // Q8_1 (id 9) is ggml's activation type: no GGUF weight uses it and Steward refuses it.
+    add("tensor type Q8_1", one_tensor({32}, 9, 0, 36), {"tensor 'w'", "Q8_1", "id 9", "Supported: F32, F16, BF16, Q4_0"});
     add("tensor type 99", one_tensor({4}, 99, 0, 16), {"tensor 'w'", "unknown", "id 99"});
     add("Q8_0 row of 33", one_tensor({33, 2}, kTensorQ8_0, 0, 136), {"row of 33 elements", "block size 32"});
     add("tensor offset 16 with alignment 32", one_tensor({4}, kTensorF32, 16, 48),
@@ -1047,12 +1048,24 @@ TEST_CASE("type tables give ggml's names and sizes", "[gguf]") {
     CHECK(std::string(ggml_type_name(kTensorQ8_0)) == "Q8_0");
     CHECK(std::string(ggml_type_name(kTensorBF16)) == "BF16");
     CHECK(std::string(ggml_type_name(99)) == "unknown");
-    for (uint32_t t : {kTensorF32, kTensorF16, kTensorQ8_0, kTensorBF16}) CHECK(ggml_type_supported(t));
-    for (uint32_t t : {kTensorQ4_0, 3u, 12u, 99u}) CHECK_FALSE(ggml_type_supported(t));
+    CHECK(std::string(ggml_type_name(12)) == "Q4_K");
+    CHECK(std::string(ggml_type_name(23)) == "IQ4_XS");
+    for (uint32_t t : {kTensorF32, kTensorF16, kTensorQ4_0, 3u, 6u, 7u, kTensorQ8_0, 10u, 11u, 12u, 13u, 14u, 20u, 23u,
+                       kTensorBF16})
+        CHECK(ggml_type_supported(t));
+    for (uint32_t t : {9u, 15u, 16u, 99u}) CHECK_FALSE(ggml_type_supported(t));
     CHECK(ggml_row_bytes(GgmlType::F32, 7) == 28);
     CHECK(ggml_row_bytes(GgmlType::F16, 7) == 14);
     CHECK(ggml_row_bytes(GgmlType::BF16, 7) == 14);
     CHECK(ggml_row_bytes(GgmlType::Q8_0, 96) == 3 * 34);
+    // ggml's block sizes (ggml-common.h): 32-wide legacy blocks, 256-wide super-blocks.
+    CHECK(ggml_row_bytes(GgmlType::Q4_0, 64) == 2 * 18);
+    CHECK(ggml_row_bytes(GgmlType::Q5_1, 64) == 2 * 24);
+    CHECK(ggml_row_bytes(GgmlType::IQ4_NL, 32) == 18);
+    CHECK(ggml_row_bytes(GgmlType::Q2_K, 512) == 2 * 84);
+    CHECK(ggml_row_bytes(GgmlType::Q4_K, 256) == 144);
+    CHECK(ggml_row_bytes(GgmlType::Q6_K, 256) == 210);
+    CHECK(ggml_row_bytes(GgmlType::IQ4_XS, 256) == 136);
     // The enum carries the spec's ids.
     CHECK((uint32_t)GgufType::FLOAT64 == kTypeF64);
     CHECK((uint32_t)GgufType::ARRAY == kTypeArray);
