@@ -396,7 +396,8 @@ TEST_CASE("top_logprobs gives that many alternatives per token, the sampled one'
     const Reply c = post(s.port, "/v1/chat/completions",
                          {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}});
     REQUIRE(c.status == 200);
-    for (const auto& e : c.j()["choices"][0]["logprobs"]["content"]) {
+    const json cj = c.j();  // the range-for must not run over a temporary's member
+    for (const auto& e : cj["choices"][0]["logprobs"]["content"]) {
         REQUIRE(e["top_logprobs"].size() == 3);
         // Greedy: the sampled token is the most likely.
         CHECK(e["top_logprobs"][0]["logprob"].get<double>() == Approx(e["logprob"].get<double>()));
@@ -548,7 +549,8 @@ TEST_CASE("request fields the runtime enforces: model pins the pool, stop string
     REQUIRE(biased.status == 200);
     auto forced = s.rt->detokenize("tiny", {335});
     REQUIRE(forced.ok());
-    for (const auto& t : biased.j()["choices"][0]["logprobs"]["tokens"]) CHECK(t == *forced);
+    const json bj = biased.j();
+    for (const auto& t : bj["choices"][0]["logprobs"]["tokens"]) CHECK(t == *forced);
 }
 
 TEST_CASE("a client that disconnects mid-stream cancels its request and its KV blocks go back", "[http]") {
