@@ -169,14 +169,7 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     s.salt = c.tenant_salt(req.tenant);
     s.session_key = SharedState::session_key(s.tenant_id, req.session);
     s.max_tokens = max_tokens;
-    s.sampling.temperature = req.temperature;
-    s.sampling.top_p = req.top_p;
-    s.sampling.top_k = req.top_k;
-    s.sampling.seed = req.seed;
-    s.sampling.presence_penalty = req.presence_penalty;
-    s.sampling.frequency_penalty = req.frequency_penalty;
-    s.sampling.logit_bias = req.logit_bias;
-    s.sampling.n_top_logprobs = req.top_logprobs;
+    s.sampling = sampling_of(req);
     s.stop = req.stop;
     s.ignore_eos = req.ignore_eos;
     s.arrival_s = ctx.arrival_s;

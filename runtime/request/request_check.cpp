@@ -2,21 +2,25 @@
 #include "request/request_check.h"
 
 #include "config/config.h"
-#include "cpu/sampling.h"
 
 namespace steward {
 
-Expected<bool> check_request(const GenerationRequest& req) {
-    if (auto fmt = check_response_format(req.response_format); !fmt) return fmt.error();
+SamplingParams sampling_of(const GenerationRequest& req) {
     SamplingParams sp;
     sp.temperature = req.temperature;
     sp.top_p = req.top_p;
     sp.top_k = req.top_k;
+    sp.seed = req.seed;
     sp.presence_penalty = req.presence_penalty;
     sp.frequency_penalty = req.frequency_penalty;
     sp.logit_bias = req.logit_bias;
     sp.n_top_logprobs = req.top_logprobs;
-    if (auto ok = check_sampling(sp); !ok) return ok.error();
+    return sp;
+}
+
+Expected<bool> check_request(const GenerationRequest& req) {
+    if (auto fmt = check_response_format(req.response_format); !fmt) return fmt.error();
+    if (auto ok = check_sampling(sampling_of(req)); !ok) return ok.error();
     if (req.stop.size() > 16) return make_error("stop has ", req.stop.size(), " strings; at most 16 are accepted");
     for (const std::string& s : req.stop)
         if (s.empty() || s.size() > 256)
