@@ -69,15 +69,18 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral or qwen2")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
     synth->add_option("--kv-heads", spec.n_head_kv, "KV heads (GQA when fewer than heads)")->capture_default_str();
+    synth->add_option("--head-dim", spec.head_dim, "Head size (0: dim / heads; qwen3 sets it apart)")->capture_default_str();
     synth->add_option("--ffn", spec.n_ff, "Feed-forward size")->capture_default_str();
     synth->add_option("--vocab", spec.n_vocab, "Vocabulary size")->capture_default_str();
     synth->add_option("--ctx", spec.n_ctx, "Context length")->capture_default_str();
-    synth->add_option("--dtype", dtype_s, "Weight type: f32, f16, bf16, q8_0")->capture_default_str();
+    synth->add_option("--dtype", dtype_s,
+                      "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or llama-quantize's mixes q4_k_m, q5_k_m")
+        ->capture_default_str();
     add_seed_option(synth, spec.seed, "Weight seed");
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
@@ -168,9 +171,10 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "wrote draft %s (%d layers of %s)\n", synth_out.c_str(), keep_layers, draft_from.c_str());
             return 0;
         }
-        auto dt = parse_ggml_type(dtype_s);
-        if (!dt) return fail(dt.error().message);
-        spec.dtype = *dt;
+        auto fmt = parse_weight_format(dtype_s);
+        if (!fmt) return fail(fmt.error().message);
+        spec.dtype = fmt->type;
+        spec.mix = fmt->mix;
         auto r = synth_write(spec, synth_out);
         if (!r) return fail(r.error().message);
         std::fprintf(stderr, "wrote %s (%s, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, ctx %d, %s)\n",

@@ -1,5 +1,5 @@
 // The batched forward pass over paged KV, read top to bottom: validate, embed, then per layer
-// rmsnorm -> QKV -> RoPE -> write KV -> attention -> output projection -> rmsnorm -> SwiGLU FFN,
+// rmsnorm -> QKV (-> q/k head norms) -> RoPE -> write KV -> attention -> output projection -> rmsnorm -> SwiGLU FFN,
 // then the final norm and the output head for the rows that asked for logits.
 #include "cpu/forward.h"
 
@@ -59,6 +59,12 @@ void add_bias(float* y, const WeightView& b, int n, int n_tok) {
     const float* bv = static_cast<const float*>(b.data);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < n; i++) y[(int64_t)t * n + i] += bv[i];
+}
+
+// qwen3: RMSNorm over each head's vector with the layer's [head_dim] gain (x is [n_tok * n_heads][hd]).
+void norm_heads(float* x, const WeightView& gain, float eps, int hd, int n_heads, int n_tok) {
+    if (!gain) return;
+    rmsnorm(x, static_cast<const float*>(gain.data), eps, hd, n_tok * n_heads, x);
 }
 
 }  // namespace
@@ -168,6 +174,8 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         add_bias(q_.data(), L.bq, QD, n_tok);
         add_bias(k_.data(), L.bk, KVD, n_tok);
         add_bias(v_.data(), L.bv, KVD, n_tok);
+        norm_heads(q_.data(), L.q_norm, p.rms_eps, HD, NH, n_tok);
+        norm_heads(k_.data(), L.k_norm, p.rms_eps, HD, NKV, n_tok);
         for (int t = 0; t < n_tok; t++) {
             const float* cs = rcos.data() + (size_t)t * half;
             const float* sn = rsin.data() + (size_t)t * half;

@@ -15,11 +15,16 @@ namespace {
 
 // Architectures that are the llama block with at most metadata or bias differences.
 RopeType rope_type_for(const std::string& arch) {
-    static const std::set<std::string> neox = {"qwen2", "qwen", "phi3", "stablelm", "gptneox", "falcon"};
+    static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon"};
     return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
 }
 
-bool arch_supported(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+// llama.cpp writes Mistral, DeepSeek-R1's Llama distills and SmolLM / SmolLM2 as `llama` (their
+// tokenizers differ, not the block) and the Qwen distills as `qwen2`; `mistral` is kept for files
+// from other converters. qwen3 is qwen2 without the QKV biases, with a per-head RMSNorm on q and k.
+bool arch_supported(const std::string& arch) {
+    return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3";
+}
 
 }  // namespace
 
@@ -57,7 +62,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.arch = std::string(*arch);
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
-                          "' model; Steward runs the llama family (llama, mistral, qwen2)");
+                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3)");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -78,10 +83,19 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
         return make_error("'", path, "': head_count ", std::to_string(p.n_head), " is not a multiple of head_count_kv ",
                           std::to_string(p.n_head_kv));
-    if (p.n_embd % p.n_head != 0)
+    // Qwen3 sets the head size apart from n_embd / n_head (0.6B: 1024 / 16 heads, head size 128).
+    const auto key_length = f.get_int(p.arch + ".attention.key_length");
+    if (!key_length && p.n_embd % p.n_head != 0)
         return make_error("'", path, "': embedding_length ", std::to_string(p.n_embd), " is not a multiple of head_count ",
-                          std::to_string(p.n_head));
-    p.head_dim = (int)f.get_int(p.arch + ".attention.key_length").value_or(p.n_embd / p.n_head);
+                          std::to_string(p.n_head), " and no attention.key_length gives the head size");
+    if (key_length && (*key_length <= 0 || *key_length > (1 << 16)))
+        return make_error("'", path, "': ", p.arch, ".attention.key_length ", std::to_string(*key_length),
+                          " is not a plausible head size");
+    p.head_dim = key_length ? (int)*key_length : p.n_embd / p.n_head;
+    if (auto v = f.get_int(p.arch + ".attention.value_length"); v && *v != p.head_dim)
+        return make_error("'", path, "': ", p.arch, ".attention.value_length ", std::to_string(*v),
+                          " differs from key_length ", std::to_string(p.head_dim),
+                          "; Steward needs one head size for K and V");
     p.n_rot = (int)f.get_int(p.arch + ".rope.dimension_count").value_or(p.head_dim);
     if (p.head_dim <= 0 || p.head_dim % 2 || p.n_rot <= 0 || p.n_rot > p.head_dim || p.n_rot % 2)
         return make_error("'", path, "': head size ", std::to_string(p.head_dim), " / rope dimension ",
@@ -146,6 +160,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
         if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
         if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
+        if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.q_norm);
+        if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.k_norm);
         if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
         if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
         if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
@@ -159,8 +175,8 @@ int64_t Model::weight_bytes_per_token() const {
     const auto& w = weights_;
     int64_t b = w.tok_embd.row_bytes() + w.output.row_bytes() * w.output.n_rows + p_bytes(w.output_norm);
     for (const auto& L : w.layers)
-        for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.ffn_norm,
-                                    &L.w_gate, &L.w_up, &L.w_down})
+        for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm,
+                                    &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
             b += p_bytes(*v);
     return b;
 }

@@ -13,11 +13,11 @@ namespace steward {
 
 enum class RopeType {
     NORM,  // rotate adjacent pairs (x[2i], x[2i+1]): GGUF `llama` (llama.cpp permutes Q/K at conversion)
-    NEOX,  // rotate halves (x[i], x[i + d/2]): GGUF `qwen2` and other NeoX-style families
+    NEOX,  // rotate halves (x[i], x[i + d/2]): GGUF `qwen2`, `qwen3` and other NeoX-style families
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama, qwen2, mistral
+    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim
@@ -49,6 +49,7 @@ struct LayerWeights {
     WeightView attn_norm;                 // [n_embd]
     WeightView wq, wk, wv, wo;            // [n_head*head_dim][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
     WeightView bq, bk, bv;                // optional biases (qwen2)
+    WeightView q_norm, k_norm;            // [head_dim] RMSNorm gains per q / k head before RoPE (qwen3)
     WeightView ffn_norm;                  // [n_embd]
     WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
 };

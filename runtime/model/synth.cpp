@@ -3,6 +3,7 @@
 // onto one token, and has peaked next-token distributions (see output_scale below).
 #include "model/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -41,23 +42,7 @@ std::vector<float> random_tensor(uint64_t seed, const std::string& name, int64_t
 
 std::vector<uint8_t> encode(const std::vector<float>& v, GgmlType t) {
     std::vector<uint8_t> out((size_t)ggml_row_bytes(t, (int64_t)v.size()));
-    switch (t) {
-        case GgmlType::F32: std::memcpy(out.data(), v.data(), out.size()); break;
-        case GgmlType::F16: {
-            auto* d = reinterpret_cast<uint16_t*>(out.data());
-            for (size_t i = 0; i < v.size(); i++) d[i] = f32_to_f16(v[i]);
-            break;
-        }
-        case GgmlType::BF16: {
-            auto* d = reinterpret_cast<uint16_t*>(out.data());
-            for (size_t i = 0; i < v.size(); i++) d[i] = f32_to_bf16(v[i]);
-            break;
-        }
-        case GgmlType::Q8_0:
-            quantize_row_q8_0(v.data(), reinterpret_cast<BlockQ8_0*>(out.data()), (int64_t)v.size());
-            break;
-        default: break;  // synth writes only the types parse_ggml_type names
-    }
+    (void)quantize_row(t, v.data(), (int64_t)v.size(), out.data());  // synth_validate checked type and widths
     return out;
 }
 
@@ -128,27 +113,46 @@ void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<floa
 
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "mistral") return bad("arch must be llama, mistral or qwen2, got '" + s.arch + "'");
-    if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_ctx <= 0)
-        return bad("dim, layers, heads, kv heads, ffn and context must be positive");
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral")
+        return bad("arch must be llama, mistral, qwen2 or qwen3, got '" + s.arch + "'");
+    if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_ctx <= 0 ||
+        s.head_dim < 0)
+        return bad("dim, layers, heads, kv heads, ffn and context must be positive (head size 0 or positive)");
     if (s.n_vocab < 259 + 95) return bad("vocab must be at least 354 (control, byte and character tokens)");
-    if (s.n_embd % s.n_head) return bad("dim " + std::to_string(s.n_embd) + " is not a multiple of heads " + std::to_string(s.n_head));
+    if (s.head_dim == 0 && s.n_embd % s.n_head)
+        return bad("dim " + std::to_string(s.n_embd) + " is not a multiple of heads " + std::to_string(s.n_head) +
+                   "; give the head size (--head-dim)");
     if (s.n_head % s.n_head_kv) return bad("heads " + std::to_string(s.n_head) + " is not a multiple of kv heads " + std::to_string(s.n_head_kv));
-    if ((s.n_embd / s.n_head) % 2) return bad("head size must be even for RoPE");
-    if (s.dtype == GgmlType::Q8_0 && (s.n_embd % 32 || s.n_ff % 32 || (s.n_embd / s.n_head * s.n_head) % 32))
-        return bad("Q8_0 needs dim and ffn to be multiples of 32");
+    if (synth_head_dim(s) % 2) return bad("head size must be even for RoPE");
+    if (!quantize_supported(s.dtype))
+        return bad(std::string("synth cannot write weight type ") + ggml_type_name((uint32_t)s.dtype) +
+                   "; use f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m");
+    if (s.mix != QuantMix::NONE && s.dtype != (s.mix == QuantMix::Q4_K_M ? GgmlType::Q4_K : GgmlType::Q5_K))
+        return bad("the mix's base type must be Q4_K for q4_k_m and Q5_K for q5_k_m");
+    // Every matrix row (dim, ffn for ffn_down, heads x head size for attn_output) must hold whole
+    // blocks; a mix also writes Q6_K, so it needs 256 too.
+    const int64_t width = s.mix != QuantMix::NONE ? 256 : ggml_type_block_elems(s.dtype);
+    const int64_t q_dim = (int64_t)synth_head_dim(s) * s.n_head;
+    if (s.n_embd % width || s.n_ff % width || q_dim % width)
+        return bad(std::string(ggml_type_name((uint32_t)s.dtype)) + (s.mix != QuantMix::NONE ? " mix" : "") +
+                   " needs dim (" + std::to_string(s.n_embd) + "), ffn (" + std::to_string(s.n_ff) +
+                   ") and heads x head size (" + std::to_string(q_dim) + ") to be multiples of " + std::to_string(width));
     return true;
 }
+
+int synth_head_dim(const SynthSpec& s) { return s.head_dim > 0 ? s.head_dim : s.n_embd / std::max(1, s.n_head); }
 
 Expected<GgufWriter> synth_model(const SynthSpec& s) {
     auto ok = synth_validate(s);
     if (!ok) return ok.error();
     GgufWriter w;
     const std::string a = s.arch;
-    const int head_dim = s.n_embd / s.n_head;
+    const int head_dim = synth_head_dim(s);
     w.set_string("general.architecture", a);
     w.set_string("general.name", "steward-synth");
-    w.set_u32("general.file_type", s.dtype == GgmlType::F32 ? 0 : s.dtype == GgmlType::F16 ? 1 : s.dtype == GgmlType::Q8_0 ? 7 : 32);
+    const WeightFormat format{s.dtype, s.mix};
+    w.set_u32("general.file_type", format_file_type(format));
+    if (ggml_type_block_elems(s.dtype) > 1) w.set_u32("general.quantization_version", 2);  // as llama-quantize writes
     w.set_u64("steward.synth.seed", s.seed);
     w.set_u32(a + ".context_length", (uint32_t)s.n_ctx);
     w.set_u32(a + ".embedding_length", (uint32_t)s.n_embd);
@@ -157,6 +161,10 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     w.set_u32(a + ".attention.head_count", (uint32_t)s.n_head);
     w.set_u32(a + ".attention.head_count_kv", (uint32_t)s.n_head_kv);
     w.set_u32(a + ".rope.dimension_count", (uint32_t)head_dim);
+    if (s.head_dim > 0) {
+        w.set_u32(a + ".attention.key_length", (uint32_t)head_dim);
+        w.set_u32(a + ".attention.value_length", (uint32_t)head_dim);
+    }
     w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
     w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
@@ -180,7 +188,8 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     // Residual branches are damped by depth so the stream stays O(1) over many layers.
     const float branch = 1.0f / std::sqrt(2.0f * (float)s.n_layer);
     auto mat = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
-        w.add_tensor(name, s.dtype, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), s.dtype));
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, s.tied_output);
+        w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
     };
     auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
         w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
@@ -196,6 +205,12 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
             vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
             vec(b + "attn_v.bias", KV, 0.1f, 0.0f);
+        }
+        if (a == "qwen3") {
+            // Gains near 1 but far enough from it (stddev 0.2) that a pass skipping the norm, or
+            // applying q's gain to k, gives other logits.
+            vec(b + "attn_q_norm.weight", head_dim, 0.2f, 1.0f);
+            vec(b + "attn_k_norm.weight", head_dim, 0.2f, 1.0f);
         }
         mat(b + "attn_output.weight", Q, E, branch / std::sqrt((float)Q));
         vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);

@@ -5,19 +5,26 @@
 #include <string>
 
 #include "model/gguf.h"
+#include "model/quantize.h"
 
 namespace steward {
 
 struct SynthSpec {
-    std::string arch = "llama";  // llama (adjacent-pair RoPE) or qwen2 (NeoX RoPE, QKV biases)
+    // llama / mistral (adjacent-pair RoPE), qwen2 (NeoX RoPE, QKV biases) or qwen3 (NeoX RoPE, no
+    // biases, RMSNorm on each q and k head before RoPE)
+    std::string arch = "llama";
     int n_embd = 256;
     int n_layer = 4;
     int n_head = 4;
     int n_head_kv = 4;
+    int head_dim = 0;     // 0: n_embd / n_head; otherwise written as attention.key_length / value_length
     int n_ff = 688;
     int n_vocab = 4096;   // at least 354 (3 control, 256 byte and 95 character tokens)
     int n_ctx = 2048;
-    GgmlType dtype = GgmlType::F32;  // matrices; norms are always F32
+    GgmlType dtype = GgmlType::F32;  // matrices (quantize_supported); norms are always F32
+    // NONE: every matrix in dtype. Q4_K_M / Q5_K_M: llama-quantize's per-tensor mix over dtype
+    // Q4_K / Q5_K (format_tensor_type), as the files users download are written.
+    QuantMix mix = QuantMix::NONE;
     bool tied_output = false;        // untied with a larger scale gives peaked logits (see synth.cpp)
     uint64_t seed = 1;
     float rope_freq_base = 10000.0f;
@@ -26,6 +33,8 @@ struct SynthSpec {
 
 // Validates the shape (head counts divide, dims multiples of 32 for Q8_0, ...).
 Expected<bool> synth_validate(const SynthSpec& spec);
+// The head size the spec writes: head_dim, or n_embd / n_head when it is 0.
+int synth_head_dim(const SynthSpec& spec);
 // Builds the whole GGUF (metadata, SPM tokenizer, weights) in a writer.
 Expected<GgufWriter> synth_model(const SynthSpec& spec);
 Expected<bool> synth_write(const SynthSpec& spec, const std::string& path);

@@ -79,6 +79,8 @@ public:
             l.bq = ref_decode(lw.bq);
             l.bk = ref_decode(lw.bk);
             l.bv = ref_decode(lw.bv);
+            l.q_norm = ref_decode(lw.q_norm);
+            l.k_norm = ref_decode(lw.k_norm);
             l.ffn_norm = ref_decode(lw.ffn_norm);
             l.w_gate = ref_decode(lw.w_gate);
             l.w_up = ref_decode(lw.w_up);
@@ -113,7 +115,7 @@ public:
 
 private:
     struct Layer {
-        std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+        std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
     };
 
     // y[r] = sum_c W[r][c] x[c] (+ b[r]); W is [n_rows][x.size()].
@@ -157,6 +159,19 @@ private:
         }
     }
 
+    // qwen3's q / k norm: each head's head_dim values divided by their root mean square (plus the
+    // model's eps), times the gain g[d]. No gain (other architectures): unchanged.
+    void norm_each_head(std::vector<double>& x, int n_heads, const std::vector<double>& g) const {
+        if (g.empty()) return;
+        const int hd = p_.head_dim;
+        for (int h = 0; h < n_heads; h++) {
+            double sum_sq = 0.0;
+            for (int d = 0; d < hd; d++) sum_sq += x[(size_t)h * hd + d] * x[(size_t)h * hd + d];
+            const double inv_rms = 1.0 / std::sqrt(sum_sq / hd + (double)p_.rms_eps);
+            for (int d = 0; d < hd; d++) x[(size_t)h * hd + d] = x[(size_t)h * hd + d] * inv_rms * g[d];
+        }
+    }
+
     static double round_f16(double x) { return f16_to_f32(f32_to_f16((float)x)); }
 
     std::vector<double> step(int32_t token, int pos) {
@@ -171,6 +186,8 @@ private:
             std::vector<double> q = matvec(L.wq, h, L.bq);
             std::vector<double> k = matvec(L.wk, h, L.bk);
             std::vector<double> v = matvec(L.wv, h, L.bv);
+            norm_each_head(q, n_head, L.q_norm);
+            norm_each_head(k, n_kv, L.k_norm);
             rope(q, n_head, pos);
             rope(k, n_kv, pos);
             if (kv_f16_) {

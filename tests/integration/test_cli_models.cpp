@@ -1,0 +1,79 @@
+// The CLI on the model families and file types users hold: `model synth --arch qwen3` and
+// `--dtype q4_k_m`, then `model info` and `generate` on what it wrote.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+
+#include "model/model.h"
+#include "run_command.h"
+
+namespace {
+
+struct Run {
+    int rc;
+    std::string out;
+};
+
+Run run(const std::string& args) {
+    auto r = steward_test::run_command(std::string(STEWARD_BINARY) + " " + args + " 2>&1");
+    REQUIRE(r.rc != -1);
+    return {r.rc, r.out};
+}
+
+std::string tmp_dir(const std::string& tag) {
+    auto d = std::filesystem::temp_directory_path() / ("steward-cli-models-" + std::to_string(getpid()) + "-" + tag);
+    std::filesystem::create_directories(d);
+    return d.string();
+}
+
+}  // namespace
+
+TEST_CASE("model synth --arch qwen3 writes a model that model info and generate accept", "[cli][qwen3]") {
+    const std::string d = tmp_dir("qwen3");
+    const std::string m = d + "/q3.gguf";
+    // Head size 32 with dim 64 and 4 heads: not dim / heads, as in the real Qwen3 0.6B.
+    Run w = run("model synth -o " + m + " --arch qwen3 --dim 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ffn 128 --vocab 400 --ctx 256");
+    INFO(w.out);
+    REQUIRE(w.rc == 0);
+    Run info = run("model info " + m);
+    INFO(info.out);
+    REQUIRE(info.rc == 0);
+    CHECK_THAT(info.out, Catch::Contains("architecture  qwen3"));
+    CHECK_THAT(info.out, Catch::Contains("dim 64, 2 layers, 4 heads, 2 KV heads, head dim 32, ffn 128, vocab 400, context 256"));
+    // KV per token in F16: 2 (K, V) x 2 layers x 2 KV heads x 32 dims x 2 bytes.
+    CHECK_THAT(info.out, Catch::Contains("(" + std::to_string(2 * 2 * 2 * 32 * 2) + " bytes in F16"));
+    auto model = steward::Model::load(m);
+    REQUIRE(model);
+    CHECK_THAT(info.out, Catch::Contains("(" + std::to_string((*model)->weight_bytes_per_token()) + " bytes: every matrix once"));
+    Run gen = run("generate -m " + m + " -p \"the cat\" -n 6 --temp 0 -t 1 --ids");
+    INFO(gen.out);
+    CHECK(gen.rc == 0);
+    std::filesystem::remove_all(d);
+}
+
+TEST_CASE("model synth --dtype q4_k_m writes llama-quantize's mix, and generate runs it", "[cli][quantize]") {
+    const std::string d = tmp_dir("q4km");
+    const std::string m = d + "/q4km.gguf";
+    Run w = run("model synth -o " + m + " --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 256 --dtype q4_k_m");
+    INFO(w.out);
+    REQUIRE(w.rc == 0);
+    Run info = run("model info " + m);
+    INFO(info.out);
+    REQUIRE(info.rc == 0);
+    // Q4_K: 2 x 7 matrices + token_embd + output, less the 3 in Q6_K (blk.1's attn_v and ffn_down, the output).
+    CHECK_THAT(info.out, Catch::Contains("Q4_K: 13 tensors"));
+    CHECK_THAT(info.out, Catch::Contains("Q6_K: 3 tensors"));
+    CHECK_THAT(info.out, Catch::Contains("F32: 5 tensors"));
+    Run gen = run("generate -m " + m + " -p \"the cat\" -n 6 --temp 0 -t 1 --ids");
+    INFO(gen.out);
+    CHECK(gen.rc == 0);
+    Run bad = run("model synth -o " + d + "/bad.gguf --dim 96 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 --dtype q6_k");
+    CHECK(bad.rc != 0);
+    CHECK_THAT(bad.out, Catch::Contains("multiples of 256"));
+    Run unknown = run("model synth -o " + d + "/bad.gguf --dtype q3_k_s");
+    CHECK(unknown.rc != 0);
+    CHECK_THAT(unknown.out, Catch::Contains("q4_k_m"));
+    std::filesystem::remove_all(d);
+}
