@@ -1,0 +1,644 @@
+// Integer dot products of block-quantized weights with 8-bit activations (cpu/quant_dot.h). Each
+// type has a scalar twin (plain loops over the layouts of model/quants.h) and an AVX2 kernel
+// templated on VNNI: the same integer sums per block, then one float multiply-add per block.
+#include "cpu/quant_dot.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define STEWARD_QD_AVX2 1
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define STEWARD_QD_VNNI 1
+#endif
+#endif
+
+namespace steward {
+
+namespace {
+
+using DotFn = float (*)(const void* w, const void* a, int64_t n);
+
+bool is_k_type(GgmlType t) { return quant_block_elems(t) == kQKK; }
+
+// --- activation quantization -----------------------------------------------------------------
+
+// Scale max|x| / 127 and round to nearest: |x - d q| <= d / 2 and |q| <= 127, which keeps every
+// maddubs pair sum below 2^15 (at most 2 * 128 * 127).
+float quantize_block(const float* x, int n, int8_t* q) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float v = std::nearbyint(x[j] * id);
+        q[j] = (int8_t)std::max(-127.0f, std::min(127.0f, v));
+    }
+    return d;
+}
+
+void quantize_act32(const float* x, int64_t n, ActBlock32* out) {
+    for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
+        out[b].d = quantize_block(x, kQK, out[b].qs);
+        int32_t s = 0;
+        for (int j = 0; j < kQK; j++) s += out[b].qs[j];
+        out[b].sum = s;
+    }
+}
+
+void quantize_act256(const float* x, int64_t n, ActBlock256* out) {
+    for (int64_t b = 0; b < n / kQKK; b++, x += kQKK) {
+        out[b].d = quantize_block(x, kQKK, out[b].qs);
+        for (int i = 0; i < kQKK / 16; i++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += out[b].qs[16 * i + j];
+            out[b].bsums[i] = (int16_t)s;
+        }
+    }
+}
+
+// --- scale decoding shared by both paths -------------------------------------------------------
+
+// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (layout in model/quants.h).
+void q4k_scales_mins(const uint8_t s[12], int sc[8], int m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | (s[j] >> 6) << 4;
+        m[j + 4] = (s[j + 8] >> 4) | (s[j + 4] >> 6) << 4;
+    }
+}
+
+// Q3_K: 16 6-bit scales, minus 32 (layout in model/quants.h).
+void q3k_scales(const uint8_t s[12], int sc[16]) {
+    for (int k = 0; k < 16; k++) {
+        const int lo = k < 8 ? s[k] & 0x0f : s[k - 8] >> 4;
+        const int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        sc[k] = (lo | hi << 4) - 32;
+    }
+}
+
+int iq4xs_scale(const BlockIq4Xs& b, int sub) {
+    const int lo = (b.scales_l[sub / 2] >> (4 * (sub % 2))) & 0x0f;
+    const int hi = (b.scales_h >> (2 * sub)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+uint32_t read_u32(const uint8_t p[4]) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// --- scalar twins ----------------------------------------------------------------------------
+
+// Legacy types: the integer sum of code * activation code per block, with the offset (-8, -16)
+// or the min (m * sum of activations) applied through the block's activation sum.
+template <typename Block, int kOffset, bool kMin, int kHighBit>
+float dot_legacy_scalar(const void* wv, const void* av, int64_t n) {
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        uint32_t qh = 0;
+        if constexpr (kHighBit) qh = read_u32(w[b].qh);
+        int32_t isum = 0;
+        for (int j = 0; j < kQK / 2; j++) {
+            const int q0 = (w[b].qs[j] & 0x0f) | (kHighBit ? ((qh >> j) & 1) << 4 : 0);
+            const int q1 = (w[b].qs[j] >> 4) | (kHighBit ? ((qh >> (j + 16)) & 1) << 4 : 0);
+            isum += q0 * a[b].qs[j] + q1 * a[b].qs[j + 16];
+        }
+        const float dx = a[b].d;
+        if constexpr (kMin) {
+            s += f16_to_f32(w[b].d) * dx * (float)isum + f16_to_f32(w[b].m) * dx * (float)a[b].sum;
+        } else {
+            s += f16_to_f32(w[b].d) * dx * (float)(isum - kOffset * a[b].sum);
+        }
+    }
+    return s;
+}
+
+float dot_q8_0_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < kQK; j++) isum += w[b].qs[j] * a[b].qs[j];
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+float dot_iq4_nl_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < kQK / 2; j++)
+            isum += kValuesIq4nl[w[b].qs[j] & 0x0f] * a[b].qs[j] + kValuesIq4nl[w[b].qs[j] >> 4] * a[b].qs[j + 16];
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+// Q2_K and Q3_K share the code order: element 32 s + 16 t + l of half h is the 2-bit field at
+// shift 2 s of qs[32 h + 16 t + l]; its sub-block of 16 is 8 h + 2 s + t.
+float dot_q2_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0, msum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * sh + t;
+                    int32_t p = 0;
+                    for (int l = 0; l < 16; l++)
+                        p += ((w[b].qs[32 * h + 16 * t + l] >> (2 * sh)) & 3) * a[b].qs[16 * sub + l];
+                    isum += (w[b].scales[sub] & 0x0f) * p;
+                    msum += (w[b].scales[sub] >> 4) * a[b].bsums[sub];
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum - f16_to_f32(w[b].dmin) * a[b].d * (float)msum;
+    }
+    return s;
+}
+
+float dot_q3_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int sc[16];
+        q3k_scales(w[b].scales, sc);
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * sh + t;
+                    int32_t p = 0;
+                    for (int l = 0; l < 16; l++) {
+                        const int lo = (w[b].qs[32 * h + 16 * t + l] >> (2 * sh)) & 3;
+                        const int hi = (w[b].hmask[16 * t + l] >> (4 * h + sh)) & 1;
+                        p += (lo | hi << 2) * a[b].qs[16 * sub + l];
+                    }
+                    isum += sc[sub] * (p - 4 * a[b].bsums[sub]);  // q3 - 4: "no -4" where hbit set
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+template <bool kFifthBit>
+float dot_q45_k_scalar(const void* wv, const void* av, int64_t n) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int sc[8], m[8];
+        q4k_scales_mins(w[b].scales, sc, m);
+        int32_t isum = 0, msum = 0;
+        for (int sub = 0; sub < 8; sub++) {
+            const uint8_t* q = w[b].qs + 32 * (sub / 2);
+            int32_t p = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> (4 * (sub % 2))) & 0x0f;
+                if constexpr (kFifthBit) v |= ((w[b].qh[l] >> sub) & 1) << 4;
+                p += v * a[b].qs[32 * sub + l];
+            }
+            isum += sc[sub] * p;
+            msum += m[sub] * (a[b].bsums[2 * sub] + a[b].bsums[2 * sub + 1]);
+        }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum - f16_to_f32(w[b].dmin) * a[b].d * (float)msum;
+    }
+    return s;
+}
+
+// Q6_K: element 32 r + l of half h: low 4 bits from ql[64 h + l + 32 (r % 2)] (nibble r / 2),
+// high 2 bits from qh[32 h + l] (shift 2 r); sub-block 8 h + 2 r + l / 16.
+float dot_q6_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * r + t;
+                    int32_t p = 0;
+                    for (int l = 16 * t; l < 16 * t + 16; l++) {
+                        const int lo = (w[b].ql[64 * h + l + 32 * (r % 2)] >> (4 * (r / 2))) & 0x0f;
+                        const int hi = (w[b].qh[32 * h + l] >> (2 * r)) & 3;
+                        p += (lo | hi << 4) * a[b].qs[128 * h + 32 * r + l];
+                    }
+                    isum += w[b].scales[sub] * (p - 32 * a[b].bsums[sub]);
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+float dot_iq4_xs_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0;
+        for (int sub = 0; sub < 8; sub++) {
+            const uint8_t* q = w[b].qs + 16 * sub;
+            const int8_t* x = a[b].qs + 32 * sub;
+            int32_t p = 0;
+            for (int j = 0; j < 16; j++) p += kValuesIq4nl[q[j] & 0x0f] * x[j] + kValuesIq4nl[q[j] >> 4] * x[j + 16];
+            isum += iq4xs_scale(w[b], sub) * p;
+        }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+DotFn scalar_fn(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return dot_legacy_scalar<BlockQ4_0, 8, false, 0>;
+        case GgmlType::Q4_1: return dot_legacy_scalar<BlockQ4_1, 0, true, 0>;
+        case GgmlType::Q5_0: return dot_legacy_scalar<BlockQ5_0, 16, false, 1>;
+        case GgmlType::Q5_1: return dot_legacy_scalar<BlockQ5_1, 0, true, 1>;
+        case GgmlType::Q8_0: return dot_q8_0_scalar;
+        case GgmlType::IQ4_NL: return dot_iq4_nl_scalar;
+        case GgmlType::Q2_K: return dot_q2_k_scalar;
+        case GgmlType::Q3_K: return dot_q3_k_scalar;
+        case GgmlType::Q4_K: return dot_q45_k_scalar<false>;
+        case GgmlType::Q5_K: return dot_q45_k_scalar<true>;
+        case GgmlType::Q6_K: return dot_q6_k_scalar;
+        case GgmlType::IQ4_XS: return dot_iq4_xs_scalar;
+        default: return nullptr;
+    }
+}
+
+// --- AVX2 / VNNI ------------------------------------------------------------------------------
+
+#ifdef STEWARD_QD_AVX2
+#ifdef STEWARD_QD_VNNI
+constexpr bool kHaveVnni = true;
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+#else
+constexpr bool kHaveVnni = false;
+inline __m256i dpbusd(__m256i acc, __m256i, __m256i) { return acc; }  // never called
+#endif
+
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+// A 16-bit logical right shift by a count known only at run time (unrolled loops make it constant).
+inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// u (unsigned bytes) times s (signed bytes), each i32 lane the sum of 4 neighbouring products.
+// Without VNNI, maddubs's i16 pair sums stay below 2^15 because |s| <= 127 and u <= 128 here.
+template <bool V>
+inline __m256i dot_us(__m256i u, __m256i s) {
+    if constexpr (V && kHaveVnni) return dpbusd(_mm256_setzero_si256(), u, s);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// Signed weights: |w| times x with w's sign.
+template <bool V>
+inline __m256i dot_ss(__m256i w, __m256i x) {
+    return dot_us<V>(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+}
+// A per-lane integer scale for dot_us_scaled: lo for bytes 0-15, hi for bytes 16-31.
+template <bool V>
+inline __m256i scales_of(int lo, int hi) {
+    if constexpr (V && kHaveVnni) return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
+    return _mm256_setr_m128i(_mm_set1_epi16((short)lo), _mm_set1_epi16((short)hi));
+}
+template <bool V>
+inline __m256i dot_us_scaled(__m256i u, __m256i s, __m256i sc) {
+    if constexpr (V && kHaveVnni) return _mm256_mullo_epi32(dpbusd(_mm256_setzero_si256(), u, s), sc);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc);
+}
+
+// 16 bytes of legacy nibbles to 32 codes in element order (low nibbles, then high nibbles).
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), _mm256_set1_epi8(0x0f));
+}
+// Bit j of x to byte j: 0x10 where set (the 5th bit of Q5_0 / Q5_1 codes).
+inline __m256i fifth_bits(uint32_t x) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)x),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+inline __m256i iq4_table() {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kValuesIq4nl)));
+}
+
+template <typename Block, int kOffset, bool kMin, int kHighBit, bool V>
+float dot_legacy_avx(const void* wv, const void* av, int64_t n) {
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    __m256 acc = _mm256_setzero_ps();
+    float side = 0.0f;  // the offset or min term, summed over blocks
+    for (int64_t b = 0; b < n / kQK; b++) {
+        __m256i q = nibbles32(w[b].qs);
+        if constexpr (kHighBit) q = _mm256_or_si256(q, fifth_bits(read_u32(w[b].qh)));
+        const float dd = _cvtsh_ss(w[b].d) * a[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(dot_us<V>(q, load32(a[b].qs))), acc);
+        if constexpr (kMin)
+            side += _cvtsh_ss(w[b].m) * a[b].d * (float)a[b].sum;
+        else
+            side -= dd * (float)(kOffset * a[b].sum);
+    }
+    return hsum(acc) + side;
+}
+
+template <bool V>
+float dot_q8_0_avx(const void* wv, const void* av, int64_t n) {
+    const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i p = dot_ss<V>(load32(w[b].qs), load32(a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum(acc);
+}
+
+template <bool V>
+float dot_iq4_nl_avx(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    const __m256i table = iq4_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs));
+        const __m256i p = dot_ss<V>(v, load32(a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum(acc);
+}
+
+// The 2-bit field at shift 2 s of each byte (Q2_K / Q3_K order, see the scalar twin). The 16-bit
+// shift moves the neighbour byte's bits in from above only, and the mask drops them.
+inline __m256i two_bits(__m256i q, int s) { return _mm256_and_si256(srl16(q, 2 * s), _mm256_set1_epi8(3)); }
+
+template <bool V>
+float dot_q2_k_avx(const void* wv, const void* av, int64_t n) {
+    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        const uint8_t* sc = w[b].scales;
+        int32_t msum = 0;
+        for (int sub = 0; sub < 16; sub++) msum += (sc[sub] >> 4) * a[b].bsums[sub];
+        const float dx = a[b].d;
+        mins += _cvtsh_ss(w[b].dmin) * dx * (float)msum;
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i x = load32(a[b].qs + 16 * sub);
+                isum = _mm256_add_epi32(
+                    isum, dot_us_scaled<V>(two_bits(q, s), x, scales_of<V>(sc[sub] & 0x0f, sc[sub + 1] & 0x0f)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - mins;
+}
+
+template <bool V>
+float dot_q3_k_avx(const void* wv, const void* av, int64_t n) {
+    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int sc[16];
+        q3k_scales(w[b].scales, sc);
+        int32_t offset = 0;  // sum of scale * 4 * activation sums: the "- 4" of every code
+        for (int sub = 0; sub < 16; sub++) offset += sc[sub] * a[b].bsums[sub];
+        const __m256i hm = load32(w[b].hmask);
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i hb =
+                    _mm256_and_si256(srl16(hm, 4 * h + s), _mm256_set1_epi8(1));
+                const __m256i q3 = _mm256_or_si256(two_bits(q, s), _mm256_slli_epi16(hb, 2));
+                const __m256i x = load32(a[b].qs + 16 * sub);
+                isum = _mm256_add_epi32(isum, dot_us_scaled<V>(q3, x, scales_of<V>(sc[sub], sc[sub + 1])));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * offset, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+template <bool kFifthBit, bool V>
+float dot_q45_k_avx(const void* wv, const void* av, int64_t n) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int sc[8], m[8];
+        q4k_scales_mins(w[b].scales, sc, m);
+        int32_t msum = 0;
+        for (int sub = 0; sub < 8; sub++) msum += m[sub] * (a[b].bsums[2 * sub] + a[b].bsums[2 * sub + 1]);
+        const float dx = a[b].d;
+        mins += _cvtsh_ss(w[b].dmin) * dx * (float)msum;
+        __m256i qh;
+        if constexpr (kFifthBit) qh = load32(w[b].qh);
+        __m256i isum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            const __m256i q = load32(w[b].qs + 32 * p);
+            __m256i lo = _mm256_and_si256(q, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if constexpr (kFifthBit) {
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p), one), 4));
+                hi = _mm256_or_si256(hi,
+                                     _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p + 1), one), 4));
+            }
+            const int s0 = sc[2 * p], s1 = sc[2 * p + 1];
+            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(lo, load32(a[b].qs + 64 * p), scales_of<V>(s0, s0)));
+            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(hi, load32(a[b].qs + 64 * p + 32), scales_of<V>(s1, s1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc) - mins;
+}
+
+template <bool V>
+float dot_q6_k_avx(const void* wv, const void* av, int64_t n) {
+    const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        const int8_t* sc = w[b].scales;
+        int32_t offset = 0;  // sum of scale * activation sums: the "- 32" of every code
+        for (int sub = 0; sub < 16; sub++) offset += sc[sub] * a[b].bsums[sub];
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
+            const __m256i qh = load32(w[b].qh + 32 * h);
+            for (int r = 0; r < 4; r++) {
+                const __m256i lo = _mm256_and_si256(srl16(r % 2 ? ql1 : ql0, 4 * (r / 2)), low4);
+                const __m256i hi = _mm256_and_si256(srl16(qh, 2 * r), low2);
+                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                const int sub = 8 * h + 2 * r;
+                isum = _mm256_add_epi32(
+                    isum, dot_us_scaled<V>(q, load32(a[b].qs + 128 * h + 32 * r), scales_of<V>(sc[sub], sc[sub + 1])));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+template <bool V>
+float dot_iq4_xs_avx(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const __m256i table = iq4_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int sub = 0; sub < 8; sub++) {
+            const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs + 16 * sub));
+            const __m256i x = load32(a[b].qs + 32 * sub);
+            const int ls = iq4xs_scale(w[b], sub);
+            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(_mm256_abs_epi8(v), _mm256_sign_epi8(x, v),
+                                                           scales_of<V>(ls, ls)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+template <bool V>
+DotFn avx_fn(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return dot_legacy_avx<BlockQ4_0, 8, false, 0, V>;
+        case GgmlType::Q4_1: return dot_legacy_avx<BlockQ4_1, 0, true, 0, V>;
+        case GgmlType::Q5_0: return dot_legacy_avx<BlockQ5_0, 16, false, 1, V>;
+        case GgmlType::Q5_1: return dot_legacy_avx<BlockQ5_1, 0, true, 1, V>;
+        case GgmlType::Q8_0: return dot_q8_0_avx<V>;
+        case GgmlType::IQ4_NL: return dot_iq4_nl_avx<V>;
+        case GgmlType::Q2_K: return dot_q2_k_avx<V>;
+        case GgmlType::Q3_K: return dot_q3_k_avx<V>;
+        case GgmlType::Q4_K: return dot_q45_k_avx<false, V>;
+        case GgmlType::Q5_K: return dot_q45_k_avx<true, V>;
+        case GgmlType::Q6_K: return dot_q6_k_avx<V>;
+        case GgmlType::IQ4_XS: return dot_iq4_xs_avx<V>;
+        default: return nullptr;
+    }
+}
+#endif  // STEWARD_QD_AVX2
+
+QuantDotPath best_path() {
+#if defined(STEWARD_QD_VNNI)
+    return QuantDotPath::VNNI;
+#elif defined(STEWARD_QD_AVX2)
+    return QuantDotPath::AVX2;
+#else
+    return QuantDotPath::SCALAR;
+#endif
+}
+
+DotFn dot_fn(QuantDotPath path, GgmlType t) {
+#ifdef STEWARD_QD_AVX2
+    if (path == QuantDotPath::VNNI && kHaveVnni) return avx_fn<true>(t);
+    if (path == QuantDotPath::AVX2) return avx_fn<false>(t);
+#endif
+    return path == QuantDotPath::SCALAR ? scalar_fn(t) : nullptr;
+}
+
+std::atomic<bool>& exact_flag() {
+    static std::atomic<bool> flag{[] {
+        const char* v = std::getenv("STEWARD_EXACT_QUANT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }()};
+    return flag;
+}
+
+}  // namespace
+
+bool quant_dot_supported(GgmlType type) { return scalar_fn(type) != nullptr; }
+
+size_t quant_act_row_bytes(GgmlType type, int64_t n_cols) {
+    if (!quant_dot_supported(type)) return 0;
+    return is_k_type(type) ? (size_t)(n_cols / kQKK) * sizeof(ActBlock256) : (size_t)(n_cols / kQK) * sizeof(ActBlock32);
+}
+
+void quantize_activation(GgmlType type, const float* x, int64_t n_cols, void* out) {
+    if (is_k_type(type))
+        quantize_act256(x, n_cols, static_cast<ActBlock256*>(out));
+    else
+        quantize_act32(x, n_cols, static_cast<ActBlock32*>(out));
+}
+
+bool quant_dot_path_available(QuantDotPath path) {
+    return dot_fn(path, GgmlType::Q8_0) != nullptr;
+}
+
+float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    const DotFn f = dot_fn(path, type);
+    return f != nullptr ? f(w_row, act, n_cols) : 0.0f;
+}
+
+float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    return vec_dot_on(best_path(), type, w_row, act, n_cols);
+}
+
+void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
+                       int64_t r_end) {
+    const DotFn f = dot_fn(best_path(), W.type);
+    const int64_t K = W.n_cols, N = W.n_rows;
+    const size_t act_bytes = quant_act_row_bytes(W.type, K);
+    for (int64_t r = r_begin; r < r_end; r++) {
+        const uint8_t* row = W.row(r);
+        for (int t = 0; t < n_tok; t++) Y[(int64_t)t * N + r] = f(row, acts + (size_t)t * act_bytes, K);
+    }
+}
+
+const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int n_tok) {
+    if (!quant_dot_supported(W.type) || exact_quant()) return nullptr;
+    const size_t act_bytes = quant_act_row_bytes(W.type, W.n_cols);
+    thread_local std::vector<uint8_t> scratch;  // grows to the largest matmul, then stays
+    if (scratch.size() < act_bytes * (size_t)n_tok) scratch.resize(act_bytes * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++)
+        quantize_activation(W.type, X + (int64_t)t * W.n_cols, W.n_cols, scratch.data() + (size_t)t * act_bytes);
+    return scratch.data();
+}
+
+bool exact_quant() { return exact_flag().load(std::memory_order_relaxed); }
+void set_exact_quant(bool on) { exact_flag().store(on, std::memory_order_relaxed); }
+
+}  // namespace steward
