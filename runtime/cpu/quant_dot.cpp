@@ -63,23 +63,31 @@ void quantize_act256(const float* x, int64_t n, ActBlock256* out) {
 
 // --- scale decoding shared by both paths -------------------------------------------------------
 
-// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (layout in model/quants.h).
-void q4k_scales_mins(const uint8_t s[12], int sc[8], int m[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        m[j] = s[j + 4] & 63;
-        sc[j + 4] = (s[j + 8] & 0x0f) | (s[j] >> 6) << 4;
-        m[j + 4] = (s[j + 8] >> 4) | (s[j + 4] >> 6) << 4;
-    }
+uint32_t read_u32(const uint8_t p[4]) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+void write_u32(uint8_t p[4], uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// Q3_K: 16 6-bit scales, minus 32 (layout in model/quants.h).
-void q3k_scales(const uint8_t s[12], int sc[16]) {
-    for (int k = 0; k < 16; k++) {
-        const int lo = k < 8 ? s[k] & 0x0f : s[k - 8] >> 4;
-        const int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
-        sc[k] = (lo | hi << 4) - 32;
-    }
+// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (layout in model/quants.h), unpacked
+// four at a time in 32-bit words: scales and mins of sub-blocks 0-3 are the low 6 bits of bytes
+// 0-3 and 4-7; those of 4-7 are the nibbles of bytes 8-11 with the top 2 bits of bytes 0-3 / 4-7.
+void q4k_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
+    const uint32_t u0 = read_u32(s), u1 = read_u32(s + 4), u2 = read_u32(s + 8);
+    write_u32(sc, u0 & 0x3f3f3f3f);
+    write_u32(m, u1 & 0x3f3f3f3f);
+    write_u32(sc + 4, (u2 & 0x0f0f0f0f) | ((u0 >> 6) & 0x03030303) << 4);
+    write_u32(m + 4, ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 6) & 0x03030303) << 4);
+}
+
+// Q3_K: 16 6-bit scales, 32 above their value (layout in model/quants.h): scale k's low 4 bits
+// are the low nibbles of bytes 0-7 (k < 8) or their high nibbles (k >= 8), its high 2 bits are
+// bits 2 (k / 4) of byte 8 + k % 4; so word j takes its high bits from bytes 8-11 shifted by 2 j.
+void q3k_scales_biased(const uint8_t s[12], uint8_t sc[16]) {
+    const uint32_t a0 = read_u32(s), a1 = read_u32(s + 4), hb = read_u32(s + 8);
+    const uint32_t lo[4] = {a0 & 0x0f0f0f0f, a1 & 0x0f0f0f0f, (a0 >> 4) & 0x0f0f0f0f, (a1 >> 4) & 0x0f0f0f0f};
+    for (int j = 0; j < 4; j++) write_u32(sc + 4 * j, lo[j] | ((hb >> (2 * j)) & 0x03030303) << 4);
 }
 
 int iq4xs_scale(const BlockIq4Xs& b, int sub) {
@@ -88,9 +96,6 @@ int iq4xs_scale(const BlockIq4Xs& b, int sub) {
     return (lo | hi << 4) - 32;
 }
 
-uint32_t read_u32(const uint8_t p[4]) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 // --- scalar twins ----------------------------------------------------------------------------
 
@@ -173,8 +178,8 @@ float dot_q3_k_scalar(const void* wv, const void* av, int64_t n) {
     const ActBlock256* a = static_cast<const ActBlock256*>(av);
     float s = 0.0f;
     for (int64_t b = 0; b < n / kQKK; b++) {
-        int sc[16];
-        q3k_scales(w[b].scales, sc);
+        uint8_t sc[16];
+        q3k_scales_biased(w[b].scales, sc);
         int32_t isum = 0;
         for (int h = 0; h < 2; h++)
             for (int sh = 0; sh < 4; sh++)
@@ -186,7 +191,7 @@ float dot_q3_k_scalar(const void* wv, const void* av, int64_t n) {
                         const int hi = (w[b].hmask[16 * t + l] >> (4 * h + sh)) & 1;
                         p += (lo | hi << 2) * a[b].qs[16 * sub + l];
                     }
-                    isum += sc[sub] * (p - 4 * a[b].bsums[sub]);  // q3 - 4: "no -4" where hbit set
+                    isum += (sc[sub] - 32) * (p - 4 * a[b].bsums[sub]);  // q3 - 4: "no -4" where hbit set
                 }
         s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
     }
@@ -200,7 +205,7 @@ float dot_q45_k_scalar(const void* wv, const void* av, int64_t n) {
     const ActBlock256* a = static_cast<const ActBlock256*>(av);
     float s = 0.0f;
     for (int64_t b = 0; b < n / kQKK; b++) {
-        int sc[8], m[8];
+        uint8_t sc[8], m[8];
         q4k_scales_mins(w[b].scales, sc, m);
         int32_t isum = 0, msum = 0;
         for (int sub = 0; sub < 8; sub++) {
@@ -309,6 +314,13 @@ inline float hsum(__m256 v) {
 inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// bsums[k] * sc[k] for the 16 sub-blocks of a super-block, as 8 i32 partial sums (sc: 16 signed
+// bytes). The offset and min terms of the k-quants, without a scalar loop.
+inline __m256i bsums_times(const int16_t* bsums, __m128i sc) {
+    return _mm256_madd_epi16(load32(bsums), _mm256_cvtepi8_epi16(sc));
+}
 
 // u (unsigned bytes) times s (signed bytes), each i32 lane the sum of 4 neighbouring products.
 // Without VNNI, maddubs's i16 pair sums stay below 2^15 because |s| <= 127 and u <= 128 here.
@@ -404,14 +416,13 @@ template <bool V>
 float dot_q2_k_avx(const void* wv, const void* av, int64_t n) {
     const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
     const ActBlock256* a = static_cast<const ActBlock256*>(av);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
         const uint8_t* sc = w[b].scales;
-        int32_t msum = 0;
-        for (int sub = 0; sub < 16; sub++) msum += (sc[sub] >> 4) * a[b].bsums[sub];
+        const __m128i m = _mm_and_si128(_mm_srli_epi16(load16(sc), 4), _mm_set1_epi8(0x0f));
         const float dx = a[b].d;
-        mins += _cvtsh_ss(w[b].dmin) * dx * (float)msum;
+        mins = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin) * dx),
+                               _mm256_cvtepi32_ps(bsums_times(a[b].bsums, m)), mins);
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i q = load32(w[b].qs + 32 * h);
@@ -424,7 +435,7 @@ float dot_q2_k_avx(const void* wv, const void* av, int64_t n) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum(acc) - mins;
+    return hsum(_mm256_sub_ps(acc, mins));
 }
 
 template <bool V>
@@ -433,12 +444,15 @@ float dot_q3_k_avx(const void* wv, const void* av, int64_t n) {
     const ActBlock256* a = static_cast<const ActBlock256*>(av);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
-        int sc[16];
-        q3k_scales(w[b].scales, sc);
-        int32_t offset = 0;  // sum of scale * 4 * activation sums: the "- 4" of every code
-        for (int sub = 0; sub < 16; sub++) offset += sc[sub] * a[b].bsums[sub];
+        alignas(16) uint8_t biased[16];
+        alignas(16) int8_t sc[16];
+        q3k_scales_biased(w[b].scales, biased);
+        const __m128i scv = _mm_sub_epi8(load16(biased), _mm_set1_epi8(32));
+        _mm_store_si128(reinterpret_cast<__m128i*>(sc), scv);
         const __m256i hm = load32(w[b].hmask);
-        __m256i isum = _mm256_setzero_si256();
+        // The "- 4" of every code: 4 * sum of scale * activation sums.
+        __m256i isum = _mm256_slli_epi32(bsums_times(a[b].bsums, scv), 2);
+        isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
         for (int h = 0; h < 2; h++) {
             const __m256i q = load32(w[b].qs + 32 * h);
             for (int s = 0; s < 4; s++) {
@@ -450,7 +464,6 @@ float dot_q3_k_avx(const void* wv, const void* av, int64_t n) {
                 isum = _mm256_add_epi32(isum, dot_us_scaled<V>(q3, x, scales_of<V>(sc[sub], sc[sub + 1])));
             }
         }
-        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * offset, 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
     }
     return hsum(acc);
@@ -462,15 +475,15 @@ float dot_q45_k_avx(const void* wv, const void* av, int64_t n) {
     const Block* w = static_cast<const Block*>(wv);
     const ActBlock256* a = static_cast<const ActBlock256*>(av);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
-        int sc[8], m[8];
+        alignas(16) uint8_t sc[8], m[16];
         q4k_scales_mins(w[b].scales, sc, m);
-        int32_t msum = 0;
-        for (int sub = 0; sub < 8; sub++) msum += m[sub] * (a[b].bsums[2 * sub] + a[b].bsums[2 * sub + 1]);
+        // Each min covers two sub-blocks of 16 of the activation sums: m0 m0 m1 m1 ...
+        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
         const float dx = a[b].d;
-        mins += _cvtsh_ss(w[b].dmin) * dx * (float)msum;
+        mins = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin) * dx),
+                               _mm256_cvtepi32_ps(bsums_times(a[b].bsums, _mm_unpacklo_epi8(m8, m8))), mins);
         __m256i qh;
         if constexpr (kFifthBit) qh = load32(w[b].qh);
         __m256i isum = _mm256_setzero_si256();
@@ -490,7 +503,7 @@ float dot_q45_k_avx(const void* wv, const void* av, int64_t n) {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
     }
-    return hsum(acc) - mins;
+    return hsum(_mm256_sub_ps(acc, mins));
 }
 
 template <bool V>
@@ -501,9 +514,8 @@ float dot_q6_k_avx(const void* wv, const void* av, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
         const int8_t* sc = w[b].scales;
-        int32_t offset = 0;  // sum of scale * activation sums: the "- 32" of every code
-        for (int sub = 0; sub < 16; sub++) offset += sc[sub] * a[b].bsums[sub];
-        __m256i isum = _mm256_setzero_si256();
+        // The "- 32" of every code: 32 * sum of scale * activation sums.
+        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[b].bsums, load16(sc)), 5));
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
             const __m256i qh = load32(w[b].qh + 32 * h);
@@ -516,7 +528,6 @@ float dot_q6_k_avx(const void* wv, const void* av, int64_t n) {
                     isum, dot_us_scaled<V>(q, load32(a[b].qs + 128 * h + 32 * r), scales_of<V>(sc[sub], sc[sub + 1])));
             }
         }
-        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset, 0, 0, 0, 0, 0, 0, 0));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
     }
     return hsum(acc);
