@@ -382,18 +382,30 @@ float dot_legacy_avx(const void* wv, const void* av, int64_t n) {
     return hsum(acc) + side;
 }
 
-template <bool V>
-float dot_q8_0_avx(const void* wv, const void* av, int64_t n) {
+// The kernels below read a weight row once for NT tokens (the few-token case of speculation's
+// verify and batched decode): codes are unpacked once, then dotted with every token's
+// activations (acts + t * act_bytes). NT = 1 is the single-token dot, with the same float
+// operations in the same order per token, so every NT gives each token the same result.
+template <bool V, int NT>
+void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
-    const ActBlock32* a = static_cast<const ActBlock32*>(av);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / kQK; b++) {
-        const __m256i p = dot_ss<V>(load32(w[b].qs), load32(a[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc);
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
     }
-    return hsum(acc);
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i q = load32(w[b].qs);
+        const __m256i aq = _mm256_abs_epi8(q);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const __m256i p = dot_us<V>(aq, _mm256_sign_epi8(load32(a[t][b].qs), q));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
-
 template <bool V>
 float dot_iq4_nl_avx(const void* wv, const void* av, int64_t n) {
     const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
@@ -469,24 +481,32 @@ float dot_q3_k_avx(const void* wv, const void* av, int64_t n) {
     return hsum(acc);
 }
 
-template <bool kFifthBit, bool V>
-float dot_q45_k_avx(const void* wv, const void* av, int64_t n) {
+template <bool kFifthBit, bool V, int NT>
+void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
     const Block* w = static_cast<const Block*>(wv);
-    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const ActBlock256* a[NT];
+    __m256 acc[NT], mins[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = mins[t] = _mm256_setzero_ps();
+    }
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
         alignas(16) uint8_t sc[8], m[16];
         q4k_scales_mins(w[b].scales, sc, m);
         // Each min covers two sub-blocks of 16 of the activation sums: m0 m0 m1 m1 ...
         const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
-        const float dx = a[b].d;
-        mins = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin) * dx),
-                               _mm256_cvtepi32_ps(bsums_times(a[b].bsums, _mm_unpacklo_epi8(m8, m8))), mins);
+        const __m128i m_pairs = _mm_unpacklo_epi8(m8, m8);
+        const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) {
+            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
+                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m_pairs)), mins[t]);
+            isum[t] = _mm256_setzero_si256();
+        }
         __m256i qh;
         if constexpr (kFifthBit) qh = load32(w[b].qh);
-        __m256i isum = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
             const __m256i q = load32(w[b].qs + 32 * p);
             __m256i lo = _mm256_and_si256(q, low4);
@@ -494,28 +514,36 @@ float dot_q45_k_avx(const void* wv, const void* av, int64_t n) {
             if constexpr (kFifthBit) {
                 const __m256i one = _mm256_set1_epi8(1);
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p), one), 4));
-                hi = _mm256_or_si256(hi,
-                                     _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p + 1), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p + 1), one), 4));
             }
-            const int s0 = sc[2 * p], s1 = sc[2 * p + 1];
-            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(lo, load32(a[b].qs + 64 * p), scales_of<V>(s0, s0)));
-            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(hi, load32(a[b].qs + 64 * p + 32), scales_of<V>(s1, s1)));
+            const __m256i s0 = scales_of<V>(sc[2 * p], sc[2 * p]), s1 = scales_of<V>(sc[2 * p + 1], sc[2 * p + 1]);
+            for (int t = 0; t < NT; t++) {
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(lo, load32(a[t][b].qs + 64 * p), s0));
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(hi, load32(a[t][b].qs + 64 * p + 32), s1));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
-    return hsum(_mm256_sub_ps(acc, mins));
+    for (int t = 0; t < NT; t++) out[t] = hsum(_mm256_sub_ps(acc[t], mins[t]));
 }
-
-template <bool V>
-float dot_q6_k_avx(const void* wv, const void* av, int64_t n) {
+template <bool V, int NT>
+void q6_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
-    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
     const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
         const int8_t* sc = w[b].scales;
+        const __m128i scv = load16(sc);
         // The "- 32" of every code: 32 * sum of scale * activation sums.
-        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[b].bsums, load16(sc)), 5));
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++)
+            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[t][b].bsums, scv), 5));
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
             const __m256i qh = load32(w[b].qh + 32 * h);
@@ -524,15 +552,26 @@ float dot_q6_k_avx(const void* wv, const void* av, int64_t n) {
                 const __m256i hi = _mm256_and_si256(srl16(qh, 2 * r), low2);
                 const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
                 const int sub = 8 * h + 2 * r;
-                isum = _mm256_add_epi32(
-                    isum, dot_us_scaled<V>(q, load32(a[b].qs + 128 * h + 32 * r), scales_of<V>(sc[sub], sc[sub + 1])));
+                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t],
+                                               dot_us_scaled<V>(q, load32(a[t][b].qs + 128 * h + 32 * r), scale));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
-    return hsum(acc);
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
 
+// The single-token DotFn of a multi-token kernel.
+template <auto kKernel>
+float one_token(const void* w, const void* a, int64_t n) {
+    float out;
+    kKernel(w, static_cast<const uint8_t*>(a), 0, n, &out);
+    return out;
+}
 template <bool V>
 float dot_iq4_xs_avx(const void* wv, const void* av, int64_t n) {
     const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
@@ -560,13 +599,13 @@ DotFn avx_fn(GgmlType t) {
         case GgmlType::Q4_1: return dot_legacy_avx<BlockQ4_1, 0, true, 0, V>;
         case GgmlType::Q5_0: return dot_legacy_avx<BlockQ5_0, 16, false, 1, V>;
         case GgmlType::Q5_1: return dot_legacy_avx<BlockQ5_1, 0, true, 1, V>;
-        case GgmlType::Q8_0: return dot_q8_0_avx<V>;
+        case GgmlType::Q8_0: return one_token<q8_0_avx<V, 1>>;
         case GgmlType::IQ4_NL: return dot_iq4_nl_avx<V>;
         case GgmlType::Q2_K: return dot_q2_k_avx<V>;
         case GgmlType::Q3_K: return dot_q3_k_avx<V>;
-        case GgmlType::Q4_K: return dot_q45_k_avx<false, V>;
-        case GgmlType::Q5_K: return dot_q45_k_avx<true, V>;
-        case GgmlType::Q6_K: return dot_q6_k_avx<V>;
+        case GgmlType::Q4_K: return one_token<q45_k_avx<false, V, 1>>;
+        case GgmlType::Q5_K: return one_token<q45_k_avx<true, V, 1>>;
+        case GgmlType::Q6_K: return one_token<q6_k_avx<V, 1>>;
         case GgmlType::IQ4_XS: return dot_iq4_xs_avx<V>;
         default: return nullptr;
     }
@@ -589,6 +628,26 @@ DotFn dot_fn(QuantDotPath path, GgmlType t) {
     if (path == QuantDotPath::AVX2) return avx_fn<false>(t);
 #endif
     return path == QuantDotPath::SCALAR ? scalar_fn(t) : nullptr;
+}
+
+// The types with a multi-token kernel (the ones Q4_K_M / Q5_K_M / Q6_K / Q8_0 files are made of),
+// on the best compiled path; nullptr for the others, which take one token at a time.
+using MultiFn = void (*)(const void* w, const uint8_t* acts, size_t act_bytes, int64_t n, float* out);
+template <int NT>
+MultiFn multi_fn(GgmlType t) {
+#ifdef STEWARD_QD_AVX2
+    constexpr bool V = kHaveVnni;  // what best_path() picks
+    switch (t) {
+        case GgmlType::Q8_0: return q8_0_avx<V, NT>;
+        case GgmlType::Q4_K: return q45_k_avx<false, V, NT>;
+        case GgmlType::Q5_K: return q45_k_avx<true, V, NT>;
+        case GgmlType::Q6_K: return q6_k_avx<V, NT>;
+        default: break;
+    }
+#else
+    (void)t;
+#endif
+    return nullptr;
 }
 
 std::atomic<bool>& exact_flag() {
@@ -631,11 +690,24 @@ float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols)
 void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
                        int64_t r_end) {
     const DotFn f = dot_fn(best_path(), W.type);
+    const MultiFn f4 = multi_fn<4>(W.type), f2 = multi_fn<2>(W.type);
     const int64_t K = W.n_cols, N = W.n_rows;
     const size_t act_bytes = quant_act_row_bytes(W.type, K);
     for (int64_t r = r_begin; r < r_end; r++) {
         const uint8_t* row = W.row(r);
-        for (int t = 0; t < n_tok; t++) Y[(int64_t)t * N + r] = f(row, acts + (size_t)t * act_bytes, K);
+        int t = 0;
+        float out[4];
+        if (f4 != nullptr)
+            for (; t + 4 <= n_tok; t += 4) {
+                f4(row, acts + (size_t)t * act_bytes, act_bytes, K, out);
+                for (int i = 0; i < 4; i++) Y[(int64_t)(t + i) * N + r] = out[i];
+            }
+        if (f2 != nullptr)
+            for (; t + 2 <= n_tok; t += 2) {
+                f2(row, acts + (size_t)t * act_bytes, act_bytes, K, out);
+                for (int i = 0; i < 2; i++) Y[(int64_t)(t + i) * N + r] = out[i];
+            }
+        for (; t < n_tok; t++) Y[(int64_t)t * N + r] = f(row, acts + (size_t)t * act_bytes, K);
     }
 }
 
