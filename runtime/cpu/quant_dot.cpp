@@ -329,11 +329,6 @@ inline __m256i dot_us(__m256i u, __m256i s) {
     if constexpr (V && kHaveVnni) return dpbusd(_mm256_setzero_si256(), u, s);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-// Signed weights: |w| times x with w's sign.
-template <bool V>
-inline __m256i dot_ss(__m256i w, __m256i x) {
-    return dot_us<V>(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-}
 // A per-lane integer scale for dot_us_scaled: lo for bytes 0-15, hi for bytes 16-31.
 template <bool V>
 inline __m256i scales_of(int lo, int hi) {
@@ -363,29 +358,137 @@ inline __m256i iq4_table() {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kValuesIq4nl)));
 }
 
-template <typename Block, int kOffset, bool kMin, int kHighBit, bool V>
-float dot_legacy_avx(const void* wv, const void* av, int64_t n) {
+
+// The 2-bit field at shift 2 s of each byte (Q2_K / Q3_K order, see the scalar twin). The 16-bit
+// shift moves the neighbour byte's bits in from above only, and the mask drops them.
+inline __m256i two_bits(__m256i q, int s) { return _mm256_and_si256(srl16(q, 2 * s), _mm256_set1_epi8(3)); }
+
+// The kernels read a weight row once for NT tokens (the few-token case of speculation's verify
+// and batched decode): codes are unpacked once, then dotted with every token's activations
+// (acts + t * act_bytes); signed codes (Q8_0, IQ4_*) as |w| times x with w's sign. NT = 1 is the single-token dot, with the same float
+// operations in the same order per token, so every NT gives each token the same result.
+template <typename Block, int kOffset, bool kMin, int kHighBit, bool V, int NT>
+void legacy_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const Block* w = static_cast<const Block*>(wv);
-    const ActBlock32* a = static_cast<const ActBlock32*>(av);
-    __m256 acc = _mm256_setzero_ps();
-    float side = 0.0f;  // the offset or min term, summed over blocks
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    float side[NT];  // the offset or min term, summed over blocks
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+        side[t] = 0.0f;
+    }
     for (int64_t b = 0; b < n / kQK; b++) {
         __m256i q = nibbles32(w[b].qs);
         if constexpr (kHighBit) q = _mm256_or_si256(q, fifth_bits(read_u32(w[b].qh)));
-        const float dd = _cvtsh_ss(w[b].d) * a[b].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(dot_us<V>(q, load32(a[b].qs))), acc);
-        if constexpr (kMin)
-            side += _cvtsh_ss(w[b].m) * a[b].d * (float)a[b].sum;
-        else
-            side -= dd * (float)(kOffset * a[b].sum);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const float dd = dw * a[t][b].d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(dot_us<V>(q, load32(a[t][b].qs))), acc[t]);
+            if constexpr (kMin)
+                side[t] += _cvtsh_ss(w[b].m) * a[t][b].d * (float)a[t][b].sum;
+            else
+                side[t] -= dd * (float)(kOffset * a[t][b].sum);
+        }
     }
-    return hsum(acc) + side;
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]) + side[t];
 }
 
-// The kernels below read a weight row once for NT tokens (the few-token case of speculation's
-// verify and batched decode): codes are unpacked once, then dotted with every token's
-// activations (acts + t * act_bytes). NT = 1 is the single-token dot, with the same float
-// operations in the same order per token, so every NT gives each token the same result.
+template <bool V, int NT>
+void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i table = iq4_table();
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs));
+        const __m256i av = _mm256_abs_epi8(v);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const __m256i p = dot_us<V>(av, _mm256_sign_epi8(load32(a[t][b].qs), v));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+template <bool V, int NT>
+void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT], mins[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = mins[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        const uint8_t* sc = w[b].scales;
+        const __m128i m = _mm_and_si128(_mm_srli_epi16(load16(sc), 4), _mm_set1_epi8(0x0f));
+        const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) {
+            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
+                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m)), mins[t]);
+            isum[t] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i q2 = two_bits(q, s);
+                const __m256i scale = scales_of<V>(sc[sub] & 0x0f, sc[sub + 1] & 0x0f);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q2, load32(a[t][b].qs + 16 * sub), scale));
+            }
+        }
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(_mm256_sub_ps(acc[t], mins[t]));
+}
+
+template <bool V, int NT>
+void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        alignas(16) uint8_t biased[16];
+        alignas(16) int8_t sc[16];
+        q3k_scales_biased(w[b].scales, biased);
+        const __m128i scv = _mm_sub_epi8(load16(biased), _mm_set1_epi8(32));
+        _mm_store_si128(reinterpret_cast<__m128i*>(sc), scv);
+        const __m256i hm = load32(w[b].hmask);
+        // The "- 4" of every code: 4 * sum of scale * activation sums.
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++)
+            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[t][b].bsums, scv), 2));
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i hb = _mm256_and_si256(srl16(hm, 4 * h + s), _mm256_set1_epi8(1));
+                const __m256i q3 = _mm256_or_si256(two_bits(q, s), _mm256_slli_epi16(hb, 2));
+                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q3, load32(a[t][b].qs + 16 * sub), scale));
+            }
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
 template <bool V, int NT>
 void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
@@ -406,80 +509,9 @@ void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
     }
     for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
-template <bool V>
-float dot_iq4_nl_avx(const void* wv, const void* av, int64_t n) {
-    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
-    const ActBlock32* a = static_cast<const ActBlock32*>(av);
-    const __m256i table = iq4_table();
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / kQK; b++) {
-        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs));
-        const __m256i p = dot_ss<V>(v, load32(a[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(p), acc);
-    }
-    return hsum(acc);
-}
 
-// The 2-bit field at shift 2 s of each byte (Q2_K / Q3_K order, see the scalar twin). The 16-bit
-// shift moves the neighbour byte's bits in from above only, and the mask drops them.
-inline __m256i two_bits(__m256i q, int s) { return _mm256_and_si256(srl16(q, 2 * s), _mm256_set1_epi8(3)); }
 
-template <bool V>
-float dot_q2_k_avx(const void* wv, const void* av, int64_t n) {
-    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
-    const ActBlock256* a = static_cast<const ActBlock256*>(av);
-    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / kQKK; b++) {
-        const uint8_t* sc = w[b].scales;
-        const __m128i m = _mm_and_si128(_mm_srli_epi16(load16(sc), 4), _mm_set1_epi8(0x0f));
-        const float dx = a[b].d;
-        mins = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].dmin) * dx),
-                               _mm256_cvtepi32_ps(bsums_times(a[b].bsums, m)), mins);
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = load32(w[b].qs + 32 * h);
-            for (int s = 0; s < 4; s++) {
-                const int sub = 8 * h + 2 * s;
-                const __m256i x = load32(a[b].qs + 16 * sub);
-                isum = _mm256_add_epi32(
-                    isum, dot_us_scaled<V>(two_bits(q, s), x, scales_of<V>(sc[sub] & 0x0f, sc[sub + 1] & 0x0f)));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * dx), _mm256_cvtepi32_ps(isum), acc);
-    }
-    return hsum(_mm256_sub_ps(acc, mins));
-}
 
-template <bool V>
-float dot_q3_k_avx(const void* wv, const void* av, int64_t n) {
-    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
-    const ActBlock256* a = static_cast<const ActBlock256*>(av);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / kQKK; b++) {
-        alignas(16) uint8_t biased[16];
-        alignas(16) int8_t sc[16];
-        q3k_scales_biased(w[b].scales, biased);
-        const __m128i scv = _mm_sub_epi8(load16(biased), _mm_set1_epi8(32));
-        _mm_store_si128(reinterpret_cast<__m128i*>(sc), scv);
-        const __m256i hm = load32(w[b].hmask);
-        // The "- 4" of every code: 4 * sum of scale * activation sums.
-        __m256i isum = _mm256_slli_epi32(bsums_times(a[b].bsums, scv), 2);
-        isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = load32(w[b].qs + 32 * h);
-            for (int s = 0; s < 4; s++) {
-                const int sub = 8 * h + 2 * s;
-                const __m256i hb =
-                    _mm256_and_si256(srl16(hm, 4 * h + s), _mm256_set1_epi8(1));
-                const __m256i q3 = _mm256_or_si256(two_bits(q, s), _mm256_slli_epi16(hb, 2));
-                const __m256i x = load32(a[b].qs + 16 * sub);
-                isum = _mm256_add_epi32(isum, dot_us_scaled<V>(q3, x, scales_of<V>(sc[sub], sc[sub + 1])));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
-    }
-    return hsum(acc);
-}
 
 template <bool kFifthBit, bool V, int NT>
 void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
@@ -572,41 +604,50 @@ float one_token(const void* w, const void* a, int64_t n) {
     kKernel(w, static_cast<const uint8_t*>(a), 0, n, &out);
     return out;
 }
-template <bool V>
-float dot_iq4_xs_avx(const void* wv, const void* av, int64_t n) {
+template <bool V, int NT>
+void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
-    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
     const __m256i table = iq4_table();
-    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQKK; b++) {
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         for (int sub = 0; sub < 8; sub++) {
             const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs + 16 * sub));
-            const __m256i x = load32(a[b].qs + 32 * sub);
+            const __m256i av = _mm256_abs_epi8(v);
             const int ls = iq4xs_scale(w[b], sub);
-            isum = _mm256_add_epi32(isum, dot_us_scaled<V>(_mm256_abs_epi8(v), _mm256_sign_epi8(x, v),
-                                                           scales_of<V>(ls, ls)));
+            const __m256i scale = scales_of<V>(ls, ls);
+            for (int t = 0; t < NT; t++)
+                isum[t] = _mm256_add_epi32(
+                    isum[t], dot_us_scaled<V>(av, _mm256_sign_epi8(load32(a[t][b].qs + 32 * sub), v), scale));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * a[b].d), _mm256_cvtepi32_ps(isum), acc);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
-    return hsum(acc);
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
 
 template <bool V>
 DotFn avx_fn(GgmlType t) {
     switch (t) {
-        case GgmlType::Q4_0: return dot_legacy_avx<BlockQ4_0, 8, false, 0, V>;
-        case GgmlType::Q4_1: return dot_legacy_avx<BlockQ4_1, 0, true, 0, V>;
-        case GgmlType::Q5_0: return dot_legacy_avx<BlockQ5_0, 16, false, 1, V>;
-        case GgmlType::Q5_1: return dot_legacy_avx<BlockQ5_1, 0, true, 1, V>;
+        case GgmlType::Q4_0: return one_token<legacy_avx<BlockQ4_0, 8, false, 0, V, 1>>;
+        case GgmlType::Q4_1: return one_token<legacy_avx<BlockQ4_1, 0, true, 0, V, 1>>;
+        case GgmlType::Q5_0: return one_token<legacy_avx<BlockQ5_0, 16, false, 1, V, 1>>;
+        case GgmlType::Q5_1: return one_token<legacy_avx<BlockQ5_1, 0, true, 1, V, 1>>;
         case GgmlType::Q8_0: return one_token<q8_0_avx<V, 1>>;
-        case GgmlType::IQ4_NL: return dot_iq4_nl_avx<V>;
-        case GgmlType::Q2_K: return dot_q2_k_avx<V>;
-        case GgmlType::Q3_K: return dot_q3_k_avx<V>;
+        case GgmlType::IQ4_NL: return one_token<iq4_nl_avx<V, 1>>;
+        case GgmlType::Q2_K: return one_token<q2_k_avx<V, 1>>;
+        case GgmlType::Q3_K: return one_token<q3_k_avx<V, 1>>;
         case GgmlType::Q4_K: return one_token<q45_k_avx<false, V, 1>>;
         case GgmlType::Q5_K: return one_token<q45_k_avx<true, V, 1>>;
         case GgmlType::Q6_K: return one_token<q6_k_avx<V, 1>>;
-        case GgmlType::IQ4_XS: return dot_iq4_xs_avx<V>;
+        case GgmlType::IQ4_XS: return one_token<iq4_xs_avx<V, 1>>;
         default: return nullptr;
     }
 }
@@ -630,18 +671,26 @@ DotFn dot_fn(QuantDotPath path, GgmlType t) {
     return path == QuantDotPath::SCALAR ? scalar_fn(t) : nullptr;
 }
 
-// The types with a multi-token kernel (the ones Q4_K_M / Q5_K_M / Q6_K / Q8_0 files are made of),
-// on the best compiled path; nullptr for the others, which take one token at a time.
+// The multi-token kernels on the best compiled path; nullptr without AVX2 (the scalar twin then
+// takes one token at a time).
 using MultiFn = void (*)(const void* w, const uint8_t* acts, size_t act_bytes, int64_t n, float* out);
 template <int NT>
 MultiFn multi_fn(GgmlType t) {
 #ifdef STEWARD_QD_AVX2
     constexpr bool V = kHaveVnni;  // what best_path() picks
     switch (t) {
+        case GgmlType::Q4_0: return legacy_avx<BlockQ4_0, 8, false, 0, V, NT>;
+        case GgmlType::Q4_1: return legacy_avx<BlockQ4_1, 0, true, 0, V, NT>;
+        case GgmlType::Q5_0: return legacy_avx<BlockQ5_0, 16, false, 1, V, NT>;
+        case GgmlType::Q5_1: return legacy_avx<BlockQ5_1, 0, true, 1, V, NT>;
         case GgmlType::Q8_0: return q8_0_avx<V, NT>;
+        case GgmlType::IQ4_NL: return iq4_nl_avx<V, NT>;
+        case GgmlType::Q2_K: return q2_k_avx<V, NT>;
+        case GgmlType::Q3_K: return q3_k_avx<V, NT>;
         case GgmlType::Q4_K: return q45_k_avx<false, V, NT>;
         case GgmlType::Q5_K: return q45_k_avx<true, V, NT>;
         case GgmlType::Q6_K: return q6_k_avx<V, NT>;
+        case GgmlType::IQ4_XS: return iq4_xs_avx<V, NT>;
         default: break;
     }
 #else
