@@ -3,10 +3,12 @@
 // templated on VNNI: the same integer sums per block, then one float multiply-add per block.
 #include "cpu/quant_dot.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
