@@ -3,6 +3,7 @@
 // not in F32 are converted a tile at a time, never the whole matrix).
 #include "cpu/kernels.h"
 
+#include "cpu/quant_dot.h"
 #include <cblas.h>
 
 #include <algorithm>
@@ -132,10 +133,10 @@ void stream_matmul(const WeightView& W, const float* X, int n_tok, float* Y, int
     }
 }
 
-// The exact path for the block types without a kernel of their own (Q4_0 ... Q6_K, IQ4_*): each
-// row is dequantized once with the reference dequantizer into a thread-local scratch, then dotted
-// in F32 with every token. Exact against dequantize-then-F32 (no activation quantization, unlike
-// llama.cpp's integer kernels); the fast integer dot products are still to come.
+// The exact path for the block types (Q4_0 ... Q6_K, IQ4_*), taken when exact_quant() is on
+// (STEWARD_EXACT_QUANT=1; otherwise quant_dot.h's integer kernels run): each row is dequantized
+// once with the reference dequantizer into a thread-local scratch, then dotted in F32 with every
+// token. Exact against dequantize-then-F32 (no activation quantization).
 void stream_matmul_dequant(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re) {
     const int64_t K = W.n_cols, N = W.n_rows;
     thread_local std::vector<float> row;
@@ -206,11 +207,17 @@ void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool
     const int64_t per = gemm ? std::max<int64_t>(64, N / (2 * nt)) : std::max<int64_t>(16, N / (4 * nt));
     const int64_t chunk = (per + 15) / 16 * 16;
     const int64_t n_chunks = (N + chunk - 1) / chunk;
+    // Block-quantized weights (and Q8_0), few tokens: each token's activations are quantized to
+    // 8 bits once here, then every chunk runs integer dot products (quant_dot.h); nullptr when
+    // the type has none or the exact path is on.
+    const uint8_t* q_acts = gemm ? nullptr : quantize_activations_for(W, X, n_tok);
     pool.parallel_for(n_chunks, [&](int64_t c) {
         const int64_t rb = c * chunk, re = std::min(N, rb + chunk);
         if (gemm) {
             thread_local std::vector<float> tile;
             gemm_rows(W, X, n_tok, Y, rb, re, tile);
+        } else if (q_acts != nullptr) {
+            quant_matmul_rows(W, q_acts, n_tok, Y, rb, re);
         } else {
             stream_matmul_any(W, X, n_tok, Y, rb, re);
         }

@@ -13,7 +13,9 @@ namespace steward {
 constexpr int kGemmMinTokens = 16;
 
 // Y[t][r] = sum_c W[r][c] * X[t][c]  for t < n_tok, r < W.n_rows.
-// X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over chunks of rows on the pool.
+// X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over chunks of rows on the pool. Q8_0 and
+// the block types below kGemmMinTokens quantize X to 8 bits and take integer dot products
+// (cpu/quant_dot.h, within max|x| / 254 per block of exact) unless exact_quant() is on.
 void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool);
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n_tok rows of n. w is F32.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/forward.h"
+#include "cpu/quant_dot.h"
 #include "kv/kv_storage.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -318,7 +319,13 @@ TEST_CASE("cpu forward matches the naive reference with f16, bf16 and q8_0 weigh
     // The reference decodes the very bytes the model stores, and the CPU pass widens the stored
     // weights to F32 and keeps its activations in F32, so the F32 bound holds for every type
     // (measured: at most 3e-5). A backend that quantised activations as ggml does for Q8_0 (an
-    // error of ~1/127 per dot product) would need ~2e-2 of the logit scale instead.
+    // error of ~1/127 per dot product) would need ~2e-2 of the logit scale instead: so Q8_0 runs
+    // here on the exact path (quant_dot.h's integer kernels have their own tests).
+    struct ExactScope {
+        bool was = exact_quant();
+        ExactScope() { set_exact_quant(true); }
+        ~ExactScope() { set_exact_quant(was); }
+    } exact;
     const GgmlType kTypes[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0};
     for (const GgmlType type : kTypes) {
         for (const Shape& shape : kShapes) {

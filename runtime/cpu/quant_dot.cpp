@@ -1,0 +1,778 @@
+// Integer dot products of block-quantized weights with 8-bit activations (cpu/quant_dot.h). Each
+// type has a scalar twin (plain loops over the layouts of model/quants.h) and an AVX2 kernel
+// templated on VNNI: the same integer sums per block, then one float multiply-add per block.
+#include "cpu/quant_dot.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define STEWARD_QD_AVX2 1
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define STEWARD_QD_VNNI 1
+#endif
+#endif
+
+namespace steward {
+
+namespace {
+
+using DotFn = float (*)(const void* w, const void* a, int64_t n);
+
+bool is_k_type(GgmlType t) { return quant_block_elems(t) == kQKK; }
+
+// --- activation quantization -----------------------------------------------------------------
+
+// Scale max|x| / 127 and round to nearest: |x - d q| <= d / 2 and |q| <= 127, which keeps every
+// maddubs pair sum below 2^15 (at most 2 * 128 * 127).
+float quantize_block(const float* x, int n, int8_t* q) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float v = std::nearbyint(x[j] * id);
+        q[j] = (int8_t)std::max(-127.0f, std::min(127.0f, v));
+    }
+    return d;
+}
+
+void quantize_act32(const float* x, int64_t n, ActBlock32* out) {
+    for (int64_t b = 0; b < n / kQK; b++, x += kQK) {
+        out[b].d = quantize_block(x, kQK, out[b].qs);
+        int32_t s = 0;
+        for (int j = 0; j < kQK; j++) s += out[b].qs[j];
+        out[b].sum = s;
+    }
+}
+
+void quantize_act256(const float* x, int64_t n, ActBlock256* out) {
+    for (int64_t b = 0; b < n / kQKK; b++, x += kQKK) {
+        out[b].d = quantize_block(x, kQKK, out[b].qs);
+        for (int i = 0; i < kQKK / 16; i++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += out[b].qs[16 * i + j];
+            out[b].bsums[i] = (int16_t)s;
+        }
+    }
+}
+
+// --- scale decoding shared by both paths -------------------------------------------------------
+
+uint32_t read_u32(const uint8_t p[4]) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+void write_u32(uint8_t p[4], uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+// Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (layout in model/quants.h), unpacked
+// four at a time in 32-bit words: scales and mins of sub-blocks 0-3 are the low 6 bits of bytes
+// 0-3 and 4-7; those of 4-7 are the nibbles of bytes 8-11 with the top 2 bits of bytes 0-3 / 4-7.
+void q4k_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
+    const uint32_t u0 = read_u32(s), u1 = read_u32(s + 4), u2 = read_u32(s + 8);
+    write_u32(sc, u0 & 0x3f3f3f3f);
+    write_u32(m, u1 & 0x3f3f3f3f);
+    write_u32(sc + 4, (u2 & 0x0f0f0f0f) | ((u0 >> 6) & 0x03030303) << 4);
+    write_u32(m + 4, ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 6) & 0x03030303) << 4);
+}
+
+// Q3_K: 16 6-bit scales, 32 above their value (layout in model/quants.h): scale k's low 4 bits
+// are the low nibbles of bytes 0-7 (k < 8) or their high nibbles (k >= 8), its high 2 bits are
+// bits 2 (k / 4) of byte 8 + k % 4; so word j takes its high bits from bytes 8-11 shifted by 2 j.
+void q3k_scales_biased(const uint8_t s[12], uint8_t sc[16]) {
+    const uint32_t a0 = read_u32(s), a1 = read_u32(s + 4), hb = read_u32(s + 8);
+    const uint32_t lo[4] = {a0 & 0x0f0f0f0f, a1 & 0x0f0f0f0f, (a0 >> 4) & 0x0f0f0f0f, (a1 >> 4) & 0x0f0f0f0f};
+    for (int j = 0; j < 4; j++) write_u32(sc + 4 * j, lo[j] | ((hb >> (2 * j)) & 0x03030303) << 4);
+}
+
+int iq4xs_scale(const BlockIq4Xs& b, int sub) {
+    const int lo = (b.scales_l[sub / 2] >> (4 * (sub % 2))) & 0x0f;
+    const int hi = (b.scales_h >> (2 * sub)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+
+// --- scalar twins ----------------------------------------------------------------------------
+
+// Legacy types: the integer sum of code * activation code per block, with the offset (-8, -16)
+// or the min (m * sum of activations) applied through the block's activation sum.
+template <typename Block, int kOffset, bool kMin, int kHighBit>
+float dot_legacy_scalar(const void* wv, const void* av, int64_t n) {
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        uint32_t qh = 0;
+        if constexpr (kHighBit) qh = read_u32(w[b].qh);
+        int32_t isum = 0;
+        for (int j = 0; j < kQK / 2; j++) {
+            const int q0 = (w[b].qs[j] & 0x0f) | (kHighBit ? ((qh >> j) & 1) << 4 : 0);
+            const int q1 = (w[b].qs[j] >> 4) | (kHighBit ? ((qh >> (j + 16)) & 1) << 4 : 0);
+            isum += q0 * a[b].qs[j] + q1 * a[b].qs[j + 16];
+        }
+        const float dx = a[b].d;
+        if constexpr (kMin) {
+            s += f16_to_f32(w[b].d) * dx * (float)isum + f16_to_f32(w[b].m) * dx * (float)a[b].sum;
+        } else {
+            s += f16_to_f32(w[b].d) * dx * (float)(isum - kOffset * a[b].sum);
+        }
+    }
+    return s;
+}
+
+float dot_q8_0_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < kQK; j++) isum += w[b].qs[j] * a[b].qs[j];
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+float dot_iq4_nl_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
+    const ActBlock32* a = static_cast<const ActBlock32*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQK; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < kQK / 2; j++)
+            isum += kValuesIq4nl[w[b].qs[j] & 0x0f] * a[b].qs[j] + kValuesIq4nl[w[b].qs[j] >> 4] * a[b].qs[j + 16];
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+// Q2_K and Q3_K share the code order: element 32 s + 16 t + l of half h is the 2-bit field at
+// shift 2 s of qs[32 h + 16 t + l]; its sub-block of 16 is 8 h + 2 s + t.
+float dot_q2_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0, msum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * sh + t;
+                    int32_t p = 0;
+                    for (int l = 0; l < 16; l++)
+                        p += ((w[b].qs[32 * h + 16 * t + l] >> (2 * sh)) & 3) * a[b].qs[16 * sub + l];
+                    isum += (w[b].scales[sub] & 0x0f) * p;
+                    msum += (w[b].scales[sub] >> 4) * a[b].bsums[sub];
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum - f16_to_f32(w[b].dmin) * a[b].d * (float)msum;
+    }
+    return s;
+}
+
+float dot_q3_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        uint8_t sc[16];
+        q3k_scales_biased(w[b].scales, sc);
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * sh + t;
+                    int32_t p = 0;
+                    for (int l = 0; l < 16; l++) {
+                        const int lo = (w[b].qs[32 * h + 16 * t + l] >> (2 * sh)) & 3;
+                        const int hi = (w[b].hmask[16 * t + l] >> (4 * h + sh)) & 1;
+                        p += (lo | hi << 2) * a[b].qs[16 * sub + l];
+                    }
+                    isum += (sc[sub] - 32) * (p - 4 * a[b].bsums[sub]);  // q3 - 4: "no -4" where hbit set
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+template <bool kFifthBit>
+float dot_q45_k_scalar(const void* wv, const void* av, int64_t n) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        uint8_t sc[8], m[8];
+        q4k_scales_mins(w[b].scales, sc, m);
+        int32_t isum = 0, msum = 0;
+        for (int sub = 0; sub < 8; sub++) {
+            const uint8_t* q = w[b].qs + 32 * (sub / 2);
+            int32_t p = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> (4 * (sub % 2))) & 0x0f;
+                if constexpr (kFifthBit) v |= ((w[b].qh[l] >> sub) & 1) << 4;
+                p += v * a[b].qs[32 * sub + l];
+            }
+            isum += sc[sub] * p;
+            msum += m[sub] * (a[b].bsums[2 * sub] + a[b].bsums[2 * sub + 1]);
+        }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum - f16_to_f32(w[b].dmin) * a[b].d * (float)msum;
+    }
+    return s;
+}
+
+// Q6_K: element 32 r + l of half h: low 4 bits from ql[64 h + l + 32 (r % 2)] (nibble r / 2),
+// high 2 bits from qh[32 h + l] (shift 2 r); sub-block 8 h + 2 r + l / 16.
+float dot_q6_k_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0;
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 4; r++)
+                for (int t = 0; t < 2; t++) {
+                    const int sub = 8 * h + 2 * r + t;
+                    int32_t p = 0;
+                    for (int l = 16 * t; l < 16 * t + 16; l++) {
+                        const int lo = (w[b].ql[64 * h + l + 32 * (r % 2)] >> (4 * (r / 2))) & 0x0f;
+                        const int hi = (w[b].qh[32 * h + l] >> (2 * r)) & 3;
+                        p += (lo | hi << 4) * a[b].qs[128 * h + 32 * r + l];
+                    }
+                    isum += w[b].scales[sub] * (p - 32 * a[b].bsums[sub]);
+                }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+float dot_iq4_xs_scalar(const void* wv, const void* av, int64_t n) {
+    const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
+    const ActBlock256* a = static_cast<const ActBlock256*>(av);
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        int32_t isum = 0;
+        for (int sub = 0; sub < 8; sub++) {
+            const uint8_t* q = w[b].qs + 16 * sub;
+            const int8_t* x = a[b].qs + 32 * sub;
+            int32_t p = 0;
+            for (int j = 0; j < 16; j++) p += kValuesIq4nl[q[j] & 0x0f] * x[j] + kValuesIq4nl[q[j] >> 4] * x[j + 16];
+            isum += iq4xs_scale(w[b], sub) * p;
+        }
+        s += f16_to_f32(w[b].d) * a[b].d * (float)isum;
+    }
+    return s;
+}
+
+DotFn scalar_fn(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return dot_legacy_scalar<BlockQ4_0, 8, false, 0>;
+        case GgmlType::Q4_1: return dot_legacy_scalar<BlockQ4_1, 0, true, 0>;
+        case GgmlType::Q5_0: return dot_legacy_scalar<BlockQ5_0, 16, false, 1>;
+        case GgmlType::Q5_1: return dot_legacy_scalar<BlockQ5_1, 0, true, 1>;
+        case GgmlType::Q8_0: return dot_q8_0_scalar;
+        case GgmlType::IQ4_NL: return dot_iq4_nl_scalar;
+        case GgmlType::Q2_K: return dot_q2_k_scalar;
+        case GgmlType::Q3_K: return dot_q3_k_scalar;
+        case GgmlType::Q4_K: return dot_q45_k_scalar<false>;
+        case GgmlType::Q5_K: return dot_q45_k_scalar<true>;
+        case GgmlType::Q6_K: return dot_q6_k_scalar;
+        case GgmlType::IQ4_XS: return dot_iq4_xs_scalar;
+        default: return nullptr;
+    }
+}
+
+// --- AVX2 / VNNI ------------------------------------------------------------------------------
+
+#ifdef STEWARD_QD_AVX2
+#ifdef STEWARD_QD_VNNI
+constexpr bool kHaveVnni = true;
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+#ifdef __AVXVNNI__
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+#else
+constexpr bool kHaveVnni = false;
+inline __m256i dpbusd(__m256i acc, __m256i, __m256i) { return acc; }  // never called
+#endif
+
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+// A 16-bit logical right shift by a count known only at run time (unrolled loops make it constant).
+inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// bsums[k] * sc[k] for the 16 sub-blocks of a super-block, as 8 i32 partial sums (sc: 16 signed
+// bytes). The offset and min terms of the k-quants, without a scalar loop.
+inline __m256i bsums_times(const int16_t* bsums, __m128i sc) {
+    return _mm256_madd_epi16(load32(bsums), _mm256_cvtepi8_epi16(sc));
+}
+
+// u (unsigned bytes) times s (signed bytes), each i32 lane the sum of 4 neighbouring products.
+// Without VNNI, maddubs's i16 pair sums stay below 2^15 because |s| <= 127 and u <= 128 here.
+template <bool V>
+inline __m256i dot_us(__m256i u, __m256i s) {
+    if constexpr (V && kHaveVnni) return dpbusd(_mm256_setzero_si256(), u, s);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+// A per-lane integer scale for dot_us_scaled: lo for bytes 0-15, hi for bytes 16-31.
+template <bool V>
+inline __m256i scales_of(int lo, int hi) {
+    if constexpr (V && kHaveVnni) return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
+    return _mm256_setr_m128i(_mm_set1_epi16((short)lo), _mm_set1_epi16((short)hi));
+}
+template <bool V>
+inline __m256i dot_us_scaled(__m256i u, __m256i s, __m256i sc) {
+    if constexpr (V && kHaveVnni) return _mm256_mullo_epi32(dpbusd(_mm256_setzero_si256(), u, s), sc);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc);
+}
+
+// 16 bytes of legacy nibbles to 32 codes in element order (low nibbles, then high nibbles).
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), _mm256_set1_epi8(0x0f));
+}
+// Bit j of x to byte j: 0x10 where set (the 5th bit of Q5_0 / Q5_1 codes).
+inline __m256i fifth_bits(uint32_t x) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)x),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+inline __m256i iq4_table() {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kValuesIq4nl)));
+}
+
+
+// The 2-bit field at shift 2 s of each byte (Q2_K / Q3_K order, see the scalar twin). The 16-bit
+// shift moves the neighbour byte's bits in from above only, and the mask drops them.
+inline __m256i two_bits(__m256i q, int s) { return _mm256_and_si256(srl16(q, 2 * s), _mm256_set1_epi8(3)); }
+
+// The kernels read a weight row once for NT tokens (the few-token case of speculation's verify
+// and batched decode): codes are unpacked once, then dotted with every token's activations
+// (acts + t * act_bytes); signed codes (Q8_0, IQ4_*) as |w| times x with w's sign. NT = 1 is the single-token dot, with the same float
+// operations in the same order per token, so every NT gives each token the same result.
+template <typename Block, int kOffset, bool kMin, int kHighBit, bool V, int NT>
+void legacy_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    float side[NT];  // the offset or min term, summed over blocks
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+        side[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / kQK; b++) {
+        __m256i q = nibbles32(w[b].qs);
+        if constexpr (kHighBit) q = _mm256_or_si256(q, fifth_bits(read_u32(w[b].qh)));
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const float dd = dw * a[t][b].d;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(dot_us<V>(q, load32(a[t][b].qs))), acc[t]);
+            if constexpr (kMin)
+                side[t] += _cvtsh_ss(w[b].m) * a[t][b].d * (float)a[t][b].sum;
+            else
+                side[t] -= dd * (float)(kOffset * a[t][b].sum);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]) + side[t];
+}
+
+template <bool V, int NT>
+void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i table = iq4_table();
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs));
+        const __m256i av = _mm256_abs_epi8(v);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const __m256i p = dot_us<V>(av, _mm256_sign_epi8(load32(a[t][b].qs), v));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+template <bool V, int NT>
+void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT], mins[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = mins[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        const uint8_t* sc = w[b].scales;
+        const __m128i m = _mm_and_si128(_mm_srli_epi16(load16(sc), 4), _mm_set1_epi8(0x0f));
+        const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) {
+            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
+                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m)), mins[t]);
+            isum[t] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i q2 = two_bits(q, s);
+                const __m256i scale = scales_of<V>(sc[sub] & 0x0f, sc[sub + 1] & 0x0f);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q2, load32(a[t][b].qs + 16 * sub), scale));
+            }
+        }
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(_mm256_sub_ps(acc[t], mins[t]));
+}
+
+template <bool V, int NT>
+void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        alignas(16) uint8_t biased[16];
+        alignas(16) int8_t sc[16];
+        q3k_scales_biased(w[b].scales, biased);
+        const __m128i scv = _mm_sub_epi8(load16(biased), _mm_set1_epi8(32));
+        _mm_store_si128(reinterpret_cast<__m128i*>(sc), scv);
+        const __m256i hm = load32(w[b].hmask);
+        // The "- 4" of every code: 4 * sum of scale * activation sums.
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++)
+            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[t][b].bsums, scv), 2));
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load32(w[b].qs + 32 * h);
+            for (int s = 0; s < 4; s++) {
+                const int sub = 8 * h + 2 * s;
+                const __m256i hb = _mm256_and_si256(srl16(hm, 4 * h + s), _mm256_set1_epi8(1));
+                const __m256i q3 = _mm256_or_si256(two_bits(q, s), _mm256_slli_epi16(hb, 2));
+                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q3, load32(a[t][b].qs + 16 * sub), scale));
+            }
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+template <bool V, int NT>
+void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
+    const ActBlock32* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / kQK; b++) {
+        const __m256i q = load32(w[b].qs);
+        const __m256i aq = _mm256_abs_epi8(q);
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const __m256i p = dot_us<V>(aq, _mm256_sign_epi8(load32(a[t][b].qs), q));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+
+
+
+template <bool kFifthBit, bool V, int NT>
+void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* w = static_cast<const Block*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT], mins[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = mins[t] = _mm256_setzero_ps();
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        alignas(16) uint8_t sc[8], m[16];
+        q4k_scales_mins(w[b].scales, sc, m);
+        // Each min covers two sub-blocks of 16 of the activation sums: m0 m0 m1 m1 ...
+        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+        const __m128i m_pairs = _mm_unpacklo_epi8(m8, m8);
+        const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) {
+            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
+                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m_pairs)), mins[t]);
+            isum[t] = _mm256_setzero_si256();
+        }
+        __m256i qh;
+        if constexpr (kFifthBit) qh = load32(w[b].qh);
+        for (int p = 0; p < 4; p++) {
+            const __m256i q = load32(w[b].qs + 32 * p);
+            __m256i lo = _mm256_and_si256(q, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if constexpr (kFifthBit) {
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p + 1), one), 4));
+            }
+            const __m256i s0 = scales_of<V>(sc[2 * p], sc[2 * p]), s1 = scales_of<V>(sc[2 * p + 1], sc[2 * p + 1]);
+            for (int t = 0; t < NT; t++) {
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(lo, load32(a[t][b].qs + 64 * p), s0));
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(hi, load32(a[t][b].qs + 64 * p + 32), s1));
+            }
+        }
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(_mm256_sub_ps(acc[t], mins[t]));
+}
+template <bool V, int NT>
+void q6_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        const int8_t* sc = w[b].scales;
+        const __m128i scv = load16(sc);
+        // The "- 32" of every code: 32 * sum of scale * activation sums.
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++)
+            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bsums_times(a[t][b].bsums, scv), 5));
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = load32(w[b].ql + 64 * h), ql1 = load32(w[b].ql + 64 * h + 32);
+            const __m256i qh = load32(w[b].qh + 32 * h);
+            for (int r = 0; r < 4; r++) {
+                const __m256i lo = _mm256_and_si256(srl16(r % 2 ? ql1 : ql0, 4 * (r / 2)), low4);
+                const __m256i hi = _mm256_and_si256(srl16(qh, 2 * r), low2);
+                const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                const int sub = 8 * h + 2 * r;
+                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                for (int t = 0; t < NT; t++)
+                    isum[t] = _mm256_add_epi32(isum[t],
+                                               dot_us_scaled<V>(q, load32(a[t][b].qs + 128 * h + 32 * r), scale));
+            }
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+// The single-token DotFn of a multi-token kernel.
+template <auto kKernel>
+float one_token(const void* w, const void* a, int64_t n) {
+    float out;
+    kKernel(w, static_cast<const uint8_t*>(a), 0, n, &out);
+    return out;
+}
+template <bool V, int NT>
+void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
+    const ActBlock256* a[NT];
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
+        acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i table = iq4_table();
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        __m256i isum[NT];
+        for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        for (int sub = 0; sub < 8; sub++) {
+            const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs + 16 * sub));
+            const __m256i av = _mm256_abs_epi8(v);
+            const int ls = iq4xs_scale(w[b], sub);
+            const __m256i scale = scales_of<V>(ls, ls);
+            for (int t = 0; t < NT; t++)
+                isum[t] = _mm256_add_epi32(
+                    isum[t], dot_us_scaled<V>(av, _mm256_sign_epi8(load32(a[t][b].qs + 32 * sub), v), scale));
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+template <bool V>
+DotFn avx_fn(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return one_token<legacy_avx<BlockQ4_0, 8, false, 0, V, 1>>;
+        case GgmlType::Q4_1: return one_token<legacy_avx<BlockQ4_1, 0, true, 0, V, 1>>;
+        case GgmlType::Q5_0: return one_token<legacy_avx<BlockQ5_0, 16, false, 1, V, 1>>;
+        case GgmlType::Q5_1: return one_token<legacy_avx<BlockQ5_1, 0, true, 1, V, 1>>;
+        case GgmlType::Q8_0: return one_token<q8_0_avx<V, 1>>;
+        case GgmlType::IQ4_NL: return one_token<iq4_nl_avx<V, 1>>;
+        case GgmlType::Q2_K: return one_token<q2_k_avx<V, 1>>;
+        case GgmlType::Q3_K: return one_token<q3_k_avx<V, 1>>;
+        case GgmlType::Q4_K: return one_token<q45_k_avx<false, V, 1>>;
+        case GgmlType::Q5_K: return one_token<q45_k_avx<true, V, 1>>;
+        case GgmlType::Q6_K: return one_token<q6_k_avx<V, 1>>;
+        case GgmlType::IQ4_XS: return one_token<iq4_xs_avx<V, 1>>;
+        default: return nullptr;
+    }
+}
+#endif  // STEWARD_QD_AVX2
+
+QuantDotPath best_path() {
+#if defined(STEWARD_QD_VNNI)
+    return QuantDotPath::VNNI;
+#elif defined(STEWARD_QD_AVX2)
+    return QuantDotPath::AVX2;
+#else
+    return QuantDotPath::SCALAR;
+#endif
+}
+
+DotFn dot_fn(QuantDotPath path, GgmlType t) {
+#ifdef STEWARD_QD_AVX2
+    if (path == QuantDotPath::VNNI && kHaveVnni) return avx_fn<true>(t);
+    if (path == QuantDotPath::AVX2) return avx_fn<false>(t);
+#endif
+    return path == QuantDotPath::SCALAR ? scalar_fn(t) : nullptr;
+}
+
+// The multi-token kernels on the best compiled path; nullptr without AVX2 (the scalar twin then
+// takes one token at a time).
+using MultiFn = void (*)(const void* w, const uint8_t* acts, size_t act_bytes, int64_t n, float* out);
+template <int NT>
+MultiFn multi_fn(GgmlType t) {
+#ifdef STEWARD_QD_AVX2
+    constexpr bool V = kHaveVnni;  // what best_path() picks
+    switch (t) {
+        case GgmlType::Q4_0: return legacy_avx<BlockQ4_0, 8, false, 0, V, NT>;
+        case GgmlType::Q4_1: return legacy_avx<BlockQ4_1, 0, true, 0, V, NT>;
+        case GgmlType::Q5_0: return legacy_avx<BlockQ5_0, 16, false, 1, V, NT>;
+        case GgmlType::Q5_1: return legacy_avx<BlockQ5_1, 0, true, 1, V, NT>;
+        case GgmlType::Q8_0: return q8_0_avx<V, NT>;
+        case GgmlType::IQ4_NL: return iq4_nl_avx<V, NT>;
+        case GgmlType::Q2_K: return q2_k_avx<V, NT>;
+        case GgmlType::Q3_K: return q3_k_avx<V, NT>;
+        case GgmlType::Q4_K: return q45_k_avx<false, V, NT>;
+        case GgmlType::Q5_K: return q45_k_avx<true, V, NT>;
+        case GgmlType::Q6_K: return q6_k_avx<V, NT>;
+        case GgmlType::IQ4_XS: return iq4_xs_avx<V, NT>;
+        default: break;
+    }
+#else
+    (void)t;
+#endif
+    return nullptr;
+}
+
+std::atomic<bool>& exact_flag() {
+    static std::atomic<bool> flag{[] {
+        const char* v = std::getenv("STEWARD_EXACT_QUANT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }()};
+    return flag;
+}
+
+}  // namespace
+
+bool quant_dot_supported(GgmlType type) { return scalar_fn(type) != nullptr; }
+
+size_t quant_act_row_bytes(GgmlType type, int64_t n_cols) {
+    if (!quant_dot_supported(type)) return 0;
+    return is_k_type(type) ? (size_t)(n_cols / kQKK) * sizeof(ActBlock256) : (size_t)(n_cols / kQK) * sizeof(ActBlock32);
+}
+
+void quantize_activation(GgmlType type, const float* x, int64_t n_cols, void* out) {
+    if (is_k_type(type))
+        quantize_act256(x, n_cols, static_cast<ActBlock256*>(out));
+    else
+        quantize_act32(x, n_cols, static_cast<ActBlock32*>(out));
+}
+
+bool quant_dot_path_available(QuantDotPath path) {
+    return dot_fn(path, GgmlType::Q8_0) != nullptr;
+}
+
+float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    const DotFn f = dot_fn(path, type);
+    return f != nullptr ? f(w_row, act, n_cols) : 0.0f;
+}
+
+float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    return vec_dot_on(best_path(), type, w_row, act, n_cols);
+}
+
+void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
+                       int64_t r_end) {
+    const DotFn f = dot_fn(best_path(), W.type);
+    const MultiFn f4 = multi_fn<4>(W.type), f2 = multi_fn<2>(W.type);
+    const int64_t K = W.n_cols, N = W.n_rows;
+    const size_t act_bytes = quant_act_row_bytes(W.type, K);
+    for (int64_t r = r_begin; r < r_end; r++) {
+        const uint8_t* row = W.row(r);
+        int t = 0;
+        float out[4];
+        if (f4 != nullptr)
+            for (; t + 4 <= n_tok; t += 4) {
+                f4(row, acts + (size_t)t * act_bytes, act_bytes, K, out);
+                for (int i = 0; i < 4; i++) Y[(int64_t)(t + i) * N + r] = out[i];
+            }
+        if (f2 != nullptr)
+            for (; t + 2 <= n_tok; t += 2) {
+                f2(row, acts + (size_t)t * act_bytes, act_bytes, K, out);
+                for (int i = 0; i < 2; i++) Y[(int64_t)(t + i) * N + r] = out[i];
+            }
+        for (; t < n_tok; t++) Y[(int64_t)t * N + r] = f(row, acts + (size_t)t * act_bytes, K);
+    }
+}
+
+const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int n_tok) {
+    if (!quant_dot_supported(W.type) || exact_quant()) return nullptr;
+    const size_t act_bytes = quant_act_row_bytes(W.type, W.n_cols);
+    thread_local std::vector<uint8_t> scratch;  // grows to the largest matmul, then stays
+    if (scratch.size() < act_bytes * (size_t)n_tok) scratch.resize(act_bytes * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++)
+        quantize_activation(W.type, X + (int64_t)t * W.n_cols, W.n_cols, scratch.data() + (size_t)t * act_bytes);
+    return scratch.data();
+}
+
+bool exact_quant() { return exact_flag().load(std::memory_order_relaxed); }
+void set_exact_quant(bool on) { exact_flag().store(on, std::memory_order_relaxed); }
+
+}  // namespace steward

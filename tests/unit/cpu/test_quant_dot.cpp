@@ -1,0 +1,281 @@
+// The integer dot-product kernels (cpu/quant_dot.h) against the reference dequantizer and a
+// double-precision dot with the unquantized activations, every path against the scalar twin, and
+// matmul's quantized streaming path against its exact path.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/quant_dot.h"
+#include "cpu/thread_pool.h"
+#include "model/quants.h"
+
+using namespace steward;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
+                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+
+// Bytes of the fp16 scale fields in each block (d, and the min scale m / dmin where the type has one).
+std::vector<size_t> scale_offsets(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_0: return {offsetof(BlockQ4_0, d)};
+        case GgmlType::Q4_1: return {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)};
+        case GgmlType::Q5_0: return {offsetof(BlockQ5_0, d)};
+        case GgmlType::Q5_1: return {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)};
+        case GgmlType::Q8_0: return {offsetof(BlockQ8_0, d)};
+        case GgmlType::Q2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+        case GgmlType::Q3_K: return {offsetof(BlockQ3_K, d)};
+        case GgmlType::Q4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
+        case GgmlType::Q5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
+        case GgmlType::Q6_K: return {offsetof(BlockQ6_K, d)};
+        case GgmlType::IQ4_NL: return {offsetof(BlockIq4Nl, d)};
+        case GgmlType::IQ4_XS: return {offsetof(BlockIq4Xs, d)};
+        default: return {};
+    }
+}
+
+// n_rows rows of n_cols weights: random bytes in every code, scale and mask field, then each fp16
+// scale overwritten with a finite value of either sign, 1e-3 .. 2e-2 in magnitude.
+std::vector<uint8_t> random_weights(GgmlType t, int64_t n_rows, int64_t n_cols, std::mt19937& rng) {
+    const int64_t n_blocks = n_rows * n_cols / quant_block_elems(t);
+    const size_t bb = quant_block_bytes(t);
+    std::vector<uint8_t> w((size_t)n_blocks * bb);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (uint8_t& b : w) b = (uint8_t)byte(rng);
+    std::uniform_real_distribution<float> mag(1e-3f, 2e-2f);
+    std::bernoulli_distribution neg(0.5);
+    for (int64_t i = 0; i < n_blocks; i++)
+        for (const size_t off : scale_offsets(t)) {
+            const uint16_t h = f32_to_f16(neg(rng) ? -mag(rng) : mag(rng));
+            std::memcpy(w.data() + (size_t)i * bb + off, &h, 2);
+        }
+    return w;
+}
+
+std::vector<float> random_acts(int64_t n, std::mt19937& rng) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> x((size_t)n);
+    for (float& v : x) v = g(rng);
+    return x;
+}
+
+struct Reference {
+    double dot = 0.0;        // dequantized weights . unquantized activations, in double
+    double magnitude = 0.0;  // sum |w_i x_i|
+    double act_bound = 0.0;  // the most the 8-bit activation rounding can move the dot product
+};
+
+// Activation block b has scale max|x| / 127 and rounds each element by at most half of it, so it
+// moves the dot product by at most (max_b |x| / 254) * sum_{i in b} |w_i|.
+Reference reference_dot(GgmlType t, const uint8_t* w_row, const float* x, int64_t n_cols) {
+    std::vector<float> w((size_t)n_cols);
+    REQUIRE(dequantize_row(t, w_row, n_cols, w.data()).ok());
+    const int act_block = quant_block_elems(t) == kQKK ? kQKK : kQK;
+    Reference r;
+    for (int64_t b = 0; b < n_cols; b += act_block) {
+        double amax = 0.0, wsum = 0.0;
+        for (int64_t i = b; i < b + act_block; i++) {
+            r.dot += (double)w[i] * x[i];
+            r.magnitude += std::fabs((double)w[i] * x[i]);
+            amax = std::max(amax, (double)std::fabs(x[i]));
+            wsum += std::fabs((double)w[i]);
+        }
+        r.act_bound += amax / 254.0 * wsum;
+    }
+    return r;
+}
+
+// Float rounding on top of the integer sums: one multiply-add per block of 32 or 256 in float
+// (n_blocks * 2^-24 relative, under 1e-5 for K <= 2304) in the kernel, and the reference's own float
+// dequantization (d * q - m rounds once or twice per element). 1e-4 of sum |w_i x_i| covers both
+// with a factor of ten, for the types with a min whose two terms partly cancel.
+constexpr double kFloatSlack = 1e-4;
+
+std::vector<uint8_t> quantized(GgmlType t, const float* x, int64_t n_cols) {
+    std::vector<uint8_t> a(quant_act_row_bytes(t, n_cols));
+    quantize_activation(t, x, n_cols, a.data());
+    return a;
+}
+
+std::vector<QuantDotPath> fast_paths() {
+    std::vector<QuantDotPath> p;
+    for (const QuantDotPath q : {QuantDotPath::AVX2, QuantDotPath::VNNI})
+        if (quant_dot_path_available(q)) p.push_back(q);
+    return p;
+}
+
+// Turns the exact path on for a scope.
+struct ExactQuant {
+    bool was = exact_quant();
+    explicit ExactQuant(bool on) { set_exact_quant(on); }
+    ~ExactQuant() { set_exact_quant(was); }
+};
+
+}  // namespace
+
+TEST_CASE("activation blocks round every element to within half a step of max |x| / 127", "[quant_dot]") {
+    std::mt19937 rng(3);
+    for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K}) {
+        const int64_t n = 768;
+        std::vector<float> x = random_acts(n, rng);
+        x[5] = 0.0f;
+        const std::vector<uint8_t> a = quantized(t, x.data(), n);
+        if (t == GgmlType::Q4_K) {
+            const ActBlock256* b = reinterpret_cast<const ActBlock256*>(a.data());
+            for (int64_t i = 0; i < n; i++) {
+                const ActBlock256& blk = b[i / kQKK];
+                CHECK(std::fabs(x[i] - blk.d * blk.qs[i % kQKK]) <= blk.d * 0.5f * (1 + 1e-5f));
+            }
+            for (int64_t k = 0; k < n / kQKK; k++) {
+                float amax = 0.0f;
+                for (int j = 0; j < kQKK; j++) amax = std::max(amax, std::fabs(x[k * kQKK + j]));
+                CHECK(b[k].d == Approx(amax / 127.0f).epsilon(1e-6));
+                for (int s = 0; s < kQKK / 16; s++) {
+                    int sum = 0;
+                    for (int j = 0; j < 16; j++) sum += b[k].qs[16 * s + j];
+                    CHECK(b[k].bsums[s] == sum);
+                }
+            }
+        } else {
+            const ActBlock32* b = reinterpret_cast<const ActBlock32*>(a.data());
+            for (int64_t i = 0; i < n; i++) {
+                const ActBlock32& blk = b[i / kQK];
+                CHECK(std::fabs(x[i] - blk.d * blk.qs[i % kQK]) <= blk.d * 0.5f * (1 + 1e-5f));
+            }
+            for (int64_t k = 0; k < n / kQK; k++) {
+                int sum = 0;
+                for (int j = 0; j < kQK; j++) sum += b[k].qs[j];
+                CHECK(b[k].sum == sum);
+            }
+        }
+    }
+}
+
+TEST_CASE("vec_dot matches the reference dequantizer's dot product within the activation rounding bound",
+          "[quant_dot]") {
+    std::mt19937 rng(11);
+    for (const GgmlType t : kTypes) {
+        const bool k_type = quant_block_elems(t) == kQKK;
+        std::vector<int64_t> widths = {256, 768, 2048 + 256};
+        if (!k_type) widths.insert(widths.end(), {32, 96, 37 * 32});
+        for (const int64_t K : widths) {
+            const int64_t n_rows = 7;
+            const std::vector<uint8_t> w = random_weights(t, n_rows, K, rng);
+            const std::vector<float> x = random_acts(K, rng);
+            const std::vector<uint8_t> a = quantized(t, x.data(), K);
+            const size_t row_bytes = (size_t)ggml_row_bytes(t, K);
+            for (int64_t r = 0; r < n_rows; r++) {
+                const uint8_t* row = w.data() + r * row_bytes;
+                const Reference ref = reference_dot(t, row, x.data(), K);
+                const double got = vec_dot(t, row, a.data(), K);
+                INFO(ggml_type_name((uint32_t)t) << " K " << K << " row " << r << ": got " << got << ", reference "
+                                                 << ref.dot << ", bound " << ref.act_bound);
+                CHECK(std::fabs(got - ref.dot) <= ref.act_bound + kFloatSlack * ref.magnitude);
+                // The bound means something: well under the size of the dot product's terms.
+                CHECK(ref.act_bound < 0.02 * ref.magnitude);
+                CHECK(vec_dot_scalar(t, row, a.data(), K) ==
+                      Approx(got).margin(1e-5 * ref.magnitude).epsilon(0));
+            }
+        }
+    }
+}
+
+TEST_CASE("vec_dot is exact up to float rounding when the activations need no rounding", "[quant_dot]") {
+    // Integer activations with 127 in every block quantize with scale 1 and no error, so any
+    // difference from the reference is a kernel bug (an element, a scale or a sign misplaced).
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> code(-127, 127);
+    for (const GgmlType t : kTypes) {
+        const int64_t K = 768, n_rows = 5;
+        const std::vector<uint8_t> w = random_weights(t, n_rows, K, rng);
+        std::vector<float> x((size_t)K);
+        for (float& v : x) v = (float)code(rng);
+        for (int64_t b = 0; b < K; b += kQK) x[b] = 127.0f;
+        const std::vector<uint8_t> a = quantized(t, x.data(), K);
+        const size_t row_bytes = (size_t)ggml_row_bytes(t, K);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const uint8_t* row = w.data() + r * row_bytes;
+            const Reference ref = reference_dot(t, row, x.data(), K);
+            for (const QuantDotPath p : {QuantDotPath::SCALAR, QuantDotPath::AVX2, QuantDotPath::VNNI}) {
+                if (!quant_dot_path_available(p)) continue;
+                const double got = vec_dot_on(p, t, row, a.data(), K);
+                INFO(ggml_type_name((uint32_t)t) << " path " << (int)p << " row " << r << ": got " << got
+                                                 << ", reference " << ref.dot);
+                CHECK(std::fabs(got - ref.dot) <= kFloatSlack * ref.magnitude);
+            }
+        }
+    }
+}
+
+TEST_CASE("every compiled vec_dot path agrees with the scalar twin up to float reassociation", "[quant_dot]") {
+    // The integer sums per block are the same on every path; only the float combination of the
+    // blocks' terms is ordered differently: a few 2^-24 of sum |w_i x_i|.
+    std::mt19937 rng(17);
+    const std::vector<QuantDotPath> paths = fast_paths();
+    for (const GgmlType t : kTypes) {
+        for (const int64_t K : {256, 768, 2048 + 256}) {
+            const int64_t n_rows = 9;
+            const std::vector<uint8_t> w = random_weights(t, n_rows, K, rng);
+            const std::vector<float> x = random_acts(K, rng);
+            const std::vector<uint8_t> a = quantized(t, x.data(), K);
+            const size_t row_bytes = (size_t)ggml_row_bytes(t, K);
+            for (int64_t r = 0; r < n_rows; r++) {
+                const uint8_t* row = w.data() + r * row_bytes;
+                const Reference ref = reference_dot(t, row, x.data(), K);
+                const double want = vec_dot_scalar(t, row, a.data(), K);
+                for (const QuantDotPath p : paths) {
+                    const double got = vec_dot_on(p, t, row, a.data(), K);
+                    INFO(ggml_type_name((uint32_t)t) << " K " << K << " path " << (int)p << ": " << got << " vs scalar "
+                                                     << want);
+                    CHECK(std::fabs(got - want) <= 1e-5 * ref.magnitude);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path within the rounding bound",
+          "[quant_dot][kernels]") {
+    std::mt19937 rng(23);
+    ThreadPool pool(2);
+    for (const GgmlType t : kTypes) {
+        const int64_t K = 768, N = 37;  // 37 rows: three chunks of 16, the last short
+        const std::vector<uint8_t> w = random_weights(t, N, K, rng);
+        WeightView W;
+        W.type = t;
+        W.data = w.data();
+        W.n_cols = K;
+        W.n_rows = N;
+        for (int n_tok = 1; n_tok <= 4; n_tok++) {
+            const std::vector<float> X = random_acts(n_tok * K, rng);
+            std::vector<float> fast((size_t)(n_tok * N)), exact((size_t)(n_tok * N));
+            {
+                ExactQuant off(false);
+                matmul(W, X.data(), n_tok, fast.data(), pool);
+            }
+            {
+                ExactQuant on(true);
+                matmul(W, X.data(), n_tok, exact.data(), pool);
+            }
+            for (int tk = 0; tk < n_tok; tk++)
+                for (int64_t r = 0; r < N; r++) {
+                    const Reference ref = reference_dot(t, w.data() + r * W.row_bytes(), X.data() + tk * K, K);
+                    INFO(ggml_type_name((uint32_t)t) << " n_tok " << n_tok << " token " << tk << " row " << r);
+                    // The exact path is the reference up to float rounding; the fast one also
+                    // carries the activation rounding, and is exactly vec_dot on that token alone.
+                    CHECK(std::fabs(exact[tk * N + r] - ref.dot) <= kFloatSlack * ref.magnitude);
+                    CHECK(std::fabs(fast[tk * N + r] - exact[tk * N + r]) <=
+                          ref.act_bound + 2 * kFloatSlack * ref.magnitude);
+                    const std::vector<uint8_t> a = quantized(t, X.data() + tk * K, K);
+                    CHECK(fast[tk * N + r] == vec_dot(t, w.data() + r * W.row_bytes(), a.data(), K));
+                }
+        }
+    }
+}
