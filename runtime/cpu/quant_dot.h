@@ -71,5 +71,13 @@ const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int
 // Not synchronised with running matmuls: set it between forward passes.
 bool exact_quant();
 void set_exact_quant(bool on);
+// Turns the exact path on for a scope (tests comparing against an F32 reference), then restores.
+struct ExactQuantScope {
+    bool was = exact_quant();
+    ExactQuantScope() { set_exact_quant(true); }
+    ~ExactQuantScope() { set_exact_quant(was); }
+    ExactQuantScope(const ExactQuantScope&) = delete;
+    ExactQuantScope& operator=(const ExactQuantScope&) = delete;
+};
 
 }  // namespace steward

@@ -321,11 +321,7 @@ TEST_CASE("cpu forward matches the naive reference with f16, bf16 and q8_0 weigh
     // (measured: at most 3e-5). A backend that quantised activations as ggml does for Q8_0 (an
     // error of ~1/127 per dot product) would need ~2e-2 of the logit scale instead: so Q8_0 runs
     // here on the exact path (quant_dot.h's integer kernels have their own tests).
-    struct ExactScope {
-        bool was = exact_quant();
-        ExactScope() { set_exact_quant(true); }
-        ~ExactScope() { set_exact_quant(was); }
-    } exact;
+    const ExactQuantScope exact;
     const GgmlType kTypes[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0};
     for (const GgmlType type : kTypes) {
         for (const Shape& shape : kShapes) {
