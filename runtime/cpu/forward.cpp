@@ -121,9 +121,11 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
     const int half = p.n_rot / 2;
     std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
+    std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot): pow once per i, not per token
+    for (int i = 0; i < half; i++) inv_freq[i] = std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < half; i++) {
-            const double theta = refs[t].pos * std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
+            const double theta = refs[t].pos * inv_freq[i];
             rcos[(size_t)t * half + i] = (float)std::cos(theta);
             rsin[(size_t)t * half + i] = (float)std::sin(theta);
         }
@@ -189,45 +191,47 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                 std::memcpy(vd, v_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
             }
         }
-        // Attention: one work item per (token, head) over the token's visible slots.
-        // Work items are (token, head); chunks of items go to the pool.
-        const int n_items = n_tok * NH;
+        // Attention: one work item per (token, KV head) over the token's visible slots. The gqa
+        // query heads that share a KV head are done together, so each key and value row is
+        // gathered from its block once per group rather than once per query head.
+        const int n_items = n_tok * NKV;
         const int items_per_chunk = std::max(1, n_items / (4 * pool_.n_threads()));
         const int64_t n_chunks = (n_items + items_per_chunk - 1) / items_per_chunk;
         pool_.parallel_for(n_chunks, [&](int64_t chunk) {
-            thread_local std::vector<float> sc;  // scores over the token's visible slots
+            thread_local std::vector<float> sc;  // [gqa][n_slots] scores over the token's visible slots
             const int it_end = std::min<int>(n_items, (int)(chunk + 1) * items_per_chunk);
             for (int it = (int)chunk * items_per_chunk; it < it_end; it++) {
-                const int t = it / NH, h = it % NH, g = h / gqa;
+                const int t = it / NKV, g = it % NKV;
                 const SeqInput& in = batch[refs[t].seq];
                 const std::span<const int> slots(vis.data() + vis_off[t], vis_off[t + 1] - vis_off[t]);
-                const float* qh = q_.data() + (int64_t)t * QD + h * HD;
-                float* out = att_.data() + (int64_t)t * QD + h * HD;
-                std::fill(out, out + HD, 0.0f);
+                const int64_t n_s = (int64_t)slots.size();
+                const float* q0 = q_.data() + (int64_t)t * QD + (int64_t)g * gqa * HD;  // [gqa][HD]
+                float* out0 = att_.data() + (int64_t)t * QD + (int64_t)g * gqa * HD;    // [gqa][HD]
+                std::fill(out0, out0 + gqa * HD, 0.0f);
                 if (slots.empty()) continue;
-                sc.resize(slots.size());
-                float mx = -INFINITY;
-                for (size_t k = 0; k < slots.size(); k++) {
+                sc.resize((size_t)(gqa * n_s));
+                for (int64_t k = 0; k < n_s; k++) {
                     const int s = slots[k];
                     const uint8_t* kp = kv.k_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
-                    const float d = f16kv ? dot_f16(qh, reinterpret_cast<const uint16_t*>(kp), HD)
-                                          : dot_f32(qh, reinterpret_cast<const float*>(kp), HD);
-                    sc[k] = d * scale;
-                    mx = std::max(mx, sc[k]);
+                    for (int j = 0; j < gqa; j++)
+                        sc[j * n_s + k] = scale * (f16kv ? dot_f16(q0 + j * HD, reinterpret_cast<const uint16_t*>(kp), HD)
+                                                         : dot_f32(q0 + j * HD, reinterpret_cast<const float*>(kp), HD));
                 }
-                float sum = 0.0f;
-                for (auto& v : sc) {
-                    v = std::exp(v - mx);
-                    sum += v;
+                for (int j = 0; j < gqa; j++) {  // softmax of each head's scores, in place
+                    float* sj = sc.data() + j * n_s;
+                    const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
+                    for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
                 }
-                const float inv = 1.0f / sum;
-                for (size_t k = 0; k < slots.size(); k++) {
+                for (int64_t k = 0; k < n_s; k++) {
                     const int s = slots[k];
                     const uint8_t* vp = kv.v_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
-                    if (f16kv)
-                        axpy_f16(sc[k] * inv, reinterpret_cast<const uint16_t*>(vp), out, HD);
-                    else
-                        axpy_f32(sc[k] * inv, reinterpret_cast<const float*>(vp), out, HD);
+                    for (int j = 0; j < gqa; j++) {
+                        const float a = sc[j * n_s + k];
+                        if (f16kv)
+                            axpy_f16(a, reinterpret_cast<const uint16_t*>(vp), out0 + j * HD, HD);
+                        else
+                            axpy_f32(a, reinterpret_cast<const float*>(vp), out0 + j * HD, HD);
+                    }
                 }
             }
         });

@@ -1,5 +1,6 @@
 // CPU kernels for the forward pass: matrix products over weights in their stored type,
-// norms, RoPE, SwiGLU. Vectorised with AVX2/FMA/F16C where the compiler targets them.
+// norms, RoPE, SwiGLU. Vectorised with AVX-512, else AVX2/FMA/F16C, where the compiler targets them;
+// a portable scalar path otherwise.
 #pragma once
 #include <cstdint>
 
@@ -20,6 +21,8 @@ void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y);
 // g[i] = silu(g[i]) * u[i]
 void swiglu(float* g, const float* u, int64_t n);
+// x[i] = exp(x[i] - mx) for i < n; returns the sum (the body of a softmax).
+float exp_sub_sum(float* x, int n, float mx);
 // Dot product of n floats with a row stored as F32 or F16 (KV cache types).
 float dot_f32(const float* a, const float* b, int n);
 float dot_f16(const float* a, const uint16_t* b, int n);
