@@ -4,12 +4,14 @@
 // with --peer, llama.cpp's llama-bench on the same GGUF files, side by side.
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
+//                          [--no-kernels] (skips the per-type kernel table)
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -107,6 +109,61 @@ double measure_pool_overhead_us(int n_threads) {
     return best;
 }
 
+// A [n_rows][n_cols] matrix of random weights in `type` (F32, F16, BF16 or Q8_0), bytes owned.
+struct BenchMatrix {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+    BenchMatrix(GgmlType type, int64_t n_cols, int64_t n_rows) {
+        view.type = type;
+        view.n_cols = n_cols;
+        view.n_rows = n_rows;
+        bytes.resize((size_t)(view.row_bytes() * n_rows));
+        std::vector<float> row((size_t)n_cols);
+        uint32_t x = 12345;
+        for (int64_t r = 0; r < n_rows; r++) {
+            for (auto& v : row) v = (float)((x = x * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+            uint8_t* dst = bytes.data() + r * view.row_bytes();
+            for (int64_t c = 0; c < n_cols; c++) {
+                if (type == GgmlType::F32) std::memcpy(dst + 4 * c, &row[c], 4);
+                const uint16_t h = type == GgmlType::F16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
+                if (type == GgmlType::F16 || type == GgmlType::BF16) std::memcpy(dst + 2 * c, &h, 2);
+            }
+            if (type == GgmlType::Q8_0) quantize_row_q8_0(row.data(), reinterpret_cast<BlockQ8_0*>(dst), n_cols);
+        }
+        view.data = bytes.data();
+    }
+};
+
+// Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix
+// (larger than the caches) in GB/s, and at 128 tokens on 2048 x 768 the streaming kernel against
+// the sgemm path in GFLOP/s (which is how kGemmMinTokens and the sgemm path are chosen); best of reps.
+void bench_kernels(const std::vector<int>& threads, int reps) {
+    blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
+    std::printf("\nOpenBLAS kernels: %s\n%-5s %3s %12s %14s %14s\n", blas_core_name(), "type", "thr", "matvec GB/s", "stream GFLOP/s", "sgemm GFLOP/s");
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+        const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
+        std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
+        for (int nt : threads) {
+            ThreadPool pool(nt);
+            auto best = [&](const WeightView& W, int n_tok, MatmulPath path) {
+                double b = 1e9;
+                for (int r = 0; r <= reps * 3; r++) {  // short calls: more reps, the first warms up
+                    auto t0 = clk::now();
+                    matmul(W, X.data(), n_tok, Y.data(), pool, path);
+                    if (r > 0) b = std::min(b, secs(t0, clk::now()));
+                }
+                return b;
+            };
+            const double mv = (double)p_bytes(big.view) / best(big.view, 1, MatmulPath::STREAM) / 1e9;
+            const double flop = 2.0 * 128 * 768 * 2048;
+            const double st = flop / best(ffn.view, 128, MatmulPath::STREAM) / 1e9;
+            const double gm = flop / best(ffn.view, 128, MatmulPath::GEMM) / 1e9;
+            std::printf("%-5s %3d %12.1f %14.1f %14.1f\n", ggml_type_name((uint32_t)type), nt, mv, st, gm);
+            std::fflush(stdout);
+        }
+    }
+}
+
 std::vector<int32_t> prompt_tokens(const ModelParams& p, int n) {
     std::vector<int32_t> toks;
     for (int i = 0; i < n; i++) toks.push_back(300 + (i * 7919) % (p.n_vocab - 300));
@@ -193,7 +250,7 @@ struct Options {
     std::vector<int> threads{1, 2};
     std::string threads_s = "1,2";
     std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
-    bool peer = false;
+    bool peer = false, kernels = true;
     int reps = 3;
 };
 
@@ -234,11 +291,12 @@ int main(int argc, char** argv) {
         else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
         else if (a == "--peer") o.peer = true;
+        else if (a == "--no-kernels") o.kernels = false;
         else if (a == "--peer-script" && i + 1 < argc) o.peer_script = argv[++i];
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR]\n");
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels]\n");
             return 2;
         }
     }
@@ -251,6 +309,7 @@ int main(int argc, char** argv) {
         std::printf("read bandwidth, %d thread%s: %.1f GB/s (512 MiB buffer, best of 5); parallel_for overhead: %.2f us\n",
                     nt, nt == 1 ? "" : "s", bw[nt], measure_pool_overhead_us(nt));
     }
+    if (o.kernels) bench_kernels(o.threads, o.reps);
     std::printf("\n%-7s %3s %8s | %9s %9s %6s | %9s %9s %6s | %6s %6s\n", "dtype", "thr", "MB/tok", "prefill", "llama.cpp",
                 "ratio", "decode", "llama.cpp", "ratio", "roof%", "peer%");
     for (const std::string& d : o.dtypes) {

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +30,10 @@
 #endif
 
 extern "C" void openblas_set_num_threads(int);
+// OpenBLAS's DYNAMIC_ARCH entry points (weak: absent from a single-target build, then unused).
+extern "C" char* openblas_get_corename(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 namespace steward {
 
@@ -36,7 +42,51 @@ int cpu_count() {
     return n == 0 ? 1 : (int)n;
 }
 
-void blas_set_threads(int n) { openblas_set_num_threads(n); }
+namespace {
+
+// OpenBLAS 0.3.21 (Debian 12) does not recognise CPUs newer than its tables (this VM's Sapphire
+// Rapids reports a generic "Intel Xeon Processor") and falls back to its Prescott (SSE3)
+// kernels: sgemm measured ~22 GFLOP/s a core here against ~90 with its SkylakeX kernels
+// (bench_model's kernel table). Where we were compiled for AVX-512 (or AVX2) and OpenBLAS chose a
+// core without it, and the user set no OPENBLAS_CORETYPE, re-select through OpenBLAS's own
+// override: set the variable and re-run its dynamic init. Runs once, before our first sgemm.
+void select_blas_core() {
+    if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice stands
+    const std::string core = openblas_get_corename();
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512CD__)
+    const char* want = "SkylakeX";
+    const char* good[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+#elif defined(__AVX2__) && defined(__FMA__)
+    const char* want = "Haswell";
+    const char* good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+#else
+    return;
+#endif
+    for (const char* g : good)
+        if (core == g) return;
+    setenv("OPENBLAS_CORETYPE", want, 0);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");  // not inherited by child processes
+}
+
+void ensure_blas_core() {
+    static const bool once = (select_blas_core(), true);
+    (void)once;
+}
+
+}  // namespace
+
+void blas_set_threads(int n) {
+    ensure_blas_core();
+    openblas_set_num_threads(n);
+}
+
+const char* blas_core_name() {
+    ensure_blas_core();
+    return openblas_get_corename ? openblas_get_corename() : "unknown";
+}
 
 namespace {
 
@@ -271,6 +321,7 @@ void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
 // Rows [rb, re) through sgemm; non-F32 weights are converted kTile rows at a time.
 void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re,
                std::vector<float>& tile) {
+    ensure_blas_core();
     const int64_t K = W.n_cols, N = W.n_rows;
     if (W.type == GgmlType::F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)(re - rb), (int)K, 1.0f, X, (int)K,
@@ -310,9 +361,9 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
-void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool) {
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
     const int64_t N = W.n_rows;
-    const bool gemm = n_tok >= kGemmMinTokens;
+    const bool gemm = path == MatmulPath::AUTO ? n_tok >= kGemmMinTokens : path == MatmulPath::GEMM;
     const int nt = pool.n_threads();
     // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
     // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).

@@ -13,9 +13,14 @@ namespace steward {
 // memory-bound); at or above it, OpenBLAS sgemm (prefill is compute-bound).
 constexpr int kGemmMinTokens = 16;
 
+// Which matmul path: AUTO picks by n_tok (kGemmMinTokens); the others force one, for the
+// kernel tests (both paths at every n_tok) and the bench (stream vs sgemm, measured).
+enum class MatmulPath { AUTO, STREAM, GEMM };
+
 // Y[t][r] = sum_c W[r][c] * X[t][c]  for t < n_tok, r < W.n_rows.
 // X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over chunks of rows on the pool.
-void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool);
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool,
+            MatmulPath path = MatmulPath::AUTO);
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n_tok rows of n. w is F32.
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y);
@@ -33,7 +38,11 @@ void axpy_f16(float a, const uint16_t* x, float* y, int n);
 void to_f16(const float* x, uint16_t* y, int n);
 
 // Sets the thread count OpenBLAS uses for its own calls (we call it from one thread per slice).
+// Also, once, moves OpenBLAS off a core type older than the CPU we were compiled for (see
+// kernels.cpp: OpenBLAS 0.3.21 falls back to SSE3 kernels on CPUs it does not know).
 void blas_set_threads(int n);
+// The OpenBLAS kernel set in use (e.g. "SkylakeX"), for benches.
+const char* blas_core_name();
 int cpu_count();
 
 }  // namespace steward

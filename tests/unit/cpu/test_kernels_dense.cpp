@@ -69,17 +69,18 @@ void reference_matmul(const WeightView& W, const std::vector<float>& X, int n_to
     }
 }
 
-void check_matmul(GgmlType type, int64_t K, int64_t N, int n_tok, ThreadPool& pool, std::mt19937& rng) {
+void check_matmul(GgmlType type, int64_t K, int64_t N, int n_tok, ThreadPool& pool, std::mt19937& rng,
+                  MatmulPath path = MatmulPath::AUTO) {
     const RandomWeights w(type, K, N, rng);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> X((size_t)(n_tok * K));
     for (auto& v : X) v = u(rng);
     std::vector<float> Y((size_t)(n_tok * N), NAN);
-    matmul(w.view, X.data(), n_tok, Y.data(), pool);
+    matmul(w.view, X.data(), n_tok, Y.data(), pool, path);
     std::vector<double> ref, mag;
     reference_matmul(w.view, X, n_tok, ref, mag);
     for (size_t i = 0; i < Y.size(); i++) {
-        INFO(ggml_type_name((uint32_t)type) << " K=" << K << " N=" << N << " n_tok=" << n_tok << " threads=" << pool.n_threads()
+        INFO(ggml_type_name((uint32_t)type) << " K=" << K << " N=" << N << " n_tok=" << n_tok << " threads=" << pool.n_threads() << " path=" << (int)path
                                   << " output " << i);
         REQUIRE(std::abs(Y[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
     }
@@ -104,6 +105,17 @@ TEST_CASE("matmul matches the reference loop for q8_0 on both sides of the gemm 
     for (int64_t K : {32, 96, 800})
         for (int64_t N : {3, 37, 130})
             for (int n_tok : {1, 2, 3, 5, kGemmMinTokens - 1, kGemmMinTokens, 20}) check_matmul(GgmlType::Q8_0, K, N, n_tok, pool, rng);
+}
+
+TEST_CASE("both matmul paths, forced, match the reference for every type away from their usual token counts",
+          "[kernels]") {
+    std::mt19937 rng(17);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
+        for (int n_tok : {1, 3, 24}) {
+            check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::STREAM);
+            check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::GEMM);
+        }
 }
 
 TEST_CASE("matmul of a wide f16 matrix streams many row chunks to the same result as the reference", "[kernels]") {
