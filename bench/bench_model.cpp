@@ -134,12 +134,14 @@ struct BenchMatrix {
     }
 };
 
-// Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix
-// (larger than the caches) in GB/s, and at 128 tokens on 2048 x 768 the streaming kernel against
-// the sgemm path in GFLOP/s (which is how kGemmMinTokens and the sgemm path are chosen); best of reps.
+// Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix in
+// GB/s (25-100 MB: past L2, though a large L3 may hold it), and on 2048 x 768 the streaming kernel
+// against the sgemm path in GFLOP/s at a few token counts (how kGemmMinTokens is chosen); best of reps.
 void bench_kernels(const std::vector<int>& threads, int reps) {
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
-    std::printf("\nOpenBLAS kernels: %s\n%-5s %3s %12s %14s %14s\n", blas_core_name(), "type", "thr", "matvec GB/s", "stream GFLOP/s", "sgemm GFLOP/s");
+    std::printf("\nkernels (OpenBLAS core %s): matvec = 1 token over 32768 x 768; then stream/sgemm GFLOP/s on 2048 x 768 "
+                "at n_tok 4, 8, 16, 32, 128 (AUTO switches to sgemm at %d)\n%-5s %3s %12s  %-11s  %-11s  %-11s  %-11s  %-11s\n",
+                blas_core_name(), kGemmMinTokens, "type", "thr", "matvec GB/s", "4", "8", "16", "32", "128");
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
@@ -155,10 +157,13 @@ void bench_kernels(const std::vector<int>& threads, int reps) {
                 return b;
             };
             const double mv = (double)p_bytes(big.view) / best(big.view, 1, MatmulPath::STREAM) / 1e9;
-            const double flop = 2.0 * 128 * 768 * 2048;
-            const double st = flop / best(ffn.view, 128, MatmulPath::STREAM) / 1e9;
-            const double gm = flop / best(ffn.view, 128, MatmulPath::GEMM) / 1e9;
-            std::printf("%-5s %3d %12.1f %14.1f %14.1f\n", ggml_type_name((uint32_t)type), nt, mv, st, gm);
+            std::printf("%-5s %3d %12.1f", ggml_type_name((uint32_t)type), nt, mv);
+            for (int n_tok : {4, 8, 16, 32, 128}) {
+                const double flop = 2.0 * n_tok * 768 * 2048;
+                std::printf("  %5.0f/%-5.0f", flop / best(ffn.view, n_tok, MatmulPath::STREAM) / 1e9,
+                            flop / best(ffn.view, n_tok, MatmulPath::GEMM) / 1e9);
+            }
+            std::printf("\n");
             std::fflush(stdout);
         }
     }

@@ -149,7 +149,7 @@ TEST_CASE("swiglu and the softmax body match std::exp on odd lengths", "[kernels
     }
 }
 
-TEST_CASE("the kv dot and axpy kernels match plain loops on odd lengths in f32 and f16", "[kernels]") {
+TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd lengths in f32 and f16", "[kernels]") {
     std::mt19937 rng(16);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int n : {1, 7, 16, 33, 64, 100}) {
@@ -168,5 +168,10 @@ TEST_CASE("the kv dot and axpy kernels match plain loops on odd lengths in f32 a
             REQUIRE(std::abs(y[i] - want[i]) <= 1e-6f);
             REQUIRE(std::abs(y16[i] - want16[i]) <= 1e-6f);
         }
+        std::vector<float> wide(n);  // to_f16 rounds as the scalar f32_to_f16, across the f16 range
+        for (int i = 0; i < n; i++) wide[i] = a[i] * std::pow(2.0f, (float)(i % 40 - 26));
+        std::vector<uint16_t> h(n);
+        to_f16(wide.data(), h.data(), n);
+        for (int i = 0; i < n; i++) REQUIRE(h[i] == f32_to_f16(wide[i]));
     }
 }
