@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -250,6 +251,17 @@ SynthSpec spec_110m(GgmlType dtype) {
     return s;
 }
 
+// The 110M spec for a weight type name, or nullopt where our synth does not write that type.
+// The one place a new synth type shows up: with the quantizers' parse_weight_format (type and
+// llama-quantize mix, e.g. q4_k_m), this becomes `auto f = parse_weight_format(d)` setting dtype and mix.
+std::optional<SynthSpec> synth_spec_for(const std::string& d) {
+    auto t = parse_ggml_type(d);
+    if (!t) return std::nullopt;
+    SynthSpec s = spec_110m(*t);
+    if (!synth_validate(s)) return std::nullopt;
+    return s;
+}
+
 struct Options {
     std::vector<std::string> dtypes{"f32", "f16", "q8_0", "q4_k_m"};
     std::vector<int> threads{1, 2};
@@ -259,16 +271,16 @@ struct Options {
     int reps = 3;
 };
 
-// The GGUF for a weight type name: synthesised when our synth writes that type (parse_ggml_type
-// knows the name, so a type our quantizer gains needs no change here), else the file --q4km names
-// for q4_k_m, else llama-quantize's output from the F32 file when the peer is on. Empty: none.
+// The GGUF for a weight type name: the file --q4km names for q4_k_m, else synthesised when our
+// synth writes that type (synth_spec_for), else llama-quantize's output from the F32 file when the
+// peer is on. Empty: none.
 std::string model_file(const Options& o, const std::string& d) {
     const std::string path = o.model_dir + "/synth-110m-" + d + ".gguf";
     if (d == "q4_k_m" && !o.q4km.empty()) return o.q4km;
     if (std::filesystem::exists(path)) return path;
-    if (auto t = parse_ggml_type(d); t && synth_validate(spec_110m(*t))) {
+    if (auto spec = synth_spec_for(d)) {
         std::fprintf(stderr, "writing %s ...\n", path.c_str());
-        if (auto ok = synth_write(spec_110m(*t), path); ok) return path;
+        if (auto ok = synth_write(*spec, path); ok) return path;
     }
     if (!o.peer) return "";
     const std::string f32 = model_file(o, "f32");
