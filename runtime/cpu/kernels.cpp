@@ -61,8 +61,10 @@ void select_blas_core() {
     const char* want = "Haswell";
     const char* good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
 #else
-    return;
+    const char* want = nullptr;  // a portable build: OpenBLAS's own choice stands
+    const char* good[] = {""};
 #endif
+    if (!want) return;
     for (const char* g : good)
         if (core == g) return;
     setenv("OPENBLAS_CORETYPE", want, 0);
