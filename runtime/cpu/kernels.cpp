@@ -512,4 +512,19 @@ void to_f16(const float* x, uint16_t* y, int n) {
     for (; i < n; i++) y[i] = f32_to_f16(x[i]);
 }
 
+void from_f16(const uint16_t* x, float* y, int n) {
+    int i = 0;
+#ifdef STEWARD_AVX2
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+#endif
+    for (; i < n; i++) y[i] = f16_to_f32(x[i]);
+}
+
+void gemm_f32(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+              float* C, int ldc) {
+    ensure_blas_core();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, 0.0f,
+                C, ldc);
+}
+
 }  // namespace steward

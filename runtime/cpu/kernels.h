@@ -36,6 +36,11 @@ void axpy_f32(float a, const float* x, float* y, int n);
 void axpy_f16(float a, const uint16_t* x, float* y, int n);
 // Converts n floats to F16 / back.
 void to_f16(const float* x, uint16_t* y, int n);
+void from_f16(const uint16_t* x, float* y, int n);
+// Row-major C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T ([n][k]) when trans_b, else B ([k][n]);
+// single-threaded sgemm (callers split the work on their pool).
+void gemm_f32(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+              float* C, int ldc);
 
 // Sets the thread count OpenBLAS uses for its own calls (we call it from one thread per slice).
 // Also, once, moves OpenBLAS off a core type older than the CPU we were compiled for (see
