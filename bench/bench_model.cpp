@@ -1,14 +1,21 @@
-// Model-core bench: prefill and decode throughput of the CPU backend on a synthetic ~110M model
-// (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000, ctx 2048) in F32 and F16, against the
-// batch-1 roofline (weight bytes per token / memory bandwidth measured here).
-// Run: ./build/bench_model [--threads N] [--dtypes f32,f16] [--model-dir models] [--quick]
+// Model-core bench: prefill (128-token prompt) and decode (128 tokens) throughput of the CPU backend
+// on a synthetic ~110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000) at 1 and 2
+// threads, against the batch-1 roofline (weight bytes per token / read bandwidth measured here);
+// with --peer, llama.cpp's llama-bench on the same GGUF files, side by side.
+// Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
+//                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
+//                          [--no-kernels] (skips the per-type kernel table)
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +26,8 @@
 #include "cpu/forward.h"
 #include "cpu/kernels.h"
 #include "cpu/sampling.h"
+#include "cpu/thread_pool.h"
+#include "model/quantize.h"
 #include "model/synth.h"
 
 using namespace steward;
@@ -26,11 +35,26 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
+constexpr int kPromptTokens = 128;  // llama-bench -p 128
+constexpr int kDecodeTokens = 128;  // llama-bench -n 128: from an empty context, one token a step
+
 double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Read bandwidth (GB/s): n_threads sum disjoint parts of a 1 GiB buffer; best of 5 passes.
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos <= s.size()) {
+        size_t comma = s.find(',', pos);
+        if (comma == std::string::npos) comma = s.size();
+        if (comma > pos) out.push_back(s.substr(pos, comma - pos));
+        pos = comma + 1;
+    }
+    return out;
+}
+
+// Read bandwidth (GB/s): n_threads sum disjoint parts of a 512 MiB buffer; best of 5 passes.
 double measure_bandwidth(int n_threads) {
-    const size_t n = (size_t)1 << 28;  // floats: 1 GiB
+    const size_t n = (size_t)1 << 27;  // floats
     std::vector<float> buf(n);
 #pragma omp parallel for num_threads(n_threads)
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
@@ -64,55 +88,98 @@ double measure_bandwidth(int n_threads) {
     return best;
 }
 
-struct Figures {
-    double prefill512 = 0, prefill128 = 0;
-    double decode[3] = {0, 0, 0};
-};
-
-// Decode throughput at batch `b`: b sequences with 32-token prompts, then `steps` steps of b tokens.
-double bench_decode(CpuForward& fwd, KvStorage& kv, int b, int steps, int blocks_per_seq) {
-    const ModelParams& p = fwd.model().params();
-    std::vector<std::vector<int32_t>> tables(b), toks(b);
-    for (int s = 0; s < b; s++) {
-        for (int k = 0; k < blocks_per_seq; k++) tables[s].push_back(s * blocks_per_seq + k);
-        for (int i = 0; i < 32; i++) toks[s].push_back(300 + (s * 131 + i * 17) % (p.n_vocab - 300));
-    }
-    std::vector<SeqInput> batch(b);
-    std::vector<float> logits;
-    for (int s = 0; s < b; s++) {
-        batch[s].n_past = 0;
-        batch[s].tokens = toks[s];
-        batch[s].block_table = tables[s];
-        batch[s].logits = LogitsMode::LAST;
-    }
-    std::vector<float> all((size_t)b * p.n_vocab);
-    for (int s = 0; s < b; s++) {  // prefill each prompt alone, keep its last logits
-        fwd.forward(kv, std::span<const SeqInput>(&batch[s], 1), logits).value();
-        std::copy(logits.begin(), logits.end(), all.begin() + (size_t)s * p.n_vocab);
-    }
-    logits.swap(all);
-    std::vector<int32_t> next(b);
-    int n_past = 32;
-    auto step = [&] {
-        for (int s = 0; s < b; s++) {
-            next[s] = argmax(std::span<const float>(logits.data() + (size_t)s * p.n_vocab, p.n_vocab));
-            batch[s].n_past = n_past;
-            batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+// What one parallel_for costs beyond its work (decode issues ~100 per token): 2 chunks per
+// participant of ~2 us busy work each, against the ideal of that work split evenly; best of 5
+// rounds of 2000 calls, in microseconds.
+double measure_pool_overhead_us(int n_threads) {
+    ThreadPool pool(n_threads);
+    const auto work = std::chrono::microseconds(2);
+    const std::function<void(int64_t)> fn = [&](int64_t) {
+        const auto until = clk::now() + work;
+        while (clk::now() < until) {
         }
-        fwd.forward(kv, batch, logits).value();
-        n_past++;
     };
-    step();  // warm-up
-    auto t0 = clk::now();
-    for (int i = 0; i < steps; i++) step();
-    return (double)b * steps / secs(t0, clk::now());
+    const int n_chunks = 2 * n_threads;
+    const double ideal = (double)n_chunks / n_threads * 2.0;
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        const int n = 2000;
+        auto t0 = clk::now();
+        for (int i = 0; i < n; i++) pool.parallel_for(n_chunks, fn);
+        best = std::min(best, secs(t0, clk::now()) / n * 1e6 - ideal);
+    }
+    return best;
 }
 
-double bench_prefill(CpuForward& fwd, KvStorage& kv, int n, int reps, int blocks_per_seq) {
-    const ModelParams& p = fwd.model().params();
-    std::vector<int32_t> table, toks;
-    for (int k = 0; k < blocks_per_seq; k++) table.push_back(k);
+// A [n_rows][n_cols] matrix of random weights in `type` (F32, F16, BF16 or Q8_0), bytes owned.
+struct BenchMatrix {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+    BenchMatrix(GgmlType type, int64_t n_cols, int64_t n_rows) {
+        view.type = type;
+        view.n_cols = n_cols;
+        view.n_rows = n_rows;
+        bytes.resize((size_t)(view.row_bytes() * n_rows));
+        std::vector<float> row((size_t)n_cols);
+        uint32_t x = 12345;
+        for (int64_t r = 0; r < n_rows; r++) {
+            for (auto& v : row) v = (float)((x = x * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+            uint8_t* dst = bytes.data() + r * view.row_bytes();
+            for (int64_t c = 0; c < n_cols; c++) {
+                if (type == GgmlType::F32) std::memcpy(dst + 4 * c, &row[c], 4);
+                const uint16_t h = type == GgmlType::F16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
+                if (type == GgmlType::F16 || type == GgmlType::BF16) std::memcpy(dst + 2 * c, &h, 2);
+            }
+            if (type == GgmlType::Q8_0) quantize_row_q8_0(row.data(), reinterpret_cast<BlockQ8_0*>(dst), n_cols);
+        }
+        view.data = bytes.data();
+    }
+};
+
+// Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix in
+// GB/s (25-100 MB: past L2, though a large L3 may hold it), and on 2048 x 768 the streaming kernel
+// against the sgemm path in GFLOP/s at a few token counts (how kGemmMinTokens is chosen); best of reps.
+void bench_kernels(const std::vector<int>& threads, int reps) {
+    blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
+    std::printf("\nkernels (OpenBLAS core %s): matvec = 1 token over 32768 x 768; then stream/sgemm GFLOP/s on 2048 x 768 "
+                "at n_tok 4, 8, 16, 32, 128 (AUTO switches to sgemm at %d)\n%-5s %3s %12s  %-11s  %-11s  %-11s  %-11s  %-11s\n",
+                blas_core_name(), kGemmMinTokens, "type", "thr", "matvec GB/s", "4", "8", "16", "32", "128");
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+        const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
+        std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
+        for (int nt : threads) {
+            ThreadPool pool(nt);
+            auto best = [&](const WeightView& W, int n_tok, MatmulPath path) {
+                double b = 1e9;
+                for (int r = 0; r <= reps * 3; r++) {  // short calls: more reps, the first warms up
+                    auto t0 = clk::now();
+                    matmul(W, X.data(), n_tok, Y.data(), pool, path);
+                    if (r > 0) b = std::min(b, secs(t0, clk::now()));
+                }
+                return b;
+            };
+            const double mv = (double)p_bytes(big.view) / best(big.view, 1, MatmulPath::STREAM) / 1e9;
+            std::printf("%-5s %3d %12.1f", ggml_type_name((uint32_t)type), nt, mv);
+            for (int n_tok : {4, 8, 16, 32, 128}) {
+                const double flop = 2.0 * n_tok * 768 * 2048;
+                std::printf("  %5.0f/%-5.0f", flop / best(ffn.view, n_tok, MatmulPath::STREAM) / 1e9,
+                            flop / best(ffn.view, n_tok, MatmulPath::GEMM) / 1e9);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+        }
+    }
+}
+
+std::vector<int32_t> prompt_tokens(const ModelParams& p, int n) {
+    std::vector<int32_t> toks;
     for (int i = 0; i < n; i++) toks.push_back(300 + (i * 7919) % (p.n_vocab - 300));
+    return toks;
+}
+
+// Best of reps: one kPromptTokens-token prefill from an empty context.
+double bench_prefill(CpuForward& fwd, KvStorage& kv, const std::vector<int32_t>& table, int reps) {
+    const std::vector<int32_t> toks = prompt_tokens(fwd.model().params(), kPromptTokens);
     SeqInput in;
     in.tokens = toks;
     in.block_table = table;
@@ -122,73 +189,185 @@ double bench_prefill(CpuForward& fwd, KvStorage& kv, int n, int reps, int blocks
     for (int r = 0; r < reps; r++) {
         auto t0 = clk::now();
         fwd.forward(kv, std::span<const SeqInput>(&in, 1), logits).value();
-        best = std::max(best, n / secs(t0, clk::now()));
+        best = std::max(best, kPromptTokens / secs(t0, clk::now()));
     }
     return best;
+}
+
+// Best of reps: kDecodeTokens greedy steps of one token from an empty context (as llama-bench's tg).
+double bench_decode(CpuForward& fwd, KvStorage& kv, const std::vector<int32_t>& table, int reps) {
+    const ModelParams& p = fwd.model().params();
+    std::vector<float> logits;
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {  // rep 0 warms up
+        int32_t next = 300;
+        SeqInput in;
+        in.block_table = table;
+        auto t0 = clk::now();
+        for (int i = 0; i < kDecodeTokens; i++) {
+            in.n_past = i;
+            in.tokens = std::span<const int32_t>(&next, 1);
+            fwd.forward(kv, std::span<const SeqInput>(&in, 1), logits).value();
+            next = argmax(std::span<const float>(logits.data(), p.n_vocab));
+        }
+        if (r > 0) best = std::max(best, kDecodeTokens / secs(t0, clk::now()));
+    }
+    return best;
+}
+
+// llama.cpp's figures for one file: (n_threads, is_prompt) -> tokens/s. Empty if the peer failed.
+// Its stderr (build progress, errors) goes to `log`.
+std::map<std::pair<int, bool>, double> run_peer(const std::string& script, const std::string& model,
+                                                const std::string& threads, int reps, const std::string& log) {
+    std::map<std::pair<int, bool>, double> out;
+    const std::string cmd = script + " -m '" + model + "' -p " + std::to_string(kPromptTokens) + " -n " +
+                            std::to_string(kDecodeTokens) + " -t " + threads + " -r " + std::to_string(reps) +
+                            " -o json 2>>'" + log + "'";
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return out;
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    if (pclose(f) != 0) {
+        std::fprintf(stderr, "bench_model: peer failed on %s (see %s)\n", model.c_str(), log.c_str());
+        return out;
+    }
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_array()) {
+        std::fprintf(stderr, "bench_model: peer output on %s is not a JSON array\n", model.c_str());
+        return out;
+    }
+    for (const auto& row : j) {
+        const int nt = row.value("n_threads", 0), np = row.value("n_prompt", 0), ng = row.value("n_gen", 0);
+        if (nt > 0 && (np > 0) != (ng > 0)) out[{nt, np > 0}] = row.value("avg_ts", 0.0);
+    }
+    return out;
+}
+
+SynthSpec spec_110m(GgmlType dtype) {
+    SynthSpec s;
+    s.n_embd = 768; s.n_layer = 12; s.n_head = 12; s.n_head_kv = 12; s.n_ff = 2048; s.n_vocab = 32000; s.n_ctx = 2048;
+    s.dtype = dtype;
+    return s;
+}
+
+// The 110M spec for a weight type name (parse_weight_format: a type or llama-quantize's mix, e.g.
+// q4_k_m), or nullopt where our synth does not write it.
+std::optional<SynthSpec> synth_spec_for(const std::string& d) {
+    auto f = parse_weight_format(d);
+    if (!f) return std::nullopt;
+    SynthSpec s = spec_110m(f->type);
+    s.mix = f->mix;
+    if (!synth_validate(s)) return std::nullopt;
+    return s;
+}
+
+struct Options {
+    std::vector<std::string> dtypes{"f32", "f16", "q8_0", "q4_k_m", "q6_k"};
+    std::vector<int> threads{1, 2};
+    std::string threads_s = "1,2";
+    std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
+    bool peer = false, kernels = true;
+    int reps = 3;
+};
+
+// The GGUF for a weight type name: the file --q4km names for q4_k_m, else synthesised when our
+// synth writes that type (synth_spec_for), else llama-quantize's output from the F32 file when the
+// peer is on. Empty: none.
+std::string model_file(const Options& o, const std::string& d) {
+    const std::string path = o.model_dir + "/synth-110m-" + d + ".gguf";
+    if (d == "q4_k_m" && !o.q4km.empty()) return o.q4km;
+    if (std::filesystem::exists(path)) return path;
+    if (auto spec = synth_spec_for(d)) {
+        std::fprintf(stderr, "writing %s ...\n", path.c_str());
+        if (auto ok = synth_write(*spec, path); ok) return path;
+    }
+    if (!o.peer) return "";
+    const std::string f32 = model_file(o, "f32");
+    if (f32.empty()) return "";
+    std::string type = d;
+    std::transform(type.begin(), type.end(), type.begin(), ::toupper);
+    std::fprintf(stderr, "quantizing %s with llama-quantize (%s) ...\n", path.c_str(), type.c_str());
+    const std::string cmd = "PEER_TOOL=llama-quantize " + o.peer_script + " '" + f32 + "' '" + path + "' " + type +
+                            " >>'" + o.model_dir + "/bench_model_peer.log' 2>&1";
+    return std::system(cmd.c_str()) == 0 && std::filesystem::exists(path) ? path : "";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    int n_threads = cpu_count();
-    std::string dtypes = "f32,f16", model_dir = "models";
-    bool quick = false;
+    Options o;
     for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
-        if (a == "--threads" && i + 1 < argc) n_threads = std::atoi(argv[++i]);
-        else if (a == "--dtypes" && i + 1 < argc) dtypes = argv[++i];
-        else if (a == "--model-dir" && i + 1 < argc) model_dir = argv[++i];
-        else if (a == "--quick") quick = true;
+        const std::string a = argv[i];
+        if (a == "--dtypes" && i + 1 < argc) o.dtypes = split(argv[++i]);
+        else if (a == "--threads" && i + 1 < argc) {
+            o.threads_s = argv[++i];
+            o.threads.clear();
+            for (const auto& t : split(o.threads_s)) o.threads.push_back(std::max(1, std::atoi(t.c_str())));
+        } else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
+        else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
+        else if (a == "--peer") o.peer = true;
+        else if (a == "--no-kernels") o.kernels = false;
+        else if (a == "--peer-script" && i + 1 < argc) o.peer_script = argv[++i];
         else {
-            std::fprintf(stderr, "usage: bench_model [--threads N] [--dtypes f32,f16,bf16,q8_0] [--model-dir DIR] [--quick]\n");
+            std::fprintf(stderr,
+                         "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels]\n");
             return 2;
         }
     }
-    std::filesystem::create_directories(model_dir);
-    std::printf("bench_model: synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000, ctx 2048), %d threads\n",
-                n_threads);
-    const double bw = measure_bandwidth(n_threads);
-    std::printf("measured read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n\n", bw, n_threads);
-    std::printf("%-5s %10s %10s %10s %10s %10s %10s %10s %9s %8s\n", "dtype", "MB/token", "roofline", "prefill128",
-                "prefill512", "decode b1", "decode b8", "decode b32", "b1/roof", "b32/b1");
-
-    size_t pos = 0;
-    while (pos <= dtypes.size()) {
-        size_t comma = dtypes.find(',', pos);
-        if (comma == std::string::npos) comma = dtypes.size();
-        const std::string d = dtypes.substr(pos, comma - pos);
-        pos = comma + 1;
-        if (d.empty()) continue;
-        SynthSpec s;
-        s.n_embd = 768; s.n_layer = 12; s.n_head = 12; s.n_head_kv = 12; s.n_ff = 2048; s.n_vocab = 32000; s.n_ctx = 2048;
-        s.dtype = d == "f16" ? GgmlType::F16 : d == "bf16" ? GgmlType::BF16 : d == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
-        const std::string path = model_dir + "/synth-110m-" + d + ".gguf";
-        if (!std::filesystem::exists(path)) {
-            std::fprintf(stderr, "writing %s ...\n", path.c_str());
-            synth_write(s, path).value();
+    std::filesystem::create_directories(o.model_dir);
+    std::printf("bench_model: synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000), "
+                "prefill %d tokens, decode %d tokens, best of %d\n", kPromptTokens, kDecodeTokens, o.reps);
+    std::map<int, double> bw;
+    for (int nt : o.threads) {
+        bw[nt] = measure_bandwidth(nt);
+        std::printf("read bandwidth, %d thread%s: %.1f GB/s (512 MiB buffer, best of 5); parallel_for overhead: %.2f us\n",
+                    nt, nt == 1 ? "" : "s", bw[nt], measure_pool_overhead_us(nt));
+    }
+    if (o.kernels) bench_kernels(o.threads, o.reps);
+    std::printf("\n%-7s %3s %8s | %9s %9s %6s | %9s %9s %6s | %6s %6s\n", "dtype", "thr", "MB/tok", "prefill", "llama.cpp",
+                "ratio", "decode", "llama.cpp", "ratio", "roof%", "peer%");
+    for (const std::string& d : o.dtypes) {
+        const std::string path = model_file(o, d);
+        if (path.empty()) {
+            std::printf("%-7s (no file: our synth does not write %s yet; pass --q4km PATH or --peer)\n", d.c_str(), d.c_str());
+            continue;
         }
         auto model = Model::load(path);
         if (!model) {
             std::fprintf(stderr, "bench_model: %s\n", model.error().message.c_str());
             return 1;
         }
-        const int bs = 16, blocks_per_seq = 2048 / bs;
-        KvStorage kv(KvStorage::config_for((*model)->params(), 32 * blocks_per_seq / 4, bs, KvDtype::F32));
-        CpuForward fwd(**model, n_threads, 512);
+        const ModelParams& p = (*model)->params();
+        // F16 KV, as llama-bench's default cache type.
+        const int bs = 16, n_blocks = (kPromptTokens + kDecodeTokens) / bs;
+        KvStorage kv(KvStorage::config_for(p, n_blocks, bs, KvDtype::F16));
+        std::vector<int32_t> table(n_blocks);
+        for (int b = 0; b < n_blocks; b++) table[b] = b;
         const double mb = (*model)->weight_bytes_per_token() / 1e6;
-        const double roof = bw * 1e3 / mb;
-        Figures f;
-        f.prefill128 = bench_prefill(fwd, kv, 128, quick ? 1 : 3, blocks_per_seq);
-        f.prefill512 = bench_prefill(fwd, kv, 512, quick ? 1 : 3, blocks_per_seq);
-        const int batches[3] = {1, 8, 32};
-        for (int k = 0; k < 3; k++) f.decode[k] = bench_decode(fwd, kv, batches[k], quick ? 4 : 16, blocks_per_seq / 4);
-        std::printf("%-5s %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %8.0f%% %7.2fx\n", d.c_str(), mb, roof,
-                    f.prefill128, f.prefill512, f.decode[0], f.decode[1], f.decode[2], 100.0 * f.decode[0] / roof,
-                    f.decode[2] / f.decode[0]);
-        std::fflush(stdout);
+        const auto peer = o.peer ? run_peer(o.peer_script, path, o.threads_s, o.reps, o.model_dir + "/bench_model_peer.log") : std::map<std::pair<int, bool>, double>{};
+        for (int nt : o.threads) {
+            CpuForward fwd(**model, nt, kPromptTokens);
+            const double pf = bench_prefill(fwd, kv, table, o.reps);
+            const double dc = bench_decode(fwd, kv, table, o.reps);
+            const double roof = bw[nt] * 1e3 / mb;  // tokens/s if decode streamed weights at bandwidth
+            auto fig = [&](bool prompt) { auto it = peer.find({nt, prompt}); return it == peer.end() ? 0.0 : it->second; };
+            const double ppf = fig(true), pdc = fig(false);
+            char r1[16] = "-", r2[16] = "-", pr[16] = "-", v1[16] = "-", v2[16] = "-";
+            if (ppf > 0) std::snprintf(v1, sizeof v1, "%.1f", ppf), std::snprintf(r1, sizeof r1, "%.2fx", pf / ppf);
+            if (pdc > 0)
+                std::snprintf(v2, sizeof v2, "%.1f", pdc), std::snprintf(r2, sizeof r2, "%.2fx", dc / pdc),
+                    std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * pdc / roof);
+            std::printf("%-7s %3d %8.1f | %9.1f %9s %6s | %9.1f %9s %6s | %5.0f%% %6s\n", d.c_str(), nt, mb, pf, v1, r1, dc,
+                        v2, r2, 100.0 * dc / roof, pr);
+            std::fflush(stdout);
+        }
     }
-    std::printf("\nunits: tokens/s (decode: aggregate over the batch); roofline = bandwidth / weight bytes per token.\n");
-    std::printf("for scale (from the issue, llama.cpp CPU build on this machine kind, not measured here): decode b1 "
-                "43 tok/s F32, 72 tok/s F16; prefill of 128 tokens ~400 tok/s.\n");
+    std::printf("\nunits: tokens/s; ratio = Steward / llama.cpp; roof%% = decode tokens/s x weight bytes per token / "
+                "read bandwidth at that thread count (peer%%: the same for llama.cpp). KV cache F16 on both.\n");
+    if (!o.peer) std::printf("llama.cpp columns: run with --peer (builds it natively via %s).\n", o.peer_script.c_str());
     return 0;
 }

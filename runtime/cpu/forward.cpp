@@ -67,6 +67,57 @@ void norm_heads(float* x, const WeightView& gain, float eps, int hd, int n_heads
     rmsnorm(x, static_cast<const float*>(gain.data), eps, hd, n_tok * n_heads, x);
 }
 
+// Below this many new tokens a sequence's attention goes token by token (decode, speculation);
+// at or above it, as matrix products over keys gathered once (prefill chunks).
+constexpr int kAttnBlockMin = 8;
+
+// One sequence's new tokens [b, e) against one KV head g, as matrix products: the head's keys and
+// values over the sequence's n_slots slots are gathered once into F32 [n_slots][hd] (not once per
+// token and query head), then for each of the gqa query heads sharing g: S = scale Q K^T
+// [n_new][n_slots], each row's softmax over that token's visible slots (vis), out = S V.
+void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_table, int n_slots, int g, int hd,
+                  int gqa, float scale, const float* q, float* att, int ld, int b, int e, const std::vector<int>& vis,
+                  const std::vector<int>& vis_off) {
+    thread_local std::vector<float> keys, vals, sc, row;
+    const int n_new = e - b, bs = kv.config().block_size;
+    const bool f16kv = kv.config().dtype == KvDtype::F16;
+    keys.resize((size_t)n_slots * hd);  // [n_slots][hd]
+    vals.resize((size_t)n_slots * hd);  // [n_slots][hd]
+    for (int s = 0; s < n_slots; s++) {
+        const int64_t off = (int64_t)g * hd * kv.elem_bytes();
+        const uint8_t* kp = kv.k_slot(l, block_table[s / bs], s % bs) + off;
+        const uint8_t* vp = kv.v_slot(l, block_table[s / bs], s % bs) + off;
+        if (f16kv) {
+            from_f16(reinterpret_cast<const uint16_t*>(kp), keys.data() + (size_t)s * hd, hd);
+            from_f16(reinterpret_cast<const uint16_t*>(vp), vals.data() + (size_t)s * hd, hd);
+        } else {
+            std::memcpy(keys.data() + (size_t)s * hd, kp, (size_t)hd * 4);
+            std::memcpy(vals.data() + (size_t)s * hd, vp, (size_t)hd * 4);
+        }
+    }
+    sc.resize((size_t)n_new * n_slots);  // [n_new][n_slots]
+    row.resize((size_t)n_slots);
+    for (int j = 0; j < gqa; j++) {
+        const int64_t col = (int64_t)(g * gqa + j) * hd;  // this query head's columns in q and att
+        gemm_f32(true, n_new, n_slots, hd, scale, q + (int64_t)b * ld + col, ld, keys.data(), hd, sc.data(), n_slots);
+        for (int i = 0; i < n_new; i++) {
+            float* si = sc.data() + (size_t)i * n_slots;
+            const int* vs = vis.data() + vis_off[b + i];
+            const int n_vis = vis_off[b + i + 1] - vis_off[b + i];
+            if (n_vis == 0) {
+                std::fill(si, si + n_slots, 0.0f);
+                continue;
+            }
+            float mx = -INFINITY;  // softmax over the visible slots only; the others get weight 0
+            for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = si[vs[k]]);
+            const float inv = 1.0f / exp_sub_sum(row.data(), n_vis, mx);
+            std::fill(si, si + n_slots, 0.0f);
+            for (int k = 0; k < n_vis; k++) si[vs[k]] = row[k] * inv;
+        }
+        gemm_f32(false, n_new, hd, n_slots, 1.0f, sc.data(), n_slots, vals.data(), hd, att + (int64_t)b * ld + col, ld);
+    }
+}
+
 }  // namespace
 
 Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
@@ -127,9 +178,11 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
     const int half = p.n_rot / 2;
     std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
+    std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot): pow once per i, not per token
+    for (int i = 0; i < half; i++) inv_freq[i] = std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < half; i++) {
-            const double theta = refs[t].pos * std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
+            const double theta = refs[t].pos * inv_freq[i];
             rcos[(size_t)t * half + i] = (float)std::cos(theta);
             rsin[(size_t)t * half + i] = (float)std::sin(theta);
         }
@@ -158,6 +211,16 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
             if (ok) vis.push_back(in.n_past + j);
         }
         vis_off[t + 1] = (int)vis.size();
+    }
+
+    // Which sequences' attention runs as matrix products (kAttnBlockMin new tokens or more), and
+    // the tokens of the others, which attend one by one.
+    std::vector<int> block_seqs, single_toks;
+    for (size_t s = 0; s < batch.size(); s++) {
+        if ((int)batch[s].tokens.size() >= kAttnBlockMin)
+            block_seqs.push_back((int)s);
+        else
+            for (int t = seq_start[s]; t < seq_start[s + 1]; t++) single_toks.push_back(t);
     }
 
     const float scale = 1.0f / std::sqrt((float)HD);
@@ -197,45 +260,54 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                 std::memcpy(vd, v_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
             }
         }
-        // Attention: one work item per (token, head) over the token's visible slots.
-        // Work items are (token, head); chunks of items go to the pool.
-        const int n_items = n_tok * NH;
+        // Attention. Sequences with many new tokens: one work item per (sequence, KV head), as
+        // matrix products (attend_block). The other tokens: one work item per (token, KV head)
+        // over the token's visible slots; the gqa query heads that share a KV head are done
+        // together, so each key and value row is read once per group rather than once per head.
+        pool_.parallel_for((int64_t)block_seqs.size() * NKV, [&](int64_t it) {
+            const int s = block_seqs[it / NKV], g = (int)(it % NKV);
+            const SeqInput& in = batch[s];
+            attend_block(kv, l, in.block_table, in.n_past + (int)in.tokens.size(), g, HD, gqa, scale, q_.data(),
+                         att_.data(), QD, seq_start[s], seq_start[s + 1], vis, vis_off);
+        });
+        const int n_items = (int)single_toks.size() * NKV;
         const int items_per_chunk = std::max(1, n_items / (4 * pool_.n_threads()));
         const int64_t n_chunks = (n_items + items_per_chunk - 1) / items_per_chunk;
         pool_.parallel_for(n_chunks, [&](int64_t chunk) {
-            thread_local std::vector<float> sc;  // scores over the token's visible slots
+            thread_local std::vector<float> sc;  // [gqa][n_slots] scores over the token's visible slots
             const int it_end = std::min<int>(n_items, (int)(chunk + 1) * items_per_chunk);
             for (int it = (int)chunk * items_per_chunk; it < it_end; it++) {
-                const int t = it / NH, h = it % NH, g = h / gqa;
+                const int t = single_toks[it / NKV], g = it % NKV;
                 const SeqInput& in = batch[refs[t].seq];
                 const std::span<const int> slots(vis.data() + vis_off[t], vis_off[t + 1] - vis_off[t]);
-                const float* qh = q_.data() + (int64_t)t * QD + h * HD;
-                float* out = att_.data() + (int64_t)t * QD + h * HD;
-                std::fill(out, out + HD, 0.0f);
+                const int64_t n_s = (int64_t)slots.size();
+                const float* q0 = q_.data() + (int64_t)t * QD + (int64_t)g * gqa * HD;  // [gqa][HD]
+                float* out0 = att_.data() + (int64_t)t * QD + (int64_t)g * gqa * HD;    // [gqa][HD]
+                std::fill(out0, out0 + gqa * HD, 0.0f);
                 if (slots.empty()) continue;
-                sc.resize(slots.size());
-                float mx = -INFINITY;
-                for (size_t k = 0; k < slots.size(); k++) {
+                sc.resize((size_t)(gqa * n_s));
+                for (int64_t k = 0; k < n_s; k++) {
                     const int s = slots[k];
                     const uint8_t* kp = kv.k_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
-                    const float d = f16kv ? dot_f16(qh, reinterpret_cast<const uint16_t*>(kp), HD)
-                                          : dot_f32(qh, reinterpret_cast<const float*>(kp), HD);
-                    sc[k] = d * scale;
-                    mx = std::max(mx, sc[k]);
+                    for (int j = 0; j < gqa; j++)
+                        sc[j * n_s + k] = scale * (f16kv ? dot_f16(q0 + j * HD, reinterpret_cast<const uint16_t*>(kp), HD)
+                                                         : dot_f32(q0 + j * HD, reinterpret_cast<const float*>(kp), HD));
                 }
-                float sum = 0.0f;
-                for (auto& v : sc) {
-                    v = std::exp(v - mx);
-                    sum += v;
+                for (int j = 0; j < gqa; j++) {  // softmax of each head's scores, in place
+                    float* sj = sc.data() + j * n_s;
+                    const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
+                    for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
                 }
-                const float inv = 1.0f / sum;
-                for (size_t k = 0; k < slots.size(); k++) {
+                for (int64_t k = 0; k < n_s; k++) {
                     const int s = slots[k];
                     const uint8_t* vp = kv.v_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g * HD * kv.elem_bytes();
-                    if (f16kv)
-                        axpy_f16(sc[k] * inv, reinterpret_cast<const uint16_t*>(vp), out, HD);
-                    else
-                        axpy_f32(sc[k] * inv, reinterpret_cast<const float*>(vp), out, HD);
+                    for (int j = 0; j < gqa; j++) {
+                        const float a = sc[j * n_s + k];
+                        if (f16kv)
+                            axpy_f16(a, reinterpret_cast<const uint16_t*>(vp), out0 + j * HD, HD);
+                        else
+                            axpy_f32(a, reinterpret_cast<const float*>(vp), out0 + j * HD, HD);
+                    }
                 }
             }
         });

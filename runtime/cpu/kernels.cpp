@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,8 +18,23 @@
 #include <immintrin.h>
 #define STEWARD_AVX2 1
 #endif
+// AVX-512 (F + BW, as on Skylake-X and later): 16 lanes per FMA, twice AVX2's, and a native
+// exp-friendly scalef. Chosen at compile time like AVX2 (the build targets -march=native).
+#if defined(STEWARD_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define STEWARD_AVX512 1
+#endif
+// GCC 12's AVX-512 headers build some results on _mm*_undefined_*() and then warn about them
+// at every inlined use (GCC PR 105593, fixed in 13); the warning is about the header, not us.
+#if defined(STEWARD_AVX512) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 extern "C" void openblas_set_num_threads(int);
+// OpenBLAS's DYNAMIC_ARCH entry points (weak: absent from a single-target build, then unused).
+extern "C" char* openblas_get_corename(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 namespace steward {
 
@@ -26,9 +43,60 @@ int cpu_count() {
     return n == 0 ? 1 : (int)n;
 }
 
-void blas_set_threads(int n) { openblas_set_num_threads(n); }
+namespace {
+
+// OpenBLAS 0.3.21 (Debian 12) does not recognise CPUs newer than its tables (this VM's Sapphire
+// Rapids reports a generic "Intel Xeon Processor") and falls back to its Prescott (SSE3)
+// kernels: sgemm measured ~22 GFLOP/s a core here against ~90 with its SkylakeX kernels
+// (bench_model's kernel table). Where we were compiled for AVX-512 (or AVX2) and OpenBLAS chose a
+// core without it, and the user set no OPENBLAS_CORETYPE, re-select through OpenBLAS's own
+// override: set the variable and re-run its dynamic init. Runs once, before our first sgemm.
+void select_blas_core() {
+    if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice stands
+    const std::string core = openblas_get_corename();
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512CD__)
+    const char* want = "SkylakeX";
+    const char* good[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+#elif defined(__AVX2__) && defined(__FMA__)
+    const char* want = "Haswell";
+    const char* good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+#else
+    const char* want = nullptr;  // a portable build: OpenBLAS's own choice stands
+    const char* good[] = {""};
+#endif
+    if (!want) return;
+    for (const char* g : good)
+        if (core == g) return;
+    setenv("OPENBLAS_CORETYPE", want, 0);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");  // not inherited by child processes
+}
+
+void ensure_blas_core() {
+    static const bool once = (select_blas_core(), true);
+    (void)once;
+}
+
+}  // namespace
+
+void blas_set_threads(int n) {
+    ensure_blas_core();
+    openblas_set_num_threads(n);
+}
+
+const char* blas_core_name() {
+    ensure_blas_core();
+    return openblas_get_corename ? openblas_get_corename() : "unknown";
+}
 
 namespace {
+
+#ifndef STEWARD_PREFETCH
+#define STEWARD_PREFETCH 1
+#endif
+constexpr bool kPrefetch = STEWARD_PREFETCH;
 
 #ifdef STEWARD_AVX2
 inline float hsum(__m256 v) {
@@ -64,6 +132,40 @@ inline __m256 load8<GgmlType::Q8_0>(const uint8_t* row, int64_t c) {
 }
 #endif
 
+#ifdef STEWARD_AVX512
+// Loads 16 weights starting at column c (c a multiple of 16) as floats. BF16 widens by a shift
+// (exact); llama.cpp's _mm512_dpbf16_ps would round the activations to BF16 first, and decode
+// is bound by the weight stream, not by these shifts.
+template <GgmlType T>
+inline __m512 load16(const uint8_t* row, int64_t c);
+template <>
+inline __m512 load16<GgmlType::F32>(const uint8_t* row, int64_t c) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
+}
+template <>
+inline __m512 load16<GgmlType::F16>(const uint8_t* row, int64_t c) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + c)));
+}
+template <>
+inline __m512 load16<GgmlType::BF16>(const uint8_t* row, int64_t c) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + c));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+template <>
+inline __m512 load16<GgmlType::Q8_0>(const uint8_t* row, int64_t c) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + c / kQ8BlockSize;
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + c % kQ8BlockSize));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+#endif
+
+// Bytes of a row that hold 16 weights (Q8_0: 34 bytes per block of 32), for prefetch addresses.
+template <GgmlType T>
+constexpr int64_t bytes_per_16() {
+    return T == GgmlType::F32 ? 64 : T == GgmlType::Q8_0 ? 17 : 32;
+}
+
 template <GgmlType T>
 inline float load1(const uint8_t* row, int64_t c) {
     if constexpr (T == GgmlType::F32) return reinterpret_cast<const float*>(row)[c];
@@ -83,9 +185,49 @@ inline void dot_tile(const WeightView& W, int64_t r0, const float* X, int64_t ld
     const int64_t K = W.n_cols;
     const uint8_t* rows[R];
     for (int r = 0; r < R; r++) rows[r] = W.row(r0 + r);
+    // The next tile's rows start R rows on: touch them while this tile streams, so the first lines
+    // of each row (the hardware prefetcher needs a few misses per stream to start) arrive early.
+    [[maybe_unused]] const int64_t next = R * W.row_bytes();
     int64_t c = 0;
     float acc_s[R][NT] = {};
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    // Two column steps of 16 per iteration, each into its own accumulators: 2 * R * NT
+    // independent FMA chains (<= 16 registers), so the loop issues loads back to back.
+    constexpr int U = R * NT <= 8 ? 2 : 1;
+    __m512 acc[U][R][NT];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < NT; t++) acc[u][r][t] = _mm512_setzero_ps();
+    for (; c + 16 * U <= K; c += 16 * U)
+        for (int u = 0; u < U; u++) {
+            __m512 w[R];
+            if (u == 0 && kPrefetch)
+                for (int r = 0; r < R; r++) {
+                    const char* pf = reinterpret_cast<const char*>(rows[r] + next + c / 16 * bytes_per_16<T>());
+                    _mm_prefetch(pf, _MM_HINT_T0);
+                    if constexpr (bytes_per_16<T>() * U > 64) _mm_prefetch(pf + 64, _MM_HINT_T0);
+                }
+            for (int r = 0; r < R; r++) w[r] = load16<T>(rows[r], c + 16 * u);
+            for (int t = 0; t < NT; t++) {
+                const __m512 x = _mm512_loadu_ps(X + t * ldx + c + 16 * u);
+                for (int r = 0; r < R; r++) acc[u][r][t] = _mm512_fmadd_ps(w[r], x, acc[u][r][t]);
+            }
+        }
+    for (; c + 16 <= K; c += 16) {
+        __m512 w[R];
+        for (int r = 0; r < R; r++) w[r] = load16<T>(rows[r], c);
+        for (int t = 0; t < NT; t++) {
+            const __m512 x = _mm512_loadu_ps(X + t * ldx + c);
+            for (int r = 0; r < R; r++) acc[0][r][t] = _mm512_fmadd_ps(w[r], x, acc[0][r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) {
+            __m512 a = acc[0][r][t];
+            for (int u = 1; u < U; u++) a = _mm512_add_ps(a, acc[u][r][t]);
+            acc_s[r][t] = _mm512_reduce_add_ps(a);
+        }
+#elif defined(STEWARD_AVX2)
     __m256 acc[R][NT];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
@@ -161,7 +303,9 @@ void stream_matmul_any(const WeightView& W, const float* X, int n_tok, float* Y,
 template <GgmlType T>
 void convert_row(const uint8_t* row, float* dst, int64_t n) {
     int64_t c = 0;
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    for (; c + 16 <= n; c += 16) _mm512_storeu_ps(dst + c, load16<T>(row, c));
+#elif defined(STEWARD_AVX2)
     for (; c + 8 <= n; c += 8) _mm256_storeu_ps(dst + c, load8<T>(row, c));
 #endif
     for (; c < n; c++) dst[c] = load1<T>(row, c);
@@ -180,6 +324,7 @@ void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
 // Rows [rb, re) through sgemm; non-F32 weights are converted kTile rows at a time.
 void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t rb, int64_t re,
                std::vector<float>& tile) {
+    ensure_blas_core();
     const int64_t K = W.n_cols, N = W.n_rows;
     if (W.type == GgmlType::F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)(re - rb), (int)K, 1.0f, X, (int)K,
@@ -196,11 +341,32 @@ void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t
     }
 }
 
+#ifdef STEWARD_AVX512
+// exp of 16 floats: x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf polynomial, times 2^n
+// by scalef. Within 2 ulp of std::exp on [-87, 88]; inputs are clamped there (exp(-87) is 1e-38,
+// exp(88) is near FLT_MAX), which SwiGLU and a max-subtracted softmax never reach in a useful way.
+inline __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+#endif
+
 }  // namespace
 
-void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool) {
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
     const int64_t N = W.n_rows;
-    const bool gemm = n_tok >= kGemmMinTokens;
+    const bool gemm = path == MatmulPath::AUTO ? n_tok >= kGemmMinTokens : path == MatmulPath::GEMM;
     const int nt = pool.n_threads();
     // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
     // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).
@@ -235,14 +401,54 @@ void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float*
     }
 }
 
+// Vectorised because it is not small: n_ff exps per token per layer (a 128-token prefill of the
+// 110M model calls exp 3M times, ~10% of the pass with std::exp).
 void swiglu(float* g, const float* u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    int64_t i = 0;
+#ifdef STEWARD_AVX512
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
+
+float exp_sub_sum(float* x, int n, float mx) {
+    int i = 0;
+    float sum = 0.0f;
+#ifdef STEWARD_AVX512
+    const __m512 m = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    sum = _mm512_reduce_add_ps(acc);
+#endif
+    for (; i < n; i++) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    return sum;
+}
+
 
 float dot_f32(const float* a, const float* b, int n) {
     int i = 0;
     float s = 0.0f;
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(STEWARD_AVX2)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (; i + 16 <= n; i += 16) {
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
@@ -258,7 +464,13 @@ float dot_f32(const float* a, const float* b, int n) {
 float dot_f16(const float* a, const uint16_t* b, int n) {
     int i = 0;
     float s = 0.0f;
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
+                              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))), acc);
+    s = _mm512_reduce_add_ps(acc);
+#elif defined(STEWARD_AVX2)
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8)
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
@@ -271,7 +483,10 @@ float dot_f16(const float* a, const uint16_t* b, int n) {
 
 void axpy_f32(float a, const float* x, float* y, int n) {
     int i = 0;
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    const __m512 va = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#elif defined(STEWARD_AVX2)
     const __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 #endif
@@ -280,7 +495,12 @@ void axpy_f32(float a, const float* x, float* y, int n) {
 
 void axpy_f16(float a, const uint16_t* x, float* y, int n) {
     int i = 0;
-#ifdef STEWARD_AVX2
+#if defined(STEWARD_AVX512)
+    const __m512 va = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))),
+                                                _mm512_loadu_ps(y + i)));
+#elif defined(STEWARD_AVX2)
     const __m256 va = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))),
@@ -290,7 +510,28 @@ void axpy_f16(float a, const uint16_t* x, float* y, int n) {
 }
 
 void to_f16(const float* x, uint16_t* y, int n) {
-    for (int i = 0; i < n; i++) y[i] = f32_to_f16(x[i]);
+    int i = 0;
+#ifdef STEWARD_AVX2
+    // F16C rounds to nearest even as f32_to_f16 does (they differ only in NaN payloads).
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) y[i] = f32_to_f16(x[i]);
+}
+
+void from_f16(const uint16_t* x, float* y, int n) {
+    int i = 0;
+#ifdef STEWARD_AVX2
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+#endif
+    for (; i < n; i++) y[i] = f16_to_f32(x[i]);
+}
+
+void gemm_f32(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+              float* C, int ldc) {
+    ensure_blas_core();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, 0.0f,
+                C, ldc);
 }
 
 }  // namespace steward

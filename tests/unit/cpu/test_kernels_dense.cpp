@@ -1,0 +1,177 @@
+// The CPU kernels (matmul in every dense weight type and Q8_0, on both the streaming and the sgemm
+// path; SwiGLU, the softmax body, the KV dot/axpy) against plain reference loops on random shapes.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/thread_pool.h"
+#include "model/quants.h"
+
+using namespace steward;
+
+namespace {
+
+// A random weight matrix [n_rows][n_cols] in `type`, its bytes owned here.
+struct RandomWeights {
+    std::vector<uint8_t> bytes;
+    WeightView view;
+
+    RandomWeights(GgmlType type, int64_t n_cols, int64_t n_rows, std::mt19937& rng) {
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        view.type = type;
+        view.n_cols = n_cols;
+        view.n_rows = n_rows;
+        bytes.resize((size_t)(view.row_bytes() * n_rows));
+        for (int64_t r = 0; r < n_rows; r++) {
+            uint8_t* row = bytes.data() + r * view.row_bytes();
+            for (int64_t c = 0; c < n_cols; c++) {
+                const float v = u(rng);
+                if (type == GgmlType::F32) std::memcpy(row + 4 * c, &v, 4);
+                if (type == GgmlType::F16 || type == GgmlType::BF16) {
+                    const uint16_t h = type == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+                    std::memcpy(row + 2 * c, &h, 2);
+                }
+            }
+            if (type == GgmlType::Q8_0) {
+                auto* blocks = reinterpret_cast<BlockQ8_0*>(row);
+                std::uniform_int_distribution<int> q(-127, 127);
+                for (int64_t b = 0; b < n_cols / kQ8BlockSize; b++) {
+                    blocks[b].d = f32_to_f16(0.001f + 0.01f * std::abs(u(rng)));
+                    for (auto& x : blocks[b].qs) x = (int8_t)q(rng);
+                }
+            }
+        }
+        view.data = bytes.data();
+    }
+};
+
+// Y[t][r] in double over rows dequantized by the reference dequantizer; also sum |w x| per
+// output, the scale of the rounding error a float kernel may make.
+void reference_matmul(const WeightView& W, const std::vector<float>& X, int n_tok, std::vector<double>& Y,
+                      std::vector<double>& mag) {
+    const int64_t K = W.n_cols, N = W.n_rows;
+    Y.assign((size_t)(n_tok * N), 0.0);
+    mag.assign((size_t)(n_tok * N), 0.0);
+    std::vector<float> row((size_t)K);
+    for (int64_t r = 0; r < N; r++) {
+        REQUIRE(dequantize_row(W.type, W.row(r), K, row.data()));
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t c = 0; c < K; c++) {
+                const double p = (double)row[c] * X[(size_t)(t * K + c)];
+                Y[(size_t)(t * N + r)] += p;
+                mag[(size_t)(t * N + r)] += std::abs(p);
+            }
+    }
+}
+
+void check_matmul(GgmlType type, int64_t K, int64_t N, int n_tok, ThreadPool& pool, std::mt19937& rng,
+                  MatmulPath path = MatmulPath::AUTO) {
+    const RandomWeights w(type, K, N, rng);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> X((size_t)(n_tok * K));
+    for (auto& v : X) v = u(rng);
+    std::vector<float> Y((size_t)(n_tok * N), NAN);
+    matmul(w.view, X.data(), n_tok, Y.data(), pool, path);
+    std::vector<double> ref, mag;
+    reference_matmul(w.view, X, n_tok, ref, mag);
+    for (size_t i = 0; i < Y.size(); i++) {
+        INFO(ggml_type_name((uint32_t)type) << " K=" << K << " N=" << N << " n_tok=" << n_tok << " threads=" << pool.n_threads() << " path=" << (int)path
+                                  << " output " << i);
+        REQUIRE(std::abs(Y[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("matmul matches the reference loop for every dense type on odd shapes and 1 to 20 tokens", "[kernels]") {
+    std::mt19937 rng(12);
+    for (int n_threads : {1, 2}) {
+        ThreadPool pool(n_threads);
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+            for (int64_t K : {1, 15, 17, 47, 96, 161})
+                for (int64_t N : {1, 7, 37, 133})
+                    for (int n_tok = 1; n_tok <= 20; n_tok += (K > 40 ? 1 : 3)) check_matmul(type, K, N, n_tok, pool, rng);
+    }
+}
+
+TEST_CASE("matmul matches the reference loop for q8_0 on both sides of the gemm threshold", "[kernels]") {
+    std::mt19937 rng(13);
+    ThreadPool pool(2);
+    for (int64_t K : {32, 96, 800})
+        for (int64_t N : {3, 37, 130})
+            for (int n_tok : {1, 2, 3, 5, kGemmMinTokens - 1, kGemmMinTokens, 20}) check_matmul(GgmlType::Q8_0, K, N, n_tok, pool, rng);
+}
+
+TEST_CASE("both matmul paths, forced, match the reference for every type away from their usual token counts",
+          "[kernels]") {
+    std::mt19937 rng(17);
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
+        for (int n_tok : {1, 3, 24}) {
+            check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::STREAM);
+            check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::GEMM);
+        }
+}
+
+TEST_CASE("matmul of a wide f16 matrix streams many row chunks to the same result as the reference", "[kernels]") {
+    std::mt19937 rng(14);
+    ThreadPool pool(2);
+    for (int n_tok : {1, 4, 17}) check_matmul(GgmlType::F16, 768, 1000, n_tok, pool, rng);
+}
+
+TEST_CASE("swiglu and the softmax body match std::exp on odd lengths", "[kernels]") {
+    std::mt19937 rng(15);
+    std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+    for (int n : {1, 15, 16, 37, 1001}) {
+        std::vector<float> g(n), up(n), want(n);
+        for (int i = 0; i < n; i++) {
+            g[i] = u(rng);
+            up[i] = u(rng) / 30.0f;
+            want[i] = (float)((double)g[i] / (1.0 + std::exp(-(double)g[i])) * up[i]);
+        }
+        swiglu(g.data(), up.data(), n);
+        for (int i = 0; i < n; i++) REQUIRE(std::abs(g[i] - want[i]) <= 2e-6f * std::abs(want[i]) + 1e-30f);
+
+        std::vector<float> s(n);
+        for (auto& v : s) v = u(rng);
+        const float mx = *std::max_element(s.begin(), s.end());
+        std::vector<double> e(n);
+        double sum = 0.0;
+        for (int i = 0; i < n; i++) sum += e[i] = std::exp((double)s[i] - mx);
+        const float got = exp_sub_sum(s.data(), n, mx);
+        REQUIRE(std::abs(got - sum) <= 1e-5 * sum);
+        for (int i = 0; i < n; i++) REQUIRE(std::abs(s[i] - e[i]) <= 2e-6 * e[i] + 1e-38);
+    }
+}
+
+TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd lengths in f32 and f16", "[kernels]") {
+    std::mt19937 rng(16);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int n : {1, 7, 16, 33, 64, 100}) {
+        std::vector<float> a(n), b(n), y(n), y16(n);
+        std::vector<uint16_t> b16(n);
+        for (int i = 0; i < n; i++) a[i] = u(rng), b[i] = u(rng), b16[i] = f32_to_f16(b[i]), y[i] = y16[i] = u(rng);
+        double d = 0, d16 = 0;
+        for (int i = 0; i < n; i++) d += (double)a[i] * b[i], d16 += (double)a[i] * f16_to_f32(b16[i]);
+        REQUIRE(std::abs(dot_f32(a.data(), b.data(), n) - d) <= 1e-5 * n);
+        REQUIRE(std::abs(dot_f16(a.data(), b16.data(), n) - d16) <= 1e-5 * n);
+        std::vector<float> want = y, want16 = y16;
+        for (int i = 0; i < n; i++) want[i] += 0.5f * b[i], want16[i] += 0.5f * f16_to_f32(b16[i]);
+        axpy_f32(0.5f, b.data(), y.data(), n);
+        axpy_f16(0.5f, b16.data(), y16.data(), n);
+        for (int i = 0; i < n; i++) {
+            REQUIRE(std::abs(y[i] - want[i]) <= 1e-6f);
+            REQUIRE(std::abs(y16[i] - want16[i]) <= 1e-6f);
+        }
+        std::vector<float> wide(n);  // to_f16 rounds as the scalar f32_to_f16, across the f16 range
+        for (int i = 0; i < n; i++) wide[i] = a[i] * std::pow(2.0f, (float)(i % 40 - 26));
+        std::vector<uint16_t> h(n);
+        to_f16(wide.data(), h.data(), n);
+        for (int i = 0; i < n; i++) REQUIRE(h[i] == f32_to_f16(wide[i]));
+    }
+}
