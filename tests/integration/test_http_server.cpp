@@ -637,7 +637,8 @@ TEST_CASE("a client that half-closes after its request still gets the whole answ
         REQUIRE(!ec);
         CHECK(p.get().result_int() == 200);
         CHECK(json::parse(p.get().body())["choices"][0]["text"] == greedy_text(*s.rt, "half", 3));
-        CHECK(!p.get().keep_alive());
+        // Whether the answer says `Connection: close` depends on whether the server saw the EOF
+        // before it wrote the answer (a race); either way it closes the connection after it.
         char c;
         sock.read_some(net::buffer(&c, 1), ec);
         CHECK(ec == net::error::eof);

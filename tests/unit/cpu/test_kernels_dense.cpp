@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "cpu/quant_dot.h"
 #include "cpu/thread_pool.h"
 #include "model/quants.h"
 
@@ -99,7 +100,10 @@ TEST_CASE("matmul matches the reference loop for every dense type on odd shapes 
     }
 }
 
+// Q8_0's float streaming kernel is the exact path (ExactQuantScope); its default integer path, which
+// quantizes the activations, is held to its own rounding bound in test_quant_dot.cpp.
 TEST_CASE("matmul matches the reference loop for q8_0 on both sides of the gemm threshold", "[kernels]") {
+    const ExactQuantScope exact;
     std::mt19937 rng(13);
     ThreadPool pool(2);
     for (int64_t K : {32, 96, 800})
@@ -109,6 +113,7 @@ TEST_CASE("matmul matches the reference loop for q8_0 on both sides of the gemm 
 
 TEST_CASE("both matmul paths, forced, match the reference for every type away from their usual token counts",
           "[kernels]") {
+    const ExactQuantScope exact;  // Q8_0's float kernel, as above
     std::mt19937 rng(17);
     ThreadPool pool(2);
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
