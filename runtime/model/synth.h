@@ -29,6 +29,15 @@ struct SynthSpec {
     uint64_t seed = 1;
     float rope_freq_base = 10000.0f;
     float rms_eps = 1e-5f;
+    // A test fixture for speculative decoding: layers >= late_from get their residual branches
+    // (attn_output and ffn_down) scaled by late_scale, so that a draft of the first late_from layers
+    // (synth_draft, or the self-speculative prefix) agrees with the target at a chosen rate; the other
+    // tensors are bit-identical to late_scale 1 (weights are seeded per tensor name). Measured greedy
+    // agreement (first-token argmax over random contexts, tests/unit/model/test_synth_late_scale.cpp)
+    // for the default shape (4 layers, dim 256, vocab 4096, untied) and late_from = keep_layers:
+    // see the README's synth section for the table. late_from -1 (or late_scale 1): off.
+    float late_scale = 1.0f;
+    int late_from = -1;
 };
 
 // Validates the shape (head counts divide, dims multiples of 32 for Q8_0, ...).
