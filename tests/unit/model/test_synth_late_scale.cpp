@@ -12,6 +12,7 @@
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "kv/kv_storage.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "process_temp_dir.h"
@@ -99,6 +100,38 @@ TEST_CASE("late_scale is validated and leaves the early layers untouched", "[mod
     bad.late_from = 2;
     bad.late_scale = -1.0f;
     CHECK_FALSE(synth_validate(bad).ok());
+
+    SynthSpec small;  // a small shape: only the tensors matter here
+    small.n_embd = 64;
+    small.n_ff = 128;
+    small.n_head = 2;
+    small.n_head_kv = 2;
+    small.n_vocab = 512;
+    SynthSpec late = small;
+    late.late_scale = 0.25f;
+    late.late_from = 2;
+    auto a = GgufFile::from_bytes(synth_model(small)->to_bytes());
+    auto b = GgufFile::from_bytes(synth_model(late)->to_bytes());
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    auto floats = [](const GgufFile& f, const std::string& name) {
+        const GgufTensorInfo* t = f.find_tensor(name);
+        REQUIRE(t);
+        const auto* p = reinterpret_cast<const float*>(t->data);
+        return std::vector<float>(p, p + t->n_elements());
+    };
+    for (const auto& t : (*a)->tensors()) {
+        const bool scaled = t.name.rfind("blk.2.", 0) == 0 || t.name.rfind("blk.3.", 0) == 0;
+        const bool branch_out = t.name.find("attn_output") != std::string::npos || t.name.find("ffn_down") != std::string::npos;
+        const auto x = floats(**a, t.name), y = floats(**b, t.name);
+        INFO(t.name);
+        if (scaled && branch_out) {
+            for (size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == Approx(0.25f * x[i]).margin(1e-7));
+        } else {
+            CHECK(x == y);
+        }
+    }
+    CHECK((*b)->get_float("steward.synth.late_scale").value_or(0.0) == Approx(0.25));
 }
 
 TEST_CASE("measure: greedy agreement of a late-scaled target with its draft", "[.measure]") {

@@ -5,6 +5,9 @@
 #include <map>
 #include <vector>
 
+#include "cpu/forward.h"
+#include "kv/kv_storage.h"
+#include "memory_model.h"
 #include "spec/token_tree.h"
 
 using namespace steward;
@@ -143,4 +146,41 @@ TEST_CASE("the dynamic tree's nodes are added best first, so each node's path pr
     const TokenTree t = grow_tree(1, {12, 4, 3}, propose);
     REQUIRE(t.n_draft() == 12);
     for (int32_t id = 2; id < t.size(); ++id) CHECK(t.node(id).path_prob <= t.node(id - 1).path_prob);
+}
+
+TEST_CASE("a flattened tree verified in one forward gives each node the logits of its own path",
+          "[spec][tree]") {
+    const Model& m = steward_test::tiny_kv_model();
+    const size_t V = (size_t)m.params().n_vocab;
+    CpuForward fwd(m, 1, 64);
+    KvStorage kv(KvStorage::config_for(m.params(), 4, 16, KvDtype::F32));
+    const std::vector<int32_t> prompt = {1, 40, 41, 42, 43}, table = {0, 1}, other = {2, 3};
+    auto run = [&](const std::vector<int32_t>& table_, int32_t n_past, std::span<const int32_t> tokens,
+                   std::span<const int32_t> positions, std::span<const uint8_t> mask) {
+        SeqInput s;
+        s.n_past = n_past;
+        s.tokens = tokens;
+        s.positions = positions;
+        s.mask = mask;
+        s.block_table = table_;
+        s.logits = LogitsMode::ALL;
+        std::vector<float> logits;
+        REQUIRE(fwd.forward(kv, std::span<const SeqInput>(&s, 1), logits).ok());
+        return logits;
+    };
+    run(table, 0, prompt, {}, {});
+    const TokenTree t = hand_tree();
+    const auto tokens = t.tokens();
+    const auto positions = t.positions((int32_t)prompt.size());
+    const auto mask = t.ancestor_mask();
+    const auto tree_logits = run(table, (int32_t)prompt.size(), tokens, positions, mask);
+    for (int32_t id = 0; id < t.size(); ++id) {
+        // The reference: the prompt then the node's path, as a plain causal sequence elsewhere in the pool.
+        std::vector<int32_t> seq = prompt;
+        for (int32_t n : t.path_to(id)) seq.push_back(t.node(n).token);
+        const auto ref = run(other, 0, seq, {}, {});
+        const size_t row = seq.size() - 1;
+        for (size_t i = 0; i < V; ++i)
+            REQUIRE(tree_logits[(size_t)id * V + i] == Approx(ref[row * V + i]).margin(1e-4));
+    }
 }
