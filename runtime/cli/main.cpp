@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
     synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
+    synth->add_option("--late-scale", spec.late_scale,
+                      "Test fixture for speculation: scale the residual branches of layers >= --late-from "
+                      "(smaller: a draft of the first layers agrees more; README: synthetic models)")
+        ->capture_default_str();
+    synth->add_option("--late-from", spec.late_from, "First layer --late-scale applies to (-1: off)")
+        ->capture_default_str();
 
     auto* info = model_cmd->add_subcommand("info", "What a GGUF file holds: shape, tensor types, tokenizer, template, KV and weight bytes per token");
     std::string info_path;

@@ -60,6 +60,92 @@ float logprob_with_pos_inf(std::span<const float> logits, float lt) {
     return static_cast<float>(-std::log(static_cast<double>(n_inf)));
 }
 
+// The sampler's candidates at temperature > 0 for a finite max logit m: the finite tokens, cut to
+// the top_k best, weighted exp((logit - m) / temperature), cut to the nucleus of mass top_p. Shared
+// by Sampler::sample and sampling_distribution, so both see exactly the same distribution.
+struct Kept {
+    size_t n_keep = 0;          // cands[0, n_keep) are the candidates, in the order the draw walks them
+    double total = 0.0;         // their summed weight
+    double sum_unmodified = 0;  // the unmodified softmax denominator (sum_exp_shifted(logits, m))
+};
+
+Kept keep_candidates(std::span<const float> logits, const SamplingParams& p, float m,
+                     std::vector<Sampler::Candidate>& cands) {
+    // Candidates: tokens with a finite logit (m is finite, so NaN and -inf drop out here), either
+    // all of them or the top_k best.
+    cands.clear();
+    bool truncated = false;  // did top-k drop a finite token?
+    bool sorted = false;     // are cands in ranks_before order?
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < logits.size()) {
+        // A bounded heap whose front is the worst kept token: O(V log k) at worst, and usually one
+        // comparison per token, without materialising V candidates.
+        const auto k = static_cast<size_t>(p.top_k);
+        cands.reserve(k);
+        for (size_t i = 0; i < logits.size(); ++i) {
+            const float v = logits[i];
+            if (!(v > k_neg_inf)) continue;
+            const Sampler::Candidate x{v, static_cast<int32_t>(i), 0.0};
+            if (cands.size() < k) {
+                cands.push_back(x);
+                std::push_heap(cands.begin(), cands.end(), ranks_before);
+            } else {
+                truncated = true;
+                if (ranks_before(x, cands.front())) {
+                    std::pop_heap(cands.begin(), cands.end(), ranks_before);
+                    cands.back() = x;
+                    std::push_heap(cands.begin(), cands.end(), ranks_before);
+                }
+            }
+        }
+        std::sort_heap(cands.begin(), cands.end(), ranks_before);  // best first
+        sorted = true;
+    } else {
+        cands.reserve(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (logits[i] > k_neg_inf) cands.push_back({logits[i], static_cast<int32_t>(i), 0.0});
+    }
+    Sampler::Candidate* c = cands.data();
+    size_t n_keep = cands.size();  // >= 1: the max itself is finite
+
+    // Weights in float exp (see sum_exp_shifted), accumulated in double.
+    double total = 0.0;
+    if (p.temperature == 1.0f) {
+        for (size_t i = 0; i < n_keep; ++i) total += (c[i].weight = std::exp(c[i].logit - m));
+    } else {
+        const double inv_temp = 1.0 / static_cast<double>(p.temperature);
+        for (size_t i = 0; i < n_keep; ++i)
+            total += (c[i].weight = std::exp(static_cast<float>((static_cast<double>(c[i].logit) - m) * inv_temp)));
+    }
+    // total >= 1: the max's weight is exp(0), and top-k keeps the max.
+    // At temperature 1 with nothing truncated, total is already the softmax denominator.
+    const double sum_unmodified = (p.temperature == 1.0f && !truncated) ? total : sum_exp_shifted(logits, m);
+
+    if (p.top_p < 1.0f) {  // NaN top_p is treated as off
+        const double target = static_cast<double>(p.top_p) * total;
+        size_t n_nucleus = 0;
+        if (!sorted && n_keep > 1) {
+            // A token with weight below cutoff cannot be in the nucleus: all of those together weigh
+            // less than (n - 1) * cutoff = (1 - top_p) * total. Sorting only the rest is usually far
+            // fewer tokens than the vocabulary (trick from llama2.c). Capped at 1.0, the max's own
+            // weight, so the head is never empty; a lower cutoff only keeps more, which stays correct.
+            const double cutoff =
+                std::min(1.0, (1.0 - static_cast<double>(p.top_p)) * total / static_cast<double>(n_keep - 1));
+            Sampler::Candidate* mid = std::partition(c, c + n_keep, [&](const Sampler::Candidate& a) { return a.weight >= cutoff; });
+            std::sort(c, mid, ranks_before);
+            n_nucleus = nucleus_length(c, static_cast<size_t>(mid - c), target);
+        }
+        if (n_nucleus == 0) {  // already sorted, or rounding kept the pruned head short of target
+            if (!sorted) std::sort(c, c + n_keep, ranks_before);
+            n_nucleus = nucleus_length(c, n_keep, target);
+        }
+        if (n_nucleus != 0) n_keep = n_nucleus;  // else rounding: keep everything
+        total = 0.0;
+        for (size_t i = 0; i < n_keep; ++i) total += c[i].weight;
+    }
+
+    return {n_keep, total, sum_unmodified};
+}
+
 }  // namespace
 
 Expected<bool> check_sampling(const SamplingParams& p) {
@@ -170,77 +256,11 @@ Sampled Sampler::sample(std::span<const float> logits) {
     }
     if (greedy) return {best, logprob_from_sum(m, m, sum_exp_shifted(logits, m))};
 
-    // Candidates: tokens with a finite logit (m is finite, so NaN and -inf drop out here), either
-    // all of them or the top_k best.
-    candidates_.clear();
-    bool truncated = false;  // did top-k drop a finite token?
-    bool sorted = false;     // are candidates_ in ranks_before order?
-    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < logits.size()) {
-        // A bounded heap whose front is the worst kept token: O(V log k) at worst, and usually one
-        // comparison per token, without materialising V candidates.
-        const auto k = static_cast<size_t>(p_.top_k);
-        candidates_.reserve(k);
-        for (size_t i = 0; i < logits.size(); ++i) {
-            const float v = logits[i];
-            if (!(v > k_neg_inf)) continue;
-            const Candidate x{v, static_cast<int32_t>(i), 0.0};
-            if (candidates_.size() < k) {
-                candidates_.push_back(x);
-                std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
-            } else {
-                truncated = true;
-                if (ranks_before(x, candidates_.front())) {
-                    std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
-                    candidates_.back() = x;
-                    std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
-                }
-            }
-        }
-        std::sort_heap(candidates_.begin(), candidates_.end(), ranks_before);  // best first
-        sorted = true;
-    } else {
-        candidates_.reserve(logits.size());
-        for (size_t i = 0; i < logits.size(); ++i)
-            if (logits[i] > k_neg_inf) candidates_.push_back({logits[i], static_cast<int32_t>(i), 0.0});
-    }
-    Candidate* c = candidates_.data();
-    size_t n_keep = candidates_.size();  // >= 1: the max itself is finite
-
-    // Weights in float exp (see sum_exp_shifted), accumulated in double.
-    double total = 0.0;
-    if (p_.temperature == 1.0f) {
-        for (size_t i = 0; i < n_keep; ++i) total += (c[i].weight = std::exp(c[i].logit - m));
-    } else {
-        const double inv_temp = 1.0 / static_cast<double>(p_.temperature);
-        for (size_t i = 0; i < n_keep; ++i)
-            total += (c[i].weight = std::exp(static_cast<float>((static_cast<double>(c[i].logit) - m) * inv_temp)));
-    }
-    // total >= 1: the max's weight is exp(0), and top-k keeps the max.
-    // At temperature 1 with nothing truncated, total is already the softmax denominator.
-    const double sum_unmodified = (p_.temperature == 1.0f && !truncated) ? total : sum_exp_shifted(logits, m);
-
-    if (p_.top_p < 1.0f) {  // NaN top_p is treated as off
-        const double target = static_cast<double>(p_.top_p) * total;
-        size_t n_nucleus = 0;
-        if (!sorted && n_keep > 1) {
-            // A token with weight below cutoff cannot be in the nucleus: all of those together weigh
-            // less than (n - 1) * cutoff = (1 - top_p) * total. Sorting only the rest is usually far
-            // fewer tokens than the vocabulary (trick from llama2.c). Capped at 1.0, the max's own
-            // weight, so the head is never empty; a lower cutoff only keeps more, which stays correct.
-            const double cutoff =
-                std::min(1.0, (1.0 - static_cast<double>(p_.top_p)) * total / static_cast<double>(n_keep - 1));
-            Candidate* mid = std::partition(c, c + n_keep, [&](const Candidate& a) { return a.weight >= cutoff; });
-            std::sort(c, mid, ranks_before);
-            n_nucleus = nucleus_length(c, static_cast<size_t>(mid - c), target);
-        }
-        if (n_nucleus == 0) {  // already sorted, or rounding kept the pruned head short of target
-            if (!sorted) std::sort(c, c + n_keep, ranks_before);
-            n_nucleus = nucleus_length(c, n_keep, target);
-        }
-        if (n_nucleus != 0) n_keep = n_nucleus;  // else rounding: keep everything
-        total = 0.0;
-        for (size_t i = 0; i < n_keep; ++i) total += c[i].weight;
-    }
+    const Kept kept = keep_candidates(logits, p_, m, candidates_);
+    const Candidate* c = candidates_.data();
+    const size_t n_keep = kept.n_keep;
+    const double total = kept.total;
+    const double sum_unmodified = kept.sum_unmodified;
 
     // Inverse CDF over the kept candidates, in their current order. Skipping zero weights (underflow
     // at low temperature) means the rounding fallback never lands on an impossible token.
@@ -254,6 +274,28 @@ Sampled Sampler::sample(std::span<const float> logits) {
         if (u < cum) break;
     }
     return {c[chosen].id, logprob_from_sum(c[chosen].logit, m, sum_unmodified)};
+}
+
+std::vector<TokenProb> sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
+    std::vector<TokenProb> out;
+    if (logits.empty()) return out;
+    const int32_t best = argmax(logits);
+    const float m = logits[static_cast<size_t>(best)];
+    if (!(m > k_neg_inf)) return {{0, 1.0}};  // Sampler::sample answers token 0 here
+    if (m == k_pos_inf) {
+        if (!(p.temperature > 0.0f)) return {{best, 1.0}};
+        for (size_t i = 0; i < logits.size(); ++i)
+            if (logits[i] == k_pos_inf) out.push_back({static_cast<int32_t>(i), 0.0});
+        for (auto& t : out) t.prob = 1.0 / static_cast<double>(out.size());
+        return out;
+    }
+    if (!(p.temperature > 0.0f)) return {{best, 1.0}};
+    std::vector<Sampler::Candidate> cands;
+    const Kept kept = keep_candidates(logits, p, m, cands);
+    for (size_t i = 0; i < kept.n_keep; ++i)
+        if (cands[i].weight > 0.0) out.push_back({cands[i].id, cands[i].weight / kept.total});
+    std::sort(out.begin(), out.end(), [](const TokenProb& a, const TokenProb& b) { return a.id < b.id; });
+    return out;
 }
 
 }  // namespace steward

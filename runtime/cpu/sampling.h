@@ -63,6 +63,19 @@ private:
     std::vector<Candidate> candidates_;  // scratch, [n_vocab] at most; reused between calls
 };
 
+struct TokenProb {
+    int32_t id = -1;
+    double prob = 0.0;
+};
+// The distribution Sampler::sample(logits) draws from under p: temperature, top_k and top_p
+// applied exactly as the sampler applies them (one shared implementation), as the kept tokens with
+// probability > 0 in ascending id order, summing to 1. Greedy (temperature <= 0): the argmax with
+// probability 1. The logit hygiene of Sampler applies (NaN is -inf; +inf logits share the mass;
+// nothing above -inf gives token 0). Empty logits give an empty vector. adjust_logits is the
+// caller's step, before this one. Speculative verification reads p and the draft's q from here.
+// Pure, thread-safe.
+std::vector<TokenProb> sampling_distribution(std::span<const float> logits, const SamplingParams& p);
+
 // OpenAI's adjustments, in place: logits[id] += bias for each logit_bias entry (ids outside the span
 // are ignored), then for every id that occurs c > 0 times in `output` (the tokens generated so far):
 // logits[id] -= c * frequency_penalty + presence_penalty. Pure apart from `logits`.

@@ -124,6 +124,11 @@ Expected<bool> synth_validate(const SynthSpec& s) {
                    "; give the head size (--head-dim)");
     if (s.n_head % s.n_head_kv) return bad("heads " + std::to_string(s.n_head) + " is not a multiple of kv heads " + std::to_string(s.n_head_kv));
     if (synth_head_dim(s) % 2) return bad("head size must be even for RoPE");
+    if (s.late_from < -1 || s.late_from > s.n_layer)
+        return bad("late layers start at " + std::to_string(s.late_from) + "; give -1 (off) or a layer in [0, " +
+                   std::to_string(s.n_layer) + "]");
+    if (!(s.late_scale >= 0.0f) || !std::isfinite(s.late_scale))
+        return bad("late layer scale is " + std::to_string(s.late_scale) + "; it must be a finite number >= 0");
     if (!quantize_supported(s.dtype))
         return bad(std::string("synth cannot write weight type ") + ggml_type_name((uint32_t)s.dtype) +
                    "; use f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m");
@@ -154,6 +159,10 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     w.set_u32("general.file_type", format_file_type(format));
     if (ggml_type_block_elems(s.dtype) > 1) w.set_u32("general.quantization_version", 2);  // as llama-quantize writes
     w.set_u64("steward.synth.seed", s.seed);
+    if (s.late_from >= 0) {  // recorded so a fixture's acceptance can be traced back to it
+        w.set_u32("steward.synth.late_from", (uint32_t)s.late_from);
+        w.set_f32("steward.synth.late_scale", s.late_scale);
+    }
     w.set_u32(a + ".context_length", (uint32_t)s.n_ctx);
     w.set_u32(a + ".embedding_length", (uint32_t)s.n_embd);
     w.set_u32(a + ".block_count", (uint32_t)s.n_layer);
@@ -197,6 +206,9 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     mat("token_embd.weight", E, s.n_vocab, 1.0f);
     for (int l = 0; l < s.n_layer; l++) {
         const std::string b = "blk." + std::to_string(l) + ".";
+        // Only the branches' output projections: the layer still reads the stream as before, it just
+        // writes less into it, so the late layers move the logits of the early ones less.
+        const float late = s.late_from >= 0 && l >= s.late_from ? s.late_scale : 1.0f;
         vec(b + "attn_norm.weight", E, 0.1f, 1.0f);
         mat(b + "attn_q.weight", E, Q, in_scale);
         mat(b + "attn_k.weight", E, KV, in_scale);
@@ -212,11 +224,11 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             vec(b + "attn_q_norm.weight", head_dim, 0.2f, 1.0f);
             vec(b + "attn_k_norm.weight", head_dim, 0.2f, 1.0f);
         }
-        mat(b + "attn_output.weight", Q, E, branch / std::sqrt((float)Q));
+        mat(b + "attn_output.weight", Q, E, late * branch / std::sqrt((float)Q));
         vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
         mat(b + "ffn_gate.weight", E, F, in_scale);
         mat(b + "ffn_up.weight", E, F, in_scale);
-        mat(b + "ffn_down.weight", F, E, 2.0f * branch / std::sqrt((float)F));
+        mat(b + "ffn_down.weight", F, E, late * 2.0f * branch / std::sqrt((float)F));
     }
     vec("output_norm.weight", E, 0.1f, 1.0f);
     if (!s.tied_output) {

@@ -29,6 +29,20 @@ struct SynthSpec {
     uint64_t seed = 1;
     float rope_freq_base = 10000.0f;
     float rms_eps = 1e-5f;
+    // A test fixture for speculative decoding: layers >= late_from get their residual branches
+    // (attn_output and ffn_down) scaled by late_scale, so that a draft of the first late_from layers
+    // (synth_draft, or the self-speculative prefix) agrees with the target at a chosen rate; the other
+    // tensors are bit-identical to late_scale 1 (weights are seeded per tensor name). Measured greedy
+    // agreement (first-token argmax over random contexts, tests/unit/model/test_synth_late_scale.cpp)
+    // for the default shape (4 layers, dim 256, vocab 4096, untied), late_from = keep_layers, 1024
+    // contexts of 8 random tokens:
+    //   late_scale         0     0.1   0.2   0.3   0.4   0.5   0.6   0.7   0.8   1.0
+    //   1-layer draft      1.00  0.85  0.72  0.60  0.50  0.42  0.35  0.30  0.24  0.18
+    //   2-layer draft      1.00  0.89  0.80  0.70  0.62  0.56  0.49  0.44  0.38  0.27
+    // so ~90%: 0.1 with 2 layers; ~70%: 0.3 with 2 layers (0.2 with 1); ~30%: 0.7 with 1 layer.
+    // late_from -1 (or late_scale 1): off.
+    float late_scale = 1.0f;
+    int late_from = -1;
 };
 
 // Validates the shape (head counts divide, dims multiples of 32 for Q8_0, ...).
