@@ -1,6 +1,6 @@
-// The continuous-batching step: cancellations and deadlines, then running sequences in priority
-// order (decode or their next prefill chunk), then waiting ones while the token budget lasts; a
-// failed allocation frees an idle session, then preempts the lowest-priority running sequence
+// The continuous-batching step: cancellations and deadlines, then (within each priority) every
+// running sequence's decode token, then prefill work, running chunks and waiting requests together,
+// shortest remaining prompt first with aging, while the token budget lasts; a failed allocation frees an idle session, then preempts the lowest-priority running sequence
 // (its KV is dropped and recomputed later, as vLLM's recompute preemption).
 #include "sched/engine.h"
 
@@ -14,6 +14,10 @@
 namespace steward {
 
 namespace {
+
+// SRPT aging: a waiting prompt's remaining count drops this much per second it has waited, so a
+// long prompt goes first at the latest after (its length - the shorter one's) / this seconds.
+constexpr double k_aging_tokens_per_s = 1000.0;
 
 std::mutex g_fault_mu;
 std::shared_ptr<const ForwardFaultHook> g_fault_hook;  // null: none
@@ -261,10 +265,32 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         }
     }
 
-    // ---- schedule: running first (priority desc, arrival asc), then waiting
+    // ---- schedule. Decodes first: each running sequence's next token (1 each; a decode that waits
+    // for a prefill chunk costs every stream a step). Then prefill work, running chunks and waiting
+    // requests together, shortest remaining prompt first (SRPT: a short prompt no longer waits
+    // behind a long document's chunks; it minimises mean TTFT), with aging so that a long prompt
+    // cannot starve: its remaining count drops k_aging_tokens_per_s for every second it has waited.
+    // Priority comes before both.
+    auto remaining = [&](const Seq& s) {
+        if (!s.kv) return (int)s.all_tokens.size();  // waiting: the prefix cache's share is known at attach
+        const SeqKv& kv = mgr_.seq(s.kv);
+        return kv.n_tokens() - kv.n_computed;
+    };
+    auto prefill_key = [&](const Seq& s) { return (double)remaining(s) - k_aging_tokens_per_s * std::max(0.0, now_s - s.req.arrival_s); };
     auto before = [&](uint64_t a, uint64_t b) {
-        const EngineRequest &ra = seqs_.at(a)->req, &rb = seqs_.at(b)->req;
+        const Seq &sa = *seqs_.at(a), &sb = *seqs_.at(b);
+        const EngineRequest &ra = sa.req, &rb = sb.req;
         if (ra.priority != rb.priority) return ra.priority > rb.priority;
+        if (!opt_.prefill_srpt) {
+            if (ra.arrival_s != rb.arrival_s) return ra.arrival_s < rb.arrival_s;
+            return ra.id < rb.id;
+        }
+        const bool da = sa.kv && remaining(sa) <= 1, db = sb.kv && remaining(sb) <= 1;
+        if (da != db) return da;
+        if (!da) {
+            const double ka = prefill_key(sa), kb = prefill_key(sb);
+            if (ka != kb) return ka < kb;
+        }
         if (ra.arrival_s != rb.arrival_s) return ra.arrival_s < rb.arrival_s;
         return ra.id < rb.id;
     };
@@ -275,7 +301,6 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     };
     std::vector<Planned> plan;
     int budget = opt_.max_batch_tokens;
-    std::vector<uint64_t> still_running;
     std::vector<uint64_t> order = running_;
     size_t end = order.size();  // order[end..] were preempted this step
     // must_evict: a request nothing else can make room for (nothing running) takes LRU victims even if
@@ -293,7 +318,41 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
         return true;
     };
+    std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
+    bool admitting = true;           // false once a waiting one found no room, or under pressure
+    // Admits the best waiting request if it comes before `next` (0: whatever comes). False when none.
+    auto admit_one = [&](uint64_t next) -> bool {
+        if (!admitting || budget <= 0 || waiting_.empty() || (int)(end + admitted.size()) >= opt_.max_batch) return false;
+        if (end < order.size()) return admitting = false;  // under memory pressure (a preemption) admit nothing new
+        auto best = waiting_.begin();
+        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+            if (before(*it, *best)) best = it;
+        if (next && !before(*best, next)) return false;
+        Seq& s = *seqs_.at(*best);
+        if (!s.kv) attach(s);
+        const SeqKv& kv = mgr_.seq(s.kv);
+        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
+        bool ok = alloc(s, n);
+        while (!ok && free_one_session()) ok = alloc(s, n);
+        if (!ok && end == 0 && admitted.empty()) ok = alloc(s, n, true);
+        if (!ok) {
+            // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
+            // holds blocks could starve everyone (nothing would be preemptable).
+            mgr_.free(s.kv);
+            s.kv = 0;
+            return admitting = false;
+        }
+        if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
+        waiting_.erase(best);
+        admitted.push_back(s.req.id);
+        plan.push_back({s.req.id, n});
+        budget -= n;
+        return true;
+    };
     for (size_t i = 0; i < end && budget > 0; i++) {
+        while (admit_one(order[i])) {
+        }
+        if (budget <= 0) break;
         Seq& s = *seqs_.at(order[i]);
         const SeqKv& kv = mgr_.seq(s.kv);
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
@@ -321,35 +380,10 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         plan.push_back({s.req.id, n});
         budget -= n;
     }
-    for (size_t i = 0; i < end; i++) still_running.push_back(order[i]);
-    running_ = still_running;
-
-    // Under memory pressure (a preemption this step) admit nothing new.
-    const bool pressure = end < order.size();
-    while (!pressure && budget > 0 && (int)running_.size() < opt_.max_batch && !waiting_.empty()) {
-        auto best = waiting_.begin();
-        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-            if (before(*it, *best)) best = it;
-        Seq& s = *seqs_.at(*best);
-        if (!s.kv) attach(s);
-        const SeqKv& kv = mgr_.seq(s.kv);
-        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
-        bool ok = alloc(s, n);
-        while (!ok && free_one_session()) ok = alloc(s, n);
-        if (!ok && running_.empty()) ok = alloc(s, n, true);
-        if (!ok) {
-            // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
-            // holds blocks could starve everyone (nothing would be preemptable).
-            mgr_.free(s.kv);
-            s.kv = 0;
-            break;
-        }
-        if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
-        waiting_.erase(best);
-        running_.push_back(s.req.id);
-        plan.push_back({s.req.id, n});
-        budget -= n;
+    while (admit_one(0)) {
     }
+    running_.assign(order.begin(), order.begin() + (std::ptrdiff_t)end);
+    running_.insert(running_.end(), admitted.begin(), admitted.end());
     if (plan.empty()) return;
 
     // ---- one forward over the whole batch
