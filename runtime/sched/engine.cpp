@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <mutex>
 #include <unordered_set>
 
@@ -203,6 +205,7 @@ void Engine::finish(uint64_t id, FinishReason why, const std::string& err, doubl
 }
 
 std::vector<EngineEvent> Engine::step(double now_s) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<EngineEvent> events;
     try {
         run_step(now_s, events);
@@ -211,6 +214,7 @@ std::vector<EngineEvent> Engine::step(double now_s) {
     } catch (...) {
         fail_running("the engine step failed with an unknown exception", now_s, events);
     }
+    stats_.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return events;
 }
 
@@ -401,7 +405,9 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         for (const Planned& p : plan) ids.push_back(p.id);
         (*hook)(ids);
     }
+    const auto t_fwd = std::chrono::steady_clock::now();
     auto r = fwd_.forward(kv_, batch, logits_);
+    stats_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     stats_.n_steps++;
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
@@ -417,6 +423,34 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     // ---- commit, publish, sample
     const int V = model_.params().n_vocab;
     const int ctx = model_.params().n_ctx_train;
+    // Plain rows (no bias, penalties or top logprobs; no forced-token hook) are sampled first, in
+    // parallel on the forward's threads: greedy still takes a pass of exp over the vocabulary per
+    // row for the logprob (~45 us at 8k), which one thread doing it for every row made the step's
+    // largest cost outside the forward. Each sequence's sampler is its own, so the draws do not
+    // depend on the split.
+    std::vector<int> rows(plan.size(), -1);
+    std::vector<size_t> plain;
+    for (size_t k = 0, r = 0; k < plan.size(); k++) {
+        if (batch[k].logits != LogitsMode::LAST) continue;
+        rows[k] = (int)r++;
+        const SamplingParams& sp = seqs_.at(plan[k].id)->req.sampling;
+        if (!sp.adjusts_logits() && sp.n_top_logprobs == 0) plain.push_back(k);
+    }
+    std::vector<std::optional<Sampled>> pre(plan.size());
+    if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
+        std::vector<std::exception_ptr> failed(plain.size());
+        fwd_.thread_pool().parallel_for((int64_t)plain.size(), [&](int64_t j) {
+            const size_t k = plain[(size_t)j];
+            try {
+                pre[k] = seqs_.at(plan[k].id)->sampler.sample(
+                    std::span<const float>(logits_.data() + (size_t)rows[k] * V, V));
+            } catch (...) {
+                failed[(size_t)j] = std::current_exception();
+            }
+        });
+        for (const std::exception_ptr& e : failed)
+            if (e) std::rethrow_exception(e);  // step() turns it into the batch's ERROR
+    }
     int row = 0;
     std::vector<std::pair<uint64_t, FinishReason>> done;
     for (size_t k = 0; k < plan.size(); k++) {
@@ -435,7 +469,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
             dist = adjusted_;
         }
-        Sampled sm = s.sampler.sample(dist);
+        Sampled sm = pre[k] ? *pre[k] : s.sampler.sample(dist);
         if (g_forced_set.load(std::memory_order_relaxed)) {
             std::shared_ptr<const ForcedTokenHook> h;
             {

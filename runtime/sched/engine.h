@@ -104,6 +104,10 @@ struct EngineStats {
     int64_t n_session_evictions = 0;
     int64_t n_prompt_tokens_computed = 0;
     int64_t n_decode_tokens = 0;
+    // Wall time inside step() and, of it, inside the forward: what the scheduler's own bookkeeping
+    // (scheduling, KV calls, sampling, events) costs is step_s - forward_s, free of the machine's
+    // load as a share (bench_runtime prints it).
+    double step_s = 0, forward_s = 0;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
 };
