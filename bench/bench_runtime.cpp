@@ -52,6 +52,7 @@ std::vector<std::vector<int32_t>> make_prompts(int n, int len, uint64_t seed, in
 struct Run {
     int64_t n_out = 0;  // output tokens produced (a sequence may stop early at EOS)
     double wall_s = 0;
+    double step_s = 0, forward_s = 0;  // the Engine path: time in step() and, of it, in the forward
     std::vector<std::vector<int32_t>> outputs;  // per prompt, in prompt order
     double tok_s() const { return wall_s > 0 ? n_out / wall_s : 0; }
 };
@@ -135,6 +136,8 @@ Run run_engine(const Model& m, const std::vector<std::vector<int32_t>>& prompts,
             r.n_out += (int64_t)e.tokens.size();
         }
     r.wall_s = secs(t0, clk::now());
+    r.step_s = eng.stats().step_s;
+    r.forward_s = eng.stats().forward_s;
     return r;
 }
 
@@ -354,6 +357,11 @@ int main(int argc, char** argv) {
         std::printf(
             "actor-path overhead (median): %+.1f%% vs direct backend, %+.1f%% vs engine; engine vs direct %+.1f%%\n",
             100.0 * (med[0] / med[2] - 1), 100.0 * (med[1] / med[2] - 1), 100.0 * (med[0] / med[1] - 1));
+        // A share of one path's own time, so it holds on a loaded machine where the wall-time
+        // comparisons above swing by +-20% between runs.
+        if (engine.step_s > 0)
+            std::printf("engine bookkeeping (scheduling, KV calls, sampling, events): %.2f%% of its step time is outside the forward\n",
+                        100.0 * (engine.step_s - engine.forward_s) / engine.step_s);
         std::printf("\n");
         std::fflush(stdout);
 

@@ -46,6 +46,8 @@ public:
     const Model& model() const { return model_; }
     int n_threads() const { return n_threads_; }
     int max_tokens() const { return max_tokens_; }
+    // The forward's workers, idle between forwards: the engine samples a batch's rows on them.
+    ThreadPool& thread_pool() { return pool_; }
 
 private:
     const Model& model_;

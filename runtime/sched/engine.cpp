@@ -1,19 +1,25 @@
-// The continuous-batching step: cancellations and deadlines, then running sequences in priority
-// order (decode or their next prefill chunk), then waiting ones while the token budget lasts; a
-// failed allocation frees an idle session, then preempts the lowest-priority running sequence
+// The continuous-batching step: cancellations and deadlines, then (within each priority) every
+// running sequence's decode token, then prefill work, running chunks and waiting requests together,
+// shortest remaining prompt first with aging, while the token budget lasts; a failed allocation frees an idle session, then preempts the lowest-priority running sequence
 // (its KV is dropped and recomputed later, as vLLM's recompute preemption).
 #include "sched/engine.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <mutex>
 #include <unordered_set>
 
 namespace steward {
 
 namespace {
+
+// SRPT aging: a waiting prompt's remaining count drops this much per second it has waited, so a
+// long prompt goes first at the latest after (its length - the shorter one's) / this seconds.
+constexpr double k_aging_tokens_per_s = 1000.0;
 
 std::mutex g_fault_mu;
 std::shared_ptr<const ForwardFaultHook> g_fault_hook;  // null: none
@@ -199,6 +205,7 @@ void Engine::finish(uint64_t id, FinishReason why, const std::string& err, doubl
 }
 
 std::vector<EngineEvent> Engine::step(double now_s) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<EngineEvent> events;
     try {
         run_step(now_s, events);
@@ -207,6 +214,7 @@ std::vector<EngineEvent> Engine::step(double now_s) {
     } catch (...) {
         fail_running("the engine step failed with an unknown exception", now_s, events);
     }
+    stats_.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return events;
 }
 
@@ -261,10 +269,32 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         }
     }
 
-    // ---- schedule: running first (priority desc, arrival asc), then waiting
+    // ---- schedule. Decodes first: each running sequence's next token (1 each; a decode that waits
+    // for a prefill chunk costs every stream a step). Then prefill work, running chunks and waiting
+    // requests together, shortest remaining prompt first (SRPT: a short prompt no longer waits
+    // behind a long document's chunks; it minimises mean TTFT), with aging so that a long prompt
+    // cannot starve: its remaining count drops k_aging_tokens_per_s for every second it has waited.
+    // Priority comes before both.
+    auto remaining = [&](const Seq& s) {
+        if (!s.kv) return (int)s.all_tokens.size();  // waiting: the prefix cache's share is known at attach
+        const SeqKv& kv = mgr_.seq(s.kv);
+        return kv.n_tokens() - kv.n_computed;
+    };
+    auto prefill_key = [&](const Seq& s) { return (double)remaining(s) - k_aging_tokens_per_s * std::max(0.0, now_s - s.req.arrival_s); };
     auto before = [&](uint64_t a, uint64_t b) {
-        const EngineRequest &ra = seqs_.at(a)->req, &rb = seqs_.at(b)->req;
+        const Seq &sa = *seqs_.at(a), &sb = *seqs_.at(b);
+        const EngineRequest &ra = sa.req, &rb = sb.req;
         if (ra.priority != rb.priority) return ra.priority > rb.priority;
+        if (!opt_.prefill_srpt) {
+            if (ra.arrival_s != rb.arrival_s) return ra.arrival_s < rb.arrival_s;
+            return ra.id < rb.id;
+        }
+        const bool da = sa.kv && remaining(sa) <= 1, db = sb.kv && remaining(sb) <= 1;
+        if (da != db) return da;
+        if (!da) {
+            const double ka = prefill_key(sa), kb = prefill_key(sb);
+            if (ka != kb) return ka < kb;
+        }
         if (ra.arrival_s != rb.arrival_s) return ra.arrival_s < rb.arrival_s;
         return ra.id < rb.id;
     };
@@ -275,7 +305,6 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     };
     std::vector<Planned> plan;
     int budget = opt_.max_batch_tokens;
-    std::vector<uint64_t> still_running;
     std::vector<uint64_t> order = running_;
     size_t end = order.size();  // order[end..] were preempted this step
     // must_evict: a request nothing else can make room for (nothing running) takes LRU victims even if
@@ -293,7 +322,41 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
         return true;
     };
+    std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
+    bool admitting = true;           // false once a waiting one found no room, or under pressure
+    // Admits the best waiting request if it comes before `next` (0: whatever comes). False when none.
+    auto admit_one = [&](uint64_t next) -> bool {
+        if (!admitting || budget <= 0 || waiting_.empty() || (int)(end + admitted.size()) >= opt_.max_batch) return false;
+        if (end < order.size()) return admitting = false;  // under memory pressure (a preemption) admit nothing new
+        auto best = waiting_.begin();
+        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+            if (before(*it, *best)) best = it;
+        if (next && !before(*best, next)) return false;
+        Seq& s = *seqs_.at(*best);
+        if (!s.kv) attach(s);
+        const SeqKv& kv = mgr_.seq(s.kv);
+        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
+        bool ok = alloc(s, n);
+        while (!ok && free_one_session()) ok = alloc(s, n);
+        if (!ok && end == 0 && admitted.empty()) ok = alloc(s, n, true);
+        if (!ok) {
+            // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
+            // holds blocks could starve everyone (nothing would be preemptable).
+            mgr_.free(s.kv);
+            s.kv = 0;
+            return admitting = false;
+        }
+        if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
+        waiting_.erase(best);
+        admitted.push_back(s.req.id);
+        plan.push_back({s.req.id, n});
+        budget -= n;
+        return true;
+    };
     for (size_t i = 0; i < end && budget > 0; i++) {
+        while (admit_one(order[i])) {
+        }
+        if (budget <= 0) break;
         Seq& s = *seqs_.at(order[i]);
         const SeqKv& kv = mgr_.seq(s.kv);
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
@@ -321,35 +384,10 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         plan.push_back({s.req.id, n});
         budget -= n;
     }
-    for (size_t i = 0; i < end; i++) still_running.push_back(order[i]);
-    running_ = still_running;
-
-    // Under memory pressure (a preemption this step) admit nothing new.
-    const bool pressure = end < order.size();
-    while (!pressure && budget > 0 && (int)running_.size() < opt_.max_batch && !waiting_.empty()) {
-        auto best = waiting_.begin();
-        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-            if (before(*it, *best)) best = it;
-        Seq& s = *seqs_.at(*best);
-        if (!s.kv) attach(s);
-        const SeqKv& kv = mgr_.seq(s.kv);
-        const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
-        bool ok = alloc(s, n);
-        while (!ok && free_one_session()) ok = alloc(s, n);
-        if (!ok && running_.empty()) ok = alloc(s, n, true);
-        if (!ok) {
-            // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
-            // holds blocks could starve everyone (nothing would be preemptable).
-            mgr_.free(s.kv);
-            s.kv = 0;
-            break;
-        }
-        if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
-        waiting_.erase(best);
-        running_.push_back(s.req.id);
-        plan.push_back({s.req.id, n});
-        budget -= n;
+    while (admit_one(0)) {
     }
+    running_.assign(order.begin(), order.begin() + (std::ptrdiff_t)end);
+    running_.insert(running_.end(), admitted.begin(), admitted.end());
     if (plan.empty()) return;
 
     // ---- one forward over the whole batch
@@ -367,7 +405,9 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         for (const Planned& p : plan) ids.push_back(p.id);
         (*hook)(ids);
     }
+    const auto t_fwd = std::chrono::steady_clock::now();
     auto r = fwd_.forward(kv_, batch, logits_);
+    stats_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     stats_.n_steps++;
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
@@ -383,6 +423,34 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     // ---- commit, publish, sample
     const int V = model_.params().n_vocab;
     const int ctx = model_.params().n_ctx_train;
+    // Plain rows (no bias, penalties or top logprobs; no forced-token hook) are sampled first, in
+    // parallel on the forward's threads: greedy still takes a pass of exp over the vocabulary per
+    // row for the logprob (~45 us at 8k), which one thread doing it for every row made the step's
+    // largest cost outside the forward. Each sequence's sampler is its own, so the draws do not
+    // depend on the split.
+    std::vector<int> rows(plan.size(), -1);
+    std::vector<size_t> plain;
+    for (size_t k = 0, r = 0; k < plan.size(); k++) {
+        if (batch[k].logits != LogitsMode::LAST) continue;
+        rows[k] = (int)r++;
+        const SamplingParams& sp = seqs_.at(plan[k].id)->req.sampling;
+        if (!sp.adjusts_logits() && sp.n_top_logprobs == 0) plain.push_back(k);
+    }
+    std::vector<std::optional<Sampled>> pre(plan.size());
+    if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
+        std::vector<std::exception_ptr> failed(plain.size());
+        fwd_.thread_pool().parallel_for((int64_t)plain.size(), [&](int64_t j) {
+            const size_t k = plain[(size_t)j];
+            try {
+                pre[k] = seqs_.at(plan[k].id)->sampler.sample(
+                    std::span<const float>(logits_.data() + (size_t)rows[k] * V, V));
+            } catch (...) {
+                failed[(size_t)j] = std::current_exception();
+            }
+        });
+        for (const std::exception_ptr& e : failed)
+            if (e) std::rethrow_exception(e);  // step() turns it into the batch's ERROR
+    }
     int row = 0;
     std::vector<std::pair<uint64_t, FinishReason>> done;
     for (size_t k = 0; k < plan.size(); k++) {
@@ -401,7 +469,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
             dist = adjusted_;
         }
-        Sampled sm = s.sampler.sample(dist);
+        Sampled sm = pre[k] ? *pre[k] : s.sampler.sample(dist);
         if (g_forced_set.load(std::memory_order_relaxed)) {
             std::shared_ptr<const ForcedTokenHook> h;
             {

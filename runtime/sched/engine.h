@@ -26,11 +26,14 @@ struct EngineOptions {
     int block_size = 16;
     KvDtype kv_dtype = KvDtype::F32;
     int max_batch = 32;          // sequences per step
-    int max_batch_tokens = 256;  // token budget per step; prefill is chunked to fit
+    int max_batch_tokens = 512;  // token budget per step; prefill is chunked to fit
     int max_queue = 256;         // waiting requests; past it submit() refuses (overloaded)
     int n_threads = 0;
     bool prefix_cache = true;
     double session_ttl_s = 60.0;
+    // Prefill order within a priority: shortest remaining prompt first with aging (true), or by
+    // arrival (false: FCFS, what the engine did before; bench_sched compares the two).
+    bool prefill_srpt = true;
     bool kv_events = false;  // record block stored / removed events for take_kv_events (a cache actor)
 };
 
@@ -101,6 +104,10 @@ struct EngineStats {
     int64_t n_session_evictions = 0;
     int64_t n_prompt_tokens_computed = 0;
     int64_t n_decode_tokens = 0;
+    // Wall time inside step() and, of it, inside the forward: what the scheduler's own bookkeeping
+    // (scheduling, KV calls, sampling, events) costs is step_s - forward_s, free of the machine's
+    // load as a share (bench_runtime prints it).
+    double step_s = 0, forward_s = 0;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
 };

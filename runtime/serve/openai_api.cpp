@@ -282,7 +282,8 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
               f.integer("top_k", r.top_k, 0, 1 << 20) && f.integer("n", r.n, 1, k_max_n) && parse_stop(j, r, err) &&
               f.number("presence_penalty", r.presence_penalty, -2, 2, "in [-2, 2]") &&
               f.number("frequency_penalty", r.frequency_penalty, -2, 2, "in [-2, 2]") && parse_logit_bias(j, r, err) &&
-              f.str("user", r.user) && f.str("session", r.session) && f.boolean("stream", r.stream);
+              f.str("user", r.user) && f.str("session", r.session) && f.boolean("stream", r.stream) &&
+              f.boolean("ignore_eos", r.ignore_eos);
     if (!ok) return std::nullopt;
     if (chat) {
         // The template sees messages and tools with their keys in the order sent (tojson shows it),
@@ -426,6 +427,7 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     else g.prompt = req.chat ? rendered_prompt : req.prompt;
     g.tenant = tenant;
     g.session = req.session;
+    g.ignore_eos = req.ignore_eos;
     g.bucket_hint = target.bucket_hint;
     g.pool = target.pool;
     g.max_tokens = req.max_tokens;

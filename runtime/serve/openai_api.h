@@ -53,6 +53,7 @@ struct OpenAiRequest {
     std::vector<std::pair<int32_t, float>> logit_bias;
     std::string user;
     std::string session;               // extension: the conversation's KV stays pinned between turns
+    bool ignore_eos = false;           // extension (llama-server's, vLLM's): generate max_tokens past EOS
     bool stream = false;
     bool include_usage = false;        // stream_options.include_usage
     bool echo = false;                 // completion: the prompt text precedes the output

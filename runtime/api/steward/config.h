@@ -38,7 +38,7 @@ struct PoolConfig {
     int block_size = 16;
     std::string kv_dtype = "f32";   // f32 | f16
     int max_batch = 32;             // sequences per step
-    int max_batch_tokens = 256;     // token budget per step (chunked prefill fills the rest)
+    int max_batch_tokens = 512;     // token budget per step (chunked prefill fills the rest; bench_sched)
     int max_queue = 256;            // waiting requests before 'overloaded'
     double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
     bool prefix_cache = true;

@@ -495,3 +495,83 @@ TEST_CASE("a step whose forward throws fails every running request, keeps the wa
     CHECK(out[4] == reference_greedy(prompts[0], 8));
     CHECK(e.stats().kv.n_blocks_in_use == 0);
 }
+
+namespace {
+
+// Steps until every request has its first token; the ids in the order their first tokens came.
+std::vector<uint64_t> first_token_order(Engine& eng, size_t n) {
+    std::vector<uint64_t> order;
+    for (int guard = 0; order.size() < n && guard < 1000; guard++)
+        for (const EngineEvent& e : eng.step(0.0))
+            if (!e.tokens.empty() && std::find(order.begin(), order.end(), e.id) == order.end()) order.push_back(e.id);
+    return order;
+}
+
+std::vector<int32_t> plain_prompt(int n, int first) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; i++) p.push_back(300 + (first + i * 7) % 200);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("a short prompt queued behind a long prompt's chunks gets its first token first; FCFS keeps arrival order", "[engine]") {
+    for (bool srpt : {true, false}) {
+        INFO("prefill_srpt " << srpt);
+        EngineOptions o;
+        o.n_blocks = 64;
+        o.max_batch_tokens = 32;  // the long prompt needs 8 chunks
+        o.prefix_cache = false;
+        o.prefill_srpt = srpt;
+        Engine eng(test_model(), o);
+        EngineRequest a;
+        a.id = 1;
+        a.prompt = plain_prompt(250, 1);
+        a.max_tokens = 2;
+        a.stop_at_eos = false;
+        REQUIRE(eng.submit(a));
+        eng.step(0.0);  // the long prompt's first chunk
+        EngineRequest b;
+        b.id = 2;
+        b.prompt = plain_prompt(10, 5);
+        b.max_tokens = 2;
+        b.stop_at_eos = false;
+        REQUIRE(eng.submit(b));
+        const std::vector<uint64_t> order = first_token_order(eng, 2);
+        CHECK(order == (srpt ? std::vector<uint64_t>{2, 1} : std::vector<uint64_t>{1, 2}));
+    }
+}
+
+TEST_CASE("running decodes get their token in every step while a long prompt is prefilled", "[engine]") {
+    EngineOptions o;
+    o.n_blocks = 64;
+    o.max_batch_tokens = 16;
+    o.prefix_cache = false;
+    Engine eng(test_model(), o);
+    EngineRequest d;
+    d.id = 1;
+    d.prompt = plain_prompt(4, 3);
+    d.max_tokens = 40;
+    d.stop_at_eos = false;
+    d.arrival_s = 1.0;  // arrived after the long one (say it was re-queued): arrival order alone would starve it
+    REQUIRE(eng.submit(d));
+    eng.step(0.0);  // its prompt and first token
+    EngineRequest p;
+    p.id = 2;
+    p.prompt = plain_prompt(200, 9);
+    p.max_tokens = 1;
+    p.stop_at_eos = false;
+    p.arrival_s = 0.5;
+    REQUIRE(eng.submit(p));
+    // Until the long prompt's first token, every step gives the decoding request its next token.
+    bool long_done = false;
+    for (int k = 0; k < 30 && !long_done; k++) {
+        bool decode_token = false;
+        for (const EngineEvent& e : eng.step(0.0)) {
+            if (e.id == 1 && !e.tokens.empty()) decode_token = true;
+            if (e.id == 2 && !e.tokens.empty()) long_done = true;
+        }
+        CHECK(decode_token);
+    }
+    CHECK(long_done);
+}

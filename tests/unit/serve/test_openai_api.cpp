@@ -39,6 +39,18 @@ TEST_CASE("a chat body's fields reach the request with OpenAI's defaults for the
     CHECK(g0.top_logprobs == 3);
 }
 
+TEST_CASE("ignore_eos (llama-server's and vLLM's extension) reaches the request, off by default", "[serve][openai]") {
+    ApiError err;
+    auto on = parse_openai_request(R"({"prompt": "x", "ignore_eos": true})", false, err);
+    auto off = parse_openai_request(R"({"prompt": "x"})", false, err);
+    REQUIRE(on);
+    REQUIRE(off);
+    CHECK(to_generation_request(*on, ModelTarget{}, "t", "", 0).ignore_eos);
+    CHECK_FALSE(to_generation_request(*off, ModelTarget{}, "t", "", 0).ignore_eos);
+    REQUIRE_FALSE(parse_openai_request(R"({"prompt": "x", "ignore_eos": 1})", false, err));
+    CHECK(err.param == "ignore_eos");
+}
+
 TEST_CASE("refused bodies name the field, the value and what it must be", "[serve][openai]") {
     struct Case {
         bool chat;
