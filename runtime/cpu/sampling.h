@@ -48,6 +48,9 @@ public:
     explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
     Sampled sample(std::span<const float> logits);
     const SamplingParams& params() const { return p_; }
+    // The request's random stream, for draws made outside sample() that must share it (speculative
+    // drafting and verification, acceptance.h), so one seed decides the whole output.
+    std::mt19937_64& rng() { return rng_; }
 
     struct Candidate {
         float logit;  // the unmodified logit; always finite (NaN and +-inf are handled before)

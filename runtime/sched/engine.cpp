@@ -11,6 +11,7 @@
 #include <exception>
 #include <optional>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_set>
 
 namespace steward {
@@ -47,12 +48,25 @@ void set_forced_token_hook(ForcedTokenHook hook) {
     g_forced_set = (bool)g_forced_hook;
 }
 
+namespace {
+// With a draft model the pool's blocks are split between target and draft (shared_kv_blocks).
+EngineOptions with_draft_share(const Model& model, EngineOptions opt) {
+    if (!opt.draft_model) return opt;
+    if (auto ok = check_draft_model(model, *opt.draft_model); !ok) throw std::invalid_argument(ok.error().message);
+    opt.n_blocks = shared_kv_blocks(model, *opt.draft_model, opt.n_blocks, opt.block_size, opt.kv_dtype);
+    return opt;
+}
+}  // namespace
+
 Engine::Engine(const Model& model, const EngineOptions& opt)
     : model_(model),
-      opt_(opt),
+      opt_(with_draft_share(model, opt)),
       fwd_(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch)),
-      kv_(KvStorage::config_for(model.params(), opt.n_blocks, opt.block_size, opt.kv_dtype)),
-      mgr_(opt.n_blocks, opt.block_size) {
+      kv_(KvStorage::config_for(model.params(), opt_.n_blocks, opt.block_size, opt.kv_dtype)),
+      mgr_(opt_.n_blocks, opt.block_size) {
+    if (opt_.draft_model)
+        draft_ = std::make_unique<DraftModel>(*opt_.draft_model, opt_.n_blocks, opt_.block_size, opt_.kv_dtype,
+                                              opt_.n_threads, std::max(opt_.max_batch_tokens, opt_.max_batch));
     mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
@@ -79,6 +93,8 @@ Expected<bool> Engine::submit(EngineRequest req) {
         return make_error_code(ErrorCode::OVERLOADED, "overloaded: the pool's queue is full (",
                                std::to_string(waiting_.size()), " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
+    if (auto ok = check_spec_settings(req.spec, draft_ != nullptr); !ok)
+        return make_error("request ", std::to_string(req.id), ": ", ok.error().message);
     if (auto intact = model_.check_file(); !intact) return intact.error();  // a changed model serves nothing
     const uint64_t id = req.id;
     if (req.kv_quota_blocks >= 0) mgr_.set_tenant_quota(req.tenant, req.kv_quota_blocks);
@@ -116,10 +132,15 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_preemptions = s.n_preemptions;
     e.n_cached_cross_tenant = s.n_cached_cross_tenant;
     e.n_cached_public = s.n_cached_public;
+    e.n_drafts = s.n_drafts;
+    e.n_draft_tokens = s.n_draft_tokens;
+    e.n_accepted_tokens = s.n_accepted_tokens;
+    e.n_rollbacks = s.n_rollbacks;
     return e;
 }
 
 void Engine::release(Seq& s, bool keep_session, double now_s) {
+    if (draft_) draft_->release(&s.draft_kv);
     if (!s.kv) return;
     if (keep_session && !s.req.session.empty()) {
         auto it = sessions_.find(s.req.session);
@@ -146,6 +167,7 @@ void Engine::preempt(Seq& s) {
     const int computed = mgr_.seq(s.kv).n_computed;
     mgr_.free(s.kv);
     s.kv = 0;
+    if (draft_) draft_->release(&s.draft_kv);
     s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
     s.n_preemptions++;
     stats_.n_preemptions++;
@@ -390,6 +412,16 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     running_.insert(running_.end(), admitted.begin(), admitted.end());
     if (plan.empty()) return;
 
+    // ---- speculation: decoding sequences that speculate draft into the budget left over
+    std::vector<SpecDraft> drafts(plan.size());
+    if (!g_forced_set.load(std::memory_order_relaxed))
+        for (size_t k = 0; k < plan.size() && budget > 0; k++) {
+            drafts[k] = draft_for(*seqs_.at(plan[k].id), std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens),
+                                  [&](Seq& s, int n) { return alloc(s, n); });
+            plan[k].n += drafts[k].k();
+            budget -= drafts[k].k();
+        }
+
     // ---- one forward over the whole batch
     std::vector<SeqInput> batch(plan.size());
     for (size_t k = 0; k < plan.size(); k++) {
@@ -399,6 +431,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         in.tokens = std::span<const int32_t>(kv.tokens).subspan(kv.n_computed, plan[k].n);
         in.block_table = kv.blocks;
         in.logits = kv.n_computed + plan[k].n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
+        if (drafts[k].k() > 0) in.logits = LogitsMode::ALL;
     }
     if (auto hook = forward_fault_hook()) {
         std::vector<uint64_t> ids;
@@ -431,6 +464,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<int> rows(plan.size(), -1);
     std::vector<size_t> plain;
     for (size_t k = 0, r = 0; k < plan.size(); k++) {
+        if (batch[k].logits == LogitsMode::ALL) r += (size_t)drafts[k].k() + 1;  // speculating: k + 1 rows
         if (batch[k].logits != LogitsMode::LAST) continue;
         rows[k] = (int)r++;
         const SamplingParams& sp = seqs_.at(plan[k].id)->req.sampling;
@@ -455,6 +489,15 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<std::pair<uint64_t, FinishReason>> done;
     for (size_t k = 0; k < plan.size(); k++) {
         Seq& s = *seqs_.at(plan[k].id);
+        if (drafts[k].k() > 0) {
+            const size_t n_rows = (size_t)drafts[k].k() + 1;
+            bool fin = false;
+            apply_spec(s, drafts[k], std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
+            row += (int)n_rows;
+            stats_.n_decode_tokens += plan[k].n;
+            if (fin) done.push_back({s.req.id, events.back().finish});
+            continue;
+        }
         const bool wants = batch[k].logits == LogitsMode::LAST;
         mgr_.commit_computed(s.kv, plan[k].n);
         if (opt_.prefix_cache) mgr_.publish_full_blocks(s.kv);

@@ -17,6 +17,7 @@
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "sched/speculate.h"
 #include "util/finish_reason.h"
 
 namespace steward {
@@ -35,6 +36,12 @@ struct EngineOptions {
     // arrival (false: FCFS, what the engine did before; bench_sched compares the two).
     bool prefill_srpt = true;
     bool kv_events = false;  // record block stored / removed events for take_kv_events (a cache actor)
+    // A draft model for requests with spec.source DRAFT (not owned; outlives the engine). It must
+    // share the target's vocabulary (check_draft_model; the Engine constructor throws
+    // std::invalid_argument naming the mismatch otherwise). Its KV comes out of the same budget: the
+    // n_blocks target blocks' worth of bytes are split so that target and draft get the same block
+    // count (shared_kv_blocks), so with a draft the target has fewer than n_blocks blocks.
+    const Model* draft_model = nullptr;
 };
 
 struct EngineRequest {
@@ -55,6 +62,7 @@ struct EngineRequest {
     std::string eviction_name = "lru";  // the policy's name in the eviction counts
     std::string bucket;                 // the workload bucket, for the eviction counts
     int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
+    SpecSettings spec;             // speculative decoding for this request (off by default)
 };
 
 // Cached blocks reclaimed while allocating for requests of one bucket under one policy.
@@ -83,6 +91,13 @@ struct EngineEvent {
     // tenant-boundary breach: must stay 0), and on another tenant's declared-public blocks.
     int n_cached_cross_tenant = 0;
     int n_cached_public = 0;
+    // Speculative decoding (METRICS.md, vLLM's num_drafts / num_draft_tokens / num_accepted_tokens):
+    // verifications with a non-empty draft, draft tokens verified, of those accepted, and
+    // verifications that discarded the KV of rejected (or unused) draft tokens.
+    int n_drafts = 0;
+    int n_draft_tokens = 0;
+    int n_accepted_tokens = 0;
+    int n_rollbacks = 0;
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of
@@ -108,6 +123,7 @@ struct EngineStats {
     // (scheduling, KV calls, sampling, events) costs is step_s - forward_s, free of the machine's
     // load as a share (bench_runtime prints it).
     double step_s = 0, forward_s = 0;
+    int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;  // as EngineEvent's
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
 };
@@ -133,6 +149,8 @@ public:
     const EngineOptions& options() const { return opt_; }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
+    // The draft model's KV (null without a draft model): tests check its pool drains too.
+    const KvManager* draft_kv_manager() const { return draft_ ? &draft_->manager() : nullptr; }
     // Token sequences (of this pool's vocabulary) whose blocks every tenant may share.
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.
@@ -159,6 +177,8 @@ private:
         double first_scheduled_s = -1;
         bool reported_first = false;
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
+        SeqId draft_kv = 0;               // the draft model's sequence (0: none)
+        int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
         explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
     };
     struct Session {
@@ -174,9 +194,16 @@ private:
     void run_step(double now_s, std::vector<EngineEvent>& events);
     void finish(uint64_t id, FinishReason why, const std::string& err, double now_s, std::vector<EngineEvent>& events);
     void fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events);
+    // Speculation (sched/speculate.cpp): the draft of a decoding sequence for this step (at most
+    // max_k tokens, appended to its KV tokens with their slots allocated; empty when it does not
+    // speculate), and the commit of its verification rows ([draft.k() + 1][n_vocab]).
+    SpecDraft draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
+    void apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
+                    bool& finished);
 
     const Model& model_;
     EngineOptions opt_;
+    std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
     CpuForward fwd_;
     KvStorage kv_;
     KvManager mgr_;
@@ -188,6 +215,7 @@ private:
     EngineStats stats_;
     std::vector<float> logits_;
     std::vector<float> adjusted_;  // scratch: one row of logits after bias and penalties
+    std::vector<float> spec_rows_; // scratch: a speculating sequence's rows after bias and penalties
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
 };
