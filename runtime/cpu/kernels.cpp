@@ -2,6 +2,7 @@
 // once and dotted with every token while it sits in L1) and tiled sgemm for many tokens (weights
 // not in F32 are converted a tile at a time, never the whole matrix).
 #include "cpu/kernels.h"
+#include "cpu/simd.h"
 
 #include "cpu/quant_dot.h"
 #include <cblas.h>
@@ -99,13 +100,7 @@ namespace {
 constexpr bool kPrefetch = STEWARD_PREFETCH;
 
 #ifdef STEWARD_AVX2
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
+using simd::hsum;
 
 // Loads 8 weights starting at column c (c a multiple of 8) as floats.
 template <GgmlType T>

@@ -2,6 +2,7 @@
 // type has a scalar twin (plain loops over the layouts of model/quants.h) and an AVX2 kernel
 // templated on VNNI: the same integer sums per block, then one float multiply-add per block.
 #include "cpu/quant_dot.h"
+#include "cpu/simd.h"
 
 #include <algorithm>
 #include <atomic>
@@ -304,13 +305,7 @@ constexpr bool kHaveVnni = false;
 inline __m256i dpbusd(__m256i acc, __m256i, __m256i) { return acc; }  // never called
 #endif
 
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
+using simd::hsum;
 
 // A 16-bit logical right shift by a count known only at run time (unrolled loops make it constant).
 inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }

@@ -11,15 +11,12 @@
 
 namespace {
 
-struct Run {
-    int rc;
-    std::string out;
-};
+using Run = steward_test::CommandResult;
 
 Run run(const std::string& args) {
-    auto r = steward_test::run_command(std::string(STEWARD_BINARY) + " " + args + " 2>&1");
+    Run r = steward_test::run_steward(args);
     REQUIRE(r.rc != -1);
-    return {r.rc, r.out};
+    return r;
 }
 
 std::string tmp_dir(const std::string& tag) {

@@ -25,4 +25,11 @@ inline CommandResult run_command(const std::string& cmd) {
     return r;
 }
 
+#ifdef STEWARD_BINARY
+// The steward binary (the CLI tests' compile definition) with args, stderr folded into out.
+inline CommandResult run_steward(const std::string& args) {
+    return run_command(std::string(STEWARD_BINARY) + " " + args + " 2>&1");
+}
+#endif
+
 }  // namespace steward_test

@@ -1,0 +1,18 @@
+// Small AVX2 helpers shared by the CPU kernels (kernels.cpp, quant_dot.cpp); empty without AVX2.
+#pragma once
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+namespace steward::simd {
+
+// The sum of a vector's 8 lanes.
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+}  // namespace steward::simd
+#endif
