@@ -254,6 +254,8 @@ std::vector<PoolInfo> Runtime::pools() const {
         const Tokenizer& tok = ph->model->tokenizer();
         if (tok.bos() >= 0 && tok.bos() < tok.n_vocab()) i.bos_token = tok.token_text(tok.bos());
         if (tok.eos() >= 0 && tok.eos() < tok.n_vocab()) i.eos_token = tok.token_text(tok.eos());
+        i.model_bytes = (int64_t)ph->model->file().mapped_size();
+        i.kv_bytes = kv_bytes(KvStorage::config_for(mp, ph->n_blocks, ph->cfg.block_size, kv_dtype_of(ph->cfg)));
         out.push_back(std::move(i));
     }
     return out;

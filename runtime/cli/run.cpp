@@ -3,6 +3,7 @@
 // arrival times, with a progress bar, then prints the per-bucket table and writes it as JSON.
 #include "cli/commands.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -188,11 +189,24 @@ int cmd_run(const RunOptions& o) {
 
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
+    // Peak RSS against what it should be: the model mappings (weights read in place) plus the KV
+    // pools (allocated whole at start) plus a small overhead (activations, actors, buffers).
+    int64_t model_bytes = 0, kv_total = 0;
+    for (const PoolInfo& p : runtime.pools()) model_bytes += p.model_bytes, kv_total += p.kv_bytes;
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    const int64_t peak = (int64_t)ru.ru_maxrss * 1024;  // Linux reports KiB
+    const double mib = 1024.0 * 1024.0;
+    std::printf("memory: peak RSS %.1f MiB = model mappings %.1f MiB + KV pools %.1f MiB + other %.1f MiB\n",
+                (double)peak / mib, (double)model_bytes / mib, (double)kv_total / mib,
+                (double)(peak - model_bytes - kv_total) / mib);
     nlohmann::json report;
     report["config"] = o.config_path;
     report["requests"] = wl.requests.size();
     report["wall_s"] = std::chrono::duration<double>(clk::now() - t0).count();
     report["metrics"] = nlohmann::json::parse(runtime.metrics_json());
+    report["memory"] = {{"peak_rss_bytes", peak}, {"model_bytes", model_bytes}, {"kv_bytes", kv_total},
+                        {"other_bytes", peak - model_bytes - kv_total}};
     std::error_code ec;
     if (std::filesystem::path(o.out_path).has_parent_path())
         std::filesystem::create_directories(std::filesystem::path(o.out_path).parent_path(), ec);
