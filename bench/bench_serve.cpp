@@ -241,37 +241,15 @@ void print_table(const std::string& name, const std::vector<std::pair<std::strin
     }
 }
 
-json to_json(const std::string& name, const std::vector<Record>& recs, double wall_s) {
-    json a = json::array();
-    for (const Record& r : recs)
-        a.push_back({{"line", r.line},       {"bucket", r.bucket},     {"tenant", r.tenant},   {"arrival_ms", r.arrival_ms},
-                     {"sent_ms", r.sent_ms}, {"status", r.status},     {"error", r.error},     {"ttft_ms", r.ttft_ms},
-                     {"tpot_ms", r.tpot_ms}, {"e2e_ms", r.e2e_ms},     {"n_prompt", r.n_prompt}, {"n_output", r.n_output},
-                     {"n_cached", r.n_cached}});
-    return {{"name", name}, {"wall_s", wall_s}, {"requests", a}};
+// A run's records as JSON (the output text is left out) and back, field for field.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Record, line, bucket, tenant, arrival_ms, sent_ms, status, error, ttft_ms, tpot_ms,
+                                   e2e_ms, n_prompt, n_output, n_cached)
+
+json run_json(const std::string& name, const std::vector<Record>& recs, double wall_s) {
+    return {{"name", name}, {"wall_s", wall_s}, {"requests", recs}};
 }
 
-std::vector<Record> from_json(const json& j) {
-    std::vector<Record> out;
-    for (const json& x : j.at("requests")) {
-        Record r;
-        r.line = x.at("line");
-        r.bucket = x.at("bucket");
-        r.tenant = x.at("tenant");
-        r.arrival_ms = x.at("arrival_ms");
-        r.sent_ms = x.at("sent_ms");
-        r.status = x.at("status");
-        r.error = x.at("error");
-        r.ttft_ms = x.at("ttft_ms");
-        r.tpot_ms = x.at("tpot_ms");
-        r.e2e_ms = x.at("e2e_ms");
-        r.n_prompt = x.at("n_prompt");
-        r.n_output = x.at("n_output");
-        r.n_cached = x.at("n_cached");
-        out.push_back(std::move(r));
-    }
-    return out;
-}
+std::vector<Record> records_of(const json& j) { return j.at("requests").get<std::vector<Record>>(); }
 
 int replay(const Options& o) {
     auto wl = read_workload_file(o.workload);
@@ -336,7 +314,7 @@ int replay(const Options& o) {
     std::printf("(%d failed; sends at most %.1f ms after their arrival times; later agent turns wait for the previous one)\n", n_failed, max_lag);
     if (!o.out.empty()) {
         std::ofstream f(o.out);
-        f << to_json(o.name, recs, wall_s).dump(1) << "\n";
+        f << run_json(o.name, recs, wall_s).dump(1) << "\n";
         if (!f) {
             std::fprintf(stderr, "bench_serve: cannot write %s\n", o.out.c_str());
             return 1;
@@ -362,7 +340,7 @@ int compare(const std::string& a_path, const std::string& b_path) {
         return 1;
     }
     const double wa = ja.at("wall_s"), wb = jb.at("wall_s");
-    const auto ra = table_rows(from_json(ja), wa), rb = table_rows(from_json(jb), wb);
+    const auto ra = table_rows(records_of(ja), wa), rb = table_rows(records_of(jb), wb);
     const std::string na = ja.at("name"), nb = jb.at("name");
     std::printf("side by side: A = %s, B = %s; ratio A/B (latency: < 1 means A is faster; tok/s: > 1)\n", na.c_str(), nb.c_str());
     std::printf("%-12s %-9s %10s %10s %7s\n", "bucket", "figure", "A", "B", "A/B");
