@@ -312,7 +312,9 @@ void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
         case GgmlType::F16: return convert_row<GgmlType::F16>(row, dst, n);
         case GgmlType::BF16: return convert_row<GgmlType::BF16>(row, dst, n);
         case GgmlType::Q8_0: return convert_row<GgmlType::Q8_0>(row, dst, n);
-        default: return dequantize_row(t, row, dst, n);  // the block types: reference dequantizer
+        default:  // the block types: the fast k-quant dequantizers, else the reference one
+            if (!dequantize_row_fast(t, row, n, dst)) dequantize_row(t, row, dst, n);
+            return;
     }
 }
 

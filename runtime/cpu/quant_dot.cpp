@@ -733,6 +733,88 @@ float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols)
     return vec_dot_on(best_path(), type, w_row, act, n_cols);
 }
 
+// --- fast dequantization (the sgemm path's tile conversion) -------------------------------------
+
+namespace {
+
+#if defined(STEWARD_QD_AVX2)
+// Eight codes (bytes) to floats.
+inline __m256 codes_to_ps(__m128i v8) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v8)); }
+
+// Q4_K / Q5_K: per sub-block of 32, y = d sc q - dmin m, the reference's two roundings (a multiply,
+// then a subtract; no fused multiply-add).
+template <bool kFifthBit>
+void dequant_q45_k_avx(const void* blocks, int64_t n_blocks, float* y) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* b = static_cast<const Block*>(blocks);
+    const __m128i low4 = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+    for (int64_t i = 0; i < n_blocks; i++) {
+        const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        uint8_t sc[8], m[8];
+        q4k_scales_mins(b[i].scales, sc, m);
+        for (int sub = 0; sub < 8; sub++, y += 32) {
+            const __m256 dl = _mm256_set1_ps(d * sc[sub]), ml = _mm256_set1_ps(dmin * m[sub]);
+            const uint8_t* q = b[i].qs + 32 * (sub / 2);
+            for (int l = 0; l < 32; l += 8) {
+                __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + l));
+                if (sub % 2) v = _mm_srli_epi16(v, 4);
+                v = _mm_and_si128(v, low4);
+                if constexpr (kFifthBit) {
+                    // Bit sub of each qh byte; a 16-bit shift keeps each byte's own bit at bit 0.
+                    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qh + l));
+                    v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, sub), one), 4));
+                }
+                _mm256_storeu_ps(y + l, _mm256_sub_ps(_mm256_mul_ps(dl, codes_to_ps(v)), ml));
+            }
+        }
+    }
+}
+
+// Q6_K: y = (d sc) (q - 32), q the low nibble from ql and 2 high bits from qh (model/quants.h).
+void dequant_q6_k_avx(const void* blocks, int64_t n_blocks, float* y) {
+    const BlockQ6_K* b = static_cast<const BlockQ6_K*>(blocks);
+    const __m128i low4 = _mm_set1_epi8(0x0f), low2 = _mm_set1_epi8(3);
+    const __m256i bias = _mm256_set1_epi32(32);
+    for (int64_t i = 0; i < n_blocks; i++) {
+        const float d = f16_to_f32(b[i].d);
+        for (int half = 0; half < 2; half++, y += 128) {
+            const uint8_t* ql = b[i].ql + 64 * half;
+            const uint8_t* qh = b[i].qh + 32 * half;
+            const int8_t* sc = b[i].scales + 8 * half;
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l += 8) {
+                    __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + l + 32 * (r % 2)));
+                    if (r / 2) lo = _mm_srli_epi16(lo, 4);
+                    lo = _mm_and_si128(lo, low4);
+                    __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + l));
+                    hi = _mm_and_si128(_mm_srli_epi16(hi, 2 * r), low2);
+                    const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
+                    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), bias));
+                    const __m256 dl = _mm256_set1_ps(d * sc[2 * r + l / 16]);
+                    _mm256_storeu_ps(y + 32 * r + l, _mm256_mul_ps(dl, f));
+                }
+        }
+    }
+}
+#endif
+
+}  // namespace
+
+bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out) {
+#if defined(STEWARD_QD_AVX2)
+    if (n_elems % kQKK != 0) return false;
+    switch (type) {
+        case GgmlType::Q4_K: dequant_q45_k_avx<false>(blocks, n_elems / kQKK, out); return true;
+        case GgmlType::Q5_K: dequant_q45_k_avx<true>(blocks, n_elems / kQKK, out); return true;
+        case GgmlType::Q6_K: dequant_q6_k_avx(blocks, n_elems / kQKK, out); return true;
+        default: return false;
+    }
+#else
+    (void)type, (void)blocks, (void)n_elems, (void)out;
+    return false;
+#endif
+}
+
 void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
                        int64_t r_end) {
     const DotFn f = dot_fn(best_path(), W.type);

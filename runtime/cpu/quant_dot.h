@@ -64,6 +64,12 @@ void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, floa
 // the calling thread's next call.
 const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int n_tok);
 
+// The sgemm path's tile conversion for the k-quants of the llama-quantize mixes (Q4_K, Q5_K, Q6_K):
+// the reference dequantizer's values (the same multiplies and subtracts per element, so equal up to
+// the reference's own float contraction), eight at a time with AVX2. False (out untouched) for any
+// other type, an n_elems not a multiple of 256, or a build without AVX2: use dequantize_row then.
+bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out);
+
 // The exact path: when on, matmul dequantizes each weight row with the reference dequantizer and
 // multiplies it in F32 with unquantized activations (as the F32 sgemm path does), instead of
 // quantizing the activations. Off by default; STEWARD_EXACT_QUANT=1 in the environment turns it
