@@ -44,8 +44,9 @@ void quantize_activation(GgmlType type, const float* x, int64_t n_cols, void* ou
 float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols);
 
 // The paths one by one, so that tests can hold each against the scalar twin on any machine.
-// SCALAR is always available; AVX2 (maddubs / madd) and VNNI (dpbusd) where compiled in.
-enum class QuantDotPath { SCALAR, AVX2, VNNI };
+// SCALAR is always available; AVX2 (maddubs / madd), VNNI (dpbusd) and AVX512 (64-byte k-quant
+// kernels, the best 256-bit ones for the other types) where compiled in.
+enum class QuantDotPath { SCALAR, AVX2, VNNI, AVX512 };
 bool quant_dot_path_available(QuantDotPath path);
 float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void* act, int64_t n_cols);
 inline float vec_dot_scalar(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {

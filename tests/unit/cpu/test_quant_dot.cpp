@@ -106,7 +106,7 @@ std::vector<uint8_t> quantized(GgmlType t, const float* x, int64_t n_cols) {
 
 std::vector<QuantDotPath> fast_paths() {
     std::vector<QuantDotPath> p;
-    for (const QuantDotPath q : {QuantDotPath::AVX2, QuantDotPath::VNNI})
+    for (const QuantDotPath q : {QuantDotPath::AVX2, QuantDotPath::VNNI, QuantDotPath::AVX512})
         if (quant_dot_path_available(q)) p.push_back(q);
     return p;
 }
