@@ -320,6 +320,16 @@ inline __m256i dpbusd(__m256i acc, __m256i, __m256i) { return acc; }  // never c
 
 using simd::hsum;
 
+// The NT activation rows of a multi-token kernel (acts + t * act_bytes), as blocks of Act.
+template <typename Act, int NT>
+struct ActRows {
+    const Act* row[NT];
+    ActRows(const uint8_t* acts, size_t act_bytes) {
+        for (int t = 0; t < NT; t++) row[t] = reinterpret_cast<const Act*>(acts + t * act_bytes);
+    }
+    const Act* operator[](int t) const { return row[t]; }
+};
+
 // Weight rows stream from memory once per matmul: asking for the bytes kPrefetchBytes ahead of the
 // block being read hides part of the latency the hardware prefetcher leaves (rows are contiguous,
 // so this runs on into the next row).
@@ -417,12 +427,8 @@ void legacy_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
 template <bool V, int NT>
 void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
-    const ActBlock32* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock32, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i table = iq4_table();
     for (int64_t b = 0; b < n / kQK; b++) {
         prefetch_ahead(w + b);
@@ -440,12 +446,8 @@ void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
 template <bool V, int NT>
 void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT], mins[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = mins[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
         const uint8_t* sc = w[b].scales;
@@ -476,12 +478,8 @@ void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
 template <bool V, int NT>
 void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
         alignas(16) uint8_t biased[16];
@@ -515,12 +513,8 @@ void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
 template <bool V, int NT>
 void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
-    const ActBlock32* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock32, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     for (int64_t b = 0; b < n / kQK; b++) {
         prefetch_ahead(w + b);
         const __m256i q = load32(w[b].qs);
@@ -534,32 +528,35 @@ void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
     for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
 
-
-
+// A Q4_K / Q5_K block's 8 sub-block scales into sc, and its 8 mins spread over the 16 activation
+// sums they cover (each min two sums of 16: m0 m0 m1 m1 ...).
+template <typename Block>
+[[gnu::always_inline]] inline __m128i q45_k_scales(const Block& w, uint8_t sc[8]) {
+    alignas(16) uint8_t m[16];
+    q4k_scales_mins(w.scales, sc, m);
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    return _mm_unpacklo_epi8(m8, m8);
+}
+// The min term of one block and token: dmin * d_act * sum of min * activation sums, added to acc.
+[[gnu::always_inline]] inline __m256 add_min_term(__m256 acc, float dmin, const ActBlock256& a, __m128i m_pairs) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(dmin * a.d), _mm256_cvtepi32_ps(bsums_times(a.bsums, m_pairs)), acc);
+}
 
 template <bool kFifthBit, bool V, int NT>
 void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
     const Block* w = static_cast<const Block*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT], mins[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = mins[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
-        alignas(16) uint8_t sc[8], m[16];
-        q4k_scales_mins(w[b].scales, sc, m);
-        // Each min covers two sub-blocks of 16 of the activation sums: m0 m0 m1 m1 ...
-        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
-        const __m128i m_pairs = _mm_unpacklo_epi8(m8, m8);
+        alignas(16) uint8_t sc[8];
+        const __m128i m_pairs = q45_k_scales(w[b], sc);
         const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
         __m256i isum[NT];
         for (int t = 0; t < NT; t++) {
-            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
-                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m_pairs)), mins[t]);
+            mins[t] = add_min_term(mins[t], dmw, a[t][b], m_pairs);
             isum[t] = _mm256_setzero_si256();
         }
         __m256i qh;
@@ -587,12 +584,8 @@ void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n,
 template <bool V, int NT>
 void q6_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
@@ -633,12 +626,8 @@ float one_token(const void* w, const void* a, int64_t n) {
 template <bool V, int NT>
 void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i table = iq4_table();
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
@@ -688,21 +677,15 @@ template <bool kFifthBit, int NT>
 void q45_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
     const Block* w = static_cast<const Block*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT], mins[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = mins[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     // Codes [low nibbles | high nibbles] of 32 bytes: the element order of two sub-blocks.
     const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     for (int64_t b = 0; b < n / kQKK; b++) {
         prefetch_ahead(w + b);
-        alignas(16) uint8_t sc[8], m[16];
-        q4k_scales_mins(w[b].scales, sc, m);
-        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
-        const __m128i m_pairs = _mm_unpacklo_epi8(m8, m8);
+        alignas(16) uint8_t sc[8];
+        const __m128i m_pairs = q45_k_scales(w[b], sc);
         const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
         const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
         __m512i q[4], scale[4];
@@ -719,8 +702,7 @@ void q45_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t
             scale[p] = _mm512_permutexvar_epi16(_mm512_load_si512(kSpread16[p]), s16);
         }
         for (int t = 0; t < NT; t++) {
-            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
-                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m_pairs)), mins[t]);
+            mins[t] = add_min_term(mins[t], dmw, a[t][b], m_pairs);
             __m512i isum = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++)
                 isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], load64(a[t][b].qs + 64 * p)), scale[p]));
@@ -733,12 +715,8 @@ void q45_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t
 template <int NT>
 void q6_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
     // Elements 32 r + l of a half, two r at a time: r = 0, 1 are the low nibbles of ql[0..63] with
     // qh bits 0-1 / 2-3, r = 2, 3 the high nibbles with qh bits 4-5 / 6-7.
