@@ -361,9 +361,13 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
+int gemm_min_tokens(const WeightView& W) {
+    return quant_dot_wide(W.type) && !exact_quant() ? kWideQuantGemmMinTokens : kGemmMinTokens;
+}
+
 void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
     const int64_t N = W.n_rows;
-    const bool gemm = path == MatmulPath::AUTO ? n_tok >= kGemmMinTokens : path == MatmulPath::GEMM;
+    const bool gemm = path == MatmulPath::AUTO ? n_tok >= gemm_min_tokens(W) : path == MatmulPath::GEMM;
     const int nt = pool.n_threads();
     // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
     // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).

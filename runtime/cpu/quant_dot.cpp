@@ -882,6 +882,15 @@ float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void
     return f != nullptr ? f(w_row, act, n_cols) : 0.0f;
 }
 
+bool quant_dot_wide(GgmlType type) {
+#ifdef STEWARD_QD_AVX512
+    return avx512_fn(type) != nullptr;
+#else
+    (void)type;
+    return false;
+#endif
+}
+
 float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
     return vec_dot_on(best_path(), type, w_row, act, n_cols);
 }

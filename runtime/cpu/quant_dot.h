@@ -30,6 +30,9 @@ static_assert(sizeof(ActBlock32) == 40 && sizeof(ActBlock256) == 292);
 // True for the weight types vec_dot handles: the 12 block types of quants.h.
 bool quant_dot_supported(GgmlType type);
 
+// True for the types with 64-byte (AVX-512) kernels in this build: Q4_K, Q5_K, Q6_K.
+bool quant_dot_wide(GgmlType type);
+
 // Bytes of one quantized activation row of n_cols elements for weights of this type (n_cols a
 // multiple of the type's block width). 0 for a type quant_dot_supported refuses.
 size_t quant_act_row_bytes(GgmlType type, int64_t n_cols);
