@@ -115,6 +115,12 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     r.bucket = snap->config->buckets[m.bucket_index].name;
                     r.eviction = snap->policies[m.bucket_index].eviction;
                     if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
+                    // Its speculation policy: asked per step for k; the source and limit from the config.
+                    if (auto& sp = snap->policies[m.bucket_index].speculation) {
+                        r.speculation = sp;
+                        r.spec = spec_settings_for(snap->config->buckets[m.bucket_index], *snap->config,
+                                                   st.engine->options().draft_model != nullptr);
+                    }
                 }
             Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");
             try {
@@ -188,6 +194,9 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     f.n_cached_cross_tenant = ev.n_cached_cross_tenant;
                     f.n_cached_public = ev.n_cached_public;
                     f.first_scheduled_s = ev.first_scheduled_s;
+                    f.n_drafts = ev.n_drafts;
+                    f.n_draft_tokens = ev.n_draft_tokens;
+                    f.n_accepted_tokens = ev.n_accepted_tokens;
                     f.t_s = te;
                     self->send(it->second, finish_atom::value, f);
                     st.reply_to.erase(it);

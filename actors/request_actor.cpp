@@ -201,6 +201,9 @@ RunEnd run_end(const FinishInfo& f) {
     e.n_cached_cross_tenant = f.n_cached_cross_tenant;
     e.n_cached_public = f.n_cached_public;
     e.first_scheduled_s = f.first_scheduled_s;
+    e.n_drafts = f.n_drafts;
+    e.n_draft_tokens = f.n_draft_tokens;
+    e.n_accepted_tokens = f.n_accepted_tokens;
     e.t_s = f.t_s;
     return e;
 }

@@ -250,6 +250,9 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     rec.n_output_tokens = (int64_t)result_.tokens.size();
     rec.n_recomputed_tokens = end.n_recomputed;
     rec.n_preemptions = end.n_preemptions;
+    rec.n_drafts = end.n_drafts;
+    rec.n_draft_tokens = end.n_draft_tokens;
+    rec.n_accepted_tokens = end.n_accepted_tokens;
     rec.finish = end.reason;
     rec.config_generation = route_.generation;
     rec.prior_pools = prior_pools_;
