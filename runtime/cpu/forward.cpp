@@ -128,7 +128,9 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     if (kc.n_layer != n_layers_ || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
         return make_error("KV storage shape (layers ", std::to_string(kc.n_layer), ", kv heads ",
                           std::to_string(kc.n_head_kv), ", head dim ", std::to_string(kc.head_dim),
-                          ") does not match the model");
+                          ") does not match the model's (layers run ", std::to_string(n_layers_), ", kv heads ",
+                          std::to_string(p.n_head_kv), ", head dim ", std::to_string(p.head_dim),
+                          "); size the KV storage for this forward");
 
     // ---- validate everything before touching the KV
     std::vector<TokenRef> refs;

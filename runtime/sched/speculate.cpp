@@ -260,21 +260,25 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
     const bool drawn = sampled && s.tree == SpecTree::FIXED;
     const size_t V = (size_t)model_.params().n_vocab;
     const int n_root_end = mgr_.seq(seq).n_computed;  // the root is the last computed token
-    std::vector<std::vector<float>> dist;              // per candidate node, once computed: q after it
-    dist.push_back(draft_distribution(std::span<const float>(logits_.data(), V), sp));
+    // SAMPLED only: per candidate node that got children, the q they were drawn from (the rule
+    // reads it); chosen children need no distribution kept.
+    std::vector<std::vector<float>> dist;
+    std::vector<float> root_logits(logits_.begin(), logits_.begin() + (ptrdiff_t)V);
     std::optional<Error> failed;
 
     auto propose_level = [&](const TokenTree& tree, std::span<const int32_t> nodes) {
         std::vector<std::vector<Proposal>> out;
-        if (dist.size() < (size_t)tree.size()) dist.resize((size_t)tree.size());
+        if (drawn && dist.size() < (size_t)tree.size()) dist.resize((size_t)tree.size());
+        std::vector<int32_t> at;  // node id -> its row in logits_ (the root: root_logits)
         if (!(nodes.size() == 1 && nodes[0] == 0)) {
             // The union of the paths to `nodes`, the root excluded, in id order (parents first).
-            std::vector<int32_t> at((size_t)tree.size(), -1);  // node id -> index in fed
+            std::vector<bool> on_path((size_t)tree.size(), false);
             for (int32_t n : nodes)
-                for (int32_t j = n; j > 0 && at[(size_t)j] < 0; j = tree.node(j).parent) at[(size_t)j] = 0;
+                for (int32_t j = n; j > 0 && !on_path[(size_t)j]; j = tree.node(j).parent) on_path[(size_t)j] = true;
+            at.assign((size_t)tree.size(), -1);
             std::vector<int32_t> fed, tokens, positions;
             for (int32_t j = 1; j < tree.size(); j++)
-                if (at[(size_t)j] == 0) {
+                if (on_path[(size_t)j]) {
                     at[(size_t)j] = (int32_t)fed.size();
                     fed.push_back(j);
                     tokens.push_back(tree.node(j).token);
@@ -300,23 +304,24 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
                 failed = r.error();
                 return out;
             }
-            for (int32_t node : nodes)
-                dist[(size_t)node] = draft_distribution(
-                    std::span<const float>(logits_.data() + (size_t)at[(size_t)node] * V, V), sp);
         }
-        for (int32_t node : nodes)
-            out.push_back(drawn ? drawn_children(dist[(size_t)node], s.tree_branch, rng)
-                                : best_children(dist[(size_t)node], s.tree_branch));
+        for (int32_t node : nodes) {
+            const float* row = node == 0 ? root_logits.data() : logits_.data() + (size_t)at[(size_t)node] * V;
+            std::vector<float> q = draft_distribution(std::span<const float>(row, V), sp);
+            if (drawn) {
+                out.push_back(drawn_children(q, s.tree_branch, rng));
+                dist[(size_t)node] = std::move(q);
+            } else {
+                out.push_back(best_children(q, s.tree_branch));
+            }
+        }
         return out;
     };
 
     const GrowLimits limits{k, max_depth, s.tree_branch};
-    std::vector<int32_t> from;  // final node -> candidate node
     const TokenTree tree = s.tree == SpecTree::FIXED ? grow_tree_fixed(-1, limits, propose_level)
-                                                     : grow_tree_dynamic(-1, limits, propose_level, &from);
+                                                     : grow_tree_dynamic(-1, limits, propose_level);
     if (failed) return *failed;
-    if (from.empty())
-        for (int32_t id = 0; id < tree.size(); id++) from.push_back(id);
 
     SpecDraft d;
     d.kind = drawn ? DraftKind::SAMPLED : DraftKind::CHOSEN;
@@ -325,12 +330,11 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
         d.tokens.push_back(tree.node(id).token);
         if (!chain) d.parents.push_back(tree.node(id).parent);
     }
-    if (drawn && d.k() > 0) {
+    if (drawn && d.k() > 0) {  // a fixed tree: its node ids are the candidates'
         d.probs.assign((size_t)tree.size() * V, 0.0f);
-        for (int32_t id = 0; id < tree.size(); id++) {
-            const std::vector<float>& q = dist[(size_t)from[(size_t)id]];
-            if (!tree.children(id).empty()) std::copy(q.begin(), q.end(), d.probs.begin() + (ptrdiff_t)((size_t)id * V));
-        }
+        for (int32_t id = 0; id < tree.size(); id++)
+            if (!tree.children(id).empty())
+                std::copy(dist[(size_t)id].begin(), dist[(size_t)id].end(), d.probs.begin() + (ptrdiff_t)((size_t)id * V));
     }
     return d;
 }
