@@ -220,6 +220,22 @@ TEST_CASE("greedy speculation keeps penalties, logit bias and EOS exactly as the
         CHECK(on.out == off.out);
         CHECK(on.finish == off.finish);
     }
+    // Trees: each node's row is penalised by the output plus the tokens on its own path, not its
+    // siblings' or cousins'. Strong penalties, so that a wrong context flips some argmax.
+    auto strong = [](size_t i, EngineRequest& r) {
+        r.sampling.presence_penalty = 2.0f;
+        r.sampling.frequency_penalty = 1.0f;
+        r.sampling.logit_bias = {{2, 4.0f + (float)(i % 4)}};
+    };
+    const auto off_strong = run(base_options(false), prompts, max_tokens, 12, [](size_t) { return SpecSettings{}; }, strong);
+    for (SpecTree shape : {SpecTree::FIXED, SpecTree::DYNAMIC}) {
+        INFO("tree " << (int)shape);
+        const auto on = run(base_options(false), prompts, max_tokens, 12,
+                            [&](size_t) { return tree_spec(SpecSource::SELF, shape, 12, 4, 3, 2); }, strong);
+        CHECK(on.out == off_strong.out);
+        CHECK(on.finish == off_strong.finish);
+        CHECK(on.stats.n_accepted_tokens > 0);
+    }
     INFO("requests that stopped at EOS: " << n_stopped);
     CHECK(n_stopped > 0);
 }
