@@ -15,11 +15,12 @@ Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, 
         return make_error("speculation k ", std::to_string(s.k), " is outside [0, ", std::to_string(k_max_spec_tokens),
                           "]; pick a draft length in that range");
     if (s.source == SpecSource::NGRAM && (s.ngram_min_n < 1 || s.ngram_max_n < s.ngram_min_n || s.ngram_max_n > 16))
-        return make_error("speculation n-gram range [", std::to_string(s.ngram_min_n), ", ", std::to_string(s.ngram_max_n),
-                          "] is invalid; it needs 1 <= min_n <= max_n <= 16");
+        return make_error("speculation n-gram range [", std::to_string(s.ngram_min_n), ", ",
+                          std::to_string(s.ngram_max_n), "] is invalid; it needs 1 <= min_n <= max_n <= 16");
     if (s.source == SpecSource::DRAFT && !has_draft_model)
-        return make_error("speculation source 'draft' asked of a pool without a draft model; configure the pool's "
-                          "draft model or use source 'ngram'");
+        return make_error(
+            "speculation source 'draft' asked of a pool without a draft model; configure the pool's "
+            "draft model or use source 'ngram'");
     if (s.source == SpecSource::SELF && n_target_layers < 2)
         return make_error("speculation source 'self' asked of a target of ", std::to_string(n_target_layers),
                           " layer(s); self-speculation drafts with fewer layers than the target, so it needs at least "
@@ -30,8 +31,9 @@ Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, 
                           " layers; the self-draft runs the target's first self_layers layers, fewer than all of them");
     if (s.tree != SpecTree::CHAIN) {
         if (s.source == SpecSource::NGRAM)
-            return make_error("speculation tree asked with source 'ngram'; n-gram drafts are chains: use tree 'chain', "
-                              "or source 'draft' / 'self' for a tree");
+            return make_error(
+                "speculation tree asked with source 'ngram'; n-gram drafts are chains: use tree 'chain', "
+                "or source 'draft' / 'self' for a tree");
         if (s.tree_branch < 1 || s.tree_branch > k_max_tree_branch)
             return make_error("speculation tree_branch ", std::to_string(s.tree_branch), " is outside [1, ",
                               std::to_string(k_max_tree_branch), "]; pick the children per node in that range");
@@ -53,8 +55,9 @@ Expected<bool> check_draft_model(const Model& target, const Model& draft) {
                           std::to_string(t.eos()), "; a draft must share the target's tokenizer");
     for (int32_t i = 0; i < t.n_vocab(); i++)
         if (t.token_text(i) != d.token_text(i))
-            return make_error("draft model token ", std::to_string(i), " is '", d.token_text(i), "' but the target's is '",
-                              t.token_text(i), "'; a draft must share the target's tokenizer");
+            return make_error("draft model token ", std::to_string(i), " is '", d.token_text(i),
+                              "' but the target's is '", t.token_text(i),
+                              "'; a draft must share the target's tokenizer");
     return true;
 }
 
@@ -75,12 +78,11 @@ TokenTree SpecDraft::tree() const {
     return t;
 }
 
-SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab,
-                        const SamplingParams& sp, std::mt19937_64& rng) {
+SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
+                        std::mt19937_64& rng) {
     const TokenTree tree = draft.tree();
-    const Verdict v = sp.temperature > 0.0f
-                          ? verify_sampled(tree, rows, n_vocab, sp, draft.kind, draft.probs, rng)
-                          : verify_greedy(tree, rows, n_vocab);
+    const Verdict v = sp.temperature > 0.0f ? verify_sampled(tree, rows, n_vocab, sp, draft.kind, draft.probs, rng)
+                                            : verify_greedy(tree, rows, n_vocab);
     SpecResult r;
     r.n_accepted = (int)v.accepted.size();
     r.nodes.push_back(0);
@@ -286,7 +288,7 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
                 }
             const size_t n = fed.size();
             if ((int)n > fwd_.max_tokens()) return out;  // too wide for one forward: the tree stops here
-            std::vector<uint8_t> mask(n * n, 0);  // [n][n] ancestors (in fed) and self
+            std::vector<uint8_t> mask(n * n, 0);         // [n][n] ancestors (in fed) and self
             for (size_t i = 0; i < n; i++)
                 for (int32_t j = fed[i]; j > 0; j = tree.node(j).parent) mask[i * n + (size_t)at[(size_t)j]] = 1;
             if (!grow(seq, tokens)) return out;  // no room in the draft's pool: no deeper tree
@@ -334,7 +336,8 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
         d.probs.assign((size_t)tree.size() * V, 0.0f);
         for (int32_t id = 0; id < tree.size(); id++)
             if (!tree.children(id).empty())
-                std::copy(dist[(size_t)id].begin(), dist[(size_t)id].end(), d.probs.begin() + (ptrdiff_t)((size_t)id * V));
+                std::copy(dist[(size_t)id].begin(), dist[(size_t)id].end(),
+                          d.probs.begin() + (ptrdiff_t)((size_t)id * V));
     }
     return d;
 }

@@ -41,10 +41,10 @@ struct SpecSettings {
     int k = 0;            // [0, k_max_spec_tokens]; 0 means off
     int ngram_min_n = 1;  // NGRAM: tail lengths tried, longest first (ngram.h)
     int ngram_max_n = 3;
-    int self_layers = 0;  // SELF: the target layers that draft, [1, the target's n_layer)
+    int self_layers = 0;              // SELF: the target layers that draft, [1, the target's n_layer)
     SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; n-gram drafts are chains
-    int tree_branch = 2;  // FIXED and DYNAMIC: [1, k_max_tree_branch]
-    int tree_depth = 4;   // FIXED and DYNAMIC: deepest draft token, [1, k_max_spec_tokens]
+    int tree_branch = 2;              // FIXED and DYNAMIC: [1, k_max_tree_branch]
+    int tree_depth = 4;               // FIXED and DYNAMIC: deepest draft token, [1, k_max_spec_tokens]
     bool enabled() const { return source != SpecSource::NONE && k > 0; }
 };
 constexpr int k_max_spec_tokens = 16;
@@ -95,8 +95,8 @@ struct SpecResult {
 // request's logit adjustments already applied. Greedy sampling (temperature <= 0) uses
 // verify_greedy; otherwise verify_sampled with the draft's kind, drawing from rng (the request's
 // sampler's). Lossless: the tokens are distributed as sampling from the target one at a time.
-SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab,
-                        const SamplingParams& sp, std::mt19937_64& rng);
+SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
+                        std::mt19937_64& rng);
 
 // The draft model's side: its forward, its KV storage and block tables (a KvManager of its own,
 // never a prefix cache). Each target sequence that drafts with it owns one draft sequence whose

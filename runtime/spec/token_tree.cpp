@@ -92,8 +92,7 @@ TokenTree grow_tree(int32_t root_token, const GrowLimits& limits, const ProposeF
         if (tree.node(id).depth >= limits.max_depth) return;  // its children would be too deep
         std::vector<Proposal> props = propose(tree, id);
         if (limits.top_k > 0 && (int32_t)props.size() > limits.top_k) props.resize((size_t)limits.top_k);
-        for (const Proposal& p : props)
-            frontier.push({tree.node(id).path_prob * (double)p.prob, seq++, id, p});
+        for (const Proposal& p : props) frontier.push({tree.node(id).path_prob * (double)p.prob, seq++, id, p});
     };
     if (limits.budget <= 0) return tree;
     expand(0);
@@ -139,9 +138,8 @@ TokenTree grow_tree_dynamic(int32_t root_token, const GrowLimits& limits, const 
             for (size_t c = 0; c < props[i].size() && (int32_t)c < branch; ++c)
                 next.push_back(cand.add(level[i], props[i][c].token, props[i][c].prob));
         // The next depth expands its top_k nodes by path probability (stable: ties to the earlier).
-        std::stable_sort(next.begin(), next.end(), [&](int32_t a, int32_t b) {
-            return cand.node(a).path_prob > cand.node(b).path_prob;
-        });
+        std::stable_sort(next.begin(), next.end(),
+                         [&](int32_t a, int32_t b) { return cand.node(a).path_prob > cand.node(b).path_prob; });
         if ((int32_t)next.size() > branch) next.resize((size_t)branch);
         std::sort(next.begin(), next.end());
         level = std::move(next);
@@ -149,9 +147,8 @@ TokenTree grow_tree_dynamic(int32_t root_token, const GrowLimits& limits, const 
     // Re-ranking: the budget best candidates, then back into id order.
     std::vector<int32_t> order;
     for (int32_t id = 1; id < cand.size(); ++id) order.push_back(id);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return cand.node(a).path_prob > cand.node(b).path_prob;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return cand.node(a).path_prob > cand.node(b).path_prob; });
     if ((int32_t)order.size() > limits.budget) order.resize((size_t)std::max<int32_t>(0, limits.budget));
     std::sort(order.begin(), order.end());
     TokenTree tree(root_token);

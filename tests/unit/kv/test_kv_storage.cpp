@@ -1,8 +1,7 @@
 // Tests of the physical KV store (runtime/kv/kv_storage.h): copy_slots, the compaction of accepted
 // tree paths, against a naive gather taken from a snapshot before the copy.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -88,8 +87,7 @@ TEST_CASE("copy_slots writes each destination the source's bytes as they were be
             // The naive gather: every source's bytes from a snapshot of the store.
             const KvStorage before = kv;
             std::vector<std::vector<uint8_t>> expected;
-            for (int32_t s : src)
-                expected.push_back(slot_bytes(before, src_table[s / c.block_size], s % c.block_size));
+            for (int32_t s : src) expected.push_back(slot_bytes(before, src_table[s / c.block_size], s % c.block_size));
             kv.copy_slots(src_table, src, dst_table, dst);
             std::vector<std::vector<bool>> written(c.n_blocks, std::vector<bool>(c.block_size, false));
             for (size_t i = 0; i < dst.size(); i++) {
