@@ -15,8 +15,8 @@
  *                                                  batch, the more acceptance speculation needs
  * k* = argmax G over [0, min(k_max, max_budget, tokens left - 1)] (ties to the smaller k); k* > 0 is
  * kept only when G(k*) >= min_gain * G(0). Acceptance a_j: the sequence's per-position array
- * (accept_pos), else the bucket's (bucket_accept_pos), else recent_acceptance for every position,
- * else prior_acceptance.
+ * (accept_pos), else the bucket's (bucket_accept_pos) where the sequence's has no observation (a
+ * negative entry), else recent_acceptance, else prior_acceptance.
  *
  * Hysteresis: a sequence keeps its current k until another k has predicted a goodput at least
  * (1 + margin) times the current one's for `patience` consecutive steps; its first step takes k* at
@@ -97,10 +97,10 @@ static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 static double acceptance_at(const steward_policy* self, const steward_spec_seq* seq, int32_t i) {
     const double* a = SEQ_FIELD(seq, accept_pos, (const double*)NULL);
     const uint32_t n = a ? SEQ_FIELD(seq, n_accept_pos, 0u) : 0u;
-    if (a && (uint32_t)i < n) return clamp01(a[i]);
+    if (a && (uint32_t)i < n && a[i] >= 0) return clamp01(a[i]);
     const double* b = SEQ_FIELD(seq, bucket_accept_pos, (const double*)NULL);
     const uint32_t nb = b ? SEQ_FIELD(seq, n_bucket_accept_pos, 0u) : 0u;
-    if (b && (uint32_t)i < nb) return clamp01(b[i]);
+    if (b && (uint32_t)i < nb && b[i] >= 0) return clamp01(b[i]);
     if (seq->recent_acceptance >= 0) return clamp01(seq->recent_acceptance);
     return self->prior;
 }

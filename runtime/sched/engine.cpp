@@ -205,11 +205,17 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     q.n_accepted = s.n_accepted_tokens;
     q.recent_acceptance = s.recent_acceptance;
     q.temperature = s.req.sampling.temperature;
-    q.accept_pos = s.acceptance.alpha.data();
-    q.n_accept_pos = (uint32_t)s.acceptance.alpha.size();
+    // A position never observed reads -1 (the policy's own prior then), not the estimator's start.
+    auto measured = [](const AcceptanceEwma& a, std::array<double, k_max_spec_tokens>& out) {
+        for (size_t i = 0; i < out.size(); i++) out[i] = i < a.alpha.size() && a.n_seen[i] > 0 ? a.alpha[i] : -1.0;
+    };
+    measured(s.acceptance, spec_accept_);
+    q.accept_pos = spec_accept_.data();
+    q.n_accept_pos = (uint32_t)spec_accept_.size();
     if (s.bucket_acceptance) {
-        q.bucket_accept_pos = s.bucket_acceptance->alpha.data();
-        q.n_bucket_accept_pos = (uint32_t)s.bucket_acceptance->alpha.size();
+        measured(*s.bucket_acceptance, spec_bucket_accept_);
+        q.bucket_accept_pos = spec_bucket_accept_.data();
+        q.n_bucket_accept_pos = (uint32_t)spec_bucket_accept_.size();
     }
     q.draft_source = (int32_t)s.req.spec.source;
     q.draft_ms_per_token = draft_ms_per_token_[(int)s.req.spec.source];

@@ -2,6 +2,7 @@
 // KvStorage) and the CPU forward. Plain C++, one owner thread (the pool's executor actor, or a
 // test); each step() selects a batch under the token budget, runs ONE forward and samples.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -254,6 +255,7 @@ private:
     // the forward time fitted against its token count (running means of n, t, n*n, n*t), the mean
     // forward time of verifying steps and the drafting time per draft token per source.
     std::map<std::string, AcceptanceEwma> bucket_acceptance_;
+    std::array<double, k_max_spec_tokens> spec_accept_{}, spec_bucket_accept_{};  // scratch: what a policy reads
     struct TimeFit {
         double n = 0, t = 0, nn = 0, nt = 0;
         int64_t n_obs = 0;

@@ -401,7 +401,8 @@ typedef struct steward_spec_seq {
      * yet (the plugin uses its own prior). */
     const double* accept_pos;     /* [n_accept_pos]: this sequence's conditional acceptance per draft
                                      position, P(position i accepted | positions < i were), a running
-                                     mean started from the bucket's; NULL / 0: none */
+                                     mean started from the bucket's; an entry < 0: that position
+                                     was never observed; NULL / 0: none */
     uint32_t n_accept_pos;
     const double* bucket_accept_pos; /* [n_bucket_accept_pos]: the same over the bucket's sequences on
                                         this pool */

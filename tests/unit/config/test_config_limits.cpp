@@ -98,6 +98,18 @@ TEST_CASE("hostile config values are refused with file:line:column and the rule,
         {"[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[pool.synth]\nlayers = 2\n"
          "[[pool]]\nname = \"d\"\nmodel = \"d.gguf\"\n[pool.synth]\ndraft_from = \"t\"\nkeep_layers = 3\n",
          "draft_from \"t\" has 2 layers; keep_layers 3 must be at most that"},
+        // Speculation: a pool's draft, the synth fixture, a bucket's source.
+        {k_pool + "draft = \"p\"\n", "pool 'p' draft = \"p\" names the pool itself"},
+        {k_pool + "draft = \"ghost\"\n", "pool 'p' draft = \"ghost\" names no pool"},
+        {k_pool + "[pool.synth]\nlate_scale = -1\n", "[pool.synth].late_scale is -1"},
+        {k_pool + "[pool.synth]\nlayers = 4\nlate_from = 5\n", "late layers start at 5"},
+        {"[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[pool.synth]\nlayers = 2\n"
+         "[[pool]]\nname = \"d\"\nmodel = \"d.gguf\"\n[pool.synth]\ndraft_from = \"t\"\nkeep_layers = 1\nlate_scale = 0.1\n",
+         "set them on the pool the draft is cut from (\"t\")"},
+        {k_pool + "[[bucket]]\nname = \"b\"\n[bucket.speculation]\nplugin = \"adaptive\"\nsource = \"eagle\"\n",
+         "[bucket.speculation] source of bucket 'b' is \"eagle\"; use \"draft\""},
+        {k_pool + "[[bucket]]\nname = \"b\"\n[bucket.speculation]\nplugin = \"adaptive\"\nsource = \"draft\"\n",
+         "bucket 'b' speculates with source \"draft\" but its pool 'p' has no draft model"},
     };
     for (const auto& c : cases) {
         auto r = parse_config(c.text, "x.toml");

@@ -8,6 +8,8 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -228,6 +230,7 @@ const Builtin kBuiltins[] = {
     {"eviction", "lfu", STEWARD_POLICY_EVICTION},         {"eviction", "cost_aware", STEWARD_POLICY_EVICTION},
     {"eviction", "tenant_fair", STEWARD_POLICY_EVICTION}, {"speculation", "off", STEWARD_POLICY_SPECULATION},
     {"speculation", "fixed", STEWARD_POLICY_SPECULATION},
+    {"speculation", "adaptive", STEWARD_POLICY_SPECULATION},
 };
 
 // Pools for routing: a cheap small model, a medium one, a strong expensive one, and a draining pool
@@ -800,4 +803,167 @@ TEST_CASE("the test plugins are built as the loader tests assume", "[plugins]") 
         Speculator over(test_plugin_path("invalid_speculation"), {{"mode", std::string("over_max")}});
         CHECK(budget(over) == 9); // max_budget 8 + 1
     }
+}
+
+// ---- adaptive: checked against an independent goodput computation written here
+
+namespace {
+
+// One sequence as the host describes it, with a constant acceptance per position and the times.
+struct SpecSeqCase {
+    uint64_t id = 7;
+    double acceptance = 0.8;
+    double plain_ms = 10, verify_ms_per_token = 1, draft_ms_per_token = 2;
+    int32_t batch = 1, max_budget = 16, n_generated = 10, max_tokens = 1000;
+};
+
+int32_t adaptive_budget(Speculator& s, const SpecSeqCase& c) {
+    std::vector<double> acc(16, c.acceptance);
+    steward_spec_seq q{};
+    q.size = sizeof q;
+    q.request_id = c.id;
+    q.bucket = "b";
+    q.tenant = "t";
+    q.max_budget = c.max_budget;
+    q.n_generated = c.n_generated;
+    q.max_tokens = c.max_tokens;
+    q.batch_size = c.batch;
+    q.recent_acceptance = c.acceptance;
+    q.accept_pos = acc.data();
+    q.n_accept_pos = (uint32_t)acc.size();
+    q.draft_ms_per_token = c.draft_ms_per_token;
+    q.verify_ms = c.plain_ms + c.verify_ms_per_token;
+    q.verify_ms_per_token = c.verify_ms_per_token;
+    q.plain_step_ms = c.plain_ms;
+    q.draft_source = STEWARD_SPEC_SOURCE_DRAFT;
+    int32_t b = -99;
+    REQUIRE(s.table->draft_budget_seq(s.self, &q, &b) == STEWARD_PLUGIN_OK);
+    return b;
+}
+
+// The best k by brute force: tokens per ms of the batch when this sequence verifies k drafts; 0
+// unless the best beats plain decoding by min_gain.
+int32_t expected_best_k(const SpecSeqCase& c, int32_t k_max, double min_gain) {
+    auto goodput = [&](int k) {
+        double tokens = 1;
+        for (int i = 1; i <= k; i++) tokens += std::pow(c.acceptance, i);
+        return (c.batch - 1 + tokens) / (c.plain_ms + k * (c.verify_ms_per_token + c.draft_ms_per_token));
+    };
+    int32_t best = 0;
+    for (int k = 1; k <= k_max; k++)
+        if (goodput(k) > goodput(best)) best = k;
+    return goodput(best) >= min_gain * goodput(0) ? best : 0;
+}
+
+}  // namespace
+
+TEST_CASE("adaptive picks the draft length of the best predicted goodput, long when drafts are accepted and 0 when "
+          "they are not",
+          "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"), {{"k_max", int64_t(8)}, {"min_gain", 1.05}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    uint64_t id = 100;
+    for (double a : {0.0, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.97}) {
+        for (double draft_ms : {0.0, 1.0, 4.0}) {
+            for (int32_t batch : {1, 4}) {
+                SpecSeqCase c;
+                c.id = ++id;  // a new sequence: no hysteresis yet
+                c.acceptance = a;
+                c.draft_ms_per_token = draft_ms;
+                c.batch = batch;
+                INFO("acceptance " << a << " draft_ms " << draft_ms << " batch " << batch);
+                CHECK(adaptive_budget(s, c) == expected_best_k(c, 8, 1.05));
+            }
+        }
+    }
+    SpecSeqCase high;
+    high.id = 1;
+    high.acceptance = 0.95;
+    high.draft_ms_per_token = 0.5;
+    CHECK(adaptive_budget(s, high) >= 6);
+    SpecSeqCase low;
+    low.id = 2;
+    low.acceptance = 0.1;
+    CHECK(adaptive_budget(s, low) == 0);
+    // Capped by the host's limit and by the tokens the sequence has left.
+    SpecSeqCase capped = high;
+    capped.id = 3;
+    capped.max_budget = 3;
+    CHECK(adaptive_budget(s, capped) == 3);
+    SpecSeqCase ending = high;
+    ending.id = 4;
+    ending.n_generated = 997;  // 3 left: 2 drafts + the verified token
+    CHECK(adaptive_budget(s, ending) == 2);
+}
+
+TEST_CASE("adaptive does not flap when the acceptance wavers around its threshold, and follows a lasting change",
+          "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"),
+                 {{"k_max", int64_t(4)}, {"min_gain", 1.0}, {"margin", 0.05}, {"patience", int64_t(4)},
+                  {"probe_every", int64_t(0)}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    // With plain 10 ms and 5 ms per draft token (verify 1 + draft 4), k = 1 pays from acceptance
+    // 0.5 on (1.5 / 15 = 1 / 10): the threshold. Waver 2% around it, every step.
+    SpecSeqCase c;
+    c.id = 42;
+    c.draft_ms_per_token = 4;
+    int n_switches = 0, last = -1;
+    for (int step = 0; step < 200; step++) {
+        c.acceptance = step % 2 ? 0.51 : 0.49;
+        const int32_t k = adaptive_budget(s, c);
+        if (last >= 0 && k != last) n_switches++;
+        last = k;
+    }
+    CHECK(n_switches == 0);
+    // A lasting change wins after `patience` steps, and not before.
+    c.acceptance = 0.95;
+    const int32_t before = last;
+    std::vector<int32_t> ks;
+    for (int step = 0; step < 6; step++) ks.push_back(adaptive_budget(s, c));
+    CHECK(ks[0] == before);
+    CHECK(ks[2] == before);
+    CHECK(ks[3] == expected_best_k(c, 4, 1.0));
+    CHECK(ks[5] == ks[3]);
+}
+
+TEST_CASE("adaptive probes every probe_every steps at k = 0 and refuses out-of-range parameters", "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"), {{"probe_every", int64_t(5)}, {"probe_k", int64_t(2)}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    SpecSeqCase c;
+    c.id = 9;
+    c.acceptance = 0.0;
+    std::vector<int32_t> ks;
+    for (int step = 0; step < 10; step++) ks.push_back(adaptive_budget(s, c));
+    CHECK(ks == std::vector<int32_t>{0, 0, 0, 0, 2, 0, 0, 0, 0, 2});
+    Speculator bad(builtin_path("speculation", "adaptive"), {{"min_gain", 0.5}});
+    CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
+    CHECK(contains(bad.err, "'min_gain'"));
+    Speculator bad_k(builtin_path("speculation", "adaptive"), {{"k_max", int64_t(17)}});
+    CHECK(bad_k.rc == STEWARD_PLUGIN_ERR_PARAM);
+    CHECK(contains(bad_k.err, "'k_max'"));
+}
+
+TEST_CASE("adaptive reads only the fields the host's steward_spec_seq has: an early ABI 2 host gets the prior model",
+          "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"),
+                 {{"prior_acceptance", 0.9}, {"verify_token_share", 0.1}, {"draft_token_share", 0.3}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    steward_spec_seq q{};
+    q.size = (uint32_t)offsetof(steward_spec_seq, accept_pos);  // the struct before the goodput fields
+    q.request_id = 5;
+    q.max_budget = 8;
+    q.max_tokens = 100;
+    q.batch_size = 1;
+    q.recent_acceptance = -1;
+    q.plain_step_ms = 1e9;  // past the host's size: must not be read
+    int32_t b = -1;
+    REQUIRE(s.table->draft_budget_seq(s.self, &q, &b) == STEWARD_PLUGIN_OK);
+    // By hand: acceptance 0.9, a draft token costs 0.1 + 0.3 of the plain step; G(k) = E(k) / (1 + 0.4k).
+    SpecSeqCase c;
+    c.acceptance = 0.9;
+    c.plain_ms = 1;
+    c.verify_ms_per_token = 0.1;
+    c.draft_ms_per_token = 0.3;
+    CHECK(b == expected_best_k(c, 8, 1.05));
+    CHECK(b > 0);
 }

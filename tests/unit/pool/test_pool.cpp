@@ -236,3 +236,24 @@ TEST_CASE("synthesis writes a draft after the target it is cut from, even when t
     const std::string msg = bad ? (ensure_models(*bad).ok() ? "" : ensure_models(*bad).error().message) : bad.error().message;
     CHECK(msg.find("nope") != std::string::npos);
 }
+
+TEST_CASE("a bucket's speculation settings follow its source, the pool's draft model and max_draft_tokens", "[pool]") {
+    auto c = parse_config("[limits]\nmax_draft_tokens = 40\n[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\ndraft = \"d\"\n"
+                          "[[pool]]\nname = \"d\"\nmodel = \"d.gguf\"\n"
+                          "[[bucket]]\nname = \"auto\"\npool = \"t\"\n[bucket.speculation]\nplugin = \"adaptive\"\n"
+                          "[[bucket]]\nname = \"ngram\"\npool = \"t\"\n[bucket.speculation]\nplugin = \"fixed\"\nsource = \"ngram\"\n"
+                          "[[bucket]]\nname = \"plain\"\npool = \"t\"\n",
+                          "x.toml");
+    REQUIRE(c.ok());
+    REQUIRE(c->buckets.size() == 3);
+    CHECK(c->pools[0].draft == "d");
+    const SpecSettings a = spec_settings_for(c->buckets[0], *c, true);
+    CHECK(a.source == SpecSource::DRAFT);
+    CHECK(a.k == k_max_spec_tokens);  // 40 is past what the engine verifies
+    CHECK(spec_settings_for(c->buckets[0], *c, false).source == SpecSource::NGRAM);  // routed to a pool without a draft
+    CHECK(spec_settings_for(c->buckets[1], *c, true).source == SpecSource::NGRAM);
+    CHECK_FALSE(spec_settings_for(c->buckets[2], *c, true).enabled());
+    CHECK(c->buckets[0].speculation->params.count("source") == 0);  // not a plugin parameter
+    c->limits.max_draft_tokens = 0;
+    CHECK_FALSE(spec_settings_for(c->buckets[0], *c, true).enabled());
+}
