@@ -254,6 +254,17 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     rec.config_generation = route_.generation;
     rec.prior_pools = prior_pools_;
     rec.fallback = route_.fallback;
+    // Speculation figures are the answering run's (like its preemptions).
+    rec.n_drafts = end.n_drafts;
+    rec.n_draft_tokens = end.n_draft_tokens;
+    rec.n_accepted_tokens = end.n_accepted_tokens;
+    rec.n_rollbacks = end.n_rollbacks;
+    for (size_t i = 0; i < rec.n_draft_tokens_at.size(); i++) {
+        if (i < end.n_draft_tokens_at.size()) rec.n_draft_tokens_at[i] = end.n_draft_tokens_at[i];
+        if (i < end.n_accepted_at.size()) rec.n_accepted_at[i] = end.n_accepted_at[i];
+    }
+    rec.draft_s = end.draft_s;
+    rec.verify_s = end.verify_s;
     return rec;
 }
 

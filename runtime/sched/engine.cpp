@@ -136,6 +136,10 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_draft_tokens = s.n_draft_tokens;
     e.n_accepted_tokens = s.n_accepted_tokens;
     e.n_rollbacks = s.n_rollbacks;
+    e.n_draft_tokens_at = s.n_draft_tokens_at;
+    e.n_accepted_at = s.n_accepted_at;
+    e.draft_s = s.draft_s;
+    e.verify_s = s.verify_s;
     return e;
 }
 
@@ -416,8 +420,12 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<SpecDraft> drafts(plan.size());
     if (!g_forced_set.load(std::memory_order_relaxed))
         for (size_t k = 0; k < plan.size() && budget > 0; k++) {
-            drafts[k] = draft_for(*seqs_.at(plan[k].id), std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens),
-                                  [&](Seq& s, int n) { return alloc(s, n); });
+            Seq& s = *seqs_.at(plan[k].id);
+            const auto t_draft = std::chrono::steady_clock::now();
+            drafts[k] = draft_for(s, std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens),
+                                  [&](Seq& q, int n) { return alloc(q, n); });
+            if (s.req.spec.enabled())
+                s.draft_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
             plan[k].n += drafts[k].k();
             budget -= drafts[k].k();
         }
@@ -440,7 +448,10 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     }
     const auto t_fwd = std::chrono::steady_clock::now();
     auto r = fwd_.forward(kv_, batch, logits_);
-    stats_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    const double fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    stats_.forward_s += fwd_s;
+    for (size_t k = 0; k < plan.size(); k++)
+        if (drafts[k].k() > 0) seqs_.at(plan[k].id)->verify_s += fwd_s;
     stats_.n_steps++;
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);

@@ -2,6 +2,7 @@
 // KvStorage) and the CPU forward. Plain C++, one owner thread (the pool's executor actor, or a
 // test); each step() selects a batch under the token budget, runs ONE forward and samples.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -98,6 +99,11 @@ struct EngineEvent {
     int n_draft_tokens = 0;
     int n_accepted_tokens = 0;
     int n_rollbacks = 0;
+    // Per draft position i: draft tokens verified there and, of them, accepted (acceptance per
+    // position = accepted / proposed); wall seconds in this request's draft forwards, and in the
+    // target forwards that verified its drafts (the whole batched forward of each such step).
+    std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
+    double draft_s = 0, verify_s = 0;
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of
@@ -179,6 +185,8 @@ private:
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
         int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+        std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
+        double draft_s = 0, verify_s = 0;
         explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
     };
     struct Session {

@@ -220,6 +220,8 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     s.n_drafts++;
     s.n_draft_tokens += k;
     s.n_accepted_tokens += r.n_accepted;
+    for (int i = 0; i < k; i++) s.n_draft_tokens_at[(size_t)i]++;
+    for (int i = 0; i < r.n_accepted; i++) s.n_accepted_at[(size_t)i]++;
     stats_.n_drafts++;
     stats_.n_draft_tokens += k;
     stats_.n_accepted_tokens += r.n_accepted;
