@@ -6,7 +6,7 @@
 // fixed k for every bucket) and per-bucket adaptive (the "adaptive" speculation plugin), then the
 // measured speedup beside the estimate E[A]·C_target / (C_draft + C_verify + C_overhead) from the
 // measured parts, and the runtime's own speculation table (runtime/metrics).
-//   bench_spec [--quick] [--n 40] [--rate-hi 2 --rate-lo 4] [--out-hi 192 --out-lo 64] [--k 4]
+//   bench_spec [--quick] [--n 40] [--rate-hi 2 --rate-lo 4] [--out-hi 192 --out-lo 64] [--k 4 --k-max 8]
 //              [--scale-hi 0.05 --scale-lo 1.0] [--layers 8 --dim 384 --vocab 2048] [--threads 1]
 //              [--seed 1] [--dir /tmp/steward_bench_spec]
 #include <algorithm>
@@ -42,6 +42,7 @@ struct Options {
     double rate_hi = 2.0, rate_lo = 4.0;     // arrivals per second per bucket (Poisson)
     int out_hi = 192, out_lo = 64;           // output tokens (ignore EOS)
     int k = 4;                               // the global mode's chain length
+    int k_max = 8;                           // the adaptive mode's limit (the policy answers up to it)
     float scale_hi = 0.05f, scale_lo = 1.0f; // late_scale of each bucket's target
     int layers = 8, dim = 384, vocab = 2048;
     int threads = 1;                         // forward threads per pool
@@ -138,13 +139,17 @@ std::shared_ptr<SpeculationPolicy> adaptive_policy(PluginLoader& loader, const s
     return std::shared_ptr<SpeculationPolicy>(std::move(*p));
 }
 
-// Whether this engine asks a per-request speculation policy per step (the adaptive mode needs it).
-// Set to true with the engine's hook, in attach_policy below.
-constexpr bool k_engine_asks_policy = false;
+// Whether this engine asks a per-request speculation policy per step (the adaptive mode needs it):
+// EngineRequest::speculation, with sched/spec_policy.h.
+#if __has_include("sched/spec_policy.h")
+constexpr bool k_engine_asks_policy = true;
 void attach_policy(EngineRequest& r, const std::shared_ptr<SpeculationPolicy>& p) {
-    (void)r;
-    (void)p;
+    r.speculation = p;
 }
+#else
+constexpr bool k_engine_asks_policy = false;
+void attach_policy(EngineRequest&, const std::shared_ptr<SpeculationPolicy>&) {}
+#endif
 
 // One bucket's pool for one mode: requests arrive at their times from t0 on; the loop submits what
 // has arrived and steps, as a pool's executor does.
@@ -189,7 +194,7 @@ std::vector<Done> run_pool(const Options& o, const Bucket& b, Mode mode, clk::ti
             r.bucket = b.name;
             if (mode == Mode::GLOBAL) r.spec = SpecSettings{SpecSource::DRAFT, o.k};
             if (mode == Mode::ADAPTIVE) {
-                r.spec = SpecSettings{SpecSource::DRAFT, k_max_spec_tokens};  // the policy picks k per step
+                r.spec = SpecSettings{SpecSource::DRAFT, o.k_max};  // the limit; the policy picks k per step
                 attach_policy(r, policy);
             }
             if (auto ok = eng.submit(std::move(r)); !ok) {
@@ -277,7 +282,7 @@ Figures figures_of(const std::vector<Done>& done, double window_s) {
 
 void usage() {
     std::fprintf(stderr,
-                 "usage: bench_spec [--quick] [--n N] [--rate-hi R] [--rate-lo R] [--out-hi N] [--out-lo N] [--k K]\n"
+                 "usage: bench_spec [--quick] [--n N] [--rate-hi R] [--rate-lo R] [--out-hi N] [--out-lo N] [--k K] [--k-max K]\n"
                  "                  [--scale-hi S] [--scale-lo S] [--layers N] [--dim N] [--vocab N] [--threads N]\n"
                  "                  [--seed N] [--dir D]\n");
     std::exit(2);
@@ -300,6 +305,7 @@ int main(int argc, char** argv) {
         else if (a == "--out-hi") o.out_hi = std::atoi(val());
         else if (a == "--out-lo") o.out_lo = std::atoi(val());
         else if (a == "--k") o.k = std::atoi(val());
+        else if (a == "--k-max") o.k_max = std::atoi(val());
         else if (a == "--scale-hi") o.scale_hi = (float)std::atof(val());
         else if (a == "--scale-lo") o.scale_lo = (float)std::atof(val());
         else if (a == "--layers") o.layers = std::atoi(val());
@@ -315,9 +321,9 @@ int main(int argc, char** argv) {
         o.out_hi = std::min(o.out_hi, 48);
         o.out_lo = std::min(o.out_lo, 24);
     }
-    if (o.n < 1 || o.k < 1 || o.k > k_max_spec_tokens || o.rate_hi <= 0 || o.rate_lo <= 0 || o.layers < 2 ||
+    if (o.n < 1 || o.k < 1 || o.k > k_max_spec_tokens || o.k_max < 1 || o.k_max > k_max_spec_tokens || o.rate_hi <= 0 || o.rate_lo <= 0 || o.layers < 2 ||
         o.dim % 64 != 0 || o.vocab < 354) {
-        std::fprintf(stderr, "bench_spec: need --n >= 1, --k in [1, %d], rates > 0, --layers >= 2, --dim a multiple of 64, --vocab >= 354\n",
+        std::fprintf(stderr, "bench_spec: need --n >= 1, --k and --k-max in [1, %d], rates > 0, --layers >= 2, --dim a multiple of 64, --vocab >= 354\n",
                      k_max_spec_tokens);
         return 2;
     }
