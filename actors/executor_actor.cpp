@@ -115,6 +115,12 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     r.bucket = snap->config->buckets[m.bucket_index].name;
                     r.eviction = snap->policies[m.bucket_index].eviction;
                     if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
+                    // Its speculation policy: asked per step for k; the source and limit from the config.
+                    if (auto& sp = snap->policies[m.bucket_index].speculation) {
+                        r.speculation = sp;
+                        r.spec = spec_settings_for(snap->config->buckets[m.bucket_index], *snap->config,
+                                                   st.engine->options().draft_model != nullptr);
+                    }
                 }
             Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");
             try {

@@ -28,6 +28,7 @@
 #include "cpu/sampling.h"
 #include "cpu/thread_pool.h"
 #include "model/quantize.h"
+#include "model/quants.h"
 #include "model/synth.h"
 
 using namespace steward;
@@ -130,7 +131,8 @@ struct BenchMatrix {
                 const uint16_t h = type == GgmlType::F16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
                 if (type == GgmlType::F16 || type == GgmlType::BF16) std::memcpy(dst + 2 * c, &h, 2);
             }
-            if (type == GgmlType::Q8_0) quantize_row_q8_0(row.data(), reinterpret_cast<BlockQ8_0*>(dst), n_cols);
+            if (quant_block_elems(type) > 1 && !quantize_row(type, row.data(), n_cols, dst).ok())
+                std::fprintf(stderr, "bench_model: no quantizer for %s\n", ggml_type_name((uint32_t)type));
         }
         view.data = bytes.data();
     }
@@ -138,13 +140,13 @@ struct BenchMatrix {
 
 // Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix in
 // GB/s (25-100 MB: past L2, though a large L3 may hold it), and on 2048 x 768 the streaming kernel
-// against the sgemm path in GFLOP/s at a few token counts (how kGemmMinTokens is chosen); best of reps.
+// against the sgemm path in GFLOP/s at a few token counts (how gemm_min_tokens is chosen); best of reps.
 void bench_kernels(const std::vector<int>& threads, int reps) {
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
     std::printf("\nkernels (OpenBLAS core %s): matvec = 1 token over 32768 x 768; then stream/sgemm GFLOP/s on 2048 x 768 "
-                "at n_tok 4, 8, 16, 32, 128 (AUTO switches to sgemm at %d)\n%-5s %3s %12s  %-11s  %-11s  %-11s  %-11s  %-11s\n",
-                blas_core_name(), kGemmMinTokens, "type", "thr", "matvec GB/s", "4", "8", "16", "32", "128");
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0}) {
+                "at n_tok 4, 16, 32, 48, 128 (AUTO: sgemm from the 'from' column)\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s\n",
+                blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128");
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
         for (int nt : threads) {
@@ -159,8 +161,8 @@ void bench_kernels(const std::vector<int>& threads, int reps) {
                 return b;
             };
             const double mv = (double)p_bytes(big.view) / best(big.view, 1, MatmulPath::STREAM) / 1e9;
-            std::printf("%-5s %3d %12.1f", ggml_type_name((uint32_t)type), nt, mv);
-            for (int n_tok : {4, 8, 16, 32, 128}) {
+            std::printf("%-5s %3d %4d %12.1f", ggml_type_name((uint32_t)type), nt, gemm_min_tokens(ffn.view), mv);
+            for (int n_tok : {4, 16, 32, 48, 128}) {
                 const double flop = 2.0 * n_tok * 768 * 2048;
                 std::printf("  %5.0f/%-5.0f", flop / best(ffn.view, n_tok, MatmulPath::STREAM) / 1e9,
                             flop / best(ffn.view, n_tok, MatmulPath::GEMM) / 1e9);

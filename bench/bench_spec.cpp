@@ -120,8 +120,8 @@ void ensure_models(const Options& o, Bucket& b) {
     b.draft = std::move(*dm);
 }
 
-// The adaptive speculation plugin for a bucket, or null with *why set. The engine asks it per
-// step per sequence once it has the per-step speculation hook.
+// The adaptive speculation plugin for a bucket, or null with *why set. The engine asks it per step
+// for each sequence's k (EngineRequest::speculation), as a pool does with [bucket.speculation].
 std::shared_ptr<SpeculationPolicy> adaptive_policy(PluginLoader& loader, const std::string& bucket, std::string* why) {
     auto lib = loader.load("adaptive", PolicyKind::SPECULATION, {});
     if (!lib) {
@@ -139,17 +139,6 @@ std::shared_ptr<SpeculationPolicy> adaptive_policy(PluginLoader& loader, const s
     return std::shared_ptr<SpeculationPolicy>(std::move(*p));
 }
 
-// Whether this engine asks a per-request speculation policy per step (the adaptive mode needs it):
-// EngineRequest::speculation, with sched/spec_policy.h.
-#if __has_include("sched/spec_policy.h")
-constexpr bool k_engine_asks_policy = true;
-void attach_policy(EngineRequest& r, const std::shared_ptr<SpeculationPolicy>& p) {
-    r.speculation = p;
-}
-#else
-constexpr bool k_engine_asks_policy = false;
-void attach_policy(EngineRequest&, const std::shared_ptr<SpeculationPolicy>&) {}
-#endif
 
 // One bucket's pool for one mode: requests arrive at their times from t0 on; the loop submits what
 // has arrived and steps, as a pool's executor does.
@@ -195,7 +184,7 @@ std::vector<Done> run_pool(const Options& o, const Bucket& b, Mode mode, clk::ti
             if (mode == Mode::GLOBAL) r.spec = SpecSettings{SpecSource::DRAFT, o.k};
             if (mode == Mode::ADAPTIVE) {
                 r.spec = SpecSettings{SpecSource::DRAFT, o.k_max};  // the limit; the policy picks k per step
-                attach_policy(r, policy);
+                r.speculation = policy;
             }
             if (auto ok = eng.submit(std::move(r)); !ok) {
                 std::fprintf(stderr, "bench_spec: submit: %s\n", ok.error().message.c_str());
@@ -354,8 +343,6 @@ int main(int argc, char** argv) {
         policies[b.name] = adaptive_policy(loader, b.name, &why_not_adaptive);
         if (!policies[b.name]) break;
     }
-    if (why_not_adaptive.empty() && !k_engine_asks_policy)
-        why_not_adaptive = "the engine does not ask a speculation plugin per step yet";
 
     std::map<Mode, std::map<std::string, Figures>> figs;
     std::map<Mode, MetricsRegistry> regs;

@@ -272,6 +272,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
                       r.get_in("max_queue", p.max_queue, 0, (double)k_max_queue, "in [0, 1048576] requests") &&
                       r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
+                      r.get("draft", p.draft) &&
                       r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_output", p.price_output, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_cached", p.price_cached, 0, price_max, "a price >= 0 per million tokens") &&
@@ -288,7 +289,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     !sr.get_in("vocab", s.vocab, 354, 1 << 20, "in [354, 1048576]") ||
                     !sr.get_in("ctx", s.ctx, 1, 1 << 24, "in [1, 16777216]") || !sr.get("dtype", s.dtype) ||
                     !sr.get("seed", s.seed) || !sr.get("draft_from", s.draft_from) ||
-                    !sr.get_in("keep_layers", s.keep_layers, 0, 1024, "in [1, 1024] (with draft_from)") || !sr.finish())
+                    !sr.get_in("keep_layers", s.keep_layers, 0, 1024, "in [1, 1024] (with draft_from)") ||
+                    !sr.get_in("late_scale", s.late_scale, 0, 1e3, "a number >= 0 (a residual scale; 1: off)") ||
+                    !sr.get_in("late_from", s.late_from, -1, 1024, "-1 (off) or a layer index in [0, layers]") || !sr.finish())
                     return fail(sr.err);
                 const std::string at = where(src, st->source()) + ": [pool.synth] of pool '" + p.name + "': ";
                 if (s.draft_from.empty()) {
@@ -299,8 +302,13 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     auto dt = parse_ggml_type(s.dtype);
                     if (!dt) return fail(at + dt.error().message);
                     spec.dtype = *dt;
+                    spec.late_scale = (float)s.late_scale;
+                    spec.late_from = s.late_from;
                     if (auto v = synth_validate(spec); !v) return fail(at + v.error().message);
                 } else {
+                    if (sr.has("late_scale") || sr.has("late_from"))
+                        return fail(at + "late_scale / late_from shape a target's layers; set them on the pool the draft "
+                                         "is cut from (\"" + s.draft_from + "\")");
                     if (s.keep_layers < 1) return fail(at + "draft_from needs keep_layers = N (N >= 1 layers of the target)");
                     if (s.draft_from == p.name) return fail(at + "draft_from names the pool itself; name the target pool it is cut from");
                 }
@@ -332,6 +340,17 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         return fail(err);
     }
     if (c.pools.empty()) return fail(src + ": the config defines no [[pool]]; add one with a name and a model path");
+    // A pool's draft model is another pool's model, loaded again with the target.
+    for (size_t i = 0; i < c.pools.size(); i++) {
+        const PoolConfig& p = c.pools[i];
+        if (p.draft.empty()) continue;
+        const toml::node& dn = *(*root.get("pool")->as_array())[i].as_table()->get("draft");
+        const std::string at = where(src, dn.source()) + ": pool '" + p.name + "' draft = \"" + p.draft + "\" ";
+        if (p.draft == p.name) return fail(at + "names the pool itself; name the pool whose (smaller) model drafts for it");
+        if (!c.find_pool(p.draft))
+            return fail(at + "names no pool; define it with [[pool]] name = \"" + p.draft + "\" (e.g. a [pool.synth] "
+                             "draft_from = \"" + p.name + "\" cut of this pool's model)");
+    }
     // Drafts are written after their targets in one pass (ensure_models), so a draft's target must
     // be a pool that is not itself a draft: this also rules out every draft_from cycle.
     for (size_t i = 0; i < c.pools.size(); i++) {
@@ -435,7 +454,14 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 PolicySpec spec;
                 spec.where = where(src, pt->source());
                 TableReader pr(*pt, src, std::string("[bucket.") + kind + "]");
-                if (!pr.get("plugin", spec.plugin) || !pr.rest_as_params(spec)) return fail(pr.err);
+                const bool is_spec = std::string(kind) == "speculation";
+                if (!pr.get("plugin", spec.plugin) || (is_spec && !pr.get("source", b.speculation_source)) ||
+                    !pr.rest_as_params(spec))
+                    return fail(pr.err);
+                if (is_spec && !b.speculation_source.empty() && b.speculation_source != "ngram" && b.speculation_source != "draft")
+                    return fail(where(src, pt->get("source")->source()) + ": [bucket.speculation] source of bucket '" + b.name +
+                                "' is \"" + b.speculation_source + "\"; use \"draft\" (the pool's draft model) or \"ngram\" "
+                                "(prompt lookup), or omit it (draft where the pool has one, else ngram)");
                 if (spec.plugin.empty())
                     return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +
                                 "' needs plugin = \"name\" (a built-in such as \"lru\", or a path to a .so)");
@@ -450,6 +476,10 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             if (!c.find_pool(b.pool))
                 return fail(where(src, t.source()) + ": bucket '" + b.name + "' routes to pool '" + b.pool +
                             "', which is not defined; define it with [[pool]] name = \"" + b.pool + "\"");
+            if (b.speculation_source == "draft" && c.find_pool(b.pool)->draft.empty())
+                return fail(where(src, t.source()) + ": bucket '" + b.name + "' speculates with source \"draft\" but its pool '" +
+                            b.pool + "' has no draft model; add draft = \"<pool>\" to pool '" + b.pool +
+                            "' or use source = \"ngram\"");
             for (const auto& tn : b.match.tenants)
                 if (!c.find_tenant(tn))
                     return fail(where(src, t.source()) + ": bucket '" + b.name + "' matches tenant '" + tn + "', which has no [[tenant]] entry");

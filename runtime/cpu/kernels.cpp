@@ -312,7 +312,9 @@ void convert_row_any(GgmlType t, const uint8_t* row, float* dst, int64_t n) {
         case GgmlType::F16: return convert_row<GgmlType::F16>(row, dst, n);
         case GgmlType::BF16: return convert_row<GgmlType::BF16>(row, dst, n);
         case GgmlType::Q8_0: return convert_row<GgmlType::Q8_0>(row, dst, n);
-        default: return dequantize_row(t, row, dst, n);  // the block types: reference dequantizer
+        default:  // the block types: the fast k-quant dequantizers, else the reference one
+            if (!dequantize_row_fast(t, row, n, dst)) dequantize_row(t, row, dst, n);
+            return;
     }
 }
 
@@ -359,9 +361,13 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
+int gemm_min_tokens(const WeightView& W) {
+    return quant_dot_wide(W.type) && !exact_quant() ? kWideQuantGemmMinTokens : kGemmMinTokens;
+}
+
 void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
     const int64_t N = W.n_rows;
-    const bool gemm = path == MatmulPath::AUTO ? n_tok >= kGemmMinTokens : path == MatmulPath::GEMM;
+    const bool gemm = path == MatmulPath::AUTO ? n_tok >= gemm_min_tokens(W) : path == MatmulPath::GEMM;
     const int nt = pool.n_threads();
     // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
     // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).

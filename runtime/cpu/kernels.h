@@ -12,8 +12,14 @@ namespace steward {
 // Below this many tokens a matmul streams the weights once through our own kernel (decode is
 // memory-bound); at or above it, OpenBLAS sgemm (prefill is compute-bound).
 constexpr int kGemmMinTokens = 16;
+// The k-quants with 64-byte integer kernels (quant_dot_wide) stay on them up to this many tokens:
+// 85-90 GFLOP/s a core at 16-48 tokens against sgemm's 40-85 on the dequantized tile (Q4_K, Q6_K
+// on 2048 x 768, measured); sgemm wins from about 64.
+constexpr int kWideQuantGemmMinTokens = 48;
+// The token count from which W's matmul takes sgemm (AUTO).
+int gemm_min_tokens(const WeightView& W);
 
-// Which matmul path: AUTO picks by n_tok (kGemmMinTokens); the others force one, for the
+// Which matmul path: AUTO picks by n_tok (gemm_min_tokens); the others force one, for the
 // kernel tests (both paths at every n_tok) and the bench (stream vs sgemm, measured).
 enum class MatmulPath { AUTO, STREAM, GEMM };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,15 @@
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
 #define STEWARD_QD_VNNI 1
 #endif
+// 64-byte kernels for the k-quants of the llama-quantize mixes (Q4_K, Q5_K, Q6_K).
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define STEWARD_QD_AVX512 1
+#endif
+#endif
+// GCC 12's AVX-512 headers warn about their own _mm*_undefined_*() (GCC PR 105593, fixed in 13).
+#if defined(STEWARD_QD_AVX512) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace steward {
@@ -66,17 +76,20 @@ void quantize_act256(const float* x, int64_t n, ActBlock256* out) {
 
 // --- scale decoding shared by both paths -------------------------------------------------------
 
-uint32_t read_u32(const uint8_t p[4]) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+// Little-endian words (GGUF's byte order and x86's): memcpy compiles to one load or store, where
+// GCC 12 leaves a byte-by-byte shift-and-or in the decode kernels' hot loop.
+static_assert(std::endian::native == std::endian::little, "the block layouts are read as little-endian words");
+[[gnu::always_inline]] inline uint32_t read_u32(const uint8_t p[4]) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
 }
-void write_u32(uint8_t p[4], uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
+[[gnu::always_inline]] inline void write_u32(uint8_t p[4], uint32_t v) { std::memcpy(p, &v, 4); }
 
 // Q4_K / Q5_K: 8 6-bit scales and mins packed in 12 bytes (layout in model/quants.h), unpacked
 // four at a time in 32-bit words: scales and mins of sub-blocks 0-3 are the low 6 bits of bytes
 // 0-3 and 4-7; those of 4-7 are the nibbles of bytes 8-11 with the top 2 bits of bytes 0-3 / 4-7.
-void q4k_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
+[[gnu::always_inline]] inline void q4k_scales_mins(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
     const uint32_t u0 = read_u32(s), u1 = read_u32(s + 4), u2 = read_u32(s + 8);
     write_u32(sc, u0 & 0x3f3f3f3f);
     write_u32(m, u1 & 0x3f3f3f3f);
@@ -307,6 +320,25 @@ inline __m256i dpbusd(__m256i acc, __m256i, __m256i) { return acc; }  // never c
 
 using simd::hsum;
 
+// The NT activation rows of a multi-token kernel (acts + t * act_bytes), as blocks of Act.
+template <typename Act, int NT>
+struct ActRows {
+    const Act* row[NT];
+    ActRows(const uint8_t* acts, size_t act_bytes) {
+        for (int t = 0; t < NT; t++) row[t] = reinterpret_cast<const Act*>(acts + t * act_bytes);
+    }
+    const Act* operator[](int t) const { return row[t]; }
+};
+
+// Weight rows stream from memory once per matmul: asking for the bytes kPrefetchBytes ahead of the
+// block being read hides part of the latency the hardware prefetcher leaves (rows are contiguous,
+// so this runs on into the next row).
+constexpr int kPrefetchBytes = 4096;  // measured best of 0.25-8 KiB on 128 MB matvecs: about 2x at 1 thread
+template <typename Block>
+[[gnu::always_inline]] inline void prefetch_ahead(const Block* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
 // A 16-bit logical right shift by a count known only at run time (unrolled loops make it constant).
 inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
 
@@ -329,12 +361,12 @@ inline __m256i dot_us(__m256i u, __m256i s) {
 // A per-lane integer scale for dot_us_scaled: lo for bytes 0-15, hi for bytes 16-31.
 template <bool V>
 inline __m256i scales_of(int lo, int hi) {
-    if constexpr (V && kHaveVnni) return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
     return _mm256_setr_m128i(_mm_set1_epi16((short)lo), _mm_set1_epi16((short)hi));
 }
+// With a scale, maddubs then madd by the scale (3 uops) on every path: VNNI's dpbusd would need a
+// mullo_epi32 after it (2 more uops, 10 cycles' latency), measured slower on the k-quants.
 template <bool V>
 inline __m256i dot_us_scaled(__m256i u, __m256i s, __m256i sc) {
-    if constexpr (V && kHaveVnni) return _mm256_mullo_epi32(dpbusd(_mm256_setzero_si256(), u, s), sc);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc);
 }
 
@@ -376,6 +408,7 @@ void legacy_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
         side[t] = 0.0f;
     }
     for (int64_t b = 0; b < n / kQK; b++) {
+        prefetch_ahead(w + b);
         __m256i q = nibbles32(w[b].qs);
         if constexpr (kHighBit) q = _mm256_or_si256(q, fifth_bits(read_u32(w[b].qh)));
         const float dw = _cvtsh_ss(w[b].d);
@@ -394,14 +427,11 @@ void legacy_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
 template <bool V, int NT>
 void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockIq4Nl* w = static_cast<const BlockIq4Nl*>(wv);
-    const ActBlock32* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock32, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i table = iq4_table();
     for (int64_t b = 0; b < n / kQK; b++) {
+        prefetch_ahead(w + b);
         const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs));
         const __m256i av = _mm256_abs_epi8(v);
         const float dw = _cvtsh_ss(w[b].d);
@@ -416,13 +446,10 @@ void iq4_nl_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
 template <bool V, int NT>
 void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ2_K* w = static_cast<const BlockQ2_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT], mins[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = mins[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
     for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
         const uint8_t* sc = w[b].scales;
         const __m128i m = _mm_and_si128(_mm_srli_epi16(load16(sc), 4), _mm_set1_epi8(0x0f));
         const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
@@ -451,13 +478,10 @@ void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
 template <bool V, int NT>
 void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ3_K* w = static_cast<const BlockQ3_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
         alignas(16) uint8_t biased[16];
         alignas(16) int8_t sc[16];
         q3k_scales_biased(w[b].scales, biased);
@@ -489,13 +513,10 @@ void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
 template <bool V, int NT>
 void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ8_0* w = static_cast<const BlockQ8_0*>(wv);
-    const ActBlock32* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock32*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock32, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     for (int64_t b = 0; b < n / kQK; b++) {
+        prefetch_ahead(w + b);
         const __m256i q = load32(w[b].qs);
         const __m256i aq = _mm256_abs_epi8(q);
         const float dw = _cvtsh_ss(w[b].d);
@@ -507,31 +528,35 @@ void q8_0_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
     for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
 
-
-
+// A Q4_K / Q5_K block's 8 sub-block scales into sc, and its 8 mins spread over the 16 activation
+// sums they cover (each min two sums of 16: m0 m0 m1 m1 ...).
+template <typename Block>
+[[gnu::always_inline]] inline __m128i q45_k_scales(const Block& w, uint8_t sc[8]) {
+    alignas(16) uint8_t m[16];
+    q4k_scales_mins(w.scales, sc, m);
+    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    return _mm_unpacklo_epi8(m8, m8);
+}
+// The min term of one block and token: dmin * d_act * sum of min * activation sums, added to acc.
+[[gnu::always_inline]] inline __m256 add_min_term(__m256 acc, float dmin, const ActBlock256& a, __m128i m_pairs) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(dmin * a.d), _mm256_cvtepi32_ps(bsums_times(a.bsums, m_pairs)), acc);
+}
 
 template <bool kFifthBit, bool V, int NT>
 void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
     const Block* w = static_cast<const Block*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT], mins[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = mins[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / kQKK; b++) {
-        alignas(16) uint8_t sc[8], m[16];
-        q4k_scales_mins(w[b].scales, sc, m);
-        // Each min covers two sub-blocks of 16 of the activation sums: m0 m0 m1 m1 ...
-        const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
-        const __m128i m_pairs = _mm_unpacklo_epi8(m8, m8);
+        prefetch_ahead(w + b);
+        alignas(16) uint8_t sc[8];
+        const __m128i m_pairs = q45_k_scales(w[b], sc);
         const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
         __m256i isum[NT];
         for (int t = 0; t < NT; t++) {
-            mins[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmw * a[t][b].d),
-                                      _mm256_cvtepi32_ps(bsums_times(a[t][b].bsums, m_pairs)), mins[t]);
+            mins[t] = add_min_term(mins[t], dmw, a[t][b], m_pairs);
             isum[t] = _mm256_setzero_si256();
         }
         __m256i qh;
@@ -559,14 +584,11 @@ void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n,
 template <bool V, int NT>
 void q6_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
     for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
         const int8_t* sc = w[b].scales;
         const __m128i scv = load16(sc);
         // The "- 32" of every code: 32 * sum of scale * activation sums.
@@ -604,14 +626,11 @@ float one_token(const void* w, const void* a, int64_t n) {
 template <bool V, int NT>
 void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
     const BlockIq4Xs* w = static_cast<const BlockIq4Xs*>(wv);
-    const ActBlock256* a[NT];
-    __m256 acc[NT];
-    for (int t = 0; t < NT; t++) {
-        a[t] = reinterpret_cast<const ActBlock256*>(acts + t * act_bytes);
-        acc[t] = _mm256_setzero_ps();
-    }
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
     const __m256i table = iq4_table();
     for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
         __m256i isum[NT];
         for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         for (int sub = 0; sub < 8; sub++) {
@@ -629,6 +648,128 @@ void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
     }
     for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
 }
+
+#ifdef STEWARD_QD_AVX512
+// The k-quant kernels 64 bytes at a time: each step is one maddubs and one madd by the sub-block
+// scales over 64 codes (the AVX2 kernels take two of each), and a weight row's codes are unpacked
+// once for all NT tokens. The min / offset terms and the final float sums stay 256-bit. Integer sums
+// are exact, so these give the AVX2 kernels' results up to the float reassociation of the last step.
+inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+// The 512-bit lanes' i32 sums folded to 256 bits.
+inline __m256i fold256(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+// Permutations spreading a block's i16 scales over the 32 i16 lanes of one madd step: step p of
+// Q4_K / Q5_K covers sub-blocks 2p, 2p + 1 of 32 (16 lanes each), step k of Q6_K sub-blocks
+// 4k .. 4k + 3 of 16 (8 lanes each).
+struct SpreadTable {
+    alignas(64) int16_t idx[4][32];
+    constexpr explicit SpreadTable(int lanes_per_scale) : idx{} {
+        for (int p = 0; p < 4; p++)
+            for (int j = 0; j < 32; j++) idx[p][j] = (int16_t)((32 / lanes_per_scale) * p + j / lanes_per_scale);
+    }
+};
+alignas(64) constexpr SpreadTable kSpread16Table(16), kSpread8Table(8);
+constexpr const int16_t (&kSpread16)[4][32] = kSpread16Table.idx;
+constexpr const int16_t (&kSpread8)[4][32] = kSpread8Table.idx;
+
+template <bool kFifthBit, int NT>
+void q45_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* w = static_cast<const Block*>(wv);
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {}, mins[NT] = {};
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    // Codes [low nibbles | high nibbles] of 32 bytes: the element order of two sub-blocks.
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
+        alignas(16) uint8_t sc[8];
+        const __m128i m_pairs = q45_k_scales(w[b], sc);
+        const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+        const float dw = _cvtsh_ss(w[b].d), dmw = _cvtsh_ss(w[b].dmin);
+        __m512i q[4], scale[4];
+        for (int p = 0; p < 4; p++) {
+            const __m512i both = _mm512_broadcast_i64x4(load32(w[b].qs + 32 * p));
+            q[p] = _mm512_and_si512(_mm512_srlv_epi16(both, nib_shift), low4);
+            if constexpr (kFifthBit) {
+                // Bit 2p (first sub-block) or 2p + 1 (second) of each qh byte, to bit 4.
+                const __m512i qh = _mm512_broadcast_i64x4(load32(w[b].qh));
+                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * p)), _mm256_set1_epi16((short)(2 * p + 1)), 1);
+                const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), _mm512_set1_epi8(1));
+                q[p] = _mm512_or_si512(q[p], _mm512_slli_epi16(bit, 4));
+            }
+            scale[p] = _mm512_permutexvar_epi16(_mm512_load_si512(kSpread16[p]), s16);
+        }
+        for (int t = 0; t < NT; t++) {
+            mins[t] = add_min_term(mins[t], dmw, a[t][b], m_pairs);
+            __m512i isum = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++)
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(q[p], load64(a[t][b].qs + 64 * p)), scale[p]));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d), _mm256_cvtepi32_ps(fold256(isum)), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(_mm256_sub_ps(acc[t], mins[t]));
+}
+
+template <int NT>
+void q6_k_avx512(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, float* out) {
+    const BlockQ6_K* w = static_cast<const BlockQ6_K*>(wv);
+    const ActRows<ActBlock256, NT> a(acts, act_bytes);
+    __m256 acc[NT] = {};
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(3);
+    // Elements 32 r + l of a half, two r at a time: r = 0, 1 are the low nibbles of ql[0..63] with
+    // qh bits 0-1 / 2-3, r = 2, 3 the high nibbles with qh bits 4-5 / 6-7.
+    const __m512i hshift[2] = {_mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1),
+                               _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+    for (int64_t b = 0; b < n / kQKK; b++) {
+        prefetch_ahead(w + b);
+        const __m128i scv = load16(w[b].scales);
+        const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scv));
+        __m512i q[4], scale[4];
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = load64(w[b].ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(load32(w[b].qh + 32 * h));
+            for (int k = 0; k < 2; k++) {
+                const __m512i lo = _mm512_and_si512(k ? _mm512_srli_epi16(ql, 4) : ql, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, hshift[k]), low2);
+                q[2 * h + k] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+                scale[2 * h + k] = _mm512_permutexvar_epi16(_mm512_load_si512(kSpread8[2 * h + k]), s16);
+            }
+        }
+        const float dw = _cvtsh_ss(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            // The "- 32" of every code: 32 * sum of scale * activation sums.
+            __m256i off = _mm256_slli_epi32(bsums_times(a[t][b].bsums, scv), 5);
+            __m512i isum = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(q[k], load64(a[t][b].qs + 64 * k)), scale[k]));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t][b].d),
+                                     _mm256_cvtepi32_ps(_mm256_sub_epi32(fold256(isum), off)), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = hsum(acc[t]);
+}
+
+// The 512-bit kernel of a type, or nullptr where the 256-bit ones are all there is.
+template <int NT>
+auto avx512_kernel(GgmlType t) -> void (*)(const void*, const uint8_t*, size_t, int64_t, float*) {
+    switch (t) {
+        case GgmlType::Q4_K: return q45_k_avx512<false, NT>;
+        case GgmlType::Q5_K: return q45_k_avx512<true, NT>;
+        case GgmlType::Q6_K: return q6_k_avx512<NT>;
+        default: return nullptr;
+    }
+}
+DotFn avx512_fn(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_K: return one_token<q45_k_avx512<false, 1>>;
+        case GgmlType::Q5_K: return one_token<q45_k_avx512<true, 1>>;
+        case GgmlType::Q6_K: return one_token<q6_k_avx512<1>>;
+        default: return nullptr;
+    }
+}
+#endif  // STEWARD_QD_AVX512
 
 template <bool V>
 DotFn avx_fn(GgmlType t) {
@@ -651,7 +792,9 @@ DotFn avx_fn(GgmlType t) {
 #endif  // STEWARD_QD_AVX2
 
 QuantDotPath best_path() {
-#if defined(STEWARD_QD_VNNI)
+#if defined(STEWARD_QD_AVX512)
+    return QuantDotPath::AVX512;
+#elif defined(STEWARD_QD_VNNI)
     return QuantDotPath::VNNI;
 #elif defined(STEWARD_QD_AVX2)
     return QuantDotPath::AVX2;
@@ -662,6 +805,13 @@ QuantDotPath best_path() {
 
 DotFn dot_fn(QuantDotPath path, GgmlType t) {
 #ifdef STEWARD_QD_AVX2
+#ifdef STEWARD_QD_AVX512
+    // The 512-bit path: its own k-quant kernels, the best 256-bit ones for the other types.
+    if (path == QuantDotPath::AVX512) {
+        if (DotFn f = avx512_fn(t)) return f;
+        return avx_fn<kHaveVnni>(t);
+    }
+#endif
     if (path == QuantDotPath::VNNI && kHaveVnni) return avx_fn<true>(t);
     if (path == QuantDotPath::AVX2) return avx_fn<false>(t);
 #endif
@@ -675,6 +825,9 @@ template <int NT>
 MultiFn multi_fn(GgmlType t) {
 #ifdef STEWARD_QD_AVX2
     constexpr bool V = kHaveVnni;  // what best_path() picks
+#ifdef STEWARD_QD_AVX512
+    if (auto k = avx512_kernel<NT>(t)) return k;
+#endif
     switch (t) {
         case GgmlType::Q4_0: return legacy_avx<BlockQ4_0, 8, false, 0, V, NT>;
         case GgmlType::Q4_1: return legacy_avx<BlockQ4_1, 0, true, 0, V, NT>;
@@ -729,8 +882,99 @@ float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void
     return f != nullptr ? f(w_row, act, n_cols) : 0.0f;
 }
 
+bool quant_dot_wide(GgmlType type) {
+#ifdef STEWARD_QD_AVX512
+    return avx512_fn(type) != nullptr;
+#else
+    (void)type;
+    return false;
+#endif
+}
+
 float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
     return vec_dot_on(best_path(), type, w_row, act, n_cols);
+}
+
+// --- fast dequantization (the sgemm path's tile conversion) -------------------------------------
+
+namespace {
+
+#if defined(STEWARD_QD_AVX2)
+// Eight codes (bytes) to floats.
+inline __m256 codes_to_ps(__m128i v8) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v8)); }
+
+// Q4_K / Q5_K: per sub-block of 32, y = d sc q - dmin m, the reference's two roundings (a multiply,
+// then a subtract; no fused multiply-add).
+template <bool kFifthBit>
+void dequant_q45_k_avx(const void* blocks, int64_t n_blocks, float* y) {
+    using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+    const Block* b = static_cast<const Block*>(blocks);
+    const __m128i low4 = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
+    for (int64_t i = 0; i < n_blocks; i++) {
+        const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        uint8_t sc[8], m[8];
+        q4k_scales_mins(b[i].scales, sc, m);
+        for (int sub = 0; sub < 8; sub++, y += 32) {
+            const __m256 dl = _mm256_set1_ps(d * sc[sub]), ml = _mm256_set1_ps(dmin * m[sub]);
+            const uint8_t* q = b[i].qs + 32 * (sub / 2);
+            for (int l = 0; l < 32; l += 8) {
+                __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + l));
+                if (sub % 2) v = _mm_srli_epi16(v, 4);
+                v = _mm_and_si128(v, low4);
+                if constexpr (kFifthBit) {
+                    // Bit sub of each qh byte; a 16-bit shift keeps each byte's own bit at bit 0.
+                    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qh + l));
+                    v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, sub), one), 4));
+                }
+                _mm256_storeu_ps(y + l, _mm256_sub_ps(_mm256_mul_ps(dl, codes_to_ps(v)), ml));
+            }
+        }
+    }
+}
+
+// Q6_K: y = (d sc) (q - 32), q the low nibble from ql and 2 high bits from qh (model/quants.h).
+void dequant_q6_k_avx(const void* blocks, int64_t n_blocks, float* y) {
+    const BlockQ6_K* b = static_cast<const BlockQ6_K*>(blocks);
+    const __m128i low4 = _mm_set1_epi8(0x0f), low2 = _mm_set1_epi8(3);
+    const __m256i bias = _mm256_set1_epi32(32);
+    for (int64_t i = 0; i < n_blocks; i++) {
+        const float d = f16_to_f32(b[i].d);
+        for (int half = 0; half < 2; half++, y += 128) {
+            const uint8_t* ql = b[i].ql + 64 * half;
+            const uint8_t* qh = b[i].qh + 32 * half;
+            const int8_t* sc = b[i].scales + 8 * half;
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l += 8) {
+                    __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + l + 32 * (r % 2)));
+                    if (r / 2) lo = _mm_srli_epi16(lo, 4);
+                    lo = _mm_and_si128(lo, low4);
+                    __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + l));
+                    hi = _mm_and_si128(_mm_srli_epi16(hi, 2 * r), low2);
+                    const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
+                    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), bias));
+                    const __m256 dl = _mm256_set1_ps(d * sc[2 * r + l / 16]);
+                    _mm256_storeu_ps(y + 32 * r + l, _mm256_mul_ps(dl, f));
+                }
+        }
+    }
+}
+#endif
+
+}  // namespace
+
+bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out) {
+#if defined(STEWARD_QD_AVX2)
+    if (n_elems % kQKK != 0) return false;
+    switch (type) {
+        case GgmlType::Q4_K: dequant_q45_k_avx<false>(blocks, n_elems / kQKK, out); return true;
+        case GgmlType::Q5_K: dequant_q45_k_avx<true>(blocks, n_elems / kQKK, out); return true;
+        case GgmlType::Q6_K: dequant_q6_k_avx(blocks, n_elems / kQKK, out); return true;
+        default: return false;
+    }
+#else
+    (void)type, (void)blocks, (void)n_elems, (void)out;
+    return false;
+#endif
 }
 
 void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,

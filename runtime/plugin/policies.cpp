@@ -52,6 +52,7 @@ struct PolicyCore {
     uint32_t victim = 0;
     // speculation
     std::string spec_bucket, spec_tenant;
+    std::vector<double> spec_accept, spec_bucket_accept;  // what seq.accept_pos / bucket_accept_pos point at
     steward_spec_seq seq{};
     steward_spec_stats stats{};
     int32_t budget = 0;
@@ -493,6 +494,15 @@ steward_spec_seq seq_view(const SpecSeqStats& q) {
     v.n_accepted = q.n_accepted;
     v.recent_acceptance = q.recent_acceptance;
     v.temperature = q.temperature;
+    v.accept_pos = q.accept_pos;
+    v.n_accept_pos = q.accept_pos ? q.n_accept_pos : 0;
+    v.bucket_accept_pos = q.bucket_accept_pos;
+    v.n_bucket_accept_pos = q.bucket_accept_pos ? q.n_bucket_accept_pos : 0;
+    v.draft_ms_per_token = q.draft_ms_per_token;
+    v.verify_ms = q.verify_ms;
+    v.verify_ms_per_token = q.verify_ms_per_token;
+    v.plain_step_ms = q.plain_step_ms;
+    v.draft_source = q.draft_source;
     return v;
 }
 
@@ -528,6 +538,12 @@ int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqSta
         c.seq = seq_view(seq);
         c.seq.bucket = c.spec_bucket.c_str();
         c.seq.tenant = c.spec_tenant.c_str();
+        // The arrays too: an abandoned call keeps reading them after this returns (capacity is kept,
+        // so a steady state allocates nothing).
+        c.spec_accept.assign(seq.accept_pos, seq.accept_pos + c.seq.n_accept_pos);
+        c.spec_bucket_accept.assign(seq.bucket_accept_pos, seq.bucket_accept_pos + c.seq.n_bucket_accept_pos);
+        c.seq.accept_pos = c.spec_accept.empty() ? nullptr : c.spec_accept.data();
+        c.seq.bucket_accept_pos = c.spec_bucket_accept.empty() ? nullptr : c.spec_bucket_accept.data();
         if (stats) {
             c.stats = *stats;
         } else {

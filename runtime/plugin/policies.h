@@ -18,6 +18,7 @@
 #include "plugin/decision_worker.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/route.h"
+#include "sched/spec_policy.h"
 
 struct steward_params;  // defined in policies.cpp (opaque to plugins)
 
@@ -128,20 +129,8 @@ public:
     ~PluginEvictionPolicy() override;
 };
 
-// One sequence's speculation figures for one step (the host side of steward_spec_seq). Strings are
-// borrowed for the call.
-struct SpecSeqStats {
-    uint64_t request_id = 0;
-    const char* bucket = "";
-    const char* tenant = "";
-    int32_t max_budget = 0, last_budget = 0;
-    int32_t position = 0, n_generated = 0, max_tokens = 0, batch_size = 1;
-    int64_t n_steps = 0, n_proposed = 0, n_accepted = 0;
-    double recent_acceptance = -1;  // -1: nothing proposed yet
-    double temperature = 0;
-};
-
-class SpeculationPolicy : public PolicyInstance {
+// SpecSeqStats (sched/spec_policy.h): what the engine passes per sequence and step.
+class SpeculationPolicy : public PolicyInstance, public DraftBudgetPolicy {
 public:
     static Expected<std::unique_ptr<SpeculationPolicy>> create(std::shared_ptr<PluginLibrary> lib,
                                                                const PolicySpec& spec, const std::string& bucket,
@@ -153,7 +142,7 @@ public:
     // One sequence's budget for the next step, validated to [0, seq.max_budget]; else 0 and *fallback
     // = true. A v1 plugin (no draft_budget_seq) answers through draft_budget with the figures the
     // sequence gives (see policy.h). Thread-safe; one call per sequence per step.
-    int32_t draft_budget_seq(const SpecSeqStats& seq, bool* fallback);
+    int32_t draft_budget_seq(const SpecSeqStats& seq, bool* fallback) override;
     ~SpeculationPolicy() override;
 
 private:

@@ -56,6 +56,8 @@ Expected<bool> write_synthetic(const PoolConfig& p) {
     spec.n_vocab = s.vocab;
     spec.n_ctx = s.ctx;
     spec.seed = s.seed;
+    spec.late_scale = (float)s.late_scale;
+    spec.late_from = s.late_from;
     auto dt = parse_ggml_type(s.dtype);
     if (!dt) return make_error("pool '", p.name, "' synth dtype: ", dt.error().message);
     spec.dtype = *dt;
@@ -94,11 +96,15 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     std::ostringstream o;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
-      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit;
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     std::error_code ec;
     auto t = std::filesystem::last_write_time(p.model, ec);
     o << '|' << (ec ? 0 : (int64_t)t.time_since_epoch().count());
+    if (const PoolConfig* d = p.draft.empty() ? nullptr : c.find_pool(p.draft)) {  // a rewritten draft is a new engine
+        auto dt = std::filesystem::last_write_time(d->model, ec);
+        o << '|' << d->model << '|' << (ec ? 0 : (int64_t)dt.time_since_epoch().count());
+    }
     return o.str();
 }
 
@@ -147,6 +153,16 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     p.model = std::shared_ptr<Model>(std::move(m.value()));
     if (pc.backend == "cuda")
         spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
+    if (!pc.draft.empty()) {
+        const PoolConfig* d = config.find_pool(pc.draft);
+        if (!d) return make_error("pool '", pc.name, "': draft = \"", pc.draft, "\" names no pool; define it or drop draft");
+        auto dm = Model::load(d->model);
+        if (!dm) return make_error("pool '", pc.name, "': its draft (pool '", d->name, "'): ", dm.error().message);
+        if (auto ok = check_draft_model(*p.model, **dm); !ok)
+            return make_error("pool '", pc.name, "': draft = \"", pc.draft, "\" cannot draft for it: ", ok.error().message,
+                              "; or drop draft from pool '", pc.name, "'");
+        p.draft_model = std::shared_ptr<Model>(std::move(dm.value()));
+    }
     const ModelParams& mp = p.model->params();
     auto n_blocks = kv_block_count(pc, mp);
     if (!n_blocks) return n_blocks.error();
@@ -175,7 +191,18 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.prefix_cache = pc.prefix_cache;
     eo.session_ttl_s = config.limits.session_ttl_ms / 1e3;
     eo.kv_events = pc.prefix_cache;  // they feed the cache actor's index of which pool holds which blocks
+    eo.draft_model = p.draft_model.get();
+    eo.draft_model_keep = p.draft_model;
     return eo;
+}
+
+SpecSettings spec_settings_for(const BucketConfig& b, const Config& c, bool has_draft) {
+    SpecSettings s;
+    if (!b.speculation) return s;
+    s.source = b.speculation_source == "ngram" || !has_draft ? SpecSource::NGRAM : SpecSource::DRAFT;
+    s.k = std::min(c.limits.max_draft_tokens, k_max_spec_tokens);
+    if (s.k <= 0) s.source = SpecSource::NONE;
+    return s;
 }
 
 std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& p, const Config& config) {

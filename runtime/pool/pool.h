@@ -28,6 +28,7 @@ struct Pool {
     PoolConfig cfg;
     std::string key;  // pool_key() when the pool was loaded: what a reload compares to keep it
     std::shared_ptr<Model> model;
+    std::shared_ptr<Model> draft_model;  // cfg.draft's model (null: none); the engine drafts with it
     int n_blocks = 0;
     PoolProfile profile;
     std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
@@ -56,8 +57,16 @@ Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model);
 // before the model is read.
 Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
 
-// The engine options of a loaded pool (the config's engine fields, KV size, session TTL).
+// The engine options of a loaded pool (the config's engine fields, KV size, session TTL, its draft
+// model: the engine splits the KV blocks between target and draft, shared_kv_blocks).
 EngineOptions engine_options(const Pool& pool, const Config& config);
+
+// A request's speculation on a pool (bucket = its bucket, has_draft = the pool's engine has a draft
+// model): off without a [bucket.speculation]; else source as configured ("" -> draft when the pool
+// has one, else ngram; "draft" on a pool without one falls back to ngram, since routing may send a
+// bucket's request to another pool than its own) and k = limits.max_draft_tokens capped at the
+// engine's k_max_spec_tokens: the most the bucket's speculation policy may answer. Pure.
+SpecSettings spec_settings_for(const BucketConfig& bucket, const Config& config, bool has_draft);
 
 // The config's public prefixes as token sequences of the pool's own vocabulary.
 std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& pool, const Config& config);

@@ -104,6 +104,11 @@ Expected<bool> Engine::submit(EngineRequest req) {
     }
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
+    if (s->req.spec.enabled()) {
+        // A new sequence starts from what its bucket's sequences measured on this pool.
+        s->bucket_acceptance = &bucket_acceptance_.try_emplace(s->req.bucket, k_max_spec_tokens).first->second;
+        s->acceptance = *s->bucket_acceptance;  // with its counts: the bucket's figure weighs as measured
+    }
     seqs_.emplace(id, std::move(s));
     waiting_.push_back(id);
     return true;
@@ -140,7 +145,89 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_accepted_at = s.n_accepted_at;
     e.draft_s = s.draft_s;
     e.verify_s = s.verify_s;
+    e.n_spec_fallbacks = s.n_spec_fallbacks;
     return e;
+}
+
+// ---- speculation's measurements and the per-step question to the policy
+
+void Engine::TimeFit::observe(double tokens, double ms) {
+    // Running means, equal weights for the first 20 steps, then an EWMA that follows load changes.
+    n_obs++;
+    const double w = std::max(1.0 / (double)n_obs, 0.05);
+    n += w * (tokens - n);
+    t += w * (ms - t);
+    nn += w * (tokens * tokens - nn);
+    nt += w * (tokens * ms - nt);
+}
+
+double Engine::TimeFit::slope() const {
+    const double var = nn - n * n;
+    if (n_obs < 2 || var < 0.25) return -1;  // every step had about the same token count
+    return std::max(0.0, (nt - n * t) / var);
+}
+
+double Engine::TimeFit::at(double tokens) const {
+    if (n_obs == 0) return -1;
+    const double b = slope();
+    // Without a slope yet, the mean step; never below a tenth of it (attention grows with context,
+    // which a line through prefill chunks and decodes does not see).
+    return b < 0 ? t : std::max(0.1 * t, t + b * (tokens - n));
+}
+
+namespace {
+// AcceptanceEwma::observe with a fast start: a position's first observations weigh 1 / (n + 2) (a
+// running mean in which the prior counts as one observation) until that falls to the EWMA's weight,
+// so a bucket whose drafts are rarely accepted is known as such after a few steps, not after dozens.
+void observe_acceptance(AcceptanceEwma& a, int n_proposed, int n_accepted) {
+    const int n = std::min<int>(n_proposed, (int)a.alpha.size());
+    for (int i = 0; i < n && i <= n_accepted; i++) {
+        const double w = std::max(a.weight, 1.0 / (double)(a.n_seen[(size_t)i] + 2));
+        a.alpha[(size_t)i] += w * ((i < n_accepted ? 1.0 : 0.0) - a.alpha[(size_t)i]);
+        a.n_seen[(size_t)i]++;
+    }
+}
+}  // namespace
+
+int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
+    const int limit = s.req.spec.k;
+    if (!s.req.speculation) return limit;
+    SpecSeqStats q;
+    q.request_id = s.req.id;
+    q.bucket = s.req.bucket.c_str();
+    q.tenant = s.req.tenant_name.c_str();
+    q.max_budget = limit;
+    q.last_budget = s.last_budget;
+    q.position = (int32_t)s.all_tokens.size();
+    q.n_generated = s.n_generated;
+    q.max_tokens = s.req.max_tokens;
+    q.batch_size = batch_size;
+    q.n_steps = s.n_drafts;
+    q.n_proposed = s.n_draft_tokens;
+    q.n_accepted = s.n_accepted_tokens;
+    q.recent_acceptance = s.recent_acceptance;
+    q.temperature = s.req.sampling.temperature;
+    q.accept_pos = s.acceptance.alpha.data();
+    q.n_accept_pos = (uint32_t)s.acceptance.alpha.size();
+    if (s.bucket_acceptance) {
+        q.bucket_accept_pos = s.bucket_acceptance->alpha.data();
+        q.n_bucket_accept_pos = (uint32_t)s.bucket_acceptance->alpha.size();
+    }
+    q.draft_source = (int32_t)s.req.spec.source;
+    q.draft_ms_per_token = draft_ms_per_token_[(int)s.req.spec.source];
+    q.verify_ms = verify_ms_;
+    q.verify_ms_per_token = forward_fit_.slope();
+    q.plain_step_ms = forward_fit_.at(n_plain_tokens);
+    bool fallback = false;
+    stats_.n_spec_asks++;
+    int b = s.req.speculation->draft_budget_seq(q, &fallback);
+    if (fallback || b < 0 || b > limit) {  // the policy counted it; the step decodes plainly
+        s.n_spec_fallbacks++;
+        stats_.n_spec_fallbacks++;
+        b = 0;
+    }
+    s.last_budget = b;
+    return b;
 }
 
 void Engine::release(Seq& s, bool keep_session, double now_s) {
@@ -417,15 +504,36 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     if (plan.empty()) return;
 
     // ---- speculation: decoding sequences that speculate draft into the budget left over
+    // Each one's k comes from its bucket's speculation policy (the per-step ABI), asked only for a
+    // sequence that could draft now: a decode step with at least two tokens left to produce.
     std::vector<SpecDraft> drafts(plan.size());
+    int n_plain_tokens = 0;
+    for (const Planned& p : plan) n_plain_tokens += p.n;
     if (!g_forced_set.load(std::memory_order_relaxed))
         for (size_t k = 0; k < plan.size() && budget > 0; k++) {
             Seq& s = *seqs_.at(plan[k].id);
+            int max_k = std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens);
+            const bool may_draft = max_k > 0 && s.req.spec.enabled() && s.n_generated > 0 && s.kv &&
+                                   mgr_.seq(s.kv).n_tokens() - mgr_.seq(s.kv).n_computed == 1 &&
+                                   s.req.max_tokens - s.n_generated >= 2;
+            if (!may_draft) continue;
+            max_k = std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens));
+            if (max_k <= 0) continue;
+            // Tokens the draft model must catch up on first (its whole prompt at the first draft, the
+            // output since its last draft after k = 0 steps): such a draft's time is not per token.
+            const int n_catch_up = s.req.spec.source != SpecSource::DRAFT ? 0
+                                   : !s.draft_kv ? (int)s.all_tokens.size()
+                                                 : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
             const auto t_draft = std::chrono::steady_clock::now();
-            drafts[k] = draft_for(s, std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens),
-                                  [&](Seq& q, int n) { return alloc(q, n); });
-            if (s.req.spec.enabled())
-                s.draft_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
+            drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
+            const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
+            s.draft_s += dt;
+            stats_.draft_s += dt;
+            if (const int n = drafts[k].k(); n > 0 && n_catch_up <= 2) {
+                double& m = draft_ms_per_token_[(int)s.req.spec.source];
+                const double per = dt * 1e3 / n;
+                m = m < 0 ? per : m + 0.1 * (per - m);
+            }
             plan[k].n += drafts[k].k();
             budget -= drafts[k].k();
         }
@@ -450,9 +558,21 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     auto r = fwd_.forward(kv_, batch, logits_);
     const double fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     stats_.forward_s += fwd_s;
-    for (size_t k = 0; k < plan.size(); k++)
-        if (drafts[k].k() > 0) seqs_.at(plan[k].id)->verify_s += fwd_s;
     stats_.n_steps++;
+    {
+        int n_tokens = 0;
+        bool verifies = false;
+        for (size_t k = 0; k < plan.size(); k++) {
+            n_tokens += plan[k].n;
+            if (drafts[k].k() == 0) continue;
+            verifies = true;
+            Seq& s = *seqs_.at(plan[k].id);
+            s.verify_s += fwd_s;
+            stats_.verify_s += fwd_s;
+        }
+        forward_fit_.observe(n_tokens, fwd_s * 1e3);
+        if (verifies) verify_ms_ = verify_ms_ < 0 ? fwd_s * 1e3 : verify_ms_ + 0.1 * (fwd_s * 1e3 - verify_ms_);
+    }
     if (!r) {
         for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
         return;
@@ -503,7 +623,14 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (drafts[k].k() > 0) {
             const size_t n_rows = (size_t)drafts[k].k() + 1;
             bool fin = false;
+            const int accepted_before = s.n_accepted_tokens;
             apply_spec(s, drafts[k], std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
+            // What the policy reads next step: acceptance per position, of the sequence and its bucket.
+            const int n_acc = s.n_accepted_tokens - accepted_before;
+            observe_acceptance(s.acceptance, drafts[k].k(), n_acc);
+            if (s.bucket_acceptance) observe_acceptance(*s.bucket_acceptance, drafts[k].k(), n_acc);
+            const double rate = (double)n_acc / drafts[k].k();
+            s.recent_acceptance = s.recent_acceptance < 0 ? rate : s.recent_acceptance + 0.2 * (rate - s.recent_acceptance);
             row += (int)n_rows;
             stats_.n_decode_tokens += plan[k].n;
             if (fin) done.push_back({s.req.id, events.back().finish});
@@ -567,6 +694,10 @@ EngineStats Engine::stats() const {
     st.n_running = (int)running_.size();
     st.n_sessions = (int)sessions_.size();
     st.kv = mgr_.stats();
+    st.draft_ms_per_token_ngram = draft_ms_per_token_[(int)SpecSource::NGRAM];
+    st.draft_ms_per_token_model = draft_ms_per_token_[(int)SpecSource::DRAFT];
+    st.verify_ms = verify_ms_;
+    st.verify_ms_per_token = forward_fit_.slope();
     return st;
 }
 

@@ -18,7 +18,9 @@
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "sched/spec_policy.h"
 #include "sched/speculate.h"
+#include "spec/goodput.h"
 #include "util/finish_reason.h"
 
 namespace steward {
@@ -43,6 +45,8 @@ struct EngineOptions {
     // n_blocks target blocks' worth of bytes are split so that target and draft get the same block
     // count (shared_kv_blocks), so with a draft the target has fewer than n_blocks blocks.
     const Model* draft_model = nullptr;
+    // Optional: keeps draft_model alive as long as the engine (a pool's loaded draft).
+    std::shared_ptr<const Model> draft_model_keep;
 };
 
 struct EngineRequest {
@@ -64,6 +68,10 @@ struct EngineRequest {
     std::string bucket;                 // the workload bucket, for the eviction counts
     int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
     SpecSettings spec;             // speculative decoding for this request (off by default)
+    // The bucket's speculation policy (null: spec.k every step). With one, every decode step asks it
+    // for this sequence's k in [0, spec.k] (spec.k is then the limit, max_budget in policy.h); an
+    // invalid answer is counted by the policy and decodes plainly (k = 0) that step.
+    std::shared_ptr<DraftBudgetPolicy> speculation;
 };
 
 // Cached blocks reclaimed while allocating for requests of one bucket under one policy.
@@ -100,10 +108,12 @@ struct EngineEvent {
     int n_accepted_tokens = 0;
     int n_rollbacks = 0;
     // Per draft position i: draft tokens verified there and, of them, accepted (acceptance per
-    // position = accepted / proposed); wall seconds in this request's draft forwards, and in the
-    // target forwards that verified its drafts (the whole batched forward of each such step).
+    // position = accepted / proposed).
     std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
+    // Wall time of this request's draft forwards (n-gram lookup included), and of the target forwards
+    // in which it verified drafts (the whole step's forward: its batch shares it).
     double draft_s = 0, verify_s = 0;
+    int n_spec_fallbacks = 0;  // steps whose speculation policy answered invalidly (decoded plainly)
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of
@@ -130,6 +140,11 @@ struct EngineStats {
     // load as a share (bench_runtime prints it).
     double step_s = 0, forward_s = 0;
     int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;  // as EngineEvent's
+    int64_t n_spec_asks = 0, n_spec_fallbacks = 0;  // speculation policy questions, and invalid answers
+    double draft_s = 0, verify_s = 0;               // as EngineEvent's, summed over requests
+    // The measured cost model the policies are given (SpecSeqStats): -1 until measured.
+    double draft_ms_per_token_ngram = -1, draft_ms_per_token_model = -1;
+    double verify_ms = -1, verify_ms_per_token = -1;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
 };
@@ -186,6 +201,13 @@ private:
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
         int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
         std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
+        // What the speculation policy is told (SpecSeqStats): its last answer, the acceptance per
+        // position (started from the bucket's), accepted / proposed of recent verifications.
+        int last_budget = 0;
+        int n_spec_fallbacks = 0;
+        AcceptanceEwma acceptance{k_max_spec_tokens};
+        double recent_acceptance = -1;
+        AcceptanceEwma* bucket_acceptance = nullptr;  // into Engine::bucket_acceptance_ (stable)
         double draft_s = 0, verify_s = 0;
         explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
     };
@@ -226,6 +248,22 @@ private:
     std::vector<float> spec_rows_; // scratch: a speculating sequence's rows after bias and penalties
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
+    // Speculation's measurements: acceptance per position per bucket (std::map: stable addresses),
+    // the forward time fitted against its token count (running means of n, t, n*n, n*t), the mean
+    // forward time of verifying steps and the drafting time per draft token per source.
+    std::map<std::string, AcceptanceEwma> bucket_acceptance_;
+    struct TimeFit {
+        double n = 0, t = 0, nn = 0, nt = 0;
+        int64_t n_obs = 0;
+        void observe(double tokens, double ms);
+        double slope() const;            // ms per token; -1 while unknown
+        double at(double tokens) const;  // predicted ms; -1 while unknown
+    };
+    TimeFit forward_fit_;
+    double verify_ms_ = -1;
+    double draft_ms_per_token_[3] = {-1, -1, -1};  // by SpecSource
+    // The draft length the speculation policy allows s this step (spec.k without a policy).
+    int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
 };
 
 }  // namespace steward

@@ -217,7 +217,9 @@ plugin = "lfu"
     for (const auto& p : j["policies"])
         if (p["bucket"] == "broken") by_kind[p["kind"]] = {p["decisions"].get<int64_t>(), p["invalid_decisions"].get<int64_t>()};
     CHECK(by_kind["routing"] == std::make_pair<int64_t, int64_t>(n_broken, n_broken));
-    CHECK(by_kind["speculation"] == std::make_pair<int64_t, int64_t>(n_broken, n_broken));
+    // Speculation: the router's per-request question and the engine's per-step ones, all invalid.
+    CHECK(by_kind["speculation"].first > n_broken);
+    CHECK(by_kind["speculation"].first == by_kind["speculation"].second);
     CHECK(by_kind["eviction"].first > 0);  // the pool was tight enough to evict
     CHECK(by_kind["eviction"].first == by_kind["eviction"].second);
     // Every block the broken policy was asked about was evicted (by LRU instead), counted per bucket.

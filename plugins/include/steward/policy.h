@@ -394,7 +394,34 @@ typedef struct steward_spec_seq {
     int64_t n_accepted;        /* of which the target model accepted */
     double recent_acceptance;  /* accepted / proposed over the sequence's recent steps; -1: none yet */
     double temperature;
+
+    /* ---- appended within ABI 2 (goodput inputs): read each with STEWARD_HAS_FIELD(seq,
+     * steward_spec_seq, field); a host of the first ABI 2 release passes a struct that ends above.
+     * Times are the host's measurements on this pool (wall clock, running means); -1: not measured
+     * yet (the plugin uses its own prior). */
+    const double* accept_pos;     /* [n_accept_pos]: this sequence's conditional acceptance per draft
+                                     position, P(position i accepted | positions < i were), a running
+                                     mean started from the bucket's; NULL / 0: none */
+    uint32_t n_accept_pos;
+    const double* bucket_accept_pos; /* [n_bucket_accept_pos]: the same over the bucket's sequences on
+                                        this pool */
+    uint32_t n_bucket_accept_pos;
+    double draft_ms_per_token;    /* drafting time per draft token with this sequence's draft source
+                                     (a draft model's forward; ~0 for n-gram lookup) */
+    double verify_ms;             /* mean target forward time of the steps that verified drafts */
+    double verify_ms_per_token;   /* what one more token in the step's forward adds (a fit of the
+                                     forward time against its token count) */
+    double plain_step_ms;         /* this step's forward predicted without any draft token: the step
+                                     time without speculation */
+    int32_t draft_source;         /* a steward_spec_source */
 } steward_spec_seq;
+
+/* Where a sequence's draft tokens come from (steward_spec_seq.draft_source). */
+typedef enum steward_spec_source {
+    STEWARD_SPEC_SOURCE_NONE = 0,
+    STEWARD_SPEC_SOURCE_NGRAM = 1, /* prompt lookup: no model, drafting is ~free */
+    STEWARD_SPEC_SOURCE_DRAFT = 2  /* a draft model: one draft forward per draft token */
+} steward_spec_source;
 
 typedef struct steward_speculation_table {
     uint32_t version; /* STEWARD_SPECULATION_TABLE_VERSION */

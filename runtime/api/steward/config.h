@@ -24,6 +24,10 @@ struct SynthConfig {
     uint64_t seed = 1;
     std::string draft_from;  // pool name: derive by keeping the first keep_layers layers
     int keep_layers = 0;
+    // Test fixture for speculation (model/synth.h): layers >= late_from get their residual branches
+    // scaled by late_scale, so a draft of the first late_from layers agrees with the target often.
+    double late_scale = 1.0;
+    int late_from = -1;  // -1: off
 };
 
 // One [[pool]]: a model with its own KV cache, batcher and prices.
@@ -51,6 +55,9 @@ struct PoolConfig {
     // config file), and its text, read when the config is.
     std::string chat_template_file;
     std::string chat_template;
+    // The pool whose model is this pool's draft model for speculative decoding ("": none). Loaded
+    // with this pool (same vocabulary required); its KV comes out of this pool's KV budget.
+    std::string draft;
 };
 
 // One parameter of a policy plugin: the TOML scalar as written.
@@ -86,6 +93,9 @@ struct BucketConfig {
     std::optional<PolicySpec> routing;      // none: route to `pool` (the rules)
     std::optional<PolicySpec> eviction;     // none: least recently used
     std::optional<PolicySpec> speculation;  // none: no draft tokens
+    // [bucket.speculation] source: "draft" (the pool's draft model) or "ngram" (prompt lookup); ""
+    // (omitted): "draft" on a pool with a draft model, else "ngram".
+    std::string speculation_source;
 };
 
 // One [[tenant]]: tenants never share KV blocks except inside public prefixes.

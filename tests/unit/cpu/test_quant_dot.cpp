@@ -106,7 +106,7 @@ std::vector<uint8_t> quantized(GgmlType t, const float* x, int64_t n_cols) {
 
 std::vector<QuantDotPath> fast_paths() {
     std::vector<QuantDotPath> p;
-    for (const QuantDotPath q : {QuantDotPath::AVX2, QuantDotPath::VNNI})
+    for (const QuantDotPath q : {QuantDotPath::AVX2, QuantDotPath::VNNI, QuantDotPath::AVX512})
         if (quant_dot_path_available(q)) p.push_back(q);
     return p;
 }
@@ -278,4 +278,29 @@ TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path 
                 }
         }
     }
+}
+
+TEST_CASE("the fast k-quant dequantizers give the reference dequantizer's values", "[quant_dot]") {
+    std::mt19937 rng(77);
+    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        for (const int64_t n : {256, 768, 2304}) {
+            const std::vector<uint8_t> w = random_weights(t, 1, n, rng);
+            std::vector<float> ref((size_t)n), fast((size_t)n, -1e30f);
+            REQUIRE(dequantize_row(t, w.data(), n, ref.data()).ok());
+            if (!dequantize_row_fast(t, w.data(), n, fast.data())) {
+                WARN("no fast dequantizer compiled in for " << ggml_type_name((uint32_t)t));
+                continue;
+            }
+            // Equal up to a rounding of each term (the reference may fuse its multiply-subtract):
+            // |d sc q| <= 0.02 * 63 * 31 and |dmin m| <= 0.02 * 63, so under 3e-6 absolute. A wrong
+            // nibble or bit lane moves an element by at least d sc >= 1e-3 (for sc > 0).
+            for (int64_t i = 0; i < n; i++) {
+                INFO(ggml_type_name((uint32_t)t) << " n " << n << " element " << i);
+                REQUIRE(std::fabs(fast[i] - ref[i]) <= 5e-6 + 3e-7 * std::fabs(ref[i]));
+            }
+        }
+    }
+    std::vector<float> out(256);
+    CHECK_FALSE(dequantize_row_fast(GgmlType::Q4_0, nullptr, 256, out.data()));
+    CHECK_FALSE(dequantize_row_fast(GgmlType::Q4_K, nullptr, 100, out.data()));
 }
