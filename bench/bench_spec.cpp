@@ -380,33 +380,34 @@ int main(int argc, char** argv) {
                         f.tpot_mean_ms, f.tpot_p99_ms, f.e2e_p99_ms, f.tok_s, f.accept, f.mean_len);
         }
 
-    // The seed's estimate from the measured parts, per speculation step (one verification): C_target
-    // the off mode's time per decode step (its TPOT: one token a step), C_draft / C_verify this
-    // mode's draft and verification forward time per verification, C_overhead the rest of its decode
-    // time per verification (sampling, scheduling, other sequences' drafts in the same step).
-    std::printf("\n%-9s %-9s %7s %10s %9s %10s %10s %11s %9s %9s\n", "bucket", "mode", "E[A]", "C_target", "C_draft",
-                "C_verify", "C_overhead", "estimate_x", "measured", "p99_vs_off");
+    // The seed's estimate from the measured parts, per decode step: C_target the off mode's time per
+    // decode step (its TPOT: one token a step), C_draft / C_verify this mode's draft and verification
+    // forward time per decode step, C_overhead the rest of its decode time per step (sampling,
+    // scheduling, other sequences' drafts, and the forwards of steps that did not draft). E[A] is
+    // the mean accepted length (1 + accepted / drafts); the estimate uses the tokens per decode step
+    // 1 + accepted / steps, which equals it when every step drafted and is lower where the policy
+    // drafted on only some steps (steps = output gaps - accepted tokens: each produced one token
+    // plus its accepted drafts).
+    std::printf("\n%-9s %-9s %7s %7s %10s %9s %10s %10s %11s %9s %10s\n", "bucket", "mode", "E[A]", "tok/step",
+                "C_target", "C_draft", "C_verify", "C_overhead", "estimate_x", "measured", "p99_vs_off");
     for (const Bucket& b : buckets)
         for (Mode mode : {Mode::GLOBAL, Mode::ADAPTIVE}) {
             if (!figs.count(mode)) continue;
             const Figures& f = figs[mode][b.name];
             const Figures& off = figs[Mode::OFF][b.name];
-            if (f.n_drafts == 0) {
-                std::printf("%-9s %-9s   (no drafts: speculation off for this bucket)  measured %.2fx  p99 %+.1f%%\n",
-                            b.name.c_str(), mode_name(mode), off.tpot_mean_ms / f.tpot_mean_ms,
-                            (f.tpot_p99_ms / off.tpot_p99_ms - 1) * 100);
-                continue;
-            }
+            const double n_steps = (double)std::max<int64_t>(1, f.n_gaps - f.n_accepted);
+            const double per_step = 1.0 + (double)f.n_accepted / n_steps;
             const double c_target = off.tpot_mean_ms;
-            const double c_draft = f.draft_s / (double)f.n_drafts * 1e3;
-            const double c_verify = f.verify_s / (double)f.n_drafts * 1e3;
-            const double c_overhead = std::max(0.0, f.decode_s / (double)f.n_drafts * 1e3 - c_draft - c_verify);
-            const double estimate = f.mean_len * c_target / (c_draft + c_verify + c_overhead);
-            std::printf("%-9s %-9s %7.2f %10.3f %9.3f %10.3f %10.3f %10.2fx %8.2fx %+8.1f%%\n", b.name.c_str(),
-                        mode_name(mode), f.mean_len, c_target, c_draft, c_verify, c_overhead, estimate,
+            const double c_draft = f.draft_s / n_steps * 1e3;
+            const double c_verify = f.verify_s / n_steps * 1e3;
+            const double c_overhead = std::max(0.0, f.decode_s / n_steps * 1e3 - c_draft - c_verify);
+            const double estimate = per_step * c_target / (c_draft + c_verify + c_overhead);
+            std::printf("%-9s %-9s %7.2f %7.2f %10.3f %9.3f %10.3f %10.3f %10.2fx %8.2fx %+9.1f%%\n", b.name.c_str(),
+                        mode_name(mode), f.mean_len, per_step, c_target, c_draft, c_verify, c_overhead, estimate,
                         off.tpot_mean_ms / f.tpot_mean_ms, (f.tpot_p99_ms / off.tpot_p99_ms - 1) * 100);
         }
-    std::printf("(ms per verification step; measured = TPOT off / TPOT with; p99_vs_off: P99 TPOT against off)\n");
+    std::printf("(ms per decode step; E[A] nan: no drafts; measured = TPOT off / TPOT with; p99_vs_off: P99 TPOT "
+                "against off)\n");
 
     // The aims of the speculation issue, where the adaptive mode ran.
     if (figs.count(Mode::ADAPTIVE)) {
