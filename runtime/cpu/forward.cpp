@@ -12,10 +12,11 @@
 
 namespace steward {
 
-CpuForward::CpuForward(const Model& model, int n_threads, int max_tokens)
+CpuForward::CpuForward(const Model& model, int n_threads, int max_tokens, int n_layers)
     : model_(model),
       n_threads_(n_threads > 0 ? n_threads : cpu_count()),
       max_tokens_(max_tokens),
+      n_layers_(n_layers > 0 && n_layers < model.params().n_layer ? n_layers : model.params().n_layer),
       pool_(n_threads_) {
     const ModelParams& p = model.params();
     const size_t T = (size_t)max_tokens;
@@ -124,10 +125,12 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     const ModelParams& p = model_.params();
     const ModelWeights& W = model_.weights();
     const KvConfig& kc = kv.config();
-    if (kc.n_layer != p.n_layer || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
+    if (kc.n_layer != n_layers_ || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
         return make_error("KV storage shape (layers ", std::to_string(kc.n_layer), ", kv heads ",
                           std::to_string(kc.n_head_kv), ", head dim ", std::to_string(kc.head_dim),
-                          ") does not match the model");
+                          ") does not match the model's (layers run ", std::to_string(n_layers_), ", kv heads ",
+                          std::to_string(p.n_head_kv), ", head dim ", std::to_string(p.head_dim),
+                          "); size the KV storage for this forward");
 
     // ---- validate everything before touching the KV
     std::vector<TokenRef> refs;
@@ -227,7 +230,7 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
     const int bs = kc.block_size;
     const int gqa = NH / NKV;
 
-    for (int l = 0; l < p.n_layer; l++) {
+    for (int l = 0; l < n_layers_; l++) {
         const LayerWeights& L = W.layers[l];
         // -- attention block
         rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());

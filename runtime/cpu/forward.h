@@ -35,7 +35,10 @@ struct SeqInput {
 class CpuForward {
 public:
     // n_threads <= 0 means all cores. max_tokens bounds the tokens of one batch (scratch size).
-    CpuForward(const Model& model, int n_threads = 0, int max_tokens = 2048);
+    // n_layers in [1, n_layer) runs only the model's first n_layers layers, then its final norm and
+    // output head: the self-speculative draft (LayerSkip / Draft & Verify), sharing the weights;
+    // its KV storage then has n_layers layers. 0 (or n_layer) runs them all.
+    CpuForward(const Model& model, int n_threads = 0, int max_tokens = 2048, int n_layers = 0);
 
     // Runs the batch. logits receives one row of n_vocab floats per requested output, in batch
     // order (LAST: one row; ALL: one per new token; NONE: none). Errors (token out of range, a
@@ -46,6 +49,7 @@ public:
     const Model& model() const { return model_; }
     int n_threads() const { return n_threads_; }
     int max_tokens() const { return max_tokens_; }
+    int n_layers() const { return n_layers_; }  // layers this forward runs
     // The forward's workers, idle between forwards: the engine samples a batch's rows on them.
     ThreadPool& thread_pool() { return pool_; }
 
@@ -53,6 +57,7 @@ private:
     const Model& model_;
     int n_threads_;
     int max_tokens_;
+    int n_layers_;
     ThreadPool pool_;
     // Scratch, sized for max_tokens rows.
     std::vector<float> x_;     // [n_tok][n_embd] residual stream

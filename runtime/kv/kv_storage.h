@@ -2,6 +2,7 @@
 // It only stores; which sequence owns which block is the block table's business (kv/ managers).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -41,6 +42,14 @@ public:
     // and for copy-on-write of a partly filled block).
     void copy_slot(int src_block, int src_slot, int dst_block, int dst_slot);
     void copy_block(int src_block, int dst_block);
+    // Copies every layer's K and V of logical slot src_slots[i] of the sequence mapped by src_table
+    // to logical slot dst_slots[i] of dst_table (logical slot s is physical (table[s / block_size],
+    // s % block_size)), for all i AS IF every source were read before any destination is written:
+    // sources and destinations may overlap, and src_table may be a table from before a truncation
+    // whose freed blocks dst_table reuses. This is how an accepted tree path is made contiguous.
+    // Slots outside a table or blocks outside the pool are caller bugs (asserted).
+    void copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                    std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots);
     int64_t bytes() const { return (int64_t)k_.size() * 2; }
 
 private:

@@ -93,7 +93,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
         return make_error_code(ErrorCode::OVERLOADED, "overloaded: the pool's queue is full (",
                                std::to_string(waiting_.size()), " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
-    if (auto ok = check_spec_settings(req.spec, draft_ != nullptr); !ok)
+    if (auto ok = check_spec_settings(req.spec, draft_ != nullptr, model_.params().n_layer); !ok)
         return make_error("request ", std::to_string(req.id), ": ", ok.error().message);
     if (auto intact = model_.check_file(); !intact) return intact.error();  // a changed model serves nothing
     const uint64_t id = req.id;
@@ -231,7 +231,7 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
 }
 
 void Engine::release(Seq& s, bool keep_session, double now_s) {
-    if (draft_) draft_->release(&s.draft_kv);
+    release_draft(s);
     if (!s.kv) return;
     if (keep_session && !s.req.session.empty()) {
         auto it = sessions_.find(s.req.session);
@@ -258,7 +258,7 @@ void Engine::preempt(Seq& s) {
     const int computed = mgr_.seq(s.kv).n_computed;
     mgr_.free(s.kv);
     s.kv = 0;
-    if (draft_) draft_->release(&s.draft_kv);
+    release_draft(s);
     s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
     s.n_preemptions++;
     stats_.n_preemptions++;
@@ -548,6 +548,8 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         in.block_table = kv.blocks;
         in.logits = kv.n_computed + plan[k].n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
         if (drafts[k].k() > 0) in.logits = LogitsMode::ALL;
+        in.positions = drafts[k].positions;  // a tree's depths and ancestor mask (empty: causal)
+        in.mask = drafts[k].mask;
     }
     if (auto hook = forward_fault_hook()) {
         std::vector<uint64_t> ids;

@@ -172,6 +172,9 @@ public:
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.
     const KvManager* draft_kv_manager() const { return draft_ ? &draft_->manager() : nullptr; }
+    // The self-draft's KV for requests with spec.source SELF and that self_layers (null until one
+    // drafted): made on first use, n_blocks slots' worth of self_layers layers (speculate.cpp).
+    const KvManager* self_draft_kv_manager(int n_layers) const;
     // Token sequences (of this pool's vocabulary) whose blocks every tenant may share.
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.
@@ -199,6 +202,7 @@ private:
         bool reported_first = false;
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
+        DraftModel* draft_owner = nullptr;  // whose sequence draft_kv is (draft_ or a self-draft)
         int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
         std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
         // What the speculation policy is told (SpecSeqStats): its last answer, the acceptance per
@@ -230,10 +234,13 @@ private:
     SpecDraft draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
     void apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
                     bool& finished);
+    DraftModel* drafter_for(const SpecSettings& spec);  // draft_, a self-draft, or null (n-gram)
+    void release_draft(Seq& s);                         // frees s's draft sequence, if any
 
     const Model& model_;
     EngineOptions opt_;
     std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
+    std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers, made on first use
     CpuForward fwd_;
     KvStorage kv_;
     KvManager mgr_;

@@ -1,24 +1,46 @@
-// Chain speculation for the engine: settings, n-gram and draft-model drafting, verification.
+// Speculation for the engine: settings, n-gram / draft-model / self drafting as chains and trees,
+// verification, and the engine's hooks (draft before the step's forward, commit after it).
 #include "sched/speculate.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "spec/ngram.h"
-#include "spec/token_tree.h"
 
 namespace steward {
 
-Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model) {
+Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, int n_target_layers) {
     if (s.k < 0 || s.k > k_max_spec_tokens)
         return make_error("speculation k ", std::to_string(s.k), " is outside [0, ", std::to_string(k_max_spec_tokens),
                           "]; pick a draft length in that range");
     if (s.source == SpecSource::NGRAM && (s.ngram_min_n < 1 || s.ngram_max_n < s.ngram_min_n || s.ngram_max_n > 16))
-        return make_error("speculation n-gram range [", std::to_string(s.ngram_min_n), ", ", std::to_string(s.ngram_max_n),
-                          "] is invalid; it needs 1 <= min_n <= max_n <= 16");
+        return make_error("speculation n-gram range [", std::to_string(s.ngram_min_n), ", ",
+                          std::to_string(s.ngram_max_n), "] is invalid; it needs 1 <= min_n <= max_n <= 16");
     if (s.source == SpecSource::DRAFT && !has_draft_model)
-        return make_error("speculation source 'draft' asked of a pool without a draft model; configure the pool's "
-                          "draft model or use source 'ngram'");
+        return make_error(
+            "speculation source 'draft' asked of a pool without a draft model; configure the pool's "
+            "draft model or use source 'ngram'");
+    if (s.source == SpecSource::SELF && n_target_layers < 2)
+        return make_error("speculation source 'self' asked of a target of ", std::to_string(n_target_layers),
+                          " layer(s); self-speculation drafts with fewer layers than the target, so it needs at least "
+                          "2; use source 'ngram' or a draft model");
+    if (s.source == SpecSource::SELF && (s.self_layers < 1 || s.self_layers >= n_target_layers))
+        return make_error("speculation self_layers ", std::to_string(s.self_layers), " is outside [1, ",
+                          std::to_string(n_target_layers - 1), "] for a target of ", std::to_string(n_target_layers),
+                          " layers; the self-draft runs the target's first self_layers layers, fewer than all of them");
+    if (s.tree != SpecTree::CHAIN) {
+        if (s.source == SpecSource::NGRAM)
+            return make_error(
+                "speculation tree asked with source 'ngram'; n-gram drafts are chains: use tree 'chain', "
+                "or source 'draft' / 'self' for a tree");
+        if (s.tree_branch < 1 || s.tree_branch > k_max_tree_branch)
+            return make_error("speculation tree_branch ", std::to_string(s.tree_branch), " is outside [1, ",
+                              std::to_string(k_max_tree_branch), "]; pick the children per node in that range");
+        if (s.tree_depth < 1 || s.tree_depth > k_max_spec_tokens)
+            return make_error("speculation tree_depth ", std::to_string(s.tree_depth), " is outside [1, ",
+                              std::to_string(k_max_spec_tokens), "]; pick the tree's depth in that range");
+    }
     return true;
 }
 
@@ -33,8 +55,9 @@ Expected<bool> check_draft_model(const Model& target, const Model& draft) {
                           std::to_string(t.eos()), "; a draft must share the target's tokenizer");
     for (int32_t i = 0; i < t.n_vocab(); i++)
         if (t.token_text(i) != d.token_text(i))
-            return make_error("draft model token ", std::to_string(i), " is '", d.token_text(i), "' but the target's is '",
-                              t.token_text(i), "'; a draft must share the target's tokenizer");
+            return make_error("draft model token ", std::to_string(i), " is '", d.token_text(i),
+                              "' but the target's is '", t.token_text(i),
+                              "'; a draft must share the target's tokenizer");
     return true;
 }
 
@@ -47,24 +70,101 @@ SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s
     return d;
 }
 
-SpecResult verify_chain(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab,
-                        const SamplingParams& sp, std::mt19937_64& rng) {
+TokenTree SpecDraft::tree() const {
     // The root's token is not read by verification (it is already the sequence's); -1 marks it.
-    const TokenTree tree = make_chain(-1, draft.tokens);
-    const Verdict v = sp.temperature > 0.0f
-                          ? verify_sampled(tree, rows, n_vocab, sp, draft.kind, draft.probs, rng)
-                          : verify_greedy(tree, rows, n_vocab);
+    if (parents.empty()) return make_chain(-1, tokens);
+    TokenTree t(-1);
+    for (size_t i = 0; i < tokens.size(); i++) t.add(parents[i], tokens[i], 1.0f);
+    return t;
+}
+
+SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
+                        std::mt19937_64& rng) {
+    const TokenTree tree = draft.tree();
+    const Verdict v = sp.temperature > 0.0f ? verify_sampled(tree, rows, n_vocab, sp, draft.kind, draft.probs, rng)
+                                            : verify_greedy(tree, rows, n_vocab);
     SpecResult r;
     r.n_accepted = (int)v.accepted.size();
-    for (int32_t id : v.accepted) r.tokens.push_back(tree.node(id).token);
+    r.nodes.push_back(0);
+    for (int32_t id : v.accepted) {
+        r.tokens.push_back(tree.node(id).token);
+        r.nodes.push_back(id);
+    }
     r.tokens.push_back(v.token);
     return r;
 }
 
-DraftModel::DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens)
+namespace {
+
+KvConfig draft_kv_config(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers) {
+    KvConfig c = KvStorage::config_for(m.params(), n_blocks, block_size, dtype);
+    c.n_layer = n_layers;
+    return c;
+}
+
+// One draw from q (weights, not necessarily normalised) by inverse CDF over ascending ids, zero
+// weights skipped, 53-bit uniforms as the sampler draws. -1 when nothing is drawable.
+int32_t draw_token(std::span<const float> q, std::mt19937_64& rng) {
+    double total = 0.0;
+    for (float x : q) total += x;
+    if (!(total > 0.0)) return -1;
+    const double u = (double)(rng() >> 11) * 0x1.0p-53 * total;
+    double cum = 0.0;
+    int32_t tok = -1;
+    for (int32_t t = 0; t < (int32_t)q.size(); t++) {
+        if (!(q[(size_t)t] > 0.0f)) continue;
+        tok = t;
+        cum += q[(size_t)t];
+        if (u < cum) break;
+    }
+    return tok;
+}
+
+// The draft's distribution after a node: the request's sampling distribution when it samples (the
+// one the acceptance rule compares with the target's), the plain softmax when it is greedy (there
+// the probabilities only rank children and paths).
+std::vector<float> draft_distribution(std::span<const float> logits, const SamplingParams& sp) {
+    if (sp.temperature > 0.0f) return dense_distribution(logits, sp);
+    SamplingParams plain;
+    plain.temperature = 1.0f;
+    return dense_distribution(logits, plain);
+}
+
+// The b most likely tokens of q (ties: the lower id, as argmax), as proposals.
+std::vector<Proposal> best_children(const std::vector<float>& q, int b) {
+    std::vector<int32_t> ids;
+    for (int32_t t = 0; t < (int32_t)q.size(); t++)
+        if (q[(size_t)t] > 0.0f) ids.push_back(t);
+    const size_t n = std::min(ids.size(), (size_t)b);
+    std::partial_sort(ids.begin(), ids.begin() + (std::ptrdiff_t)n, ids.end(), [&](int32_t a, int32_t c) {
+        return q[(size_t)a] > q[(size_t)c] || (q[(size_t)a] == q[(size_t)c] && a < c);
+    });
+    std::vector<Proposal> out;
+    for (size_t i = 0; i < n; i++) out.push_back({ids[i], std::min(1.0f, q[(size_t)ids[i]])});
+    return out;
+}
+
+// b tokens drawn one after the other WITHOUT replacement from q (DraftKind::SAMPLED's rule; the
+// first draw is the chain's draw).
+std::vector<Proposal> drawn_children(const std::vector<float>& q, int b, std::mt19937_64& rng) {
+    std::vector<float> w = q;
+    std::vector<Proposal> out;
+    for (int c = 0; c < b; c++) {
+        const int32_t t = draw_token(w, rng);
+        if (t < 0) break;
+        out.push_back({t, std::min(1.0f, q[(size_t)t])});
+        w[(size_t)t] = 0.0f;
+    }
+    return out;
+}
+
+}  // namespace
+
+DraftModel::DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens,
+                       int n_layers)
     : model_(draft),
-      fwd_(draft, n_threads, max_tokens),
-      kv_(KvStorage::config_for(draft.params(), n_blocks, block_size, dtype)),
+      fwd_(draft, n_threads, max_tokens, n_layers),
+      kv_(draft_kv_config(draft, n_blocks, block_size, dtype, fwd_.n_layers())),
       mgr_(n_blocks, block_size) {}
 
 bool DraftModel::grow(SeqId seq, std::span<const int32_t> tokens) {
@@ -78,58 +178,60 @@ bool DraftModel::grow(SeqId seq, std::span<const int32_t> tokens) {
     return true;
 }
 
-Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all_tokens, int k, const SamplingParams& sp,
-                                        std::mt19937_64& rng) {
-    SpecDraft d;
-    const bool sampled = sp.temperature > 0.0f;
-    d.kind = sampled ? DraftKind::SAMPLED : DraftKind::CHOSEN;
-    const int V = model_.params().n_vocab;
-    if (k <= 0 || all_tokens.empty()) return d;
+Expected<bool> DraftModel::feed_pending(SeqId seq) {
+    for (;;) {
+        const SeqKv& kv = mgr_.seq(seq);
+        const int n = std::min(kv.n_tokens() - kv.n_computed, fwd_.max_tokens());
+        if (n <= 0) return true;
+        SeqInput in;
+        in.n_past = kv.n_computed;
+        in.tokens = std::span<const int32_t>(kv.tokens).subspan((size_t)kv.n_computed, (size_t)n);
+        in.block_table = kv.blocks;
+        const bool last = kv.n_computed + n == kv.n_tokens();
+        in.logits = last ? LogitsMode::LAST : LogitsMode::NONE;
+        auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits_);
+        if (!r) return r.error();
+        mgr_.commit_computed(seq, n);
+        if (last) return true;
+    }
+}
+
+Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all_tokens, const SpecSettings& s, int k,
+                                        int max_depth, const SamplingParams& sp, std::mt19937_64& rng) {
+    SpecDraft none;
+    none.kind = sp.temperature > 0.0f ? DraftKind::SAMPLED : DraftKind::CHOSEN;
+    if (k <= 0 || all_tokens.empty()) return none;
     if (!*seq) *seq = mgr_.add_seq(0, {});
     // The draft's tokens are a prefix of the target's (rollback keeps it so); catch up on the rest,
-    // root included, in chunks that fit one forward.
+    // root included (its logits start the draft, so it is fed even if it was computed before).
     {
         const SeqKv& kv = mgr_.seq(*seq);
-        const int lim = std::min<int>(kv.n_computed, (int)all_tokens.size());
+        const int lim = std::min<int>(kv.n_computed, (int)all_tokens.size() - 1);
         int common = 0;
         while (common < lim && kv.tokens[(size_t)common] == all_tokens[(size_t)common]) common++;
         mgr_.truncate(*seq, common);
     }
-    if (!grow(*seq, all_tokens.subspan(mgr_.seq(*seq).n_tokens()))) return d;
+    if (!grow(*seq, all_tokens.subspan((size_t)mgr_.seq(*seq).n_tokens()))) return none;
+    if (auto r = feed_pending(*seq); !r) return r.error();
+    if (s.tree == SpecTree::CHAIN) return propose_chain(*seq, k, sp, rng);
+    return propose_tree(*seq, s, k, max_depth, sp, rng);
+}
+
+Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng) {
+    SpecDraft d;
+    const bool sampled = sp.temperature > 0.0f;
+    d.kind = sampled ? DraftKind::SAMPLED : DraftKind::CHOSEN;
+    const int V = model_.params().n_vocab;
     if (sampled) d.probs.assign((size_t)(k + 1) * V, 0.0f);
     for (int i = 0; i < k; i++) {
-        // Feed what the draft has not computed (the catch-up and root first, then the last draft
-        // token) and read the logits after it.
-        for (;;) {
-            const SeqKv& kv = mgr_.seq(*seq);
-            const int n = std::min(kv.n_tokens() - kv.n_computed, fwd_.max_tokens());
-            SeqInput in;
-            in.n_past = kv.n_computed;
-            in.tokens = std::span<const int32_t>(kv.tokens).subspan((size_t)kv.n_computed, (size_t)n);
-            in.block_table = kv.blocks;
-            const bool last = kv.n_computed + n == kv.n_tokens();
-            in.logits = last ? LogitsMode::LAST : LogitsMode::NONE;
-            auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits_);
-            if (!r) return r.error();
-            mgr_.commit_computed(*seq, n);
-            if (last) break;
-        }
+        // The root's logits are there; every later draft token is fed first.
+        if (i > 0)
+            if (auto r = feed_pending(seq); !r) return r.error();
         const std::span<const float> row(logits_.data(), (size_t)V);
         int32_t tok;
         if (sampled) {
             std::vector<float> q = dense_distribution(row, sp);
-            // Drawn by inverse CDF over ascending ids, 53-bit uniforms as the sampler draws.
-            double total = 0.0;
-            for (float x : q) total += x;
-            const double u = (double)(rng() >> 11) * 0x1.0p-53 * total;
-            double cum = 0.0;
-            tok = -1;
-            for (int32_t t = 0; t < V; t++) {
-                if (!(q[(size_t)t] > 0.0f)) continue;
-                tok = t;
-                cum += q[(size_t)t];
-                if (u < cum) break;
-            }
+            tok = draw_token(q, rng);
             if (tok < 0) break;  // nothing drawable: stop the chain here
             std::copy(q.begin(), q.end(), d.probs.begin() + (size_t)i * V);
         } else {
@@ -137,12 +239,106 @@ Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all
         }
         d.tokens.push_back(tok);
         // The last draft token is only proposed; every earlier one is fed for the next.
-        if (i + 1 < k && !grow(*seq, std::span<const int32_t>(&tok, 1))) break;
+        if (i + 1 < k && !grow(seq, std::span<const int32_t>(&tok, 1))) break;
     }
     if (sampled) d.probs.resize((size_t)(d.k() + 1) * V);
     // The draft token not fed stays out of the draft's tokens: the draft's known tokens are exactly
     // its computed ones after every proposal, so the rollback below has only KV to discard.
-    mgr_.truncate(*seq, mgr_.seq(*seq).n_computed);
+    mgr_.truncate(seq, mgr_.seq(seq).n_computed);
+    return d;
+}
+
+// A tree is grown a depth at a time (token_tree.h's level growers). The draft's KV holds the
+// sequence up to the root; each depth's nodes are computed in ONE draft forward that feeds the
+// paths to them (their union, parents first) at scratch slots after the root with positions =
+// depth and the ancestor mask, which are discarded right after. Re-feeding the shallower nodes
+// costs tokens, not forwards, and a small forward is bound by reading the weights, not by its
+// tokens; it keeps the forward's attention contract (every slot below n_past is visible) as it is.
+// After verification the draft catches up on the accepted path in the forward that feeds the
+// target's new token anyway, so the tree's draft KV never needs compacting.
+Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, int k, int max_depth,
+                                             const SamplingParams& sp, std::mt19937_64& rng) {
+    const bool sampled = sp.temperature > 0.0f;
+    const bool drawn = sampled && s.tree == SpecTree::FIXED;
+    const size_t V = (size_t)model_.params().n_vocab;
+    const int n_root_end = mgr_.seq(seq).n_computed;  // the root is the last computed token
+    // SAMPLED only: per candidate node that got children, the q they were drawn from (the rule
+    // reads it); chosen children need no distribution kept.
+    std::vector<std::vector<float>> dist;
+    std::vector<float> root_logits(logits_.begin(), logits_.begin() + (ptrdiff_t)V);
+    std::optional<Error> failed;
+
+    auto propose_level = [&](const TokenTree& tree, std::span<const int32_t> nodes) {
+        std::vector<std::vector<Proposal>> out;
+        if (drawn && dist.size() < (size_t)tree.size()) dist.resize((size_t)tree.size());
+        std::vector<int32_t> at;  // node id -> its row in logits_ (the root: root_logits)
+        if (!(nodes.size() == 1 && nodes[0] == 0)) {
+            // The union of the paths to `nodes`, the root excluded, in id order (parents first).
+            std::vector<bool> on_path((size_t)tree.size(), false);
+            for (int32_t n : nodes)
+                for (int32_t j = n; j > 0 && !on_path[(size_t)j]; j = tree.node(j).parent) on_path[(size_t)j] = true;
+            at.assign((size_t)tree.size(), -1);
+            std::vector<int32_t> fed, tokens, positions;
+            for (int32_t j = 1; j < tree.size(); j++)
+                if (on_path[(size_t)j]) {
+                    at[(size_t)j] = (int32_t)fed.size();
+                    fed.push_back(j);
+                    tokens.push_back(tree.node(j).token);
+                    positions.push_back(n_root_end - 1 + tree.node(j).depth);
+                }
+            const size_t n = fed.size();
+            if ((int)n > fwd_.max_tokens()) return out;  // too wide for one forward: the tree stops here
+            std::vector<uint8_t> mask(n * n, 0);         // [n][n] ancestors (in fed) and self
+            for (size_t i = 0; i < n; i++)
+                for (int32_t j = fed[i]; j > 0; j = tree.node(j).parent) mask[i * n + (size_t)at[(size_t)j]] = 1;
+            if (!grow(seq, tokens)) return out;  // no room in the draft's pool: no deeper tree
+            const SeqKv& kv = mgr_.seq(seq);
+            SeqInput in;
+            in.n_past = n_root_end;
+            in.tokens = tokens;
+            in.positions = positions;
+            in.mask = mask;
+            in.block_table = kv.blocks;
+            in.logits = LogitsMode::ALL;
+            auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits_);
+            mgr_.truncate(seq, n_root_end);  // scratch: the slots after the root are free again
+            if (!r) {
+                failed = r.error();
+                return out;
+            }
+        }
+        for (int32_t node : nodes) {
+            const float* row = node == 0 ? root_logits.data() : logits_.data() + (size_t)at[(size_t)node] * V;
+            std::vector<float> q = draft_distribution(std::span<const float>(row, V), sp);
+            if (drawn) {
+                out.push_back(drawn_children(q, s.tree_branch, rng));
+                dist[(size_t)node] = std::move(q);
+            } else {
+                out.push_back(best_children(q, s.tree_branch));
+            }
+        }
+        return out;
+    };
+
+    const GrowLimits limits{k, max_depth, s.tree_branch};
+    const TokenTree tree = s.tree == SpecTree::FIXED ? grow_tree_fixed(-1, limits, propose_level)
+                                                     : grow_tree_dynamic(-1, limits, propose_level);
+    if (failed) return *failed;
+
+    SpecDraft d;
+    d.kind = drawn ? DraftKind::SAMPLED : DraftKind::CHOSEN;
+    const bool chain = tree.is_chain();  // e.g. branch 1: verified as a plain chain
+    for (int32_t id = 1; id < tree.size(); id++) {
+        d.tokens.push_back(tree.node(id).token);
+        if (!chain) d.parents.push_back(tree.node(id).parent);
+    }
+    if (drawn && d.k() > 0) {  // a fixed tree: its node ids are the candidates'
+        d.probs.assign((size_t)tree.size() * V, 0.0f);
+        for (int32_t id = 0; id < tree.size(); id++)
+            if (!tree.children(id).empty())
+                std::copy(dist[(size_t)id].begin(), dist[(size_t)id].end(),
+                          d.probs.begin() + (ptrdiff_t)((size_t)id * V));
+    }
     return d;
 }
 
@@ -164,37 +360,73 @@ int32_t shared_kv_blocks(const Model& target, const Model& draft, int32_t n_bloc
 
 }  // namespace steward
 
-// ---- the engine's two hooks (declared in sched/engine.h): draft before the forward, commit after
+// ---- the engine's hooks (declared in sched/engine.h): draft before the forward, commit after
 
 #include "sched/engine.h"
 
 namespace steward {
+
+DraftModel* Engine::drafter_for(const SpecSettings& spec) {
+    if (spec.source == SpecSource::DRAFT) return draft_.get();
+    if (spec.source != SpecSource::SELF) return nullptr;
+    // One self-draft per layer count, made on first use: the target's weights, its own KV of
+    // self_layers layers with a slot for every target slot (self_layers / n_layer of the target's
+    // KV bytes, outside the pool's n_blocks budget).
+    std::unique_ptr<DraftModel>& d = self_drafts_[spec.self_layers];
+    if (!d)
+        d = std::make_unique<DraftModel>(model_, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, opt_.n_threads,
+                                         std::max(opt_.max_batch_tokens, opt_.max_batch), spec.self_layers);
+    return d.get();
+}
+
+void Engine::release_draft(Seq& s) {
+    if (s.draft_owner) s.draft_owner->release(&s.draft_kv);
+    s.draft_owner = nullptr;
+    s.draft_kv = 0;
+}
+
+const KvManager* Engine::self_draft_kv_manager(int n_layers) const {
+    auto it = self_drafts_.find(n_layers);
+    return it == self_drafts_.end() ? nullptr : &it->second->manager();
+}
 
 SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc) {
     const SpecSettings& spec = s.req.spec;
     if (!spec.enabled() || max_k <= 0 || s.n_generated == 0 || !s.kv) return {};
     const SeqKv& kv = mgr_.seq(s.kv);
     if (kv.n_tokens() - kv.n_computed != 1) return {};  // only a decode step (the root is its one new token)
-    // At most max_tokens - 1 drafts (the target adds one) and no position past the context.
+    // Draft tokens past max_tokens - 1 (the target adds one) or past the context cannot be output: a
+    // chain's length and a tree's depth stop there; a tree's width only costs the step's budget.
     const int ctx = model_.params().n_ctx_train;
-    const int k = std::min({spec.k, max_k, s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size()});
-    if (k <= 0) return {};
+    const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
+    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM;
+    const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
+    const int depth = std::min(spec.tree_depth, n_out);
+    if (k <= 0 || n_out <= 0) return {};
     SpecDraft d;
     if (spec.source == SpecSource::NGRAM) {
         d = draft_ngram(s.all_tokens, spec, k);
-    } else if (spec.source == SpecSource::DRAFT && draft_) {
+    } else if (DraftModel* dm = drafter_for(spec)) {
+        if (s.draft_owner != dm) release_draft(s);  // the request changed sources: its old draft KV goes
+        s.draft_owner = dm;
         // A failing draft forward only costs the speculation: the step decodes plainly.
-        auto r = draft_->propose(&s.draft_kv, s.all_tokens, k, s.req.sampling, s.sampler.rng());
+        auto r = dm->propose(&s.draft_kv, s.all_tokens, spec, k, depth, s.req.sampling, s.sampler.rng());
         if (!r) return {};
         d = std::move(*r);
     }
     if (d.k() == 0) return {};
     const int n_before = kv.n_tokens();
+    const int n_past = kv.n_computed;
     mgr_.append_tokens(s.kv, d.tokens);
     // Slots for the drafts too; without room the step decodes plainly (speculation never preempts).
     if (!alloc(s, 1 + d.k())) {
         mgr_.truncate(s.kv, n_before);
         return {};
+    }
+    if (d.is_tree()) {
+        const TokenTree t = d.tree();
+        d.positions = t.positions(n_past);
+        d.mask = t.ancestor_mask();
     }
     return d;
 }
@@ -207,16 +439,21 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     const SamplingParams& sp = s.req.sampling;
     const int n_past = mgr_.seq(s.kv).n_computed;  // the root's slot
     if (sp.adjusts_logits()) {
-        // Row i follows the output so far plus drafts [0, i): the penalties the plain path would see.
+        // Row i follows the output so far plus the draft tokens on node i's path: the penalties the
+        // plain path would see there.
+        const TokenTree tree = d.tree();
         spec_rows_.assign(rows.begin(), rows.end());
-        std::vector<int32_t> out(s.all_tokens.end() - s.n_generated, s.all_tokens.end());
+        const std::vector<int32_t> out(s.all_tokens.end() - s.n_generated, s.all_tokens.end());
+        std::vector<int32_t> ctx_i;
         for (int i = 0; i <= k; i++) {
-            adjust_logits(std::span<float>(spec_rows_).subspan((size_t)i * V, (size_t)V), sp, out);
-            if (i < k) out.push_back(d.tokens[(size_t)i]);
+            ctx_i = out;
+            const std::vector<int32_t> path = tree.path_to(i);
+            for (size_t j = 1; j < path.size(); j++) ctx_i.push_back(tree.node(path[j]).token);
+            adjust_logits(std::span<float>(spec_rows_).subspan((size_t)i * V, (size_t)V), sp, ctx_i);
         }
         rows = spec_rows_;
     }
-    const SpecResult r = verify_chain(d, rows, V, sp, s.sampler.rng());
+    const SpecResult r = verify_draft(d, rows, V, sp, s.sampler.rng());
     s.n_drafts++;
     s.n_draft_tokens += k;
     s.n_accepted_tokens += r.n_accepted;
@@ -235,7 +472,7 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     finished = false;
     for (size_t j = 0; j < r.tokens.size(); j++) {
         const int32_t tok = r.tokens[j];
-        const std::span<const float> row = rows.subspan(j * (size_t)V, (size_t)V);
+        const std::span<const float> row = rows.subspan((size_t)r.nodes[j] * (size_t)V, (size_t)V);
         if (s.req.stop_at_eos && model_.tokenizer().is_eog(tok)) {
             finished = true;
             why = FinishReason::STOP;
@@ -256,12 +493,42 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     // (blocks past the new end go back to the pool). Publishing only now means the prefix cache
     // never indexes a rejected token. An output target token is known, not computed, as in decode.
     const int m = (int)toks.size();
-    const int n_keep = std::min(m, r.n_accepted);
-    mgr_.truncate(s.kv, n_past + 1 + n_keep);
-    mgr_.commit_computed(s.kv, 1 + n_keep);
-    if (m > n_keep) mgr_.append_tokens(s.kv, std::span<const int32_t>(&s.all_tokens.back(), 1));
+    int n_keep = std::min(m, r.n_accepted);
+    bool contiguous = true;  // a chain's accepted prefix, or a tree path down the first children
+    for (int j = 1; j <= n_keep; j++) contiguous = contiguous && r.nodes[(size_t)j] == j;
+    if (contiguous) {
+        mgr_.truncate(s.kv, n_past + 1 + n_keep);
+        mgr_.commit_computed(s.kv, 1 + n_keep);
+    } else {
+        // A tree path: node nodes[j]'s KV (written at slot n_past + nodes[j], position n_past + j,
+        // attending exactly its ancestors) is what a plain decode would have written at slot
+        // n_past + j, so it is copied there. The tokens after the root are rewritten through a
+        // truncation, whose freed blocks the re-allocation may hand back: copy_slots reads every
+        // source before writing, from the table as it was.
+        const std::vector<int32_t> old_table = mgr_.seq(s.kv).blocks;
+        std::vector<int32_t> src, dst;
+        for (int j = 1; j <= n_keep; j++) {
+            src.push_back(n_past + r.nodes[(size_t)j]);
+            dst.push_back(n_past + j);
+        }
+        mgr_.truncate(s.kv, n_past + 1);
+        mgr_.commit_computed(s.kv, 1);  // the root, whose slot and block stay
+        mgr_.append_tokens(s.kv, std::span<const int32_t>(toks.data(), (size_t)n_keep));
+        // The truncation freed at least the blocks this takes, so it finds room; if not, the path's
+        // tokens stay known but not computed and the next step computes them (correct, slower).
+        if (auto copies = mgr_.allocate_slots(s.kv, n_keep)) {
+            for (const BlockCopy& c : *copies)
+                for (int j = 0; j < c.n_slots; j++) kv_.copy_slot(c.src_block, j, c.dst_block, j);
+            kv_.copy_slots(old_table, src, mgr_.seq(s.kv).blocks, dst);
+            mgr_.commit_computed(s.kv, n_keep);
+        } else {
+            mgr_.append_tokens(s.kv, std::span<const int32_t>(toks).subspan((size_t)n_keep));
+            n_keep = -1;  // nothing more to append below
+        }
+    }
+    if (n_keep >= 0 && m > n_keep) mgr_.append_tokens(s.kv, std::span<const int32_t>(&s.all_tokens.back(), 1));
     if (opt_.prefix_cache) mgr_.publish_full_blocks(s.kv);
-    if (draft_) draft_->rollback(s.draft_kv, n_past + 1 + n_keep);
+    if (s.draft_owner) s.draft_owner->rollback(s.draft_kv, n_past + 1 + std::max(0, n_keep));
     if (n_keep < k) {
         s.n_rollbacks++;
         stats_.n_rollbacks++;

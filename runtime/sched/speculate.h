@@ -1,6 +1,6 @@
-// Chain speculation for the engine: per-request settings, drafting a sequence's next k tokens
-// (n-gram lookup, or a draft model with its own KV kept in step with the target), and turning the
-// target's verification rows into the tokens to append (verify_greedy / verify_sampled).
+// Speculation for the engine: per-request settings, drafting a sequence's next tokens as a chain or
+// a token tree (n-gram lookup; a draft model, or the target's own first layers, with its own KV kept
+// in step with the target), and turning the target's verification rows into the tokens to append.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,56 +13,90 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "spec/acceptance.h"
+#include "spec/token_tree.h"
 #include "util/error.h"
 
 namespace steward {
 
-enum class SpecSource { NONE, NGRAM, DRAFT };
+// NGRAM: prompt lookup. DRAFT: the engine's draft model. SELF: the target's first self_layers
+// layers, then its final norm and output head (Draft & Verify, LayerSkip), sharing its weights.
+enum class SpecSource { NONE, NGRAM, DRAFT, SELF };
 
-// A request's speculation: which draft source, and the chain length k (draft tokens verified per
-// step at most; the step's leftover token budget, max_tokens and the context can shorten it).
+// The draft's shape. A tree is verified in the same ONE target forward as a chain (positions =
+// depth, the ancestor mask); it buys acceptance where the draft's first choice is often wrong but
+// its second is right, at the price of more verified tokens per step.
+enum class SpecTree {
+    CHAIN,    // k tokens, each the draft's choice after the one before
+    FIXED,    // every node's tree_branch best (greedy) or drawn (sampled) children, down to
+              // tree_depth, breadth first, until k draft tokens (grow_tree_fixed)
+    DYNAMIC,  // EAGLE-2: expand the tree_branch nodes of highest path probability per depth by their
+              // tree_branch best children, keep the k of highest path probability (grow_tree_dynamic)
+};
+
+// A request's speculation: which draft source, and k: the draft tokens verified per step at most
+// (the chain's length, or the tree's token budget; the step's leftover token budget, max_tokens
+// and the context can shorten it).
 struct SpecSettings {
     SpecSource source = SpecSource::NONE;
     int k = 0;            // [0, k_max_spec_tokens]; 0 means off
     int ngram_min_n = 1;  // NGRAM: tail lengths tried, longest first (ngram.h)
     int ngram_max_n = 3;
+    int self_layers = 0;              // SELF: the target layers that draft, [1, the target's n_layer)
+    SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; n-gram drafts are chains
+    int tree_branch = 2;              // FIXED and DYNAMIC: [1, k_max_tree_branch]
+    int tree_depth = 4;               // FIXED and DYNAMIC: deepest draft token, [1, k_max_spec_tokens]
     bool enabled() const { return source != SpecSource::NONE && k > 0; }
 };
 constexpr int k_max_spec_tokens = 16;
+constexpr int k_max_tree_branch = 8;
 
 // The rule for the settings at submit: k in [0, 16], 1 <= ngram_min_n <= ngram_max_n <= 16, DRAFT
-// only when the engine has a draft model. An error names the field and its value. Pure.
-Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model);
+// only when the engine has a draft model, SELF with 1 <= self_layers < n_target_layers (fewer
+// layers than the target, or the draft is the target), a tree only for DRAFT and SELF with branch
+// and depth in range. An error names the field, its value and the fix. Pure.
+Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, int n_target_layers);
 
 // A draft model must share the target's vocabulary: the same size, the same token texts and the
 // same EOS; otherwise its tokens would mean something else to the target. Pure.
 Expected<bool> check_draft_model(const Model& target, const Model& draft);
 
-// One sequence's draft for one step.
+// One sequence's draft for one step: a chain, or a tree flattened in node order (token_tree.h).
 struct SpecDraft {
     DraftKind kind = DraftKind::CHOSEN;
-    std::vector<int32_t> tokens;  // [k] the chain after the root (the sequence's last token)
-    // SAMPLED only: [k + 1][n_vocab], row i the draft's distribution q the token after node i was
-    // drawn from (the last row, after the chain's leaf, is never read and left zero).
+    // [k] the draft tokens after the root (the sequence's last token): node i + 1 of the tree.
+    std::vector<int32_t> tokens;
+    // Trees only ([k]): parents[i] is node i + 1's parent (0: the root). Empty for a chain.
+    std::vector<int32_t> parents;
+    // SAMPLED only: [k + 1][n_vocab], row i the draft's distribution q the children of node i were
+    // drawn from (rows of leaves are never read and left zero).
     std::vector<float> probs;
+    // Trees only: the verification forward's [k + 1] positions and [k + 1][k + 1] ancestor mask
+    // (SeqInput), root first; filled by the engine's hook once it knows n_past. Empty for a chain.
+    std::vector<int32_t> positions;
+    std::vector<uint8_t> mask;
     int k() const { return (int)tokens.size(); }
+    bool is_tree() const { return !parents.empty(); }
+    TokenTree tree() const;  // the chain or tree, root token -1 (verification never reads it)
 };
 
 // The n-gram draft of up to k tokens over the prompt and output so far (CHOSEN). Pure.
 SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s, int k);
 
-// What a verification gives: the accepted draft tokens, then the target's own token (the
-// replacement of the first rejected one, or the bonus after a fully accepted chain).
+// What a verification gives: the accepted draft tokens (a path from the root), then the target's
+// own token (the replacement of the first rejected one, or the bonus after a leaf).
 struct SpecResult {
     int n_accepted = 0;
     std::vector<int32_t> tokens;  // [n_accepted + 1]
+    // [n_accepted + 1] the node whose target row gave tokens[j]: the root (0), then the accepted
+    // nodes. Node j of a chain is j; a tree's accepted KV sits at slots n_past + nodes[j].
+    std::vector<int32_t> nodes;
 };
-// rows: [draft.k() + 1][n_vocab] the target's logits after the root and each draft token, with the
+// rows: [draft.k() + 1][n_vocab] the target's logits after the root and each draft node, with the
 // request's logit adjustments already applied. Greedy sampling (temperature <= 0) uses
 // verify_greedy; otherwise verify_sampled with the draft's kind, drawing from rng (the request's
 // sampler's). Lossless: the tokens are distributed as sampling from the target one at a time.
-SpecResult verify_chain(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab,
-                        const SamplingParams& sp, std::mt19937_64& rng);
+SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
+                        std::mt19937_64& rng);
 
 // The draft model's side: its forward, its KV storage and block tables (a KvManager of its own,
 // never a prefix cache). Each target sequence that drafts with it owns one draft sequence whose
@@ -72,16 +106,23 @@ SpecResult verify_chain(const SpecDraft& draft, std::span<const float> rows, int
 class DraftModel {
 public:
     // n_blocks blocks of block_size slots in the draft's own geometry; max_tokens bounds one
-    // forward (catch-up is chunked to it).
-    DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens);
+    // forward (catch-up is chunked to it). n_layers in [1, draft's n_layer) drafts with the model's
+    // first n_layers layers only (self-speculation: `draft` is then the target itself, no copy of
+    // its weights; the KV has n_layers layers); 0 uses every layer.
+    DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens,
+               int n_layers = 0);
 
     // Drafts up to k tokens after all_tokens (the target's prompt + output; its last token is the
-    // root). Greedy params take the draft's argmax (CHOSEN); sampled ones draw from the draft's
-    // sampling_distribution (SAMPLED, probs filled) with rng. *seq is the draft sequence (0: none
-    // yet, created here). Fewer tokens (maybe none) come back when the draft's pool lacks room:
-    // speculation is an optimisation and never preempts. Errors are the forward's.
-    Expected<SpecDraft> propose(SeqId* seq, std::span<const int32_t> all_tokens, int k, const SamplingParams& sp,
-                                std::mt19937_64& rng);
+    // root), in the shape s.tree (s.tree_branch, s.tree_depth; a tree's depth at most max_depth).
+    // Greedy params take the draft's best tokens (CHOSEN); sampled ones draw from the draft's
+    // sampling_distribution (SAMPLED, probs filled) with rng, except a DYNAMIC tree, whose
+    // children are the draft's best by construction (CHOSEN: the lossless rule for chosen tokens;
+    // drawn children kept or dropped by their own probability would bias the draws). *seq is the
+    // draft sequence (0: none yet, created here). Fewer tokens (maybe none) come back when the
+    // draft's pool lacks room: speculation is an optimisation and never preempts. Errors are the
+    // forward's.
+    Expected<SpecDraft> propose(SeqId* seq, std::span<const int32_t> all_tokens, const SpecSettings& s, int k,
+                                int max_depth, const SamplingParams& sp, std::mt19937_64& rng);
     // Keeps only the draft KV of the first n_valid tokens (the target's accepted ones).
     void rollback(SeqId seq, int n_valid);
     // Frees a draft sequence (no-op for 0) and sets it to 0.
@@ -89,10 +130,17 @@ public:
 
     const KvManager& manager() const { return mgr_; }
     const Model& model() const { return model_; }
+    int n_layers() const { return fwd_.n_layers(); }
     int64_t bytes() const { return kv_.bytes(); }
 
 private:
     bool grow(SeqId seq, std::span<const int32_t> tokens);  // append + allocate; false without room
+    // Forwards the tokens the draft knows but has not computed (chunked), leaving the last one's
+    // logits in logits_.
+    Expected<bool> feed_pending(SeqId seq);
+    Expected<SpecDraft> propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng);
+    Expected<SpecDraft> propose_tree(SeqId seq, const SpecSettings& s, int k, int max_depth, const SamplingParams& sp,
+                                     std::mt19937_64& rng);
 
     const Model& model_;
     CpuForward fwd_;

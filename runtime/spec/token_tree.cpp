@@ -92,8 +92,7 @@ TokenTree grow_tree(int32_t root_token, const GrowLimits& limits, const ProposeF
         if (tree.node(id).depth >= limits.max_depth) return;  // its children would be too deep
         std::vector<Proposal> props = propose(tree, id);
         if (limits.top_k > 0 && (int32_t)props.size() > limits.top_k) props.resize((size_t)limits.top_k);
-        for (const Proposal& p : props)
-            frontier.push({tree.node(id).path_prob * (double)p.prob, seq++, id, p});
+        for (const Proposal& p : props) frontier.push({tree.node(id).path_prob * (double)p.prob, seq++, id, p});
     };
     if (limits.budget <= 0) return tree;
     expand(0);
@@ -102,6 +101,66 @@ TokenTree grow_tree(int32_t root_token, const GrowLimits& limits, const ProposeF
         frontier.pop();
         const int32_t id = tree.add(c.parent, c.p.token, c.p.prob);
         if (tree.n_draft() < limits.budget) expand(id);  // a full tree needs no more draft forwards
+    }
+    return tree;
+}
+
+TokenTree grow_tree_fixed(int32_t root_token, const GrowLimits& limits, const ProposeLevelFn& propose_level) {
+    TokenTree tree(root_token);
+    const int32_t branch = std::max<int32_t>(1, limits.top_k);
+    std::vector<int32_t> level = {0};
+    for (int32_t depth = 0; depth < limits.max_depth && !level.empty(); ++depth) {
+        const int32_t room = limits.budget - tree.n_draft();
+        if (room <= 0) break;
+        // Only the nodes whose children fit: ceil(room / branch) of them, in order.
+        level.resize(std::min(level.size(), (size_t)((room + branch - 1) / branch)));
+        const std::vector<std::vector<Proposal>> props = propose_level(tree, level);
+        if (props.size() != level.size()) break;
+        std::vector<int32_t> next;
+        for (size_t i = 0; i < level.size(); ++i)
+            for (size_t c = 0; c < props[i].size() && (int32_t)c < branch && tree.n_draft() < limits.budget; ++c)
+                next.push_back(tree.add(level[i], props[i][c].token, props[i][c].prob));
+        level = std::move(next);
+    }
+    return tree;
+}
+
+TokenTree grow_tree_dynamic(int32_t root_token, const GrowLimits& limits, const ProposeLevelFn& propose_level,
+                            std::vector<int32_t>* from) {
+    TokenTree cand(root_token);
+    const int32_t branch = std::max<int32_t>(1, limits.top_k);
+    std::vector<int32_t> level = {0};
+    for (int32_t depth = 0; depth < limits.max_depth && !level.empty() && limits.budget > 0; ++depth) {
+        const std::vector<std::vector<Proposal>> props = propose_level(cand, level);
+        if (props.size() != level.size()) break;
+        std::vector<int32_t> next;
+        for (size_t i = 0; i < level.size(); ++i)
+            for (size_t c = 0; c < props[i].size() && (int32_t)c < branch; ++c)
+                next.push_back(cand.add(level[i], props[i][c].token, props[i][c].prob));
+        // The next depth expands its top_k nodes by path probability (stable: ties to the earlier).
+        std::stable_sort(next.begin(), next.end(),
+                         [&](int32_t a, int32_t b) { return cand.node(a).path_prob > cand.node(b).path_prob; });
+        if ((int32_t)next.size() > branch) next.resize((size_t)branch);
+        std::sort(next.begin(), next.end());
+        level = std::move(next);
+    }
+    // Re-ranking: the budget best candidates, then back into id order.
+    std::vector<int32_t> order;
+    for (int32_t id = 1; id < cand.size(); ++id) order.push_back(id);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return cand.node(a).path_prob > cand.node(b).path_prob; });
+    if ((int32_t)order.size() > limits.budget) order.resize((size_t)std::max<int32_t>(0, limits.budget));
+    std::sort(order.begin(), order.end());
+    TokenTree tree(root_token);
+    std::vector<int32_t> new_id((size_t)cand.size(), -1);
+    new_id[0] = 0;
+    if (from) from->assign(1, 0);
+    for (int32_t id : order) {
+        const TreeNode& n = cand.node(id);
+        // Connected by the ranking (a parent ranks before its child); kept robust all the same.
+        if (new_id[(size_t)n.parent] < 0) continue;
+        new_id[(size_t)id] = tree.add(new_id[(size_t)n.parent], n.token, n.prob);
+        if (from) from->push_back(id);
     }
     return tree;
 }

@@ -76,4 +76,25 @@ struct GrowLimits {
 // Proposals are asked only for nodes above max_depth. Budget 0 or max_depth 0 gives the bare root.
 TokenTree grow_tree(int32_t root_token, const GrowLimits& limits, const ProposeFn& propose);
 
+// The level-wise growers the engine's drafters use: one call of propose_level per depth gives the
+// proposals after each of `nodes` (all of one depth, ascending ids), so a draft model computes a
+// whole depth in ONE forward instead of one per node. Empty rows stop that node; an empty answer
+// (the draft ran out of room) stops the growth.
+using ProposeLevelFn =
+    std::function<std::vector<std::vector<Proposal>>(const TokenTree& tree, std::span<const int32_t> nodes)>;
+
+// The fixed shape: every node down to limits.max_depth gets its first limits.top_k proposals as
+// children, breadth first, until limits.budget draft tokens. A node is asked for proposals only if
+// some of its children fit the budget. top_k 1 gives the chain.
+TokenTree grow_tree_fixed(int32_t root_token, const GrowLimits& limits, const ProposeLevelFn& propose_level);
+
+// EAGLE-2's two phases (Li et al. 2024, section 4): expansion, where at each depth the top_k nodes
+// of that depth with the highest path probability are expanded by their top_k proposals, and
+// re-ranking, where the `budget` nodes of highest path probability among all candidates are kept
+// (ties to the earlier candidate; a parent's path probability is never below its child's and it
+// came first, so the kept set is connected). The kept nodes keep their relative order, so parents
+// still come first. from (optional) receives, per node of the result, its id in the candidate tree.
+TokenTree grow_tree_dynamic(int32_t root_token, const GrowLimits& limits, const ProposeLevelFn& propose_level,
+                            std::vector<int32_t>* from = nullptr);
+
 }  // namespace steward

@@ -1,6 +1,7 @@
-// Chain speculation in the engine (sched/speculate.h): greedy outputs equal the engine's own
-// outputs without speculation (n-gram and a draft model, alone and batched with plain sequences),
-// sampled outputs keep the target's distribution, and every block (target and draft) drains.
+// Speculation in the engine (sched/speculate.h): greedy outputs equal the engine's own outputs
+// without speculation (n-gram, a draft model and self-speculation; chains, fixed and dynamic trees;
+// alone and batched with plain sequences; two synthetic models), sampled outputs keep the target's
+// distribution, and every block (target, draft and self-draft) drains.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -19,43 +20,66 @@ using namespace steward;
 
 namespace {
 
-// A target whose layers >= 2 are scaled down (synth.h's late_scale fixture) and its 2-layer draft:
-// they agree on roughly 70-80% of greedy tokens, so drafts are accepted and rejected both.
+// A target whose later layers are scaled down (synth.h's late_scale fixture) and its draft of the
+// first late_from layers (synth_draft; the self-draft with self_layers = late_from runs the same
+// weights), so drafts are accepted and rejected both.
 struct SpecModels {
     std::unique_ptr<Model> target, draft;
+    int draft_layers = 0;
 };
-const SpecModels& models() {
+SpecModels make_models(const SynthSpec& s, const std::string& name) {
     static steward_test::ProcessTempDir dir("steward_test_speculate_");
+    const std::string t = (dir.path() / (name + "_target.gguf")).string();
+    const std::string d = (dir.path() / (name + "_draft.gguf")).string();
+    REQUIRE(synth_write(s, t).ok());
+    REQUIRE(synth_draft(t, s.late_from, d).ok());
+    SpecModels out;
+    out.target = std::move(Model::load(t).value());
+    out.draft = std::move(Model::load(d).value());
+    out.draft_layers = s.late_from;
+    return out;
+}
+// llama, 4 layers, the last 2 scaled by 0.2: the 2-layer draft agrees on roughly 70-80% of greedy tokens.
+const SpecModels& models() {
     static SpecModels m = [] {
         SynthSpec s;
         s.n_embd = 64; s.n_layer = 4; s.n_head = 4; s.n_head_kv = 2; s.n_ff = 128; s.n_vocab = 512; s.n_ctx = 512;
         s.seed = 5;
         s.late_scale = 0.2f;
         s.late_from = 2;
-        const std::string t = (dir.path() / "target.gguf").string(), d = (dir.path() / "draft.gguf").string();
-        REQUIRE(synth_write(s, t).ok());
-        REQUIRE(synth_draft(t, 2, d).ok());
-        SpecModels out;
-        out.target = std::move(Model::load(t).value());
-        out.draft = std::move(Model::load(d).value());
-        return out;
+        return make_models(s, "a");
+    }();
+    return m;
+}
+// qwen2 (NeoX RoPE, QKV biases), 3 layers, the last 2 scaled by 0.5: a 1-layer draft that disagrees
+// more often (measured below: about half its greedy tokens accepted).
+const SpecModels& models_b() {
+    static SpecModels m = [] {
+        SynthSpec s;
+        s.arch = "qwen2";
+        s.n_embd = 64; s.n_layer = 3; s.n_head = 4; s.n_head_kv = 1; s.n_ff = 96; s.n_vocab = 400; s.n_ctx = 512;
+        s.seed = 17;
+        s.late_scale = 0.5f;
+        s.late_from = 1;
+        return make_models(s, "b");
     }();
     return m;
 }
 
-// Prompts that repeat a random phrase (so the n-gram lookup finds something), with a unique tail.
-std::vector<std::vector<int32_t>> repeating_prompts(int n, uint64_t seed) {
+// Prompts that repeat a random phrase (so the n-gram lookup finds something), with a unique tail;
+// tokens in [lo, lo + span).
+std::vector<std::vector<int32_t>> repeating_prompts(int n, uint64_t seed, int lo = 300, int span = 200) {
     std::mt19937_64 rng(seed);
     std::vector<std::vector<int32_t>> out;
     for (int k = 0; k < n; k++) {
         std::vector<int32_t> phrase;
         const int len = 3 + (int)(rng() % 6);
-        for (int i = 0; i < len; i++) phrase.push_back(300 + (int)(rng() % 200));
+        for (int i = 0; i < len; i++) phrase.push_back(lo + (int)(rng() % (uint64_t)span));
         std::vector<int32_t> p;
         const int reps = 2 + (int)(rng() % 3);
         for (int r = 0; r < reps; r++) p.insert(p.end(), phrase.begin(), phrase.end());
         const int tail = (int)(rng() % 4);
-        for (int i = 0; i < tail; i++) p.push_back(300 + (int)(rng() % 200));
+        for (int i = 0; i < tail; i++) p.push_back(lo + (int)(rng() % (uint64_t)span));
         p.insert(p.end(), phrase.begin(), phrase.begin() + 2);  // the tail starts the phrase again
         out.push_back(p);
     }
@@ -68,11 +92,12 @@ struct RunResult {
     EngineStats stats;
 };
 
-// Every request through one engine, `at_once` at a time; spec_of(i) gives request i's settings.
+// Every request through one engine over `target`, `at_once` at a time; spec_of(i) gives request i's
+// settings.
 template <class SpecOf, class Tweak>
-RunResult run(const EngineOptions& opt, const std::vector<std::vector<int32_t>>& prompts, int max_tokens, int at_once,
-              SpecOf spec_of, Tweak tweak) {
-    Engine e(*models().target, opt);
+RunResult run_on(const Model& target, const EngineOptions& opt, const std::vector<std::vector<int32_t>>& prompts,
+                 int max_tokens, int at_once, SpecOf spec_of, Tweak tweak) {
+    Engine e(target, opt);
     RunResult res;
     size_t next = 0;
     double t = 0;
@@ -105,7 +130,15 @@ RunResult run(const EngineOptions& opt, const std::vector<std::vector<int32_t>>&
     res.stats = e.stats();
     CHECK(res.stats.kv.n_blocks_in_use == 0);
     if (const KvManager* d = e.draft_kv_manager()) CHECK(d->pool().n_free() == d->pool().n_total());
+    for (int n = 1; n < target.params().n_layer; n++)
+        if (const KvManager* d = e.self_draft_kv_manager(n)) CHECK(d->pool().n_free() == d->pool().n_total());
     return res;
+}
+
+template <class SpecOf, class Tweak>
+RunResult run(const EngineOptions& opt, const std::vector<std::vector<int32_t>>& prompts, int max_tokens, int at_once,
+              SpecOf spec_of, Tweak tweak) {
+    return run_on(*models().target, opt, prompts, max_tokens, at_once, spec_of, tweak);
 }
 
 EngineOptions base_options(bool with_draft) {
@@ -123,6 +156,17 @@ SpecSettings spec(SpecSource src, int k) {
     SpecSettings s;
     s.source = src;
     s.k = k;
+    return s;
+}
+
+// A tree (or chain) of source src: k draft tokens at most, branch children per node, depth deep;
+// a SELF source drafts with `layers` layers.
+SpecSettings tree_spec(SpecSource src, SpecTree shape, int k, int branch, int depth, int layers = 0) {
+    SpecSettings s = spec(src, k);
+    s.tree = shape;
+    s.tree_branch = branch;
+    s.tree_depth = depth;
+    s.self_layers = layers;
     return s;
 }
 
@@ -176,6 +220,22 @@ TEST_CASE("greedy speculation keeps penalties, logit bias and EOS exactly as the
         CHECK(on.out == off.out);
         CHECK(on.finish == off.finish);
     }
+    // Trees: each node's row is penalised by the output plus the tokens on its own path, not its
+    // siblings' or cousins'. Strong penalties, so that a wrong context flips some argmax.
+    auto strong = [](size_t i, EngineRequest& r) {
+        r.sampling.presence_penalty = 2.0f;
+        r.sampling.frequency_penalty = 1.0f;
+        r.sampling.logit_bias = {{2, 4.0f + (float)(i % 4)}};
+    };
+    const auto off_strong = run(base_options(false), prompts, max_tokens, 12, [](size_t) { return SpecSettings{}; }, strong);
+    for (SpecTree shape : {SpecTree::FIXED, SpecTree::DYNAMIC}) {
+        INFO("tree " << (int)shape);
+        const auto on = run(base_options(false), prompts, max_tokens, 12,
+                            [&](size_t) { return tree_spec(SpecSource::SELF, shape, 12, 4, 3, 2); }, strong);
+        CHECK(on.out == off_strong.out);
+        CHECK(on.finish == off_strong.finish);
+        CHECK(on.stats.n_accepted_tokens > 0);
+    }
     INFO("requests that stopped at EOS: " << n_stopped);
     CHECK(n_stopped > 0);
 }
@@ -195,6 +255,29 @@ TEST_CASE("speculation settings are checked at submit and a draft model must sha
     r.spec.ngram_min_n = 3;
     r.spec.ngram_max_n = 2;
     CHECK(!plain.submit(r).ok());
+    // SELF: 1 <= self_layers < the target's 4 layers; a tree only with a draft model or SELF, its
+    // branch and depth in range. Each error names the field.
+    auto refused = [&](const SpecSettings& sp, const char* field) {
+        r.spec = sp;
+        auto res = plain.submit(r);
+        INFO(field);
+        REQUIRE(!res.ok());
+        CHECK(res.error().message.find(field) != std::string::npos);
+    };
+    refused(tree_spec(SpecSource::SELF, SpecTree::CHAIN, 2, 2, 4, 0), "self_layers");
+    refused(tree_spec(SpecSource::SELF, SpecTree::CHAIN, 2, 2, 4, 4), "self_layers");
+    refused(tree_spec(SpecSource::NGRAM, SpecTree::FIXED, 2, 2, 4), "ngram");
+    refused(tree_spec(SpecSource::SELF, SpecTree::FIXED, 4, 0, 4, 2), "tree_branch");
+    refused(tree_spec(SpecSource::SELF, SpecTree::DYNAMIC, 4, 9, 4, 2), "tree_branch");
+    refused(tree_spec(SpecSource::SELF, SpecTree::FIXED, 4, 2, 0, 2), "tree_depth");
+    refused(tree_spec(SpecSource::SELF, SpecTree::FIXED, 4, 2, 17, 2), "tree_depth");
+    CHECK(check_spec_settings(tree_spec(SpecSource::SELF, SpecTree::CHAIN, 2, 2, 4, 1), false, 1).error().message.find(
+              "at least 2") != std::string::npos);
+    for (int n : {1, 3}) {
+        r.id = 10 + (uint64_t)n;
+        r.spec = tree_spec(SpecSource::SELF, SpecTree::DYNAMIC, 4, 2, 3, n);
+        CHECK(plain.submit(r).ok());
+    }
 
     SynthSpec other;
     other.n_embd = 32; other.n_layer = 1; other.n_head = 2; other.n_head_kv = 1; other.n_ff = 64; other.n_vocab = 600;
@@ -271,8 +354,8 @@ TEST_CASE("sampled speculation keeps the target's distribution of the first spec
     }
 }
 
-TEST_CASE("after random speculating workloads with rejections, cancels and preemptions every target and draft block is free", "[speculate]") {
-    int64_t n_preemptions = 0, n_rollbacks = 0, n_cancelled = 0;
+TEST_CASE("after random speculating workloads with trees, rejections, cancels and preemptions every target, draft and self-draft block is free", "[speculate]") {
+    int64_t n_preemptions = 0, n_rollbacks = 0, n_cancelled = 0, n_self_drafts = 0;
     for (uint64_t seed = 1; seed <= 6; seed++) {
         std::mt19937_64 rng(seed);
         EngineOptions o = base_options(true);
@@ -296,8 +379,15 @@ TEST_CASE("after random speculating workloads with rejections, cancels and preem
                 r.max_tokens = 1 + (int)(rng() % 16);
                 r.priority = (int)(rng() % 3);
                 r.tenant = (int)(rng() % 2);
-                const int src = (int)(rng() % 3);
-                if (src) r.spec = spec(src == 1 ? SpecSource::NGRAM : SpecSource::DRAFT, 1 + (int)(rng() % 5));
+                const int src = (int)(rng() % 4);
+                const SpecSource sources[] = {SpecSource::NONE, SpecSource::NGRAM, SpecSource::DRAFT, SpecSource::SELF};
+                if (src) r.spec = spec(sources[src], 1 + (int)(rng() % 8));
+                if (src >= 2) {  // a chain, a fixed or a dynamic tree; SELF with 1 to 3 of the 4 layers
+                    r.spec.tree = (SpecTree)(rng() % 3);
+                    r.spec.tree_branch = 1 + (int)(rng() % 3);
+                    r.spec.tree_depth = 1 + (int)(rng() % 4);
+                    r.spec.self_layers = 1 + (int)(rng() % 3);
+                }
                 if (rng() % 3 == 0) r.sampling.temperature = 1.0f, r.sampling.seed = rng();
                 if (rng() % 5 == 0) r.session = "s" + std::to_string(rng() % 2);
                 const int64_t need = ((int64_t)r.prompt.size() + r.max_tokens + o.block_size - 1) / o.block_size;
@@ -325,6 +415,15 @@ TEST_CASE("after random speculating workloads with rejections, cancels and preem
         CHECK(d.seq_ids().empty());
         CHECK(d.pool().n_free() == d.pool().n_total());
         for (int32_t b = 0; b < d.pool().n_total(); b++) CHECK(d.pool().ref_count(b) == 0);
+        for (int n = 1; n <= 3; n++) {
+            const KvManager* sd = e.self_draft_kv_manager(n);
+            if (!sd) continue;
+            n_self_drafts++;
+            CHECK(sd->seq_ids().empty());
+            CHECK(sd->pool().n_free() == sd->pool().n_total());
+            for (int32_t b = 0; b < sd->pool().n_total(); b++) CHECK(sd->pool().ref_count(b) == 0);
+            CHECK(sd->pool().check_invariants().empty());
+        }
         const EngineStats st = e.stats();
         CHECK(st.n_drafts > 0);
         n_preemptions += st.n_preemptions;
@@ -334,4 +433,193 @@ TEST_CASE("after random speculating workloads with rejections, cancels and preem
     CHECK(n_preemptions > 0);
     CHECK(n_rollbacks > 0);
     CHECK(n_cancelled > 0);
+    CHECK(n_self_drafts > 0);
+}
+
+namespace {
+
+// Model b's prompts: tokens of its 400-token vocabulary.
+std::vector<std::vector<int32_t>> prompts_b(int n, uint64_t seed) { return repeating_prompts(n, seed, 200, 200); }
+
+EngineOptions options_for(const SpecModels& m, bool with_draft) {
+    EngineOptions o = base_options(false);
+    if (with_draft) o.draft_model = m.draft.get();
+    return o;
+}
+
+double accepted_per_draft(const RunResult& r) {
+    return r.stats.n_drafts ? (double)r.stats.n_accepted_tokens / (double)r.stats.n_drafts : 0.0;
+}
+
+}  // namespace
+
+TEST_CASE("greedy output is identical with self-speculation and fixed and dynamic trees on and off, alone and batched with plain sequences, on two synthetic models", "[speculate]") {
+    struct Case {
+        const SpecModels* m;
+        const char* name;
+        std::vector<std::vector<int32_t>> prompts;
+    };
+    const std::vector<Case> cases = {{&models(), "llama 4 layers, 2-layer draft", repeating_prompts(12, 31)},
+                                     {&models_b(), "qwen2 3 layers, 1-layer draft", prompts_b(12, 32)}};
+    for (const Case& c : cases) {
+        INFO(c.name);
+        const Model& target = *c.m->target;
+        const int n = c.m->draft_layers;
+        const int max_tokens = 20;
+        const auto off = run_on(target, options_for(*c.m, false), c.prompts, max_tokens, 12,
+                                [](size_t) { return SpecSettings{}; }, no_tweak);
+        const std::vector<std::pair<const char*, SpecSettings>> configs = {
+            {"self chain", tree_spec(SpecSource::SELF, SpecTree::CHAIN, 3, 1, 1, n)},
+            {"draft fixed tree", tree_spec(SpecSource::DRAFT, SpecTree::FIXED, 6, 2, 3)},
+            {"draft dynamic tree", tree_spec(SpecSource::DRAFT, SpecTree::DYNAMIC, 8, 3, 4)},
+            {"self fixed tree", tree_spec(SpecSource::SELF, SpecTree::FIXED, 7, 3, 3, n)},
+            {"self dynamic tree", tree_spec(SpecSource::SELF, SpecTree::DYNAMIC, 10, 2, 5, n)},
+            {"self-draft of other layers, dynamic", tree_spec(SpecSource::SELF, SpecTree::DYNAMIC, 6, 2, 3, n + 1)},
+        };
+        for (const auto& [what, sp] : configs) {
+            INFO(what);
+            const SpecSettings spc = sp;
+            const bool d = spc.source == SpecSource::DRAFT;
+            const auto alone = run_on(target, options_for(*c.m, d), c.prompts, max_tokens, 1,
+                                      [&](size_t) { return spc; }, no_tweak);
+            CHECK(alone.out == off.out);
+            CHECK(alone.finish == off.finish);
+            CHECK(alone.stats.n_drafts > 0);
+            CHECK(alone.stats.n_accepted_tokens > 0);
+            CHECK(alone.stats.n_accepted_tokens < alone.stats.n_draft_tokens);
+            const auto mixed = run_on(target, options_for(*c.m, d), c.prompts, max_tokens, 12,
+                                      [&](size_t i) { return i % 2 ? SpecSettings{} : spc; }, no_tweak);
+            CHECK(mixed.out == off.out);
+            CHECK(mixed.finish == off.finish);
+            CHECK(mixed.stats.n_drafts > 0);
+        }
+    }
+}
+
+TEST_CASE("self-speculation with the first n layers drafts exactly as the draft model cut to those layers", "[speculate]") {
+    // The same weights through the same forward (test_forward checks the cut bit for bit), so the
+    // same drafts, verdicts and figures, greedy and sampled.
+    for (const SpecModels* m : {&models(), &models_b()}) {
+        const auto prompts = m == &models() ? repeating_prompts(8, 41) : prompts_b(8, 42);
+        for (SpecTree shape : {SpecTree::CHAIN, SpecTree::FIXED, SpecTree::DYNAMIC}) {
+            for (bool sampled : {false, true}) {
+                INFO("shape " << (int)shape << (sampled ? " sampled" : " greedy"));
+                auto tweak = [&](size_t i, EngineRequest& r) {
+                    if (sampled) r.sampling.temperature = 0.8f, r.sampling.top_k = 20, r.sampling.seed = 7 + i;
+                };
+                const auto by_draft = run_on(*m->target, options_for(*m, true), prompts, 16, 8, [&](size_t) {
+                    return tree_spec(SpecSource::DRAFT, shape, 5, 2, 3);
+                }, tweak);
+                const auto by_self = run_on(*m->target, options_for(*m, false), prompts, 16, 8, [&](size_t) {
+                    return tree_spec(SpecSource::SELF, shape, 5, 2, 3, m->draft_layers);
+                }, tweak);
+                CHECK(by_self.out == by_draft.out);
+                CHECK(by_self.stats.n_drafts == by_draft.stats.n_drafts);
+                CHECK(by_self.stats.n_draft_tokens == by_draft.stats.n_draft_tokens);
+                CHECK(by_self.stats.n_accepted_tokens == by_draft.stats.n_accepted_tokens);
+                CHECK(by_self.stats.n_rollbacks == by_draft.stats.n_rollbacks);
+                CHECK(by_self.stats.n_drafts > 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("a fixed tree of branch 1 is the chain: the same outputs and figures, greedy and sampled", "[speculate]") {
+    const auto prompts = prompts_b(8, 51);
+    const SpecModels& m = models_b();
+    for (bool sampled : {false, true}) {
+        INFO((sampled ? "sampled" : "greedy"));
+        auto tweak = [&](size_t i, EngineRequest& r) {
+            if (sampled) r.sampling.temperature = 1.0f, r.sampling.seed = 100 + i;
+        };
+        const auto chain = run_on(*m.target, options_for(m, true), prompts, 16, 8,
+                                  [&](size_t) { return spec(SpecSource::DRAFT, 4); }, tweak);
+        const auto tree = run_on(*m.target, options_for(m, true), prompts, 16, 8,
+                                 [&](size_t) { return tree_spec(SpecSource::DRAFT, SpecTree::FIXED, 4, 1, 16); }, tweak);
+        CHECK(tree.out == chain.out);
+        CHECK(tree.stats.n_draft_tokens == chain.stats.n_draft_tokens);
+        CHECK(tree.stats.n_accepted_tokens == chain.stats.n_accepted_tokens);
+    }
+}
+
+TEST_CASE("a tree accepts more per verification than the chain of its first children", "[speculate]") {
+    // Greedy: a fixed tree's first-child path is the draft's greedy chain, so every extra accepted
+    // token went down another branch, whose KV the commit copied to the sequence's next slots (the
+    // identical-output test above shows those copies are right).
+    for (const SpecModels* m : {&models(), &models_b()}) {
+        const auto prompts = m == &models() ? repeating_prompts(10, 61) : prompts_b(10, 62);
+        const auto chain = run_on(*m->target, options_for(*m, true), prompts, 24, 1,
+                                  [&](size_t) { return spec(SpecSource::DRAFT, 3); }, no_tweak);
+        for (SpecTree shape : {SpecTree::FIXED, SpecTree::DYNAMIC}) {
+            const auto tree = run_on(*m->target, options_for(*m, true), prompts, 24, 1,
+                                     [&](size_t) { return tree_spec(SpecSource::DRAFT, shape, 14, 2, 3); }, no_tweak);
+            INFO("shape " << (int)shape << ": chain " << accepted_per_draft(chain) << " tree " << accepted_per_draft(tree));
+            CHECK(tree.out == chain.out);
+            CHECK(accepted_per_draft(tree) > accepted_per_draft(chain));
+        }
+    }
+}
+
+TEST_CASE("sampled tree speculation keeps the target's distribution of the first speculated tokens (chi-square)", "[speculate]") {
+    // Model b's 1-layer draft disagrees often (its acceptance is checked below). The first output
+    // token is sampled plainly; the second and third are the first a draft proposes. Their marginals
+    // over n requests with distinct seeds must match the engine without speculation: a two-sample
+    // chi-square per position over bins with >= 10 counts in both samples together (the rest pooled;
+    // a missing token, after EOS, is its own bin), threshold at z = 3.29 (p ~ 0.0005). Fixed seeds:
+    // the outcome is deterministic.
+    const int n = 800;
+    const SpecModels& m = models_b();
+    std::vector<std::vector<int32_t>> prompts(n, prompts_b(1, 71)[0]);
+    auto tweak_seeds = [](uint64_t base) {
+        return [base](size_t i, EngineRequest& r) {
+            r.sampling.temperature = 1.0f;
+            r.sampling.top_k = 6;
+            r.sampling.seed = base + i;
+        };
+    };
+    auto at = [](const RunResult& r, size_t pos) {
+        std::map<int32_t, int> c;
+        for (auto& [id, toks] : r.out) c[pos < toks.size() ? toks[pos] : -1]++;
+        return c;
+    };
+    const auto off = run_on(*m.target, options_for(m, false), prompts, 3, 64, [](size_t) { return SpecSettings{}; },
+                            tweak_seeds(1000));
+    const std::vector<std::pair<const char*, SpecSettings>> configs = {
+        {"draft fixed tree (SAMPLED: drawn children)", tree_spec(SpecSource::DRAFT, SpecTree::FIXED, 6, 3, 2)},
+        {"self fixed tree (SAMPLED)", tree_spec(SpecSource::SELF, SpecTree::FIXED, 6, 2, 2, 1)},
+        {"self dynamic tree (CHOSEN: the best children)", tree_spec(SpecSource::SELF, SpecTree::DYNAMIC, 6, 3, 2, 1)},
+        {"self chain (SAMPLED)", tree_spec(SpecSource::SELF, SpecTree::CHAIN, 2, 1, 1, 1)},
+    };
+    for (const auto& [what, sp] : configs) {
+        INFO(what);
+        const SpecSettings spc = sp;
+        const auto res = run_on(*m.target, options_for(m, spc.source == SpecSource::DRAFT), prompts, 3, 64,
+                                [&](size_t) { return spc; }, tweak_seeds(100000));
+        CHECK(res.stats.n_drafts > 0);
+        // Often rejected: under 60% of the draft tokens are accepted.
+        INFO("accepted " << res.stats.n_accepted_tokens << " of " << res.stats.n_draft_tokens);
+        CHECK(res.stats.n_accepted_tokens < res.stats.n_draft_tokens * 6 / 10);
+        CHECK(res.stats.n_accepted_tokens > 0);
+        for (size_t pos : {1, 2}) {
+            const auto a_counts = at(off, pos), b_counts = at(res, pos);
+            std::set<int32_t> ids;
+            for (auto& [t, c] : a_counts) ids.insert(t);
+            for (auto& [t, c] : b_counts) ids.insert(t);
+            double chi2 = 0;
+            int df = -1, pool_a = 0, pool_b = 0;
+            auto add = [&](int a, int b) {
+                chi2 += (double)(a - b) * (a - b) / (double)(a + b);
+                df++;
+            };
+            for (int32_t t : ids) {
+                const int a = a_counts.count(t) ? a_counts.at(t) : 0, b = b_counts.count(t) ? b_counts.at(t) : 0;
+                if (a + b >= 10) add(a, b);
+                else pool_a += a, pool_b += b;
+            }
+            if (pool_a + pool_b > 0) add(pool_a, pool_b);
+            REQUIRE(df >= 1);
+            INFO("position " << pos << ": chi2 = " << chi2 << " df = " << df);
+            CHECK(chi2 < chi2_critical(df, 3.29));
+        }
+    }
 }

@@ -184,3 +184,112 @@ TEST_CASE("a flattened tree verified in one forward gives each node the logits o
             REQUIRE(tree_logits[(size_t)id * V + i] == Approx(ref[row * V + i]).margin(1e-4));
     }
 }
+
+namespace {
+
+// A level source over hashed_proposals that counts its calls (one draft forward each).
+struct LevelSource {
+    int n_calls = 0;
+    int n_proposals = 4;
+    std::vector<std::vector<Proposal>> operator()(const TokenTree& tree, std::span<const int32_t> nodes) {
+        n_calls++;
+        std::vector<std::vector<Proposal>> out;
+        int32_t depth = -1;
+        for (int32_t n : nodes) {
+            if (depth >= 0) CHECK(tree.node(n).depth == depth);  // one depth per call
+            depth = tree.node(n).depth;
+            out.push_back(hashed_proposals(path_tokens(tree, n), n_proposals));
+        }
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("the fixed tree gives each node its first branch proposals breadth first, one call per depth, to the budget",
+          "[spec][tree]") {
+    for (int branch : {1, 2, 3}) {
+        for (int max_depth : {1, 2, 4}) {
+            for (int budget : {0, 1, 5, 12, 100}) {
+                INFO("branch " << branch << " max_depth " << max_depth << " budget " << budget);
+                LevelSource src;
+                const TokenTree t = grow_tree_fixed(
+                    1, {budget, max_depth, branch},
+                    [&](const TokenTree& tr, std::span<const int32_t> n) { return src(tr, n); });
+                // Reference: the full branch-ary tree's paths in breadth-first order, cut at the budget.
+                std::vector<std::vector<int32_t>> bfs, level = {{1}};
+                for (int d = 1; d <= max_depth; ++d) {
+                    std::vector<std::vector<int32_t>> next;
+                    for (const auto& p : level) {
+                        auto props = hashed_proposals(p, 4);
+                        for (int c = 0; c < branch; ++c) {
+                            auto q = p;
+                            q.push_back(props[(size_t)c].token);
+                            next.push_back(q);
+                        }
+                    }
+                    bfs.insert(bfs.end(), next.begin(), next.end());
+                    level.swap(next);
+                }
+                if ((int)bfs.size() > budget) bfs.resize((size_t)budget);
+                REQUIRE(t.n_draft() == (int)bfs.size());
+                for (int32_t id = 1; id < t.size(); ++id) CHECK(path_tokens(t, id) == bfs[(size_t)id - 1]);
+                CHECK(src.n_calls <= max_depth);
+                CHECK((branch > 1 || t.is_chain()));
+            }
+        }
+    }
+}
+
+TEST_CASE("the dynamic tree keeps the budget best of EAGLE-2's expanded candidates, connected, one call per depth",
+          "[spec][tree]") {
+    for (int branch : {1, 2, 3}) {
+        for (int max_depth : {1, 3, 5}) {
+            for (int budget : {0, 1, 4, 9, 30}) {
+                INFO("branch " << branch << " max_depth " << max_depth << " budget " << budget);
+                LevelSource src;
+                std::vector<int32_t> from;
+                const TokenTree t = grow_tree_dynamic(
+                    1, {budget, max_depth, branch},
+                    [&](const TokenTree& tr, std::span<const int32_t> n) { return src(tr, n); }, &from);
+                // Reference over token paths: each depth's candidates are the top `branch` proposals of
+                // the previous depth's `branch` best candidates; keep the budget best of them all.
+                struct Cand {
+                    std::vector<int32_t> path;
+                    double prob;
+                };
+                std::vector<Cand> all, level = {{{1}, 1.0}};
+                for (int d = 1; d <= max_depth && budget > 0; ++d) {
+                    std::vector<Cand> next;
+                    for (const Cand& c : level) {
+                        auto props = hashed_proposals(c.path, 4);
+                        for (int i = 0; i < branch; ++i) {
+                            Cand n = c;
+                            n.path.push_back(props[(size_t)i].token);
+                            n.prob = c.prob * (double)props[(size_t)i].prob;
+                            next.push_back(n);
+                        }
+                    }
+                    all.insert(all.end(), next.begin(), next.end());
+                    std::stable_sort(next.begin(), next.end(), [](const Cand& a, const Cand& b) { return a.prob > b.prob; });
+                    if ((int)next.size() > branch) next.resize((size_t)branch);
+                    level = next;
+                }
+                std::stable_sort(all.begin(), all.end(), [](const Cand& a, const Cand& b) { return a.prob > b.prob; });
+                if ((int)all.size() > budget) all.resize((size_t)budget);
+                std::vector<std::vector<int32_t>> want, got;
+                for (const Cand& c : all) want.push_back(c.path);
+                for (int32_t id = 1; id < t.size(); ++id) {
+                    got.push_back(path_tokens(t, id));
+                    CHECK(t.node(id).parent < id);  // parents first
+                    CHECK(t.node(id).depth <= max_depth);
+                }
+                std::sort(want.begin(), want.end());
+                std::sort(got.begin(), got.end());
+                CHECK(got == want);
+                CHECK(src.n_calls <= max_depth);
+                CHECK(from.size() == (size_t)t.size());
+            }
+        }
+    }
+}
