@@ -194,10 +194,17 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     f.n_cached_cross_tenant = ev.n_cached_cross_tenant;
                     f.n_cached_public = ev.n_cached_public;
                     f.first_scheduled_s = ev.first_scheduled_s;
+                    f.t_s = te;
                     f.n_drafts = ev.n_drafts;
                     f.n_draft_tokens = ev.n_draft_tokens;
                     f.n_accepted_tokens = ev.n_accepted_tokens;
-                    f.t_s = te;
+                    f.n_rollbacks = ev.n_rollbacks;
+                    if (ev.n_drafts > 0) {
+                        f.n_draft_tokens_at.assign(ev.n_draft_tokens_at.begin(), ev.n_draft_tokens_at.end());
+                        f.n_accepted_at.assign(ev.n_accepted_at.begin(), ev.n_accepted_at.end());
+                    }
+                    f.draft_s = ev.draft_s;
+                    f.verify_s = ev.verify_s;
                     self->send(it->second, finish_atom::value, f);
                     st.reply_to.erase(it);
                 }

@@ -201,10 +201,15 @@ RunEnd run_end(const FinishInfo& f) {
     e.n_cached_cross_tenant = f.n_cached_cross_tenant;
     e.n_cached_public = f.n_cached_public;
     e.first_scheduled_s = f.first_scheduled_s;
+    e.t_s = f.t_s;
     e.n_drafts = f.n_drafts;
     e.n_draft_tokens = f.n_draft_tokens;
     e.n_accepted_tokens = f.n_accepted_tokens;
-    e.t_s = f.t_s;
+    e.n_rollbacks = f.n_rollbacks;
+    e.n_draft_tokens_at = f.n_draft_tokens_at;
+    e.n_accepted_at = f.n_accepted_at;
+    e.draft_s = f.draft_s;
+    e.verify_s = f.verify_s;
     return e;
 }
 

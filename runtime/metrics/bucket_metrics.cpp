@@ -186,6 +186,23 @@ void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
     n_drafts += r.n_drafts;
     n_draft_tokens += r.n_draft_tokens;
     n_accepted_tokens += r.n_accepted_tokens;
+    n_rollbacks += r.n_rollbacks;
+    for (size_t i = 0; i < n_draft_tokens_at.size(); i++) {
+        n_draft_tokens_at[i] += r.n_draft_tokens_at[i];
+        n_accepted_at[i] += r.n_accepted_at[i];
+    }
+    draft_s += r.draft_s;
+    verify_s += r.verify_s;
+    const std::optional<double> tpot = request_tpot_s(r);
+    if (r.n_drafts > 0) {
+        ++n_spec_requests;
+        if (tpot) {
+            tpot_spec_s.record(*tpot);
+            n_decode_gaps_spec += r.n_output_tokens - 1;
+        }
+    } else if (tpot) {
+        tpot_plain_s.record(*tpot);
+    }
 }
 
 int64_t BucketMetrics::n_ok() const {
@@ -255,6 +272,61 @@ double BucketMetrics::fallback_rate() const {
 
 double BucketMetrics::mean_accepted_length() const {
     return n_drafts > 0 ? 1.0 + (double)n_accepted_tokens / (double)n_drafts : k_nan;
+}
+
+double BucketMetrics::acceptance_rate() const {
+    return ratio((double)n_accepted_tokens, (double)n_draft_tokens);
+}
+
+double BucketMetrics::acceptance_at(int i) const {
+    if (i < 0 || i >= k_spec_positions) return k_nan;
+    return ratio((double)n_accepted_at[(size_t)i], (double)n_draft_tokens_at[(size_t)i]);
+}
+
+int BucketMetrics::n_spec_positions() const {
+    int n = 0;
+    for (int i = 0; i < k_spec_positions; i++)
+        if (n_draft_tokens_at[(size_t)i] > 0) n = i + 1;
+    return n;
+}
+
+const char* spec_gain_source_name(SpecGainSource s) {
+    switch (s) {
+        case SpecGainSource::NONE: return "none";
+        case SpecGainSource::BASELINE: return "baseline";
+        case SpecGainSource::PLAIN_REQUESTS: return "plain_requests";
+        case SpecGainSource::ESTIMATE: return "estimate";
+    }
+    return "none";
+}
+
+SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s) {
+    SpecGain g;
+    const double with = m.tpot_spec_s.mean();
+    if (m.n_drafts == 0 || !(with > 0)) return g;
+    if (baseline_tpot_s && *baseline_tpot_s > 0) {
+        g.tpot_without_s = *baseline_tpot_s;
+        g.source = SpecGainSource::BASELINE;
+    } else if (m.tpot_plain_s.count() > 0) {
+        g.tpot_without_s = m.tpot_plain_s.mean();
+        g.source = SpecGainSource::PLAIN_REQUESTS;
+    } else if (m.n_decode_gaps_spec > 0) {
+        const double verify_per_draft = m.verify_s / (double)m.n_drafts;
+        g.tpot_without_s =
+            with + ((double)m.n_accepted_tokens * verify_per_draft - m.draft_s) / (double)m.n_decode_gaps_spec;
+        g.source = SpecGainSource::ESTIMATE;
+    } else {
+        return g;
+    }
+    g.gain = g.tpot_without_s / with;
+    return g;
+}
+
+SpecGain MetricsRegistry::spec_gain(std::string_view bucket) const {
+    const BucketMetrics* m = bucket == "all" ? &all_ : this->bucket(bucket);
+    if (!m) return {};
+    auto it = spec_baseline_.find(bucket);
+    return speculation_gain(*m, it == spec_baseline_.end() ? std::nullopt : std::optional<double>(it->second));
 }
 
 double request_cost(const RequestRecord& r, const MetricsConfig& cfg) {
@@ -361,6 +433,51 @@ double MetricsRegistry::goodput_req_s(const BucketMetrics& m) const {
     return m.has_slo ? ratio((double)m.n_met_slo, window_s()) : k_nan;
 }
 
+std::optional<double> MetricsRegistry::spec_baseline_of(const BucketMetrics& m) const {
+    std::string_view name = "all";
+    if (&m != &all_) {
+        name = {};
+        for (const auto& [b, row] : buckets_)
+            if (&row == &m) name = b;
+    }
+    auto it = spec_baseline_.find(name);
+    if (name.empty() || it == spec_baseline_.end()) return std::nullopt;
+    return it->second;
+}
+
+// The row's speculation figures (METRICS.md "Speculative decoding"); per-position arrays run to the
+// last draft position used.
+nlohmann::json MetricsRegistry::spec_json(const BucketMetrics& m) const {
+    using nlohmann::json;
+    json proposed = json::array(), accepted = json::array(), rate = json::array();
+    for (int i = 0; i < m.n_spec_positions(); i++) {
+        proposed.push_back(m.n_draft_tokens_at[(size_t)i]);
+        accepted.push_back(m.n_accepted_at[(size_t)i]);
+        rate.push_back(num(m.acceptance_at(i)));
+    }
+    const SpecGain g = speculation_gain(m, spec_baseline_of(m));
+    return {{"drafts", m.n_drafts},
+            {"draft_tokens", m.n_draft_tokens},
+            {"accepted_tokens", m.n_accepted_tokens},
+            {"rejected_tokens", m.n_rejected_tokens()},
+            {"mean_accepted_length", num(m.mean_accepted_length())},
+            {"acceptance_rate", num(m.acceptance_rate())},
+            {"acceptance_per_position", rate},
+            {"draft_tokens_per_position", proposed},
+            {"accepted_tokens_per_position", accepted},
+            {"draft_s", m.draft_s},
+            {"verify_s", m.verify_s},
+            {"draft_ms_per_draft", num(ratio(m.draft_s, (double)m.n_drafts) * 1e3)},
+            {"verify_ms_per_draft", num(ratio(m.verify_s, (double)m.n_drafts) * 1e3)},
+            {"rollbacks", m.n_rollbacks},
+            {"requests_speculating", m.n_spec_requests},
+            {"tpot_spec_ms", dist_ms(m.tpot_spec_s)},
+            {"tpot_plain_ms", dist_ms(m.tpot_plain_s)},
+            {"gain", num(g.gain)},
+            {"gain_tpot_without_ms", num(g.tpot_without_s * 1e3)},
+            {"gain_source", spec_gain_source_name(g.source)}};
+}
+
 nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
     using nlohmann::json;
     json by_finish = json::object();
@@ -458,11 +575,7 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"fallback_rate", num(m.fallback_rate())},
           {"quality", num(m.quality())},
           {"quality_by_route", quality}}},
-        {"speculation",
-         {{"drafts", m.n_drafts},
-          {"draft_tokens", m.n_draft_tokens},
-          {"accepted_tokens", m.n_accepted_tokens},
-          {"mean_accepted_length", num(m.mean_accepted_length())}}},
+        {"speculation", spec_json(m)},
     };
 }
 
@@ -550,6 +663,55 @@ std::string MetricsRegistry::to_table() const {
             fmt(m.fallback_rate() * 100.0, "%.1f"),
             fmt(m.quality(), "%.3f"),
         };
+    };
+    for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
+    out += line(row_cells("all", all_));
+    return out + spec_table();
+}
+
+// Printed only when some request drafted, so the main table stays readable without speculation.
+// acc_by_pos: acceptance at the first draft positions; gain: TPOT without / with speculation, its
+// "without" from a baseline run, the bucket's plain requests or an estimate (see speculation_gain).
+std::string MetricsRegistry::spec_table() const {
+    if (all_.n_drafts == 0) return {};
+    struct Column {
+        const char* header;
+        int width;
+    };
+    static constexpr Column columns[] = {
+        {"speculation", 12}, {"drafts", 8},   {"draft_tok", 10}, {"accepted", 9},   {"rejected", 9},
+        {"mean_acc_len", 12}, {"acc_by_pos", 24}, {"draft_s", 9},  {"verify_s", 9},   {"rollbacks", 9},
+        {"gain", 6},         {"gain_from", 14},
+    };
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string s;
+        for (size_t i = 0; i < cells.size(); ++i) {
+            char buf[128];
+            std::snprintf(buf, sizeof buf, i == 0 ? "%-*s" : " %*s", columns[i].width, cells[i].c_str());
+            s += buf;
+        }
+        return s + "\n";
+    };
+    std::vector<std::string> header;
+    for (const Column& c : columns) header.emplace_back(c.header);
+    std::string out = "\n" + line(header);
+    auto row_cells = [&](const std::string& name, const BucketMetrics& m) {
+        std::string by_pos;
+        for (int i = 0; i < std::min(m.n_spec_positions(), 5); i++) by_pos += (i ? " " : "") + fmt(m.acceptance_at(i), "%.2f");
+        if (by_pos.empty()) by_pos = "-";
+        const SpecGain g = speculation_gain(m, spec_baseline_of(m));
+        return std::vector<std::string>{name,
+                                        std::to_string(m.n_drafts),
+                                        std::to_string(m.n_draft_tokens),
+                                        std::to_string(m.n_accepted_tokens),
+                                        std::to_string(m.n_rejected_tokens()),
+                                        fmt(m.mean_accepted_length(), "%.2f"),
+                                        by_pos,
+                                        fmt(m.draft_s, "%.3f"),
+                                        fmt(m.verify_s, "%.3f"),
+                                        std::to_string(m.n_rollbacks),
+                                        fmt(g.gain, "%.2f"),
+                                        g.source == SpecGainSource::NONE ? "-" : spec_gain_source_name(g.source)};
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
     out += line(row_cells("all", all_));
@@ -703,12 +865,48 @@ std::string MetricsRegistry::to_prometheus() const {
            "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.");
     for (const PolicyFigure& p : policies_)
         out += "steward_plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
-    counter("steward_spec_decode_drafts_total", "Speculative drafts.",
+    // Speculative decoding: vLLM's spec_decode_num_* counters (per position too), then ours.
+    counter("steward_spec_decode_num_drafts_total", "Target verifications of a non-empty draft.",
             [](const BucketMetrics& m) { return m.n_drafts; });
-    counter("steward_spec_decode_draft_tokens_total", "Draft tokens proposed.",
+    counter("steward_spec_decode_num_draft_tokens_total", "Draft tokens verified.",
             [](const BucketMetrics& m) { return m.n_draft_tokens; });
-    counter("steward_spec_decode_accepted_tokens_total", "Draft tokens accepted.",
+    counter("steward_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
             [](const BucketMetrics& m) { return m.n_accepted_tokens; });
+    auto per_pos = [&](const char* name, const char* help, std::array<int64_t, k_spec_positions> BucketMetrics::*a) {
+        family(name, "counter", help);
+        for (const std::string& b : names) {
+            const BucketMetrics& m = buckets_.find(b)->second;
+            for (int i = 0; i < m.n_spec_positions(); i++)
+                out += std::string(name) + "{" + label(b) + ",position=\"" + std::to_string(i) + "\"} " +
+                       std::to_string((m.*a)[(size_t)i]) + "\n";
+        }
+    };
+    per_pos("steward_spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens accepted at each draft position.",
+            &BucketMetrics::n_accepted_at);
+    per_pos("steward_spec_decode_num_draft_tokens_per_pos_total", "Draft tokens verified at each draft position.",
+            &BucketMetrics::n_draft_tokens_at);
+    counter("steward_spec_decode_num_rejected_tokens_total", "Draft tokens not accepted.",
+            [](const BucketMetrics& m) { return m.n_rejected_tokens(); });
+    counter("steward_spec_decode_num_rollbacks_total", "Verifications that discarded the KV of rejected draft tokens.",
+            [](const BucketMetrics& m) { return m.n_rollbacks; });
+    counter("steward_spec_decode_draft_time_seconds_total", "Wall time in draft forwards, seconds.",
+            [](const BucketMetrics& m) { return m.draft_s; });
+    counter("steward_spec_decode_verify_time_seconds_total",
+            "Wall time in the target forwards that verified drafts (per request), seconds.",
+            [](const BucketMetrics& m) { return m.verify_s; });
+    family("steward_spec_decode_mean_accepted_length", "gauge", "Tokens produced per verification: 1 + accepted / drafts.");
+    for (const std::string& b : names)
+        if (buckets_.find(b)->second.n_drafts > 0)
+            out += "steward_spec_decode_mean_accepted_length{" + label(b) + "} " +
+                   prometheus_number(buckets_.find(b)->second.mean_accepted_length()) + "\n";
+    family("steward_spec_decode_gain", "gauge",
+           "TPOT without speculation / TPOT with it, over requests that drafted; source: where 'without' comes from.");
+    for (const std::string& b : names) {
+        const SpecGain g = spec_gain(b);
+        if (g.source != SpecGainSource::NONE)
+            out += "steward_spec_decode_gain{" + label(b) + ",source=\"" + spec_gain_source_name(g.source) + "\"} " +
+                   prometheus_number(g.gain) + "\n";
+    }
 
     auto alabel = [](const std::string& pool, const TenantAdmission& t) {
         return "pool=\"" + prometheus_label_value(pool) + "\",tenant=\"" + prometheus_label_value(t.tenant) + "\"";

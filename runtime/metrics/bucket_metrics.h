@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +17,9 @@
 #include "util/finish_reason.h"
 
 namespace steward {
+
+// Draft positions counted per request for acceptance per position (the engine's k_max_spec_tokens).
+constexpr int k_spec_positions = 16;
 
 // Work a request did on a pool before the one that finished it (an upgrade re-ran or continued it).
 struct PoolUse {
@@ -49,10 +53,16 @@ struct RequestRecord {
     // Routing: filled by the request core (runtime/request/request_fsm).
     std::vector<PoolUse> prior_pools;  // non-empty: upgraded from a cheaper pool
     bool fallback = false;             // served by a fallback path
-    // Speculation (the speculation issue fills these; 0 until then).
+    // Speculation (the engine's EngineEvent figures): verifications with a non-empty draft, draft
+    // tokens verified, of those accepted, verifications that rolled back rejected KV; per draft
+    // position the tokens verified and accepted there; wall seconds in its draft forwards and in the
+    // target forwards that verified its drafts.
     int64_t n_drafts = 0;
     int64_t n_draft_tokens = 0;
     int64_t n_accepted_tokens = 0;
+    int64_t n_rollbacks = 0;
+    std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
+    double draft_s = 0.0, verify_s = 0.0;
 };
 
 // A KV gauge reading pushed by the KV layer.
@@ -174,9 +184,17 @@ struct BucketMetrics {
     std::map<std::string, RouteQuality, std::less<>> route_quality;
     double quality() const;  // agreement over every shadowed request of the row; NaN without
 
+    // Speculation (METRICS.md "Speculative decoding"): sums of the requests' figures, and TPOT split
+    // by whether the request drafted at all (the plain ones are a same-run baseline).
     int64_t n_drafts = 0;
     int64_t n_draft_tokens = 0;
     int64_t n_accepted_tokens = 0;
+    int64_t n_rollbacks = 0;
+    std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
+    double draft_s = 0.0, verify_s = 0.0;
+    int64_t n_spec_requests = 0;   // requests with n_drafts > 0
+    int64_t n_decode_gaps_spec = 0;  // Σ (n_output - 1) over those with >= 2 output tokens
+    Histogram tpot_spec_s, tpot_plain_s;  // TPOT of requests that drafted / did not
 
     KvGauges kv;
     std::map<std::string, int64_t, std::less<>> n_evictions_by_policy;
@@ -194,7 +212,30 @@ struct BucketMetrics {
     double upgrade_rate() const;          // NaN without requests
     double fallback_rate() const;         // NaN without requests
     double mean_accepted_length() const;  // 1 + accepted / drafts; NaN without drafts
+    int64_t n_rejected_tokens() const { return n_draft_tokens - n_accepted_tokens; }
+    double acceptance_rate() const;        // accepted / draft tokens; NaN without drafts
+    double acceptance_at(int i) const;     // accepted / proposed at draft position i; NaN if none
+    int n_spec_positions() const;          // positions with a draft token (the last used + 1)
 };
+
+// Where a bucket's speculation gain comes from (the "without" TPOT it divides).
+enum class SpecGainSource { NONE, BASELINE, PLAIN_REQUESTS, ESTIMATE };
+const char* spec_gain_source_name(SpecGainSource s);  // "none", "baseline", "plain_requests", "estimate"
+
+// Speculation gain of a row: TPOT without speculation / TPOT with it (> 1: speculation helps), over
+// the requests that drafted. "Without" is, first, a measured baseline TPOT given for the bucket
+// (MetricsRegistry::set_spec_baseline, e.g. a bench's run with speculation off); else the mean TPOT
+// of the bucket's requests in this run that never drafted (the adaptive policy's k = 0 ones; needs
+// at least one); else an estimate from the measured parts: each verification forward costs about
+// one plain decode step (small batches are bound by reading the weights, not by the k + 1 rows),
+// so without speculation each accepted token would have cost one more such step and the drafts
+// nothing: TPOT_off ~ TPOT_spec + (accepted · verify_s / drafts - draft_s) / decode gaps.
+struct SpecGain {
+    double gain = std::numeric_limits<double>::quiet_NaN();  // NaN without drafts
+    double tpot_without_s = std::numeric_limits<double>::quiet_NaN();
+    SpecGainSource source = SpecGainSource::NONE;
+};
+SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s);
 
 // Cost of one request: Σ over the pools it used of (uncached prompt · prompt price + cached prompt ·
 // cached price + output · output price) / 1e6. Pools without a price cost 0; an OVERLOADED request
@@ -232,6 +273,9 @@ public:
     void record_reload(bool ok, uint64_t generation, const std::string& error = {});
     // Prices and SLOs of a new config generation (accumulated figures are kept).
     void update_config(MetricsConfig cfg) { cfg_ = std::move(cfg); }
+    // A measured TPOT of the bucket without speculation (a run with it off), for its speculation gain.
+    void set_spec_baseline(std::string_view bucket, double tpot_s) { spec_baseline_[std::string(bucket)] = tpot_s; }
+    SpecGain spec_gain(std::string_view bucket) const;  // "all" for the all row
     // The plugin decision counts, refreshed by the owner before writing a report.
     void set_policy_figures(std::vector<PolicyFigure> f) { policies_ = std::move(f); }
     // A pool's KV admission figures per tenant (its kv_allocator's), replacing the pool's previous ones.
@@ -257,7 +301,8 @@ public:
     // in the key names (ttft_ms: {count, mean, p50, p95, p99, max}), undefined figures null.
     nlohmann::json row_json(const BucketMetrics& m) const;
     nlohmann::json to_json() const;
-    // Fixed-width text: one row per bucket and "all"; "-" for undefined figures.
+    // Fixed-width text: one row per bucket and "all"; "-" for undefined figures. When some request
+    // drafted, a speculation table per bucket follows (spec_table).
     std::string to_table() const;
     // Text exposition format 0.0.4, Prometheus naming: steward_ prefix, the base unit last
     // (_seconds, _tokens, _blocks, _ratio for 0-1), _total on counters only; names follow vLLM's
@@ -279,6 +324,10 @@ private:
     std::string last_reload_error_;
     std::vector<PolicyFigure> policies_;
     std::map<std::string, std::vector<TenantAdmission>, std::less<>> admission_;  // pool -> by tenant
+    std::map<std::string, double, std::less<>> spec_baseline_;  // bucket -> TPOT without speculation, s
+    std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
+    nlohmann::json spec_json(const BucketMetrics& m) const;
+    std::optional<double> spec_baseline_of(const BucketMetrics& m) const;  // set_spec_baseline's, for m's row
 
 public:
     // Request figures by (bucket, pool, tenant), for the Prometheus series labelled with all three.

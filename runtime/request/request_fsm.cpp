@@ -250,13 +250,21 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     rec.n_output_tokens = (int64_t)result_.tokens.size();
     rec.n_recomputed_tokens = end.n_recomputed;
     rec.n_preemptions = end.n_preemptions;
-    rec.n_drafts = end.n_drafts;
-    rec.n_draft_tokens = end.n_draft_tokens;
-    rec.n_accepted_tokens = end.n_accepted_tokens;
     rec.finish = end.reason;
     rec.config_generation = route_.generation;
     rec.prior_pools = prior_pools_;
     rec.fallback = route_.fallback;
+    // Speculation figures are the answering run's (like its preemptions).
+    rec.n_drafts = end.n_drafts;
+    rec.n_draft_tokens = end.n_draft_tokens;
+    rec.n_accepted_tokens = end.n_accepted_tokens;
+    rec.n_rollbacks = end.n_rollbacks;
+    for (size_t i = 0; i < rec.n_draft_tokens_at.size(); i++) {
+        if (i < end.n_draft_tokens_at.size()) rec.n_draft_tokens_at[i] = end.n_draft_tokens_at[i];
+        if (i < end.n_accepted_at.size()) rec.n_accepted_at[i] = end.n_accepted_at[i];
+    }
+    rec.draft_s = end.draft_s;
+    rec.verify_s = end.verify_s;
     return rec;
 }
 

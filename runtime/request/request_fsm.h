@@ -45,9 +45,12 @@ struct RunEnd {
     int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
     // The engine's per-request counts (0 until the engine carries them to the request).
     int32_t n_preemptions = 0, n_cached_cross_tenant = 0, n_cached_public = 0;
-    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0;  // speculative decoding
     double first_scheduled_s = -1;  // -1: never scheduled
     double t_s = 0;                 // when it ended
+    // Speculation (EngineEvent's); per draft position from 0, as many as carried.
+    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+    std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
+    double draft_s = 0, verify_s = 0;
 };
 
 // A pool of the request's generation, as the request sees it.

@@ -141,6 +141,8 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_draft_tokens = s.n_draft_tokens;
     e.n_accepted_tokens = s.n_accepted_tokens;
     e.n_rollbacks = s.n_rollbacks;
+    e.n_draft_tokens_at = s.n_draft_tokens_at;
+    e.n_accepted_at = s.n_accepted_at;
     e.draft_s = s.draft_s;
     e.verify_s = s.verify_s;
     e.n_spec_fallbacks = s.n_spec_fallbacks;

@@ -107,6 +107,9 @@ struct EngineEvent {
     int n_draft_tokens = 0;
     int n_accepted_tokens = 0;
     int n_rollbacks = 0;
+    // Per draft position i: draft tokens verified there and, of them, accepted (acceptance per
+    // position = accepted / proposed).
+    std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
     // Wall time of this request's draft forwards (n-gram lookup included), and of the target forwards
     // in which it verified drafts (the whole step's forward: its batch shares it).
     double draft_s = 0, verify_s = 0;
@@ -201,6 +204,7 @@ private:
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
         DraftModel* draft_owner = nullptr;  // whose sequence draft_kv is (draft_ or a self-draft)
         int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+        std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
         // What the speculation policy is told (SpecSeqStats): its last answer, the acceptance per
         // position (started from the bucket's), accepted / proposed of recent verifications.
         int last_budget = 0;

@@ -457,6 +457,17 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     s.n_drafts++;
     s.n_draft_tokens += k;
     s.n_accepted_tokens += r.n_accepted;
+    // Per draft position (a tree's depth - 1): tokens proposed there, and the accepted path's one.
+    if (d.is_tree()) {
+        std::vector<int32_t> depth((size_t)k + 1, 0);  // [k + 1] node 0 is the root
+        for (int i = 1; i <= k; i++) {
+            depth[(size_t)i] = depth[(size_t)d.parents[(size_t)i - 1]] + 1;
+            s.n_draft_tokens_at[(size_t)depth[(size_t)i] - 1]++;
+        }
+    } else {
+        for (int i = 0; i < k; i++) s.n_draft_tokens_at[(size_t)i]++;
+    }
+    for (int i = 0; i < r.n_accepted; i++) s.n_accepted_at[(size_t)i]++;
     stats_.n_drafts++;
     stats_.n_draft_tokens += k;
     stats_.n_accepted_tokens += r.n_accepted;

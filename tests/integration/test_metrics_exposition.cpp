@@ -3,6 +3,7 @@
 // was served.
 #include <catch2/catch.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "api/runtime.h"
 #include "prometheus_text.h"
@@ -106,4 +107,61 @@ pool = "large"
     CHECK(tight_overloaded == 1);
     CHECK(e.types.count("steward_plugin_decisions_total") == 1);
     CHECK(e.types.count("steward_kv_cache_usage_ratio") == 1);
+}
+
+TEST_CASE("A bucket that speculates shows its drafts per position in Prometheus, the JSON report and the table",
+          "[metrics][speculation]") {
+    std::string t = two_pool_toml();
+    // The large pool drafts with the small pool's model (its first layer).
+    const size_t at = t.find("[pool.synth]\ndim =");
+    REQUIRE(at != std::string::npos);
+    t.insert(at, "draft = \"small\"\n");
+    t += R"(
+[[bucket]]
+name = "spec"
+pool = "large"
+[bucket.match]
+hint = "spec"
+[bucket.speculation]
+plugin = "fixed"
+budget = 3
+source = "draft"
+
+[[bucket]]
+name = "other"
+pool = "large"
+)";
+    const std::string path = write_config("metrics_speculation.toml", t);
+    auto started = Runtime::start(path);
+    if (!started) FAIL(started.error().message);
+    auto rt = std::move(started.value());
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+        GenerationRequest q;
+        q.bucket_hint = i % 2 ? "spec" : "";
+        for (int k = 0; k < 12; k++) q.prompt_ids.push_back(300 + k * 11 + i);
+        q.max_tokens = 8;
+        reqs.push_back(q);
+    }
+    for (const auto& r : run_all(*rt, reqs)) CHECK(r.ok());
+
+    PrometheusExposition e = check_prometheus_text(rt->metrics_prometheus());
+    std::string errors;
+    for (const auto& x : e.errors) errors += x + "\n";
+    INFO(errors);
+    REQUIRE(e.errors.empty());
+    const double n_drafts = e.values["steward_spec_decode_num_drafts_total{bucket=\"spec\"}"];
+    CHECK(n_drafts > 0);
+    CHECK(e.values["steward_spec_decode_num_draft_tokens_total{bucket=\"spec\"}"] >= n_drafts);
+    // Every draft has a first position; the plain bucket drafted nothing.
+    CHECK(e.values["steward_spec_decode_num_draft_tokens_per_pos_total{bucket=\"spec\",position=\"0\"}"] == n_drafts);
+    CHECK(e.values["steward_spec_decode_verify_time_seconds_total{bucket=\"spec\"}"] > 0);
+    CHECK(e.values["steward_spec_decode_num_drafts_total{bucket=\"other\"}"] == 0);
+
+    const auto j = nlohmann::json::parse(rt->metrics_json());
+    const auto& s = j["buckets"]["spec"]["speculation"];
+    CHECK(s["drafts"].get<double>() == n_drafts);
+    CHECK(s["requests_speculating"].get<int>() >= 1);
+    CHECK(s["acceptance_per_position"].size() >= 1);
+    CHECK(rt->metrics_table().find("mean_acc_len") != std::string::npos);
 }

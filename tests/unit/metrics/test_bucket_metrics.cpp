@@ -328,7 +328,7 @@ TEST_CASE("the Prometheus text parses line by line with vLLM-aligned names", "[m
     CHECK(values["steward_request_failure_total{bucket=\"short_qa\",finished_reason=\"overloaded\"}"] == 1);
     CHECK(values["steward_route_requests_total{bucket=\"short_qa\",pool=\"small\"}"] == 3);
     CHECK(values["steward_kv_cache_evicted_blocks_total{policy=\"lru\"}"] == 7);
-    CHECK(values["steward_spec_decode_drafts_total{bucket=\"short_qa\"}"] == 0);
+    CHECK(values["steward_spec_decode_num_drafts_total{bucket=\"short_qa\"}"] == 0);
     CHECK(values["steward_time_to_first_token_seconds_count{bucket=\"short_qa\"}"] == 3);
     CHECK(values["steward_time_to_first_token_seconds_sum{bucket=\"short_qa\"}"] == Approx(0.45));
     CHECK(values["steward_time_to_first_token_seconds_bucket{bucket=\"short_qa\",le=\"0.08\"}"] == 1);
@@ -377,4 +377,145 @@ TEST_CASE("finish reasons and length classes name and bound what they should", "
     CHECK(prompt_length_class(64) == 6);
     CHECK(prompt_length_class(127) == 6);
     CHECK(prompt_length_class(128) == 7);
+}
+
+namespace {
+
+// A request that speculated: per draft position the tokens verified and accepted there.
+RequestRecord spec_rec(std::string bucket, int64_t n_out, double gap, int64_t n_drafts, std::vector<int64_t> proposed,
+                       std::vector<int64_t> accepted, int64_t n_rollbacks, double draft_s, double verify_s) {
+    RequestRecord r;
+    r.bucket = std::move(bucket);
+    r.pool = "large";
+    r.t_arrival_s = 0.0;
+    r.t_first_token_s = 0.1;
+    r.itl_s.assign((size_t)(n_out - 1), gap);
+    r.t_finish_s = 0.1 + gap * (double)(n_out - 1);
+    r.n_prompt_tokens = 8;
+    r.n_output_tokens = n_out;
+    r.n_drafts = n_drafts;
+    for (size_t i = 0; i < proposed.size(); i++) {
+        r.n_draft_tokens_at[i] = proposed[i];
+        r.n_accepted_at[i] = accepted[i];
+        r.n_draft_tokens += proposed[i];
+        r.n_accepted_tokens += accepted[i];
+    }
+    r.n_rollbacks = n_rollbacks;
+    r.draft_s = draft_s;
+    r.verify_s = verify_s;
+    r.finish = FinishReason::LENGTH;
+    return r;
+}
+
+}  // namespace
+
+// Hand-worked: request A drafted 10 times with k = 4 (40 draft tokens, accepted 10/8/7/5 = 30 by
+// position), 41 tokens at 10 ms; request B 5 times with k = 2 (10 tokens, accepted 3/1), 9 tokens at
+// 20 ms. Sums: 15 drafts, 50 draft tokens, 34 accepted, 16 rejected, mean accepted length
+// 1 + 34/15; acceptance by position 13/15, 9/15, 7/10, 5/10.
+TEST_CASE("speculation figures sum per bucket and give acceptance per position and mean accepted length", "[metrics]") {
+    MetricsRegistry m;
+    m.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    m.record(spec_rec("long_output", 9, 0.02, 5, {5, 5}, {3, 1}, 4, 0.1, 0.25));
+    m.record(rec("high_temp", "t", "large", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP));
+    const BucketMetrics& lo = *m.bucket("long_output");
+    CHECK(lo.n_drafts == 15);
+    CHECK(lo.n_draft_tokens == 50);
+    CHECK(lo.n_accepted_tokens == 34);
+    CHECK(lo.n_rejected_tokens() == 16);
+    CHECK(lo.n_rollbacks == 10);
+    CHECK(lo.mean_accepted_length() == Approx(1.0 + 34.0 / 15.0));
+    CHECK(lo.acceptance_rate() == Approx(34.0 / 50.0));
+    CHECK(lo.n_spec_positions() == 4);
+    CHECK(lo.acceptance_at(0) == Approx(13.0 / 15.0));
+    CHECK(lo.acceptance_at(1) == Approx(9.0 / 15.0));
+    CHECK(lo.acceptance_at(2) == Approx(7.0 / 10.0));
+    CHECK(lo.acceptance_at(3) == Approx(5.0 / 10.0));
+    CHECK(std::isnan(lo.acceptance_at(4)));
+    CHECK(lo.draft_s == Approx(0.3));
+    CHECK(lo.verify_s == Approx(0.75));
+    CHECK(lo.n_spec_requests == 2);
+    CHECK(m.all().n_drafts == 15);
+    CHECK(m.all().n_accepted_at[0] == 13);
+    const BucketMetrics& ht = *m.bucket("high_temp");
+    CHECK(ht.n_drafts == 0);
+    CHECK(std::isnan(ht.mean_accepted_length()));
+    CHECK(ht.n_spec_positions() == 0);
+    CHECK(m.spec_gain("high_temp").source == SpecGainSource::NONE);
+    CHECK(std::isnan(m.spec_gain("high_temp").gain));
+}
+
+// The estimate on the same two requests: TPOT with = mean(10, 20) ms = 15 ms; each of the 34
+// accepted tokens would have cost one more verify-sized step (0.75 s / 15 drafts = 50 ms) and the
+// 0.3 s of drafting nothing, over 40 + 8 decode gaps: without = 15 ms + (1.7 - 0.3) / 48 s.
+TEST_CASE("speculation gain divides a baseline, else the bucket's plain requests, else an estimate", "[metrics]") {
+    MetricsRegistry m;
+    m.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    m.record(spec_rec("long_output", 9, 0.02, 5, {5, 5}, {3, 1}, 4, 0.1, 0.25));
+    SpecGain g = m.spec_gain("long_output");
+    CHECK(g.source == SpecGainSource::ESTIMATE);
+    const double without = 0.015 + (34 * 0.05 - 0.3) / 48.0;
+    CHECK(g.tpot_without_s == Approx(without));
+    CHECK(g.gain == Approx(without / 0.015));
+
+    // A request of the bucket that never drafted (30 ms TPOT) is a measured "without" in the same run.
+    m.record(spec_rec("long_output", 5, 0.03, 0, {}, {}, 0, 0.0, 0.0));
+    g = m.spec_gain("long_output");
+    CHECK(g.source == SpecGainSource::PLAIN_REQUESTS);
+    CHECK(g.gain == Approx(0.03 / 0.015));
+    CHECK(m.bucket("long_output")->n_spec_requests == 2);  // the plain one does not count
+
+    // A baseline run's TPOT wins over both.
+    m.set_spec_baseline("long_output", 0.045);
+    g = m.spec_gain("long_output");
+    CHECK(g.source == SpecGainSource::BASELINE);
+    CHECK(g.gain == Approx(3.0));
+    CHECK(std::string(spec_gain_source_name(g.source)) == "baseline");
+}
+
+TEST_CASE("the JSON report carries every speculation figure per bucket", "[metrics]") {
+    MetricsRegistry m;
+    m.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    const nlohmann::json j = m.to_json();
+    const nlohmann::json& s = j["buckets"]["long_output"]["speculation"];
+    for (const char* key : {"drafts", "draft_tokens", "accepted_tokens", "rejected_tokens", "mean_accepted_length",
+                            "acceptance_rate", "acceptance_per_position", "draft_tokens_per_position",
+                            "accepted_tokens_per_position", "draft_s", "verify_s", "draft_ms_per_draft",
+                            "verify_ms_per_draft", "rollbacks", "requests_speculating", "tpot_spec_ms", "tpot_plain_ms",
+                            "gain", "gain_tpot_without_ms", "gain_source"}) {
+        INFO(key);
+        CHECK(s.contains(key));
+    }
+    CHECK(s["drafts"] == 10);
+    CHECK(s["rejected_tokens"] == 10);
+    CHECK(s["rollbacks"] == 6);
+    CHECK(s["acceptance_per_position"].size() == 4);
+    CHECK(s["acceptance_per_position"][1].get<double>() == Approx(0.8));
+    CHECK(s["accepted_tokens_per_position"][3] == 5);
+    CHECK(s["verify_ms_per_draft"].get<double>() == Approx(50.0));
+    CHECK(s["gain_source"] == "estimate");
+    CHECK(j["all"]["speculation"]["mean_accepted_length"].get<double>() == Approx(4.0));
+}
+
+TEST_CASE("the table shows a speculation section only when some bucket speculated", "[metrics]") {
+    MetricsRegistry plain;
+    plain.record(rec("short_qa", "t", "small", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP));
+    CHECK(plain.to_table().find("mean_acc_len") == std::string::npos);
+
+    MetricsRegistry m;
+    m.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    m.record(rec("short_qa", "t", "small", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP));
+    const std::string t = m.to_table();
+    INFO(t);
+    const size_t at = t.find("mean_acc_len");
+    REQUIRE(at != std::string::npos);
+    std::istringstream lines(t.substr(t.rfind('\n', at) + 1));
+    std::string line;
+    std::map<std::string, std::string> rows;
+    while (std::getline(lines, line))
+        if (!line.empty()) rows[line.substr(0, line.find(' '))] = line;
+    REQUIRE(rows.count("long_output"));
+    CHECK(rows["long_output"].find("1.00 0.80 0.70 0.50") != std::string::npos);
+    CHECK(rows["long_output"].find("estimate") != std::string::npos);
+    CHECK(rows["short_qa"].find("1.00") == std::string::npos);  // no drafts: dashes
 }

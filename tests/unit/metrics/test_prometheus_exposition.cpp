@@ -123,3 +123,49 @@ TEST_CASE("Every family of the registry's exposition conforms, with label values
     CHECK(saw_awkward);
     CHECK(e.types.size() >= 40);
 }
+
+TEST_CASE("The speculation families conform and carry vLLM's counters per bucket and position", "[metrics]") {
+    MetricsRegistry m;
+    RequestRecord r;
+    r.bucket = "long_output";
+    r.pool = "large";
+    r.t_first_token_s = 0.1;
+    r.t_finish_s = 0.5;
+    r.itl_s = {0.1, 0.1, 0.1, 0.1};
+    r.n_output_tokens = 5;
+    r.n_drafts = 2;
+    r.n_draft_tokens = 5;
+    r.n_accepted_tokens = 3;
+    r.n_draft_tokens_at = {2, 2, 1};
+    r.n_accepted_at = {2, 1, 0};
+    r.n_rollbacks = 2;
+    r.draft_s = 0.02;
+    r.verify_s = 0.08;
+    m.record(r);
+    r.bucket = "high_temp";  // a bucket that never drafted: counters at 0, no per-position series
+    r.n_drafts = r.n_draft_tokens = r.n_accepted_tokens = r.n_rollbacks = 0;
+    r.n_draft_tokens_at = {};
+    r.n_accepted_at = {};
+    r.draft_s = r.verify_s = 0;
+    m.record(r);
+    const std::string text = m.to_prometheus();
+    auto e = check_prometheus_text(text);
+    INFO(errors_of(e) << text);
+    REQUIRE(e.errors.empty());
+    CHECK(e.types["steward_spec_decode_num_drafts_total"] == "counter");
+    CHECK(e.types["steward_spec_decode_mean_accepted_length"] == "gauge");
+    CHECK(e.values["steward_spec_decode_num_drafts_total{bucket=\"long_output\"}"] == 2);
+    CHECK(e.values["steward_spec_decode_num_draft_tokens_total{bucket=\"long_output\"}"] == 5);
+    CHECK(e.values["steward_spec_decode_num_accepted_tokens_total{bucket=\"long_output\"}"] == 3);
+    CHECK(e.values["steward_spec_decode_num_rejected_tokens_total{bucket=\"long_output\"}"] == 2);
+    CHECK(e.values["steward_spec_decode_num_rollbacks_total{bucket=\"long_output\"}"] == 2);
+    CHECK(e.values["steward_spec_decode_num_accepted_tokens_per_pos_total{bucket=\"long_output\",position=\"1\"}"] == 1);
+    CHECK(e.values["steward_spec_decode_num_draft_tokens_per_pos_total{bucket=\"long_output\",position=\"2\"}"] == 1);
+    CHECK(e.values["steward_spec_decode_draft_time_seconds_total{bucket=\"long_output\"}"] == Approx(0.02));
+    CHECK(e.values["steward_spec_decode_verify_time_seconds_total{bucket=\"long_output\"}"] == Approx(0.08));
+    CHECK(e.values["steward_spec_decode_mean_accepted_length{bucket=\"long_output\"}"] == Approx(2.5));
+    CHECK(e.values.count("steward_spec_decode_gain{bucket=\"long_output\",source=\"plain_requests\"}") == 0);
+    CHECK(e.values.count("steward_spec_decode_gain{bucket=\"long_output\",source=\"estimate\"}") == 1);
+    CHECK(e.values["steward_spec_decode_num_drafts_total{bucket=\"high_temp\"}"] == 0);
+    CHECK(e.values.count("steward_spec_decode_num_draft_tokens_per_pos_total{bucket=\"high_temp\",position=\"0\"}") == 0);
+}

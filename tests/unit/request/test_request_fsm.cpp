@@ -427,3 +427,34 @@ TEST_CASE("the deadline timer does nothing to a request already answered", "[req
     REQUIRE(all_of<FinishRequest>(out).size() == 1);
     CHECK(fsm.on_deadline(101.1).empty());
 }
+
+TEST_CASE("the record carries the answering run's speculation figures per draft position", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RouteChoice r;
+    r.pool = 1;
+    fsm.on_route(r, 100.0);
+    fsm.on_tokens(RunRole::PRIMARY, {30, 31, 32}, {}, 100.1);
+    RunEnd e = end_with(FinishReason::STOP, 4, 0, 100.2);
+    e.n_drafts = 2;
+    e.n_draft_tokens = 5;
+    e.n_accepted_tokens = 3;
+    e.n_rollbacks = 1;
+    e.n_draft_tokens_at = {2, 2, 1};
+    e.n_accepted_at = {2, 1, 0};
+    e.draft_s = 0.01;
+    e.verify_s = 0.04;
+    const FinishRequest f = all_of<FinishRequest>(fsm.on_run_end(RunRole::PRIMARY, e, 100.2)).at(0);
+    CHECK(f.record.n_drafts == 2);
+    CHECK(f.record.n_draft_tokens == 5);
+    CHECK(f.record.n_accepted_tokens == 3);
+    CHECK(f.record.n_rollbacks == 1);
+    CHECK(f.record.n_draft_tokens_at[1] == 2);
+    CHECK(f.record.n_draft_tokens_at[2] == 1);
+    CHECK(f.record.n_draft_tokens_at[3] == 0);
+    CHECK(f.record.n_accepted_at[0] == 2);
+    CHECK(f.record.n_accepted_at[1] == 1);
+    CHECK(f.record.draft_s == Approx(0.01));
+    CHECK(f.record.verify_s == Approx(0.04));
+}
