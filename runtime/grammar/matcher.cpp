@@ -1,6 +1,8 @@
 // The pushdown automaton over code points fed with bytes (GrammarMatcher), the vocabulary's byte
 // trie (TokenVocabulary) and the token masks walked over it with a per-state cache (TokenMasker).
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <cstring>
 
 #include "grammar/grammar.h"
@@ -171,10 +173,11 @@ bool GrammarMatcher::is_accepting() const {
 std::string state_key(const StackSet& s) {
     std::vector<std::pair<uint32_t, uint32_t>> stacks;
     for (size_t i = 0; i + 1 < s.offs.size(); ++i) stacks.push_back({s.offs[i], s.offs[i + 1]});
-    std::sort(stacks.begin(), stacks.end(), [&](auto a, auto b) {
+    auto less = [&](auto a, auto b) {
         return std::lexicographical_compare(s.data.begin() + a.first, s.data.begin() + a.second,
                                             s.data.begin() + b.first, s.data.begin() + b.second);
-    });
+    };
+    if (!std::is_sorted(stacks.begin(), stacks.end(), less)) std::sort(stacks.begin(), stacks.end(), less);
     std::string key;
     key.reserve(8 + 4 * (s.data.size() + stacks.size()));
     auto put = [&](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), 4); };
@@ -250,15 +253,37 @@ MaskResult TokenMasker::walk(const GrammarMatcher& m, std::span<uint64_t> mask) 
     std::fill(mask.begin(), mask.begin() + (long)n_words(), 0);
     const auto& trie = vocab_->trie();
     const auto& toks = vocab_->trie_tokens();
-    // levels[d]: the state after the first d bytes of the current trie path.
-    std::vector<StackSet> levels(vocab_->max_token_len() + 1);
-    levels[0] = m.state();
+    // The states this walk reaches, interned, with their byte transitions filled in lazily: many
+    // trie nodes share a state (inside a string, every character leads back to the same one), so
+    // most nodes cost one table lookup instead of an automaton step.
+    std::deque<StackSet> states;
+    std::unordered_map<std::string, int32_t> ids;
+    std::vector<std::array<int32_t, 256>> trans;  // -1: not computed yet, -2: rejected
+    auto intern = [&](const StackSet& st) {
+        auto [it, fresh] = ids.emplace(state_key(st), (int32_t)states.size());
+        if (fresh) {
+            states.push_back(st);
+            trans.emplace_back();
+            trans.back().fill(-1);
+        }
+        return it->second;
+    };
+    std::vector<int32_t> level(vocab_->max_token_len() + 1);  // level[d]: state after d bytes of the path
+    level[0] = intern(m.state());
+    StackSet next;
     for (size_t i = 0; i < trie.size();) {
         const auto& node = trie[i];
-        if (!m.advance_byte(levels[node.depth - 1], node.byte, levels[node.depth])) {
+        const int32_t from = level[node.depth - 1];
+        int32_t to = trans[from][node.byte];
+        if (to == -1) {
+            to = m.advance_byte(states[from], node.byte, next) ? intern(next) : -2;
+            trans[from][node.byte] = to;
+        }
+        if (to == -2) {
             i = node.subtree_end;  // no token under this prefix can be accepted
             continue;
         }
+        level[node.depth] = to;
         for (uint32_t t = node.tokens_begin; t < node.tokens_end; ++t) {
             const int32_t id = toks[t];
             mask[(size_t)id >> 6] |= uint64_t(1) << (id & 63);
