@@ -107,9 +107,12 @@ struct StackSet {
     bool operator==(const StackSet&) const = default;
 };
 
+// A copy carries the whole history (O(tokens fed)); fork() is the cheap clone for trying things.
 class GrammarMatcher {
 public:
     explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+    // The same state with an empty history: a few small vectors copied.
+    GrammarMatcher fork() const;
 
     // Feeds bytes (any split: a token may span grammar elements and end inside a UTF-8
     // character). Returns false, leaving the state unchanged, when the grammar rejects them.
@@ -134,6 +137,8 @@ public:
     bool advance_byte(const StackSet& in, uint8_t byte, StackSet& out) const;
 
 private:
+    GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, StackSet state)
+        : grammar_(std::move(grammar)), state_(std::move(state)) {}
     std::shared_ptr<const CompiledGrammar> grammar_;
     StackSet state_;
     std::vector<StackSet> history_;  // the state before each successful accept_bytes
@@ -200,8 +205,9 @@ public:
     // mask.size() must be >= (n_vocab + 63) / 64 words; they are overwritten.
     MaskResult fill_mask(const GrammarMatcher& m, std::span<uint64_t> mask) const;
     size_t n_words() const { return ((size_t)vocab_->n_vocab() + 63) / 64; }
-    // Advances by a sampled token: EOG ids are accepted when accepting (nothing to feed), other
-    // ids feed their bytes. False (state unchanged) when the token is not allowed.
+    // Advances by a sampled token: EOG ids are accepted when accepting (the state stays, one
+    // history step is still recorded so that rollback(n) always undoes n tokens), other ids feed
+    // their bytes. False (state unchanged, no step) when the token is not allowed.
     bool accept_token(GrammarMatcher& m, int32_t id) const;
     size_t n_cached() const;
     const TokenVocabulary& vocab() const { return *vocab_; }

@@ -16,6 +16,10 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) :
     for (uint32_t s : grammar_->alternatives(grammar_->root())) expand(s, state_);
 }
 
+GrammarMatcher GrammarMatcher::fork() const {
+    return GrammarMatcher(grammar_, state_);
+}
+
 // Appends the stack work_ + [top] (top == UINT32_MAX: the empty, accepting stack) unless present.
 void GrammarMatcher::emit(uint32_t top, StackSet& out) const {
     const size_t len = top == UINT32_MAX ? 0 : work_.size() + 1;
@@ -324,7 +328,7 @@ MaskResult TokenMasker::fill_mask(const GrammarMatcher& m, std::span<uint64_t> m
 
 bool TokenMasker::accept_token(GrammarMatcher& m, int32_t id) const {
     if (id < 0 || id >= vocab_->n_vocab()) return false;
-    if (vocab_->is_eog(id)) return m.is_accepting();
+    if (vocab_->is_eog(id)) return m.is_accepting() && m.accept_bytes({});
     const std::string& b = vocab_->bytes(id);
     if (b.empty()) return false;
     return m.accept_bytes(b);

@@ -14,8 +14,15 @@ namespace {
 
 const std::string k_tok_dir = std::string(STEWARD_TESTDATA_DIR) + "/tokenizers/ggml-vocab-";
 
+std::string vocab_path(const std::string& name) {
+    std::string path = k_tok_dir;  // appended, not added: GCC 12 warns falsely (-Wrestrict) on a + b + c
+    path += name;
+    path += ".gguf";
+    return path;
+}
+
 std::shared_ptr<const TokenVocabulary> load_vocab(const std::string& name) {
-    auto tok = Tokenizer::load(k_tok_dir + name + ".gguf");
+    auto tok = Tokenizer::load(vocab_path(name));
     if (!tok) FAIL(tok.error().message);
     return TokenVocabulary::from_tokenizer(**tok);
 }
@@ -29,7 +36,7 @@ std::vector<uint64_t> brute_force_mask(const GrammarMatcher& m, const TokenVocab
         if (v.is_eog(id)) {
             ok = m.is_accepting();
         } else {
-            GrammarMatcher copy = m;
+            GrammarMatcher copy = m.fork();
             ok = !v.bytes(id).empty() && copy.accept_bytes(v.bytes(id));
         }
         if (ok) mask[(size_t)id / 64] |= uint64_t(1) << (id % 64);
@@ -64,12 +71,12 @@ std::shared_ptr<const CompiledGrammar> schema_grammar() {
 
 TEST_CASE("the vocabulary's bytes undo byte fallback and GPT-2's byte-level alphabet") {
     auto spm = load_vocab("llama-spm");
-    auto tok = Tokenizer::load(k_tok_dir + std::string("llama-spm.gguf"));
+    auto tok = Tokenizer::load(vocab_path("llama-spm"));
     REQUIRE(tok.ok());
     const int32_t byte_e6 = (*tok)->encode("\xE6", false).back();  // an ill-formed byte: a byte token
     CHECK(spm->bytes(byte_e6) == "\xE6");
     auto gpt2 = load_vocab("gpt-2");
-    auto t2 = Tokenizer::load(k_tok_dir + std::string("gpt-2.gguf"));
+    auto t2 = Tokenizer::load(vocab_path("gpt-2"));
     REQUIRE(t2.ok());
     const auto ids = (*t2)->encode(" hello\n", false);
     std::string joined;
@@ -179,6 +186,29 @@ TEST_CASE("end-of-generation tokens are allowed exactly when the grammar is acce
     CHECK(mask[0] == 0b0110);  // "b", EOG
     CHECK(r.eog_allowed);
     CHECK(masker.accept_token(m, 2));
+    CHECK(m.n_history() == 2);  // EOG is a step too: rollback(n) undoes n tokens
+    m.rollback(1);
+    CHECK(m.is_accepting());
+    m.rollback(1);
+    CHECK(masker.fill_mask(m, mask).n_allowed == 2);
+}
+
+TEST_CASE("a fork has the same state and masks but no history, and leaves the original alone") {
+    const auto g = schema_grammar();
+    const auto vocab = load_vocab("gpt-2");
+    TokenMasker masker(g, vocab);
+    GrammarMatcher m(g);
+    REQUIRE(m.accept_bytes("{\"name\": \"x"));
+    GrammarMatcher f = m.fork();
+    CHECK(f.state() == m.state());
+    CHECK(f.n_history() == 0);
+    std::vector<uint64_t> a(masker.n_words()), b(masker.n_words());
+    masker.fill_mask(m, a);
+    masker.fill_mask(f, b);
+    CHECK(a == b);
+    REQUIRE(f.accept_bytes("\""));
+    CHECK_FALSE(f.state() == m.state());
+    CHECK(m.n_history() == 1);
 }
 
 TEST_CASE("a state that no token of the vocabulary can continue is reported as dead") {
