@@ -68,8 +68,10 @@ uint32_t decode_utf8(std::string_view s, size_t& i) {
 
 // Collects rules as element lists, then flattens them into a CompiledGrammar.
 struct GrammarBuilder {
+    static constexpr int k_max_depth = 256;
     std::string_view src;
     size_t pos = 0;
+    int depth = 0;  // open groups: bounded so that hostile input cannot exhaust the stack
     std::map<std::string, uint32_t> ids;
     std::vector<std::string> names;
     std::vector<std::vector<GrammarElement>> bodies;  // alternatives, each closed by ALT_END
@@ -289,10 +291,13 @@ struct GrammarBuilder {
             } else if (c == '(') {
                 flush();
                 ++pos;
+                if (++depth > k_max_depth)
+                    return fail(at, "groups nest deeper than " + std::to_string(k_max_depth) + "; use helper rules");
                 skip_space(true);
                 const uint32_t group = helper_rule(rule);
                 std::vector<GrammarElement> body;
                 auto r = parse_alternates(group, true, body);
+                --depth;
                 if (!r) return r;
                 bodies[group] = std::move(body);
                 if (peek() != ')') return fail(pos, "expected ')' to close the group opened at " + where(at));

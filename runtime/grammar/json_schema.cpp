@@ -98,8 +98,16 @@ struct SchemaCompiler {
         return true;
     }
 
+    int depth = 0;  // nested schemas being compiled: bounded so that hostile input cannot exhaust the stack
+    struct DepthGuard {
+        int& d;
+        ~DepthGuard() { --d; }
+    };
+
     // Compiles `s` (at pointer `ptr`) into a rule; returns its name.
     Expected<std::string> compile(const json& s, const std::string& ptr) {
+        DepthGuard guard{++depth};
+        if (depth > 64) return bad(ptr, "schemas nest deeper than 64; flatten it or use $defs");
         if (s.is_boolean()) {
             if (s.get<bool>()) return std::string("json-value");
             return bad(ptr, "is false, which no value satisfies; remove it or use true");
@@ -379,7 +387,7 @@ struct SchemaCompiler {
 
 namespace {
 Expected<std::string> compile_schema(const json& schema) {
-    SchemaCompiler c{schema, {}, {}, {}};
+    SchemaCompiler c{schema, {}, {}, {}, 0};
     auto root = c.compile(schema, "");
     if (!root) return root.error();
     std::string out = "root ::= " + *root + "\n" + k_primitives;

@@ -28,6 +28,7 @@ std::string quoted(uint32_t cp) {
 struct RegexParser {
     std::string_view src;
     size_t pos = 0;
+    int depth = 0;  // open groups, bounded (hostile input must not exhaust the stack)
 
     Error fail(size_t at, const std::string& what) const {
         return make_error("regex:", at + 1, ": ", what);
@@ -125,12 +126,14 @@ struct RegexParser {
         const char c = peek();
         if (c == '(') {
             ++pos;
+            if (++depth > 256) return fail(at, "groups nest deeper than 256; simplify the pattern");
             if (src.substr(pos, 2) == "?:") pos += 2;
             else if (peek() == '?') return fail(pos, "only (?:...) groups are supported; remove the group flag");
             auto inner = parse_alt();
             if (!inner) return inner;
             if (peek() != ')') return fail(pos, "expected ')' to close the group opened at column " + std::to_string(at + 1));
             ++pos;
+            --depth;
             return "(" + *inner + ")";
         }
         if (c == '[') return parse_class();

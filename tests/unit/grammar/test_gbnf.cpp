@@ -87,6 +87,9 @@ TEST_CASE("GBNF parse errors name the line and column, what was expected and the
     CHECK_THAT(parse_error("root ::= \"a\"\n| \"b\"\n"), Catch::Contains("grammar:2:1") && Catch::Contains("'|'"));
     CHECK_THAT(parse_error("start ::= \"a\"\n"), Catch::Contains("no rule named 'root'"));
     CHECK_THAT(parse_error("root ::= * \"a\"\n"), Catch::Contains("grammar:1:10") && Catch::Contains("nothing to repeat"));
+    // Hostile nesting is an error, not a stack overflow.
+    CHECK_THAT(parse_error("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')') + "\n"),
+               Catch::Contains("nest deeper than 256"));
 }
 
 TEST_CASE("left recursion, empty repetition and rules that can never finish are refused at compile time") {

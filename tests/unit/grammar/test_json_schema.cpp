@@ -262,4 +262,8 @@ TEST_CASE("an invalid schema is an error naming the JSON pointer of the offendin
                Catch::Contains("/anyOf/1/$ref") && Catch::Contains("points at nothing"));
     CHECK_THAT(err(R"({"type":"object","properties":{"a/b":false}})"), Catch::Contains("/properties/a~1b"));
     CHECK_THAT(err(R"({"type": )"), Catch::Contains("not valid JSON"));
+    std::string deep;
+    for (int i = 0; i < 5000; ++i) deep += R"({"type":"array","items":)";
+    deep += "{}" + std::string(5000, '}');
+    CHECK_THAT(err(deep.c_str()), Catch::Contains("nest deeper than 64"));
 }
