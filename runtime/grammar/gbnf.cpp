@@ -31,6 +31,14 @@ bool CharClass::intersects(uint32_t lo, uint32_t hi) const {
     return next <= hi;
 }
 
+bool CharClass::contains_all(uint32_t lo, uint32_t hi) const {
+    for (const auto& [a, b] : ranges) {
+        if (!negated && a <= lo && b >= hi) return true;  // ranges are merged: one must cover it all
+        if (negated && a <= hi && b >= lo) return false;
+    }
+    return negated;
+}
+
 namespace {
 
 void normalize(CharClass& c) {

@@ -2,6 +2,7 @@
 // plain JSON or a regular expression) run as a pushdown automaton over code points, fed bytes, and
 // the allowed-token mask over a model's vocabulary at each step (byte trie walk + per-state cache).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,8 @@ struct CharClass {
     std::vector<std::pair<uint32_t, uint32_t>> ranges;
     bool negated = false;
     bool contains(uint32_t cp) const;
-    bool intersects(uint32_t lo, uint32_t hi) const;  // any code point of [lo, hi] in the set
+    bool intersects(uint32_t lo, uint32_t hi) const;    // any code point of [lo, hi] in the set
+    bool contains_all(uint32_t lo, uint32_t hi) const;  // every code point of [lo, hi] in the set
 };
 
 // An immutable compiled grammar: compile once, share (shared_ptr<const>) across requests and
@@ -101,9 +103,19 @@ struct StackSet {
     uint32_t partial_cp = 0;      // bits of the pending UTF-8 character
     uint8_t n_partial_left = 0;   // its continuation bytes still expected (0: none pending)
     uint8_t partial_len = 0;      // its total length in bytes
+    // Every completion of the pending character is valid UTF-8 and matched by every stack, so
+    // its bits no longer matter (partial_cp is then 0): the prefixes of, say, all CJK characters
+    // inside a string are one state, not hundreds.
+    bool partial_any = false;
     size_t size() const { return offs.size() - 1; }
     bool empty() const { return size() == 0; }
-    void clear() { data.clear(); offs.assign(1, 0); partial_cp = 0; n_partial_left = partial_len = 0; }
+    void clear() {
+        data.clear();
+        offs.assign(1, 0);
+        partial_cp = 0;
+        n_partial_left = partial_len = 0;
+        partial_any = false;
+    }
     bool operator==(const StackSet&) const = default;
 };
 
@@ -144,6 +156,7 @@ private:
     std::vector<StackSet> history_;  // the state before each successful accept_bytes
     mutable std::vector<uint32_t> work_;  // scratch stack for expansion
 
+    // cp == UINT32_MAX: the pending character of a partial_any state (every stack matches it).
     bool advance_cp(const StackSet& in, uint32_t cp, StackSet& out) const;
     void expand(uint32_t pos, StackSet& out) const;
     void emit(uint32_t top, StackSet& out) const;
@@ -216,6 +229,9 @@ private:
     std::shared_ptr<const CompiledGrammar> grammar_;
     std::shared_ptr<const TokenVocabulary> vocab_;
     size_t max_cached_;
+    // ASCII byte -> the smallest ASCII byte in exactly the same character classes: from a state
+    // with no pending UTF-8, both lead to the same state, so the walk computes one of them.
+    std::array<uint8_t, 128> ascii_rep_{};
     mutable std::mutex mu_;
     mutable std::unordered_map<std::string, std::pair<std::vector<uint64_t>, MaskResult>> cache_;
 

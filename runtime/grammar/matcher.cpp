@@ -75,7 +75,7 @@ bool GrammarMatcher::advance_cp(const StackSet& in, uint32_t cp, StackSet& out) 
         const uint32_t b = in.offs[i], e = in.offs[i + 1];
         if (b == e) continue;
         const uint32_t top = in.data[e - 1];
-        if (!cls[el[top].value].contains(cp)) continue;
+        if (cp != UINT32_MAX && !cls[el[top].value].contains(cp)) continue;
         work_.assign(in.data.begin() + b, in.data.begin() + e - 1);
         expand(top + 1, out);
     }
@@ -106,6 +106,12 @@ bool GrammarMatcher::advance_byte(const StackSet& in, uint8_t byte, StackSet& ou
             out.clear();
             return false;
         }
+        if (in.partial_any) {
+            if (in.n_partial_left == 1) return advance_cp(in, UINT32_MAX, out);
+            out = in;
+            --out.n_partial_left;
+            return true;
+        }
         v = (in.partial_cp << 6) | (byte & 0x3F);
         len = in.partial_len;
         left = in.n_partial_left - 1;
@@ -119,22 +125,25 @@ bool GrammarMatcher::advance_byte(const StackSet& in, uint8_t byte, StackSet& ou
         return advance_cp(in, v, out);
     }
     // Inside a character: keep the stacks whose class meets some code point with this prefix.
-    uint32_t lo = v << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
-    lo = std::max(lo, k_min[len]);
-    hi = std::min(hi, 0x10FFFFu);
+    const uint32_t ulo = v << (6 * left), uhi = ulo | ((1u << (6 * left)) - 1);
+    const uint32_t lo = std::max(ulo, k_min[len]), hi = std::min(uhi, 0x10FFFFu);
     out.clear();
     if (lo > hi) return false;
+    bool any = ulo == lo && uhi == hi && (hi < 0xD800 || lo > 0xDFFF);
     const auto& el = grammar_->elements();
     const auto& cls = grammar_->char_classes();
     for (size_t i = 0; i + 1 < in.offs.size(); ++i) {
         const uint32_t b = in.offs[i], e = in.offs[i + 1];
         if (b == e) continue;
-        if (!cls[el[in.data[e - 1]].value].intersects(lo, hi)) continue;
+        const CharClass& c = cls[el[in.data[e - 1]].value];
+        if (!c.intersects(lo, hi)) continue;
+        any = any && c.contains_all(lo, hi);
         out.data.insert(out.data.end(), in.data.begin() + b, in.data.begin() + e);
         out.offs.push_back((uint32_t)out.data.size());
     }
     if (out.empty()) return false;
-    out.partial_cp = v;
+    out.partial_any = any;
+    out.partial_cp = any ? 0 : v;
     out.n_partial_left = left;
     out.partial_len = len;
     return true;
@@ -186,7 +195,7 @@ std::string state_key(const StackSet& s) {
     key.reserve(8 + 4 * (s.data.size() + stacks.size()));
     auto put = [&](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), 4); };
     put(s.partial_cp);
-    put(uint32_t(s.n_partial_left) | uint32_t(s.partial_len) << 8);
+    put(uint32_t(s.n_partial_left) | uint32_t(s.partial_len) << 8 | uint32_t(s.partial_any) << 16);
     for (auto [b, e] : stacks) {
         put(e - b);
         for (uint32_t i = b; i < e; ++i) put(s.data[i]);
@@ -250,7 +259,19 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const Tok
 
 TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenVocabulary> vocab,
                          size_t max_cached)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), max_cached_(max_cached) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), max_cached_(max_cached) {
+    const auto& cls = grammar_->char_classes();
+    std::vector<std::vector<bool>> sig(128, std::vector<bool>(cls.size()));
+    for (uint32_t b = 0; b < 128; ++b) {
+        for (size_t c = 0; c < cls.size(); ++c) sig[b][c] = cls[c].contains(b);
+        ascii_rep_[b] = (uint8_t)b;
+        for (uint32_t a = 0; a < b; ++a)
+            if (sig[a] == sig[b]) {
+                ascii_rep_[b] = (uint8_t)a;
+                break;
+            }
+    }
+}
 
 MaskResult TokenMasker::walk(const GrammarMatcher& m, std::span<uint64_t> mask) const {
     MaskResult r;
@@ -280,7 +301,13 @@ MaskResult TokenMasker::walk(const GrammarMatcher& m, std::span<uint64_t> mask) 
         const int32_t from = level[node.depth - 1];
         int32_t to = trans[from][node.byte];
         if (to == -1) {
-            to = m.advance_byte(states[from], node.byte, next) ? intern(next) : -2;
+            const uint8_t rep =
+                node.byte < 0x80 && states[from].n_partial_left == 0 ? ascii_rep_[node.byte] : node.byte;
+            to = trans[from][rep];
+            if (to == -1) {
+                to = m.advance_byte(states[from], rep, next) ? intern(next) : -2;
+                trans[from][rep] = to;
+            }
             trans[from][node.byte] = to;
         }
         if (to == -2) {

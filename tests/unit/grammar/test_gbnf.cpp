@@ -176,3 +176,48 @@ TEST_CASE("regex errors name the column and the fix") {
     REQUIRE_FALSE(f.ok());
     CHECK_THAT(f.error().message, Catch::Contains("regex:2") && Catch::Contains("unknown escape"));
 }
+
+TEST_CASE("every code point fed one byte at a time is accepted exactly when the class holds it") {
+    // Classes whose ranges start and end inside UTF-8 blocks, plus a negated one: pending
+    // characters must be kept, narrowed or dropped at each byte exactly as the whole character.
+    auto g = compile("root ::= [\\u00e0-\\u00ff\\u0800-\\u0FC1\\u4E00-\\u9FA5\\U0001F600-\\U0001F64F] \"|\" [^\\u4E10-\\u4E1F\\uD7FF] \"|\"\n");
+    auto in_first = [](uint32_t cp) {
+        return (cp >= 0xE0 && cp <= 0xFF) || (cp >= 0x800 && cp <= 0xFC1) || (cp >= 0x4E00 && cp <= 0x9FA5) ||
+               (cp >= 0x1F600 && cp <= 0x1F64F);
+    };
+    auto in_second = [](uint32_t cp) { return !(cp >= 0x4E10 && cp <= 0x4E1F) && cp != 0xD7FF; };
+    auto utf8 = [](uint32_t cp) {
+        std::string s;
+        if (cp < 0x80) {
+            s += char(cp);
+        } else if (cp < 0x800) {
+            s += char(0xC0 | cp >> 6);
+            s += char(0x80 | (cp & 63));
+        } else if (cp < 0x10000) {
+            s += char(0xE0 | cp >> 12);
+            s += char(0x80 | (cp >> 6 & 63));
+            s += char(0x80 | (cp & 63));
+        } else {
+            s += char(0xF0 | cp >> 18);
+            s += char(0x80 | (cp >> 12 & 63));
+            s += char(0x80 | (cp >> 6 & 63));
+            s += char(0x80 | (cp & 63));
+        }
+        return s;
+    };
+    auto byte_by_byte = [&](GrammarMatcher& m, const std::string& s) {
+        for (char c : s)
+            if (!m.accept_bytes(std::string(1, c))) return false;
+        return true;
+    };
+    for (uint32_t cp = 1; cp <= 0x10FFFF; cp += (cp < 0x11000 ? 1 : 61)) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        INFO("U+" << std::hex << cp);
+        const std::string ch = utf8(cp);
+        GrammarMatcher a(g);
+        CHECK(byte_by_byte(a, ch) == in_first(cp));
+        GrammarMatcher b(g);
+        REQUIRE(b.accept_bytes("\xC3\xA0|"));
+        CHECK((byte_by_byte(b, ch) && b.accept_bytes("|") && b.is_accepting()) == in_second(cp));
+    }
+}
