@@ -96,7 +96,7 @@ Expected<std::string> regex_to_gbnf(std::string_view pattern);
 // ---- per-request matcher
 // The automaton state: a set of stacks of grammar positions (the top is always a CHARS element;
 // an empty stack means "the grammar may end here") plus a partial UTF-8 character when bytes fed
-// so far end inside one. Not thread-safe; copy it to clone (cheap: a few small vectors).
+// so far end inside one. A plain value (a few small vectors).
 struct StackSet {
     std::vector<uint32_t> data;   // the stacks' positions, bottom first, one stack after the other
     std::vector<uint32_t> offs{0};  // stack i is data[offs[i] .. offs[i+1])
@@ -119,7 +119,9 @@ struct StackSet {
     bool operator==(const StackSet&) const = default;
 };
 
-// A copy carries the whole history (O(tokens fed)); fork() is the cheap clone for trying things.
+// One request's automaton. Not thread-safe, const members included (they share a scratch stack):
+// one thread at a time. A copy carries the whole history (O(tokens fed)); fork() is the cheap
+// clone for trying things. Holds the grammar alive (shared_ptr).
 class GrammarMatcher {
 public:
     explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
