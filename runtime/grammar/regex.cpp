@@ -1,0 +1,219 @@
+// Regular expression (a practical subset) -> GBNF: the whole output must match the pattern.
+#include <cstdio>
+
+#include "grammar/grammar.h"
+
+namespace steward {
+
+namespace {
+
+std::string cp_escape(uint32_t cp) {
+    char buf[16];
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') || cp == ' ' || cp == '_')
+        return std::string(1, (char)cp);
+    if (cp <= 0xFF) std::snprintf(buf, sizeof buf, "\\x%02X", cp);
+    else if (cp <= 0xFFFF) std::snprintf(buf, sizeof buf, "\\u%04X", cp);
+    else std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+    return buf;
+}
+
+// A one-character GBNF literal (built by appends: GCC 12 warns falsely on "\"" + s + "\"").
+std::string quoted(uint32_t cp) {
+    std::string out(1, '"');
+    out += cp_escape(cp);
+    out += '"';
+    return out;
+}
+
+struct RegexParser {
+    std::string_view src;
+    size_t pos = 0;
+    int depth = 0;  // open groups, bounded (hostile input must not exhaust the stack)
+
+    Error fail(size_t at, const std::string& what) const {
+        return make_error("regex:", at + 1, ": ", what);
+    }
+    bool at_end() const { return pos >= src.size(); }
+    char peek() const { return at_end() ? '\0' : src[pos]; }
+
+    uint32_t next_cp() {
+        const auto b0 = (unsigned char)src[pos];
+        int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
+        if (pos + len > src.size()) len = 1;
+        uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
+        for (int k = 1; k < len; ++k) cp = (cp << 6) | ((unsigned char)src[pos + k] & 0x3F);
+        pos += len;
+        return cp;
+    }
+
+    // A class shorthand's ranges as GBNF class text, or "" when `e` is none.
+    static std::string shorthand(char e) {
+        switch (e) {
+            case 'd': return "0-9";
+            case 'w': return "a-zA-Z0-9_";
+            case 's': return " \\t\\n\\r\\x0B\\x0C";
+            default: return "";
+        }
+    }
+    static Expected<uint32_t> simple_escape(char e) {
+        switch (e) {
+            case 'n': return uint32_t('\n');
+            case 't': return uint32_t('\t');
+            case 'r': return uint32_t('\r');
+            case 'f': return uint32_t('\f');
+            case 'v': return uint32_t('\v');
+            case '0': return uint32_t(0);
+            default:
+                if (!((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))) return uint32_t(e);
+                return make_error("");
+        }
+    }
+
+    Expected<std::string> parse_class() {
+        const size_t at = pos;
+        ++pos;  // [
+        std::string out = "[";
+        if (peek() == '^') {
+            out += "^";
+            ++pos;
+        }
+        bool first = true;
+        while (at_end() || peek() != ']' || first) {
+            if (at_end()) return fail(at, "character class is not closed; add ']'");
+            first = false;
+            uint32_t lo;
+            if (peek() == '\\') {
+                ++pos;
+                if (at_end()) return fail(pos, "the pattern ends inside an escape; remove the trailing backslash");
+                const char e = src[pos++];
+                const std::string sh = shorthand(e);
+                if (!sh.empty()) {
+                    out += sh;
+                    continue;
+                }
+                if (e == 'D' || e == 'W' || e == 'S')
+                    return fail(pos - 2, std::string("\\") + e + " inside a class is not supported; list the characters instead");
+                auto c = simple_escape(e);
+                if (!c) return fail(pos - 2, std::string("unknown escape \\") + e + "; escape only punctuation");
+                lo = *c;
+            } else {
+                lo = next_cp();
+            }
+            if (peek() == '-' && pos + 1 < src.size() && src[pos + 1] != ']') {
+                ++pos;
+                uint32_t hi;
+                if (peek() == '\\') {
+                    ++pos;
+                    if (at_end()) return fail(pos, "the pattern ends inside an escape; remove the trailing backslash");
+                    auto c = simple_escape(src[pos++]);
+                    if (!c) return fail(pos - 2, "a range must end at a single character");
+                    hi = *c;
+                } else {
+                    hi = next_cp();
+                }
+                if (hi < lo) return fail(at, "character range is reversed; write the lower end first, e.g. [a-z]");
+                out += cp_escape(lo) + "-" + cp_escape(hi);
+            } else {
+                out += cp_escape(lo);
+            }
+        }
+        ++pos;  // ]
+        return out + "]";
+    }
+
+    Expected<std::string> parse_atom() {
+        const size_t at = pos;
+        const char c = peek();
+        if (c == '(') {
+            ++pos;
+            if (++depth > 256) return fail(at, "groups nest deeper than 256; simplify the pattern");
+            if (src.substr(pos, 2) == "?:") pos += 2;
+            else if (peek() == '?') return fail(pos, "only (?:...) groups are supported; remove the group flag");
+            auto inner = parse_alt();
+            if (!inner) return inner;
+            if (peek() != ')') return fail(pos, "expected ')' to close the group opened at column " + std::to_string(at + 1));
+            ++pos;
+            --depth;
+            return "(" + *inner + ")";
+        }
+        if (c == '[') return parse_class();
+        if (c == '.') {
+            ++pos;
+            return std::string("[^\\n]");
+        }
+        if (c == '^' || c == '$')
+            return fail(at, std::string("'") + c + "' is only supported at the start/end of the pattern (the match is always the whole output)");
+        if (c == '*' || c == '+' || c == '?' || c == '{')
+            return fail(at, std::string("'") + c + "' has nothing to repeat; escape it as \\" + c);
+        if (c == '\\') {
+            ++pos;
+            if (at_end()) return fail(at, "the pattern ends inside an escape; remove the trailing backslash");
+            const char e = src[pos++];
+            const std::string sh = shorthand(e);
+            if (!sh.empty()) return "[" + sh + "]";
+            if (e == 'D' || e == 'W' || e == 'S') return "[^" + shorthand(char(e - 'A' + 'a')) + "]";
+            auto cp = simple_escape(e);
+            if (!cp) return fail(at, std::string("unknown escape \\") + e + "; escape only punctuation, \\d \\w \\s and \\n \\t \\r");
+            return quoted(*cp);
+        }
+        return quoted(next_cp());
+    }
+
+    Expected<std::string> parse_concat() {
+        std::string out;
+        while (!at_end() && peek() != '|' && peek() != ')') {
+            if (peek() == '$' && pos + 1 == src.size()) {
+                ++pos;  // trailing anchor
+                break;
+            }
+            auto a = parse_atom();
+            if (!a) return a;
+            std::string item = *a;
+            while (!at_end() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{')) {
+                const size_t at = pos;
+                std::string q;
+                if (peek() == '{') {
+                    const size_t close = src.find('}', pos);
+                    if (close == std::string_view::npos) return fail(at, "expected '}' to close the repetition");
+                    q = std::string(src.substr(pos, close - pos + 1));
+                    for (char d : q.substr(1, q.size() - 2))
+                        if (!(d >= '0' && d <= '9') && d != ',')
+                            return fail(at, "a repetition is {m}, {m,} or {m,n} with numbers; escape '{' for a literal brace");
+                    pos = close + 1;
+                } else {
+                    q = std::string(1, src[pos++]);
+                }
+                if (peek() == '?') ++pos;  // lazy: the same language
+                item = "(" + item + ")" + q;
+            }
+            out += (out.empty() ? "" : " ") + item;
+        }
+        return out;
+    }
+
+    Expected<std::string> parse_alt() {
+        auto first = parse_concat();
+        if (!first) return first;
+        std::string out = *first;
+        while (peek() == '|') {
+            ++pos;
+            auto next = parse_concat();
+            if (!next) return next;
+            out += " | " + *next;
+        }
+        return out;
+    }
+};
+
+}  // namespace
+
+Expected<std::string> regex_to_gbnf(std::string_view pattern) {
+    RegexParser p{pattern};
+    if (p.peek() == '^') ++p.pos;
+    auto body = p.parse_alt();
+    if (!body) return body.error();
+    if (!p.at_end()) return p.fail(p.pos, "unexpected ')' with no group open; remove it or escape it as \\)");
+    return "root ::= " + *body + "\n";
+}
+
+}  // namespace steward
