@@ -20,7 +20,7 @@
  *
  * Hysteresis: a sequence keeps its current k until another k has predicted a goodput at least
  * (1 + margin) times the current one's for `patience` consecutive steps; its first step takes k* at
- * once. At k = 0 nothing is observed any more, so every probe_every steps one step drafts probe_k
+ * once, and a k > 0 predicted below plain decoding (G(k) < G(0)) drops to 0 at once. At k = 0 nothing is observed any more, so every probe_every steps one step drafts probe_k
  * tokens (not a switch: only the estimate is refreshed). The trade-off: a real change of acceptance
  * is followed `patience` steps late, in exchange for never paying both sides of a noisy threshold.
  *
@@ -154,7 +154,11 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
         s->n_at_zero = 0;
     } else {
         if (s->k > k_top) s->k = k_top;
-        if (best != s->k && g[best] > (1.0 + self->margin) * g[s->k]) {
+        if (s->k > 0 && g[s->k] < g[0]) {
+            /* Speculating at a predicted loss: stop at once (the loss is paid every step waited). */
+            s->k = 0;
+            s->n_better = 0;
+        } else if (best != s->k && g[best] > (1.0 + self->margin) * g[s->k]) {
             if (++s->n_better >= self->patience) {
                 s->k = best;
                 s->n_better = 0;
