@@ -119,7 +119,8 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     if (auto& sp = snap->policies[m.bucket_index].speculation) {
                         r.speculation = sp;
                         r.spec = spec_settings_for(snap->config->buckets[m.bucket_index], *snap->config,
-                                                   st.engine->options().draft_model != nullptr);
+                                                   st.engine->options().draft_model != nullptr,
+                                                   st.engine->model().params().n_layer);
                     }
                 }
             Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");

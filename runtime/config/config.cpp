@@ -455,13 +455,33 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 spec.where = where(src, pt->source());
                 TableReader pr(*pt, src, std::string("[bucket.") + kind + "]");
                 const bool is_spec = std::string(kind) == "speculation";
-                if (!pr.get("plugin", spec.plugin) || (is_spec && !pr.get("source", b.speculation_source)) ||
+                if (!pr.get("plugin", spec.plugin) ||
+                    (is_spec && (!pr.get("source", b.speculation_source) ||
+                                 !pr.get_in("self_layers", b.speculation_self_layers, 1, 1024, "in [1, the target's layers)") ||
+                                 !pr.get("tree", b.speculation_tree) ||
+                                 !pr.get_in("tree_branch", b.speculation_tree_branch, 1, 8, "in [1, 8]") ||
+                                 !pr.get_in("tree_depth", b.speculation_tree_depth, 1, 16, "in [1, 16]"))) ||
                     !pr.rest_as_params(spec))
                     return fail(pr.err);
-                if (is_spec && !b.speculation_source.empty() && b.speculation_source != "ngram" && b.speculation_source != "draft")
-                    return fail(where(src, pt->get("source")->source()) + ": [bucket.speculation] source of bucket '" + b.name +
-                                "' is \"" + b.speculation_source + "\"; use \"draft\" (the pool's draft model) or \"ngram\" "
-                                "(prompt lookup), or omit it (draft where the pool has one, else ngram)");
+                if (is_spec) {
+                    const std::string at = where(src, pt->source()) + ": [bucket.speculation] of bucket '" + b.name + "': ";
+                    const std::string& so = b.speculation_source;
+                    if (!so.empty() && so != "ngram" && so != "draft" && so != "self")
+                        return fail(where(src, pt->get("source")->source()) + ": [bucket.speculation] source of bucket '" + b.name +
+                                    "' is \"" + so + "\"; use \"draft\" (the pool's draft model), \"self\" (the target's "
+                                    "first self_layers layers) or \"ngram\" (prompt lookup), or omit it (draft where the "
+                                    "pool has one, else ngram)");
+                    if (so == "self" && b.speculation_self_layers < 1)
+                        return fail(at + "source = \"self\" needs self_layers = N (the target's first N layers draft)");
+                    if (so != "self" && pt->contains("self_layers"))
+                        return fail(at + "self_layers is only for source = \"self\"; add it or drop self_layers");
+                    const std::string& tr = b.speculation_tree;
+                    if (tr != "chain" && tr != "fixed" && tr != "dynamic")
+                        return fail(at + "tree is \"" + tr + "\"; use \"chain\", \"fixed\" (tree_branch children per node, "
+                                    "tree_depth deep) or \"dynamic\" (EAGLE-2: grown where the draft is surest)");
+                    if (tr != "chain" && so == "ngram")
+                        return fail(at + "an n-gram draft is a chain; drop tree or use source = \"draft\" or \"self\"");
+                }
                 if (spec.plugin.empty())
                     return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +
                                 "' needs plugin = \"name\" (a built-in such as \"lru\", or a path to a .so)");

@@ -164,6 +164,11 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
         p.draft_model = std::shared_ptr<Model>(std::move(dm.value()));
     }
     const ModelParams& mp = p.model->params();
+    for (const BucketConfig& b : config.buckets)
+        if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers >= mp.n_layer)
+            return make_error("bucket '", b.name, "': [bucket.speculation] self_layers = ", std::to_string(b.speculation_self_layers),
+                              " is not below the ", std::to_string(mp.n_layer), " layers of pool '", pc.name,
+                              "''s model; use 1..", std::to_string(mp.n_layer - 1), " (fewer layers than the target draft)");
     auto n_blocks = kv_block_count(pc, mp);
     if (!n_blocks) return n_blocks.error();
     p.n_blocks = *n_blocks;
@@ -196,10 +201,20 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     return eo;
 }
 
-SpecSettings spec_settings_for(const BucketConfig& b, const Config& c, bool has_draft) {
+SpecSettings spec_settings_for(const BucketConfig& b, const Config& c, bool has_draft, int n_target_layers) {
     SpecSettings s;
     if (!b.speculation) return s;
-    s.source = b.speculation_source == "ngram" || !has_draft ? SpecSource::NGRAM : SpecSource::DRAFT;
+    if (b.speculation_source == "self" && b.speculation_self_layers < n_target_layers) {
+        s.source = SpecSource::SELF;
+        s.self_layers = b.speculation_self_layers;
+    } else {
+        s.source = b.speculation_source == "ngram" || !has_draft ? SpecSource::NGRAM : SpecSource::DRAFT;
+    }
+    if (s.source != SpecSource::NGRAM) {
+        s.tree = b.speculation_tree == "fixed" ? SpecTree::FIXED : b.speculation_tree == "dynamic" ? SpecTree::DYNAMIC : SpecTree::CHAIN;
+        s.tree_branch = b.speculation_tree_branch;
+        s.tree_depth = b.speculation_tree_depth;
+    }
     s.k = std::min(c.limits.max_draft_tokens, k_max_spec_tokens);
     if (s.k <= 0) s.source = SpecSource::NONE;
     return s;

@@ -64,9 +64,11 @@ EngineOptions engine_options(const Pool& pool, const Config& config);
 // A request's speculation on a pool (bucket = its bucket, has_draft = the pool's engine has a draft
 // model): off without a [bucket.speculation]; else source as configured ("" -> draft when the pool
 // has one, else ngram; "draft" on a pool without one falls back to ngram, since routing may send a
-// bucket's request to another pool than its own) and k = limits.max_draft_tokens capped at the
-// engine's k_max_spec_tokens: the most the bucket's speculation policy may answer. Pure.
-SpecSettings spec_settings_for(const BucketConfig& bucket, const Config& config, bool has_draft);
+// bucket's request to another pool than its own; "self" likewise on a target with no more layers
+// than self_layers: draft when the pool has one, else ngram), the tree shape for draft and self,
+// and k = limits.max_draft_tokens capped at the engine's k_max_spec_tokens: the most the bucket's
+// speculation policy may answer. Pure.
+SpecSettings spec_settings_for(const BucketConfig& bucket, const Config& config, bool has_draft, int n_target_layers);
 
 // The config's public prefixes as token sequences of the pool's own vocabulary.
 std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& pool, const Config& config);

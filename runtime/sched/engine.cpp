@@ -16,6 +16,9 @@
 
 namespace steward {
 
+// Engine::draft_ms_per_token_ keeps one entry per SpecSource.
+static_assert((int)SpecSource::SELF == 3, "draft_ms_per_token_[4] is indexed by SpecSource");
+
 namespace {
 
 // SRPT aging: a waiting prompt's remaining count drops this much per second it has waited, so a

@@ -269,7 +269,7 @@ private:
     };
     TimeFit forward_fit_;
     double verify_ms_ = -1;
-    double draft_ms_per_token_[3] = {-1, -1, -1};  // by SpecSource
+    double draft_ms_per_token_[4] = {-1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF)
     // The draft length the speculation policy allows s this step (spec.k without a policy).
     int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
 };

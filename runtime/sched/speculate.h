@@ -20,7 +20,7 @@ namespace steward {
 
 // NGRAM: prompt lookup. DRAFT: the engine's draft model. SELF: the target's first self_layers
 // layers, then its final norm and output head (Draft & Verify, LayerSkip), sharing its weights.
-enum class SpecSource { NONE, NGRAM, DRAFT, SELF };
+enum class SpecSource { NONE, NGRAM, DRAFT, SELF };  // the values of steward_spec_source (policy.h)
 
 // The draft's shape. A tree is verified in the same ONE target forward as a chain (positions =
 // depth, the ancestor mask); it buys acceptance where the draft's first choice is often wrong but

@@ -228,3 +228,29 @@ TEST_CASE("a reload that changes a bucket's speculation plugin applies to the re
     CHECK(figures(**rt, "b").drafts > 0);
     for (size_t i = 0; i < after.size(); i++) CHECK(after[i].tokens == before[i].tokens);  // greedy: the same output
 }
+
+TEST_CASE("greedy output is the same with self-speculation and token trees from the config as without speculation",
+          "[speculation]") {
+    std::string b = bucket("off", "differ", "");
+    b += bucket("self_chain", "differ", "plugin = \"fixed\"\nbudget = 3\nsource = \"self\"\nself_layers = 1");
+    b += bucket("self_tree", "differ", "plugin = \"fixed\"\nbudget = 6\nsource = \"self\"\nself_layers = 2\ntree = \"fixed\"\ntree_branch = 2\ntree_depth = 3");
+    b += bucket("draft_dynamic", "differ", "plugin = \"fixed\"\nbudget = 6\nsource = \"draft\"\ntree = \"dynamic\"\ntree_branch = 2\ntree_depth = 4");
+    auto rt = start("spec_self_tree.toml", spec_config(b + bucket("other", "agree", "")));
+    const auto off = generate(*rt, "off", 5, 20, false);
+    for (const char* mode : {"self_chain", "self_tree", "draft_dynamic"}) {
+        INFO(mode);
+        const auto on = generate(*rt, mode, 5, 20, false);
+        REQUIRE(on.size() == off.size());
+        for (size_t i = 0; i < on.size(); i++) {
+            REQUIRE(on[i].ok());
+            CHECK(on[i].tokens == off[i].tokens);
+        }
+        CHECK(figures(*rt, mode).drafts > 0);  // it did speculate
+    }
+    // A self-draft as deep as the target is refused at load, naming the bucket, the pool and the range.
+    auto deep = Runtime::start(write_config(
+        "spec_self_deep.toml", spec_config(bucket("b", "agree", "plugin = \"fixed\"\nsource = \"self\"\nself_layers = 6"))));
+    REQUIRE_FALSE(deep);
+    CHECK(deep.error().message.find("self_layers = 6") != std::string::npos);
+    CHECK(deep.error().message.find("1..5") != std::string::npos);
+}

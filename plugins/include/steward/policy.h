@@ -421,7 +421,8 @@ typedef struct steward_spec_seq {
 typedef enum steward_spec_source {
     STEWARD_SPEC_SOURCE_NONE = 0,
     STEWARD_SPEC_SOURCE_NGRAM = 1, /* prompt lookup: no model, drafting is ~free */
-    STEWARD_SPEC_SOURCE_DRAFT = 2  /* a draft model: one draft forward per draft token */
+    STEWARD_SPEC_SOURCE_DRAFT = 2, /* a draft model: one draft forward per draft token (per tree depth) */
+    STEWARD_SPEC_SOURCE_SELF = 3   /* the target's first layers: as DRAFT, sharing the target's weights */
 } steward_spec_source;
 
 typedef struct steward_speculation_table {

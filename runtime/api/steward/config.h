@@ -93,9 +93,14 @@ struct BucketConfig {
     std::optional<PolicySpec> routing;      // none: route to `pool` (the rules)
     std::optional<PolicySpec> eviction;     // none: least recently used
     std::optional<PolicySpec> speculation;  // none: no draft tokens
-    // [bucket.speculation] source: "draft" (the pool's draft model) or "ngram" (prompt lookup); ""
-    // (omitted): "draft" on a pool with a draft model, else "ngram".
+    // [bucket.speculation] source: "draft" (the pool's draft model), "self" (the target's first
+    // self_layers layers) or "ngram" (prompt lookup); "" (omitted): "draft" on a pool with a draft
+    // model, else "ngram".
     std::string speculation_source;
+    int speculation_self_layers = 0;     // source "self": the target layers that draft (>= 1)
+    std::string speculation_tree = "chain";  // "chain", "fixed" (branch per depth) or "dynamic" (EAGLE-2)
+    int speculation_tree_branch = 2;     // fixed / dynamic: children per expanded node, [1, 8]
+    int speculation_tree_depth = 4;      // fixed / dynamic: deepest draft token, [1, 16]
 };
 
 // One [[tenant]]: tenants never share KV blocks except inside public prefixes.

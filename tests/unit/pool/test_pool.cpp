@@ -247,13 +247,52 @@ TEST_CASE("a bucket's speculation settings follow its source, the pool's draft m
     REQUIRE(c.ok());
     REQUIRE(c->buckets.size() == 3);
     CHECK(c->pools[0].draft == "d");
-    const SpecSettings a = spec_settings_for(c->buckets[0], *c, true);
+    const SpecSettings a = spec_settings_for(c->buckets[0], *c, true, 4);
     CHECK(a.source == SpecSource::DRAFT);
     CHECK(a.k == k_max_spec_tokens);  // 40 is past what the engine verifies
-    CHECK(spec_settings_for(c->buckets[0], *c, false).source == SpecSource::NGRAM);  // routed to a pool without a draft
-    CHECK(spec_settings_for(c->buckets[1], *c, true).source == SpecSource::NGRAM);
-    CHECK_FALSE(spec_settings_for(c->buckets[2], *c, true).enabled());
+    CHECK(spec_settings_for(c->buckets[0], *c, false, 4).source == SpecSource::NGRAM);  // routed to a pool without a draft
+    CHECK(spec_settings_for(c->buckets[1], *c, true, 4).source == SpecSource::NGRAM);
+    CHECK_FALSE(spec_settings_for(c->buckets[2], *c, true, 4).enabled());
     CHECK(c->buckets[0].speculation->params.count("source") == 0);  // not a plugin parameter
     c->limits.max_draft_tokens = 0;
-    CHECK_FALSE(spec_settings_for(c->buckets[0], *c, true).enabled());
+    CHECK_FALSE(spec_settings_for(c->buckets[0], *c, true, 4).enabled());
+}
+
+TEST_CASE("a bucket speculating with the target's own first layers or a token tree gets those settings", "[pool]") {
+    auto c = parse_config("[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n"
+                          "[[bucket]]\nname = \"self\"\npool = \"t\"\n[bucket.speculation]\nplugin = \"fixed\"\n"
+                          "source = \"self\"\nself_layers = 2\ntree = \"dynamic\"\ntree_branch = 3\ntree_depth = 5\n"
+                          "[[bucket]]\nname = \"ngram\"\npool = \"t\"\n[bucket.speculation]\nplugin = \"fixed\"\nsource = \"ngram\"\n",
+                          "x.toml");
+    REQUIRE(c.ok());
+    const SpecSettings s = spec_settings_for(c->buckets[0], *c, false, 6);
+    CHECK(s.source == SpecSource::SELF);
+    CHECK(s.self_layers == 2);
+    CHECK(s.tree == SpecTree::DYNAMIC);
+    CHECK(s.tree_branch == 3);
+    CHECK(s.tree_depth == 5);
+    CHECK(c->buckets[0].speculation->params.count("self_layers") == 0);  // host keys, not plugin parameters
+    CHECK(c->buckets[0].speculation->params.count("tree") == 0);
+    // Routed to a target with no more layers than self_layers: the pool's draft, else n-gram.
+    CHECK(spec_settings_for(c->buckets[0], *c, true, 2).source == SpecSource::DRAFT);
+    CHECK(spec_settings_for(c->buckets[0], *c, false, 2).source == SpecSource::NGRAM);
+    CHECK(spec_settings_for(c->buckets[1], *c, false, 6).tree == SpecTree::CHAIN);
+    // Refusals name the field and the fix.
+    const std::string head = "[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[[bucket]]\nname = \"b\"\npool = \"t\"\n"
+                             "[bucket.speculation]\nplugin = \"fixed\"\n";
+    const std::pair<const char*, const char*> bad[] = {
+        {"source = \"self\"\n", "needs self_layers"},
+        {"self_layers = 2\n", "only for source = \"self\""},
+        {"source = \"self\"\nself_layers = 0\n", "self_layers"},
+        {"tree = \"bush\"\n", "\"dynamic\""},
+        {"source = \"ngram\"\ntree = \"fixed\"\n", "n-gram draft is a chain"},
+        {"tree = \"fixed\"\ntree_branch = 9\n", "tree_branch"},
+        {"tree = \"fixed\"\ntree_depth = 17\n", "tree_depth"},
+    };
+    for (const auto& [text, want] : bad) {
+        INFO(text);
+        auto r = parse_config(head + text, "x.toml");
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.error().message.find(want) != std::string::npos);
+    }
 }
