@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <string>
 #include <vector>
 
 #include "model/synth.h"
@@ -41,14 +42,18 @@ const Models& models() {
 struct ScriptedPolicy : DraftBudgetPolicy {
     std::vector<int32_t> script{0};
     bool fail = false;  // answer as a misbehaving plugin would (fallback)
+    // The question's pointers (bucket, tenant, the acceptance arrays) live only during the call, as
+    // the ABI says: what is read later is copied here.
     struct Asked {
         SpecSeqStats q;
         std::vector<double> accept, bucket_accept;
+        std::string bucket;
     };
     std::vector<Asked> asked;
     int32_t draft_budget_seq(const SpecSeqStats& q, bool* fallback) override {
         Asked a{q, std::vector<double>(q.accept_pos, q.accept_pos + q.n_accept_pos),
-                std::vector<double>(q.bucket_accept_pos, q.bucket_accept_pos + q.n_bucket_accept_pos)};
+                std::vector<double>(q.bucket_accept_pos, q.bucket_accept_pos + q.n_bucket_accept_pos),
+                q.bucket ? std::string(q.bucket) : std::string()};
         asked.push_back(a);
         *fallback = fail;
         return fail ? 0 : script[(asked.size() - 1) % script.size()];
@@ -105,7 +110,7 @@ TEST_CASE("the engine asks a speculating sequence's policy once per decode step 
     for (size_t i = 0; i < p->asked.size(); i++) {
         const SpecSeqStats& q = p->asked[i].q;
         CHECK(q.request_id == 1);
-        CHECK(std::string(q.bucket) == "b");
+        CHECK(p->asked[i].bucket == "b");
         CHECK(q.n_generated == (int)i + 1);
         CHECK(q.position == 10 + (int)i + 1);
         CHECK(q.max_tokens == 10);
