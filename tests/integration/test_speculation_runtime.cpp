@@ -148,11 +148,10 @@ TEST_CASE("adaptive speculates long chains where the draft always agrees and dro
     const auto hi = generate(*rt, "hi", 6, 48, true);
     const auto lo = generate(*rt, "lo", 6, 48, true);
     const SpecFigures h = figures(*rt, "hi"), l = figures(*rt, "lo");
-    // Where every draft is accepted, a large share of the output comes from accepted drafts. The
-    // policy weighs measured step times, so on a loaded machine (CI's 2 cores shared with other
-    // tests) some steps choose shorter chains: a third, and twice the low bucket's, hold anyway.
+    // Where every draft is accepted, the policy drafts far more than where drafts are rejected. It
+    // weighs measured step times, so how long its chains are depends on the machine (under ASan on
+    // CI's loaded 2 cores, 91 of 288 tokens; quiet, over half): the comparison holds on any.
     CHECK(h.accepted == h.draft_tokens);
-    CHECK(h.draft_tokens > n_tokens(hi) / 3);
     CHECK(h.draft_tokens > 2 * l.draft_tokens);
     // Where drafts are mostly rejected, the policy stops asking for them: after the first request's
     // few steps, only the probes (one of 2 tokens per 16 steps at k = 0) draft.
