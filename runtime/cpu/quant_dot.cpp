@@ -359,13 +359,12 @@ inline __m256i dot_us(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 // A per-lane integer scale for dot_us_scaled: lo for bytes 0-15, hi for bytes 16-31.
-template <bool V>
 inline __m256i scales_of(int lo, int hi) {
     return _mm256_setr_m128i(_mm_set1_epi16((short)lo), _mm_set1_epi16((short)hi));
 }
 // With a scale, maddubs then madd by the scale (3 uops) on every path: VNNI's dpbusd would need a
-// mullo_epi32 after it (2 more uops, 10 cycles' latency), measured slower on the k-quants.
-template <bool V>
+// mullo_epi32 after it (2 more uops, 10 cycles' latency), measured slower on the k-quants. So the
+// scaled kernels (the k-quants, IQ4_XS) are the same code on the AVX2 and VNNI paths.
 inline __m256i dot_us_scaled(__m256i u, __m256i s, __m256i sc) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc);
 }
@@ -464,9 +463,9 @@ void q2_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
             for (int s = 0; s < 4; s++) {
                 const int sub = 8 * h + 2 * s;
                 const __m256i q2 = two_bits(q, s);
-                const __m256i scale = scales_of<V>(sc[sub] & 0x0f, sc[sub + 1] & 0x0f);
+                const __m256i scale = scales_of(sc[sub] & 0x0f, sc[sub + 1] & 0x0f);
                 for (int t = 0; t < NT; t++)
-                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q2, load32(a[t][b].qs + 16 * sub), scale));
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled(q2, load32(a[t][b].qs + 16 * sub), scale));
             }
         }
         for (int t = 0; t < NT; t++)
@@ -498,9 +497,9 @@ void q3_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
                 const int sub = 8 * h + 2 * s;
                 const __m256i hb = _mm256_and_si256(srl16(hm, 4 * h + s), _mm256_set1_epi8(1));
                 const __m256i q3 = _mm256_or_si256(two_bits(q, s), _mm256_slli_epi16(hb, 2));
-                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                const __m256i scale = scales_of(sc[sub], sc[sub + 1]);
                 for (int t = 0; t < NT; t++)
-                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(q3, load32(a[t][b].qs + 16 * sub), scale));
+                    isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled(q3, load32(a[t][b].qs + 16 * sub), scale));
             }
         }
         const float dw = _cvtsh_ss(w[b].d);
@@ -570,10 +569,10 @@ void q45_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n,
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p), one), 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(srl16(qh, 2 * p + 1), one), 4));
             }
-            const __m256i s0 = scales_of<V>(sc[2 * p], sc[2 * p]), s1 = scales_of<V>(sc[2 * p + 1], sc[2 * p + 1]);
+            const __m256i s0 = scales_of(sc[2 * p], sc[2 * p]), s1 = scales_of(sc[2 * p + 1], sc[2 * p + 1]);
             for (int t = 0; t < NT; t++) {
-                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(lo, load32(a[t][b].qs + 64 * p), s0));
-                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled<V>(hi, load32(a[t][b].qs + 64 * p + 32), s1));
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled(lo, load32(a[t][b].qs + 64 * p), s0));
+                isum[t] = _mm256_add_epi32(isum[t], dot_us_scaled(hi, load32(a[t][b].qs + 64 * p + 32), s1));
             }
         }
         for (int t = 0; t < NT; t++)
@@ -603,10 +602,10 @@ void q6_k_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n, 
                 const __m256i hi = _mm256_and_si256(srl16(qh, 2 * r), low2);
                 const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
                 const int sub = 8 * h + 2 * r;
-                const __m256i scale = scales_of<V>(sc[sub], sc[sub + 1]);
+                const __m256i scale = scales_of(sc[sub], sc[sub + 1]);
                 for (int t = 0; t < NT; t++)
                     isum[t] = _mm256_add_epi32(isum[t],
-                                               dot_us_scaled<V>(q, load32(a[t][b].qs + 128 * h + 32 * r), scale));
+                                               dot_us_scaled(q, load32(a[t][b].qs + 128 * h + 32 * r), scale));
             }
         }
         const float dw = _cvtsh_ss(w[b].d);
@@ -637,10 +636,10 @@ void iq4_xs_avx(const void* wv, const uint8_t* acts, size_t act_bytes, int64_t n
             const __m256i v = _mm256_shuffle_epi8(table, nibbles32(w[b].qs + 16 * sub));
             const __m256i av = _mm256_abs_epi8(v);
             const int ls = iq4xs_scale(w[b], sub);
-            const __m256i scale = scales_of<V>(ls, ls);
+            const __m256i scale = scales_of(ls, ls);
             for (int t = 0; t < NT; t++)
                 isum[t] = _mm256_add_epi32(
-                    isum[t], dot_us_scaled<V>(av, _mm256_sign_epi8(load32(a[t][b].qs + 32 * sub), v), scale));
+                    isum[t], dot_us_scaled(av, _mm256_sign_epi8(load32(a[t][b].qs + 32 * sub), v), scale));
         }
         const float dw = _cvtsh_ss(w[b].d);
         for (int t = 0; t < NT; t++)
