@@ -255,21 +255,38 @@ private:
         if (watching_ || peer_eof_ || closing_) return;
         if (buf_.size() > (size_t)srv_.cfg.max_header_bytes) return;  // a pipelined request waits for its turn
         watching_ = true;
-        stream_.async_read_some(buf_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
-            self->watching_ = false;
-            if (auto next = std::exchange(self->after_watch_, nullptr)) return next(ec, n);
-            if (!ec) {
-                self->buf_.commit(n);
-                return self->watch();
-            }
-            if (ec == net::error::operation_aborted) return;
-            if (ec == net::error::eof && !self->streaming_) {
-                self->peer_eof_ = true;
-                return;
-            }
-            self->abort();
-        });
+        stream_.async_read_some(buf_.prepare(1024), WatchHandler{shared_from_this()});
     }
+    void on_watch(beast::error_code ec, size_t n) {
+        watching_ = false;
+        if (auto next = std::exchange(after_watch_, nullptr)) return next(ec, n);
+        if (!ec) {
+            buf_.commit(n);
+            return watch();
+        }
+        if (ec == net::error::operation_aborted) return;
+        if (ec == net::error::eof && !streaming_) {
+            peer_eof_ = true;
+            return;
+        }
+        abort();
+    }
+    // The pending watch read's handler owns the session, and so does the continuation a send leaves
+    // in after_watch_. A handler destroyed without running (stop() halts the io_context first)
+    // drops that continuation, or the session and its socket would own each other and leak.
+    struct WatchHandler {
+        std::shared_ptr<Session> self;
+        WatchHandler(std::shared_ptr<Session> s) : self(std::move(s)) {}
+        WatchHandler(WatchHandler&&) = default;
+        WatchHandler& operator=(WatchHandler&&) = default;
+        ~WatchHandler() {
+            if (self) self->after_watch_ = nullptr;
+        }
+        void operator()(beast::error_code ec, size_t n) {
+            const auto s = std::move(self);  // ran: the destructor leaves after_watch_ alone
+            s->on_watch(ec, n);
+        }
+    };
     std::function<void(beast::error_code, size_t)> after_watch_;
     // Runs `next` once no watch read is pending (cancelling it: no write is in flight then).
     void stop_watching_then(std::function<void()> next) {
