@@ -221,6 +221,7 @@ std::vector<Done> run_pool(const Options& o, const Bucket& b, Mode mode, clk::ti
             r.n_draft_tokens = ev.n_draft_tokens;
             r.n_accepted_tokens = ev.n_accepted_tokens;
             r.n_rollbacks = ev.n_rollbacks;
+            r.n_spec_branches = ev.n_spec_branches;
             for (int p = 0; p < k_spec_positions && p < k_max_spec_tokens; p++) {
                 r.n_draft_tokens_at[(size_t)p] = ev.n_draft_tokens_at[(size_t)p];
                 r.n_accepted_at[(size_t)p] = ev.n_accepted_at[(size_t)p];

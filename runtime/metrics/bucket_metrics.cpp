@@ -187,6 +187,7 @@ void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
     n_draft_tokens += r.n_draft_tokens;
     n_accepted_tokens += r.n_accepted_tokens;
     n_rollbacks += r.n_rollbacks;
+    n_spec_branches += r.n_spec_branches;
     for (size_t i = 0; i < n_draft_tokens_at.size(); i++) {
         n_draft_tokens_at[i] += r.n_draft_tokens_at[i];
         n_accepted_at[i] += r.n_accepted_at[i];
@@ -470,6 +471,8 @@ nlohmann::json MetricsRegistry::spec_json(const BucketMetrics& m) const {
             {"draft_ms_per_draft", num(ratio(m.draft_s, (double)m.n_drafts) * 1e3)},
             {"verify_ms_per_draft", num(ratio(m.verify_s, (double)m.n_drafts) * 1e3)},
             {"rollbacks", m.n_rollbacks},
+            {"branches", m.n_spec_branches},
+            {"branches_per_draft", num(ratio((double)m.n_spec_branches, (double)m.n_drafts))},
             {"requests_speculating", m.n_spec_requests},
             {"tpot_spec_ms", dist_ms(m.tpot_spec_s)},
             {"tpot_plain_ms", dist_ms(m.tpot_plain_s)},
@@ -681,7 +684,7 @@ std::string MetricsRegistry::spec_table() const {
     static constexpr Column columns[] = {
         {"speculation", 12}, {"drafts", 8},   {"draft_tok", 10}, {"accepted", 9},   {"rejected", 9},
         {"mean_acc_len", 12}, {"acc_by_pos", 24}, {"draft_s", 9},  {"verify_s", 9},   {"rollbacks", 9},
-        {"gain", 6},         {"gain_from", 14},
+        {"branches", 8},     {"gain", 6},         {"gain_from", 14},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
@@ -710,6 +713,7 @@ std::string MetricsRegistry::spec_table() const {
                                         fmt(m.draft_s, "%.3f"),
                                         fmt(m.verify_s, "%.3f"),
                                         std::to_string(m.n_rollbacks),
+                                        std::to_string(m.n_spec_branches),
                                         fmt(g.gain, "%.2f"),
                                         g.source == SpecGainSource::NONE ? "-" : spec_gain_source_name(g.source)};
     };
@@ -889,6 +893,9 @@ std::string MetricsRegistry::to_prometheus() const {
             [](const BucketMetrics& m) { return m.n_rejected_tokens(); });
     counter("steward_spec_decode_num_rollbacks_total", "Verifications that discarded the KV of rejected draft tokens.",
             [](const BucketMetrics& m) { return m.n_rollbacks; });
+    counter("steward_spec_decode_num_branches_total",
+            "Speculative branches verified: a token tree's root-to-leaf paths, sharing the sequence's KV in one forward (a chain is one).",
+            [](const BucketMetrics& m) { return m.n_spec_branches; });
     counter("steward_spec_decode_draft_time_seconds_total", "Wall time in draft forwards, seconds.",
             [](const BucketMetrics& m) { return m.draft_s; });
     counter("steward_spec_decode_verify_time_seconds_total",

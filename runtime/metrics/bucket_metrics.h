@@ -61,6 +61,7 @@ struct RequestRecord {
     int64_t n_draft_tokens = 0;
     int64_t n_accepted_tokens = 0;
     int64_t n_rollbacks = 0;
+    int64_t n_spec_branches = 0;  // speculative branches verified: a tree's root-to-leaf paths, a chain 1
     std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
     double draft_s = 0.0, verify_s = 0.0;
 };
@@ -190,6 +191,7 @@ struct BucketMetrics {
     int64_t n_draft_tokens = 0;
     int64_t n_accepted_tokens = 0;
     int64_t n_rollbacks = 0;
+    int64_t n_spec_branches = 0;  // speculative branches verified: a tree's root-to-leaf paths, a chain 1
     std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
     double draft_s = 0.0, verify_s = 0.0;
     int64_t n_spec_requests = 0;   // requests with n_drafts > 0

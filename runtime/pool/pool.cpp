@@ -198,6 +198,12 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.kv_events = pc.prefix_cache;  // they feed the cache actor's index of which pool holds which blocks
     eo.draft_model = p.draft_model.get();
     eo.draft_model_keep = p.draft_model;
+    const int n_layer = p.model->params().n_layer;
+    for (const BucketConfig& b : config.buckets)
+        if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < n_layer &&
+            std::find(eo.self_draft_layers.begin(), eo.self_draft_layers.end(), b.speculation_self_layers) ==
+                eo.self_draft_layers.end())
+            eo.self_draft_layers.push_back(b.speculation_self_layers);
     return eo;
 }
 

@@ -58,7 +58,8 @@ Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model);
 Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
 
 // The engine options of a loaded pool (the config's engine fields, KV size, session TTL, its draft
-// model: the engine splits the KV blocks between target and draft, shared_kv_blocks).
+// model and the self-draft layer counts its buckets name: the engine splits the KV blocks between
+// target and drafts, shared_kv_blocks).
 EngineOptions engine_options(const Pool& pool, const Config& config);
 
 // A request's speculation on a pool (bucket = its bucket, has_draft = the pool's engine has a draft

@@ -48,7 +48,7 @@ struct RunEnd {
     double first_scheduled_s = -1;  // -1: never scheduled
     double t_s = 0;                 // when it ended
     // Speculation (EngineEvent's); per draft position from 0, as many as carried.
-    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
     std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
     double draft_s = 0, verify_s = 0;
 };

@@ -52,11 +52,16 @@ void set_forced_token_hook(ForcedTokenHook hook) {
 }
 
 namespace {
-// With a draft model the pool's blocks are split between target and draft (shared_kv_blocks).
+// With a draft model or reserved self-drafts the pool's blocks are split between the target and
+// them (shared_kv_blocks).
 EngineOptions with_draft_share(const Model& model, EngineOptions opt) {
-    if (!opt.draft_model) return opt;
-    if (auto ok = check_draft_model(model, *opt.draft_model); !ok) throw std::invalid_argument(ok.error().message);
-    opt.n_blocks = shared_kv_blocks(model, *opt.draft_model, opt.n_blocks, opt.block_size, opt.kv_dtype);
+    if (opt.draft_model)
+        if (auto ok = check_draft_model(model, *opt.draft_model); !ok) throw std::invalid_argument(ok.error().message);
+    int self_layers = 0;
+    for (int l : opt.self_draft_layers)
+        if (l >= 1 && l < model.params().n_layer) self_layers += l;
+    if (!opt.draft_model && self_layers == 0) return opt;
+    opt.n_blocks = shared_kv_blocks(model, opt.draft_model, self_layers, opt.n_blocks, opt.block_size, opt.kv_dtype);
     return opt;
 }
 }  // namespace
@@ -70,7 +75,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
     if (opt_.draft_model)
         draft_ = std::make_unique<DraftModel>(*opt_.draft_model, opt_.n_blocks, opt_.block_size, opt_.kv_dtype,
                                               opt_.n_threads, std::max(opt_.max_batch_tokens, opt_.max_batch));
-    mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt.n_blocks);
+    mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt_.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
 }
@@ -144,6 +149,7 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.n_draft_tokens = s.n_draft_tokens;
     e.n_accepted_tokens = s.n_accepted_tokens;
     e.n_rollbacks = s.n_rollbacks;
+    e.n_spec_branches = s.n_spec_branches;
     e.n_draft_tokens_at = s.n_draft_tokens_at;
     e.n_accepted_at = s.n_accepted_at;
     e.draft_s = s.draft_s;

@@ -47,6 +47,12 @@ struct EngineOptions {
     const Model* draft_model = nullptr;
     // Optional: keeps draft_model alive as long as the engine (a pool's loaded draft).
     std::shared_ptr<const Model> draft_model_keep;
+    // Self-drafts the budget makes room for: the layer counts (each below the target's) of the
+    // SELF speculation the pool's buckets name. Each holds a slot for every target slot in its
+    // self_layers layers, so the n_blocks worth of bytes are split between the target, the draft
+    // model and these (shared_kv_blocks). A SELF request with another layer count still drafts, its
+    // KV then outside the budget.
+    std::vector<int> self_draft_layers;
 };
 
 struct EngineRequest {
@@ -107,6 +113,9 @@ struct EngineEvent {
     int n_draft_tokens = 0;
     int n_accepted_tokens = 0;
     int n_rollbacks = 0;
+    // Speculative branches verified: a tree's root-to-leaf paths, which share the sequence's KV in
+    // one forward under the tree mask (a chain is one branch).
+    int n_spec_branches = 0;
     // Per draft position i: draft tokens verified there and, of them, accepted (acceptance per
     // position = accepted / proposed).
     std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
@@ -139,7 +148,7 @@ struct EngineStats {
     // (scheduling, KV calls, sampling, events) costs is step_s - forward_s, free of the machine's
     // load as a share (bench_runtime prints it).
     double step_s = 0, forward_s = 0;
-    int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;  // as EngineEvent's
+    int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;  // as EngineEvent's
     int64_t n_spec_asks = 0, n_spec_fallbacks = 0;  // speculation policy questions, and invalid answers
     double draft_s = 0, verify_s = 0;               // as EngineEvent's, summed over requests
     // The measured cost model the policies are given (SpecSeqStats): -1 until measured.
@@ -203,7 +212,7 @@ private:
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
         DraftModel* draft_owner = nullptr;  // whose sequence draft_kv is (draft_ or a self-draft)
-        int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+        int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
         std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
         // What the speculation policy is told (SpecSeqStats): its last answer, the acceptance per
         // position (started from the bucket's), accepted / proposed of recent verifications.

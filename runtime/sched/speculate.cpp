@@ -352,10 +352,12 @@ void DraftModel::release(SeqId* seq) {
     *seq = 0;
 }
 
-int32_t shared_kv_blocks(const Model& target, const Model& draft, int32_t n_blocks, int block_size, KvDtype dtype) {
+int32_t shared_kv_blocks(const Model& target, const Model* draft, int self_layers, int32_t n_blocks, int block_size,
+                         KvDtype dtype) {
     const double tb = (double)kv_bytes(KvStorage::config_for(target.params(), 1, block_size, dtype));
-    const double db = (double)kv_bytes(KvStorage::config_for(draft.params(), 1, block_size, dtype));
-    return std::max<int32_t>(1, (int32_t)((double)n_blocks * tb / (tb + db)));
+    const double db = draft ? (double)kv_bytes(KvStorage::config_for(draft->params(), 1, block_size, dtype)) : 0.0;
+    const double sb = tb * self_layers / target.params().n_layer;  // a self-draft block: its layers' share
+    return std::max<int32_t>(1, (int32_t)((double)n_blocks * tb / (tb + db + sb)));
 }
 
 }  // namespace steward
@@ -458,12 +460,17 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     s.n_draft_tokens += k;
     s.n_accepted_tokens += r.n_accepted;
     // Per draft position (a tree's depth - 1): tokens proposed there, and the accepted path's one.
+    // Branches: the tree's leaves (nodes no other node names as parent); a chain is one.
+    int n_spec_branches = 1;
     if (d.is_tree()) {
         std::vector<int32_t> depth((size_t)k + 1, 0);  // [k + 1] node 0 is the root
+        std::vector<bool> is_parent((size_t)k + 1, false);
         for (int i = 1; i <= k; i++) {
             depth[(size_t)i] = depth[(size_t)d.parents[(size_t)i - 1]] + 1;
+            is_parent[(size_t)d.parents[(size_t)i - 1]] = true;
             s.n_draft_tokens_at[(size_t)depth[(size_t)i] - 1]++;
         }
+        n_spec_branches = (int)std::count(is_parent.begin() + 1, is_parent.end(), false);
     } else {
         for (int i = 0; i < k; i++) s.n_draft_tokens_at[(size_t)i]++;
     }
@@ -471,6 +478,8 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     stats_.n_drafts++;
     stats_.n_draft_tokens += k;
     stats_.n_accepted_tokens += r.n_accepted;
+    s.n_spec_branches += n_spec_branches;
+    stats_.n_spec_branches += n_spec_branches;
 
     // Append token by token with the plain path's stop rules: an EOS ends the request there (not
     // output), as do max_tokens and the context.

@@ -149,9 +149,11 @@ private:
     std::vector<float> logits_;
 };
 
-// The split of one pool's KV budget when a draft model joins it: n_blocks target blocks' worth of
-// bytes are shared so that both get the same block count (every target slot has a draft slot), i.e.
-// the draft's share is its bytes per block over both models' bytes per block. Pure.
-int32_t shared_kv_blocks(const Model& target, const Model& draft, int32_t n_blocks, int block_size, KvDtype dtype);
+// The split of one pool's KV budget when a draft model (or null) and self-drafts of self_layers
+// layers in all join it: n_blocks target blocks' worth of bytes are shared so that each gets the same
+// block count (every target slot has a draft slot), i.e. the target keeps its bytes per block over
+// the sum of everyone's (a self-draft's block is self_layers / n_layer of a target block). Pure.
+int32_t shared_kv_blocks(const Model& target, const Model* draft, int self_layers, int32_t n_blocks, int block_size,
+                         KvDtype dtype);
 
 }  // namespace steward

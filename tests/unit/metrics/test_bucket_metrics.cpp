@@ -481,7 +481,7 @@ TEST_CASE("the JSON report carries every speculation figure per bucket", "[metri
     for (const char* key : {"drafts", "draft_tokens", "accepted_tokens", "rejected_tokens", "mean_accepted_length",
                             "acceptance_rate", "acceptance_per_position", "draft_tokens_per_position",
                             "accepted_tokens_per_position", "draft_s", "verify_s", "draft_ms_per_draft",
-                            "verify_ms_per_draft", "rollbacks", "requests_speculating", "tpot_spec_ms", "tpot_plain_ms",
+                            "verify_ms_per_draft", "rollbacks", "branches", "branches_per_draft", "requests_speculating", "tpot_spec_ms", "tpot_plain_ms",
                             "gain", "gain_tpot_without_ms", "gain_source"}) {
         INFO(key);
         CHECK(s.contains(key));

@@ -139,11 +139,12 @@ TEST_CASE("The speculation families conform and carry vLLM's counters per bucket
     r.n_draft_tokens_at = {2, 2, 1};
     r.n_accepted_at = {2, 1, 0};
     r.n_rollbacks = 2;
+    r.n_spec_branches = 3;  // one draft was a tree of two leaves
     r.draft_s = 0.02;
     r.verify_s = 0.08;
     m.record(r);
     r.bucket = "high_temp";  // a bucket that never drafted: counters at 0, no per-position series
-    r.n_drafts = r.n_draft_tokens = r.n_accepted_tokens = r.n_rollbacks = 0;
+    r.n_drafts = r.n_draft_tokens = r.n_accepted_tokens = r.n_rollbacks = r.n_spec_branches = 0;
     r.n_draft_tokens_at = {};
     r.n_accepted_at = {};
     r.draft_s = r.verify_s = 0;
@@ -159,6 +160,8 @@ TEST_CASE("The speculation families conform and carry vLLM's counters per bucket
     CHECK(e.values["steward_spec_decode_num_accepted_tokens_total{bucket=\"long_output\"}"] == 3);
     CHECK(e.values["steward_spec_decode_num_rejected_tokens_total{bucket=\"long_output\"}"] == 2);
     CHECK(e.values["steward_spec_decode_num_rollbacks_total{bucket=\"long_output\"}"] == 2);
+    CHECK(e.values["steward_spec_decode_num_branches_total{bucket=\"long_output\"}"] == 3);
+    CHECK(e.values["steward_spec_decode_num_branches_total{bucket=\"high_temp\"}"] == 0);
     CHECK(e.values["steward_spec_decode_num_accepted_tokens_per_pos_total{bucket=\"long_output\",position=\"1\"}"] == 1);
     CHECK(e.values["steward_spec_decode_num_draft_tokens_per_pos_total{bucket=\"long_output\",position=\"2\"}"] == 1);
     CHECK(e.values["steward_spec_decode_draft_time_seconds_total{bucket=\"long_output\"}"] == Approx(0.02));

@@ -76,8 +76,14 @@ TEST_CASE("per-position draft counts add up to the totals and a position is acce
     CHECK(n_rejected > 0);
     // The tree proposes more tokens at depth 2 than at depth 1 (2 children a node), one path each.
     CHECK(last[5].n_draft_tokens_at[1] > last[5].n_draft_tokens_at[0]);
+    // Branches: a chain is one per draft; the tree (6 nodes, 2 children a node) has at most 4
+    // leaves, and more than one wherever it grew past its first level.
+    for (uint64_t id : {1, 2, 3}) CHECK(last[id].n_spec_branches == last[id].n_drafts);
+    CHECK(last[5].n_spec_branches > last[5].n_drafts);
+    CHECK(last[5].n_spec_branches <= 4 * last[5].n_drafts);
     const EngineEvent& plain = last[4];
     CHECK(plain.n_drafts == 0);
+    CHECK(plain.n_spec_branches == 0);
     CHECK(plain.n_draft_tokens_at[0] == 0);
     CHECK(plain.draft_s == 0);
     CHECK(plain.verify_s == 0);

@@ -291,6 +291,28 @@ TEST_CASE("speculation settings are checked at submit and a draft model must sha
     Engine with(*models().target, base_options(true));
     CHECK(with.kv_manager().pool().n_total() < 256);
     CHECK(with.draft_kv_manager()->pool().n_total() == with.kv_manager().pool().n_total());
+    // So does a self-draft the options reserve (a bucket of the pool names it): the target's blocks
+    // plus the 2-layer self-draft's, each a slot per target slot, fit the 256 blocks' bytes.
+    EngineOptions so = base_options(false);
+    so.self_draft_layers = {2};
+    Engine self(*models().target, so);
+    const int n_t = self.kv_manager().pool().n_total();
+    const int L = models().target->params().n_layer;
+    CHECK(n_t * (L + 2) <= 256 * L);
+    CHECK((n_t + 1) * (L + 2) > 256 * L);  // the largest count that fits
+    r.id = 2;
+    r.max_tokens = 8;
+    r.spec = spec(SpecSource::SELF, 3);
+    r.spec.self_layers = 2;
+    REQUIRE(self.submit(r).ok());
+    double now = 0;
+    while (self.has_work()) self.step(now += 0.01);
+    REQUIRE(self.self_draft_kv_manager(2) != nullptr);
+    CHECK(self.self_draft_kv_manager(2)->pool().n_total() == n_t);
+    // And both together: the draft model's share and the self-draft's come out of the same budget.
+    so.draft_model = models().draft.get();
+    Engine both(*models().target, so);
+    CHECK(both.kv_manager().pool().n_total() < std::min(n_t, with.kv_manager().pool().n_total()));
 }
 
 namespace {
