@@ -9,6 +9,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
+#include "grammar/constraint.h"
 
 namespace steward {
 
@@ -125,7 +126,9 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 }
             Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");
             try {
-                ok = st.engine->submit(std::move(r));
+                auto g = compile_constraint((ConstraintKind)m.grammar_kind, m.grammar_text);  // cached
+                if (g) r.grammar = *g;
+                ok = g ? st.engine->submit(std::move(r)) : Expected<bool>(g.error());
             } catch (const std::exception& e) {  // e.g. bad_alloc: refuse this one, keep serving
                 ok = make_error("request ", std::to_string(m.id), ": the engine failed to queue it: ", e.what());
             }

@@ -179,13 +179,17 @@ struct EngineSubmit {
     std::vector<int32_t> bias_ids;  // logit_bias, as two columns
     std::vector<float> bias_values;
     int32_t n_top_logprobs = 0;
+    // Structured output: ConstraintKind (grammar/constraint.h) and its text; the executor compiles
+    // it through the process-wide cache (check_request compiled it already: a hit).
+    int32_t grammar_kind = 0;
+    std::string grammar_text;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
     return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
              x.kv_quota_blocks, x.ignore_eos, x.presence_penalty, x.frequency_penalty, x.bias_ids, x.bias_values,
-             x.n_top_logprobs);
+             x.n_top_logprobs, x.grammar_kind, x.grammar_text);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).

@@ -10,6 +10,7 @@
 
 #include "actors/actors.hpp"
 #include "request/request_check.h"
+#include "grammar/constraint.h"
 #include "actors/shared_state.hpp"
 #include "kv/admission.h"
 #include "kv/prefix_index.h"
@@ -300,6 +301,10 @@ void submit(self_ptr self, SubmitRun&& s) {
     ad = RunAdmission{};
     ad.pool = s.pool;
     EngineSubmit m = engine_submit(std::move(s));
+    if (auto c = constraint_of(st.ctx->req); c && c->active()) {  // check_request refused the bad ones
+        m.grammar_kind = (int32_t)c->kind;
+        m.grammar_text = c->text;
+    }
     // Past the model's context it is invalid whatever the load: the engine's context error says so.
     if (!ph.kv_allocator || (int64_t)m.prompt.size() + m.max_tokens > ph.model->params().n_ctx_train)
         return (void)self->send(ph.executor, submit_atom::value, std::move(m));
@@ -409,6 +414,8 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     q.temperature = req.temperature;
     q.tools = req.tools;
     q.response_format = req.response_format;
+    // A JSON constraint without a response_format still classifies as JSON (the structured bucket).
+    if (q.response_format.empty() && (!req.json_schema.empty() || req.json_object)) q.response_format = "json";
     q.tenant = req.tenant;
     q.session = req.session;
     q.arrival_s = ctx->arrival_s;

@@ -2,6 +2,7 @@
 #include "request/request_check.h"
 
 #include "config/config.h"
+#include "grammar/constraint.h"
 
 namespace steward {
 
@@ -25,6 +26,9 @@ Expected<bool> check_request(const GenerationRequest& req) {
     for (const std::string& s : req.stop)
         if (s.empty() || s.size() > 256)
             return make_error("a stop string is ", s.size(), " bytes long; each must be 1 to 256 bytes");
+    auto c = constraint_of(req);
+    if (!c) return c.error();
+    if (auto g = compile_constraint(*c); !g) return g.error();  // cached: the run's compile is a hit
     if (req.max_tokens < 0) return make_error("max_tokens is ", req.max_tokens, "; it must be >= 0 (0: the config's default)");
     return true;
 }

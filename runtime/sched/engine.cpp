@@ -112,6 +112,10 @@ Expected<bool> Engine::submit(EngineRequest req) {
     }
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
+    if (s->req.grammar) {
+        s->masker = masker_for(s->req.grammar);
+        s->matcher.emplace(s->req.grammar);
+    }
     if (s->req.spec.enabled()) {
         // A new sequence starts from what its bucket's sequences measured on this pool.
         s->bucket_acceptance = &bucket_acceptance_.try_emplace(s->req.bucket, k_max_spec_tokens).first->second;
@@ -155,7 +159,64 @@ EngineEvent Engine::make_event(Seq& s) const {
     e.draft_s = s.draft_s;
     e.verify_s = s.verify_s;
     e.n_spec_fallbacks = s.n_spec_fallbacks;
+    e.n_masked = s.n_masked;
+    e.n_forced = s.n_forced;
+    e.mask_s = s.mask_s;
     return e;
+}
+
+// ---- structured output
+
+std::shared_ptr<const TokenMasker> Engine::masker_for(const std::shared_ptr<const CompiledGrammar>& g) {
+    if (!vocab_) vocab_ = TokenVocabulary::from_tokenizer(model_.tokenizer());
+    if (auto it = maskers_.find(g.get()); it != maskers_.end()) return it->second;
+    if (maskers_.size() >= 64)  // forget maskers no running request holds (their grammars may go)
+        for (auto it = maskers_.begin(); it != maskers_.end();)
+            it = it->second.use_count() == 1 ? maskers_.erase(it) : std::next(it);
+    auto m = std::make_shared<const TokenMasker>(g, vocab_);
+    maskers_.emplace(g.get(), m);
+    return m;
+}
+
+MaskResult Engine::mask_row(Seq& s, const GrammarMatcher& m, std::span<float> row) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mask_words_.resize(s.masker->n_words());
+    MaskResult r = s.masker->fill_mask(m, mask_words_);
+    const int V = (int)row.size();
+    for (int id = 0; id < V; id++)
+        if (!((mask_words_[(size_t)id >> 6] >> (id & 63)) & 1)) row[(size_t)id] = -INFINITY;
+    const int n_eog = r.eog_allowed ? (int)s.masker->vocab().eog_ids().size() : 0;
+    if (!s.req.stop_at_eos && r.eog_allowed && r.n_allowed > n_eog) {  // ignore_eos: the end only when forced
+        for (int32_t id : s.masker->vocab().eog_ids())
+            if (id < V) row[(size_t)id] = -INFINITY;
+        r.n_allowed -= n_eog;
+        r.eog_allowed = false;
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.n_masked++;
+    if (r.n_allowed == 1) s.n_forced++;
+    s.mask_s += dt;
+    stats_.n_masked++;
+    if (r.n_allowed == 1) stats_.n_forced++;
+    if (r.cache_hit) stats_.n_mask_cache_hits++;
+    stats_.mask_s += dt;
+    return r;
+}
+
+// What a constrained request does at a row whose mask is r, before sampling: "" (sample), or it
+// ends here: STOP when the grammar is complete and allows nothing else, ERROR otherwise.
+std::optional<FinishReason> constrained_end(const MaskResult& r, const GrammarMatcher& m, size_t n_eog) {
+    const bool only_end = r.eog_allowed && (size_t)r.n_allowed == n_eog;
+    if (only_end || (r.n_allowed == 0 && m.is_accepting())) return FinishReason::STOP;
+    if (r.n_allowed == 0) return FinishReason::ERROR;
+    return std::nullopt;
+}
+
+std::string dead_grammar_error(const std::string& output) {
+    std::string tail = output.size() > 80 ? "..." + output.substr(output.size() - 80) : output;
+    return "the request's grammar allows no token after the output so far (\"" + tail +
+           "\"): no token of this model's vocabulary continues it; check the grammar or schema (a "
+           "literal the vocabulary cannot spell, or a rule that can never end)";
 }
 
 // ---- speculation's measurements and the per-step question to the policy
@@ -615,8 +676,9 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (batch[k].logits == LogitsMode::ALL) r += (size_t)drafts[k].k() + 1;  // speculating: k + 1 rows
         if (batch[k].logits != LogitsMode::LAST) continue;
         rows[k] = (int)r++;
-        const SamplingParams& sp = seqs_.at(plan[k].id)->req.sampling;
-        if (!sp.adjusts_logits() && sp.n_top_logprobs == 0) plain.push_back(k);
+        const Seq& q = *seqs_.at(plan[k].id);
+        const SamplingParams& sp = q.req.sampling;
+        if (!sp.adjusts_logits() && sp.n_top_logprobs == 0 && !q.matcher) plain.push_back(k);
     }
     std::vector<std::optional<Sampled>> pre(plan.size());
     if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
@@ -662,13 +724,26 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         std::span<const float> dist(logits_.data() + (size_t)row * V, V);
         row++;
         const SamplingParams& sp = s.req.sampling;
-        if (sp.adjusts_logits()) {  // bias and penalties: on a copy, the batch's logits stay as computed
+        std::optional<FinishReason> end;
+        if (sp.adjusts_logits() || s.matcher) {  // on a copy, the batch's logits stay as computed
             adjusted_.assign(dist.begin(), dist.end());
-            adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
+            if (sp.adjusts_logits())  // bias and penalties
+                adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
+            if (s.matcher)
+                end = constrained_end(mask_row(s, *s.matcher, adjusted_), *s.matcher, s.masker->vocab().eog_ids().size());
             dist = adjusted_;
         }
+        if (end) {  // a constrained request whose grammar ends here (or allows nothing): no sample
+            EngineEvent e = make_event(s);
+            e.finished = true;
+            e.finish = *end;
+            if (*end == FinishReason::ERROR) e.error = dead_grammar_error(model_.tokenizer().decode(std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated)));
+            done.push_back({s.req.id, e.finish});
+            events.push_back(std::move(e));
+            continue;
+        }
         Sampled sm = pre[k] ? *pre[k] : s.sampler.sample(dist);
-        if (g_forced_set.load(std::memory_order_relaxed)) {
+        if (g_forced_set.load(std::memory_order_relaxed) && !s.matcher) {
             std::shared_ptr<const ForcedTokenHook> h;
             {
                 std::lock_guard<std::mutex> lk(g_fault_mu);
@@ -677,8 +752,19 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             if (h)
                 if (const int32_t f = (*h)(s.n_generated); f >= 0 && f < V) sm = {f, token_logprob(dist, f)};
         }
+        // A constrained request's end-of-generation was allowed by its mask (stop_at_eos or not).
+        const bool eos = (s.req.stop_at_eos || s.matcher) && model_.tokenizer().is_eog(sm.token);
+        if (s.matcher && !eos && !s.masker->accept_token(*s.matcher, sm.token)) {
+            // Only a -inf everywhere row (the sampler's token 0) gets here: nothing allowed was drawable.
+            EngineEvent e = make_event(s);
+            e.finished = true;
+            e.finish = FinishReason::ERROR;
+            e.error = dead_grammar_error(model_.tokenizer().decode(std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated)));
+            done.push_back({s.req.id, e.finish});
+            events.push_back(std::move(e));
+            continue;
+        }
         EngineEvent e = make_event(s);
-        const bool eos = s.req.stop_at_eos && model_.tokenizer().is_eog(sm.token);
         if (!eos) {
             s.all_tokens.push_back(sm.token);
             mgr_.append_tokens(s.kv, std::span<const int32_t>(&sm.token, 1));

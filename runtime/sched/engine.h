@@ -16,6 +16,7 @@
 
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
+#include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "sched/spec_policy.h"
@@ -78,6 +79,14 @@ struct EngineRequest {
     // for this sequence's k in [0, spec.k] (spec.k is then the limit, max_budget in policy.h); an
     // invalid answer is counted by the policy and decodes plainly (k = 0) that step.
     std::shared_ptr<DraftBudgetPolicy> speculation;
+    // Structured output (null: unconstrained). Every sampled token is one the grammar allows at that
+    // point (the mask is applied to the logits after bias and penalties, before temperature, top-k
+    // and top-p, greedy included); end-of-generation only where the grammar may end. The request
+    // finishes STOP once the grammar allows nothing but the end, and ERROR (naming the output so
+    // far) if it allows nothing at all. Speculation stays on: each verified row is masked by the
+    // grammar state on its draft path, so the output equals the unspeculated one (greedy) or is
+    // distributed as it (sampled). The forced-token hook does not apply to constrained requests.
+    std::shared_ptr<const CompiledGrammar> grammar;
 };
 
 // Cached blocks reclaimed while allocating for requests of one bucket under one policy.
@@ -123,6 +132,10 @@ struct EngineEvent {
     // in which it verified drafts (the whole step's forward: its batch shares it).
     double draft_s = 0, verify_s = 0;
     int n_spec_fallbacks = 0;  // steps whose speculation policy answered invalidly (decoded plainly)
+    // Structured output: this request's masked rows, of them the ones where one token only was
+    // allowed, and the wall time computing masks.
+    int n_masked = 0, n_forced = 0;
+    double mask_s = 0;
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of
@@ -151,12 +164,21 @@ struct EngineStats {
     int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;  // as EngineEvent's
     int64_t n_spec_asks = 0, n_spec_fallbacks = 0;  // speculation policy questions, and invalid answers
     double draft_s = 0, verify_s = 0;               // as EngineEvent's, summed over requests
+    int64_t n_masked = 0, n_forced = 0;             // as EngineEvent's, summed over requests
+    double mask_s = 0;
+    int64_t n_mask_cache_hits = 0;                  // masked rows whose mask came from the cache
     // The measured cost model the policies are given (SpecSeqStats): -1 until measured.
     double draft_ms_per_token_ngram = -1, draft_ms_per_token_model = -1;
     double verify_ms = -1, verify_ms_per_token = -1;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
 };
+
+// Structured output, shared by the plain and the speculative path: whether a constrained request
+// ends at a row whose mask is r (STOP: the grammar is complete and allows nothing but the end;
+// ERROR: it allows nothing) or samples (nullopt); and the ERROR's message. Pure.
+std::optional<FinishReason> constrained_end(const MaskResult& r, const GrammarMatcher& m, size_t n_eog);
+std::string dead_grammar_error(const std::string& output);
 
 class Engine {
 public:
@@ -222,6 +244,12 @@ private:
         double recent_acceptance = -1;
         AcceptanceEwma* bucket_acceptance = nullptr;  // into Engine::bucket_acceptance_ (stable)
         double draft_s = 0, verify_s = 0;
+        // Structured output: the grammar's masker on this model's vocabulary and the automaton of
+        // the output so far (both unset when unconstrained).
+        std::shared_ptr<const TokenMasker> masker;
+        std::optional<GrammarMatcher> matcher;
+        int n_masked = 0, n_forced = 0;
+        double mask_s = 0;
         explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
     };
     struct Session {
@@ -243,6 +271,10 @@ private:
     SpecDraft draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
     void apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
                     bool& finished);
+    // Structured output: masks one row of logits in place for state m (disallowed ids -inf; with
+    // stop_at_eos off, the end too unless it is all that is left) and counts it for s.
+    MaskResult mask_row(Seq& s, const GrammarMatcher& m, std::span<float> row);
+    std::shared_ptr<const TokenMasker> masker_for(const std::shared_ptr<const CompiledGrammar>& g);
     DraftModel* drafter_for(const SpecSettings& spec);  // draft_, a self-draft, or null (n-gram)
     void release_draft(Seq& s);                         // frees s's draft sequence, if any
 
@@ -262,6 +294,11 @@ private:
     std::vector<float> logits_;
     std::vector<float> adjusted_;  // scratch: one row of logits after bias and penalties
     std::vector<float> spec_rows_; // scratch: a speculating sequence's rows after bias and penalties
+    // Structured output: the vocabulary as bytes (made at the first constrained request), the
+    // maskers by grammar (dropped once their grammar is no longer used elsewhere), a mask's words.
+    std::shared_ptr<const TokenVocabulary> vocab_;
+    std::map<const CompiledGrammar*, std::shared_ptr<const TokenMasker>> maskers_;
+    std::vector<uint64_t> mask_words_;
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
     // Speculation's measurements: acceptance per position per bucket (std::map: stable addresses),

@@ -455,6 +455,25 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
         }
         rows = spec_rows_;
     }
+    if (s.matcher) {
+        // Structured output: row i is masked by the grammar's state after node i's path, so the
+        // verification sees the constrained target exactly as the plain path would at that point.
+        // A node the grammar rejects (or an end-of-generation draft) has no state: its parent's row
+        // gives it probability 0, so it is never accepted and its own row is never read.
+        if (!sp.adjusts_logits()) spec_rows_.assign(rows.begin(), rows.end());
+        std::vector<std::optional<GrammarMatcher>> at((size_t)k + 1);
+        at[0].emplace(s.matcher->fork());
+        for (int i = 1; i <= k; i++) {
+            const int p = d.is_tree() ? d.parents[(size_t)i - 1] : i - 1;
+            const int32_t tok = d.tokens[(size_t)i - 1];
+            if (!at[(size_t)p] || s.masker->vocab().is_eog(tok)) continue;
+            GrammarMatcher m = at[(size_t)p]->fork();
+            if (s.masker->accept_token(m, tok)) at[(size_t)i].emplace(std::move(m));
+        }
+        for (int i = 0; i <= k; i++)
+            if (at[(size_t)i]) mask_row(s, *at[(size_t)i], std::span<float>(spec_rows_).subspan((size_t)i * V, (size_t)V));
+        rows = spec_rows_;
+    }
     const SpecResult r = verify_draft(d, rows, V, sp, s.sampler.rng());
     s.n_drafts++;
     s.n_draft_tokens += k;
@@ -487,13 +506,24 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     std::vector<float> lps;
     std::vector<std::vector<TokenLogprob>> tops;
     FinishReason why = FinishReason::STOP;
+    std::string error;
     finished = false;
     for (size_t j = 0; j < r.tokens.size(); j++) {
         const int32_t tok = r.tokens[j];
         const std::span<const float> row = rows.subspan((size_t)r.nodes[j] * (size_t)V, (size_t)V);
-        if (s.req.stop_at_eos && model_.tokenizer().is_eog(tok)) {
+        if ((s.req.stop_at_eos || s.matcher) && model_.tokenizer().is_eog(tok)) {
             finished = true;
             why = FinishReason::STOP;
+            break;
+        }
+        // A constrained row that allowed nothing (all -inf: the draw fell on id 0): the grammar is
+        // complete (STOP) or dead (ERROR), as on the plain path.
+        if (s.matcher && !s.masker->accept_token(*s.matcher, tok)) {
+            finished = true;
+            why = s.matcher->is_accepting() ? FinishReason::STOP : FinishReason::ERROR;
+            if (why == FinishReason::ERROR)
+                error = dead_grammar_error(model_.tokenizer().decode(
+                    std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated)));
             break;
         }
         s.all_tokens.push_back(tok);
@@ -558,6 +588,7 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     e.top_logprobs = std::move(tops);
     e.finished = finished;
     e.finish = why;
+    e.error = std::move(error);
     events.push_back(std::move(e));
 }
 

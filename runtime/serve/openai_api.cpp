@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "grammar/constraint.h"
 #include "template/chat_template.h"
 
 namespace steward::serve {
@@ -335,18 +336,78 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
             return std::nullopt;
         }
     }
-    if (const json* rf = f.find("response_format")) {
+    if (const json* rf = f.find("response_format"); rf && !rf->is_null()) {
         if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
             f.wrong("response_format", *rf, "an object {\"type\": ...}");
             return std::nullopt;
         }
         const std::string t = (*rf)["type"].get<std::string>();
-        if (t != "text") {
-            fail(err, 400, "response_format '" + t + "' is not supported yet: output is not constrained; omit it or use \"text\"",
+        if (t == "json_object") {
+            r.json_object = true;
+        } else if (t == "json_schema") {
+            const json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+            if (!js || !js->is_object()) {
+                fail(err, 400,
+                     "response_format json_schema needs a 'json_schema' object: {\"type\": \"json_schema\", "
+                     "\"json_schema\": {\"name\": \"...\", \"schema\": {...}}}",
+                     "response_format.json_schema", "invalid_value");
+                return std::nullopt;
+            }
+            if (js->contains("name") && !(*js)["name"].is_string()) {
+                fail(err, 400, std::string("response_format.json_schema.name must be a string, not ") + type_name((*js)["name"]),
+                     "response_format.json_schema.name", "invalid_type");
+                return std::nullopt;
+            }
+            if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null()) {
+                fail(err, 400, std::string("response_format.json_schema.strict must be a boolean, not ") + type_name((*js)["strict"]),
+                     "response_format.json_schema.strict", "invalid_type");
+                return std::nullopt;
+            }
+            if (!js->contains("schema") || !((*js)["schema"].is_object() || (*js)["schema"].is_boolean())) {
+                fail(err, 400,
+                     "response_format.json_schema needs a 'schema': a JSON Schema object (e.g. {\"type\": \"object\", "
+                     "\"properties\": {...}})",
+                     "response_format.json_schema.schema", "invalid_value");
+                return std::nullopt;
+            }
+            // The schema as sent (property order matters: the output follows it).
+            const ojson o = ojson::parse(body, nullptr, false);
+            r.json_schema = o.is_object() ? o["response_format"]["json_schema"]["schema"].dump() : (*js)["schema"].dump();
+        } else if (t != "text") {
+            fail(err, 400, "response_format type '" + t + "' is not supported; use \"text\", \"json_object\" or \"json_schema\"",
                  "response_format", "unsupported_response_format");
             return std::nullopt;
         }
     }
+    if (const json* g = f.find("grammar"); g && !g->is_null()) {
+        if (!g->is_string()) {
+            f.wrong("grammar", *g, "a string (GBNF)");
+            return std::nullopt;
+        }
+        r.grammar = g->get<std::string>();
+        if (r.grammar.empty()) {
+            fail(err, 400, "'grammar' is empty; give a GBNF grammar with a root rule (root ::= ...) or leave it out",
+                 "grammar", "invalid_grammar");
+            return std::nullopt;
+        }
+        if (r.json_object || !r.json_schema.empty()) {
+            fail(err, 400, "'grammar' and a JSON response_format both constrain the output; send only one of them",
+                 "grammar", "invalid_value");
+            return std::nullopt;
+        }
+    }
+    // Compiled now (cached for the run): a bad schema or grammar is this request's 400.
+    if (!r.json_schema.empty())
+        if (auto c = compile_constraint(ConstraintKind::JSON_SCHEMA, r.json_schema); !c) {
+            fail(err, 400, "response_format.json_schema.schema is not a usable JSON Schema: " + c.error().message,
+                 "response_format.json_schema.schema", "invalid_json_schema");
+            return std::nullopt;
+        }
+    if (!r.grammar.empty())
+        if (auto c = compile_constraint(ConstraintKind::GBNF, r.grammar); !c) {
+            fail(err, 400, "'grammar' does not compile: " + c.error().message, "grammar", "invalid_grammar");
+            return std::nullopt;
+        }
     return r;
 }
 
@@ -442,6 +503,10 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     g.presence_penalty = req.presence_penalty;
     g.frequency_penalty = req.frequency_penalty;
     g.logit_bias = req.logit_bias;
+    g.json_object = req.json_object;
+    g.json_schema = req.json_schema;
+    g.grammar = req.grammar;
+    if (req.json_object || !req.json_schema.empty()) g.response_format = "json";  // the structured bucket's rule
     return g;
 }
 

@@ -57,6 +57,11 @@ struct OpenAiRequest {
     bool stream = false;
     bool include_usage = false;        // stream_options.include_usage
     bool echo = false;                 // completion: the prompt text precedes the output
+    // Structured output (GenerationRequest's fields): response_format json_object / json_schema
+    // (its schema, as sent, keys in order), or llama.cpp's top-level `grammar` (GBNF).
+    bool json_object = false;
+    std::string json_schema;
+    std::string grammar;
     // chat: extra variables for the chat template (vLLM's extension), e.g. {"enable_thinking": false}
     nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
 };
@@ -69,7 +74,10 @@ inline constexpr int k_max_json_depth = 64;
 
 // Parses a body (chat = /v1/chat/completions); nullopt with err filled when it is refused. Malformed JSON, nesting deeper than
 // k_max_json_depth, a wrong type or an out-of-range value is a 400 whose param names the field;
-// response_format other than "text" is a 400 until structured output is enforced. Unknown fields
+// response_format is {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"}}; a top-level `grammar` (GBNF) is llama.cpp's. The
+// schema or grammar is compiled here (cached): an invalid one is a 400 naming the position (JSON
+// pointer or line:column) and the fix, code invalid_json_schema / invalid_grammar. Unknown fields
 // are ignored, as OpenAI's server does.
 std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool chat, ApiError& err);
 // Parses any JSON body with the depth bound above; nullopt (and err filled) when malformed.

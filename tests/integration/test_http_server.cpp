@@ -458,8 +458,8 @@ TEST_CASE("every refused request answers its status and OpenAI's error object na
     check_error(chat({{"messages", msgs}, {"stop", {1}}}), 400, "stop", "invalid_type");
     check_error(chat({{"messages", msgs}, {"logit_bias", {{"x", 1}}}}), 400, "logit_bias", "invalid_value");
     check_error(chat({{"messages", msgs}, {"n", 0}}), 400, "n", "invalid_value");
-    check_error(chat({{"messages", msgs}, {"response_format", {{"type", "json_object"}}}}), 400, "response_format",
-                "unsupported_response_format");
+    check_error(chat({{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}), 400, "response_format",
+                "unsupported_response_format", "json_schema");
     check_error(post(s.port, "/v1/completions", {{"prompt", {"a", "b"}}}), 400, "prompt", "invalid_value", "batched");
     check_error(post(s.port, "/v1/completions", {{"prompt", "x"}, {"logprobs", true}}), 400, "logprobs", "invalid_type");
     const Reply unknown = chat({{"model", "gpt-9"}, {"messages", msgs}});
@@ -476,6 +476,54 @@ TEST_CASE("every refused request answers its status and OpenAI's error object na
     CHECK(std::string(wrong_method.headers["Allow"]) == "POST");
     check_error(request(s.port, http::verb::delete_, "/health"), 405, "", "method_not_allowed");
     check_error(request(s.port, http::verb::get, "/admin/requests/cmpl-987654"), 404, "id", "not_found");
+}
+
+TEST_CASE("structured output: a bad schema or grammar is a 400 naming where; json_schema and grammar outputs parse", "[http][grammar]") {
+    auto s = serve_with();
+    const auto chat = [&](json body) { return post(s.port, "/v1/chat/completions", body); };
+    const json msgs = {{{"role", "user"}, {"content", "give me JSON"}}};
+    const json bad_schema = {{"type", "object"}, {"properties", {{"a", {{"type", "strnig"}}}}}};
+    check_error(chat({{"messages", msgs},
+                      {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", bad_schema}}}}}}),
+                400, "response_format.json_schema.schema", "invalid_json_schema", "/properties/a");
+    check_error(chat({{"messages", msgs}, {"response_format", {{"type", "json_schema"}}}}), 400, "response_format.json_schema",
+                "invalid_value", "json_schema");
+    check_error(post(s.port, "/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= \"a"}}), 400, "grammar",
+                "invalid_grammar", "grammar:1:");
+    check_error(post(s.port, "/v1/completions", {{"prompt", "x"}, {"grammar", "start ::= \"a\""}}), 400, "grammar",
+                "invalid_grammar", "root");
+    check_error(post(s.port, "/v1/completions", {{"prompt", "x"}, {"grammar", 5}}), 400, "grammar", "invalid_type");
+
+    // A json_schema chat answer's content parses and has the schema's shape (random weights: noise
+    // without the constraint). Greedy and sampled.
+    const json schema = json::parse(R"({"type":"object","properties":{"answer":{"enum":["yes","no"]},
+        "n":{"type":"integer"},"tags":{"type":"array","items":{"type":"string","maxLength":4},"maxItems":2}},
+        "required":["answer","n","tags"],"additionalProperties":false})");
+    for (double temp : {0.0, 1.0}) {
+        const Reply r = chat({{"messages", msgs}, {"max_tokens", 300}, {"temperature", temp}, {"seed", 3},
+                              {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", schema}, {"strict", true}}}}}});
+        INFO(r.body);
+        REQUIRE(r.status == 200);
+        const json j = r.j();
+        CHECK(j["choices"][0]["finish_reason"] == "stop");
+        const json doc = json::parse(j["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+        REQUIRE(doc.is_object());
+        CHECK(doc.size() == 3);
+        CHECK((doc["answer"] == "yes" || doc["answer"] == "no"));
+        CHECK(doc["n"].is_number_integer());
+        REQUIRE(doc["tags"].is_array());
+        CHECK(doc["tags"].size() <= 2);
+    }
+    // llama.cpp's grammar field on /v1/completions.
+    const Reply g = post(s.port, "/v1/completions",
+                         {{"prompt", "x"}, {"max_tokens", 50}, {"grammar", "root ::= \"{\\\"ok\\\": \" (\"true\" | \"false\") \"}\""}});
+    INFO(g.body);
+    REQUIRE(g.status == 200);
+    const json gj = g.j();
+    CHECK(gj["choices"][0]["finish_reason"] == "stop");
+    const json gdoc = json::parse(gj["choices"][0]["text"].get<std::string>(), nullptr, false);
+    REQUIRE(gdoc.is_object());
+    CHECK(gdoc["ok"].is_boolean());
 }
 
 TEST_CASE("with api keys a request needs a tenant's key: missing or wrong is 401; a quota refusal is 429 with Retry-After", "[http][tenants]") {

@@ -25,8 +25,17 @@ struct GenerationRequest {
     int top_k = 0;
     uint64_t seed = 0;
     bool tools = false;               // tools present (an agent turn)
-    std::string response_format;      // "" or "json" (classification only: output is not constrained
-                                      // yet); anything else finishes with ERROR
+    std::string response_format;      // "" or "json": what the bucket rules match (classification);
+                                      // anything else finishes with ERROR. The output is constrained
+                                      // by the three fields below, not by this one.
+    // Structured output (at most one of the three; the output is constrained token by token):
+    // grammar: GBNF text (llama.cpp's), root rule `root`; json_schema: a JSON Schema as JSON text,
+    // the output one JSON document valid against it; json_object: the output is one JSON object.
+    // An invalid grammar or schema finishes with ERROR naming the position (line:column or JSON
+    // pointer) and the fix. A constrained request ends (STOP) when the grammar allows nothing more.
+    std::string grammar;
+    std::string json_schema;
+    bool json_object = false;
     bool add_bos = true;              // prepend BOS when the vocabulary wants it
     bool parse_special = false;       // special-token spellings in the prompt text (<|im_start|>) are
                                       // those tokens: a rendered chat template

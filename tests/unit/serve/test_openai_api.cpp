@@ -185,3 +185,37 @@ TEST_CASE("usage counts the shared prompt once and every choice's output; chunks
     CHECK(e.status == 429);
     CHECK(e.message == "queue full");
 }
+
+TEST_CASE("response_format json_schema / json_object and grammar become the request's constraint; json ones classify as json", "[serve][grammar]") {
+    ApiError err;
+    auto r = parse_openai_request(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+        "json_schema": {"name": "n", "strict": true, "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "boolean"}}}}}})",
+                                  true, err);
+    REQUIRE(r);
+    CHECK(r->json_schema.find("\"z\"") < r->json_schema.find("\"a\""));  // the property order as sent
+    GenerationRequest g = to_generation_request(*r, {}, "t", "p", 0);
+    CHECK(g.json_schema == r->json_schema);
+    CHECK(g.response_format == "json");  // the structured bucket's match rule
+    auto o = parse_openai_request(R"({"prompt": "x", "response_format": {"type": "json_object"}})", false, err);
+    REQUIRE(o);
+    CHECK(to_generation_request(*o, {}, "t", "p", 0).json_object);
+    CHECK(to_generation_request(*o, {}, "t", "p", 0).response_format == "json");
+    auto t = parse_openai_request(R"({"prompt": "x", "response_format": {"type": "text"}})", false, err);
+    REQUIRE(t);
+    CHECK(to_generation_request(*t, {}, "t", "p", 0).response_format.empty());
+    auto gb = parse_openai_request(R"({"prompt": "x", "grammar": "root ::= [0-9]+"})", false, err);
+    REQUIRE(gb);
+    CHECK(to_generation_request(*gb, {}, "t", "p", 0).grammar == "root ::= [0-9]+");
+    CHECK(to_generation_request(*gb, {}, "t", "p", 0).response_format.empty());
+
+    CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
+        {"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}}}}}})", false, err));
+    CHECK(err.status == 400);
+    CHECK(err.code == "invalid_json_schema");
+    CHECK_THAT(err.message, Catch::Contains("/properties/a"));
+    CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "grammar": "root ::= (\"a\""})", false, err));
+    CHECK(err.code == "invalid_grammar");
+    CHECK_THAT(err.message, Catch::Contains("grammar:1:"));
+    CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", false, err));
+    CHECK(err.param == "grammar");
+}
