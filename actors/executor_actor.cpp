@@ -203,6 +203,10 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     f.n_draft_tokens = ev.n_draft_tokens;
                     f.n_accepted_tokens = ev.n_accepted_tokens;
                     f.n_rollbacks = ev.n_rollbacks;
+                    f.n_spec_branches = ev.n_spec_branches;
+                    f.n_masked = ev.n_masked;
+                    f.n_forced = ev.n_forced;
+                    f.mask_s = ev.mask_s;
                     if (ev.n_drafts > 0) {
                         f.n_draft_tokens_at.assign(ev.n_draft_tokens_at.begin(), ev.n_draft_tokens_at.end());
                         f.n_accepted_at.assign(ev.n_accepted_at.begin(), ev.n_accepted_at.end());

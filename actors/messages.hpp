@@ -220,9 +220,12 @@ struct FinishInfo {
     double first_scheduled_s = -1;
     double t_s = 0;
     // Speculation (EngineEvent's): counts, per draft position (the first positions with a draft), times.
-    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0;
+    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
     std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
     double draft_s = 0, verify_s = 0;
+    // Structured output (EngineEvent's): masked rows, of them forced (one token allowed), mask time.
+    int32_t n_masked = 0, n_forced = 0;
+    double mask_s = 0;
     FinishReason reason() const { return static_cast<FinishReason>(finish); }
     void set_reason(FinishReason r) { finish = static_cast<int32_t>(r); }
 };
@@ -231,7 +234,7 @@ typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
     return f(caf::meta::type_name("FinishInfo"), x.id, x.finish, x.error, x.n_prompt, x.n_cached, x.n_recomputed,
              x.n_preemptions, x.n_cached_cross_tenant, x.n_cached_public, x.first_scheduled_s, x.t_s, x.n_drafts,
              x.n_draft_tokens, x.n_accepted_tokens, x.n_rollbacks, x.n_draft_tokens_at, x.n_accepted_at, x.draft_s,
-             x.verify_s);
+             x.verify_s, x.n_spec_branches, x.n_masked, x.n_forced, x.mask_s);
 }
 
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.

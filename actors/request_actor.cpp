@@ -207,6 +207,10 @@ RunEnd run_end(const FinishInfo& f) {
     e.n_draft_tokens = f.n_draft_tokens;
     e.n_accepted_tokens = f.n_accepted_tokens;
     e.n_rollbacks = f.n_rollbacks;
+    e.n_spec_branches = f.n_spec_branches;
+    e.n_masked = f.n_masked;
+    e.n_forced = f.n_forced;
+    e.mask_s = f.mask_s;
     e.n_draft_tokens_at = f.n_draft_tokens_at;
     e.n_accepted_at = f.n_accepted_at;
     e.draft_s = f.draft_s;

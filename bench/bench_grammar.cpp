@@ -2,7 +2,12 @@
 // apart) on a JSON-schema grammar, over seeded random walks, for a 32k (llama-spm) and a 151k
 // (qwen2) vocabulary from ../shared/testdata/tokenizers, plus the vocabulary trie build and the
 // grammar compile time. One masker per vocabulary is shared by all walks, as requests share it.
-//   (from the repository root) build/bench_grammar [--walks 20] [--seed 1] [--dir ../shared/testdata/tokenizers] [--vocabs llama-spm,qwen2]
+// Then end to end: TPOT of greedy requests constrained by the schema against the same requests
+// unconstrained, through the Engine on synthetic Q8_0 models (dim 512, 8 layers) with a 32k and a
+// 152k vocabulary, one request at a time (batch 1: the mask is on every step's critical path).
+//   (from the repository root) build/bench_grammar [--walks 20] [--seed 1] [--dir ../shared/testdata/tokenizers]
+//     [--vocabs llama-spm,qwen2] [--e2e-vocabs 32000,151936] [--requests 6] [--tokens 48] [--threads 2]
+//     [--model-dir /tmp/steward_bench_grammar]
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -13,8 +18,13 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <map>
+
 #include "grammar/grammar.h"
+#include "model/synth.h"
 #include "model/tokenizer.h"
+#include "sched/engine.h"
 
 using namespace steward;
 using clk = std::chrono::steady_clock;
@@ -51,6 +61,103 @@ double mean(const std::vector<double>& v) {
     return v.empty() ? 0 : s / (double)v.size();
 }
 
+struct E2eOptions {
+    std::string vocabs = "32000,151936";
+    int n_requests = 6, n_tokens = 48, n_threads = 2;
+    std::string dir = (std::filesystem::temp_directory_path() / "steward_bench_grammar").string();
+};
+
+// Mean TPOT (ms) of n_requests greedy requests run one at a time, and the mean mask time per
+// masked row (us, 0 unconstrained); constrained requests that end early (the grammar closed the
+// document) count their own gaps.
+struct E2eResult {
+    double tpot_ms = 0, mask_us = 0;
+    int n_tokens = 0;
+};
+E2eResult run_e2e(const Model& model, const E2eOptions& o, std::shared_ptr<const CompiledGrammar> g) {
+    EngineOptions eo;
+    eo.n_threads = o.n_threads;
+    eo.n_blocks = 64;
+    eo.prefix_cache = false;
+    Engine e(model, eo);
+    std::vector<double> tpot;
+    double mask_s = 0;
+    int64_t n_masked = 0;
+    E2eResult out;
+    for (int i = 0; i < o.n_requests + 1; i++) {  // request 0 warms up
+        EngineRequest r;
+        r.id = (uint64_t)i + 1;
+        for (int t = 0; t < 24; t++) r.prompt.push_back(300 + (i * 131 + t * 17) % 3000);
+        r.max_tokens = o.n_tokens;
+        r.stop_at_eos = false;
+        r.grammar = g;
+        if (!e.submit(r).ok()) {
+            std::fprintf(stderr, "bench_grammar: submit refused\n");
+            std::exit(1);
+        }
+        clk::time_point first{};
+        int n_out = 0;
+        double now = 0;
+        bool done = false;
+        while (!done) {
+            for (EngineEvent& ev : e.step(now += 0.001)) {
+                if (!ev.tokens.empty() && n_out == 0) first = clk::now();
+                n_out += (int)ev.tokens.size();
+                if (!ev.finished) continue;
+                done = true;
+                if (ev.finish == FinishReason::ERROR) {
+                    std::fprintf(stderr, "bench_grammar: request failed: %s\n", ev.error.c_str());
+                    std::exit(1);
+                }
+                if (i == 0 || n_out < 2) continue;
+                tpot.push_back(std::chrono::duration<double, std::milli>(clk::now() - first).count() / (n_out - 1));
+                out.n_tokens += n_out;
+                mask_s += ev.mask_s;
+                n_masked += ev.n_masked;
+            }
+        }
+    }
+    out.tpot_ms = mean(tpot);
+    out.mask_us = n_masked ? mask_s / (double)n_masked * 1e6 : 0;
+    return out;
+}
+
+void bench_e2e(const std::shared_ptr<const CompiledGrammar>& g, const E2eOptions& o) {
+    std::printf("\nend to end (greedy, batch 1, %d requests of %d tokens after a warm-up, %d threads, synthetic Q8_0 "
+                "dim 512 x 8 layers):\n%-8s %12s %12s %8s %9s %12s\n",
+                o.n_requests, o.n_tokens, o.n_threads, "n_vocab", "tpot_plain", "tpot_schema", "ratio", "mask_us",
+                "tokens_schema");
+    std::filesystem::create_directories(o.dir);
+    std::stringstream list(o.vocabs);
+    for (std::string v; std::getline(list, v, ',');) {
+        SynthSpec s;
+        s.n_embd = 512;
+        s.n_layer = 8;
+        s.n_head = 8;
+        s.n_head_kv = 4;
+        s.n_ff = 1376;
+        s.n_vocab = std::atoi(v.c_str());
+        s.n_ctx = 1024;
+        s.dtype = GgmlType::Q8_0;
+        s.seed = 3;
+        const std::string path = o.dir + "/synth_v" + v + ".gguf";
+        if (!std::filesystem::exists(path))
+            if (auto w = synth_write(s, path); !w) {
+                std::fprintf(stderr, "bench_grammar: writing %s: %s\n", path.c_str(), w.error().message.c_str());
+                std::exit(1);
+            }
+        auto m = Model::load(path);
+        if (!m) {
+            std::fprintf(stderr, "bench_grammar: %s\n", m.error().message.c_str());
+            std::exit(1);
+        }
+        const E2eResult plain = run_e2e(**m, o, nullptr), schema = run_e2e(**m, o, g);
+        std::printf("%-8s %10.2fms %10.2fms %7.3fx %9.1f %12d\n", v.c_str(), plain.tpot_ms, schema.tpot_ms,
+                    schema.tpot_ms / plain.tpot_ms, schema.mask_us, schema.n_tokens);
+        std::fflush(stdout);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,8 +165,14 @@ int main(int argc, char** argv) {
     unsigned seed = 1;
     std::string dir = "../shared/testdata/tokenizers";  // from the repository root
     std::string vocabs = "llama-spm,qwen2";
+    E2eOptions e2e;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--walks")) n_walks = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--e2e-vocabs")) e2e.vocabs = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--requests")) e2e.n_requests = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--tokens")) e2e.n_tokens = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--threads")) e2e.n_threads = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--model-dir")) e2e.dir = argv[i + 1];
         else if (!std::strcmp(argv[i], "--seed")) seed = (unsigned)std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
         else if (!std::strcmp(argv[i], "--vocabs")) vocabs = argv[i + 1];
@@ -132,5 +245,6 @@ int main(int argc, char** argv) {
                     name.c_str(), vocab->n_vocab(), vocab->trie().size(), build_ms, mean(all), pct(all, 0.99),
                     all.size(), hit.size(), mean(hit), miss.size(), mean(miss), pct(miss, 0.99), n_forced);
     }
+    if (!e2e.vocabs.empty()) bench_e2e(*g, e2e);
     return 0;
 }

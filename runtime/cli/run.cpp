@@ -120,7 +120,10 @@ int cmd_run(const RunOptions& o) {
         g.top_p = (float)r.top_p;
         g.seed = r.seed.value_or(0);
         g.tools = r.tools;
+        // A workload's response_format "json" is JSON mode (OpenAI's json_object): the output is
+        // constrained to one JSON object, and the request classifies as "json" (the structured bucket).
         g.response_format = r.response_json ? "json" : "";
+        g.json_object = r.response_json;
         if (r.prompt_kind == PromptKind::IDS) g.prompt_ids = r.prompt_ids;
         else g.prompt = text;
         return g;

@@ -1,5 +1,6 @@
 // Per-bucket aggregation of request records and KV samples, and its JSON, table and Prometheus output.
 #include "metrics/bucket_metrics.h"
+#include "grammar/constraint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -203,6 +204,13 @@ void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
         }
     } else if (tpot) {
         tpot_plain_s.record(*tpot);
+    }
+    if (r.n_masked > 0) {
+        ++n_constrained;
+        n_masked += r.n_masked;
+        n_forced += r.n_forced;
+        mask_s += r.mask_s;
+        mask_per_row_s.record(r.mask_s / (double)r.n_masked);
     }
 }
 
@@ -579,7 +587,21 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"quality", num(m.quality())},
           {"quality_by_route", quality}}},
         {"speculation", spec_json(m)},
+        {"structured", structured_json(m)},
     };
+}
+
+// The row's structured-output figures: constrained requests, masked rows (speculation's verified
+// rows included), forced rows (one token allowed: the grammar chose it), mask time per row.
+nlohmann::json MetricsRegistry::structured_json(const BucketMetrics& m) {
+    return {{"requests", m.n_constrained},
+            {"masked_tokens", m.n_masked},
+            {"forced_tokens", m.n_forced},
+            {"forced_rate", num(ratio((double)m.n_forced, (double)m.n_masked))},
+            {"mask_s", m.mask_s},
+            {"mask_us_per_token_mean", num(ratio(m.mask_s, (double)m.n_masked) * 1e6)},
+            {"mask_us_per_token_p50_of_requests", num(m.mask_per_row_s.quantile(0.50) * 1e6)},
+            {"mask_us_per_token_p99_of_requests", num(m.mask_per_row_s.quantile(0.99) * 1e6)}};
 }
 
 nlohmann::json MetricsRegistry::to_json() const {
@@ -610,8 +632,13 @@ nlohmann::json MetricsRegistry::to_json() const {
                             {"waiting", t.n_waiting},
                             {"quota_blocks", t.quota_blocks >= 0 ? nlohmann::json(t.quota_blocks) : nlohmann::json()}};
     }
+    const GrammarCacheStats gc = grammar_cache_stats();  // process-wide, like the cache
+    const nlohmann::json grammar_cache = {{"compiles", gc.n_compiles},
+                                          {"hits", gc.n_hits},
+                                          {"compile_ms", gc.compile_s * 1e3},
+                                          {"entries", gc.n_entries}};
     return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
-            {"policies", policies}, {"admission", admission}};
+            {"policies", policies}, {"admission", admission}, {"grammar_cache", grammar_cache}};
 }
 
 std::string MetricsRegistry::to_table() const {
@@ -669,7 +696,35 @@ std::string MetricsRegistry::to_table() const {
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
     out += line(row_cells("all", all_));
-    return out + spec_table();
+    return out + spec_table() + structured_table();
+}
+
+// Printed only when some request was constrained (response_format / grammar). mask_us: mean mask
+// time per masked row; p99_req: the 99th percentile over requests of their mean.
+std::string MetricsRegistry::structured_table() const {
+    if (all_.n_constrained == 0) return {};
+    const GrammarCacheStats gc = grammar_cache_stats();
+    std::string out = "\n";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%-12s %11s %8s %8s %8s %9s %9s\n", "structured", "constrained", "masked", "forced",
+                  "forced%", "mask_us", "p99_req");
+    out += buf;
+    auto row = [&](const std::string& name, const BucketMetrics& m) {
+        std::snprintf(buf, sizeof buf, "%-12s %11lld %8lld %8lld %8s %9s %9s\n", name.c_str(), (long long)m.n_constrained,
+                      (long long)m.n_masked, (long long)m.n_forced,
+                      fmt(ratio((double)m.n_forced, (double)m.n_masked) * 100.0, "%.1f").c_str(),
+                      fmt(ratio(m.mask_s, (double)m.n_masked) * 1e6, "%.1f").c_str(),
+                      fmt(m.mask_per_row_s.quantile(0.99) * 1e6, "%.1f").c_str());
+        out += buf;
+    };
+    for (const std::string& name : bucket_names()) {
+        const BucketMetrics& m = buckets_.find(name)->second;
+        if (m.n_constrained > 0) row(name, m);
+    }
+    row("all", all_);
+    std::snprintf(buf, sizeof buf, "grammars compiled %lld (%.1f ms), cache hits %lld\n", (long long)gc.n_compiles,
+                  gc.compile_s * 1e3, (long long)gc.n_hits);
+    return out + buf;
 }
 
 // Printed only when some request drafted, so the main table stays readable without speculation.
@@ -893,6 +948,14 @@ std::string MetricsRegistry::to_prometheus() const {
             [](const BucketMetrics& m) { return m.n_rejected_tokens(); });
     counter("steward_spec_decode_num_rollbacks_total", "Verifications that discarded the KV of rejected draft tokens.",
             [](const BucketMetrics& m) { return m.n_rollbacks; });
+    counter("steward_structured_requests_total", "Requests constrained by a grammar or JSON schema (response_format, grammar).",
+            [](const BucketMetrics& m) { return m.n_constrained; });
+    counter("steward_structured_masked_tokens_total", "Rows of logits masked by a request's grammar (speculation's verified rows included).",
+            [](const BucketMetrics& m) { return m.n_masked; });
+    counter("steward_structured_forced_tokens_total", "Masked rows where the grammar allowed one token only.",
+            [](const BucketMetrics& m) { return m.n_forced; });
+    counter("steward_structured_mask_time_seconds_total", "Wall time computing grammar masks, seconds.",
+            [](const BucketMetrics& m) { return m.mask_s; });
     counter("steward_spec_decode_num_branches_total",
             "Speculative branches verified: a token tree's root-to-leaf paths, sharing the sequence's KV in one forward (a chain is one).",
             [](const BucketMetrics& m) { return m.n_spec_branches; });

@@ -64,6 +64,10 @@ struct RequestRecord {
     int64_t n_spec_branches = 0;  // speculative branches verified: a tree's root-to-leaf paths, a chain 1
     std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
     double draft_s = 0.0, verify_s = 0.0;
+    // Structured output: rows masked by the request's grammar (speculation's verified rows
+    // included), of them the ones where one token only was allowed, and the wall time of the masks.
+    int64_t n_masked = 0, n_forced = 0;
+    double mask_s = 0.0;
 };
 
 // A KV gauge reading pushed by the KV layer.
@@ -198,6 +202,12 @@ struct BucketMetrics {
     int64_t n_decode_gaps_spec = 0;  // Σ (n_output - 1) over those with >= 2 output tokens
     Histogram tpot_spec_s, tpot_plain_s;  // TPOT of requests that drafted / did not
 
+    // Structured output (issue 14's figures): constrained requests (n_masked > 0), masked rows,
+    // forced rows, mask seconds, and each constrained request's mean mask time per row.
+    int64_t n_constrained = 0, n_masked = 0, n_forced = 0;
+    double mask_s = 0.0;
+    Histogram mask_per_row_s;
+
     KvGauges kv;
     std::map<std::string, int64_t, std::less<>> n_evictions_by_policy;
 
@@ -328,6 +338,8 @@ private:
     std::map<std::string, std::vector<TenantAdmission>, std::less<>> admission_;  // pool -> by tenant
     std::map<std::string, double, std::less<>> spec_baseline_;  // bucket -> TPOT without speculation, s
     std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
+    std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained
+    static nlohmann::json structured_json(const BucketMetrics& m);
     nlohmann::json spec_json(const BucketMetrics& m) const;
     std::optional<double> spec_baseline_of(const BucketMetrics& m) const;  // set_spec_baseline's, for m's row
 

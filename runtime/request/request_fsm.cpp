@@ -260,6 +260,9 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     rec.n_accepted_tokens = end.n_accepted_tokens;
     rec.n_rollbacks = end.n_rollbacks;
     rec.n_spec_branches = end.n_spec_branches;
+    rec.n_masked = end.n_masked;
+    rec.n_forced = end.n_forced;
+    rec.mask_s = end.mask_s;
     for (size_t i = 0; i < rec.n_draft_tokens_at.size(); i++) {
         if (i < end.n_draft_tokens_at.size()) rec.n_draft_tokens_at[i] = end.n_draft_tokens_at[i];
         if (i < end.n_accepted_at.size()) rec.n_accepted_at[i] = end.n_accepted_at[i];

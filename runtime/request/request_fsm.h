@@ -50,6 +50,8 @@ struct RunEnd {
     // Speculation (EngineEvent's); per draft position from 0, as many as carried.
     int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
     std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
+    int32_t n_masked = 0, n_forced = 0;  // structured output (EngineEvent's)
+    double mask_s = 0;
     double draft_s = 0, verify_s = 0;
 };
 

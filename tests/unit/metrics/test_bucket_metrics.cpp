@@ -519,3 +519,51 @@ TEST_CASE("the table shows a speculation section only when some bucket speculate
     CHECK(rows["long_output"].find("estimate") != std::string::npos);
     CHECK(rows["short_qa"].find("1.00") == std::string::npos);  // no drafts: dashes
 }
+
+TEST_CASE("structured-output figures sum per bucket: constrained requests, masked and forced rows, mask time", "[metrics]") {
+    MetricsRegistry m;
+    RequestRecord a = rec("structured", "t", "small", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP);
+    a.n_masked = 10;
+    a.n_forced = 4;
+    a.mask_s = 100e-6;  // 10 us a row
+    RequestRecord b = a;
+    b.n_masked = 30;
+    b.n_forced = 6;
+    b.mask_s = 900e-6;  // 30 us a row
+    RequestRecord plain = rec("structured", "t", "small", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP);
+    m.record(a);
+    m.record(b);
+    m.record(plain);
+    m.record(rec("short_qa", "t", "small", 0, 0.01, 0.1, 0.2, {0.05, 0.05}, 8, 0, 3, FinishReason::STOP));
+    const nlohmann::json j = m.to_json();
+    const nlohmann::json& s = j["buckets"]["structured"]["structured"];
+    CHECK(s["requests"] == 2);  // the unconstrained one is not counted
+    CHECK(s["masked_tokens"] == 40);
+    CHECK(s["forced_tokens"] == 10);
+    CHECK(s["forced_rate"].get<double>() == Approx(0.25));
+    CHECK(s["mask_us_per_token_mean"].get<double>() == Approx(25.0));  // 1000 us over 40 rows
+    // The per-request means are 10 and 30 us: the 99th percentile is the larger, within the
+    // histogram's relative error.
+    CHECK(s["mask_us_per_token_p99_of_requests"].get<double>() == Approx(30.0).epsilon(0.05));
+    CHECK(j["buckets"]["short_qa"]["structured"]["requests"] == 0);
+    CHECK(j["buckets"]["short_qa"]["structured"]["mask_us_per_token_mean"].is_null());
+    CHECK(j.contains("grammar_cache"));
+    const std::string t = m.to_table();
+    INFO(t);
+    const size_t at = t.find("constrained");
+    REQUIRE(at != std::string::npos);
+    CHECK(t.find("short_qa", at) == std::string::npos);  // only constrained buckets, then all
+    std::istringstream lines(t.substr(t.find('\n', at) + 1));
+    std::string name, forced_pct, mask_us, p99;
+    long long constrained = 0, masked = 0, forced = 0;
+    lines >> name >> constrained >> masked >> forced >> forced_pct >> mask_us >> p99;
+    CHECK(name == "structured");
+    CHECK(constrained == 2);
+    CHECK(masked == 40);
+    CHECK(forced == 10);
+    CHECK(forced_pct == "25.0");
+    CHECK(mask_us == "25.0");
+    MetricsRegistry none;
+    none.record(plain);
+    CHECK(none.to_table().find("constrained") == std::string::npos);
+}
