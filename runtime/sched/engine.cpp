@@ -183,8 +183,7 @@ MaskResult Engine::mask_row(Seq& s, const GrammarMatcher& m, std::span<float> ro
     mask_words_.resize(s.masker->n_words());
     MaskResult r = s.masker->fill_mask(m, mask_words_);
     const int V = (int)row.size();
-    for (int id = 0; id < V; id++)
-        if (!((mask_words_[(size_t)id >> 6] >> (id & 63)) & 1)) row[(size_t)id] = -INFINITY;
+    apply_mask(mask_words_, row);
     const int n_eog = r.eog_allowed ? (int)s.masker->vocab().eog_ids().size() : 0;
     if (!s.req.stop_at_eos && r.eog_allowed && r.n_allowed > n_eog) {  // ignore_eos: the end only when forced
         for (int32_t id : s.masker->vocab().eog_ids())
@@ -201,6 +200,11 @@ MaskResult Engine::mask_row(Seq& s, const GrammarMatcher& m, std::span<float> ro
     if (r.cache_hit) stats_.n_mask_cache_hits++;
     stats_.mask_s += dt;
     return r;
+}
+
+void apply_mask(std::span<const uint64_t> words, std::span<float> row) {
+    for (size_t id = 0; id < row.size(); id++)
+        if (!((words[id >> 6] >> (id & 63)) & 1)) row[id] = -INFINITY;
 }
 
 // What a constrained request does at a row whose mask is r, before sampling: "" (sample), or it

@@ -179,6 +179,8 @@ struct EngineStats {
 // ERROR: it allows nothing) or samples (nullopt); and the ERROR's message. Pure.
 std::optional<FinishReason> constrained_end(const MaskResult& r, const GrammarMatcher& m, size_t n_eog);
 std::string dead_grammar_error(const std::string& output);
+// Sets row's logits to -inf where the mask's bit (id / 64, id % 64) is clear.
+void apply_mask(std::span<const uint64_t> words, std::span<float> row);
 
 class Engine {
 public:

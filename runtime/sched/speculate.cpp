@@ -197,7 +197,8 @@ Expected<bool> DraftModel::feed_pending(SeqId seq) {
 }
 
 Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all_tokens, const SpecSettings& s, int k,
-                                        int max_depth, const SamplingParams& sp, std::mt19937_64& rng) {
+                                        int max_depth, const SamplingParams& sp, std::mt19937_64& rng,
+                                        const DraftConstraint* constraint) {
     SpecDraft none;
     none.kind = sp.temperature > 0.0f ? DraftKind::SAMPLED : DraftKind::CHOSEN;
     if (k <= 0 || all_tokens.empty()) return none;
@@ -213,11 +214,12 @@ Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all
     }
     if (!grow(*seq, all_tokens.subspan((size_t)mgr_.seq(*seq).n_tokens()))) return none;
     if (auto r = feed_pending(*seq); !r) return r.error();
-    if (s.tree == SpecTree::CHAIN) return propose_chain(*seq, k, sp, rng);
+    if (s.tree == SpecTree::CHAIN) return propose_chain(*seq, k, sp, rng, constraint);
     return propose_tree(*seq, s, k, max_depth, sp, rng);
 }
 
-Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng) {
+Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng,
+                                              const DraftConstraint* constraint) {
     SpecDraft d;
     const bool sampled = sp.temperature > 0.0f;
     d.kind = sampled ? DraftKind::SAMPLED : DraftKind::CHOSEN;
@@ -227,7 +229,12 @@ Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingPa
         // The root's logits are there; every later draft token is fed first.
         if (i > 0)
             if (auto r = feed_pending(seq); !r) return r.error();
-        const std::span<const float> row(logits_.data(), (size_t)V);
+        std::span<const float> row(logits_.data(), (size_t)V);
+        if (constraint) {
+            masked_.assign(row.begin(), row.end());
+            if (!constraint->mask(masked_)) break;
+            row = masked_;
+        }
         int32_t tok;
         if (sampled) {
             std::vector<float> q = dense_distribution(row, sp);
@@ -238,6 +245,7 @@ Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingPa
             tok = argmax(row);
         }
         d.tokens.push_back(tok);
+        if (constraint && !constraint->accept(tok)) break;
         // The last draft token is only proposed; every earlier one is fed for the next.
         if (i + 1 < k && !grow(seq, std::span<const int32_t>(&tok, 1))) break;
     }
@@ -405,14 +413,34 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
     const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
     const int depth = std::min(spec.tree_depth, n_out);
     if (k <= 0 || n_out <= 0) return {};
+    // Structured output: the draft follows the grammar from the request's state (its root included),
+    // on a fork: a chain proposes only tokens the constrained target can accept.
+    std::optional<GrammarMatcher> gm;
+    DraftConstraint dc;
+    if (s.matcher) {
+        gm.emplace(s.matcher->fork());
+        dc.mask = [&](std::span<float> row) {
+            mask_words_.resize(s.masker->n_words());
+            const MaskResult r = s.masker->fill_mask(*gm, mask_words_);
+            apply_mask(mask_words_, row);
+            return r.n_allowed > 0;
+        };
+        dc.accept = [&](int32_t tok) { return !s.masker->vocab().is_eog(tok) && s.masker->accept_token(*gm, tok); };
+    }
     SpecDraft d;
     if (spec.source == SpecSource::NGRAM) {
         d = draft_ngram(s.all_tokens, spec, k);
+        if (gm) {  // cut at the first token the grammar rejects (it could never be accepted)
+            size_t n = 0;
+            while (n < d.tokens.size() && dc.accept(d.tokens[n])) n++;
+            d.tokens.resize(n);
+        }
     } else if (DraftModel* dm = drafter_for(spec)) {
         if (s.draft_owner != dm) release_draft(s);  // the request changed sources: its old draft KV goes
         s.draft_owner = dm;
         // A failing draft forward only costs the speculation: the step decodes plainly.
-        auto r = dm->propose(&s.draft_kv, s.all_tokens, spec, k, depth, s.req.sampling, s.sampler.rng());
+        auto r = dm->propose(&s.draft_kv, s.all_tokens, spec, k, depth, s.req.sampling, s.sampler.rng(),
+                             gm ? &dc : nullptr);
         if (!r) return {};
         d = std::move(*r);
     }

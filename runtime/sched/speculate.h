@@ -3,6 +3,7 @@
 // in step with the target), and turning the target's verification rows into the tokens to append.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -98,6 +99,15 @@ struct SpecResult {
 SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
                         std::mt19937_64& rng);
 
+// A constraint on a draft chain's tokens (structured output): mask(row) sets the logits of the
+// tokens the grammar rejects after the chain so far to -inf (false: it allows none, the chain stops
+// there); accept(token) moves past a chosen token (false, e.g. the end of generation: the chain
+// stops after it).
+struct DraftConstraint {
+    std::function<bool(std::span<float>)> mask;
+    std::function<bool(int32_t)> accept;
+};
+
 // The draft model's side: its forward, its KV storage and block tables (a KvManager of its own,
 // never a prefix cache). Each target sequence that drafts with it owns one draft sequence whose
 // tokens are a prefix of the target's; before drafting it catches up on the tokens it has not
@@ -120,9 +130,13 @@ public:
     // drawn children kept or dropped by their own probability would bias the draws). *seq is the
     // draft sequence (0: none yet, created here). Fewer tokens (maybe none) come back when the
     // draft's pool lacks room: speculation is an optimisation and never preempts. Errors are the
-    // forward's.
+    // forward's. With a constraint (structured output) a chain's tokens are drawn from the draft's
+    // logits masked to what the grammar allows after the tokens before them (the draft distribution
+    // the acceptance rule compares with is that masked one), so the draft proposes what the
+    // constrained target can accept; trees are not filtered.
     Expected<SpecDraft> propose(SeqId* seq, std::span<const int32_t> all_tokens, const SpecSettings& s, int k,
-                                int max_depth, const SamplingParams& sp, std::mt19937_64& rng);
+                                int max_depth, const SamplingParams& sp, std::mt19937_64& rng,
+                                const DraftConstraint* constraint = nullptr);
     // Keeps only the draft KV of the first n_valid tokens (the target's accepted ones).
     void rollback(SeqId seq, int n_valid);
     // Frees a draft sequence (no-op for 0) and sets it to 0.
@@ -138,7 +152,8 @@ private:
     // Forwards the tokens the draft knows but has not computed (chunked), leaving the last one's
     // logits in logits_.
     Expected<bool> feed_pending(SeqId seq);
-    Expected<SpecDraft> propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng);
+    Expected<SpecDraft> propose_chain(SeqId seq, int k, const SamplingParams& sp, std::mt19937_64& rng,
+                                      const DraftConstraint* constraint);
     Expected<SpecDraft> propose_tree(SeqId seq, const SpecSettings& s, int k, int max_depth, const SamplingParams& sp,
                                      std::mt19937_64& rng);
 
@@ -147,6 +162,7 @@ private:
     KvStorage kv_;
     KvManager mgr_;
     std::vector<float> logits_;
+    std::vector<float> masked_;  // a constrained chain's masked row
 };
 
 // The split of one pool's KV budget when a draft model (or null) and self-drafts of self_layers

@@ -226,7 +226,7 @@ TEST_CASE("seeded generations on a random-weight model all parse and validate ag
     CHECK(n_bad == 0);
 }
 
-TEST_CASE("constrained greedy output with speculation (n-gram chain, self-draft tree) equals it without", "[grammar][engine][spec]") {
+TEST_CASE("constrained greedy output with speculation (n-gram chain, self-draft chain and tree) equals it without", "[grammar][engine][spec]") {
     std::mt19937_64 rng(7);
     std::vector<EngineRequest> plain;
     for (int i = 0; i < 40; i++) {
@@ -238,14 +238,18 @@ TEST_CASE("constrained greedy output with speculation (n-gram chain, self-draft 
         plain.push_back(std::move(r));
     }
     const auto base = run_all(plain, options());
+    // The n-gram chain is cut at the grammar's first rejection, the self-draft chain drawn from
+    // masked logits, the tree unfiltered.
+    for (SpecTree shape : {SpecTree::CHAIN, SpecTree::FIXED})
     for (SpecSource src : {SpecSource::NGRAM, SpecSource::SELF}) {
+        if (src == SpecSource::NGRAM && shape != SpecTree::CHAIN) continue;
         std::vector<EngineRequest> spec = plain;
         for (auto& r : spec) {
             r.spec.source = src;
             r.spec.k = 4;
             if (src == SpecSource::SELF) {
                 r.spec.self_layers = 1;
-                r.spec.tree = SpecTree::FIXED;
+                r.spec.tree = shape;
                 r.spec.tree_branch = 2;
                 r.spec.tree_depth = 3;
             }
@@ -265,7 +269,7 @@ TEST_CASE("constrained greedy output with speculation (n-gram chain, self-draft 
         }
         CHECK(st.n_draft_tokens > 0);
         for (const auto& r : plain) {
-            INFO("source " << (int)src << " request " << r.id);
+            INFO("source " << (int)src << " tree " << (int)shape << " request " << r.id);
             CHECK(got.at(r.id).tokens == base.at(r.id).tokens);
             CHECK(got.at(r.id).finish == base.at(r.id).finish);
         }
