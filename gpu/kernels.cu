@@ -308,9 +308,12 @@ __global__ void top_p_kernel(const float* logits, int n_vocab, float temperature
         if (threadIdx.x == 0) out[blockIdx.x] = 0;
         return;
     }
+    // Weights as the CPU sampler makes them: float exp of the shifted, scaled logit; sums in double.
+    const double inv_temp = 1.0 / (double)temperature;
     auto weight = [&](int i) -> double {
         const float v = clean_logit(l[i]);
-        return v == -INFINITY ? 0.0 : exp(((double)v - mx) / temperature);
+        if (v == -INFINITY) return 0.0;
+        return temperature == 1.0f ? expf(v - mx) : expf((float)(((double)v - mx) * inv_temp));
     };
     auto mass_at = [&](double thr) {
         double m = 0;

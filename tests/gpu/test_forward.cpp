@@ -50,7 +50,7 @@ std::vector<Shape> shapes() {
     v.push_back({"llama F32, GQA 4", s, KvDtype::F32, 1e-4});
     SynthSpec q2 = s;
     q2.arch = "qwen2";
-    v.push_back({"qwen2 F32 (NeoX, biases), GQA, F16 KV", q2, KvDtype::F16, 2e-3});
+    v.push_back({"qwen2 F32 (NeoX, biases), GQA, F16 KV", q2, KvDtype::F16, 5e-3});
     SynthSpec q3 = s;
     q3.arch = "qwen3", q3.head_dim = 32;
     v.push_back({"qwen3 F32 (head norms, head_dim 32)", q3, KvDtype::F32, 1e-4});
@@ -179,7 +179,7 @@ TEST_CASE("GpuForward refuses what CpuForward refuses, naming the value, and lea
     const KvConfig kc = KvStorage::config_for(model->params(), 4, 8, KvDtype::F32);
     auto gkv = GpuKv::create(kc);
     REQUIRE(gkv.ok());
-    const std::vector<int32_t> bad_tok = {1, 400}, ok_tok = {1, 2}, many(17, 1), table = {0, 1};
+    const std::vector<int32_t> bad_tok = {1, 400}, ok_tok = {1, 2}, many(17, 1), table = {0, 1, 2};
     std::vector<float> logits;
     std::vector<SeqInput> b(1);
     b[0].tokens = bad_tok, b[0].block_table = table;
