@@ -325,8 +325,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (!text) return fail(where(src, t.source()) + ": " + text.error().message);
                 p.chat_template = std::move(*text);
             }
-            if (p.backend != "cpu" && p.backend != "cuda")
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\" or \"cuda\", got \"" + p.backend + "\"");
+            if (p.backend != "cpu" && p.backend != "cuda" && p.backend != "auto")
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\", \"cuda\" or \"auto\", got \"" + p.backend + "\"");
             if (p.kv_dtype != "f32" && p.kv_dtype != "f16")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_dtype must be \"f32\" or \"f16\"");
             if (p.block_size <= 0 || p.block_size > 256 || (p.block_size & (p.block_size - 1)))

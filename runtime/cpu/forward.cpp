@@ -121,20 +121,16 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
 
 }  // namespace
 
-Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
-    const ModelParams& p = model_.params();
-    const ModelWeights& W = model_.weights();
-    const KvConfig& kc = kv.config();
-    if (kc.n_layer != n_layers_ || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
+Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers, int max_tokens,
+                          std::span<const SeqInput> batch) {
+    if (kc.n_layer != n_layers || kc.n_head_kv != p.n_head_kv || kc.head_dim != p.head_dim)
         return make_error("KV storage shape (layers ", std::to_string(kc.n_layer), ", kv heads ",
                           std::to_string(kc.n_head_kv), ", head dim ", std::to_string(kc.head_dim),
-                          ") does not match the model's (layers run ", std::to_string(n_layers_), ", kv heads ",
+                          ") does not match the model's (layers run ", std::to_string(n_layers), ", kv heads ",
                           std::to_string(p.n_head_kv), ", head dim ", std::to_string(p.head_dim),
                           "); size the KV storage for this forward");
-
-    // ---- validate everything before touching the KV
-    std::vector<TokenRef> refs;
     int n_out = 0;
+    int64_t n_tok = 0;
     for (size_t s = 0; s < batch.size(); s++) {
         const SeqInput& in = batch[s];
         const int n = (int)in.tokens.size();
@@ -163,14 +159,31 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
                 return make_error(who, ": position ", std::to_string(pos), " is past the model's context of ",
                                   std::to_string(p.n_ctx_train),
                                   " tokens; shorten the prompt or max_tokens");
-            refs.push_back({(int)s, i, pos, in.n_past + i});
         }
+        n_tok += n;
         n_out += in.logits == LogitsMode::ALL ? n : (in.logits == LogitsMode::LAST && n > 0 ? 1 : 0);
     }
-    const int n_tok = (int)refs.size();
-    if (n_tok > max_tokens_)
+    if (n_tok > max_tokens)
         return make_error("batch of ", std::to_string(n_tok), " tokens exceeds this backend's max of ",
-                          std::to_string(max_tokens_), "; split it into chunks");
+                          std::to_string(max_tokens), "; split it into chunks");
+    return n_out;
+}
+
+Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
+    const ModelParams& p = model_.params();
+    const ModelWeights& W = model_.weights();
+    const KvConfig& kc = kv.config();
+    // ---- validate everything before touching the KV
+    auto checked = check_batch(p, kc, n_layers_, max_tokens_, batch);
+    if (!checked) return checked.error();
+    const int n_out = *checked;
+    std::vector<TokenRef> refs;
+    for (size_t s = 0; s < batch.size(); s++) {
+        const SeqInput& in = batch[s];
+        for (int i = 0; i < (int)in.tokens.size(); i++)
+            refs.push_back({(int)s, i, in.positions.empty() ? in.n_past + i : in.positions[i], in.n_past + i});
+    }
+    const int n_tok = (int)refs.size();
     logits.assign((size_t)n_out * p.n_vocab, 0.0f);
     if (n_tok == 0) return true;
 

@@ -32,6 +32,13 @@ struct SeqInput {
     LogitsMode logits = LogitsMode::LAST;
 };
 
+// Validates a batch for a forward of n_layers layers over KV shaped kc, as every backend does before
+// touching the KV: the KV's shape, each sequence's positions, mask, block table (length and ids),
+// token ids and positions against the context, and the batch's size against max_tokens. Returns
+// the number of logits rows the batch asks for. Errors name the sequence and the value. Pure.
+Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers, int max_tokens,
+                          std::span<const SeqInput> batch);
+
 class CpuForward {
 public:
     // n_threads <= 0 means all cores. max_tokens bounds the tokens of one batch (scratch size).

@@ -12,6 +12,9 @@
 #include "config/limits.h"
 #include "kv/kv_storage.h"
 #include "model/synth.h"
+#ifdef STEWARD_HAVE_CUDA
+#include "gpu/device.h"
+#endif
 
 namespace steward {
 
@@ -136,6 +139,35 @@ Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
     return (int)n;
 }
 
+namespace {
+
+// backend = "cuda" where no device can be used is a config error; "auto" takes the CPU with one log
+// line then. The engine itself still runs on the CPU backend: GpuForward (gpu/forward.h) is built
+// and tested against it, not yet driven by the engine.
+Expected<bool> check_backend(const PoolConfig& pc) {
+    if (pc.backend == "cpu") return true;
+#ifdef STEWARD_HAVE_CUDA
+    const GpuInfo g = gpu_probe();
+    if (g.status != GpuProbeStatus::GPU_PROBE_OK) {
+        if (pc.backend == "cuda")
+            return make_error("pool '", pc.name, "': backend = \"cuda\" but this machine has ", gpu_describe(g),
+                              "; set backend = \"cpu\" (or \"auto\": CUDA where a device is found)");
+        spdlog::info("pool '{}': backend \"auto\": {}; running on the CPU backend", pc.name, gpu_describe(g));
+        return true;
+    }
+    spdlog::warn("pool '{}': CUDA device {} found, but the engine does not drive the CUDA backend yet; running on the CPU backend",
+                 pc.name, gpu_describe(g));
+#else
+    if (pc.backend == "cuda")
+        return make_error("pool '", pc.name, "': backend = \"cuda\" but this binary was built without the CUDA backend ",
+                          "(nvcc was not found when it was configured); rebuild with nvcc on PATH, or set backend = \"cpu\"");
+    spdlog::info("pool '{}': backend \"auto\": this binary has no CUDA backend; running on the CPU backend", pc.name);
+#endif
+    return true;
+}
+
+}  // namespace
+
 Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     // parse_config refuses these; a Config built in code (Runtime::start(const Config&)) meets the
     // same limits here instead of std::system_error / std::bad_alloc in the engine.
@@ -151,8 +183,7 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     auto m = Model::load(pc.model);
     if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
     p.model = std::shared_ptr<Model>(std::move(m.value()));
-    if (pc.backend == "cuda")
-        spdlog::warn("pool '{}': backend \"cuda\" is not built into this binary; running on the CPU backend", pc.name);
+    if (auto b = check_backend(pc); !b) return b.error();
     if (!pc.draft.empty()) {
         const PoolConfig* d = config.find_pool(pc.draft);
         if (!d) return make_error("pool '", pc.name, "': draft = \"", pc.draft, "\" names no pool; define it or drop draft");

@@ -35,7 +35,7 @@ struct PoolConfig {
     std::string name;
     std::string model;              // GGUF path (relative to the config file's directory)
     std::optional<SynthConfig> synth;
-    std::string backend = "cpu";    // cpu | cuda (falls back to cpu with a log line)
+    std::string backend = "cpu";    // cpu | cuda (an error where no device is usable) | auto (cuda if found)
     int threads = 0;                // 0: all cores
     int kv_blocks = 0;              // 0: derive from kv_gib
     double kv_gib = 0.25;

@@ -111,6 +111,25 @@ TEST_CASE("a pool's KV block count is kv_gib over 2*L*T*H_kv*D_head*bytes, or kv
     CHECK(none.error().message.find("kv_gib") != std::string::npos);
 }
 
+TEST_CASE("backend = \"cuda\" where no device is usable is a config error naming the fix; \"auto\" loads on the CPU",
+          "[pool]") {
+    PoolText p;
+    p.model = "backend.gguf";
+    p.extra = "backend = \"cuda\"";
+    const Config c = config_of(pool_text(p));
+    REQUIRE(ensure_models(c).ok());
+    auto cuda = load_pool(c.pools[0], c);
+    if (!cuda.ok()) {  // every machine without a GPU (CI): no CUDA build, no driver or no device
+        CHECK(cuda.error().message.find("pool 'a': backend = \"cuda\"") != std::string::npos);
+        CHECK(cuda.error().message.find("set backend = \"cpu\"") != std::string::npos);
+    }
+    p.extra = "backend = \"auto\"";
+    const Config ca = config_of(pool_text(p));
+    CHECK(load_pool(ca.pools[0], ca).ok());
+    p.extra = "backend = \"tpu\"";
+    CHECK_FALSE(parse_config(pool_text(p) + "\n[[bucket]]\nname = \"all\"\npool = \"a\"\n").ok());
+}
+
 TEST_CASE("a loaded pool's engine options and metrics KV shape come from its config and model", "[pool]") {
     PoolText p;
     p.model = "load.gguf";

@@ -1,0 +1,538 @@
+// GpuForward and GpuKv (gpu/forward.h): weights uploaded once, then the CPU forward's steps as
+// kernels on one stream, read top to bottom as cpu/forward.cpp: validate (the shared check_batch),
+// embed, per layer rmsnorm -> QKV (+ biases, q/k head norms) -> RoPE -> KV write -> attention ->
+// output projection -> rmsnorm -> SwiGLU FFN, then the final norm and the output head.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "gpu/cuda_check.h"
+#include "gpu/forward.h"
+#include "gpu/kernels.h"
+
+namespace steward {
+
+namespace {
+
+// A matrix on the device, F32 or F16 (what gpu::gemm takes): [n_rows][n_cols].
+struct DevMatrix {
+    GgmlType type = GgmlType::F32;
+    void* data = nullptr;
+    int64_t n_rows = 0, n_cols = 0;
+};
+
+struct DevLayer {
+    float* attn_norm = nullptr;  // [n_embd]
+    float* ffn_norm = nullptr;   // [n_embd]
+    DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // optional biases
+    float *q_norm = nullptr, *k_norm = nullptr;         // optional [head_dim] head gains
+};
+
+}  // namespace
+
+struct GpuForward::Impl {
+    ModelParams p;
+    int max_tokens = 0;
+    int n_layers = 0;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    std::vector<void*> allocs;  // everything cudaMalloc'd, freed in the destructor
+    int64_t weight_bytes = 0;
+
+    DevMatrix tok_embd;  // as stored when F32 / F16 / BF16 / Q8_0, else F16
+    DevMatrix output;    // F32 or F16
+    float* output_norm = nullptr;
+    std::vector<DevLayer> layers;
+
+    // Scratch for max_tokens rows.
+    float *x = nullptr, *xn = nullptr;  // [T][n_embd]
+    float *q = nullptr, *att = nullptr; // [T][n_head * head_dim]
+    float *k = nullptr, *v = nullptr;   // [T][n_head_kv * head_dim]
+    float *gate = nullptr, *up = nullptr;  // [T][n_ff]
+    float* tmp = nullptr;      // [T][max(n_embd, n_head * head_dim)]
+    float* logits = nullptr;   // [T][n_vocab]
+    uint16_t* x16 = nullptr;   // [T][max(n_embd, n_ff, n_head * head_dim)] F16 activations for the GEMMs
+    int32_t* argmax = nullptr; // [T]
+    // Per-batch tables (tokens, positions, slots, block tables, ...): grown as needed.
+    int32_t* ints = nullptr;
+    size_t ints_cap = 0;
+    uint8_t* mask = nullptr;
+    size_t mask_cap = 0;
+    std::vector<int32_t> h_ints;
+    std::vector<uint8_t> h_mask;
+
+    ~Impl() {
+        for (void* a : allocs) cudaFree(a);
+        if (ints) cudaFree(ints);
+        if (mask) cudaFree(mask);
+        if (blas) cublasDestroy(blas);
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    template <typename T>
+    Expected<T*> alloc(int64_t n) {
+        void* d = nullptr;
+        CUDA_TRY(cudaMalloc(&d, (size_t)std::max<int64_t>(n, 1) * sizeof(T)));
+        allocs.push_back(d);
+        return static_cast<T*>(d);
+    }
+
+    Expected<bool> init(int max_tok, int n_lay) {
+        CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CUBLAS_TRY(cublasCreate(&blas));
+        CUBLAS_TRY(cublasSetStream(blas, stream));
+        max_tokens = max_tok;
+        n_layers = n_lay > 0 && n_lay < p.n_layer ? n_lay : p.n_layer;
+        const int64_t T = max_tok, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
+        const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
+        auto a = [&](float*& f, int64_t n) -> Expected<bool> {
+            auto r = alloc<float>(n);
+            if (!r) return r.error();
+            f = *r;
+            return true;
+        };
+        STEWARD_TRY(a(x, T * p.n_embd));
+        STEWARD_TRY(a(xn, T * p.n_embd));
+        STEWARD_TRY(a(q, T * QD));
+        STEWARD_TRY(a(att, T * QD));
+        STEWARD_TRY(a(k, T * KVD));
+        STEWARD_TRY(a(v, T * KVD));
+        STEWARD_TRY(a(gate, T * p.n_ff));
+        STEWARD_TRY(a(up, T * p.n_ff));
+        STEWARD_TRY(a(tmp, T * std::max<int64_t>(p.n_embd, QD)));
+        STEWARD_TRY(a(logits, T * p.n_vocab));
+        auto h = alloc<uint16_t>(T * wide);
+        if (!h) return h.error();
+        x16 = *h;
+        auto am = alloc<int32_t>(T);
+        if (!am) return am.error();
+        argmax = *am;
+        return true;
+    }
+
+    // A vector (norm gain, bias) as F32 on the device; null view -> nullptr.
+    Expected<float*> upload_vector(const WeightView& w) {
+        if (!w) return (float*)nullptr;
+        const int64_t n = w.n_cols * std::max<int64_t>(w.n_rows, 1);
+        std::vector<float> host((size_t)n);
+        if (w.type == GgmlType::F32)
+            std::memcpy(host.data(), w.data, (size_t)n * 4);
+        else
+            dequantize_row(w.type, w.data, host.data(), n);
+        auto d = alloc<float>(n);
+        if (!d) return d.error();
+        CUDA_TRY(cudaMemcpyAsync(*d, host.data(), (size_t)n * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        weight_bytes += n * 4;
+        return *d;
+    }
+
+    // A matrix as F32 (F32 stored) or F16 (everything else): F16 copied, Q8_0 / Q4_K dequantized
+    // on the device, other types dequantized row by row on the host.
+    Expected<DevMatrix> upload_matrix(const WeightView& w) {
+        DevMatrix m;
+        m.n_rows = w.n_rows;
+        m.n_cols = w.n_cols;
+        const int64_t n = w.n_rows * w.n_cols;
+        if (w.type == GgmlType::F32) {
+            auto d = alloc<float>(n);
+            if (!d) return d.error();
+            CUDA_TRY(cudaMemcpyAsync(*d, w.data, (size_t)n * 4, cudaMemcpyHostToDevice, stream));
+            m.type = GgmlType::F32;
+            m.data = *d;
+            weight_bytes += n * 4;
+            CUDA_TRY(cudaStreamSynchronize(stream));
+            return m;
+        }
+        auto d = alloc<uint16_t>(n);
+        if (!d) return d.error();
+        m.type = GgmlType::F16;
+        m.data = *d;
+        weight_bytes += n * 2;
+        if (w.type == GgmlType::F16) {
+            CUDA_TRY(cudaMemcpyAsync(*d, w.data, (size_t)n * 2, cudaMemcpyHostToDevice, stream));
+        } else if (w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_K) {
+            void* raw = nullptr;
+            const size_t bytes = (size_t)p_bytes(w);
+            CUDA_TRY(cudaMalloc(&raw, bytes));
+            auto copied = [&]() -> Expected<bool> {
+                CUDA_TRY(cudaMemcpyAsync(raw, w.data, bytes, cudaMemcpyHostToDevice, stream));
+                STEWARD_TRY(gpu::dequantize_to_f16(w.type, raw, n, *d, stream));
+                CUDA_TRY(cudaStreamSynchronize(stream));
+                return true;
+            }();
+            cudaFree(raw);
+            if (!copied) return copied.error();
+        } else {
+            std::vector<float> row((size_t)w.n_cols);
+            std::vector<uint16_t> host((size_t)n);
+            for (int64_t r = 0; r < w.n_rows; r++) {
+                dequantize_row(w.type, w.row(r), row.data(), w.n_cols);
+                for (int64_t c = 0; c < w.n_cols; c++) host[(size_t)(r * w.n_cols + c)] = f32_to_f16(row[(size_t)c]);
+            }
+            CUDA_TRY(cudaMemcpyAsync(*d, host.data(), (size_t)n * 2, cudaMemcpyHostToDevice, stream));
+        }
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        return m;
+    }
+
+    Expected<bool> upload(const Model& model) {
+        const ModelWeights& W = model.weights();
+        const WeightView& te = W.tok_embd;
+        if (te.type == GgmlType::F32 || te.type == GgmlType::F16 || te.type == GgmlType::BF16 || te.type == GgmlType::Q8_0) {
+            auto d = alloc<uint8_t>(p_bytes(te));
+            if (!d) return d.error();
+            CUDA_TRY(cudaMemcpyAsync(*d, te.data, (size_t)p_bytes(te), cudaMemcpyHostToDevice, stream));
+            CUDA_TRY(cudaStreamSynchronize(stream));
+            tok_embd = {te.type, *d, te.n_rows, te.n_cols};
+            weight_bytes += p_bytes(te);
+        } else {
+            auto m = upload_matrix(te);
+            if (!m) return m.error();
+            tok_embd = *m;
+        }
+        if (W.output.data == te.data && (tok_embd.type == GgmlType::F32 || tok_embd.type == GgmlType::F16)) {
+            output = tok_embd;  // tied, and already a GEMM type
+        } else {
+            auto m = upload_matrix(W.output);
+            if (!m) return m.error();
+            output = *m;
+        }
+        auto on = upload_vector(W.output_norm);
+        if (!on) return on.error();
+        output_norm = *on;
+        layers.resize(n_layers);
+        for (int l = 0; l < n_layers; l++) {
+            const LayerWeights& L = W.layers[l];
+            DevLayer& D = layers[l];
+            struct { const WeightView* w; DevMatrix* d; } mats[] = {{&L.wq, &D.wq}, {&L.wk, &D.wk}, {&L.wv, &D.wv},
+                {&L.wo, &D.wo}, {&L.w_gate, &D.w_gate}, {&L.w_up, &D.w_up}, {&L.w_down, &D.w_down}};
+            for (auto& mm : mats) {
+                auto m = upload_matrix(*mm.w);
+                if (!m) return make_error("layer ", l, ": ", m.error().message);
+                *mm.d = *m;
+            }
+            struct { const WeightView* w; float** d; } vecs[] = {{&L.attn_norm, &D.attn_norm}, {&L.ffn_norm, &D.ffn_norm},
+                {&L.bq, &D.bq}, {&L.bk, &D.bk}, {&L.bv, &D.bv}, {&L.q_norm, &D.q_norm}, {&L.k_norm, &D.k_norm}};
+            for (auto& vv : vecs) {
+                auto v2 = upload_vector(*vv.w);
+                if (!v2) return make_error("layer ", l, ": ", v2.error().message);
+                *vv.d = *v2;
+            }
+        }
+        return true;
+    }
+
+    Expected<DevMatrix> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+        auto d = alloc<uint16_t>(rows * cols);
+        if (!d) return d.error();
+        STEWARD_TRY(gpu::fill_random_f16(*d, rows * cols, std::sqrt(3.0f / (float)cols), seed, stream));
+        weight_bytes += rows * cols * 2;
+        return DevMatrix{GgmlType::F16, *d, rows, cols};
+    }
+    Expected<float*> ones(int64_t n) {
+        auto d = alloc<float>(n);
+        if (!d) return d.error();
+        STEWARD_TRY(gpu::fill_f32(*d, n, 1.0f, stream));
+        weight_bytes += n * 4;
+        return *d;
+    }
+
+    Expected<bool> synthesize(uint64_t seed) {
+        const int64_t E = p.n_embd, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
+        auto te = random_matrix(p.n_vocab, E, seed * 1000 + 1);
+        if (!te) return te.error();
+        tok_embd = *te;
+        auto out = random_matrix(p.n_vocab, E, seed * 1000 + 2);
+        if (!out) return out.error();
+        output = *out;
+        auto on = ones(E);
+        if (!on) return on.error();
+        output_norm = *on;
+        layers.resize(n_layers);
+        for (int l = 0; l < n_layers; l++) {
+            DevLayer& D = layers[l];
+            const uint64_t s = seed * 1000 + 10 + 10 * (uint64_t)l;
+            struct { DevMatrix* d; int64_t r, c; } mats[] = {{&D.wq, QD, E}, {&D.wk, KVD, E}, {&D.wv, KVD, E},
+                {&D.wo, E, QD}, {&D.w_gate, p.n_ff, E}, {&D.w_up, p.n_ff, E}, {&D.w_down, E, p.n_ff}};
+            int i = 0;
+            for (auto& mm : mats) {
+                auto m = random_matrix(mm.r, mm.c, s + i++);
+                if (!m) return m.error();
+                *mm.d = *m;
+            }
+            auto a = ones(E), f = ones(E);
+            if (!a) return a.error();
+            if (!f) return f.error();
+            D.attn_norm = *a;
+            D.ffn_norm = *f;
+        }
+        CUDA_TRY(cudaStreamSynchronize(stream));
+        return true;
+    }
+
+    Expected<bool> ensure_tables(size_t n_ints, size_t n_mask) {
+        if (n_ints > ints_cap) {
+            if (ints) cudaFree(ints);
+            ints = nullptr;
+            ints_cap = 0;
+            CUDA_TRY(cudaMalloc(&ints, n_ints * 2 * sizeof(int32_t)));
+            ints_cap = n_ints * 2;
+        }
+        if (n_mask > mask_cap) {
+            if (mask) cudaFree(mask);
+            mask = nullptr;
+            mask_cap = 0;
+            CUDA_TRY(cudaMalloc(&mask, n_mask * 2));
+            mask_cap = n_mask * 2;
+        }
+        return true;
+    }
+
+    // The forward up to the logits, left on the device in `logits` ([n_out][n_vocab]); returns n_out.
+    Expected<int> run(GpuKv& kv, std::span<const SeqInput> batch) {
+        const KvConfig& kc = kv.config();
+        auto checked = check_batch(p, kc, n_layers, max_tokens, batch);
+        if (!checked) return checked.error();
+        const int n_out = *checked;
+        const int n_seq = (int)batch.size();
+        const int bs = kc.block_size;
+
+        // ---- the batch's tables, one host buffer and one copy: sections at these offsets
+        int n_tok = 0, n_bt = 0, max_slots = 0;
+        size_t n_mask = 0;
+        for (const SeqInput& in : batch) {
+            const int n = (int)in.tokens.size();
+            n_tok += n;
+            n_bt += (in.n_past + n + bs - 1) / bs;
+            max_slots = std::max(max_slots, in.n_past + n);
+            n_mask += in.mask.size();
+        }
+        if (n_tok == 0) return n_out;
+        const size_t o_tok = 0, o_pos = o_tok + n_tok, o_slot = o_pos + n_tok, o_tseq = o_slot + n_tok,
+                     o_ti = o_tseq + n_tok, o_past = o_ti + n_tok, o_new = o_past + n_seq, o_bto = o_new + n_seq,
+                     o_mo = o_bto + n_seq, o_out = o_mo + n_seq, o_bt = o_out + n_out, n_ints = o_bt + n_bt;
+        h_ints.assign(n_ints, 0);
+        h_mask.clear();
+        int t = 0, bt_at = 0, o = 0;
+        for (int s = 0; s < n_seq; s++) {
+            const SeqInput& in = batch[s];
+            const int n = (int)in.tokens.size();
+            h_ints[o_past + s] = in.n_past;
+            h_ints[o_new + s] = n;
+            h_ints[o_bto + s] = bt_at;
+            h_ints[o_mo + s] = in.mask.empty() ? -1 : (int)h_mask.size();
+            h_mask.insert(h_mask.end(), in.mask.begin(), in.mask.end());
+            const int nb = (in.n_past + n + bs - 1) / bs;
+            for (int b = 0; b < nb; b++) h_ints[o_bt + bt_at + b] = in.block_table[b];
+            bt_at += nb;
+            for (int i = 0; i < n; i++, t++) {
+                const int slot = in.n_past + i;
+                h_ints[o_tok + t] = in.tokens[i];
+                h_ints[o_pos + t] = in.positions.empty() ? slot : in.positions[i];
+                h_ints[o_slot + t] = in.block_table[slot / bs] * bs + slot % bs;
+                h_ints[o_tseq + t] = s;
+                h_ints[o_ti + t] = i;
+            }
+            if (n > 0 && in.logits == LogitsMode::ALL)
+                for (int i = 0; i < n; i++) h_ints[o_out + o++] = t - n + i;
+            else if (n > 0 && in.logits == LogitsMode::LAST)
+                h_ints[o_out + o++] = t - 1;
+        }
+        STEWARD_TRY(ensure_tables(n_ints, std::max<size_t>(n_mask, 1)));
+        CUDA_TRY(cudaMemcpyAsync(ints, h_ints.data(), n_ints * 4, cudaMemcpyHostToDevice, stream));
+        if (n_mask) CUDA_TRY(cudaMemcpyAsync(mask, h_mask.data(), n_mask, cudaMemcpyHostToDevice, stream));
+        gpu::AttnBatch ab;
+        ab.tok_seq = ints + o_tseq;
+        ab.tok_i = ints + o_ti;
+        ab.seq_n_past = ints + o_past;
+        ab.seq_n_new = ints + o_new;
+        ab.seq_bt_off = ints + o_bto;
+        ab.seq_mask_off = ints + o_mo;
+        ab.bt = ints + o_bt;
+        ab.mask = mask;
+        ab.max_slots = max_slots;
+
+        const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
+        const int QD = NH * HD, KVD = NKV * HD;
+        const float scale = 1.0f / std::sqrt((float)HD);
+        cudaStream_t st = stream;
+
+        // ---- embeddings
+        STEWARD_TRY(gpu::embed_rows(tok_embd.type, tok_embd.data, ggml_row_bytes(tok_embd.type, E), ints + o_tok, n_tok, E, x, st));
+        auto mm = [&](const DevMatrix& w, const float* in, float* out) {
+            return gpu::gemm(blas, w.type, w.data, w.n_rows, w.n_cols, in, n_tok, x16, out);
+        };
+        for (int l = 0; l < n_layers; l++) {
+            const DevLayer& L = layers[l];
+            // -- attention block
+            STEWARD_TRY(gpu::rmsnorm(x, L.attn_norm, p.rms_eps, E, n_tok, xn, st));
+            STEWARD_TRY(mm(L.wq, xn, q));  // [n_tok][QD]
+            STEWARD_TRY(mm(L.wk, xn, k));  // [n_tok][KVD]
+            STEWARD_TRY(mm(L.wv, xn, v));  // [n_tok][KVD]
+            if (L.bq) STEWARD_TRY(gpu::add_bias(q, L.bq, QD, n_tok, st));
+            if (L.bk) STEWARD_TRY(gpu::add_bias(k, L.bk, KVD, n_tok, st));
+            if (L.bv) STEWARD_TRY(gpu::add_bias(v, L.bv, KVD, n_tok, st));
+            if (L.q_norm) STEWARD_TRY(gpu::rmsnorm(q, L.q_norm, p.rms_eps, HD, n_tok * NH, q, st));
+            if (L.k_norm) STEWARD_TRY(gpu::rmsnorm(k, L.k_norm, p.rms_eps, HD, n_tok * NKV, k, st));
+            STEWARD_TRY(gpu::rope(q, ints + o_pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
+            STEWARD_TRY(gpu::rope(k, ints + o_pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
+            STEWARD_TRY(gpu::kv_write(k, v, ints + o_slot, n_tok, KVD, kc.dtype, kv.k_layer(l), kv.v_layer(l), st));
+            STEWARD_TRY(gpu::attention(q, kv.k_layer(l), kv.v_layer(l), kc.dtype, bs, NH, NKV, HD, scale, ab, n_tok, att, st));
+            STEWARD_TRY(mm(L.wo, att, tmp));  // [n_tok][E]
+            STEWARD_TRY(gpu::add(x, tmp, (int64_t)n_tok * E, st));
+            // -- feed-forward block
+            STEWARD_TRY(gpu::rmsnorm(x, L.ffn_norm, p.rms_eps, E, n_tok, xn, st));
+            STEWARD_TRY(mm(L.w_gate, xn, gate));  // [n_tok][n_ff]
+            STEWARD_TRY(mm(L.w_up, xn, up));      // [n_tok][n_ff]
+            STEWARD_TRY(gpu::swiglu(gate, up, (int64_t)n_tok * p.n_ff, st));
+            STEWARD_TRY(mm(L.w_down, gate, tmp));  // [n_tok][E]
+            STEWARD_TRY(gpu::add(x, tmp, (int64_t)n_tok * E, st));
+        }
+        // ---- output head for the rows that want logits
+        if (n_out == 0) return 0;
+        STEWARD_TRY(gpu::gather_rows(x, ints + o_out, n_out, E, tmp, st));
+        STEWARD_TRY(gpu::rmsnorm(tmp, output_norm, p.rms_eps, E, n_out, xn, st));
+        STEWARD_TRY(gpu::gemm(blas, output.type, output.data, output.n_rows, output.n_cols, xn, n_out, x16, logits));
+        return n_out;
+    }
+};
+
+// ---- GpuKv
+
+Expected<std::unique_ptr<GpuKv>> GpuKv::create(const KvConfig& cfg) {
+    std::unique_ptr<GpuKv> kv(new GpuKv(cfg));
+    const size_t half = (size_t)(kv_bytes(cfg) / 2);
+    CUDA_TRY(cudaMalloc(&kv->k_, std::max<size_t>(half, 1)));
+    CUDA_TRY(cudaMalloc(&kv->v_, std::max<size_t>(half, 1)));
+    CUDA_TRY(cudaMemset(kv->k_, 0, half));
+    CUDA_TRY(cudaMemset(kv->v_, 0, half));
+    return std::move(kv);
+}
+
+Expected<int> GpuKv::blocks_for_free_memory(const KvConfig& shape, double fraction) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    KvConfig one = shape;
+    one.n_blocks = 1;
+    const double n = std::floor(free_b * fraction / (double)kv_bytes(one));
+    if (n < 1)
+        return make_error("GPU KV: ", fraction, " of the device's ", (int64_t)free_b, " free bytes holds no block of ",
+                          kv_bytes(one), " bytes; raise the fraction or free device memory");
+    return (int)std::min(n, 1e9);
+}
+
+GpuKv::~GpuKv() {
+    if (k_) cudaFree(k_);
+    if (v_) cudaFree(v_);
+}
+
+void* GpuKv::k_layer(int l) const {
+    return static_cast<uint8_t*>(k_) + kv_bytes(KvConfig{1, cfg_.n_blocks, cfg_.block_size, cfg_.n_head_kv, cfg_.head_dim, cfg_.dtype}) / 2 * l;
+}
+void* GpuKv::v_layer(int l) const {
+    return static_cast<uint8_t*>(v_) + kv_bytes(KvConfig{1, cfg_.n_blocks, cfg_.block_size, cfg_.n_head_kv, cfg_.head_dim, cfg_.dtype}) / 2 * l;
+}
+
+Expected<bool> GpuKv::download(KvStorage& out) const {
+    const size_t half = (size_t)(kv_bytes(cfg_) / 2);
+    if (out.bytes() != (int64_t)half * 2) return make_error("GpuKv::download: host KV of ", out.bytes(), " bytes, expected ", (int64_t)half * 2);
+    CUDA_TRY(cudaMemcpy(out.k_slot(0, 0, 0), k_, half, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(out.v_slot(0, 0, 0), v_, half, cudaMemcpyDeviceToHost));
+    return true;
+}
+
+Expected<bool> GpuKv::upload(const KvStorage& in) {
+    const size_t half = (size_t)(kv_bytes(cfg_) / 2);
+    if (in.bytes() != (int64_t)half * 2) return make_error("GpuKv::upload: host KV of ", in.bytes(), " bytes, expected ", (int64_t)half * 2);
+    CUDA_TRY(cudaMemcpy(k_, in.k_slot(0, 0, 0), half, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(v_, in.v_slot(0, 0, 0), half, cudaMemcpyHostToDevice));
+    return true;
+}
+
+Expected<bool> GpuKv::copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                                 std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) {
+    const int n = (int)src_slots.size(), bs = cfg_.block_size;
+    if (dst_slots.size() != src_slots.size()) return make_error("GpuKv::copy_slots: ", n, " sources for ", dst_slots.size(), " destinations");
+    if (n == 0) return true;
+    std::vector<int32_t> h(2 * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        h[i] = src_table[src_slots[i] / bs] * bs + src_slots[i] % bs;
+        h[n + i] = dst_table[dst_slots[i] / bs] * bs + dst_slots[i] % bs;
+    }
+    const int kvd = cfg_.n_head_kv * cfg_.head_dim, eb = cfg_.dtype == KvDtype::F16 ? 2 : 4;
+    int32_t* d = nullptr;
+    void* tmp = nullptr;
+    CUDA_TRY(cudaMalloc(&d, h.size() * 4));
+    if (cudaError_t e = cudaMalloc(&tmp, (size_t)2 * n * kvd * eb); e != cudaSuccess) {
+        cudaFree(d);
+        return cuda_error(e, "cudaMalloc", __FILE__, __LINE__);
+    }
+    auto r = [&]() -> Expected<bool> {
+        CUDA_TRY(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        for (int l = 0; l < cfg_.n_layer; l++)
+            STEWARD_TRY(gpu::kv_copy_slots(d, d + n, n, kvd, cfg_.dtype, k_layer(l), v_layer(l), tmp, nullptr));
+        CUDA_TRY(cudaDeviceSynchronize());
+        return true;
+    }();
+    cudaFree(d);
+    cudaFree(tmp);
+    return r;
+}
+
+// ---- GpuForward
+
+GpuForward::GpuForward(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuForward::~GpuForward() = default;
+
+Expected<std::unique_ptr<GpuForward>> GpuForward::create(const Model& model, int max_tokens, int n_layers) {
+    auto impl = std::make_unique<Impl>();
+    impl->p = model.params();
+    STEWARD_TRY(impl->init(max_tokens, n_layers));
+    if (auto u = impl->upload(model); !u) return make_error("uploading the weights to the GPU: ", u.error().message);
+    return std::unique_ptr<GpuForward>(new GpuForward(std::move(impl)));
+}
+
+Expected<std::unique_ptr<GpuForward>> GpuForward::create_synthetic(const ModelParams& params, int max_tokens,
+                                                                   uint64_t seed) {
+    auto impl = std::make_unique<Impl>();
+    impl->p = params;
+    STEWARD_TRY(impl->init(max_tokens, 0));
+    STEWARD_TRY(impl->synthesize(seed));
+    return std::unique_ptr<GpuForward>(new GpuForward(std::move(impl)));
+}
+
+Expected<bool> GpuForward::forward(GpuKv& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
+    auto n_out = impl_->run(kv, batch);
+    if (!n_out) return n_out.error();
+    logits.assign((size_t)*n_out * impl_->p.n_vocab, 0.0f);
+    if (*n_out > 0)
+        CUDA_TRY(cudaMemcpyAsync(logits.data(), impl_->logits, logits.size() * 4, cudaMemcpyDeviceToHost, impl_->stream));
+    CUDA_TRY(cudaStreamSynchronize(impl_->stream));
+    return true;
+}
+
+Expected<bool> GpuForward::forward_greedy(GpuKv& kv, std::span<const SeqInput> batch, std::vector<int32_t>& tokens) {
+    auto n_out = impl_->run(kv, batch);
+    if (!n_out) return n_out.error();
+    tokens.assign((size_t)*n_out, -1);
+    if (*n_out > 0) {
+        STEWARD_TRY(gpu::argmax_rows(impl_->logits, *n_out, impl_->p.n_vocab, impl_->argmax, impl_->stream));
+        CUDA_TRY(cudaMemcpyAsync(tokens.data(), impl_->argmax, tokens.size() * 4, cudaMemcpyDeviceToHost, impl_->stream));
+    }
+    CUDA_TRY(cudaStreamSynchronize(impl_->stream));
+    return true;
+}
+
+Expected<bool> GpuForward::synchronize() {
+    CUDA_TRY(cudaStreamSynchronize(impl_->stream));
+    return true;
+}
+
+const ModelParams& GpuForward::params() const { return impl_->p; }
+int GpuForward::max_tokens() const { return impl_->max_tokens; }
+int GpuForward::n_layers() const { return impl_->n_layers; }
+int64_t GpuForward::weight_bytes() const { return impl_->weight_bytes; }
+
+}  // namespace steward

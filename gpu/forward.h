@@ -1,0 +1,80 @@
+// The CUDA backend's batched forward over paged KV: the same contract as CpuForward (cpu/forward.h,
+// the readable reference it is tested against): one SeqInput batch, logits on the host. Weights are
+// uploaded once (F32 and F16 as stored, Q8_0 / Q4_K dequantized to F16 on the device, other types
+// to F16 on the host); the KV pool (GpuKv) lives in device memory. Plain C++ header (no CUDA types).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cpu/forward.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+
+namespace steward {
+
+// Device twin of KvStorage: the same layout, [n_layer][n_blocks][block_size][n_head_kv][head_dim]
+// for K and for V, in device memory. Not thread-safe; one forward at a time uses it.
+class GpuKv {
+public:
+    // Allocates the pool. Errors: out of device memory, no device (the CUDA runtime's words).
+    static Expected<std::unique_ptr<GpuKv>> create(const KvConfig& cfg);
+    // Blocks of `shape` (its n_blocks ignored) that fit in `fraction` of the device's free memory.
+    static Expected<int> blocks_for_free_memory(const KvConfig& shape, double fraction);
+    ~GpuKv();
+    GpuKv(const GpuKv&) = delete;
+    GpuKv& operator=(const GpuKv&) = delete;
+
+    const KvConfig& config() const { return cfg_; }
+    void* k_layer(int l) const;  // device pointers to layer l: [n_blocks * block_size][kvd]
+    void* v_layer(int l) const;
+    // Copies the whole pool to / from a host KvStorage of the same config (tests).
+    Expected<bool> download(KvStorage& out) const;
+    Expected<bool> upload(const KvStorage& in);
+    // KvStorage::copy_slots on the device: every layer's logical slots src_slots[i] of src_table to
+    // dst_slots[i] of dst_table, as if all sources were read first.
+    Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                              std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots);
+
+private:
+    explicit GpuKv(const KvConfig& cfg) : cfg_(cfg) {}
+    KvConfig cfg_;
+    void* k_ = nullptr;
+    void* v_ = nullptr;
+};
+
+class GpuForward {
+public:
+    // Uploads the model's weights. max_tokens bounds one batch (scratch); n_layers as CpuForward's.
+    // Errors: no device, out of device memory, a weight type with no path to F16 (the type named).
+    static Expected<std::unique_ptr<GpuForward>> create(const Model& model, int max_tokens = 2048, int n_layers = 0);
+    // A model of params' shape whose matrices are F16 pseudo-random values made on the device (norms
+    // 1): the bench's 1B / 8B shapes without a file. seed picks the values.
+    static Expected<std::unique_ptr<GpuForward>> create_synthetic(const ModelParams& params, int max_tokens,
+                                                                  uint64_t seed);
+    ~GpuForward();
+    GpuForward(const GpuForward&) = delete;
+    GpuForward& operator=(const GpuForward&) = delete;
+
+    // CpuForward::forward's contract (check_batch's errors, leaving the KV untouched), over kv.
+    Expected<bool> forward(GpuKv& kv, std::span<const SeqInput> batch, std::vector<float>& logits);
+    // The same, with the logits left on the device and each row's argmax (greedy sampling on the
+    // device) copied out instead: the decode loop's path, one int per output row.
+    Expected<bool> forward_greedy(GpuKv& kv, std::span<const SeqInput> batch, std::vector<int32_t>& tokens);
+    // Waits for the work queued on the forward's stream (benches time with it).
+    Expected<bool> synchronize();
+
+    const ModelParams& params() const;
+    int max_tokens() const;
+    int n_layers() const;
+    int64_t weight_bytes() const;  // device bytes of the uploaded weights
+
+    struct Impl;
+
+private:
+    explicit GpuForward(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace steward
