@@ -448,6 +448,25 @@ float exp_sub_sum(float* x, int n, float mx) {
     return sum;
 }
 
+double sum_exp_shifted(const float* x, int64_t n, float m) {
+    int64_t i = 0;
+    double sum = 0.0;
+#ifdef STEWARD_AVX512
+    const __m512 vm = _mm512_set1_ps(m), neg_inf = _mm512_set1_ps(-INFINITY);
+    __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __mmask16 finite = _mm512_cmp_ps_mask(v, neg_inf, _CMP_GT_OQ);  // false for NaN and -inf
+        const __m512 e = _mm512_maskz_mov_ps(finite, exp16(_mm512_sub_ps(v, vm)));
+        acc0 = _mm512_add_pd(acc0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc1 = _mm512_add_pd(acc1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    sum = _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+#endif
+    for (; i < n; i++)
+        if (x[i] > -INFINITY) sum += std::exp(x[i] - m);
+    return sum;
+}
 
 float dot_f32(const float* a, const float* b, int n) {
     int i = 0;

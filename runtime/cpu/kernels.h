@@ -36,6 +36,10 @@ void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float*
 void swiglu(float* g, const float* u, int64_t n);
 // x[i] = exp(x[i] - mx) for i < n; returns the sum (the body of a softmax).
 float exp_sub_sum(float* x, int n, float mx);
+// Sum over i < n of exp(x[i] - m), in double; NaN and -inf entries add nothing (m finite). The
+// softmax denominator of a logits row (the sampler's logprob): vectorised, since the scalar loop
+// cost ~1 ms a token at a 152k vocabulary. Terms below exp(-87) count as exp(-87) (~1.6e-38).
+double sum_exp_shifted(const float* x, int64_t n, float m);
 // Dot product of n floats with a row stored as F32 or F16 (KV cache types).
 float dot_f32(const float* a, const float* b, int n);
 float dot_f16(const float* a, const uint16_t* b, int n);

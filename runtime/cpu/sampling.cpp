@@ -1,5 +1,6 @@
 // Sampling from logits: greedy, temperature, top-k, top-p, seeded. See sampling.h for the contract.
 #include "cpu/sampling.h"
+#include "cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,10 +41,7 @@ size_t nucleus_length(const Sampler::Candidate* sorted, size_t n, double target)
 // faster than exp in double over a 150k vocabulary; each term is exact to an ulp and the sum is
 // kept in double, so the logprob stays within ~1e-6 of a long double reference.
 double sum_exp_shifted(std::span<const float> logits, float m) {
-    double sum = 0.0;
-    for (float v : logits)
-        if (v > k_neg_inf) sum += std::exp(v - m);  // NaN and -inf add nothing
-    return sum;
+    return steward::sum_exp_shifted(logits.data(), (int64_t)logits.size(), m);  // NaN and -inf add nothing
 }
 
 // log softmax at logit lt, given the finite max m and sum_exp_shifted(logits, m).

@@ -203,8 +203,19 @@ MaskResult Engine::mask_row(Seq& s, const GrammarMatcher& m, std::span<float> ro
 }
 
 void apply_mask(std::span<const uint64_t> words, std::span<float> row) {
-    for (size_t id = 0; id < row.size(); id++)
-        if (!((words[id >> 6] >> (id & 63)) & 1)) row[id] = -INFINITY;
+    // A word at a time: most of a JSON grammar's words allow nothing (filled) or everything (kept).
+    const size_t n = row.size();
+    for (size_t w = 0, base = 0; base < n; w++, base += 64) {
+        const uint64_t bits = words[w];
+        const size_t end = std::min(n, base + 64);
+        if (bits == ~0ull) continue;
+        if (bits == 0) {
+            std::fill(row.begin() + (std::ptrdiff_t)base, row.begin() + (std::ptrdiff_t)end, -INFINITY);
+            continue;
+        }
+        for (size_t id = base; id < end; id++)
+            if (!((bits >> (id - base)) & 1)) row[id] = -INFINITY;
+    }
 }
 
 // What a constrained request does at a row whose mask is r, before sampling: "" (sample), or it
