@@ -88,10 +88,33 @@ private:
 Expected<std::string> json_schema_to_gbnf(const nlohmann::json& schema);
 Expected<std::string> json_schema_to_gbnf(std::string_view schema_text);
 std::string json_object_gbnf();
+// A schema's rules for embedding in a larger grammar: every rule name starts with `prefix`
+// ([a-zA-Z0-9-], not "json-", "space" or "root"), `root` names the schema's rule, and the shared
+// primitives they use (json-*, space) are left out: add json_schema_primitives_gbnf() once.
+struct SchemaRules {
+    std::string root;
+    std::string rules;
+};
+Expected<SchemaRules> json_schema_to_gbnf_rules(std::string_view schema_text, const std::string& prefix);
+std::string json_schema_primitives_gbnf();
+// A GBNF literal matching exactly these bytes (quotes, backslashes and controls escaped).
+std::string gbnf_string_literal(std::string_view bytes);
 // A practical regex subset: literals and escapes (\d \w \s \D \W \S \. \n \t \\ ...), [classes],
 // `.` (any but newline), * + ? {m} {m,} {m,n} (lazy `?` suffixes are ignored), ( ) (?: ), |,
 // with ^ and $ accepted at the ends only (the match is always the whole output).
 Expected<std::string> regex_to_gbnf(std::string_view pattern);
+// The same subset as the content of a JSON string (JSON Schema `pattern`): a GBNF expression over
+// the characters between the quotes, which are all ones a JSON string writes unescaped (classes
+// lose '"', '\\' and the controls; a literal that needs an escape is an error naming its column).
+// ECMA-262 search semantics are left to the caller: anchored_start / anchored_end say whether the
+// pattern began with '^' / ended with '$'; an unanchored side may have any characters around it.
+// An anchored pattern with a top-level '|' is refused (write ^(?:a|b)$).
+struct JsonStringPattern {
+    std::string gbnf;
+    bool anchored_start = false;
+    bool anchored_end = false;
+};
+Expected<JsonStringPattern> regex_to_json_string_gbnf(std::string_view pattern);
 
 // ---- per-request matcher
 // The automaton state: a set of stacks of grammar positions (the top is always a CHARS element;

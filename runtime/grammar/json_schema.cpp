@@ -1,7 +1,10 @@
 // JSON Schema -> GBNF (one rule per schema node, named after its JSON pointer), the generic JSON
 // grammar of response_format json_object, and the compile helpers of CompiledGrammar.
 // Whitespace between tokens is bounded (`space`), so a document always ends.
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <optional>
 #include <functional>
 #include <map>
 #include <set>
@@ -74,7 +77,7 @@ struct SchemaCompiler {
 
     // Rule names from the pointer: [a-zA-Z0-9-] only, made unique.
     std::string name_for(const std::string& ptr) {
-        std::string n = "s";
+        std::string n = prefix;
         for (char c : ptr) n += (std::isalnum((unsigned char)c) ? c : '-');
         std::string u = n;
         for (int k = 2; used_names.count(u); ++k) u = n + "-" + std::to_string(k);
@@ -89,7 +92,7 @@ struct SchemaCompiler {
     // Keywords whose constraint the grammar would silently drop: refused, so that what is generated
     // always validates.
     Expected<bool> check_supported(const json& s, const std::string& ptr) const {
-        for (const char* k : {"pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        for (const char* k : {"multipleOf",
                               "uniqueItems", "patternProperties", "not", "if", "then", "else", "prefixItems",
                               "contains", "minProperties", "maxProperties", "dependentSchemas", "propertyNames"})
             if (s.contains(k))
@@ -99,6 +102,7 @@ struct SchemaCompiler {
     }
 
     int depth = 0;  // nested schemas being compiled: bounded so that hostile input cannot exhaust the stack
+    std::string prefix = "s";  // of every rule name ([a-zA-Z0-9-])
     struct DepthGuard {
         int& d;
         ~DepthGuard() { --d; }
@@ -196,6 +200,10 @@ struct SchemaCompiler {
             return *r;
         }
         if (!s.contains("type")) {
+            // A keyword of one type alone (no "type"): generated as that type, a subset of what validates.
+            if (s.contains("pattern")) return compile_string(s, ptr);
+            for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+                if (s.contains(k)) return compile_number(s, ptr);
             if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
                 return compile_object(s, ptr);
             if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return compile_array(s, ptr);
@@ -222,8 +230,8 @@ struct SchemaCompiler {
         if (ty == "object") return compile_object(s, ptr);
         if (ty == "array") return compile_array(s, ptr);
         if (ty == "string") return compile_string(s, ptr);
-        if (ty == "number") return std::string("json-number");
-        if (ty == "integer") return std::string("json-integer");
+        if (ty == "number") return compile_number(s, ptr);
+        if (ty == "integer") return compile_integer(s, ptr);
         if (ty == "boolean") return std::string("json-boolean");
         if (ty == "null") return std::string("json-null");
         return bad(tptr, "unknown type \"" + ty + "\"; use object, array, string, number, integer, boolean or null");
@@ -240,6 +248,7 @@ struct SchemaCompiler {
     }
 
     Expected<std::string> compile_string(const json& s, const std::string& ptr) {
+        if (s.contains("pattern")) return compile_pattern(s, ptr);
         if (s.contains("format") && s["format"].is_string()) {
             const std::string f = s["format"].get<std::string>();
             if (f == "date") return std::string("\"\\\"\" json-date \"\\\"\" space");
@@ -255,6 +264,130 @@ struct SchemaCompiler {
         if (*hi < *lo) return bad(ptr + "/maxLength", "is below minLength; no string satisfies both");
         std::string rep = "{" + std::to_string(*lo) + "," + (*hi == UINT64_MAX ? "" : std::to_string(*hi)) + "}";
         return "\"\\\"\" json-char" + rep + " \"\\\"\" space";
+    }
+
+    // `pattern`: the regex over the string's characters, all written unescaped, with ECMA-262
+    // search semantics (an unanchored side may hold any characters, escaped ones included).
+    Expected<std::string> compile_pattern(const json& s, const std::string& ptr) {
+        const json& p = s["pattern"];
+        if (!p.is_string()) return bad(ptr + "/pattern", "must be a regular expression (a string)");
+        for (const char* k : {"minLength", "maxLength", "format"})
+            if (s.contains(k))
+                return bad(ptr + "/" + k, std::string("'") + k + "' beside 'pattern' is not supported; put the "
+                                          "constraint in the pattern instead (e.g. ^[a-z]{1,8}$) and remove it");
+        auto r = regex_to_json_string_gbnf(p.get<std::string>());
+        if (!r) return bad(ptr + "/pattern", r.error().message);
+        return std::string("\"\\\"\" ") + (r->anchored_start ? "" : "json-char* ") + r->gbnf +
+               (r->anchored_end ? "" : " json-char*") + " \"\\\"\" space";
+    }
+
+    // A numeric bound, as a long double (exact for every int64 and double); nullopt when absent.
+    Expected<std::optional<long double>> bound(const json& s, const char* key, const std::string& ptr) {
+        if (!s.contains(key)) return std::optional<long double>();
+        const json& v = s[key];
+        if (v.is_boolean())
+            return bad(ptr + "/" + key, std::string("is a boolean (draft 4); write the bound itself, e.g. \"") + key +
+                                            "\": 0 instead of \"minimum\": 0 with \"" + key + "\": true");
+        if (!v.is_number()) return bad(ptr + "/" + key, "must be a number");
+        if (v.is_number_unsigned()) return std::optional<long double>((long double)v.get<uint64_t>());
+        if (v.is_number_integer()) return std::optional<long double>((long double)v.get<int64_t>());
+        return std::optional<long double>((long double)v.get<double>());
+    }
+
+    // Integers with minimum / maximum / exclusiveMinimum / exclusiveMaximum: digit-count-aware
+    // alternatives over [lo, hi], within the 16 digits json-int writes.
+    Expected<std::string> compile_integer(const json& s, const std::string& ptr) {
+        constexpr int64_t k_max = 9999999999999999;  // 16 digits
+        int64_t lo = -k_max, hi = k_max;
+        bool any = false;
+        for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+            auto b = bound(s, k, ptr);
+            if (!b) return b.error();
+            if (!*b) continue;
+            any = true;
+            const std::string key = k;
+            const bool is_min = key == "minimum" || key == "exclusiveMinimum";
+            long double x = **b;
+            // The nearest integer inside the bound.
+            if (key == "minimum") x = std::ceil(x);
+            else if (key == "exclusiveMinimum") x = std::floor(x) + 1;
+            else if (key == "maximum") x = std::floor(x);
+            else x = std::ceil(x) - 1;
+            if (x > (long double)k_max) x = (long double)k_max + 1;  // beyond what is written
+            if (x < -(long double)k_max) x = -(long double)k_max - 1;
+            const int64_t xi = (int64_t)x;
+            if (is_min) lo = std::max(lo, xi);
+            else hi = std::min(hi, xi);
+        }
+        if (!any) return std::string("json-integer");
+        if (lo > hi)
+            return bad(ptr, "no integer of at most 16 digits satisfies its minimum/maximum bounds; fix the bounds");
+        std::string alts;
+        auto add = [&](const std::string& a) { alts += (alts.empty() ? "" : " | ") + a; };
+        if (hi >= 0) add(nonneg_range(std::max<int64_t>(lo, 0), hi));
+        if (lo < 0) add("\"-\" " + nonneg_range(std::max<int64_t>(-hi, 1), -lo));
+        return "(" + alts + ") space";
+    }
+
+    // Decimal strings (no leading zeros) of the integers in [a, b], 0 <= a <= b.
+    static std::string nonneg_range(int64_t a, int64_t b) {
+        std::string alts;
+        int64_t p = 1;  // 10^(len-1)
+        for (int len = 1; len <= 16; ++len, p *= 10) {
+            const int64_t lo = std::max(a, len == 1 ? (int64_t)0 : p), hi = std::min(b, p * 10 - 1);
+            if (lo > hi) continue;
+            alts += (alts.empty() ? "" : " | ") + same_length(std::to_string(lo), std::to_string(hi));
+            if (p * 10 > b) break;
+        }
+        return "(" + alts + ")";
+    }
+
+    // Digit strings x..y of one length, x <= y.
+    static std::string same_length(const std::string& x, const std::string& y) {
+        if (x.empty()) return "\"\"";
+        if (x == y) return "\"" + x + "\"";
+        const size_t n = x.size() - 1;
+        auto digits = [](char a, char b) {
+            return a == b ? "\"" + std::string(1, a) + "\"" : "[" + std::string(1, a) + "-" + std::string(1, b) + "]";
+        };
+        auto any = [&](size_t k) { return k == 0 ? std::string() : " [0-9]{" + std::to_string(k) + "}"; };
+        if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + same_length(x.substr(1), y.substr(1));
+        const std::string xr = x.substr(1), yr = y.substr(1);
+        const bool x_low = xr.find_first_not_of('0') == std::string::npos;
+        const bool y_high = yr.find_first_not_of('9') == std::string::npos;
+        std::string alts;
+        auto add = [&](const std::string& a) { alts += (alts.empty() ? "" : " | ") + a; };
+        char first = x[0], last = y[0];
+        if (!x_low) {
+            add("\"" + std::string(1, x[0]) + "\" (" + same_length(xr, std::string(n, '9')) + ")");
+            ++first;
+        }
+        if (!y_high) --last;
+        if (first <= last) add(digits(first, last) + any(n));
+        if (!y_high) add("\"" + std::string(1, y[0]) + "\" (" + same_length(std::string(n, '0'), yr) + ")");
+        return "(" + alts + ")";
+    }
+
+    // Numbers: unbounded, or minimum 0 (non-negative) / exclusiveMinimum 0 (positive).
+    Expected<std::string> compile_number(const json& s, const std::string& ptr) {
+        std::optional<long double> mn, xmn;
+        for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+            auto b = bound(s, k, ptr);
+            if (!b) return b.error();
+            if (!*b) continue;
+            const std::string key = k;
+            if ((key == "minimum" || key == "exclusiveMinimum") && **b == 0 && !(mn || xmn)) {
+                (key == "minimum" ? mn : xmn) = **b;
+                continue;
+            }
+            return bad(ptr + "/" + k, "on a number only \"minimum\": 0 or \"exclusiveMinimum\": 0 is supported; "
+                                      "use \"type\": \"integer\" for integer ranges, or remove it (and check the value after generation)");
+        }
+        const std::string frac = "(\".\" [0-9]{1,16})?", expo = "([eE] [-+]? [0-9]{1,2})?";
+        if (mn) return "(\"0\" | [1-9] [0-9]{0,15}) " + frac + " " + expo + " space";
+        if (xmn)  // a non-zero digit somewhere: before the point, or after leading zeros of the fraction
+            return "([1-9] [0-9]{0,15} " + frac + " | \"0.\" \"0\"{0,15} [1-9] [0-9]{0,15}) " + expo + " space";
+        return std::string("json-number");
     }
 
     Expected<std::string> compile_array(const json& s, const std::string& ptr) {
@@ -396,6 +529,27 @@ Expected<std::string> compile_schema(const json& schema) {
     return out;
 }
 }  // namespace
+
+std::string json_schema_primitives_gbnf() { return k_primitives; }
+
+std::string gbnf_string_literal(std::string_view bytes) { return gbnf_literal(std::string(bytes)); }
+
+Expected<SchemaRules> json_schema_to_gbnf_rules(std::string_view schema_text, const std::string& prefix) {
+    json schema;
+    try {
+        schema = json::parse(schema_text);
+    } catch (const std::exception& e) {
+        return make_error("schema: not valid JSON (", e.what(), "); fix the JSON text");
+    }
+    SchemaCompiler c{schema, {}, {}, {}, 0};
+    c.prefix = prefix;
+    auto root = c.compile(schema, "");
+    if (!root) return root.error();
+    SchemaRules out;
+    out.root = *root;
+    for (const auto& [name, body] : c.rules) out.rules += name + " ::= " + (body.empty() ? "\"\"" : body) + "\n";
+    return out;
+}
 
 Expected<std::string> json_schema_to_gbnf(const nlohmann::json& schema) {
     // nlohmann::json keeps object keys sorted: properties come out in name order.

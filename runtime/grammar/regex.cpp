@@ -29,6 +29,55 @@ struct RegexParser {
     std::string_view src;
     size_t pos = 0;
     int depth = 0;  // open groups, bounded (hostile input must not exhaust the stack)
+    // JSON string content mode: only characters a JSON string holds unescaped (not '"', '\\' or a
+    // control below 0x20). Classes lose those characters; a literal needing an escape is an error.
+    bool json_mode = false;
+
+    static bool needs_json_escape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
+    // Ranges of a class, sorted and merged; in JSON mode minus the escaped characters.
+    std::string class_text(std::vector<std::pair<uint32_t, uint32_t>> rs, bool negated, size_t at, Error* err) const {
+        if (json_mode && negated) {
+            rs.push_back({0, 0x1F});
+            rs.push_back({'"', '"'});
+            rs.push_back({'\\', '\\'});
+        } else if (json_mode) {
+            std::vector<std::pair<uint32_t, uint32_t>> kept;
+            for (auto [lo, hi] : rs) {
+                // Split [lo, hi] around the excluded points 0x00-0x1F, '"', '\\'.
+                const std::pair<uint32_t, uint32_t> holes[] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+                uint32_t cur = lo;
+                bool done = false;
+                for (auto [hl, hh] : holes) {
+                    if (hi < hl) break;
+                    if (cur > hh) continue;
+                    if (cur < hl) kept.push_back({cur, hl - 1});
+                    if (hi <= hh) {
+                        done = true;
+                        break;
+                    }
+                    cur = hh + 1;
+                }
+                if (!done) kept.push_back({cur, hi});
+            }
+            rs = kept;
+            if (rs.empty()) {
+                *err = fail(at, "this character class holds only characters that a JSON string must escape ('\"', '\\\\', "
+                                "controls); the pattern of a JSON Schema string may only use characters written unescaped");
+                return "";
+            }
+        }
+        std::string out = negated ? "[^" : "[";
+        for (auto [lo, hi] : rs) out += lo == hi ? cp_escape(lo) : cp_escape(lo) + "-" + cp_escape(hi);
+        return out + "]";
+    }
+    static void shorthand_ranges(char e, std::vector<std::pair<uint32_t, uint32_t>>& rs) {
+        switch (e) {
+            case 'd': rs.push_back({'0', '9'}); break;
+            case 'w': rs.push_back({'0', '9'}); rs.push_back({'A', 'Z'}); rs.push_back({'_', '_'}); rs.push_back({'a', 'z'}); break;
+            case 's': rs.push_back({'\t', '\r'}); rs.push_back({' ', ' '}); break;
+            default: break;
+        }
+    }
 
     Error fail(size_t at, const std::string& what) const {
         return make_error("regex:", at + 1, ": ", what);
@@ -46,15 +95,6 @@ struct RegexParser {
         return cp;
     }
 
-    // A class shorthand's ranges as GBNF class text, or "" when `e` is none.
-    static std::string shorthand(char e) {
-        switch (e) {
-            case 'd': return "0-9";
-            case 'w': return "a-zA-Z0-9_";
-            case 's': return " \\t\\n\\r\\x0B\\x0C";
-            default: return "";
-        }
-    }
     static Expected<uint32_t> simple_escape(char e) {
         switch (e) {
             case 'n': return uint32_t('\n');
@@ -72,9 +112,10 @@ struct RegexParser {
     Expected<std::string> parse_class() {
         const size_t at = pos;
         ++pos;  // [
-        std::string out = "[";
+        bool negated = false;
+        std::vector<std::pair<uint32_t, uint32_t>> rs;
         if (peek() == '^') {
-            out += "^";
+            negated = true;
             ++pos;
         }
         bool first = true;
@@ -86,9 +127,8 @@ struct RegexParser {
                 ++pos;
                 if (at_end()) return fail(pos, "the pattern ends inside an escape; remove the trailing backslash");
                 const char e = src[pos++];
-                const std::string sh = shorthand(e);
-                if (!sh.empty()) {
-                    out += sh;
+                if (e == 'd' || e == 'w' || e == 's') {
+                    shorthand_ranges(e, rs);
                     continue;
                 }
                 if (e == 'D' || e == 'W' || e == 'S')
@@ -112,13 +152,25 @@ struct RegexParser {
                     hi = next_cp();
                 }
                 if (hi < lo) return fail(at, "character range is reversed; write the lower end first, e.g. [a-z]");
-                out += cp_escape(lo) + "-" + cp_escape(hi);
+                rs.push_back({lo, hi});
             } else {
-                out += cp_escape(lo);
+                rs.push_back({lo, lo});
             }
         }
         ++pos;  // ]
-        return out + "]";
+        Error err;
+        std::string out = class_text(std::move(rs), negated, at, &err);
+        if (out.empty()) return err;
+        return out;
+    }
+
+    // A one-character literal; in JSON mode refused when a JSON string would escape it.
+    Expected<std::string> literal(uint32_t cp, size_t at) const {
+        if (json_mode && needs_json_escape(cp))
+            return fail(at, "the pattern matches '" + std::string(cp == '"' ? "\\\"" : cp == '\\' ? "\\\\" : "a control character") +
+                                "', which a JSON string must escape; the pattern of a JSON Schema string may only use "
+                                "characters written unescaped (remove it or match it with a class such as [^a])");
+        return quoted(cp);
     }
 
     Expected<std::string> parse_atom() {
@@ -149,14 +201,19 @@ struct RegexParser {
             ++pos;
             if (at_end()) return fail(at, "the pattern ends inside an escape; remove the trailing backslash");
             const char e = src[pos++];
-            const std::string sh = shorthand(e);
-            if (!sh.empty()) return "[" + sh + "]";
-            if (e == 'D' || e == 'W' || e == 'S') return "[^" + shorthand(char(e - 'A' + 'a')) + "]";
+            if (e == 'd' || e == 'w' || e == 's' || e == 'D' || e == 'W' || e == 'S') {
+                std::vector<std::pair<uint32_t, uint32_t>> rs;
+                shorthand_ranges(char(e | 0x20), rs);
+                Error err;
+                std::string out = class_text(std::move(rs), e < 'a', at, &err);
+                if (out.empty()) return err;
+                return out;
+            }
             auto cp = simple_escape(e);
             if (!cp) return fail(at, std::string("unknown escape \\") + e + "; escape only punctuation, \\d \\w \\s and \\n \\t \\r");
-            return quoted(*cp);
+            return literal(*cp, at);
         }
-        return quoted(next_cp());
+        return literal(next_cp(), at);
     }
 
     Expected<std::string> parse_concat() {
@@ -214,6 +271,52 @@ Expected<std::string> regex_to_gbnf(std::string_view pattern) {
     if (!body) return body.error();
     if (!p.at_end()) return p.fail(p.pos, "unexpected ')' with no group open; remove it or escape it as \\)");
     return "root ::= " + *body + "\n";
+}
+
+Expected<JsonStringPattern> regex_to_json_string_gbnf(std::string_view pattern) {
+    JsonStringPattern out;
+    RegexParser p{pattern};
+    p.json_mode = true;
+    if (p.peek() == '^') {
+        ++p.pos;
+        out.anchored_start = true;
+    }
+    // A trailing '$' is an anchor unless escaped (an odd run of backslashes before it).
+    if (!pattern.empty() && pattern.back() == '$') {
+        size_t n_bs = 0;
+        for (size_t i = pattern.size() - 1; i-- > 0 && pattern[i] == '\\';) ++n_bs;
+        out.anchored_end = n_bs % 2 == 0 && pattern.size() > (out.anchored_start ? 1u : 0u);
+    }
+    auto body = p.parse_alt();
+    if (!body) return body.error();
+    if (!p.at_end()) return p.fail(p.pos, "unexpected ')' with no group open; remove it or escape it as \\)");
+    // An anchor binds to its alternative only ("^a|b" is "(^a)|(b)"): with a top-level '|' the
+    // anchors would be read for the whole pattern, so such a pattern is refused.
+    if (out.anchored_start || out.anchored_end) {
+        int depth = 0;
+        bool in_class = false;
+        for (size_t i = 0; i < pattern.size(); ++i) {
+            const char c = pattern[i];
+            if (c == '\\') {
+                ++i;
+            } else if (in_class) {
+                in_class = c != ']';
+            } else if (c == '[') {
+                in_class = true;
+                if (i + 1 < pattern.size() && pattern[i + 1] == ']') ++i;
+                else if (i + 2 < pattern.size() && pattern[i + 1] == '^' && pattern[i + 2] == ']') i += 2;
+            } else if (c == '(') {
+                ++depth;
+            } else if (c == ')') {
+                --depth;
+            } else if (c == '|' && depth == 0) {
+                return p.fail(i, "an anchored pattern with a top-level '|' is ambiguous here (an anchor binds to one "
+                                 "alternative); group the alternatives, e.g. ^(?:a|b)$");
+            }
+        }
+    }
+    out.gbnf = body->empty() ? std::string("\"\"") : "(" + *body + ")";
+    return out;
 }
 
 }  // namespace steward

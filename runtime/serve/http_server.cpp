@@ -454,6 +454,7 @@ private:
         ex->pool = pool_of(*target, pools, err);
         if (!ex->pool) return send_error(err);
 
+        if (!apply_tool_choice(ex->req, *ex->pool, err)) return send_error(err);
         std::string rendered;
         if (chat) {
             auto r = render_prompt(*ex->pool, ex->req);

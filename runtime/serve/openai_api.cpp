@@ -408,7 +408,63 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
             fail(err, 400, "'grammar' does not compile: " + c.error().message, "grammar", "invalid_grammar");
             return std::nullopt;
         }
+    // tool_choice: "none", "auto" (the default), "required", or {"type": "function", "function": {"name": N}}.
+    if (const json* tc = f.find("tool_choice"); tc && !tc->is_null()) {
+        if (!chat) {
+            fail(err, 400, "'tool_choice' is for /v1/chat/completions (with 'tools'); remove it", "tool_choice", "invalid_value");
+            return std::nullopt;
+        }
+        if (tc->is_string()) {
+            r.tool_choice = tc->get<std::string>();
+            if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required") {
+                fail(err, 400, "'tool_choice' is '" + r.tool_choice + "'; use \"none\", \"auto\", \"required\" or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice", "invalid_value");
+                return std::nullopt;
+            }
+        } else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("function") &&
+                   (*tc)["function"].is_object() && (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+            r.tool_choice = "function";
+            r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+        } else {
+            fail(err, 400, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}", "tool_choice", "invalid_value");
+            return std::nullopt;
+        }
+        const bool forced = r.tool_choice == "required" || r.tool_choice == "function";
+        if (forced && !r.tools) {
+            fail(err, 400, "'tool_choice' " + r.tool_choice + " needs 'tools' to call; add them or remove tool_choice",
+                 "tool_choice", "invalid_value");
+            return std::nullopt;
+        }
+        if (forced && (r.json_object || !r.json_schema.empty() || !r.grammar.empty())) {
+            fail(err, 400, "'tool_choice' " + r.tool_choice + " constrains the output to a tool call, as does "
+                           "response_format or grammar; send only one of them", "tool_choice", "invalid_value");
+            return std::nullopt;
+        }
+        if (r.tool_choice == "function") {
+            bool known = false;
+            for (const auto& t : *r.tools)
+                known = known || (t.is_object() && t.contains("function") && t["function"].is_object() &&
+                                  t["function"].value("name", "") == r.tool_choice_name);
+            if (!known) {
+                fail(err, 400, "'tool_choice' names \"" + r.tool_choice_name + "\", which is none of 'tools'; name one of them",
+                     "tool_choice", "invalid_value");
+                return std::nullopt;
+            }
+        }
+    }
     return r;
+}
+
+bool apply_tool_choice(OpenAiRequest& req, const PoolInfo& pool, ApiError& err) {
+    if (!req.chat || !req.tools || (req.tool_choice != "required" && req.tool_choice != "function")) return true;
+    auto g = tool_call_gbnf(detect_tool_call_format(pool.chat_template), *req.tools, req.tool_choice_name);
+    if (!g) return fail(err, 400, "'tool_choice' " + req.tool_choice + " cannot be enforced: " + g.error().message, "tool_choice", "invalid_value");
+    if (auto c = compile_constraint(ConstraintKind::GBNF, *g); !c)
+        return fail(err, 400, "'tool_choice' " + req.tool_choice + ": the tools' parameters give no usable grammar: " + c.error().message,
+                    "tool_choice", "invalid_value");
+    req.grammar = std::move(*g);
+    return true;
 }
 
 std::optional<ModelTarget> resolve_model(const std::string& model, const std::vector<PoolInfo>& pools, const Config& config,
@@ -513,7 +569,7 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
 namespace {
 
 ToolCallFormat tool_format_of(const OpenAiRequest& req, const PoolInfo* pool) {
-    if (!req.chat || !req.tools || !pool) return ToolCallFormat::none;
+    if (!req.chat || !req.tools || !pool || req.tool_choice == "none") return ToolCallFormat::none;
     return detect_tool_call_format(pool->chat_template);
 }
 

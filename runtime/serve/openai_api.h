@@ -62,6 +62,10 @@ struct OpenAiRequest {
     bool json_object = false;
     std::string json_schema;
     std::string grammar;
+    // chat: OpenAI tool_choice: "none" (the output is not parsed for calls), "auto" (unconstrained),
+    // "required" or "function" (tool_choice_name): the output is constrained to one call, see apply_tool_choice.
+    std::string tool_choice = "auto";
+    std::string tool_choice_name;
     // chat: extra variables for the chat template (vLLM's extension), e.g. {"enable_thinking": false}
     nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
 };
@@ -99,6 +103,12 @@ nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& con
 // generation prompt. Until the template engine lands, a ChatML rendering
 // (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n).
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
+
+// With tool_choice "required" or a named function: `grammar` becomes the pool's tool-call grammar
+// (serve/tool_calls.h tool_call_gbnf: exactly one call in the template's format, its arguments
+// matching the function's parameters schema). False with a 400 in err when it cannot be built
+// (a template with no tool-call format, a parameters schema the grammar compiler refuses).
+bool apply_tool_choice(OpenAiRequest& req, const PoolInfo& pool, ApiError& err);
 
 // The runtime request for choice `index` of `req` (the n choices share the prompt; a given seed is
 // offset by the index so that sampled choices differ).

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/grammar.h"
+
 namespace steward {
 
 namespace {
@@ -595,6 +597,51 @@ void ToolCallParser::step(std::vector<ToolCallDelta>& out) {
         }
         }
     }
+}
+
+Expected<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools, std::string_view only_name) {
+    if (format == ToolCallFormat::none)
+        return make_error("this model's chat template renders tool calls in no format the server parses (hermes, "
+                          "mistral, llama3_json), so a tool call cannot be required; use tool_choice \"auto\" or a "
+                          "model whose template has tool calls");
+    if (!tools.is_array() || tools.empty()) return make_error("'tools' is empty; a tool call needs at least one tool");
+    const char* args_key = format == ToolCallFormat::llama3_json ? "parameters" : "arguments";
+    std::string rules, alts;
+    bool found = false;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const auto& t = tools[i];
+        if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
+            return make_error(at, " must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}");
+        const auto& f = t["function"];
+        if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+            return make_error(at, ".function.name must be a non-empty string");
+        const std::string name = f["name"].get<std::string>();
+        if (!only_name.empty() && name != only_name) continue;
+        found = true;
+        nlohmann::ordered_json params = nlohmann::ordered_json::object();
+        if (f.contains("parameters") && !f["parameters"].is_null()) params = f["parameters"];
+        if (!params.is_object())
+            return make_error(at, ".function.parameters must be a JSON Schema object (e.g. {\"type\": \"object\", \"properties\": {...}})");
+        if (!params.contains("type")) params["type"] = "object";
+        else if (params["type"] != "object")
+            return make_error(at, ".function.parameters must describe an object (\"type\": \"object\"): a call's arguments are one");
+        const std::string prefix = "tool" + std::to_string(i) + "-";
+        auto r = json_schema_to_gbnf_rules(params.dump(), prefix + "s");
+        if (!r) return make_error(at, ".function.parameters: ", r.error().message);
+        rules += r->rules;
+        const std::string head = "{\"name\": " + nlohmann::json(name).dump() + ", \"" + args_key + "\": ";
+        rules += prefix + "call ::= " + gbnf_string_literal(head) + " " + r->root + " \"}\"\n";
+        alts += (alts.empty() ? "" : " | ") + prefix + "call";
+    }
+    if (!found) return make_error("no tool is named \"", std::string(only_name), "\"; name one of 'tools'");
+    std::string root;
+    switch (format) {
+    case ToolCallFormat::hermes: root = "\"<tool_call>\\n\" (" + alts + ") \"\\n</tool_call>\""; break;
+    case ToolCallFormat::mistral: root = "\"[TOOL_CALLS][\" (" + alts + ") \"]\""; break;
+    default: root = alts; break;
+    }
+    return "root ::= " + root + "\n" + json_schema_primitives_gbnf() + rules;
 }
 
 }  // namespace steward

@@ -9,6 +9,10 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "steward/expected.h"
+
 namespace steward {
 
 // The output formats the common chat templates render tool calls in (and so what their models emit):
@@ -118,5 +122,14 @@ private:
 // The whole output at once: the reference the streaming parser is tested against (written
 // separately, over the complete text). Pure; thread-safe.
 ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, uint64_t id_seed = 0);
+
+// The grammar (GBNF) of an output that is exactly one tool call in `format`, as the parser above
+// extracts it: hermes <tool_call>\n{"name": N, "arguments": A}\n</tool_call>, mistral
+// [TOOL_CALLS][{"name": N, "arguments": A}], llama3_json {"name": N, "parameters": A}; N one of
+// the OpenAI `tools` (only `only_name` when given: tool_choice naming a function), A an object
+// matching that function's `parameters` JSON Schema (absent: {}; a schema without "type" is
+// taken as an object's). Errors name the tool ("tools[i].function...") or the format and the fix.
+Expected<std::string> tool_call_gbnf(ToolCallFormat format, const nlohmann::ordered_json& tools,
+                                     std::string_view only_name = {});
 
 }  // namespace steward

@@ -1022,6 +1022,64 @@ TEST_CASE("a tool result message renders through the template, and a malformed c
     check_error(post(s.port, "/v1/chat/completions", bad), 400, "chat_template_kwargs", "invalid_type");
 }
 
+TEST_CASE("tool_choice required or a named function: random weights still give a call whose arguments validate", "[http][tools][grammar]") {
+    auto s = serve_with(k_hermes_pool);
+    const json tools = json::parse(R"([
+      {"type":"function","function":{"name":"get_weather","description":"The weather","parameters":{"type":"object","properties":{
+         "city":{"type":"string","maxLength":10},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}},
+      {"type":"function","function":{"name":"set_alarm","description":"An alarm","parameters":{"type":"object","properties":{
+         "hour":{"type":"integer","minimum":0,"maximum":23},"tag":{"enum":["work","home"]}},"required":["hour","tag"]}}}])");
+    // Written from the schemas above, independently of the grammar compiler.
+    auto valid = [](const std::string& name, const json& a) {
+        if (!a.is_object()) return false;
+        if (name == "get_weather") {
+            if (a.size() != 2 || !a.contains("city") || !a["city"].is_string() || !a.contains("days") ||
+                !a["days"].is_number_integer())
+                return false;
+            size_t n = 0;
+            for (unsigned char c : a["city"].get<std::string>()) n += (c & 0xC0) != 0x80;
+            return n <= 10 && a["days"].get<int64_t>() >= 1 && a["days"].get<int64_t>() <= 7;
+        }
+        if (name == "set_alarm")
+            return a.size() == 2 && a.contains("hour") && a["hour"].is_number_integer() && a["hour"].get<int64_t>() >= 0 &&
+                   a["hour"].get<int64_t>() <= 23 && (a["tag"] == "work" || a["tag"] == "home");
+        return false;
+    };
+    const json msgs = {{{"role", "user"}, {"content", "weather in Paris?"}}};
+    for (const json& choice : {json("required"), json{{"type", "function"}, {"function", {{"name", "set_alarm"}}}}}) {
+        for (int seed = 1; seed <= 4; ++seed) {
+            const Reply r = post(s.port, "/v1/chat/completions",
+                                 {{"model", "hermes"}, {"messages", msgs}, {"tools", tools}, {"tool_choice", choice},
+                                  {"max_tokens", 600}, {"temperature", 1.0}, {"seed", seed}});
+            INFO(choice.dump() << " seed " << seed << ": " << r.body);
+            REQUIRE(r.status == 200);
+            const json j = r.j();
+            CHECK(j["choices"][0]["finish_reason"] == "tool_calls");
+            const json& msg = j["choices"][0]["message"];
+            REQUIRE(msg.contains("tool_calls"));
+            REQUIRE(msg["tool_calls"].size() == 1);
+            const json& fn = msg["tool_calls"][0]["function"];
+            const std::string name = fn["name"].get<std::string>();
+            if (choice.is_object()) CHECK(name == "set_alarm");
+            const json args = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            REQUIRE_FALSE(args.is_discarded());
+            CHECK(valid(name, args));
+        }
+    }
+    // What cannot be enforced is a 400 naming tool_choice.
+    check_error(post(s.port, "/v1/chat/completions", {{"model", "hermes"}, {"messages", msgs}, {"tool_choice", "required"}}),
+                400, "tool_choice", "invalid_value", "needs 'tools'");
+    check_error(post(s.port, "/v1/chat/completions",
+                     {{"model", "hermes"}, {"messages", msgs}, {"tools", tools},
+                      {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}),
+                400, "tool_choice", "invalid_value", "\"nope\"");
+    check_error(post(s.port, "/v1/chat/completions", {{"model", "hermes"}, {"messages", msgs}, {"tools", tools}, {"tool_choice", "always"}}),
+                400, "tool_choice", "invalid_value", "'always'");
+    auto plain = serve_with();  // no chat template: no tool-call format to enforce
+    check_error(post(plain.port, "/v1/chat/completions", {{"messages", msgs}, {"tools", tools}, {"tool_choice", "required"}}),
+                400, "tool_choice", "invalid_value", "tool_choice \"auto\"");
+}
+
 TEST_CASE("n > 1 shares the prompt's full blocks: choices after the first attach to what it computed", "[http]") {
     // Pool "hermes" takes 512 tokens a step: the 4 prompts would all be prefilled in one step, each
     // computing its own blocks, if they were submitted together.

@@ -3,6 +3,7 @@
 // independent validator written here accepts; invalid schemas name their JSON pointer.
 #include <catch2/catch.hpp>
 #include <climits>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -77,8 +78,17 @@ bool valid(const json& v, const json& s, const json& root) {
             for (const auto& e : v)
                 if (!valid(e, s["items"], root)) return false;
     }
+    if (v.is_number()) {
+        const double x = v.get<double>();
+        if (s.contains("minimum") && !(x >= s["minimum"].get<double>())) return false;
+        if (s.contains("maximum") && !(x <= s["maximum"].get<double>())) return false;
+        if (s.contains("exclusiveMinimum") && !(x > s["exclusiveMinimum"].get<double>())) return false;
+        if (s.contains("exclusiveMaximum") && !(x < s["exclusiveMaximum"].get<double>())) return false;
+    }
     if (v.is_string()) {
         const std::string str = v.get<std::string>();
+        // ECMA-262 search semantics, as JSON Schema specifies (std::regex's default grammar).
+        if (s.contains("pattern") && !std::regex_search(str, std::regex(s["pattern"].get<std::string>()))) return false;
         const size_t n = n_code_points(str);
         if (n < s.value("minLength", 0u) || n > s.value("maxLength", UINT32_MAX)) return false;
         const std::string f = s.value("format", "");
@@ -119,6 +129,14 @@ const char* const k_schemas[] = {
         "$ref":"#/$defs/node"})",
     // extra keys allowed next to declared ones: an extra key must never repeat a declared name
     R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"string","maxLength":2}},"additionalProperties":true})",
+    // integer ranges, non-negative and positive numbers, string patterns (anchored and not)
+    R"({"type":"object","properties":{"pct":{"type":"integer","minimum":0,"maximum":100},
+        "month":{"type":"integer","minimum":1,"maximum":12},"neg":{"type":"integer","maximum":-1},
+        "count":{"type":"integer","minimum":0},"t":{"type":"integer","exclusiveMinimum":-50,"exclusiveMaximum":7},
+        "w":{"type":"number","minimum":0},"p":{"type":"number","exclusiveMinimum":0},
+        "code":{"type":"string","pattern":"^[A-Z]{3}-\\d{2,4}$"},"has":{"type":"string","pattern":"[0-9]"},
+        "tail":{"type":"string","pattern":"x[a-m]?$"},"dot":{"type":"string","pattern":"^q.*z$"}},
+        "required":["pct","month","neg","count","t","w","p","code","has","tail","dot"],"additionalProperties":false})",
     // a top-level array of a type list
     R"({"type":"array","items":{"type":["string","boolean","null"],"maxLength":3},"minItems":2,"maxItems":5})",
 };
@@ -252,8 +270,8 @@ TEST_CASE("an invalid schema is an error naming the JSON pointer of the offendin
     };
     CHECK_THAT(err(R"({"type":"object","properties":{"age":{"type":"integr"}}})"),
                Catch::Contains("/properties/age/type") && Catch::Contains("unknown type \"integr\""));
-    CHECK_THAT(err(R"({"properties":{"x":{"type":"integer","minimum":3}}})"),
-               Catch::Contains("/properties/x/minimum") && Catch::Contains("remove it"));
+    CHECK_THAT(err(R"({"properties":{"x":{"type":"integer","multipleOf":3}}})"),
+               Catch::Contains("/properties/x/multipleOf") && Catch::Contains("remove it"));
     CHECK_THAT(err(R"({"properties":{"x":{}},"required":["y"]})"),
                Catch::Contains("schema /required") && Catch::Contains("\"y\", which is not in properties"));
     CHECK_THAT(err(R"({"type":"array","items":{"enum":[]}})"), Catch::Contains("/items/enum"));
@@ -266,4 +284,141 @@ TEST_CASE("an invalid schema is an error naming the JSON pointer of the offendin
     for (int i = 0; i < 5000; ++i) deep += R"({"type":"array","items":)";
     deep += "{}" + std::string(5000, '}');
     CHECK_THAT(err(deep.c_str()), Catch::Contains("nest deeper than 64"));
+}
+
+namespace {
+bool accepts(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+    GrammarMatcher m(g);
+    return m.accept_bytes(text) && m.is_accepting();
+}
+}  // namespace
+
+TEST_CASE("integer bounds: every integer in a window is accepted exactly when it satisfies the bounds") {
+    struct Case {
+        const char* schema;
+        std::function<bool(int64_t)> ok;
+    };
+    const std::vector<Case> cases = {
+        {R"({"type":"integer","minimum":0,"maximum":100})", [](int64_t x) { return x >= 0 && x <= 100; }},
+        {R"({"type":"integer","minimum":1,"maximum":12})", [](int64_t x) { return x >= 1 && x <= 12; }},
+        {R"({"type":"integer","minimum":0})", [](int64_t x) { return x >= 0; }},
+        {R"({"type":"integer","maximum":-1})", [](int64_t x) { return x <= -1; }},
+        {R"({"type":"integer","exclusiveMinimum":-37,"exclusiveMaximum":412})", [](int64_t x) { return x > -37 && x < 412; }},
+        {R"({"type":"integer","minimum":-999,"maximum":-10})", [](int64_t x) { return x >= -999 && x <= -10; }},
+        {R"({"type":"integer","minimum":-5,"maximum":5})", [](int64_t x) { return x >= -5 && x <= 5; }},
+        {R"({"type":"integer","minimum":7,"maximum":7})", [](int64_t x) { return x == 7; }},
+        {R"({"type":"integer","minimum":99,"maximum":1001})", [](int64_t x) { return x >= 99 && x <= 1001; }},
+        {R"({"type":"integer","minimum":1.5,"maximum":250.5})", [](int64_t x) { return x >= 2 && x <= 250; }},
+        {R"({"type":"integer","exclusiveMinimum":0.5,"exclusiveMaximum":10})", [](int64_t x) { return x >= 1 && x <= 9; }},
+        {R"({"type":"integer","minimum":-1000000})", [](int64_t x) { return x >= -1000000; }},
+        {R"({"type":"integer","minimum":123456789,"maximum":987654321012})", [](int64_t x) { return x >= 123456789 && x <= 987654321012; }},
+        {R"({"type":"integer","minimum":-98765432101,"maximum":-1234567})", [](int64_t x) { return x >= -98765432101 && x <= -1234567; }},
+    };
+    std::mt19937_64 rng(7);
+    for (const auto& c : cases) {
+        INFO(c.schema);
+        auto g = CompiledGrammar::from_json_schema(std::string_view(c.schema));
+        if (!g) FAIL(g.error().message);
+        for (int64_t x = -1000; x <= 1000; ++x) {
+            INFO(x);
+            REQUIRE(accepts(*g, std::to_string(x)) == c.ok(x));
+        }
+        // Far from zero: random integers of every digit count, and the neighbours of the bounds.
+        const json sj = json::parse(c.schema);
+        std::vector<int64_t> xs;
+        for (int k = 0; k < 400; ++k) {
+            const int digits = 1 + (int)(rng() % 15);
+            int64_t p = 1;
+            for (int d = 0; d < digits; ++d) p *= 10;
+            const int64_t x = (int64_t)(rng() % (uint64_t)p);
+            xs.push_back(rng() % 2 ? x : -x);
+        }
+        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+            if (sj.contains(k))
+                for (int64_t d = -3; d <= 3; ++d) xs.push_back((int64_t)sj[k].get<double>() + d);
+        for (int64_t x : xs) {
+            INFO(x);
+            REQUIRE(accepts(*g, std::to_string(x)) == c.ok(x));
+        }
+        CHECK_FALSE(accepts(*g, "-0"));
+        CHECK_FALSE(accepts(*g, "007"));
+        CHECK_FALSE(accepts(*g, "1.0"));
+    }
+}
+
+TEST_CASE("number bounds: minimum 0 gives non-negative numbers, exclusiveMinimum 0 positive ones") {
+    auto nonneg = CompiledGrammar::from_json_schema(std::string_view(R"({"type":"number","minimum":0})"));
+    auto pos = CompiledGrammar::from_json_schema(std::string_view(R"({"type":"number","exclusiveMinimum":0})"));
+    REQUIRE(nonneg.ok());
+    REQUIRE(pos.ok());
+    // Against nlohmann's value of each string the grammar of json-number accepts.
+    auto plain = CompiledGrammar::from_json_schema(std::string_view(R"({"type":"number"})"));
+    REQUIRE(plain.ok());
+    std::mt19937 rng(11);
+    const char alphabet[] = "0123456789.-eE+";
+    int n_checked = 0;
+    for (int k = 0; k < 200000 && n_checked < 3000; ++k) {
+        std::string t;
+        const int len = 1 + (int)(rng() % 7);
+        for (int i = 0; i < len; ++i) t += alphabet[rng() % (sizeof alphabet - 1)];
+        if (!accepts(*plain, t)) continue;
+        ++n_checked;
+        const double x = json::parse(t).get<double>();
+        INFO(t);
+        CHECK(accepts(*nonneg, t) == (x >= 0 && t[0] != '-'));
+        CHECK(accepts(*pos, t) == (x > 0));
+    }
+    CHECK(n_checked >= 1000);
+    for (const char* t : {"0", "0.0", "0e5", "12.5", "0.25e-3"}) CHECK(accepts(*nonneg, t));
+    for (const char* t : {"-1", "-0", "-0.5"}) CHECK_FALSE(accepts(*nonneg, t));
+    for (const char* t : {"1", "0.001", "3e2", "0.0000100"}) CHECK(accepts(*pos, t));
+    for (const char* t : {"0", "0.000", "0e9", "-2", "-0.1"}) CHECK_FALSE(accepts(*pos, t));
+}
+
+TEST_CASE("string patterns: matched with search semantics, inside the quotes, escapes refused") {
+    auto g = [](const char* pattern) {
+        json s = {{"type", "string"}, {"pattern", pattern}};
+        auto r = CompiledGrammar::from_json_schema(std::string_view(s.dump()));
+        if (!r) FAIL(r.error().message);
+        return *r;
+    };
+    const auto code = g("^[A-Z]{2}\\d+$");
+    CHECK(accepts(code, "\"AB12\""));
+    CHECK_FALSE(accepts(code, "\"xAB12\""));
+    CHECK_FALSE(accepts(code, "\"AB\""));
+    const auto inner = g("b\\.c");
+    CHECK(accepts(inner, "\"b.c\""));
+    CHECK(accepts(inner, "\"a\\\"b.c\\n\""));  // escapes outside the match are free
+    CHECK_FALSE(accepts(inner, "\"bxc\""));
+    const auto neg = g("^[^a]*$");
+    CHECK(accepts(neg, "\"xyz\""));
+    CHECK_FALSE(accepts(neg, "\"x\\\"\""));  // a negated class never matches an escaped character
+    auto err = [](const char* pattern, const char* extra = "") {
+        std::string s = std::string(R"({"properties":{"p":{"type":"string","pattern":)") + json(pattern).dump() + extra + "}}}";
+        auto r = CompiledGrammar::from_json_schema(std::string_view(s));
+        REQUIRE_FALSE(r.ok());
+        return r.error().message;
+    };
+    CHECK_THAT(err("^a\"b$"), Catch::Contains("/properties/p/pattern") && Catch::Contains("must escape"));
+    CHECK_THAT(err("a\\nb"), Catch::Contains("/properties/p/pattern") && Catch::Contains("must escape"));
+    CHECK_THAT(err("\\\\"), Catch::Contains("must escape"));
+    CHECK_THAT(err("[\\n\\t]"), Catch::Contains("character class holds only"));
+    CHECK_THAT(err("^a|b$"), Catch::Contains("^(?:a|b)$"));
+    CHECK_THAT(err("(?=x)"), Catch::Contains("/properties/p/pattern"));
+    CHECK_THAT(err("^a$", R"(,"maxLength":3)"), Catch::Contains("/properties/p/maxLength") && Catch::Contains("in the pattern"));
+}
+
+TEST_CASE("unsupported numeric bounds are errors naming the pointer and the fix") {
+    auto err = [](const char* text) {
+        auto g = CompiledGrammar::from_json_schema(std::string_view(text));
+        REQUIRE_FALSE(g.ok());
+        return g.error().message;
+    };
+    CHECK_THAT(err(R"({"properties":{"x":{"type":"number","minimum":3}}})"),
+               Catch::Contains("/properties/x/minimum") && Catch::Contains("\"type\": \"integer\""));
+    CHECK_THAT(err(R"({"type":"number","maximum":1})"), Catch::Contains("/maximum"));
+    CHECK_THAT(err(R"({"type":"integer","minimum":5,"maximum":4})"), Catch::Contains("fix the bounds"));
+    CHECK_THAT(err(R"({"type":"integer","minimum":0,"exclusiveMinimum":true})"),
+               Catch::Contains("/exclusiveMinimum") && Catch::Contains("draft 4"));
+    CHECK_THAT(err(R"({"type":"integer","minimum":1e30})"), Catch::Contains("16 digits"));
 }

@@ -2,6 +2,7 @@
 // field, the ChatML fallback prompt, ids, usage and chunk shapes.
 #include <catch2/catch.hpp>
 
+#include "grammar/grammar.h"
 #include "serve/openai_api.h"
 
 using namespace steward;
@@ -218,4 +219,45 @@ TEST_CASE("response_format json_schema / json_object and grammar become the requ
     CHECK_THAT(err.message, Catch::Contains("grammar:1:"));
     CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", false, err));
     CHECK(err.param == "grammar");
+}
+
+TEST_CASE("tool_choice: required and a named function set the pool's tool-call grammar; none leaves calls as content", "[serve][openai][tools]") {
+    const std::string tools = R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"integer","minimum":0,"maximum":9}},"required":["x"]}}}])";
+    const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+    PoolInfo hermes;
+    hermes.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}<tool_call>";
+    for (const std::string choice : {R"("required")", R"({"type": "function", "function": {"name": "f"}})"}) {
+        ApiError err;
+        auto r = parse_openai_request("{" + msgs + R"(, "tools": )" + tools + R"(, "tool_choice": )" + choice + "}", true, err);
+        REQUIRE(r);
+        CHECK(r->grammar.empty());
+        REQUIRE(apply_tool_choice(*r, hermes, err));
+        auto g = CompiledGrammar::from_gbnf(r->grammar);
+        REQUIRE(g.ok());
+        GrammarMatcher ok(*g), bad(*g);
+        CHECK((ok.accept_bytes("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 7}}\n</tool_call>") && ok.is_accepting()));
+        CHECK_FALSE(bad.accept_bytes("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 10"));
+        CHECK(to_generation_request(*r, {}, "t", "", 0).grammar == r->grammar);
+    }
+    ApiError err;
+    auto none = parse_openai_request("{" + msgs + R"(, "tools": )" + tools + R"(, "tool_choice": "none"})", true, err);
+    REQUIRE(none);
+    REQUIRE(apply_tool_choice(*none, hermes, err));
+    CHECK(none->grammar.empty());
+    const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+    const ChoiceOutput out = parse_choice_output(*none, &hermes, call);
+    CHECK(out.content == call);
+    CHECK(out.tool_calls.empty());
+    // Refusals name tool_choice.
+    for (const std::string body : {"{" + msgs + R"(, "tool_choice": "required"})",
+                                   "{" + msgs + R"(, "tools": )" + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+                                   "{" + msgs + R"(, "tools": )" + tools + R"(, "tool_choice": "required", "grammar": "root ::= \"a\""})"}) {
+        ApiError e;
+        INFO(body);
+        CHECK_FALSE(parse_openai_request(body, true, e));
+        CHECK(e.param == "tool_choice");
+    }
+    ApiError e;
+    CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "tool_choice": "auto"})", false, e));
+    CHECK(e.param == "tool_choice");
 }
