@@ -87,7 +87,6 @@ double nice_ceil(double v) {
 std::string axis_label(double v) {
     if (v == 0) return "0";
     if (std::fabs(v) >= 100 || v == std::floor(v)) return fmt(v, "%.0f");
-    if (std::fabs(v) >= 1) return fmt(v, "%.1f");
     return fmt(v, "%.3g");
 }
 
