@@ -534,6 +534,23 @@ std::string html_report(const json& report) {
             }
             groups.push_back({"position " + std::to_string(i + 1), vs});
         }
+        // Accepted length per draft: a token at position i+1 is accepted only after the one at i was,
+        // so accepted_tokens_per_position[i] counts the drafts that got at least i+1 tokens accepted.
+        std::vector<std::pair<std::string, std::vector<double>>> lengths;
+        for (int len = 0; len <= n_pos; ++len) {
+            std::vector<double> vs;
+            for (const auto& [name, r] : rows) {
+                if (std::find(spec_rows.begin(), spec_rows.end(), name) == spec_rows.end()) continue;
+                const json* acc = at(*r, {"speculation", "accepted_tokens_per_position"});
+                const double drafts = number(*r, {"speculation", "drafts"});
+                auto at_least = [&](int j) {  // drafts with >= j tokens accepted
+                    if (j == 0) return drafts;
+                    return acc && acc->is_array() && (size_t)j <= acc->size() ? number(&(*acc)[(size_t)j - 1]) : 0.0;
+                };
+                vs.push_back(drafts > 0 ? std::max(0.0, at_least(len) - at_least(len + 1)) / drafts : k_nan);
+            }
+            lengths.push_back({std::to_string(len), vs});
+        }
         std::vector<std::vector<std::string>> t;
         std::vector<std::pair<std::string, std::vector<double>>> gains;
         for (const auto& [name, r] : rows) {
@@ -551,6 +568,11 @@ std::string html_report(const json& report) {
         h += section("speculation", "Speculative decoding",
                      svg_bars("Draft acceptance per position", spec_rows, groups, "accepted", 1.0, true) +
                          (spec_rows.empty() ? caption("No bucket speculated in this run.") : "") +
+                         svg_bars("Accepted tokens per draft (share of drafts)", spec_rows, lengths, "drafts", 1.0,
+                                  true) +
+                         caption("Accepted tokens per draft, from the accepted tokens per position (a position's "
+                                 "token is accepted only after the previous one's)."
+                                 ) +
                          svg_bars("Speculation gain per bucket (TPOT without / with)", {"gain"}, gains, "x") +
                          table({"bucket", "drafts", "draft tokens", "accepted tokens", "acceptance", "mean accepted length",
                                 "TPOT spec p50 ms", "TPOT without ms", "gain", "gain source"},

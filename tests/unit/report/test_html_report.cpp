@@ -139,6 +139,24 @@ TEST_CASE("a report with only quantiles draws dashed CDFs through them and says 
     CHECK(page.find("drawn through P50, P95, P99 and max") != std::string::npos);
 }
 
+TEST_CASE("speculation figures draw acceptance per position and the accepted-length histogram", "[report]") {
+    // 10 drafts of 3 tokens: 8 got position 1 accepted, 5 position 2, 2 position 3, so 2 drafts accepted
+    // 0 tokens, 3 one, 3 two and 2 three.
+    json r = run_report();
+    json& spec = r["metrics"]["buckets"]["short_qa"]["speculation"];
+    spec["drafts"] = 10;
+    spec["acceptance_per_position"] = {0.8, 0.5, 0.2};
+    spec["draft_tokens_per_position"] = {10, 10, 10};
+    spec["accepted_tokens_per_position"] = {8, 5, 2};
+    spec["gain"] = 1.4;
+    const std::string page = html_report(r);
+    CHECK(page.find("No bucket speculated") == std::string::npos);
+    for (const char* bar : {"position 1 short_qa: 80.0%", "position 3 short_qa: 20.0%", "0 short_qa: 20.0%",
+                            "1 short_qa: 30.0%", "2 short_qa: 30.0%", "3 short_qa: 20.0%", "short_qa gain: 1.4"})
+        CHECK(page.find(std::string("<title>") + bar + "</title>") != std::string::npos);
+    CHECK_FALSE(prints_non_finite(page));
+}
+
 TEST_CASE("bucket names from configs are escaped in text, attributes and the embedded JSON", "[report]") {
     const std::string evil = "<script>alert(\"x\")</script>'&<!--";
     const json report = run_report(evil);
