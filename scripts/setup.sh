@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libcaf-dev libtomlplusplus-dev libspdlog-dev libfmt-dev catch2
       libboost-dev libboost-system-dev libopenblas-dev nlohmann-json3-dev
       libcli11-dev libpcre2-dev curl
+      chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference
       clang libclang-rt-14-dev libomp-dev)  # the fuzz tree: Clang, libFuzzer's runtime, Clang's OpenMP
 missing=()

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
     add_seed_option(run, ro.seed, "Workload seed");
     run->add_flag("--burst", ro.burst, "Bursty arrivals");
     run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
-    run->add_option("-o,--out", ro.out_path, "Report JSON path")->capture_default_str();
+    run->add_option("-o,--out", ro.out_path, "Report JSON path (the HTML report is written next to it, .json -> .html)")->capture_default_str();
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
 
     // ---- steward serve

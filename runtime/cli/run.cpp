@@ -1,6 +1,7 @@
 // `steward run`: the main job. Generates the default synthetic models when missing, replays a
 // mixed workload (the standard one of WORKLOADS.md, or a JSONL file) through the runtime at its
-// arrival times, with a progress bar, then prints the per-bucket table and writes it as JSON.
+// arrival times, with a progress bar, then prints the per-bucket table and writes it as JSON and as
+// an HTML page (runtime/report) next to it.
 #include "cli/commands.h"
 
 #include <sys/resource.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "api/runtime.h"
+#include "report/html_report.h"
 #include "workload/workload.h"
 
 namespace steward {
@@ -216,7 +218,12 @@ int cmd_run(const RunOptions& o) {
     std::ofstream out(o.out_path);
     if (!out) return cli_fail("cannot write the report to '" + o.out_path + "'");
     out << report.dump(2) << "\n";
-    std::printf("report written to %s\n", o.out_path.c_str());
+    // The same report as a page to read (charts and tables, the JSON embedded), next to the JSON.
+    const std::string html_path = html_report_path(o.out_path);
+    std::ofstream html(html_path);
+    if (!html) return cli_fail("cannot write the HTML report to '" + html_path + "'");
+    html << html_report(report);
+    std::printf("report written to %s and %s\n", o.out_path.c_str(), html_path.c_str());
     return prog.failed == 0 ? 0 : 3;
 }
 

@@ -54,14 +54,32 @@ nlohmann::json num(double v) {
     return v;
 }
 
-// A latency distribution in ms.
-nlohmann::json dist_ms(const Histogram& h) {
-    return {{"count", h.count()},
-            {"mean", num(h.mean() * 1e3)},
-            {"p50", num(h.quantile(0.50) * 1e3)},
-            {"p95", num(h.quantile(0.95) * 1e3)},
-            {"p99", num(h.quantile(0.99) * 1e3)},
-            {"max", num(h.max() * 1e3)}};
+// A latency distribution in ms. With `with_cdf`, also "cdf": [[le_ms, n_at_or_below], ...], one
+// point per non-empty histogram bucket (its upper edge, clamped to max; the last point is
+// [max, count]), so that a report can draw the whole CDF, not only its quantiles. A point's x is
+// within one bucket width (~9%) of where the exact step lies.
+nlohmann::json dist_ms(const Histogram& h, bool with_cdf = false) {
+    nlohmann::json d = {{"count", h.count()},
+                        {"mean", num(h.mean() * 1e3)},
+                        {"p50", num(h.quantile(0.50) * 1e3)},
+                        {"p95", num(h.quantile(0.95) * 1e3)},
+                        {"p99", num(h.quantile(0.99) * 1e3)},
+                        {"max", num(h.max() * 1e3)}};
+    if (!with_cdf) return d;
+    nlohmann::json cdf = nlohmann::json::array();
+    if (h.count() > 0) {
+        const double max = h.max();
+        uint64_t seen = h.n_underflow();
+        if (seen > 0) cdf.push_back({std::min(Histogram::k_lo, max) * 1e3, seen});
+        for (int i = 0; i < Histogram::n_buckets; ++i) {
+            if (h.bucket_count(i) == 0) continue;
+            seen += h.bucket_count(i);
+            cdf.push_back({std::min(Histogram::bucket_lower(i + 1), max) * 1e3, seen});
+        }
+        if (h.n_overflow() > 0) cdf.push_back({max * 1e3, h.count()});
+    }
+    d["cdf"] = std::move(cdf);
+    return d;
 }
 
 std::string fmt(double v, const char* f) {
@@ -541,10 +559,10 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"cached_prompt", m.n_cached_tokens},
           {"output", m.n_output_tokens},
           {"recomputed", m.n_recomputed_tokens}}},
-        {"ttft_ms", dist_ms(m.ttft_s)},
-        {"tpot_ms", dist_ms(m.tpot_s)},
+        {"ttft_ms", dist_ms(m.ttft_s, true)},
+        {"tpot_ms", dist_ms(m.tpot_s, true)},
         {"itl_ms", dist_ms(m.itl_s)},
-        {"e2e_ms", dist_ms(m.e2e_s)},
+        {"e2e_ms", dist_ms(m.e2e_s, true)},
         {"queue_ms", dist_ms(m.queue_s)},
         {"throughput_tok_s", num(throughput_tok_s(m))},
         {"goodput_req_s", num(goodput_req_s(m))},

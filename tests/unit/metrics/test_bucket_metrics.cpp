@@ -257,6 +257,24 @@ TEST_CASE("the JSON has every figure with units in the key names", "[metrics]") 
     CHECK(j.dump().find("NaN") == std::string::npos);
 }
 
+TEST_CASE("the JSON's latency CDF points climb to the count at the max", "[metrics]") {
+    nlohmann::json j = hand_worked().to_json();
+    // short_qa's TTFTs: 50, 100, 300 ms; its queue time carries no CDF (only TTFT, TPOT, e2e do).
+    const auto& cdf = j["buckets"]["short_qa"]["ttft_ms"]["cdf"];
+    REQUIRE(cdf.size() == 3);
+    CHECK(cdf[0][1] == 1);
+    CHECK(cdf[1][1] == 2);
+    CHECK(cdf[2][0].get<double>() == Approx(300.0));
+    CHECK(cdf[2][1] == 3);
+    // Each point is its bucket's upper edge: at or above the sample, within one bucket width.
+    for (auto [i, x] : {std::pair{0, 50.0}, std::pair{1, 100.0}}) {
+        CHECK(cdf[i][0].get<double>() >= x * (1 - 1e-9));
+        CHECK(cdf[i][0].get<double>() <= x * (1 + Histogram::bucket_width()) * (1 + 1e-9));
+    }
+    CHECK_FALSE(j["buckets"]["short_qa"]["queue_ms"].contains("cdf"));
+    CHECK(j["buckets"]["short_qa"]["e2e_ms"]["cdf"].back()[1] == j["buckets"]["short_qa"]["e2e_ms"]["count"]);
+}
+
 TEST_CASE("the table has one fixed-width row per bucket and an all row", "[metrics]") {
     MetricsRegistry m = hand_worked();
     std::string t = m.to_table();
