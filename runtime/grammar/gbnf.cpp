@@ -236,7 +236,8 @@ struct GrammarBuilder {
         uint64_t v = 0;
         while (peek() >= '0' && peek() <= '9') {
             v = v * 10 + uint64_t(peek() - '0');
-            if (v > 100000) return fail(start, "repetition count above 100000; use * or + instead");
+            if (v > k_max_repetition)
+                return fail(start, "repetition count above " + std::to_string(k_max_repetition) + "; use * or + instead");
             ++pos;
         }
         if (pos == start) return fail(pos, "expected a number in the repetition {m,n}");

@@ -21,6 +21,9 @@ namespace steward {
 class Tokenizer;
 
 // ---- compiled grammar
+
+// The largest count a repetition {m,n} may name (GBNF and the regex front end alike).
+constexpr uint64_t k_max_repetition = 100000;
 // One element of a rule's flat body. Every alternative ends with ALT_END; a rule's alternatives
 // follow each other and the rule ends with RULE_END. CHARS matches one code point against
 // char_classes[value]; RULE enters rule `value`.

@@ -233,9 +233,14 @@ struct RegexParser {
                     const size_t close = src.find('}', pos);
                     if (close == std::string_view::npos) return fail(at, "expected '}' to close the repetition");
                     q = std::string(src.substr(pos, close - pos + 1));
-                    for (char d : q.substr(1, q.size() - 2))
+                    uint64_t count = 0;  // each bound, checked here so the error points into the regex
+                    for (char d : q.substr(1, q.size() - 2)) {
                         if (!(d >= '0' && d <= '9') && d != ',')
                             return fail(at, "a repetition is {m}, {m,} or {m,n} with numbers; escape '{' for a literal brace");
+                        count = d == ',' ? 0 : count * 10 + uint64_t(d - '0');
+                        if (count > k_max_repetition)
+                            return fail(at, "repetition count above " + std::to_string(k_max_repetition) + "; use * or + instead");
+                    }
                     pos = close + 1;
                 } else {
                     q = std::string(1, src[pos++]);

@@ -175,6 +175,14 @@ TEST_CASE("regex errors name the column and the fix") {
     auto f = CompiledGrammar::from_regex("a\\q");
     REQUIRE_FALSE(f.ok());
     CHECK_THAT(f.error().message, Catch::Contains("regex:2") && Catch::Contains("unknown escape"));
+    // A count over the limit is the regex's error, not one in the grammar it would generate.
+    auto g = CompiledGrammar::from_regex("xa{1000000}");
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.error().message, Catch::Contains("regex:3") && Catch::Contains("repetition count above 100000"));
+    auto h = CompiledGrammar::from_json_schema(std::string_view(R"({"type":"string","pattern":"^a{2,9999999}$"})"));
+    REQUIRE_FALSE(h.ok());
+    CHECK_THAT(h.error().message, Catch::Contains("repetition count above 100000") && !Catch::Contains("compiler bug"));
+    CHECK(CompiledGrammar::from_regex("a{100000}").ok());
 }
 
 TEST_CASE("every code point fed one byte at a time is accepted exactly when the class holds it") {
