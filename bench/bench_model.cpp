@@ -143,9 +143,10 @@ struct BenchMatrix {
 // against the sgemm path in GFLOP/s at a few token counts (how gemm_min_tokens is chosen); best of reps.
 void bench_kernels(const std::vector<int>& threads, int reps) {
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
-    std::printf("\nkernels (OpenBLAS core %s): matvec = 1 token over 32768 x 768; then stream/sgemm GFLOP/s on 2048 x 768 "
-                "at n_tok 4, 16, 32, 48, 128 (AUTO: sgemm from the 'from' column)\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s\n",
-                blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128");
+    std::printf("\nkernels: matvec = 1 token over 32768 x 768; then stream/gemm GFLOP/s on 2048 x 768 at n_tok 4, 16, "
+                "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds), and "
+                "OpenBLAS sgemm (core %s) at 128\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s  %6s\n",
+                blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128", "blas");
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
@@ -167,7 +168,7 @@ void bench_kernels(const std::vector<int>& threads, int reps) {
                 std::printf("  %5.0f/%-5.0f", flop / best(ffn.view, n_tok, MatmulPath::STREAM) / 1e9,
                             flop / best(ffn.view, n_tok, MatmulPath::GEMM) / 1e9);
             }
-            std::printf("\n");
+            std::printf("  %6.0f\n", 2.0 * 128 * 768 * 2048 / best(ffn.view, 128, MatmulPath::BLAS) / 1e9);
             std::fflush(stdout);
         }
     }

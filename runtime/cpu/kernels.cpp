@@ -350,6 +350,110 @@ void gemm_rows(const WeightView& W, const float* X, int n_tok, float* Y, int64_t
 }
 
 #ifdef STEWARD_AVX512
+// Our own tiled GEMM for prefill (many tokens), AVX-512 builds. OpenBLAS picks its kernel set at
+// load time from the CPU tables it knows or from OPENBLAS_CORETYPE, which some hosts pin to an
+// older core for other programs' sake (this VM sets Haswell: half-width kernels); this path does
+// not depend on either. Y[t][r] = sum_k W[r][k] X[t][k] with the vector lanes along tokens:
+//  - X is packed once per call into panels of kPanel tokens, [K][kPanel] each (tokens past n_tok
+//    are zero), so one k step of a panel is 3 contiguous vectors;
+//  - a group of kGroup weight rows is converted to F32 (any stored type, through convert_row_any)
+//    in blocks of kKc columns laid [K / kKc][kMr][kKc], so the micro-kernel broadcasts W[i][k] at a
+//    constant offset from one pointer; each weight is read and converted once per call;
+//  - the micro-kernel keeps kMr rows x 48 tokens of accumulators (24 registers) over all of K and
+//    writes them once; a group's kGroup rows then land in Y as one 64-byte line per token.
+namespace tiled {
+
+constexpr int64_t kKc = 256;  // a multiple of every block type's 32 or 256 elements
+constexpr int kMr = 8;
+constexpr int kPanel = 48;
+constexpr int kGroup = 2 * kMr;
+
+// out[i][t] (i < kMr, t < 16 NV) = sum over k < K of w[i][k] * xt[k][t].
+template <int NV>
+void micro(int64_t K, const float* w, const float* xt, float* out) {
+    __m512 acc[kMr][NV];
+    for (int i = 0; i < kMr; i++)
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+        const int64_t kc = std::min(kKc, K - k0);
+        const float* wb = w + k0 / kKc * kMr * kKc;
+        const float* x = xt + k0 * kPanel;
+#pragma GCC unroll 2
+        for (int64_t k = 0; k < kc; k++, x += kPanel) {
+            __m512 xv[NV];
+            for (int v = 0; v < NV; v++) xv[v] = _mm512_loadu_ps(x + 16 * v);
+            for (int i = 0; i < kMr; i++) {
+                const __m512 b = _mm512_set1_ps(wb[i * kKc + k]);
+                for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(b, xv[v], acc[i][v]);
+            }
+        }
+    }
+    for (int i = 0; i < kMr; i++)
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + i * kPanel + 16 * v, acc[i][v]);
+}
+
+int n_panels(int n_tok) { return (n_tok + kPanel - 1) / kPanel; }
+
+// Vector v (16 tokens) of panel p of X [n_tok][K] into xt ([n_panels][K][kPanel]), by masked
+// gathers down the columns: each line of the panel is written once.
+void pack_tokens(const float* X, int n_tok, int64_t K, int p, int v, float* xt) {
+    float* dst = xt + (int64_t)p * K * kPanel + 16 * v;
+    const int t0 = p * kPanel + 16 * v, n = std::clamp(n_tok - t0, 0, 16);
+    if (n == 0) {
+        for (int64_t k = 0; k < K; k++) _mm512_storeu_ps(dst + k * kPanel, _mm512_setzero_ps());
+        return;
+    }
+    const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)K));
+    const float* src = X + (int64_t)t0 * K;
+    for (int64_t k = 0; k < K; k++)
+        _mm512_storeu_ps(dst + k * kPanel, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + k, 4));
+}
+
+// Rows [rb, re) of Y for every token, from the packed panels.
+void rows(const WeightView& W, const float* xt, int n_tok, float* Y, int64_t rb, int64_t re) {
+    const int64_t K = W.n_cols, N = W.n_rows, nkb = (K + kKc - 1) / kKc, half = nkb * kMr * kKc;
+    thread_local std::vector<float> wt, ot;
+    wt.resize((size_t)(2 * half));
+    ot.resize((size_t)kGroup * kPanel);
+    const int np = n_panels(n_tok);
+    const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(kPanel));
+    for (int64_t r0 = rb; r0 < re; r0 += kGroup) {
+        const int nr = (int)std::min<int64_t>(kGroup, re - r0);
+        for (int i = 0; i < kGroup; i++) {
+            float* base = wt.data() + (i / kMr) * half + (i % kMr) * kKc;
+            for (int64_t b = 0; b < nkb; b++) {
+                const int64_t k0 = b * kKc, kc = std::min(kKc, K - k0);
+                float* dst = base + b * kMr * kKc;
+                if (i < nr) convert_row_any(W.type, W.row(r0 + i) + ggml_row_bytes(W.type, k0), dst, kc);
+                else std::fill(dst, dst + kc, 0.0f);
+            }
+        }
+        for (int p = 0; p < np; p++) {
+            const int nt = std::min(kPanel, n_tok - p * kPanel), nv = (nt + 15) / 16;
+            const float* xp = xt + (int64_t)p * K * kPanel;
+            for (int h = 0; h * kMr < nr; h++) {
+                const float* wh = wt.data() + h * half;
+                float* oh = ot.data() + h * kMr * kPanel;
+                if (nv == 3) micro<3>(K, wh, xp, oh);
+                else if (nv == 2) micro<2>(K, wh, xp, oh);
+                else micro<1>(K, wh, xp, oh);
+            }
+            // ot is [row][token]: a token's kGroup outputs are one column of it.
+            const __mmask16 m = nr == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+            for (int t = 0; t < nt; t++)
+                _mm512_mask_storeu_ps(Y + (int64_t)(p * kPanel + t) * N + r0, m,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, col, ot.data() + t, 4));
+        }
+    }
+}
+
+}  // namespace tiled
+#endif
+
+#ifdef STEWARD_AVX512
 // exp of 16 floats: x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf polynomial, times 2^n
 // by scalef. Within 2 ulp of std::exp on [-87, 88]; inputs are clamped there (exp(-87) is 1e-38,
 // exp(88) is near FLT_MAX), which SwiGLU and a max-subtracted softmax never reach in a useful way.
@@ -378,8 +482,27 @@ int gemm_min_tokens(const WeightView& W) {
 
 void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
     const int64_t N = W.n_rows;
-    const bool gemm = path == MatmulPath::AUTO ? n_tok >= gemm_min_tokens(W) : path == MatmulPath::GEMM;
+    const bool gemm = path == MatmulPath::AUTO ? n_tok >= gemm_min_tokens(W)
+                                               : path == MatmulPath::GEMM || path == MatmulPath::BLAS;
     const int nt = pool.n_threads();
+#ifdef STEWARD_AVX512
+    if (gemm && path != MatmulPath::BLAS && n_tok > 0) {
+        // X packed into token panels once (in parallel), then row chunks of 16-row groups; chunk
+        // sizes as for sgemm below, several per thread so a late thread costs little.
+        const int64_t K = W.n_cols;
+        const int np = tiled::n_panels(n_tok);
+        thread_local std::vector<float> xt_buf;  // the caller's; the workers see it through xt
+        xt_buf.resize((size_t)(np * K * tiled::kPanel));
+        float* xt = xt_buf.data();
+        pool.parallel_for(np * 3, [&](int64_t c) { tiled::pack_tokens(X, n_tok, K, (int)(c / 3), (int)(c % 3), xt); });
+        const int64_t per = std::max<int64_t>(tiled::kGroup, N / (4 * nt));
+        const int64_t chunk = (per + tiled::kGroup - 1) / tiled::kGroup * tiled::kGroup;
+        pool.parallel_for((N + chunk - 1) / chunk, [&](int64_t c) {
+            tiled::rows(W, xt, n_tok, Y, c * chunk, std::min(N, (c + 1) * chunk));
+        });
+        return;
+    }
+#endif
     // Chunks of rows, multiples of 16: several per thread for the streaming kernel (so a thread
     // that gets the core late costs little), fewer and larger for sgemm (efficiency per call).
     const int64_t per = gemm ? std::max<int64_t>(64, N / (2 * nt)) : std::max<int64_t>(16, N / (4 * nt));

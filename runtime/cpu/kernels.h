@@ -10,7 +10,7 @@
 namespace steward {
 
 // Below this many tokens a matmul streams the weights once through our own kernel (decode is
-// memory-bound); at or above it, OpenBLAS sgemm (prefill is compute-bound).
+// memory-bound); at or above it, the tiled GEMM (prefill is compute-bound; see MatmulPath).
 constexpr int kGemmMinTokens = 16;
 // The k-quants with 64-byte integer kernels (quant_dot_wide) stay on them up to this many tokens:
 // 85-90 GFLOP/s a core at 16-48 tokens against sgemm's 40-85 on the dequantized tile (Q4_K, Q6_K
@@ -20,8 +20,11 @@ constexpr int kWideQuantGemmMinTokens = 48;
 int gemm_min_tokens(const WeightView& W);
 
 // Which matmul path: AUTO picks by n_tok (gemm_min_tokens); the others force one, for the
-// kernel tests (both paths at every n_tok) and the bench (stream vs sgemm, measured).
-enum class MatmulPath { AUTO, STREAM, GEMM };
+// kernel tests (every path at every n_tok) and the bench (stream vs gemm vs OpenBLAS, measured).
+// GEMM is our own tiled AVX-512 kernel where the build targets AVX-512 (kernels.cpp: OpenBLAS's
+// kernel choice depends on its CPU tables and OPENBLAS_CORETYPE), OpenBLAS sgemm otherwise; BLAS
+// is always OpenBLAS sgemm on tiles converted to F32.
+enum class MatmulPath { AUTO, STREAM, GEMM, BLAS };
 
 // Y[t][r] = sum_c W[r][c] * X[t][c]  for t < n_tok, r < W.n_rows.
 // X: [n_tok][W.n_cols], Y: [n_tok][W.n_rows]. Parallel over chunks of rows on the pool. Q8_0 and

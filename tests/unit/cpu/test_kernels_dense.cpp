@@ -11,6 +11,7 @@
 #include "cpu/kernels.h"
 #include "cpu/quant_dot.h"
 #include "cpu/thread_pool.h"
+#include "model/quantize.h"
 #include "model/quants.h"
 
 using namespace steward;
@@ -37,6 +38,11 @@ struct RandomWeights {
                     const uint16_t h = type == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
                     std::memcpy(row + 2 * c, &h, 2);
                 }
+            }
+            if (quant_block_elems(type) > 1 && type != GgmlType::Q8_0) {  // the other block types: quantized
+                std::vector<float> vals((size_t)n_cols);
+                for (auto& v : vals) v = u(rng);
+                REQUIRE(quantize_row(type, vals.data(), n_cols, row).ok());
             }
             if (type == GgmlType::Q8_0) {
                 auto* blocks = reinterpret_cast<BlockQ8_0*>(row);
@@ -121,6 +127,33 @@ TEST_CASE("both matmul paths, forced, match the reference for every type away fr
             check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::STREAM);
             check_matmul(type, 96, 41, n_tok, pool, rng, MatmulPath::GEMM);
         }
+}
+
+// The tiled GEMM (AVX-512 builds; OpenBLAS elsewhere) packs tokens in panels of 48, converts rows in
+// groups of 16 and columns in blocks of 256: shapes on and around each edge, for every weight type it
+// converts (the block types through their dequantizers, a block of 256 columns at a time), against the
+// reference loop; and OpenBLAS's path (BLAS) on the same shapes.
+TEST_CASE("the tiled gemm and the OpenBLAS path match the reference on panel, row-group and column-block edges",
+          "[kernels]") {
+    const ExactQuantScope exact;
+    std::mt19937 rng(18);
+    for (int n_threads : {1, 2}) {
+        ThreadPool pool(n_threads);
+        for (int n_tok : {16, 17, 47, 48, 49, 96, 130})
+            for (int64_t N : {1, 15, 16, 33, 70}) {
+                check_matmul(GgmlType::F32, 257, N, n_tok, pool, rng, MatmulPath::GEMM);
+                check_matmul(GgmlType::F16, 31, N, n_tok, pool, rng, MatmulPath::GEMM);
+            }
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+            check_matmul(type, 600, 50, 61, pool, rng, MatmulPath::BLAS);
+    }
+    ThreadPool pool(2);
+    for (GgmlType type : {GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+        for (int64_t K : {256, 768})
+            for (int n_tok : {16, 50}) {
+                check_matmul(type, K, 37, n_tok, pool, rng, MatmulPath::GEMM);
+                check_matmul(type, K, 37, n_tok, pool, rng, MatmulPath::BLAS);
+            }
 }
 
 TEST_CASE("matmul of a wide f16 matrix streams many row chunks to the same result as the reference", "[kernels]") {
