@@ -194,15 +194,16 @@ int cmd_run(const RunOptions& o) {
 
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
-    // Peak RSS against what it should be: the model mappings (weights read in place) plus the KV
-    // pools (allocated whole at start) plus a small overhead (activations, actors, buffers).
+    // Peak RSS against what it should be: the model files (copied once into anonymous huge-page
+    // memory, or read in place from the mapping with STEWARD_MMAP=1: the same bytes either way) plus
+    // the KV pools (allocated whole at start) plus a small overhead (activations, actors, buffers).
     int64_t model_bytes = 0, kv_total = 0;
     for (const PoolInfo& p : runtime.pools()) model_bytes += p.model_bytes, kv_total += p.kv_bytes;
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     const int64_t peak = (int64_t)ru.ru_maxrss * 1024;  // Linux reports KiB
     const double mib = 1024.0 * 1024.0;
-    std::printf("memory: peak RSS %.1f MiB = model mappings %.1f MiB + KV pools %.1f MiB + other %.1f MiB\n",
+    std::printf("memory: peak RSS %.1f MiB = model files %.1f MiB + KV pools %.1f MiB + other %.1f MiB\n",
                 (double)peak / mib, (double)model_bytes / mib, (double)kv_total / mib,
                 (double)(peak - model_bytes - kv_total) / mib);
     nlohmann::json report;

@@ -179,10 +179,11 @@ template <GgmlType T, int R, int NT>
 inline void dot_tile(const WeightView& W, int64_t r0, const float* X, int64_t ldx, float* Y, int64_t ldy) {
     const int64_t K = W.n_cols;
     const uint8_t* rows[R];
-    for (int r = 0; r < R; r++) rows[r] = W.row(r0 + r);
+    const int64_t row_bytes = W.row_bytes();  // one out-of-line block-size look-up, not one per row
+    for (int r = 0; r < R; r++) rows[r] = static_cast<const uint8_t*>(W.data) + (r0 + r) * row_bytes;
     // The next tile's rows start R rows on: touch them while this tile streams, so the first lines
     // of each row (the hardware prefetcher needs a few misses per stream to start) arrive early.
-    [[maybe_unused]] const int64_t next = R * W.row_bytes();
+    [[maybe_unused]] const int64_t next = R * row_bytes;
     int64_t c = 0;
     float acc_s[R][NT] = {};
 #if defined(STEWARD_AVX512)

@@ -86,6 +86,9 @@ public:
     // registered before the first byte is parsed, so a file truncated while it loads or while it is
     // served faults into zero pages and an error instead of SIGBUS (model/mapping_guard.h).
     const void* mapped_data() const { return map_; }
+    // The bytes parsed and served: the anonymous copy of the file (GgufFile::open's default), the
+    // mapping (STEWARD_MMAP=1), or the caller's / owned buffer.
+    const uint8_t* bytes() const { return base_; }
     size_t mapped_size() const { return map_size_; }
     const MappedFileGuard* guard() const { return guard_.get(); }
 
@@ -99,6 +102,9 @@ private:
     std::vector<uint8_t> owned_;
     void* map_ = nullptr;  // non-null when we own an mmap
     size_t map_size_ = 0;
+    void* copy_ = nullptr;  // the weights' anonymous copy on huge pages (base_ points into it), or null
+    size_t copy_size_ = 0;
+    void copy_to_anonymous_memory();
     std::unique_ptr<MappedFileGuard> guard_;  // unregistered before the unmap (see the destructor)
     uint32_t version_ = 0;
     uint32_t alignment_ = 32;

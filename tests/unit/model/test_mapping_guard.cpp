@@ -2,6 +2,7 @@
 // the caller and on pool workers) instead of killing the process, and the model reports why.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -27,9 +28,16 @@ SynthSpec small_spec() {
     return spec;
 }
 
+// STEWARD_MMAP=1 for the scope: the weights stay in the file's mapping (GgufFile's default copies
+// them to anonymous huge-page memory).
+struct MmapScope {
+    MmapScope() { ::setenv("STEWARD_MMAP", "1", 1); }
+    ~MmapScope() { ::unsetenv("STEWARD_MMAP"); }
+};
+
 }  // namespace
 
-TEST_CASE("weights read after the model file was truncated are zeros and the model names the truncation",
+TEST_CASE("with STEWARD_MMAP=1, weights read after the model file was truncated are zeros and the model names the truncation",
           "[model][truncation]") {
     if (!mapping_guard_active()) {
         WARN("skipped: the SIGBUS handler is not installed (a sanitizer keeps SIGBUS: ASAN_OPTIONS=allow_user_segv_handler=1)");
@@ -38,6 +46,7 @@ TEST_CASE("weights read after the model file was truncated are zeros and the mod
     const auto path = std::filesystem::temp_directory_path() / ("steward_guard_" + std::to_string(::getpid()) + ".gguf");
     const SynthSpec spec = small_spec();
     REQUIRE(synth_write(spec, path.string()));
+    const MmapScope mmap_mode;
     auto m = Model::load(path.string());
     REQUIRE(m);
     const Model& model = *m.value();
@@ -63,6 +72,35 @@ TEST_CASE("weights read after the model file was truncated are zeros and the mod
     REQUIRE_FALSE(c);
     CHECK(c.error().message.find("changed while it was served (truncated") != std::string::npos);
     CHECK(c.error().message.find(path.string()) != std::string::npos);
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("by default the weights are a copy outside the file: a truncated file leaves them intact and the model "
+          "names the truncation", "[model][truncation]") {
+    const auto path = std::filesystem::temp_directory_path() / ("steward_guard_copy_" + std::to_string(::getpid()) + ".gguf");
+    REQUIRE(synth_write(small_spec(), path.string()));
+    auto m = Model::load(path.string());
+    REQUIRE(m);
+    const Model& model = *m.value();
+    const WeightView& w = model.weights().layers[0].w_down;
+    const auto* bytes = static_cast<const uint8_t*>(w.data);
+    const auto* map = static_cast<const uint8_t*>(model.file().mapped_data());
+    // Not inside the mapping, and byte for byte the file's tensor.
+    CHECK((bytes < map || bytes >= map + model.file().mapped_size()));
+    const int64_t n = p_bytes(w);
+    const int64_t off = bytes - model.file().bytes();  // the tensor's offset in the file
+    REQUIRE(model.file().bytes() != static_cast<const uint8_t*>(model.file().mapped_data()));
+    CHECK(std::equal(bytes, bytes + n, map + off));
+    int64_t before = 0;
+    for (int64_t i = 0; i < n; i++) before += bytes[i];
+    REQUIRE(before > 0);
+    REQUIRE(::truncate(path.c_str(), 64) == 0);
+    int64_t after = 0;
+    for (int64_t i = 0; i < n; i++) after += bytes[i];
+    CHECK(after == before);
+    auto c = model.check_file();
+    REQUIRE_FALSE(c);
+    CHECK(c.error().message.find("truncated") != std::string::npos);
     std::filesystem::remove(path);
 }
 
