@@ -3,6 +3,9 @@
 #include <cstdint>
 #include <string>
 
+#include "util/error.h"
+#include "workload/workload.h"
+
 namespace steward {
 
 int cli_fail(const std::string& msg);  // prints "steward: error: msg", returns 1
@@ -18,8 +21,14 @@ struct RunOptions {
     uint64_t seed = 1;
     bool burst = false;
     bool verbose = false;
+    double volatile_share = 0.2;         // of short_qa, long_output, high_temp prompts
+    std::string volatile_at = "early";   // early (after the public system prompt) | late (at the end)
 };
 int cmd_run(const RunOptions& o);
+// The generator's parameters from run's options (an error names a bad --volatile-at).
+Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o);
+// steward bench gen: writes the generated workload to o.save_workload without running it.
+int cmd_bench_gen(const RunOptions& o);
 
 // steward model info M.gguf (runtime/cli/model_info.cpp)
 int cmd_model_info(const std::string& path);

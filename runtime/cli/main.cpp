@@ -127,6 +127,26 @@ int main(int argc, char** argv) {
     run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
     run->add_option("-o,--out", ro.out_path, "Report JSON path (the HTML report is written next to it, .json -> .html)")->capture_default_str();
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
+    run->add_option("--volatile-share", ro.volatile_share,
+                    "Share of short_qa, long_output and high_temp prompts with a volatile line (request id, timestamp)")
+        ->capture_default_str();
+    run->add_option("--volatile-at", ro.volatile_at, "Where the volatile line goes: early (after the public system prompt) or late (at the end)")
+        ->capture_default_str();
+
+    // ---- steward bench gen
+    auto* bench_cmd = app.add_subcommand("bench", "Workload tools");
+    bench_cmd->require_subcommand(1);
+    auto* bgen = bench_cmd->add_subcommand("gen", "Write a generated workload (the standard mixed one, with its knobs) as JSONL without running it");
+    RunOptions bo;
+    bgen->add_option("-o,--out", bo.save_workload, "Workload JSONL to write")->required();
+    bgen->add_option("--requests", bo.n_requests, "Requests (agent turns count one each)")->capture_default_str();
+    bgen->add_option("--rate", bo.rate, "Arrival rate (req/s)")->capture_default_str();
+    bgen->add_option("--scale", bo.scale, "Multiply prompt and output lengths")->capture_default_str();
+    add_seed_option(bgen, bo.seed, "Workload seed");
+    bgen->add_flag("--burst", bo.burst, "Bursty arrivals");
+    bgen->add_option("--volatile-share", bo.volatile_share, "Share of short_qa, long_output and high_temp prompts with a volatile line")
+        ->capture_default_str();
+    bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
 
     // ---- steward serve
     auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (README: HTTP server)");
@@ -160,6 +180,7 @@ int main(int argc, char** argv) {
     if (render->parsed()) return cmd_template_render(tro);
 
     if (run->parsed()) return cmd_run(ro);
+    if (bgen->parsed()) return cmd_bench_gen(bo);
     if (serve->parsed()) return cmd_serve(so);
     if (check->parsed()) {
         auto r = check_config_file(check_path);

@@ -20,6 +20,7 @@
 
 #include "api/runtime.h"
 #include "report/html_report.h"
+#include "report/prefix_diagnosis.h"
 #include "workload/workload.h"
 
 namespace steward {
@@ -56,6 +57,31 @@ struct Progress {
 
 }  // namespace
 
+Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
+    WorkloadGenParams gp;
+    gp.n_requests = o.n_requests;
+    gp.rate = o.rate;
+    gp.scale = o.scale;
+    gp.seed = o.seed;
+    gp.burst = o.burst;
+    gp.volatile_share = o.volatile_share;
+    if (o.volatile_at != "early" && o.volatile_at != "late")
+        return make_error("--volatile-at is '", o.volatile_at, "'; give early (after the public system prompt) or late (at the end of the prompt)");
+    gp.volatile_late = o.volatile_at == "late";
+    if (auto ok = check_workload_gen(gp); !ok) return ok.error();
+    return gp;
+}
+
+int cmd_bench_gen(const RunOptions& o) {
+    auto gp = workload_gen_params(o);
+    if (!gp) return cli_fail(gp.error().message);
+    const Workload wl = generate_workload(*gp);
+    if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
+    std::printf("wrote %zu requests (%zu shared segments) to %s\n", wl.requests.size(), wl.segments.size(),
+                o.save_workload.c_str());
+    return 0;
+}
+
 int cmd_run(const RunOptions& o) {
     Workload wl;
     if (!o.workload_path.empty()) {
@@ -63,14 +89,9 @@ int cmd_run(const RunOptions& o) {
         if (!w) return cli_fail(w.error().message);
         wl = std::move(*w);
     } else {
-        WorkloadGenParams gp;
-        gp.n_requests = o.n_requests;
-        gp.rate = o.rate;
-        gp.scale = o.scale;
-        gp.seed = o.seed;
-        gp.burst = o.burst;
-        if (auto ok = check_workload_gen(gp); !ok) return cli_fail(ok.error().message);
-        wl = generate_workload(gp);
+        auto gp = workload_gen_params(o);
+        if (!gp) return cli_fail(gp.error().message);
+        wl = generate_workload(*gp);
     }
     if (!o.save_workload.empty()) {
         if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
@@ -141,6 +162,13 @@ int cmd_run(const RunOptions& o) {
         }
     });
 
+    // What each request sent and where it went, for the prefix-miss diagnosis after the run.
+    struct Sent {
+        std::string tenant, text, bucket, pool;
+        std::vector<int32_t> ids;
+    };
+    std::vector<Sent> sent(wl.requests.size());
+    size_t n_submitted = 0;
     for (const WorkloadRequest& r : wl.requests) {
         const clk::time_point at = t0 + std::chrono::microseconds((int64_t)(r.arrival_ms * 1e3));
         std::string text = r.prompt_kind == PromptKind::IDS ? "" : wl.prompt_text(r);
@@ -163,9 +191,15 @@ int cmd_run(const RunOptions& o) {
         const std::string session = r.session, tenant = r.tenant;
         const double pause_ms = r.tool_pause_ms;
         RequestCallbacks cb;
-        cb.on_finish = [&, session, tenant, pause_ms](const GenerationResult& res) {
+        const size_t slot = n_submitted++;
+        sent[slot].tenant = r.tenant;
+        if (r.prompt_kind == PromptKind::IDS) sent[slot].ids = r.prompt_ids;
+        else sent[slot].text = text;
+        cb.on_finish = [&, session, tenant, pause_ms, slot](const GenerationResult& res) {
             {
                 std::lock_guard<std::mutex> lk(mu);
+                sent[slot].bucket = res.bucket;
+                sent[slot].pool = res.pool;
                 if (!session.empty()) {
                     SessionState& s = sessions[{tenant, session}];
                     conversations.close_turn(tenant, session, res.text);
@@ -194,6 +228,28 @@ int cmd_run(const RunOptions& o) {
 
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
+    // Prefix misses: each prompt (in the pool that served it, as that pool tokenizes it) against the
+    // earlier prompts of its pool and tenant, what one prefix cache could share.
+    std::vector<DiagnosisPrompt> diag_prompts;
+    std::map<std::string, std::string> scope_pool;
+    for (Sent& s : sent) {
+        if (s.pool.empty()) continue;  // refused before a pool took it
+        DiagnosisPrompt d;
+        d.bucket = s.bucket.empty() ? "-" : s.bucket;
+        d.scope = s.pool + "\x1f" + s.tenant;
+        scope_pool[d.scope] = s.pool;
+        if (!s.ids.empty()) d.ids = std::move(s.ids);
+        else if (auto ids = runtime.tokenize(s.pool, s.text, true)) d.ids = std::move(*ids);
+        else continue;
+        diag_prompts.push_back(std::move(d));
+    }
+    const auto diagnosis = diagnose_prefix_misses(diag_prompts, [&](const std::string& scope, const std::vector<int32_t>& ids) {
+        auto t = runtime.detokenize(scope_pool[scope], ids);
+        return t ? *t : std::string("?");
+    });
+    std::printf("prefix misses: where each prompt leaves the longest prefix an earlier prompt of its pool and tenant "
+                "shares (token position ranges); volatile: the prompts agree again after a short span\n%s\n",
+                prefix_diagnosis_table(diagnosis).c_str());
     // Peak RSS against what it should be: the model files (copied once into anonymous huge-page
     // memory, or read in place from the mapping with STEWARD_MMAP=1: the same bytes either way) plus
     // the KV pools (allocated whole at start) plus a small overhead (activations, actors, buffers).
@@ -211,6 +267,7 @@ int cmd_run(const RunOptions& o) {
     report["requests"] = wl.requests.size();
     report["wall_s"] = std::chrono::duration<double>(clk::now() - t0).count();
     report["metrics"] = nlohmann::json::parse(runtime.metrics_json());
+    report["prefix_diagnosis"] = prefix_diagnosis_json(diagnosis);
     report["memory"] = {{"peak_rss_bytes", peak}, {"model_bytes", model_bytes}, {"kv_bytes", kv_total},
                         {"other_bytes", peak - model_bytes - kv_total}};
     std::error_code ec;

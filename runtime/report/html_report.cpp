@@ -1,6 +1,7 @@
 // The run report as one HTML page: a few small SVG chart writers (grouped bars, step CDFs, stacked
 // shares) over the JSON report's per-bucket rows, and tables for the rest.
 #include "report/html_report.h"
+#include "report/prefix_diagnosis.h"
 
 #include <algorithm>
 #include <cmath>
@@ -487,6 +488,38 @@ std::string html_report(const json& report) {
                          table({"bucket", "prompt tokens", "cached tokens", "hit rate", "saved prefill tokens",
                                 "miss penalty ms", "cross-tenant hit tokens", "public hit tokens"},
                                t));
+    }
+
+    // Prefix misses (steward run's diagnosis): where prompts leave the shared prefix, volatile spans.
+    if (const json* pd = at(report, {"prefix_diagnosis"}); pd && pd->is_array() && !pd->empty()) {
+        std::vector<std::string> ranges;
+        std::vector<std::pair<std::string, std::vector<double>>> shares;
+        std::vector<std::vector<std::string>> t;
+        std::string advice;
+        for (const json& b : *pd) {
+            if (!b.is_object()) continue;
+            const std::string name = text_of(at(b, {"bucket"}));
+            const json* hist = at(b, {"departure_positions"});
+            if (ranges.empty()) ranges = prefix_position_ranges();
+            std::vector<double> vs;
+            for (const std::string& r : ranges) vs.push_back(hist ? number(*hist, {r.c_str()}) : k_nan);
+            shares.push_back({name, vs});
+            t.push_back({name, fmt_count(number(b, {"prompts"})), fmt_count(number(b, {"first_in_scope"})),
+                         fmt(number(b, {"mean_shared_tokens"}), "%.0f"), fmt_count(number(b, {"volatile_prompts"})),
+                         fmt_count(number(b, {"volatile_tokens_lost"}))});
+            if (const json* spots = at(b, {"spots"}); spots && spots->is_array())
+                for (const json& v : *spots) advice += "<li>" + html_escape(text_of(at(v, {"advice"}))) + "</li>\n";
+        }
+        h += section("prefix-misses", "Prefix misses",
+                     caption("Where each prompt leaves the longest prefix an earlier prompt of its pool and tenant "
+                             "shares (token positions), and the volatile spans: short text after which the prompts "
+                             "agree again (an id, a timestamp), which costs the cached tokens that follow it.") +
+                         svg_shares("Where prompts leave the shared prefix (token positions)", ranges, shares) +
+                         table({"bucket", "prompts", "first in scope", "mean shared tokens", "volatile departures",
+                                "tokens lost to them"},
+                               t) +
+                         (advice.empty() ? std::string("<p>No volatile span in enough prompts to report.</p>\n")
+                                         : "<ul class=\"advice\">\n" + advice + "</ul>\n"));
     }
 
     // Routing.

@@ -581,6 +581,8 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
         return make_error("--rate is ", p.rate, "; give a rate in (0, 100000] requests per second");
     if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
+    if (!std::isfinite(p.volatile_share) || p.volatile_share < 0 || p.volatile_share > 1)
+        return make_error("--volatile-share is ", p.volatile_share, "; give a share in [0, 1] of the prompts that carry the volatile line");
     return true;
 }
 
@@ -664,8 +666,8 @@ Workload generate_workload(const WorkloadGenParams& p) {
         r.public_prefix = "sys-public";
         r.prompt_kind = PromptKind::SEGMENTS;
         const std::string sys_tenant = "sys-" + r.tenant;
-        bool is_volatile = (bucket == SHORT_QA || bucket == LONG_OUTPUT || bucket == HIGH_TEMP) && rng.uniform() < 0.2;
-        PromptPart head{"sys-public", is_volatile ? volatile_line(i, now) : std::string()};
+        bool is_volatile = (bucket == SHORT_QA || bucket == LONG_OUTPUT || bucket == HIGH_TEMP) && rng.uniform() < p.volatile_share;
+        PromptPart head{"sys-public", is_volatile && !p.volatile_late ? volatile_line(i, now) : std::string()};
         switch (bucket) {
             case SHORT_QA:
                 r.segments = {head, {sys_tenant, "question: " + rng.words(scaled(rng.range(16, 48), scale) - 1) + "?"}};
@@ -710,6 +712,7 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.response_json = true;
                 break;
         }
+        if (is_volatile && p.volatile_late) r.segments.back().text += "\n" + volatile_line(i, now);
         w.requests.push_back(std::move(r));
     }
     return w;

@@ -143,10 +143,16 @@ struct WorkloadGenParams {
     uint64_t seed = 0;
     bool burst = false;
     int n_tenants = 4;  // 3 or 4 (clamped to [1, 4])
+    // The volatile line (request id and timestamp) of short_qa, long_output and high_temp prompts:
+    // the share of them that carry it, and where: right after the public system prompt (early,
+    // the standard workload's), or at the very end of the prompt (late: nothing shared follows it).
+    double volatile_share = 0.2;
+    bool volatile_late = false;
 };
 Workload generate_workload(const WorkloadGenParams& p);
 // The generator's limits: n_requests in [1, 1,000,000], rate finite in (0, 100,000] req/s, scale
-// finite in (0, 64]. The error names the flag (--requests, --rate, --scale) and the range.
+// finite in (0, 64], volatile_share in [0, 1]. The error names the flag (--requests, --rate,
+// --scale, --volatile-share) and the range.
 Expected<bool> check_workload_gen(const WorkloadGenParams& p);
 
 // The ~200 common English words the generator builds text from.
