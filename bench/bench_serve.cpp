@@ -4,6 +4,11 @@
 // p50/p95/p99, TPOT mean, e2e p99, output tok/s and cached prompt tokens. scripts/bench_serve.sh
 // runs it against both servers; --compare prints two saved runs side by side with ratios.
 //   bench_serve --port 8080 --workload wl.jsonl [--greedy] [--stop-at-eos] [--session-field] [--out run.json] [--name N]
+//               [--steward-fields] [--sequential]
+// --steward-fields sends each request's bucket hint as the model (Steward: a bucket name picks that
+// bucket) and response_format json_object for the workload's "json" requests; --sequential sends
+// one request at a time in file order, ignoring arrival times (the same batches as `steward run
+// --sequential`, for comparing outputs); --out's JSON carries each request's output text.
 // Every request asks ignore_eos (both servers then produce max_tokens tokens) unless --stop-at-eos;
 // --greedy sends temperature 0; --session-field sends agent turns' session (Steward's extension).
 //   bench_serve --compare steward.json llama.json
@@ -44,6 +49,10 @@ struct Options {
     uint16_t port = 8080;
     std::string workload, out, name = "server", model = "steward";
     bool greedy = false, ignore_eos = true, session_field = false;
+    // --steward-fields: what the workload says, the Steward way: the bucket hint as the model (a
+    // bucket name there picks that bucket) and response_format json_object for "json" requests.
+    bool steward_fields = false;
+    bool sequential = false;  // one request at a time in file order, arrival times ignored
 };
 
 // One request as the client saw it.
@@ -173,6 +182,10 @@ json request_body(const Options& o, const WorkloadRequest& w, const std::string&
               {"top_p", o.greedy ? 1.0 : w.top_p},
               {"cache_prompt", true}};  // llama-server's prompt cache (its default; said for older builds)
     if (w.seed) b["seed"] = *w.seed;
+    if (o.steward_fields) {
+        if (!w.bucket.empty()) b["model"] = w.bucket;
+        if (w.response_json) b["response_format"] = {{"type", "json_object"}};
+    }
     if (o.ignore_eos) b["ignore_eos"] = true;
     if (o.session_field && !w.session.empty()) b["session"] = w.tenant + "/" + w.session;  // one server tenant
     b["user"] = w.tenant;
@@ -243,7 +256,7 @@ void print_table(const std::string& name, const std::vector<std::pair<std::strin
 
 // A run's records as JSON (the output text is left out) and back, field for field.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Record, line, bucket, tenant, arrival_ms, sent_ms, status, error, ttft_ms, tpot_ms,
-                                   e2e_ms, n_prompt, n_output, n_cached)
+                                   e2e_ms, n_prompt, n_output, n_cached, text)
 
 json run_json(const std::string& name, const std::vector<Record>& recs, double wall_s) {
     return {{"name", name}, {"wall_s", wall_s}, {"requests", recs}};
@@ -268,8 +281,14 @@ int replay(const Options& o) {
             std::fprintf(stderr, "bench_serve: workload line %zu has prompt_ids; this client sends text prompts\n", i + 1);
             return 1;
         }
-        if (w.session.empty()) work.push_back({i});
-        else chains[{w.tenant, w.session}].push_back(i);
+        if (o.sequential) {  // one chain of every line, in file order
+            if (work.empty()) work.emplace_back();
+            work[0].push_back(i);
+        } else if (w.session.empty()) {
+            work.push_back({i});
+        } else {
+            chains[{w.tenant, w.session}].push_back(i);
+        }
     }
     for (auto& [_, c] : chains) work.push_back(c);
     SessionConversations conversations;
@@ -286,7 +305,8 @@ int replay(const Options& o) {
                 r.bucket = w.bucket.empty() ? "-" : w.bucket;
                 r.tenant = w.tenant;
                 r.arrival_ms = w.arrival_ms;
-                std::this_thread::sleep_until(std::max(ready, t_run + std::chrono::microseconds((int64_t)(w.arrival_ms * 1e3))));
+                if (!o.sequential)
+                    std::this_thread::sleep_until(std::max(ready, t_run + std::chrono::microseconds((int64_t)(w.arrival_ms * 1e3))));
                 std::string prompt = wl->prompt_text(w);
                 if (!w.session.empty()) {
                     std::lock_guard<std::mutex> lk(conv_mu);
@@ -394,6 +414,8 @@ int main(int argc, char** argv) {
         else if (k == "--greedy") o.greedy = true;
         else if (k == "--stop-at-eos") o.ignore_eos = false;
         else if (k == "--session-field") o.session_field = true;
+        else if (k == "--steward-fields") o.steward_fields = true;
+        else if (k == "--sequential") o.sequential = true;
         else if (k == "--requests") gen.n_requests = std::stoi(val());
         else if (k == "--rate") gen.rate = std::stod(val());
         else if (k == "--seed") gen.seed = std::stoull(val());

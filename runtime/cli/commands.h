@@ -21,6 +21,10 @@ struct RunOptions {
     uint64_t seed = 1;
     bool burst = false;
     bool verbose = false;
+    int n_tenants = 4;                   // 1-4
+    bool greedy = false;                 // every request at temperature 0
+    bool sequential = false;             // one request at a time in file order, arrivals ignored
+    std::string outputs_path;            // JSONL of every request's output and token counts
     double volatile_share = 0.2;         // of short_qa, long_output, high_temp prompts
     std::string volatile_at = "early";   // early (after the public system prompt) | late (at the end)
 };

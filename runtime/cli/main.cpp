@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
     run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
     run->add_option("-o,--out", ro.out_path, "Report JSON path (the HTML report is written next to it, .json -> .html)")->capture_default_str();
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
+    run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
+    run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
+    run->add_flag("--sequential", ro.sequential, "One request at a time in file order, arrival times ignored");
+    run->add_option("--outputs", ro.outputs_path, "Write every request's output and token counts to this JSONL file");
     run->add_option("--volatile-share", ro.volatile_share,
                     "Share of short_qa, long_output and high_temp prompts with a volatile line (request id, timestamp)")
         ->capture_default_str();
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
     bgen->add_option("--scale", bo.scale, "Multiply prompt and output lengths")->capture_default_str();
     add_seed_option(bgen, bo.seed, "Workload seed");
     bgen->add_flag("--burst", bo.burst, "Bursty arrivals");
+    bgen->add_option("--tenants", bo.n_tenants, "Tenants (1-4)")->capture_default_str();
     bgen->add_option("--volatile-share", bo.volatile_share, "Share of short_qa, long_output and high_temp prompts with a volatile line")
         ->capture_default_str();
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();

@@ -65,6 +65,8 @@ Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
     gp.seed = o.seed;
     gp.burst = o.burst;
     gp.volatile_share = o.volatile_share;
+    if (o.n_tenants < 1 || o.n_tenants > 4) return make_error("--tenants is ", o.n_tenants, "; give 1 to 4 tenants");
+    gp.n_tenants = o.n_tenants;
     if (o.volatile_at != "early" && o.volatile_at != "late")
         return make_error("--volatile-at is '", o.volatile_at, "'; give early (after the public system prompt) or late (at the end of the prompt)");
     gp.volatile_late = o.volatile_at == "late";
@@ -139,8 +141,8 @@ int cmd_run(const RunOptions& o) {
         g.bucket_hint = r.bucket;
         g.session = r.session;
         g.max_tokens = r.max_tokens;
-        g.temperature = (float)r.temperature;
-        g.top_p = (float)r.top_p;
+        g.temperature = o.greedy ? 0.0f : (float)r.temperature;
+        g.top_p = o.greedy ? 1.0f : (float)r.top_p;
         g.seed = r.seed.value_or(0);
         g.tools = r.tools;
         // A workload's response_format "json" is JSON mode (OpenAI's json_object): the output is
@@ -166,6 +168,8 @@ int cmd_run(const RunOptions& o) {
     struct Sent {
         std::string tenant, text, bucket, pool;
         std::vector<int32_t> ids;
+        std::string output, finish;
+        int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
     };
     std::vector<Sent> sent(wl.requests.size());
     size_t n_submitted = 0;
@@ -180,12 +184,13 @@ int cmd_run(const RunOptions& o) {
                 const auto key = std::make_pair(r.tenant, r.session);
                 cv.wait(lk, [&] { return !sessions[key].busy; });
                 SessionState& s = sessions[key];
-                cv.wait_until(lk, std::max(at, s.ready));
+                if (!o.sequential) cv.wait_until(lk, std::max(at, s.ready));
                 text = conversations.open_turn(r.tenant, r.session, text);
                 s.busy = true;
-            } else {
+            } else if (!o.sequential) {
                 cv.wait_until(lk, at, [] { return false; });
             }
+            if (o.sequential) cv.wait(lk, [&] { return in_flight.load() == 0; });
         }
         in_flight++;
         const std::string session = r.session, tenant = r.tenant;
@@ -200,6 +205,11 @@ int cmd_run(const RunOptions& o) {
                 std::lock_guard<std::mutex> lk(mu);
                 sent[slot].bucket = res.bucket;
                 sent[slot].pool = res.pool;
+                sent[slot].output = res.text;
+                sent[slot].finish = finish_reason_name(res.finish);
+                sent[slot].prompt_tokens = res.metrics.prompt_tokens;
+                sent[slot].cached_tokens = res.metrics.cached_tokens;
+                sent[slot].completion_tokens = res.metrics.completion_tokens;
                 if (!session.empty()) {
                     SessionState& s = sessions[{tenant, session}];
                     conversations.close_turn(tenant, session, res.text);
@@ -228,6 +238,19 @@ int cmd_run(const RunOptions& o) {
 
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
+    if (!o.outputs_path.empty()) {  // one line per request in workload order
+        std::ofstream f(o.outputs_path);
+        for (size_t i = 0; i < n_submitted; i++) {
+            const Sent& s = sent[i];
+            f << nlohmann::json{{"line", i + 1}, {"bucket_hint", wl.requests[i].bucket}, {"bucket", s.bucket},
+                                {"pool", s.pool}, {"tenant", s.tenant}, {"finish", s.finish},
+                                {"prompt_tokens", s.prompt_tokens}, {"cached_tokens", s.cached_tokens},
+                                {"completion_tokens", s.completion_tokens}, {"text", s.output}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+        }
+        if (!f) return cli_fail("cannot write the outputs to '" + o.outputs_path + "'");
+    }
     // Prefix misses: each prompt (in the pool that served it, as that pool tokenizes it) against the
     // earlier prompts of its pool and tenant, what one prefix cache could share.
     std::vector<DiagnosisPrompt> diag_prompts;
