@@ -25,6 +25,9 @@ struct RunOptions {
     bool greedy = false;                 // every request at temperature 0
     bool sequential = false;             // one request at a time in file order, arrivals ignored
     std::string outputs_path;            // JSONL of every request's output and token counts
+    // Ablations in one run: comma-separated variants (baseline first, added when missing):
+    // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN.
+    std::string compare;
     double volatile_share = 0.2;         // of short_qa, long_output, high_temp prompts
     std::string volatile_at = "early";   // early (after the public system prompt) | late (at the end)
 };

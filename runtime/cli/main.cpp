@@ -127,6 +127,9 @@ int main(int argc, char** argv) {
     run->add_option("--save-workload", ro.save_workload, "Write the workload used to this JSONL file");
     run->add_option("-o,--out", ro.out_path, "Report JSON path (the HTML report is written next to it, .json -> .html)")->capture_default_str();
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
+    run->add_option("--compare", ro.compare,
+                    "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
+                    "no_routing, eviction=PLUGIN; per bucket side by side with ratios to the baseline");
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
     run->add_flag("--sequential", ro.sequential, "One request at a time in file order, arrival times ignored");

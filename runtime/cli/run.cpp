@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -84,6 +85,16 @@ int cmd_bench_gen(const RunOptions& o) {
     return 0;
 }
 
+namespace {
+struct RunResult {
+    int failed = 0;
+    double wall_s = 0;
+    nlohmann::json metrics;
+};
+int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, RunResult& result);
+int run_compare(const RunOptions& o, const Workload& wl);
+}  // namespace
+
 int cmd_run(const RunOptions& o) {
     Workload wl;
     if (!o.workload_path.empty()) {
@@ -98,6 +109,19 @@ int cmd_run(const RunOptions& o) {
     if (!o.save_workload.empty()) {
         if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
     }
+    Runtime::route_sighup_to_reload();  // kill -HUP reloads the config while the run goes on
+    if (o.compare.empty()) {
+        RunResult r;
+        return run_one(o, wl, nullptr, false, r);
+    }
+    return run_compare(o, wl);
+}
+
+namespace {
+
+// One replay of wl through a runtime started from o.config_path, or from *cfg (an ablation's
+// variant). quiet: only the figures (result), no table, diagnosis, outputs or report files.
+int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, RunResult& result) {
     // Segments the workload declares public become public prefixes. They are start options, not
     // edits of a loaded Config, so that a reload (SIGHUP, a save) applies them again and keeps
     // every unchanged pool and its cache.
@@ -108,8 +132,17 @@ int cmd_run(const RunOptions& o) {
     for (const auto& [name, _] : pub)
         if (const WorkloadSegment* s = wl.find_segment(name)) ro.extra_public_prefixes.push_back({name, s->text});
 
-    Runtime::route_sighup_to_reload();  // kill -HUP reloads the config while the run goes on
-    auto rt = Runtime::start(o.config_path, std::move(ro));
+    Expected<std::unique_ptr<Runtime>> rt = make_error("not started");
+    if (cfg) {  // an ablation's variant: the workload's public prefixes go into the value itself
+        Config c = *cfg;
+        for (const PublicPrefixConfig& pp : ro.extra_public_prefixes)
+            if (std::none_of(c.public_prefixes.begin(), c.public_prefixes.end(),
+                             [&](const PublicPrefixConfig& q) { return q.name == pp.name; }))
+                c.public_prefixes.push_back(pp);
+        rt = Runtime::start(c);
+    } else {
+        rt = Runtime::start(o.config_path, std::move(ro));
+    }
     if (!rt) return cli_fail(rt.error().message);
     Runtime& runtime = **rt;
     {
@@ -236,6 +269,10 @@ int cmd_run(const RunOptions& o) {
     ticker.join();
     prog.print(true);
 
+    result.failed = prog.failed;
+    result.wall_s = std::chrono::duration<double>(clk::now() - t0).count();
+    result.metrics = nlohmann::json::parse(runtime.metrics_json());
+    if (quiet) return prog.failed == 0 ? 0 : 3;
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
     if (!o.outputs_path.empty()) {  // one line per request in workload order
@@ -307,5 +344,134 @@ int cmd_run(const RunOptions& o) {
     std::printf("report written to %s and %s\n", o.out_path.c_str(), html_path.c_str());
     return prog.failed == 0 ? 0 : 3;
 }
+
+
+// An ablation: the config with one mechanism changed (see RunOptions::compare).
+Expected<Config> variant_config(const Config& base, const std::string& v) {
+    Config c = base;
+    if (v == "baseline") return c;
+    if (v == "no_prefix_cache") {
+        for (auto& p : c.pools) p.prefix_cache = false;
+        return c;
+    }
+    if (v == "no_speculation") {
+        for (auto& b : c.buckets) b.speculation.reset();
+        return c;
+    }
+    if (v == "global_speculation") {  // the first speculating bucket's policy on every bucket
+        auto it = std::find_if(c.buckets.begin(), c.buckets.end(), [](const BucketConfig& b) { return b.speculation.has_value(); });
+        if (it == c.buckets.end()) return make_error("--compare global_speculation: no bucket of the config speculates");
+        const BucketConfig src = *it;
+        for (auto& b : c.buckets) {
+            b.speculation = src.speculation;
+            b.speculation_source = "";  // each pool's own: its draft model, else n-gram
+            b.speculation_tree = src.speculation_tree;
+            b.speculation_tree_branch = src.speculation_tree_branch;
+            b.speculation_tree_depth = src.speculation_tree_depth;
+        }
+        return c;
+    }
+    if (v == "no_routing") {
+        for (auto& b : c.buckets) b.routing.reset();
+        return c;
+    }
+    if (v.rfind("eviction=", 0) == 0 && v.size() > 9) {
+        for (auto& b : c.buckets) {
+            b.eviction = PolicySpec{};
+            b.eviction->plugin = v.substr(9);
+        }
+        return c;
+    }
+    return make_error("--compare: unknown variant '", v,
+                      "'; give baseline, no_prefix_cache, no_speculation, global_speculation, no_routing or eviction=PLUGIN "
+                      "(e.g. eviction=lru), comma-separated");
+}
+
+// --compare: the workload through each variant in turn (a fresh runtime each, the same requests at
+// the same arrival times), then per bucket each figure side by side with its ratio to the first.
+int run_compare(const RunOptions& o, const Workload& wl) {
+    auto base = load_config(o.config_path);
+    if (!base) return cli_fail(base.error().message);
+    std::vector<std::string> names;
+    for (size_t pos = 0; pos <= o.compare.size();) {
+        size_t comma = o.compare.find(',', pos);
+        if (comma == std::string::npos) comma = o.compare.size();
+        if (comma > pos) names.push_back(o.compare.substr(pos, comma - pos));
+        pos = comma + 1;
+    }
+    if (names.empty() || names[0] != "baseline") names.insert(names.begin(), "baseline");
+    std::vector<Config> configs;
+    for (const std::string& n : names) {
+        auto c = variant_config(*base, n);
+        if (!c) return cli_fail(c.error().message);
+        configs.push_back(std::move(*c));
+    }
+    std::vector<RunResult> results(names.size());
+    int rc = 0;
+    for (size_t i = 0; i < names.size(); i++) {
+        std::fprintf(stderr, "steward run --compare: %s (%zu of %zu)\n", names[i].c_str(), i + 1, names.size());
+        const int r = run_one(o, wl, &configs[i], true, results[i]);
+        if (r == 1) return r;  // could not start: the message is out
+        rc = std::max(rc, r);
+    }
+    struct Fig {
+        const char* name;
+        std::vector<const char*> path;
+        bool lower_better;
+    };
+    const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}, true},   {"ttft_p99", {"ttft_ms", "p99"}, true},
+                                   {"tpot_mean", {"tpot_ms", "mean"}, true}, {"e2e_p99", {"e2e_ms", "p99"}, true},
+                                   {"tok/s", {"throughput_tok_s"}, false},   {"hit_rate", {"prefix_cache", "hit_rate"}, false}};
+    auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
+        const nlohmann::json* j = &m;
+        // A bucket's figures are under "buckets"; every request's under "all".
+        const std::vector<const char*> where =
+            bucket == "all" ? std::vector<const char*>{"all"} : std::vector<const char*>{"buckets", bucket.c_str()};
+        for (const char* k : where) {
+            if (!j->is_object() || !j->contains(k)) return -1;
+            j = &(*j)[k];
+        }
+        for (const char* k : f.path) {
+            if (!j->is_object() || !j->contains(k)) return -1;
+            j = &(*j)[k];
+        }
+        return j->is_number() ? j->get<double>() : -1;
+    };
+    std::printf("\nablations: the same %zu requests through each variant; value (ratio to %s)\n%-12s %-10s", wl.requests.size(),
+                names[0].c_str(), "bucket", "figure");
+    for (const std::string& n : names) std::printf(" %22s", n.c_str());
+    std::printf("\n");
+    nlohmann::json out = {{"variants", names}, {"runs", nlohmann::json::object()}};
+    std::vector<std::string> buckets;
+    if (results[0].metrics.contains("buckets"))
+        for (const auto& [b, _] : results[0].metrics["buckets"].items()) buckets.push_back(b);
+    buckets.push_back("all");  // last, as the table does
+    for (const std::string& b : buckets)
+        for (const Fig& f : figs) {
+            std::printf("%-12s %-10s", b.c_str(), f.name);
+            const double v0 = value(results[0].metrics, b, f);
+            for (size_t i = 0; i < names.size(); i++) {
+                const double v = value(results[i].metrics, b, f);
+                char cell[64];
+                if (v < 0) std::snprintf(cell, sizeof cell, "-");
+                else if (i == 0 || v0 <= 0) std::snprintf(cell, sizeof cell, "%.3g", v);
+                else std::snprintf(cell, sizeof cell, "%.3g (%.2fx)", v, v / v0);
+                std::printf(" %22s", cell);
+            }
+            std::printf("\n");
+        }
+    for (size_t i = 0; i < names.size(); i++)
+        out["runs"][names[i]] = {{"failed", results[i].failed}, {"wall_s", results[i].wall_s}, {"metrics", results[i].metrics}};
+    std::error_code ec;
+    if (std::filesystem::path(o.out_path).has_parent_path())
+        std::filesystem::create_directories(std::filesystem::path(o.out_path).parent_path(), ec);
+    std::ofstream f(o.out_path);
+    f << out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!f) return cli_fail("cannot write the comparison to '" + o.out_path + "'");
+    std::printf("comparison written to %s\n", o.out_path.c_str());
+    return rc;
+}
+
+}  // namespace
 
 }  // namespace steward
