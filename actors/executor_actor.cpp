@@ -52,6 +52,7 @@ void push_kv_sample(executor_state& st, double t) {
     s.n_blocks_total = es.kv.n_blocks_total;
     s.fragmentation = es.kv.fragmentation;
     s.n_branches = es.kv.n_branches;
+    s.pool = st.pool;
     std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
     st.shared->metrics->record_kv(s);
 }

@@ -415,14 +415,24 @@ void MetricsRegistry::record(const RequestRecord& r) {
 }
 
 void MetricsRegistry::record_kv(const KvSample& s) {
-    if (s.bucket.empty())
-        all_.kv.add(s);
-    else
+    if (!s.bucket.empty()) {
         row(s.bucket).kv.add(s);
+        return;
+    }
+    all_.kv.add(s);
+    if (kv_series_seen_++ % kv_series_stride_ != 0) return;
+    kv_series_.push_back({s.t_s, s.pool, s.n_blocks_used, s.n_blocks_total, n_evictions_total_});
+    if (kv_series_.size() >= k_max_kv_points) {  // thin: keep every other point, sample half as often
+        size_t w = 0;
+        for (size_t r = 0; r < kv_series_.size(); r += 2) kv_series_[w++] = std::move(kv_series_[r]);
+        kv_series_.resize(w);
+        kv_series_stride_ *= 2;
+    }
 }
 
 void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::string_view bucket) {
     std::string p(policy.empty() ? "unknown" : policy);
+    n_evictions_total_ += n;
     all_.n_evictions_by_policy[p] += n;
     if (!bucket.empty()) row(bucket).n_evictions_by_policy[p] += n;
 }
@@ -655,8 +665,15 @@ nlohmann::json MetricsRegistry::to_json() const {
                                           {"hits", gc.n_hits},
                                           {"compile_ms", gc.compile_s * 1e3},
                                           {"entries", gc.n_entries}};
+    // KV over time: seconds from the first point, per pool blocks in use of total, evictions so far.
+    nlohmann::json series = nlohmann::json::array();
+    const double t0 = kv_series_.empty() ? 0.0 : kv_series_.front().t_s;
+    for (const KvPoint& k : kv_series_)
+        series.push_back({{"t_s", k.t_s - t0}, {"pool", k.pool}, {"blocks_used", k.n_blocks_used},
+                          {"blocks_total", k.n_blocks_total}, {"evictions", k.evictions}});
     return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
-            {"policies", policies}, {"admission", admission}, {"grammar_cache", grammar_cache}};
+            {"policies", policies}, {"admission", admission}, {"grammar_cache", grammar_cache},
+            {"kv_series", series}};
 }
 
 std::string MetricsRegistry::to_table() const {

@@ -78,6 +78,16 @@ struct KvSample {
     int64_t n_blocks_total = 0;
     double fragmentation = 0.0;  // allocated token slots not holding a token / allocated slots, [0, 1]
     int64_t n_branches = 0;      // live forked sequences sharing blocks copy-on-write
+    std::string pool;            // the pool the reading is of (the over-time series keys on it)
+};
+
+// One point of the KV series over time (an untagged sample): a pool's blocks in use and the
+// evictions counted so far (every pool).
+struct KvPoint {
+    double t_s = 0.0;
+    std::string pool;
+    int64_t n_blocks_used = 0, n_blocks_total = 0;
+    int64_t evictions = 0;
 };
 
 // The KV pool's shape, for the KV GiB figures (fill from KvConfig: bytes_per_elem = 2 for F16).
@@ -299,6 +309,11 @@ public:
     int64_t n_reloads_ok() const { return n_reload_ok_; }
     int64_t n_reloads_failed() const { return n_reload_failed_; }
     double window_s() const;  // 0 before any record
+    // KV usage and evictions over time: every untagged sample while fewer than k_max_kv_points are
+    // kept, then every other one is dropped and every 2nd (4th, ...) sample kept, so a long run
+    // keeps an evenly thinned series of bounded size.
+    static constexpr size_t k_max_kv_points = 2048;
+    const std::vector<KvPoint>& kv_series() const { return kv_series_; }
 
     const MetricsConfig& config() const { return cfg_; }
     const BucketMetrics& all() const { return all_; }
@@ -337,6 +352,9 @@ private:
     std::vector<PolicyFigure> policies_;
     std::map<std::string, std::vector<TenantAdmission>, std::less<>> admission_;  // pool -> by tenant
     std::map<std::string, double, std::less<>> spec_baseline_;  // bucket -> TPOT without speculation, s
+    std::vector<KvPoint> kv_series_;
+    uint64_t kv_series_seen_ = 0, kv_series_stride_ = 1;
+    int64_t n_evictions_total_ = 0;
     std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
     std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained
     static nlohmann::json structured_json(const BucketMetrics& m);

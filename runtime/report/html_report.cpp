@@ -233,6 +233,50 @@ std::string svg_cdf(const std::string& title, const std::vector<Curve>& curves, 
     return s.str(title);
 }
 
+// Lines over a linear x axis (time): y in [0, y_max] (auto from the data when y_max <= 0).
+std::string svg_lines(const std::string& title, const std::vector<Curve>& curves, const std::string& x_unit,
+                      const std::string& y_unit, double y_max, bool pct) {
+    Svg s;
+    s.height = 300;
+    const double pw = s.width - k_left - k_right, ph = s.height - k_top - k_bottom;
+    const double x0 = k_left, y0 = k_top + ph;
+    double xhi = 0, yhi = 0;
+    for (const Curve& cv : curves)
+        for (const auto& [x, y] : cv.points)
+            if (std::isfinite(x) && std::isfinite(y)) xhi = std::max(xhi, x), yhi = std::max(yhi, y);
+    const bool any = xhi > 0;
+    xhi = nice_ceil(std::max(xhi, 1e-9));
+    const double ytop = y_max > 0 ? y_max : nice_ceil(std::max(yhi, 1.0));
+    auto px = [&](double x) { return x0 + pw * std::clamp(x / xhi, 0.0, 1.0); };
+    auto py = [&](double y) { return y0 - ph * std::clamp(y / ytop, 0.0, 1.0); };
+    for (int t = 0; t <= 4; ++t) {
+        const double v = ytop * t / 4.0;
+        s.line(x0, py(v), x0 + pw, py(v), t == 0 ? "axis" : "grid");
+        s.text(x0 - 6, py(v) + 4, pct ? fmt(100.0 * v, "%.0f") + "%" : axis_label(v), "end");
+    }
+    for (int t = 0; t <= 5; ++t) {
+        const double v = xhi * t / 5.0;
+        s.text(px(v), y0 + 16, axis_label(v));
+    }
+    s.line(x0, k_top, x0, y0);
+    s.text(x0 + pw / 2, y0 + 36, x_unit, "middle", "unit");
+    s.body += "<text x=\"16\" y=\"" + c(k_top + ph / 2) + "\" text-anchor=\"middle\" class=\"unit\" transform=\"rotate(-90 16 " +
+              c(k_top + ph / 2) + ")\">" + html_escape(y_unit) + "</text>\n";
+    if (!any) s.text(x0 + pw / 2, k_top + ph / 2, "no data", "middle", "nodata");
+    std::vector<std::string> names;
+    for (size_t i = 0; i < curves.size(); ++i) {
+        names.push_back(curves[i].name);
+        std::string pts;
+        for (const auto& [x, y] : curves[i].points)
+            if (std::isfinite(x) && std::isfinite(y)) pts += c(px(x)) + "," + c(py(y)) + " ";
+        if (pts.empty()) continue;
+        s.body += std::string("<polyline fill=\"none\" stroke-width=\"2\" stroke=\"") + color(i) + "\" points=\"" + pts +
+                  "\"><title>" + html_escape(curves[i].name) + "</title></polyline>\n";
+    }
+    s.legend(names, x0 + pw + 20, k_top + 10);
+    return s.str(title);
+}
+
 // Horizontal stacked shares: one row per label, one segment per key.
 std::string svg_shares(const std::string& title, const std::vector<std::string>& keys,
                        const std::vector<std::pair<std::string, std::vector<double>>>& rows) {
@@ -645,8 +689,29 @@ std::string html_report(const json& report) {
             pages.push_back({name, {number(*r, {"kv", "page_usage_mean_pct"}) / 100.0,
                                     number(*r, {"kv", "page_usage_peak_pct"}) / 100.0}});
         }
+        // Over time, from the metrics' kv_series: each pool's share of its blocks in use, and the
+        // evictions counted so far.
+        std::vector<Curve> usage, evictions(1);
+        evictions[0].name = "evictions (all pools)";
+        evictions[0].steps = false;
+        if (const json* ks = at(metrics, {"kv_series"}); ks && ks->is_array())
+            for (const json& p : *ks) {
+                if (!p.is_object()) continue;
+                const std::string pool = text_of(at(p, {"pool"}));
+                const double t = number(p, {"t_s"}), total = number(p, {"blocks_total"});
+                auto it = std::find_if(usage.begin(), usage.end(), [&](const Curve& cv) { return cv.name == pool; });
+                if (it == usage.end()) {
+                    usage.push_back({pool, {}, false});
+                    it = usage.end() - 1;
+                }
+                if (total > 0) it->points.push_back({t, number(p, {"blocks_used"}) / total});
+                evictions[0].points.push_back({t, number(p, {"evictions"})});
+            }
         h += section("kv", "KV cache",
-                     svg_bars("KV page usage per bucket", {"mean", "peak"}, pages, "pages in use", 1.0, true) +
+                     svg_lines("KV blocks in use over time, per pool", usage, "seconds from the first sample", "in use",
+                               1.0, true) +
+                         svg_lines("Evictions over time", evictions, "seconds from the first sample", "evictions", 0, false) +
+                         svg_bars("KV page usage per bucket", {"mean", "peak"}, pages, "pages in use", 1.0, true) +
                          table({"bucket", "GiB (formula)", "GiB peak", "GiB mean", "pages peak %", "pages mean %",
                                 "fragmentation %", "evictions", "preemptions", "recomputed tokens"},
                                t));

@@ -585,3 +585,37 @@ TEST_CASE("structured-output figures sum per bucket: constrained requests, maske
     none.record(plain);
     CHECK(none.to_table().find("constrained") == std::string::npos);
 }
+
+TEST_CASE("the KV series over time keeps every untagged sample, then an evenly thinned bounded series with the "
+          "evictions so far", "[metrics]") {
+    MetricsRegistry m;
+    for (int i = 0; i < 10; i++) {
+        m.add_evictions(2, "lru", "short_qa");
+        m.record_kv({(double)i, "", 5 + i, 100, 0.0, 0, "p"});
+        m.record_kv({(double)i, "short_qa", 1, 100, 0.0, 0, "p"});  // a bucket's share: not in the series
+    }
+    REQUIRE(m.kv_series().size() == 10);
+    for (int i = 0; i < 10; i++) {
+        CHECK(m.kv_series()[i].t_s == i);
+        CHECK(m.kv_series()[i].n_blocks_used == 5 + i);
+        CHECK(m.kv_series()[i].evictions == 2 * (i + 1));
+        CHECK(m.kv_series()[i].pool == "p");
+    }
+    const nlohmann::json j = m.to_json();
+    REQUIRE(j["kv_series"].size() == 10);
+    CHECK(j["kv_series"][3]["t_s"] == 3.0);
+    CHECK(j["kv_series"][3]["evictions"] == 8);
+
+    MetricsRegistry big;
+    const int n = 20000;
+    for (int i = 0; i < n; i++) big.record_kv({(double)i, "", i, n, 0.0, 0, "p"});
+    const auto& s = big.kv_series();
+    REQUIRE(s.size() < MetricsRegistry::k_max_kv_points);
+    REQUIRE(s.size() > MetricsRegistry::k_max_kv_points / 4);
+    // Evenly spaced from the first sample: one step throughout, covering the run.
+    const double step = s[1].t_s - s[0].t_s;
+    CHECK(s[0].t_s == 0.0);
+    CHECK(step >= 2.0);
+    for (size_t i = 1; i < s.size(); i++) CHECK(s[i].t_s - s[i - 1].t_s == step);
+    CHECK(s.back().t_s > n - 2 * step);
+}
