@@ -24,6 +24,7 @@ struct RunOptions {
     int n_tenants = 4;                   // 1-4
     bool greedy = false;                 // every request at temperature 0
     bool sequential = false;             // one request at a time in file order, arrivals ignored
+    bool ignore_eos = false;             // every request generates its max_tokens (benchmarks)
     std::string outputs_path;            // JSONL of every request's output and token counts
     // Ablations in one run: comma-separated variants (baseline first, added when missing):
     // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN.

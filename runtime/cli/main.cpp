@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "serve/http_replay.h"
 #include "api/runtime.h"
 #include "config/config.h"
 #include "config/limits.h"
@@ -152,6 +153,27 @@ int main(int argc, char** argv) {
     add_seed_option(bgen, bo.seed, "Workload seed");
     bgen->add_flag("--burst", bo.burst, "Bursty arrivals");
     bgen->add_option("--tenants", bo.n_tenants, "Tenants (1-4)")->capture_default_str();
+    auto* brep = bench_cmd->add_subcommand(
+        "replay", "Play a workload file against the embedded runtime (default) or an OpenAI-compatible server (--url), "
+                  "honouring arrival times and agent turns; per-bucket table, per-request records");
+    RunOptions rpo;
+    std::string rep_url, rep_out, rep_name = "server", rep_model = "steward";
+    bool rep_steward_fields = false, rep_session_field = false;
+    brep->add_option("-w,--workload", rpo.workload_path, "Workload JSONL (steward bench gen writes one)")->required();
+    brep->add_option("--url", rep_url, "http://HOST:PORT of an OpenAI-compatible server (steward serve, llama-server); "
+                                       "without it, the embedded runtime of -c");
+    brep->add_option("-c,--config", rpo.config_path, "TOML config of the embedded runtime")->capture_default_str();
+    brep->add_option("-o,--out", rep_out, "Embedded: the report JSON (the HTML next to it; default out/report.json); "
+                                          "--url: every request's record and output as JSON");
+    brep->add_option("--outputs", rpo.outputs_path, "Embedded: every request's output, figures and route as JSONL");
+    brep->add_flag("--greedy", rpo.greedy, "Every request at temperature 0");
+    brep->add_flag("--sequential", rpo.sequential, "One request at a time in file order, arrival times ignored");
+    brep->add_flag("--ignore-eos", rpo.ignore_eos, "Every request generates its max_tokens (comparing servers)");
+    brep->add_flag("--steward-fields", rep_steward_fields,
+                   "--url: the bucket hint as the model and JSON mode for \"json\" requests (a Steward server)");
+    brep->add_flag("--session-field", rep_session_field, "--url: send agent turns' session (Steward's extension)");
+    brep->add_option("--name", rep_name, "--url: the run's name in the table and JSON")->capture_default_str();
+    brep->add_option("--model", rep_model, "--url: the model field sent (unless --steward-fields names a bucket)")->capture_default_str();
     bgen->add_option("--volatile-share", bo.volatile_share, "Share of short_qa, long_output and high_temp prompts with a volatile line")
         ->capture_default_str();
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
@@ -189,6 +211,26 @@ int main(int argc, char** argv) {
 
     if (run->parsed()) return cmd_run(ro);
     if (bgen->parsed()) return cmd_bench_gen(bo);
+    if (brep->parsed()) {
+        if (rep_url.empty()) {
+            if (!rep_out.empty()) rpo.out_path = rep_out;
+            return cmd_run(rpo);
+        }
+        ReplayOptions h;
+        if (auto ok = parse_replay_url(rep_url, h); !ok) return cli_fail(ok.error().message);
+        h.workload = rpo.workload_path;
+        h.out = rep_out;
+        h.name = rep_name;
+        h.model = rep_model;
+        h.greedy = rpo.greedy;
+        h.sequential = rpo.sequential;
+        h.ignore_eos = rpo.ignore_eos;
+        h.steward_fields = rep_steward_fields;
+        h.session_field = rep_session_field;
+        h.progress = true;
+        if (!rpo.outputs_path.empty()) return cli_fail("--outputs is for the embedded runtime; with --url, -o writes every request's record and output");
+        return http_replay(h);
+    }
     if (serve->parsed()) return cmd_serve(so);
     if (check->parsed()) {
         auto r = check_config_file(check_path);

@@ -174,6 +174,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
         g.bucket_hint = r.bucket;
         g.session = r.session;
         g.max_tokens = r.max_tokens;
+        g.ignore_eos = o.ignore_eos;
         g.temperature = o.greedy ? 0.0f : (float)r.temperature;
         g.top_p = o.greedy ? 1.0f : (float)r.top_p;
         g.seed = r.seed.value_or(0);
@@ -201,8 +202,10 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     struct Sent {
         std::string tenant, text, bucket, pool;
         std::vector<int32_t> ids;
-        std::string output, finish;
+        std::string output, finish, error;
         int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+        double ttft_ms = -1, tpot_ms = -1, e2e_ms = -1;
+        bool upgraded = false, fallback = false;
     };
     std::vector<Sent> sent(wl.requests.size());
     size_t n_submitted = 0;
@@ -243,6 +246,12 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                 sent[slot].prompt_tokens = res.metrics.prompt_tokens;
                 sent[slot].cached_tokens = res.metrics.cached_tokens;
                 sent[slot].completion_tokens = res.metrics.completion_tokens;
+                sent[slot].ttft_ms = res.metrics.ttft_ms;
+                sent[slot].tpot_ms = res.metrics.tpot_ms;
+                sent[slot].e2e_ms = res.metrics.e2e_ms;
+                sent[slot].upgraded = res.upgraded;
+                sent[slot].fallback = res.fallback;
+                sent[slot].error = res.error;
                 if (!session.empty()) {
                     SessionState& s = sessions[{tenant, session}];
                     conversations.close_turn(tenant, session, res.text);
@@ -276,13 +285,18 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
     if (!o.outputs_path.empty()) {  // one line per request in workload order
+        std::error_code dir_ec;
+        if (std::filesystem::path(o.outputs_path).has_parent_path())
+            std::filesystem::create_directories(std::filesystem::path(o.outputs_path).parent_path(), dir_ec);
         std::ofstream f(o.outputs_path);
         for (size_t i = 0; i < n_submitted; i++) {
             const Sent& s = sent[i];
             f << nlohmann::json{{"line", i + 1}, {"bucket_hint", wl.requests[i].bucket}, {"bucket", s.bucket},
                                 {"pool", s.pool}, {"tenant", s.tenant}, {"finish", s.finish},
                                 {"prompt_tokens", s.prompt_tokens}, {"cached_tokens", s.cached_tokens},
-                                {"completion_tokens", s.completion_tokens}, {"text", s.output}}
+                                {"completion_tokens", s.completion_tokens}, {"ttft_ms", s.ttft_ms},
+                                {"tpot_ms", s.tpot_ms}, {"e2e_ms", s.e2e_ms}, {"upgraded", s.upgraded},
+                                {"fallback", s.fallback}, {"error", s.error}, {"text", s.output}}
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << "\n";
         }
