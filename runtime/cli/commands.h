@@ -29,6 +29,7 @@ struct RunOptions {
     // Ablations in one run: comma-separated variants (baseline first, added when missing):
     // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN.
     std::string compare;
+    std::string mix;                     // "short_qa=2,agent=0": bucket weights (parse_workload_mix)
     double volatile_share = 0.2;         // of short_qa, long_output, high_temp prompts
     std::string volatile_at = "early";   // early (after the public system prompt) | late (at the end)
 };

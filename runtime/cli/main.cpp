@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
                     "no_routing, eviction=PLUGIN; per bucket side by side with ratios to the baseline");
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
+    run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0");
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
     run->add_flag("--sequential", ro.sequential, "One request at a time in file order, arrival times ignored");
     run->add_option("--outputs", ro.outputs_path, "Write every request's output and token counts to this JSONL file");
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     add_seed_option(bgen, bo.seed, "Workload seed");
     bgen->add_flag("--burst", bo.burst, "Bursty arrivals");
     bgen->add_option("--tenants", bo.n_tenants, "Tenants (1-4)")->capture_default_str();
+    bgen->add_option("--mix", bo.mix, "Bucket weights, e.g. short_qa=2,agent=0 (others keep the standard mix's)");
     auto* brep = bench_cmd->add_subcommand(
         "replay", "Play a workload file against the embedded runtime (default) or an OpenAI-compatible server (--url), "
                   "honouring arrival times and agent turns; per-bucket table, per-request records");

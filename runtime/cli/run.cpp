@@ -68,6 +68,11 @@ Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
     gp.volatile_share = o.volatile_share;
     if (o.n_tenants < 1 || o.n_tenants > 4) return make_error("--tenants is ", o.n_tenants, "; give 1 to 4 tenants");
     gp.n_tenants = o.n_tenants;
+    if (!o.mix.empty()) {
+        auto mix = parse_workload_mix(o.mix);
+        if (!mix) return mix.error();
+        gp.mix = std::move(*mix);
+    }
     if (o.volatile_at != "early" && o.volatile_at != "late")
         return make_error("--volatile-at is '", o.volatile_at, "'; give early (after the public system prompt) or late (at the end of the prompt)");
     gp.volatile_late = o.volatile_at == "late";

@@ -490,11 +490,13 @@ public:
         double total = 0.0;
         for (double w : weights) total += w;
         double x = uniform() * total;
+        size_t last = weights.size() - 1;  // the last with a positive weight (rounding lands there)
         for (size_t i = 0; i < weights.size(); ++i) {
+            if (weights[i] > 0) last = i;
             if (x < weights[i]) return i;
             x -= weights[i];
         }
-        return weights.size() - 1;
+        return last;
     }
     std::string words(int n) {
         const auto& list = workload_words();
@@ -581,6 +583,19 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
         return make_error("--rate is ", p.rate, "; give a rate in (0, 100000] requests per second");
     if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
+    {
+        std::vector<double> w = k_bucket_weights;
+        for (const auto& [name, v] : p.mix) {
+            const auto* it = std::find_if(std::begin(k_bucket_names), std::end(k_bucket_names),
+                                          [&](const char* n) { return name == n; });
+            if (it == std::end(k_bucket_names))
+                return make_error("--mix names bucket '", name, "'; give short_qa, long_doc, long_output, agent, high_temp or structured");
+            if (!std::isfinite(v) || v < 0) return make_error("--mix ", name, "=", v, "; a weight is a number >= 0");
+            w[(size_t)(it - std::begin(k_bucket_names))] = v;
+        }
+        if (std::all_of(w.begin(), w.end(), [](double x) { return x == 0; }))
+            return make_error("--mix leaves every bucket at weight 0; give at least one a positive weight");
+    }
     if (!std::isfinite(p.volatile_share) || p.volatile_share < 0 || p.volatile_share > 1)
         return make_error("--volatile-share is ", p.volatile_share, "; give a share in [0, 1] of the prompts that carry the volatile line");
     return true;
@@ -609,7 +624,15 @@ Workload generate_workload(const WorkloadGenParams& p) {
     std::vector<PendingTurn> pending;  // one entry per open agent session: its next turn
     int owed = 0;                      // agent turns still to emit over all open sessions
     int n_sessions = 0;
-    std::vector<int> cover = {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED};
+    // The mix: the standard weights, those --mix names replaced; the first draws cover each bucket
+    // with a positive weight once.
+    std::vector<double> bucket_weights = k_bucket_weights;
+    for (const auto& [name, v] : p.mix)
+        for (int b = 0; b < N_BUCKETS; b++)
+            if (name == k_bucket_names[b]) bucket_weights[(size_t)b] = v;
+    std::vector<int> cover;
+    for (int b : {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED})
+        if (bucket_weights[(size_t)b] > 0) cover.push_back(b);
     for (size_t i = cover.size(); i > 1; --i) std::swap(cover[i - 1], cover[(size_t)rng.range(0, (int)i - 1)]);
     size_t n_covered = 0;
 
@@ -653,11 +676,11 @@ Workload generate_workload(const WorkloadGenParams& p) {
             continue;
         }
 
-        int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(k_bucket_weights);
+        int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(bucket_weights);
         int n_turns = bucket == AGENT ? rng.range(3, 4) : 0;
         if (bucket == AGENT && owed + n_turns > n - i) n_turns = 3;
         if (bucket == AGENT && owed + n_turns > n - i) {
-            std::vector<double> weights = k_bucket_weights;
+            std::vector<double> weights = bucket_weights;
             weights[AGENT] = 0.0;
             bucket = (int)rng.pick(weights);
         }
@@ -716,6 +739,30 @@ Workload generate_workload(const WorkloadGenParams& p) {
         w.requests.push_back(std::move(r));
     }
     return w;
+}
+
+Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec) {
+    std::map<std::string, double> mix;
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+        size_t comma = spec.find(',', pos);
+        if (comma == std::string::npos) comma = spec.size();
+        const std::string item = spec.substr(pos, comma - pos);
+        pos = comma + 1;
+        if (item.empty()) continue;
+        const size_t eq = item.find('=');
+        double v = 0;
+        size_t used = 0;
+        try {
+            if (eq != std::string::npos) v = std::stod(item.substr(eq + 1), &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (eq == std::string::npos || eq == 0 || used == 0 || used != item.size() - eq - 1)
+            return make_error("--mix entry '", item, "' is not BUCKET=WEIGHT (e.g. --mix short_qa=2,agent=0)");
+        mix[item.substr(0, eq)] = v;
+    }
+    return mix;
 }
 
 }  // namespace steward

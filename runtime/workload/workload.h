@@ -148,11 +148,17 @@ struct WorkloadGenParams {
     // the standard workload's), or at the very end of the prompt (late: nothing shared follows it).
     double volatile_share = 0.2;
     bool volatile_late = false;
+    // The bucket mix: relative weights by bucket name (short_qa, long_doc, long_output, agent,
+    // high_temp, structured); a bucket not named keeps its standard weight, 0 leaves it out. Empty:
+    // the standard mix (33/15/12/7/13/20%).
+    std::map<std::string, double> mix;
 };
+// "short_qa=2,agent=0" into WorkloadGenParams::mix; the error names the entry and the fix.
+Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec);
 Workload generate_workload(const WorkloadGenParams& p);
 // The generator's limits: n_requests in [1, 1,000,000], rate finite in (0, 100,000] req/s, scale
-// finite in (0, 64], volatile_share in [0, 1]. The error names the flag (--requests, --rate,
-// --scale, --volatile-share) and the range.
+// finite in (0, 64], volatile_share in [0, 1], mix weights finite, >= 0, of the six buckets, not all
+// zero. The error names the flag (--requests, --rate, --scale, --volatile-share, --mix) and the range.
 Expected<bool> check_workload_gen(const WorkloadGenParams& p);
 
 // The ~200 common English words the generator builds text from.

@@ -376,3 +376,49 @@ TEST_CASE("a number too large for a double is an error naming the line, not an e
         CHECK(w.error().message.find("number overflow") != std::string::npos);
     }
 }
+
+TEST_CASE("the bucket mix follows --mix weights, keeps the standard mix unnamed, and refuses bad entries", "[workload]") {
+    WorkloadGenParams p;
+    p.n_requests = 2000;
+    p.seed = 9;
+    const Workload standard = generate_workload(p);
+    auto count = [](const Workload& w) {
+        std::map<std::string, int> n;
+        for (const auto& r : w.requests)
+            if (r.turn <= 1) n[r.bucket]++;  // sessions count once
+        return n;
+    };
+    p.mix = {{"agent", 0.0}, {"long_doc", 0.0}};
+    REQUIRE(check_workload_gen(p));
+    const auto n = count(generate_workload(p));
+    CHECK(n.count("agent") == 0);
+    CHECK(n.count("long_doc") == 0);
+    // The other four keep their standard weights (33/12/13/20 of 78): within 4 sigma of the shares.
+    int total = 0;
+    for (const auto& [_, k] : n) total += k;
+    const std::map<std::string, double> want{{"short_qa", 33}, {"long_output", 12}, {"high_temp", 13}, {"structured", 20}};
+    for (const auto& [b, w] : want) {
+        const double share = w / 78.0, expect = share * total, sigma = std::sqrt(total * share * (1 - share));
+        INFO(b << ": " << n.at(b) << " of " << total);
+        CHECK(std::abs(n.at(b) - expect) < 4 * sigma);
+    }
+    p.mix = {{"short_qa", 1.0}, {"long_doc", 0.0}, {"long_output", 0.0}, {"agent", 0.0}, {"high_temp", 0.0}, {"structured", 0.0}};
+    const auto only = count(generate_workload(p));
+    CHECK(only.size() == 1);
+    CHECK(only.count("short_qa") == 1);
+    p.mix.clear();
+    CHECK(generate_workload(p) == standard);  // an empty mix is the standard one
+
+    CHECK(parse_workload_mix("short_qa=2,agent=0").value() == std::map<std::string, double>{{"short_qa", 2.0}, {"agent", 0.0}});
+    for (const char* bad : {"short_qa", "=2", "short_qa=x", "short_qa=2x"}) {
+        auto m = parse_workload_mix(bad);
+        REQUIRE_FALSE(m);
+        CHECK(m.error().message.find("BUCKET=WEIGHT") != std::string::npos);
+    }
+    p.mix = {{"chat", 1.0}};
+    CHECK(check_workload_gen(p).error().message.find("--mix names bucket 'chat'") != std::string::npos);
+    p.mix = {{"short_qa", -1.0}};
+    CHECK_FALSE(check_workload_gen(p));
+    p.mix = {{"short_qa", 0.0}, {"long_doc", 0.0}, {"long_output", 0.0}, {"agent", 0.0}, {"high_temp", 0.0}, {"structured", 0.0}};
+    CHECK(check_workload_gen(p).error().message.find("every bucket at weight 0") != std::string::npos);
+}
