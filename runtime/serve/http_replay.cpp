@@ -357,7 +357,9 @@ int http_replay_compare(const std::string& a_path, const std::string& b_path) {
     const std::string na = ja.at("name"), nb = jb.at("name");
     std::printf("side by side: A = %s, B = %s; ratio A/B (latency: < 1 means A is faster; tok/s: > 1)\n", na.c_str(), nb.c_str());
     std::printf("%-12s %-9s %10s %10s %7s\n", "bucket", "figure", "A", "B", "A/B");
-    for (const auto& [bucket, a] : ra) {
+    for (const auto& row_a : ra) {
+        const std::string& bucket = row_a.first;  // not a structured binding: the lambdas capture it (Clang 14)
+        const Row& a = row_a.second;
         auto it = std::find_if(rb.begin(), rb.end(), [&](const auto& x) { return x.first == bucket; });
         if (it == rb.end()) continue;
         const Row& b = it->second;

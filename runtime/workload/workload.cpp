@@ -585,7 +585,8 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
     {
         std::vector<double> w = k_bucket_weights;
-        for (const auto& [name, v] : p.mix) {
+        for (const auto& [name_, v] : p.mix) {
+            const std::string& name = name_;  // a lambda may not capture a structured binding (Clang 14)
             const auto* it = std::find_if(std::begin(k_bucket_names), std::end(k_bucket_names),
                                           [&](const char* n) { return name == n; });
             if (it == std::end(k_bucket_names))
