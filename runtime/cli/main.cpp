@@ -158,6 +158,10 @@ int main(int argc, char** argv) {
     auto* brep = bench_cmd->add_subcommand(
         "replay", "Play a workload file against the embedded runtime (default) or an OpenAI-compatible server (--url), "
                   "honouring arrival times and agent turns; per-bucket table, per-request records");
+    auto* bcmp = bench_cmd->add_subcommand("compare", "Two replay records files (bench replay --url -o) side by side per bucket, with ratios");
+    std::string cmp_a, cmp_b;
+    bcmp->add_option("A", cmp_a, "Records JSON of run A")->required();
+    bcmp->add_option("B", cmp_b, "Records JSON of run B")->required();
     RunOptions rpo;
     std::string rep_url, rep_out, rep_name = "server", rep_model = "steward";
     bool rep_steward_fields = false, rep_session_field = false;
@@ -213,6 +217,7 @@ int main(int argc, char** argv) {
 
     if (run->parsed()) return cmd_run(ro);
     if (bgen->parsed()) return cmd_bench_gen(bo);
+    if (bcmp->parsed()) return http_replay_compare(cmp_a, cmp_b);
     if (brep->parsed()) {
         if (rep_url.empty()) {
             if (!rep_out.empty()) rpo.out_path = rep_out;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>  // before Boost 1.74's asio, which uses std::exchange without it under C++20
@@ -340,21 +341,32 @@ int http_replay(const ReplayOptions& o) {
 int http_replay_compare(const std::string& a_path, const std::string& b_path) {
     auto load = [](const std::string& p) {
         std::ifstream f(p);
+        if (!f) throw std::runtime_error("cannot read '" + p + "'; give the JSON a replay wrote with -o / --out");
         std::stringstream ss;
         ss << f.rdbuf();
-        return json::parse(ss.str());
+        try {
+            return json::parse(ss.str());
+        } catch (const std::exception& e) {
+            throw std::runtime_error("'" + p + "' is not a replay's JSON (" + e.what() + ")");
+        }
     };
     json ja, jb;
+    double wa = 0, wb = 0;
+    std::vector<std::pair<std::string, Row>> ra, rb;
+    std::string na, nb;
     try {
         ja = load(a_path);
         jb = load(b_path);
-    } catch (const std::exception& e) {
+        wa = ja.at("wall_s");
+        wb = jb.at("wall_s");
+        ra = table_rows(records_of(ja), wa);
+        rb = table_rows(records_of(jb), wb);
+        na = ja.at("name");
+        nb = jb.at("name");
+    } catch (const std::exception& e) {  // unreadable, not JSON, or JSON of another shape
         std::fprintf(stderr, "replay --compare: %s\n", e.what());
         return 1;
     }
-    const double wa = ja.at("wall_s"), wb = jb.at("wall_s");
-    const auto ra = table_rows(records_of(ja), wa), rb = table_rows(records_of(jb), wb);
-    const std::string na = ja.at("name"), nb = jb.at("name");
     std::printf("side by side: A = %s, B = %s; ratio A/B (latency: < 1 means A is faster; tok/s: > 1)\n", na.c_str(), nb.c_str());
     std::printf("%-12s %-9s %10s %10s %7s\n", "bucket", "figure", "A", "B", "A/B");
     for (const auto& row_a : ra) {
