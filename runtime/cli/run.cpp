@@ -398,6 +398,7 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
         for (auto& b : c.buckets) {
             b.eviction = PolicySpec{};
             b.eviction->plugin = v.substr(9);
+            b.eviction->where = "--compare " + v;  // errors name where the policy came from
         }
         return c;
     }
