@@ -8,22 +8,16 @@ names each variant and a bad variant is refused naming the choices.
 """
 import json
 import os
-import re
 import subprocess
 import sys
+
+from tiny_config import write_tiny_config
 
 
 def main():
     steward, tiny, workdir = sys.argv[1:4]
     os.makedirs(workdir, exist_ok=True)
-    with open(tiny) as f:
-        cfg = f.read()
-    cfg = re.sub(r'model = "[^"]*"', f'model = "{os.path.join(os.path.abspath(workdir), "tiny.gguf")}"', cfg)
-    cfg = cfg.replace("kv_blocks = 64", "kv_blocks = 1024").replace("max_batch_tokens = 64", "max_batch_tokens = 256")
-    cfg = cfg.replace("ctx = 512", "ctx = 2048")
-    config = os.path.join(workdir, "compare.toml")
-    with open(config, "w") as f:
-        f.write(cfg)
+    config = write_tiny_config(tiny, workdir, "compare.toml")
     out = os.path.join(workdir, "compare.json")
     p = subprocess.run([steward, "run", "-c", config, "--requests", "24", "--rate", "8", "--scale", "0.25", "--tenants", "1",
                         "--compare", "no_prefix_cache,eviction=lru", "-o", out], capture_output=True, text=True, timeout=300)

@@ -10,13 +10,14 @@ it as the bucket hint, and asks JSON mode for the structured bucket as the embed
 """
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+from tiny_config import write_tiny_config
 
 BUCKETS = ["short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"]
 
@@ -31,21 +32,8 @@ def main():
     steward, bench_serve, tiny, workdir = sys.argv[1:5]
     os.makedirs(workdir, exist_ok=True)
     port = free_port()
-    with open(tiny) as f:
-        cfg = f.read()
-    # The tiny pool with room for the run's prefixes and prompts; one bucket per workload bucket,
-    # matched by its hint, so both sides classify by the same rule.
-    cfg = re.sub(r'model = "[^"]*"', f'model = "{os.path.join(os.path.abspath(workdir), "tiny.gguf")}"', cfg)
-    cfg = cfg.replace("kv_blocks = 64", "kv_blocks = 1024").replace("max_batch_tokens = 64", "max_batch_tokens = 256")
-    cfg = cfg.replace("ctx = 512", "ctx = 2048")
-    cfg = cfg[: cfg.index("[[bucket]]")]
-    cfg += f'\n[server]\nhost = "127.0.0.1"\nport = {port}\n\n[reload]\nwatch = false\n'
-    for b in BUCKETS:
-        cfg += f'\n[[bucket]]\nname = "{b}"\npool = "tiny"\n[bucket.match]\nhint = "{b}"\n'
-    cfg += '\n[[bucket]]\nname = "default"\npool = "tiny"\n'
-    config = os.path.join(workdir, "replay.toml")
-    with open(config, "w") as f:
-        f.write(cfg)
+    # One bucket per workload bucket, matched by its hint, so both sides classify by the same rule.
+    config = write_tiny_config(tiny, workdir, "replay.toml", buckets=BUCKETS, server_port=port)
 
     wl = os.path.join(workdir, "workload.jsonl")
     subprocess.run([steward, "bench", "gen", "-o", wl, "--requests", "18", "--scale", "0.25", "--tenants", "1",

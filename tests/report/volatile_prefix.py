@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 
+from tiny_config import write_tiny_config
+
 
 def run(steward, config, workdir, at):
     out = os.path.join(workdir, f"{at}.json")
@@ -29,16 +31,7 @@ def run(steward, config, workdir, at):
 def main():
     steward, tiny, workdir = sys.argv[1:4]
     os.makedirs(workdir, exist_ok=True)
-    # test_tiny.toml's pool with room for the whole run's prefixes (no eviction: the hit rate is the
-    # workload's, not the cache size's) and a context for the longer prompts.
-    with open(tiny) as f:
-        cfg = f.read()
-    cfg = re.sub(r'model = "[^"]*"', f'model = "{os.path.join(os.path.abspath(workdir), "tiny.gguf")}"', cfg)
-    cfg = cfg.replace("kv_blocks = 64", "kv_blocks = 1024").replace("max_batch_tokens = 64", "max_batch_tokens = 256")
-    cfg = cfg.replace("ctx = 512", "ctx = 2048")
-    config = os.path.join(workdir, "volatile.toml")
-    with open(config, "w") as f:
-        f.write(cfg)
+    config = write_tiny_config(tiny, workdir, "volatile.toml")
 
     early, early_out = run(steward, config, workdir, "early")
     late, _ = run(steward, config, workdir, "late")
