@@ -30,6 +30,7 @@
 #include "model/quantize.h"
 #include "model/quants.h"
 #include "model/synth.h"
+#include "util/strings.h"
 
 using namespace steward;
 using clk = std::chrono::steady_clock;
@@ -40,18 +41,6 @@ constexpr int kPromptTokens = 128;  // llama-bench -p 128
 constexpr int kDecodeTokens = 128;  // llama-bench -n 128: from an empty context, one token a step
 
 double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while (pos <= s.size()) {
-        size_t comma = s.find(',', pos);
-        if (comma == std::string::npos) comma = s.size();
-        if (comma > pos) out.push_back(s.substr(pos, comma - pos));
-        pos = comma + 1;
-    }
-    return out;
-}
 
 // Read bandwidth (GB/s): n_threads sum disjoint parts of a 512 MiB buffer; best of 5 passes.
 double measure_bandwidth(int n_threads) {
@@ -303,11 +292,11 @@ int main(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
-        if (a == "--dtypes" && i + 1 < argc) o.dtypes = split(argv[++i]);
+        if (a == "--dtypes" && i + 1 < argc) o.dtypes = split_list(argv[++i]);
         else if (a == "--threads" && i + 1 < argc) {
             o.threads_s = argv[++i];
             o.threads.clear();
-            for (const auto& t : split(o.threads_s)) o.threads.push_back(std::max(1, std::atoi(t.c_str())));
+            for (const auto& t : split_list(o.threads_s)) o.threads.push_back(std::max(1, std::atoi(t.c_str())));
         } else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
         else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];

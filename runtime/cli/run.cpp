@@ -22,6 +22,7 @@
 #include "api/runtime.h"
 #include "report/html_report.h"
 #include "report/prefix_diagnosis.h"
+#include "util/strings.h"
 #include "workload/workload.h"
 
 namespace steward {
@@ -55,6 +56,14 @@ struct Progress {
         std::fflush(stderr);
     }
 };
+
+// A file to write, its folder made first (out/ on a first run).
+std::ofstream open_output(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::path(path).has_parent_path())
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    return std::ofstream(path);
+}
 
 }  // namespace
 
@@ -208,8 +217,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
         std::string tenant, text, bucket, pool;
         std::vector<int32_t> ids;
         std::string output, finish, error;
-        int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-        double ttft_ms = -1, tpot_ms = -1, e2e_ms = -1;
+        RequestMetrics metrics;
         bool upgraded = false, fallback = false;
     };
     std::vector<Sent> sent(wl.requests.size());
@@ -248,12 +256,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                 sent[slot].pool = res.pool;
                 sent[slot].output = res.text;
                 sent[slot].finish = finish_reason_name(res.finish);
-                sent[slot].prompt_tokens = res.metrics.prompt_tokens;
-                sent[slot].cached_tokens = res.metrics.cached_tokens;
-                sent[slot].completion_tokens = res.metrics.completion_tokens;
-                sent[slot].ttft_ms = res.metrics.ttft_ms;
-                sent[slot].tpot_ms = res.metrics.tpot_ms;
-                sent[slot].e2e_ms = res.metrics.e2e_ms;
+                sent[slot].metrics = res.metrics;
                 sent[slot].upgraded = res.upgraded;
                 sent[slot].fallback = res.fallback;
                 sent[slot].error = res.error;
@@ -290,17 +293,14 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     const std::string table = runtime.metrics_table();
     std::printf("\n%s\n", table.c_str());
     if (!o.outputs_path.empty()) {  // one line per request in workload order
-        std::error_code dir_ec;
-        if (std::filesystem::path(o.outputs_path).has_parent_path())
-            std::filesystem::create_directories(std::filesystem::path(o.outputs_path).parent_path(), dir_ec);
-        std::ofstream f(o.outputs_path);
+        std::ofstream f = open_output(o.outputs_path);
         for (size_t i = 0; i < n_submitted; i++) {
             const Sent& s = sent[i];
             f << nlohmann::json{{"line", i + 1}, {"bucket_hint", wl.requests[i].bucket}, {"bucket", s.bucket},
                                 {"pool", s.pool}, {"tenant", s.tenant}, {"finish", s.finish},
-                                {"prompt_tokens", s.prompt_tokens}, {"cached_tokens", s.cached_tokens},
-                                {"completion_tokens", s.completion_tokens}, {"ttft_ms", s.ttft_ms},
-                                {"tpot_ms", s.tpot_ms}, {"e2e_ms", s.e2e_ms}, {"upgraded", s.upgraded},
+                                {"prompt_tokens", s.metrics.prompt_tokens}, {"cached_tokens", s.metrics.cached_tokens},
+                                {"completion_tokens", s.metrics.completion_tokens}, {"ttft_ms", s.metrics.ttft_ms},
+                                {"tpot_ms", s.metrics.tpot_ms}, {"e2e_ms", s.metrics.e2e_ms}, {"upgraded", s.upgraded},
                                 {"fallback", s.fallback}, {"error", s.error}, {"text", s.output}}
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << "\n";
@@ -345,14 +345,11 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     report["config"] = o.config_path;
     report["requests"] = wl.requests.size();
     report["wall_s"] = std::chrono::duration<double>(clk::now() - t0).count();
-    report["metrics"] = nlohmann::json::parse(runtime.metrics_json());
+    report["metrics"] = result.metrics;
     report["prefix_diagnosis"] = prefix_diagnosis_json(diagnosis);
     report["memory"] = {{"peak_rss_bytes", peak}, {"model_bytes", model_bytes}, {"kv_bytes", kv_total},
                         {"other_bytes", peak - model_bytes - kv_total}};
-    std::error_code ec;
-    if (std::filesystem::path(o.out_path).has_parent_path())
-        std::filesystem::create_directories(std::filesystem::path(o.out_path).parent_path(), ec);
-    std::ofstream out(o.out_path);
+    std::ofstream out = open_output(o.out_path);
     if (!out) return cli_fail("cannot write the report to '" + o.out_path + "'");
     out << report.dump(2) << "\n";
     // The same report as a page to read (charts and tables, the JSON embedded), next to the JSON.
@@ -412,13 +409,7 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
 int run_compare(const RunOptions& o, const Workload& wl) {
     auto base = load_config(o.config_path);
     if (!base) return cli_fail(base.error().message);
-    std::vector<std::string> names;
-    for (size_t pos = 0; pos <= o.compare.size();) {
-        size_t comma = o.compare.find(',', pos);
-        if (comma == std::string::npos) comma = o.compare.size();
-        if (comma > pos) names.push_back(o.compare.substr(pos, comma - pos));
-        pos = comma + 1;
-    }
+    std::vector<std::string> names = split_list(o.compare);
     if (names.empty() || names[0] != "baseline") names.insert(names.begin(), "baseline");
     std::vector<Config> configs;
     for (const std::string& n : names) {
@@ -437,11 +428,10 @@ int run_compare(const RunOptions& o, const Workload& wl) {
     struct Fig {
         const char* name;
         std::vector<const char*> path;
-        bool lower_better;
     };
-    const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}, true},   {"ttft_p99", {"ttft_ms", "p99"}, true},
-                                   {"tpot_mean", {"tpot_ms", "mean"}, true}, {"e2e_p99", {"e2e_ms", "p99"}, true},
-                                   {"tok/s", {"throughput_tok_s"}, false},   {"hit_rate", {"prefix_cache", "hit_rate"}, false}};
+    const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}},   {"ttft_p99", {"ttft_ms", "p99"}},
+                                   {"tpot_mean", {"tpot_ms", "mean"}}, {"e2e_p99", {"e2e_ms", "p99"}},
+                                   {"tok/s", {"throughput_tok_s"}},    {"hit_rate", {"prefix_cache", "hit_rate"}}};
     auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
         const nlohmann::json* j = &m;
         // A bucket's figures are under "buckets"; every request's under "all".
@@ -482,10 +472,7 @@ int run_compare(const RunOptions& o, const Workload& wl) {
         }
     for (size_t i = 0; i < names.size(); i++)
         out["runs"][names[i]] = {{"failed", results[i].failed}, {"wall_s", results[i].wall_s}, {"metrics", results[i].metrics}};
-    std::error_code ec;
-    if (std::filesystem::path(o.out_path).has_parent_path())
-        std::filesystem::create_directories(std::filesystem::path(o.out_path).parent_path(), ec);
-    std::ofstream f(o.out_path);
+    std::ofstream f = open_output(o.out_path);
     f << out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (!f) return cli_fail("cannot write the comparison to '" + o.out_path + "'");
     std::printf("comparison written to %s\n", o.out_path.c_str());

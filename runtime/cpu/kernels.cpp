@@ -395,6 +395,12 @@ void micro(int64_t K, const float* w, const float* xt, float* out) {
 
 int n_panels(int n_tok) { return (n_tok + kPanel - 1) / kPanel; }
 
+// Lane i holds i * stride: the element offsets of a gather down a column of rows stride apart.
+__m512i lane_offsets(int stride) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32(stride));
+}
+
 // Vector v (16 tokens) of panel p of X [n_tok][K] into xt ([n_panels][K][kPanel]), by masked
 // gathers down the columns: each line of the panel is written once.
 void pack_tokens(const float* X, int n_tok, int64_t K, int p, int v, float* xt) {
@@ -405,8 +411,7 @@ void pack_tokens(const float* X, int n_tok, int64_t K, int p, int v, float* xt) 
         return;
     }
     const __mmask16 m = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)K));
+    const __m512i idx = lane_offsets((int)K);
     const float* src = X + (int64_t)t0 * K;
     for (int64_t k = 0; k < K; k++)
         _mm512_storeu_ps(dst + k * kPanel, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + k, 4));
@@ -419,8 +424,11 @@ void rows(const WeightView& W, const float* xt, int n_tok, float* Y, int64_t rb,
     wt.resize((size_t)(2 * half));
     ot.resize((size_t)kGroup * kPanel);
     const int np = n_panels(n_tok);
-    const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(kPanel));
+    const __m512i col = lane_offsets(kPanel);
+    // Row and column-block offsets computed here: W.row() and ggml_row_bytes() look the type's
+    // block size up out of line, and this loop runs per row and per block.
+    const int64_t row_bytes = W.row_bytes(), block_bytes = ggml_row_bytes(W.type, kKc);
+    const uint8_t* w_rows = static_cast<const uint8_t*>(W.data);
     for (int64_t r0 = rb; r0 < re; r0 += kGroup) {
         const int nr = (int)std::min<int64_t>(kGroup, re - r0);
         for (int i = 0; i < kGroup; i++) {
@@ -428,7 +436,7 @@ void rows(const WeightView& W, const float* xt, int n_tok, float* Y, int64_t rb,
             for (int64_t b = 0; b < nkb; b++) {
                 const int64_t k0 = b * kKc, kc = std::min(kKc, K - k0);
                 float* dst = base + b * kMr * kKc;
-                if (i < nr) convert_row_any(W.type, W.row(r0 + i) + ggml_row_bytes(W.type, k0), dst, kc);
+                if (i < nr) convert_row_any(W.type, w_rows + (r0 + i) * row_bytes + b * block_bytes, dst, kc);
                 else std::fill(dst, dst + kc, 0.0f);
             }
         }

@@ -126,6 +126,21 @@ struct Svg {
 // Plot area of every chart.
 constexpr double k_left = 70, k_top = 30, k_right = 200, k_bottom = 60;
 
+// The linear y axis of a chart with values in [0, top]: five grid lines with their labels (percent
+// when pct), the axis line and the rotated unit.
+void y_axis(Svg& s, double top, bool pct, const std::string& unit) {
+    const double pw = s.width - k_left - k_right, ph = s.height - k_top - k_bottom;
+    const double x0 = k_left, y0 = k_top + ph;
+    for (int t = 0; t <= 4; ++t) {
+        const double v = top * t / 4.0, y = y0 - ph * t / 4.0;
+        s.line(x0, y, x0 + pw, y, t == 0 ? "axis" : "grid");
+        s.text(x0 - 6, y + 4, pct ? axis_label(v * 100) + "%" : axis_label(v), "end");
+    }
+    s.line(x0, k_top, x0, y0);
+    s.body += "<text x=\"16\" y=\"" + c(k_top + ph / 2) + "\" text-anchor=\"middle\" class=\"unit\" transform=\"rotate(-90 16 " +
+              c(k_top + ph / 2) + ")\">" + html_escape(unit) + "</text>\n";
+}
+
 // Grouped bars: one group per label, one bar per series; NaN bars draw "-" on the axis.
 std::string svg_bars(const std::string& title, const std::vector<std::string>& series,
                      const std::vector<std::pair<std::string, std::vector<double>>>& groups, const std::string& unit,
@@ -138,14 +153,7 @@ std::string svg_bars(const std::string& title, const std::vector<std::string>& s
         for (double v : vs)
             if (std::isfinite(v)) vmax = std::max(vmax, v);
     const double top = std::isfinite(y_max) ? y_max : nice_ceil(vmax);
-    for (int t = 0; t <= 4; ++t) {
-        const double v = top * t / 4.0, y = y0 - ph * t / 4.0;
-        s.line(x0, y, x0 + pw, y, t == 0 ? "axis" : "grid");
-        s.text(x0 - 6, y + 4, pct ? axis_label(v * 100) + "%" : axis_label(v), "end");
-    }
-    s.line(x0, k_top, x0, y0);
-    s.body += "<text x=\"16\" y=\"" + c(k_top + ph / 2) + "\" text-anchor=\"middle\" class=\"unit\" transform=\"rotate(-90 16 " +
-              c(k_top + ph / 2) + ")\">" + html_escape(unit) + "</text>\n";
+    y_axis(s, top, pct, unit);
     if (groups.empty()) s.text(x0 + pw / 2, k_top + ph / 2, "no data", "middle", "nodata");
     const double gw = groups.empty() ? pw : pw / (double)groups.size();
     const double bw = std::min(40.0, gw * 0.8 / (double)std::max<size_t>(1, series.size()));
@@ -249,19 +257,12 @@ std::string svg_lines(const std::string& title, const std::vector<Curve>& curves
     const double ytop = y_max > 0 ? y_max : nice_ceil(std::max(yhi, 1.0));
     auto px = [&](double x) { return x0 + pw * std::clamp(x / xhi, 0.0, 1.0); };
     auto py = [&](double y) { return y0 - ph * std::clamp(y / ytop, 0.0, 1.0); };
-    for (int t = 0; t <= 4; ++t) {
-        const double v = ytop * t / 4.0;
-        s.line(x0, py(v), x0 + pw, py(v), t == 0 ? "axis" : "grid");
-        s.text(x0 - 6, py(v) + 4, pct ? fmt(100.0 * v, "%.0f") + "%" : axis_label(v), "end");
-    }
+    y_axis(s, ytop, pct, y_unit);
     for (int t = 0; t <= 5; ++t) {
         const double v = xhi * t / 5.0;
         s.text(px(v), y0 + 16, axis_label(v));
     }
-    s.line(x0, k_top, x0, y0);
     s.text(x0 + pw / 2, y0 + 36, x_unit, "middle", "unit");
-    s.body += "<text x=\"16\" y=\"" + c(k_top + ph / 2) + "\" text-anchor=\"middle\" class=\"unit\" transform=\"rotate(-90 16 " +
-              c(k_top + ph / 2) + ")\">" + html_escape(y_unit) + "</text>\n";
     if (!any) s.text(x0 + pw / 2, k_top + ph / 2, "no data", "middle", "nodata");
     std::vector<std::string> names;
     for (size_t i = 0; i < curves.size(); ++i) {
@@ -536,7 +537,7 @@ std::string html_report(const json& report) {
 
     // Prefix misses (steward run's diagnosis): where prompts leave the shared prefix, volatile spans.
     if (const json* pd = at(report, {"prefix_diagnosis"}); pd && pd->is_array() && !pd->empty()) {
-        std::vector<std::string> ranges;
+        const std::vector<std::string>& ranges = prefix_position_ranges();
         std::vector<std::pair<std::string, std::vector<double>>> shares;
         std::vector<std::vector<std::string>> t;
         std::string advice;
@@ -544,7 +545,6 @@ std::string html_report(const json& report) {
             if (!b.is_object()) continue;
             const std::string name = text_of(at(b, {"bucket"}));
             const json* hist = at(b, {"departure_positions"});
-            if (ranges.empty()) ranges = prefix_position_ranges();
             std::vector<double> vs;
             for (const std::string& r : ranges) vs.push_back(hist ? number(*hist, {r.c_str()}) : k_nan);
             shares.push_back({name, vs});
@@ -693,7 +693,6 @@ std::string html_report(const json& report) {
         // evictions counted so far.
         std::vector<Curve> usage, evictions(1);
         evictions[0].name = "evictions (all pools)";
-        evictions[0].steps = false;
         if (const json* ks = at(metrics, {"kv_series"}); ks && ks->is_array())
             for (const json& p : *ks) {
                 if (!p.is_object()) continue;
@@ -701,7 +700,7 @@ std::string html_report(const json& report) {
                 const double t = number(p, {"t_s"}), total = number(p, {"blocks_total"});
                 auto it = std::find_if(usage.begin(), usage.end(), [&](const Curve& cv) { return cv.name == pool; });
                 if (it == usage.end()) {
-                    usage.push_back({pool, {}, false});
+                    usage.push_back({pool, {}});
                     it = usage.end() - 1;
                 }
                 if (total > 0) it->points.push_back({t, number(p, {"blocks_used"}) / total});

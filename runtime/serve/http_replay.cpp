@@ -340,6 +340,9 @@ int http_replay(const ReplayOptions& o) {
 // Two saved runs side by side: per bucket, each figure of A, of B, and A / B.
 int http_replay_compare(const std::string& a_path, const std::string& b_path) {
     auto load = [](const std::string& p) {
+        std::error_code ec;  // a FIFO or a device would block the read: regular files only
+        if (!std::filesystem::is_regular_file(p, ec))
+            throw std::runtime_error("'" + p + "' is not a regular file; give the JSON a replay wrote with -o / --out");
         std::ifstream f(p);
         if (!f) throw std::runtime_error("cannot read '" + p + "'; give the JSON a replay wrote with -o / --out");
         std::stringstream ss;

@@ -2,6 +2,8 @@
 // the standard mixed workload (see workload.h for the format and the shapes).
 #include "workload/workload.h"
 
+#include "util/strings.h"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -576,6 +578,28 @@ struct PendingTurn {
 
 }  // namespace
 
+namespace {
+
+// The bucket weights of p: the standard mix with the ones p.mix names replaced (the checks of
+// check_workload_gen's --mix).
+Expected<std::vector<double>> bucket_weights(const WorkloadGenParams& p) {
+    std::vector<double> w = k_bucket_weights;
+    for (const auto& [name_, v] : p.mix) {
+        const std::string& name = name_;  // a lambda may not capture a structured binding (Clang 14)
+        const auto* it = std::find_if(std::begin(k_bucket_names), std::end(k_bucket_names),
+                                      [&](const char* n) { return name == n; });
+        if (it == std::end(k_bucket_names))
+            return make_error("--mix names bucket '", name, "'; give short_qa, long_doc, long_output, agent, high_temp or structured");
+        if (!std::isfinite(v) || v < 0) return make_error("--mix ", name, "=", v, "; a weight is a number >= 0");
+        w[(size_t)(it - std::begin(k_bucket_names))] = v;
+    }
+    if (std::all_of(w.begin(), w.end(), [](double x) { return x == 0; }))
+        return make_error("--mix leaves every bucket at weight 0; give at least one a positive weight");
+    return w;
+}
+
+}  // namespace
+
 Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
     if (p.n_requests < 1 || p.n_requests > 1000000)
         return make_error("--requests is ", p.n_requests, "; give 1 to 1000000 requests");
@@ -583,20 +607,7 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
         return make_error("--rate is ", p.rate, "; give a rate in (0, 100000] requests per second");
     if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
-    {
-        std::vector<double> w = k_bucket_weights;
-        for (const auto& [name_, v] : p.mix) {
-            const std::string& name = name_;  // a lambda may not capture a structured binding (Clang 14)
-            const auto* it = std::find_if(std::begin(k_bucket_names), std::end(k_bucket_names),
-                                          [&](const char* n) { return name == n; });
-            if (it == std::end(k_bucket_names))
-                return make_error("--mix names bucket '", name, "'; give short_qa, long_doc, long_output, agent, high_temp or structured");
-            if (!std::isfinite(v) || v < 0) return make_error("--mix ", name, "=", v, "; a weight is a number >= 0");
-            w[(size_t)(it - std::begin(k_bucket_names))] = v;
-        }
-        if (std::all_of(w.begin(), w.end(), [](double x) { return x == 0; }))
-            return make_error("--mix leaves every bucket at weight 0; give at least one a positive weight");
-    }
+    if (auto w = bucket_weights(p); !w) return w.error();
     if (!std::isfinite(p.volatile_share) || p.volatile_share < 0 || p.volatile_share > 1)
         return make_error("--volatile-share is ", p.volatile_share, "; give a share in [0, 1] of the prompts that carry the volatile line");
     return true;
@@ -625,15 +636,13 @@ Workload generate_workload(const WorkloadGenParams& p) {
     std::vector<PendingTurn> pending;  // one entry per open agent session: its next turn
     int owed = 0;                      // agent turns still to emit over all open sessions
     int n_sessions = 0;
-    // The mix: the standard weights, those --mix names replaced; the first draws cover each bucket
-    // with a positive weight once.
-    std::vector<double> bucket_weights = k_bucket_weights;
-    for (const auto& [name, v] : p.mix)
-        for (int b = 0; b < N_BUCKETS; b++)
-            if (name == k_bucket_names[b]) bucket_weights[(size_t)b] = v;
+    // The mix (the standard one when p was not checked); the first draws cover each bucket with a
+    // positive weight once.
+    const auto checked = bucket_weights(p);
+    const std::vector<double> weights_of_mix = checked ? checked.value() : k_bucket_weights;
     std::vector<int> cover;
     for (int b : {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED})
-        if (bucket_weights[(size_t)b] > 0) cover.push_back(b);
+        if (weights_of_mix[(size_t)b] > 0) cover.push_back(b);
     for (size_t i = cover.size(); i > 1; --i) std::swap(cover[i - 1], cover[(size_t)rng.range(0, (int)i - 1)]);
     size_t n_covered = 0;
 
@@ -677,11 +686,11 @@ Workload generate_workload(const WorkloadGenParams& p) {
             continue;
         }
 
-        int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(bucket_weights);
+        int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(weights_of_mix);
         int n_turns = bucket == AGENT ? rng.range(3, 4) : 0;
         if (bucket == AGENT && owed + n_turns > n - i) n_turns = 3;
         if (bucket == AGENT && owed + n_turns > n - i) {
-            std::vector<double> weights = bucket_weights;
+            std::vector<double> weights = weights_of_mix;
             weights[AGENT] = 0.0;
             bucket = (int)rng.pick(weights);
         }
@@ -744,13 +753,7 @@ Workload generate_workload(const WorkloadGenParams& p) {
 
 Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec) {
     std::map<std::string, double> mix;
-    size_t pos = 0;
-    while (pos <= spec.size()) {
-        size_t comma = spec.find(',', pos);
-        if (comma == std::string::npos) comma = spec.size();
-        const std::string item = spec.substr(pos, comma - pos);
-        pos = comma + 1;
-        if (item.empty()) continue;
+    for (const std::string& item : split_list(spec)) {
         const size_t eq = item.find('=');
         double v = 0;
         size_t used = 0;
