@@ -33,6 +33,7 @@ struct PolicyCore {
     std::vector<std::string> pool_names;
     std::vector<steward_pool_view> pools;
     std::vector<steward_pool_extra> extra;
+    std::vector<steward_pool_load> loads;  // worker strings point into in.pool_loads
     steward_route_request req{};
     steward_route_context ctx{};
     steward_route_decision d{};
@@ -73,6 +74,17 @@ struct PolicyCore {
         for (size_t i = 0; i < n_pools; i++)
             extra[i].n_cached_prompt_tokens = i < in.n_cached_prompt_tokens.size() ? in.n_cached_prompt_tokens[i] : -1;
         ctx.pools = n_pools ? extra.data() : nullptr;
+        loads.resize(n_pools);
+        for (size_t i = 0; i < n_pools; i++) {
+            if (i < in.pool_loads.size()) {
+                const RouteInput::PoolLoad& l = in.pool_loads[i];
+                loads[i] = steward_pool_load{l.n_kv_blocks_used, l.n_kv_blocks_total, l.block_size, l.n_inflight,
+                                             l.worker.c_str()};
+            } else {
+                loads[i] = steward_pool_load{-1, -1, 0, -1, ""};
+            }
+        }
+        ctx.loads = n_pools ? loads.data() : nullptr;
     }
 
     ~PolicyCore() {

@@ -102,7 +102,8 @@ public:
                                                            const std::vector<std::string>& pools);
     // The plugin's decision (route_v2 when it has one, else route), validated against `pools`; when it
     // is rejected, the default (start on default_pool, no upgrade, no shadow) and *fallback = true.
-    // in.n_cached_prompt_tokens may be shorter than pools (the rest read -1). Thread-safe.
+    // in.n_cached_prompt_tokens and in.pool_loads may be shorter than pools (the rest read unknown).
+    // Thread-safe.
     steward_route_decision route(const RouteInput& in, const std::vector<steward_pool_view>& pools, int32_t default_pool,
                                  bool* fallback);
     bool has_check_upgrade() const { return lib_->routing()->check_upgrade != nullptr; }

@@ -30,6 +30,13 @@ struct RouteInput {
     // Per pool, in the views' order: prompt tokens already cached there for this tenant; -1 unknown.
     // Shorter than the pools (e.g. empty): the rest are unknown.
     std::vector<int32_t> n_cached_prompt_tokens;
+    // Per pool, in the views' order: its load on the worker process hosting it (ctx->loads). Shorter
+    // than the pools (e.g. empty): the rest reach the plugin as unknown (counts -1, block_size 0, worker "").
+    struct PoolLoad {
+        int32_t n_kv_blocks_used = -1, n_kv_blocks_total = -1, block_size = 0, n_inflight = 0;
+        std::string worker;  // "host:port" of the pool's worker; "" local
+    };
+    std::vector<PoolLoad> pool_loads;
 };
 
 // How a routed request ended (what on_outcome reports).

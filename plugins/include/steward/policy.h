@@ -22,7 +22,8 @@
  *    opens with `size` (the host's sizeof) so that a later host may append fields: a plugin reads a
  *    field only when STEWARD_HAS_FIELD says the host's struct reaches it. ARRAYS ARE NEVER EXTENDED:
  *    appending a field would change the stride a plugin indexes with (steward_pool_view is passed as an
- *    array); per-element data of a newer version goes into a new parallel array (steward_pool_extra).
+ *    array); per-element data of a newer version goes into a new parallel array (steward_pool_extra,
+ *    steward_pool_load).
  *  - Data a plugin writes (decisions, budgets) is pre-filled by the host with the safe default.
  *  - The host API (steward_host_api) keeps version 1 and only appends functions (gate them on its size):
  *    v1 plugins compare its version for equality.
@@ -206,6 +207,17 @@ typedef struct steward_pool_extra {
                                        tenant (prefix cache or the session's KV); -1: unknown */
 } steward_pool_extra;
 
+/* Each pool's load on the worker process hosting it (a pool is one worker's copy of a model):
+ * route_v2's ctx->loads[i] goes with pools[i]. Appended within ABI 2 (see steward_route_context). A
+ * figure the host does not know reads -1; the host fills what its workers report. */
+typedef struct steward_pool_load {
+    int32_t n_kv_blocks_used;   /* KV blocks in use on the pool (its worker); -1: unknown */
+    int32_t n_kv_blocks_total;  /* KV blocks the pool has; -1: unknown */
+    int32_t block_size;         /* tokens per KV block; <= 0: unknown */
+    int32_t n_inflight;         /* runs the front has sent there and not yet seen end; -1: unknown */
+    const char* worker;         /* "host:port" of the worker hosting the pool; "" local. Lives for the call */
+} steward_pool_load;
+
 /* What ABI 2 adds per request. Strings are NUL-terminated; everything lives for the call. */
 typedef struct steward_route_context {
     uint32_t size;               /* sizeof(steward_route_context) of the host (STEWARD_HAS_FIELD) */
@@ -217,6 +229,10 @@ typedef struct steward_route_context {
     double slo_tpot_ms;
     double deadline_ms;          /* time left before the request times out; 0: no deadline */
     const steward_pool_extra* pools; /* [n_pools], parallel to route_v2's pools[] */
+
+    /* ---- appended within ABI 2 (load across worker processes): read with STEWARD_HAS_FIELD(ctx,
+     * steward_route_context, loads); a host of the first ABI 2 release passes a struct that ends above. */
+    const steward_pool_load* loads; /* [n_pools], parallel to route_v2's pools[]; NULL: unknown */
 } steward_route_context;
 
 /* How a request ended, for on_outcome. */
@@ -269,14 +285,15 @@ typedef struct steward_routing_table {
     /* ---- version 2 (absent from a version 1 table: its size ends before them) */
 
     /* route with what ABI 2 adds: the session, the pool holding its KV, cached prompt tokens per pool
-     * (ctx->pools[i] goes with pools[i]), priority, SLO and deadline. Same contract as route. */
+     * (ctx->pools[i] goes with pools[i]), each pool's load (ctx->loads[i], when the host's struct has
+     * the field and it is not NULL), priority, SLO and deadline. Same contract as route. */
     int (*route_v2)(steward_policy* self, const steward_route_request* req, const steward_route_context* ctx,
                     const steward_pool_view* pools, uint32_t n_pools, steward_route_decision* out);
     /* Called once per finished request that this instance routed (also a failed or cancelled one),
      * after the caller has its answer, so a router can learn. req and ctx are what route_v2 was given
-     * (ctx->pools is NULL here: the per-pool figures were those of routing time). The return code is
-     * only logged. Optional. Called on the request's thread: keep it short, and remember the host
-     * serialises it with route_v2 on the same instance. */
+     * (ctx->pools and ctx->loads are NULL here: the per-pool figures were those of routing time). The
+     * return code is only logged. Optional. Called on the request's thread: keep it short, and remember
+     * the host serialises it with route_v2 on the same instance. */
     int (*on_outcome)(steward_policy* self, const steward_route_request* req, const steward_route_context* ctx,
                       const steward_route_outcome* outcome);
 } steward_routing_table;
