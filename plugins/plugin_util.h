@@ -109,6 +109,68 @@ static inline int sp_param_string_dup(const steward_host_api* host, const stewar
     return STEWARD_PLUGIN_OK;
 }
 
+/* Reads a pool-list parameter: pool names separated by commas (spaces around a name ignored),
+ * resolved with host->pool_index, so a misnamed pool is refused at load time with a message naming
+ * it. Absent or "": *out = NULL, *n_out = 0 (every pool). Else *out is a malloc'ed array of *n_out
+ * pool indices, ascending, without duplicates (the caller frees it). */
+static inline int sp_param_pool_list(const steward_host_api* host, const steward_params* params, const char* key,
+                                     int32_t** out, uint32_t* n_out, char* err, size_t err_len) {
+    const char* s = NULL;
+    *out = NULL;
+    *n_out = 0;
+    int rc = host->param_string(params, key, &s);
+    if (rc == STEWARD_PLUGIN_ERR_NOT_FOUND) return STEWARD_PLUGIN_OK;
+    if (rc != STEWARD_PLUGIN_OK || s == NULL)
+        return sp_fail(err, err_len, "parameter '%s' must be a string of pool names separated by commas", key);
+    size_t len = strlen(s), n_max = 1;
+    while (len > 0 && s[len - 1] == ' ') len--;
+    if (len == 0) return STEWARD_PLUGIN_OK;
+    if (host->pool_index == NULL)
+        return sp_fail(err, err_len, "parameter '%s' needs a host that can look pool names up (pool_index)", key);
+    for (size_t i = 0; i < len; i++) n_max += s[i] == ',';
+    int32_t* idx = (int32_t*)malloc(n_max * sizeof *idx);
+    char* name = (char*)malloc(len + 1);
+    if (idx == NULL || name == NULL) {
+        free(idx);
+        free(name);
+        return STEWARD_PLUGIN_ERR_NOMEM;
+    }
+    uint32_t n = 0;
+    for (size_t at = 0; at <= len && rc == STEWARD_PLUGIN_OK;) {
+        size_t end = at;
+        while (end < len && s[end] != ',') end++;
+        size_t b = at, e = end;
+        while (b < e && s[b] == ' ') b++;
+        while (e > b && s[e - 1] == ' ') e--;
+        memcpy(name, s + b, e - b);
+        name[e - b] = 0;
+        int32_t k = -1;
+        if (e == b)
+            rc = sp_fail(err, err_len, "parameter '%s' has an empty pool name in \"%s\"", key, s);
+        else if (host->pool_index(params, name, &k) != STEWARD_PLUGIN_OK || k < 0)
+            rc = sp_fail(err, err_len, "parameter '%s' names pool \"%s\", which the config does not define", key,
+                         name);
+        else { /* insert in order, once */
+            uint32_t j = 0;
+            while (j < n && idx[j] < k) j++;
+            if (j == n || idx[j] != k) {
+                memmove(idx + j + 1, idx + j, (n - j) * sizeof *idx);
+                idx[j] = k;
+                n++;
+            }
+        }
+        at = end + 1;
+    }
+    free(name);
+    if (rc != STEWARD_PLUGIN_OK) {
+        free(idx);
+        return rc;
+    }
+    *out = idx;
+    *n_out = n;
+    return STEWARD_PLUGIN_OK;
+}
+
 /* A uniform number in [0, 1) from a request id (splitmix64 finaliser, top 53 bits): the same id
  * always gives the same number, consecutive ids look independent. */
 static inline double sp_unit_hash(uint64_t x) {
