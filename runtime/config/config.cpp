@@ -253,6 +253,20 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             !r.finish())
             return fail(r.err);
     }
+    if (const toml::table* t = top.sub("cluster")) {
+        TableReader r(*t, src, "[cluster]");
+        ClusterConfig& cl = c.cluster;
+        const std::string want = "in [1, 3600000] ms";
+        if (!r.get_in("connect_timeout_ms", cl.connect_timeout_ms, 1, 3.6e6, want) ||
+            !r.get_in("heartbeat_ms", cl.heartbeat_ms, 1, 3.6e6, want) ||
+            !r.get_in("heartbeat_timeout_ms", cl.heartbeat_timeout_ms, 1, 3.6e6, want) ||
+            !r.get_in("reconnect_ms", cl.reconnect_ms, 1, 3.6e6, want) || !r.finish())
+            return fail(r.err);
+        if (cl.heartbeat_timeout_ms <= cl.heartbeat_ms)
+            return fail(where(src, t->source()) + ": [cluster] heartbeat_timeout_ms (" + std::to_string((long long)cl.heartbeat_timeout_ms) +
+                        ") must be longer than heartbeat_ms (" + std::to_string((long long)cl.heartbeat_ms) +
+                        "), or every worker would be declared lost between two heartbeats");
+    }
     if (!top.finish()) return fail(top.err);
 
     if (const toml::array* a = array_of_tables(root, "pool", err, src)) {
@@ -272,7 +286,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
                       r.get_in("max_queue", p.max_queue, 0, (double)k_max_queue, "in [0, 1048576] requests") &&
                       r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
-                      r.get("draft", p.draft) &&
+                      r.get("draft", p.draft) && r.get("remote", p.remote) && r.get("remote_pool", p.remote_pool) &&
                       r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_output", p.price_output, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_cached", p.price_cached, 0, price_max, "a price >= 0 per million tokens") &&
@@ -316,8 +330,31 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             }
             if (!r.finish()) return fail(r.err);
             if (p.name.empty()) return fail(where(src, t.source()) + ": [[pool]] needs a name");
-            if (p.model.empty()) return fail(where(src, t.source()) + ": pool '" + p.name + "' needs model = \"path.gguf\"");
-            if (std::filesystem::path(p.model).is_relative() && !base.empty()) p.model = (base / p.model).string();
+            if (!p.remote.empty()) {
+                // The worker's config has the model and the engine fields; here only the routing side.
+                const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
+                for (const char* k : {"model", "synth", "draft", "backend", "threads", "kv_blocks", "kv_gib", "block_size",
+                                      "kv_dtype", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache"})
+                    if (r.has(k))
+                        return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
+                const size_t colon = p.remote.rfind(':');
+                int port = -1;
+                if (colon != std::string::npos && colon > 0) try {
+                        size_t used = 0;
+                        port = std::stoi(p.remote.substr(colon + 1), &used);
+                        if (used != p.remote.size() - colon - 1) port = -1;
+                    } catch (const std::exception&) {
+                        port = -1;
+                    }
+                if (port < 1 || port > 65535)
+                    return fail(at + "remote must be \"host:port\" with a port in [1, 65535], as the worker's --listen");
+                if (p.remote_pool.empty()) p.remote_pool = p.name;
+            } else {
+                if (!p.remote_pool.empty())
+                    return fail(where(src, t.source()) + ": pool '" + p.name + "' sets remote_pool without remote = \"host:port\"");
+                if (p.model.empty()) return fail(where(src, t.source()) + ": pool '" + p.name + "' needs model = \"path.gguf\" (or remote = \"host:port\" for a worker's pool)");
+            }
+            if (!p.model.empty() && std::filesystem::path(p.model).is_relative() && !base.empty()) p.model = (base / p.model).string();
             if (!p.chat_template_file.empty()) {
                 if (std::filesystem::path(p.chat_template_file).is_relative() && !base.empty())
                     p.chat_template_file = (base / p.chat_template_file).string();
@@ -347,6 +384,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         const toml::node& dn = *(*root.get("pool")->as_array())[i].as_table()->get("draft");
         const std::string at = where(src, dn.source()) + ": pool '" + p.name + "' draft = \"" + p.draft + "\" ";
         if (p.draft == p.name) return fail(at + "names the pool itself; name the pool whose (smaller) model drafts for it");
+        if (const PoolConfig* d = c.find_pool(p.draft); d && !d->remote.empty())
+            return fail(at + "names a remote pool; a draft model runs in the target's process: give the worker's config the draft");
         if (!c.find_pool(p.draft))
             return fail(at + "names no pool; define it with [[pool]] name = \"" + p.draft + "\" (e.g. a [pool.synth] "
                              "draft_from = \"" + p.name + "\" cut of this pool's model)");
@@ -420,8 +459,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             TableReader r(t, src, "[[bucket]]");
             if (!r.get("name", b.name) || !r.get("pool", b.pool) || !r.get_in("priority", b.priority, -1e6, 1e6, "in [-1e6, 1e6]") ||
                 !r.get_in("slo_ttft_ms", b.slo_ttft_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)") ||
-                !r.get_in("slo_tpot_ms", b.slo_tpot_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)"))
+                !r.get_in("slo_tpot_ms", b.slo_tpot_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)") ||
+                !r.get("on_worker_loss", b.on_worker_loss))
                 return fail(r.err);
+            if (b.on_worker_loss != "retry" && b.on_worker_loss != "fail")
+                return fail(where(src, t.source()) + ": bucket '" + b.name + "' on_worker_loss must be \"retry\" or \"fail\", got \"" +
+                            b.on_worker_loss + "\"");
             if (const toml::table* mt = r.sub("match")) {
                 TableReader m(*mt, src, "[bucket.match]");
                 BucketMatch& bm = b.match;

@@ -46,7 +46,12 @@ double synth_bytes(const SynthConfig& s) {
 Expected<std::string> check_config_file(const std::string& path) {
     auto c = load_config(path);
     if (!c) return c.error();
+    int n_remote = 0;
     for (const PoolConfig& p : c->pools) {
+        if (!p.remote.empty()) {  // the worker's config holds its model; the front connects at start
+            n_remote++;
+            continue;
+        }
         if (std::filesystem::exists(p.model)) {
             auto pool = load_pool(p, *c);  // the model, its KV size and memory, as `run` loads them
             if (!pool) return pool.error();
@@ -88,6 +93,9 @@ Expected<std::string> check_config_file(const std::string& path) {
     std::ostringstream o;
     o << path << ": ok (" << c->pools.size() << " pools, " << c->buckets.size() << " buckets, " << c->tenants.size()
       << " tenants, " << n_plugins << " plugin instances)";
+    if (n_remote > 0)
+        o << "; " << n_remote << " remote pool" << (n_remote > 1 ? "s" : "")
+          << " not contacted (a front connects to its workers when it starts: check their configs where they run)";
     return o.str();
 }
 

@@ -58,6 +58,12 @@ struct PoolConfig {
     // The pool whose model is this pool's draft model for speculative decoding ("": none). Loaded
     // with this pool (same vocabulary required); its KV comes out of this pool's KV budget.
     std::string draft;
+    // A pool hosted by a worker process (`steward worker --listen HOST:PORT`): "host:port" to connect
+    // to; the model, KV and engine fields are the worker's (its own config), this entry gives the
+    // name, prices and quality the front routes with. remote_pool: the pool's name in the worker's
+    // config ("": this pool's name).
+    std::string remote;
+    std::string remote_pool;
 };
 
 // One parameter of a policy plugin: the TOML scalar as written.
@@ -101,6 +107,10 @@ struct BucketConfig {
     std::string speculation_tree = "chain";  // "chain", "fixed" (branch per depth) or "dynamic" (EAGLE-2)
     int speculation_tree_branch = 2;     // fixed / dynamic: children per expanded node, [1, 8]
     int speculation_tree_depth = 4;      // fixed / dynamic: deepest draft token, [1, 16]
+    // A run lost with its worker (the process died or stopped answering heartbeats): "retry" it on
+    // another pool of the same vocabulary from its prompt and the tokens already streamed, or "fail"
+    // the request with an error naming the worker.
+    std::string on_worker_loss = "retry";
 };
 
 // One [[tenant]]: tenants never share KV blocks except inside public prefixes.
@@ -144,6 +154,14 @@ struct ReloadConfig {
     int debounce_ms = 100;  // wait this long after a change for the writer to finish
 };
 
+// [cluster]: how a front watches the workers of its remote pools.
+struct ClusterConfig {
+    double connect_timeout_ms = 5000;    // connecting to a worker and its hello
+    double heartbeat_ms = 250;           // a heartbeat (load and KV figures) per remote pool
+    double heartbeat_timeout_ms = 2000;  // no answer for this long: the worker is lost
+    double reconnect_ms = 500;           // a lost worker is tried again this often; it rejoins when it answers
+};
+
 // [server]: `steward serve`'s HTTP server (README "HTTP server").
 struct ServerConfig {
     std::string host = "127.0.0.1";
@@ -170,6 +188,7 @@ struct Config {
     ServerConfig server;
     PluginsConfig plugins;
     ReloadConfig reload;
+    ClusterConfig cluster;
 
     // The entry of that name; nullptr when there is none. The pointer lives as long as the Config.
     const PoolConfig* find_pool(const std::string& name) const;

@@ -179,3 +179,68 @@ TEST_CASE("a tenant's api keys and the [server] table are read", "[config]") {
     CHECK(c->server.max_stream_buffer_bytes == 8192);
     CHECK(c->server.trace_requests == 7);
 }
+
+TEST_CASE("remote pools and [cluster]: read with defaults, engine keys refused, each error naming the fix", "[config]") {
+    auto c = parse_config(R"(
+[cluster]
+heartbeat_ms = 50
+heartbeat_timeout_ms = 400
+
+[[pool]]
+name = "w1"
+remote = "10.0.0.5:7600"
+price_prompt = 1.5
+
+[[pool]]
+name = "w2"
+remote = "[::1]:7601"
+remote_pool = "big"
+
+[[bucket]]
+name = "agent"
+pool = "w1"
+on_worker_loss = "fail"
+[bucket.match]
+tools = true
+
+[[bucket]]
+name = "rest"
+pool = "w2"
+)",
+                          "front.toml");
+    REQUIRE(c.ok());
+    CHECK(c->pools[0].remote == "10.0.0.5:7600");
+    CHECK(c->pools[0].remote_pool == "w1");  // defaults to the pool's own name
+    CHECK(c->pools[0].model.empty());
+    CHECK(c->pools[1].remote_pool == "big");
+    CHECK(c->cluster.heartbeat_ms == 50);
+    CHECK(c->cluster.heartbeat_timeout_ms == 400);
+    CHECK(c->cluster.reconnect_ms == 500);
+    CHECK(c->buckets[0].on_worker_loss == "fail");
+    CHECK(c->buckets[1].on_worker_loss == "retry");  // the default
+
+    struct Bad {
+        const char* text;
+        const char* expect;
+    } bad[] = {
+        {"[[pool]]\nname = \"w\"\nremote = \"h:1\"\nmodel = \"m.gguf\"\n", "belongs in the worker's own config"},
+        {"[[pool]]\nname = \"w\"\nremote = \"h:1\"\nkv_blocks = 8\n", "'kv_blocks' belongs in the worker"},
+        {"[[pool]]\nname = \"w\"\nremote = \"nohost\"\n", "remote must be \"host:port\""},
+        {"[[pool]]\nname = \"w\"\nremote = \"h:70000\"\n", "port in [1, 65535]"},
+        {"[[pool]]\nname = \"w\"\nremote = \"h:12x\"\n", "remote must be"},
+        {"[[pool]]\nname = \"w\"\nmodel = \"m.gguf\"\nremote_pool = \"x\"\n", "remote_pool without remote"},
+        {"[[pool]]\nname = \"w\"\nmodel = \"m.gguf\"\n[[bucket]]\nname = \"b\"\non_worker_loss = \"maybe\"\n",
+         "on_worker_loss must be \"retry\" or \"fail\""},
+        {"[cluster]\nheartbeat_ms = 500\nheartbeat_timeout_ms = 500\n[[pool]]\nname = \"w\"\nmodel = \"m.gguf\"\n",
+         "must be longer than heartbeat_ms"},
+        {"[cluster]\nheartbeats = 1\n[[pool]]\nname = \"w\"\nmodel = \"m.gguf\"\n", "unknown key 'heartbeats'"},
+        {"[[pool]]\nname = \"t\"\nmodel = \"m.gguf\"\ndraft = \"w\"\n[[pool]]\nname = \"w\"\nremote = \"h:1\"\n",
+         "names a remote pool"},
+    };
+    for (const Bad& b : bad) {
+        auto r = parse_config(b.text, "front.toml");
+        INFO(b.text);
+        REQUIRE_FALSE(r.ok());
+        CHECK_THAT(r.error().message, Catch::Contains(b.expect) && Catch::Contains("front.toml"));
+    }
+}
