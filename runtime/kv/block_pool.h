@@ -142,6 +142,13 @@ public:
     int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
     int32_t n_used() const { return n_used_; }              // ref count > 0
     int32_t n_cached() const { return static_cast<int32_t>(hash_to_block_.size()); }  // holding a hash
+    // Every hash a block holds now (what a new subscriber to the events starts from), any order.
+    std::vector<BlockHash> cached_hashes() const {
+        std::vector<BlockHash> v;
+        v.reserve(hash_to_block_.size());
+        for (const auto& [h, b] : hash_to_block_) v.push_back(h);
+        return v;
+    }
     int32_t n_evictable() const { return n_evictable_; }                              // ref count 0 and holding a hash
     int32_t ref_count(int32_t block) const;
     bool is_cached(int32_t block) const;  // holds a hash (referenced or evictable)

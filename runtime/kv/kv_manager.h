@@ -91,6 +91,7 @@ public:
     // See BlockPool::set_record_events / take_events: the pool's block stored / removed events.
     void set_record_kv_events(bool on) { pool_.set_record_events(on); }
     std::vector<KvEvent> take_kv_events() { return pool_.take_events(); }
+    std::vector<BlockHash> cached_hashes() const { return pool_.cached_hashes(); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
     // salt: the tenant's prefix-cache salt (from the config); 0 derives one from the tenant id.

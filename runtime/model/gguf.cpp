@@ -206,6 +206,18 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> by
     return f;
 }
 
+Expected<std::unique_ptr<GgufFile>> GgufFile::header_from_bytes(std::vector<uint8_t> bytes, const std::string& name) {
+    std::unique_ptr<GgufFile> f(new GgufFile());
+    f->path_ = name;
+    f->header_only_ = true;
+    f->owned_ = std::move(bytes);
+    f->base_ = f->owned_.data();
+    f->size_ = f->owned_.size();
+    auto r = f->parse_impl();
+    if (!r) return r.error();
+    return f;
+}
+
 GgufFile::~GgufFile() {
     guard_.reset();  // no fault may be turned into zero pages of a range about to be unmapped
     if (map_) munmap(map_, map_size_);
@@ -332,6 +344,8 @@ Expected<bool> GgufFile::parse_impl() {
     }
 
     const uint64_t data_start = (c.pos + alignment_ - 1) / alignment_ * alignment_;
+    header_size_ = (size_t)std::min<uint64_t>(data_start, size_);
+    if (header_only_) return true;  // tensor infos checked; no data to point at
     if (n_tensors > 0 && data_start > size_) return bad("file is truncated before the tensor data section");
     const uint64_t data_size = size_ > data_start ? size_ - data_start : 0;
     for (auto& ti : tensors_) {

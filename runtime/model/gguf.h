@@ -61,6 +61,11 @@ public:
     // Parses bytes it takes ownership of (synthetic models built in memory).
     static Expected<std::unique_ptr<GgufFile>> from_bytes(std::vector<uint8_t> bytes,
                                                           const std::string& name = "<memory>");
+    // Parses the header part of a GGUF (metadata and tensor infos, the first header_size() bytes of
+    // a file): a model's description without its weights, as a worker sends it to the front. Tensor
+    // shapes and types are checked; their data pointers are null.
+    static Expected<std::unique_ptr<GgufFile>> header_from_bytes(std::vector<uint8_t> bytes,
+                                                                 const std::string& name = "<header>");
     ~GgufFile();
     GgufFile(const GgufFile&) = delete;
     GgufFile& operator=(const GgufFile&) = delete;
@@ -91,6 +96,10 @@ public:
     const uint8_t* bytes() const { return base_; }
     size_t mapped_size() const { return map_size_; }
     const MappedFileGuard* guard() const { return guard_.get(); }
+    // Bytes before the tensor data section (metadata, tensor infos, padding).
+    size_t header_size() const { return header_size_; }
+    // Parsed by header_from_bytes: no tensor data.
+    bool header_only() const { return header_only_; }
 
 private:
     GgufFile() = default;
@@ -108,6 +117,8 @@ private:
     std::unique_ptr<MappedFileGuard> guard_;  // unregistered before the unmap (see the destructor)
     uint32_t version_ = 0;
     uint32_t alignment_ = 32;
+    size_t header_size_ = 0;
+    bool header_only_ = false;
     std::map<std::string, GgufValue, std::less<>> kv_;
     std::vector<GgufTensorInfo> tensors_;
     std::map<std::string, size_t, std::less<>> tensor_index_;

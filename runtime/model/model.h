@@ -74,6 +74,9 @@ public:
     const ModelWeights& weights() const { return weights_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     const GgufFile& file() const { return *file_; }
+    // False for a model built from a header (GgufFile::header_from_bytes): a remote pool's
+    // description on the front, with params and tokenizer but no weights to run.
+    bool has_weights() const { return !file_->header_only(); }
     // Bytes of weights read per decoded token (every matrix once, one embedding row).
     int64_t weight_bytes_per_token() const;
     int64_t n_params() const;

@@ -24,7 +24,11 @@ struct PoolLiveStats {
     double tpot_ms = -1;               // moving average; < 0: none yet (a prior is used)
     double error_rate = 0;   // moving average of requests that failed or were refused
     int n_waiting = 0, n_running = 0;
-    bool available = true;   // false while draining
+    int n_kv_blocks_used = -1, n_kv_blocks_total = -1;  // the pool's KV (a remote pool's from heartbeats); -1 unknown
+    double kv_fragmentation = 0, n_kv_branches = 0;     // with them
+    int n_inflight = 0;      // runs requests have sent to the pool and not seen end (the front's own count)
+    int n_blocks_inflight = 0;  // their prompts' KV blocks (what a run holds once prefilled; Dynamo's active blocks)
+    bool available = true;   // false while draining, or while a remote pool's worker is lost
 };
 
 // quality_measured: agreement with the strongest pool on this bucket's shadowed requests (NaN: none,

@@ -97,6 +97,9 @@ Expected<bool> ensure_models(const Config& c) {
 
 std::string pool_key(const PoolConfig& p, const Config& c) {
     std::ostringstream o;
+    // A remote pool is its worker's: the front only connects (a down worker's pool is replaced by
+    // the runtime when it rejoins, whatever the key).
+    if (!p.remote.empty()) return "remote|" + p.name + "|" + p.remote + "|" + p.remote_pool;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
       << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft;
@@ -211,6 +214,46 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     pr.max_queue = pc.max_queue;
     pr.price_prompt = pc.price_prompt;
     pr.price_output = pc.price_output;
+    return p;
+}
+
+uint64_t vocabulary_fingerprint(const Tokenizer& tok) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)tok.n_vocab();  // FNV-1a over the texts, 0xff between
+    for (int32_t i = 0; i < tok.n_vocab(); i++) {
+        for (unsigned char ch : tok.token_text(i)) h = (h ^ ch) * 1099511628211ull;
+        h = (h ^ 0xffu) * 1099511628211ull;
+    }
+    return h;
+}
+
+Expected<Pool> remote_pool(const PoolConfig& front, const Config& config, RemoteDescription d) {
+    const std::string at = "pool '" + front.name + "' (worker " + front.remote + ", its pool '" + d.pool + "')";
+    if (d.block_size <= 0 || d.block_size > 256 || d.n_blocks <= 0 || d.max_queue < 0)
+        return make_error(at, ": the worker described block_size ", std::to_string(d.block_size), ", ", std::to_string(d.n_blocks),
+                          " KV blocks and max_queue ", std::to_string(d.max_queue), "; a worker of another Steward version?");
+    auto file = GgufFile::header_from_bytes(std::move(d.model_header), front.remote + ":" + d.model_path);
+    if (!file) return make_error(at, ": its model header: ", file.error().message);
+    auto m = Model::from_gguf(std::move(*file));
+    if (!m) return make_error(at, ": its model header: ", m.error().message);
+    Pool p;
+    p.cfg = front;
+    p.cfg.model = d.model_path;
+    p.cfg.block_size = d.block_size;
+    p.cfg.max_queue = d.max_queue;
+    p.cfg.prefix_cache = d.prefix_cache;
+    p.key = pool_key(front, config);
+    p.model = std::shared_ptr<Model>(std::move(m.value()));
+    p.n_blocks = d.n_blocks;
+    p.vocab_id = vocabulary_fingerprint(p.model->tokenizer());
+    const ModelParams& mp = p.model->params();
+    PoolProfile& pr = p.profile;
+    pr.name = front.name;
+    pr.n_layers = mp.n_layer;
+    pr.model_bytes = (double)p.model->weight_bytes_per_token();
+    pr.n_params = (double)p.model->n_params();
+    pr.max_queue = d.max_queue;
+    pr.price_prompt = front.price_prompt;
+    pr.price_output = front.price_output;
     return p;
 }
 

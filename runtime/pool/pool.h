@@ -2,6 +2,7 @@
 // load its model and size its KV, map its config to engine options, and plan a config generation
 // (which pools of the previous one are kept, which are loaded; quality priors).
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@ namespace steward {
 struct PoolLive {
     std::mutex mu;
     PoolLiveStats stats;
+    std::atomic<bool> lost{false};  // a remote pool whose worker is lost (its monitor sets it; never reset)
 };
 
 // One loaded pool: its config, model, KV size and what routing sees of it. Whoever runs the pool
@@ -32,7 +34,27 @@ struct Pool {
     int n_blocks = 0;
     PoolProfile profile;
     std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
+    uint64_t vocab_id = 0;  // vocabulary_fingerprint of the model: runs move only between equal ones
 };
+
+// What a worker tells the front about one of its pools (the wire form is actors/messages.hpp's
+// RemotePoolInfo): enough to tokenize, hash prefixes, admit and route like a local pool.
+struct RemoteDescription {
+    std::string pool;                  // its name in the worker's config
+    int32_t block_size = 16, n_blocks = 0, max_queue = 0;
+    bool prefix_cache = true;
+    std::vector<uint8_t> model_header; // the GGUF's first header_size() bytes: metadata and tensor infos
+    std::string model_path;            // on the worker, for the operator
+    std::vector<std::vector<int32_t>> public_prefixes;  // the worker's, in its vocabulary
+};
+
+// A hash of the tokenizer's vocabulary (size and every token's text): two pools with the same one
+// read each other's token ids.
+uint64_t vocabulary_fingerprint(const Tokenizer& tok);
+
+// A remote pool on the front: `front`'s name, prices and quality, the worker's engine fields, and a
+// model built from the header (params and tokenizer, no weights). key = pool_key(front, config).
+Expected<Pool> remote_pool(const PoolConfig& front, const Config& config, RemoteDescription d);
 
 // Writes every pool's synthetic model whose file is missing ([pool.synth]); drafts
 // (synth.draft_from) after the targets they are cut from. Each file is written to a temp file and

@@ -216,6 +216,8 @@ public:
     std::vector<EvictionCount> take_evictions();
     // Block stored / removed events since the last call, in order (empty unless options().kv_events).
     std::vector<KvEvent> take_kv_events() { return mgr_.take_kv_events(); }
+    // The block hashes findable in the prefix cache now: a new subscriber's starting state.
+    std::vector<BlockHash> cached_block_hashes() const { return mgr_.cached_hashes(); }
 
 private:
     struct Seq {
