@@ -84,6 +84,22 @@ RequestActions RequestFsm::on_run_end(RunRole role, const RunEnd& end, double no
     return out;
 }
 
+RequestActions RequestFsm::on_run_lost(RunRole role, const RunEnd& end, int32_t retry_pool, double now) {
+    RequestActions out;
+    Run& r = run(role);
+    if (done_ || !r.active) return out;
+    const int32_t left = setup_.max_tokens - (int32_t)r.tokens.size();
+    if (retry_pool < 0 || retry_pool >= (int32_t)setup_.pools.size() || role == RunRole::SHADOW || role != answer_ ||
+        answered_ || cancel_requested_ || left <= 0) {
+        end_run(role, end, now, out);
+    } else {
+        const Run lost = r;
+        submit(role, retry_pool, now, out, &lost);
+    }
+    drain_deferred(now, out);
+    return out;
+}
+
 RequestActions RequestFsm::on_cancel() {
     RequestActions out;
     if (done_) return out;
@@ -117,10 +133,15 @@ RequestActions RequestFsm::on_deadline(double now) {
     return out;
 }
 
-void RequestFsm::end_run(RunRole role, const RunEnd& end, double now, RequestActions& out) {
+void RequestFsm::end_run(RunRole role, const RunEnd& run_end, double now, RequestActions& out) {
     Run& r = run(role);
     r.active = false;
     r.ended = true;
+    RunEnd end = run_end;
+    if (r.n_carried > 0 && end.n_prompt > 0) {  // a retry's prompt held the tokens carried over: not prompt
+        end.n_prompt = std::max(0, end.n_prompt - r.n_carried);
+        end.n_cached = std::min(end.n_cached, end.n_prompt);
+    }
     r.end = end;
     if (role == RunRole::SHADOW) {
         out.push_back(pool_sample(r, false));
@@ -139,23 +160,37 @@ void RequestFsm::end_run(RunRole role, const RunEnd& end, double now, RequestAct
     maybe_done(out);
 }
 
-void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& out) {
+void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& out, const Run* continue_from) {
     Run& r = run(role);
     r = Run{};
     r.pool = pool;
     r.active = true;
     r.t_submit = now;
+    if (continue_from) {  // what the caller has (or is held back) stays; the new run goes on from it
+        r.tokens = continue_from->tokens;
+        r.logprobs = continue_from->logprobs;
+        r.top_logprobs = continue_from->top_logprobs;
+        r.t_first = continue_from->t_first;
+        r.t_last = continue_from->t_last;
+        r.t_submit = continue_from->t_submit;
+        r.n_carried = (int32_t)r.tokens.size();
+    }
     SubmitRun s;
     s.role = role;
     s.pool = pool;
     s.generation = route_.generation;
     s.bucket_index = route_.bucket_index;
+    s.bucket = route_.bucket;
     EngineRequest& e = s.run;
     e.id = run_engine_id(setup_.id, role);
     e.tenant = setup_.tenant_id;
     e.salt = setup_.salt;
     e.prompt = vocab_.prompt_ids(pool);
     e.max_tokens = setup_.max_tokens;
+    if (r.n_carried > 0 && !e.prompt.empty()) {
+        e.prompt.insert(e.prompt.end(), r.tokens.begin(), r.tokens.end());
+        e.max_tokens -= r.n_carried;
+    }
     e.sampling = setup_.sampling;
     e.stop_at_eos = !setup_.ignore_eos;
     e.priority = route_.priority;

@@ -114,6 +114,7 @@ struct SubmitRun {  // hand `run` to pool `pool`'s engine
     EngineRequest run;        // id = run_engine_id(request, role)
     uint64_t generation = 0;  // the engine finds the bucket's eviction policy in this generation
     int32_t bucket_index = 0;
+    std::string bucket;       // its name (a worker's engine finds the bucket's policies by it)
 };
 struct CancelRun {
     RunRole role = RunRole::PRIMARY;
@@ -158,6 +159,11 @@ public:
     RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
                              double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs = {});
     RequestActions on_run_end(RunRole role, const RunEnd& end, double now);
+    // Run `role`'s pool was lost with its worker (`end` says how: ERROR and why). With retry_pool >= 0
+    // (a pool of the same vocabulary) the answer run continues there from the prompt and the tokens
+    // it already produced, which the caller keeps (no token is sent twice); max_tokens counts them.
+    // Otherwise (or for a shadow, or once answered) the run ends with `end`.
+    RequestActions on_run_lost(RunRole role, const RunEnd& end, int32_t retry_pool, double now);
     RequestActions on_cancel();
     // The request's deadline timer fired (the actor's timer, not a step): unless it is answered, it
     // finishes TIMEOUT to the caller now and cancels its runs, whatever the router, a plugin or an
@@ -177,10 +183,12 @@ private:
         std::vector<float> logprobs;
         std::vector<std::vector<TokenLogprob>> top_logprobs;
         RunEnd end;
+        int32_t n_carried = 0;  // tokens produced before a retry, carried into its prompt
     };
 
     Run& run(RunRole r) { return runs_[(int)r]; }
-    void submit(RunRole role, int32_t pool, double now, RequestActions& out);
+    // continue_from: a lost run whose tokens the new run goes on from (on_run_lost).
+    void submit(RunRole role, int32_t pool, double now, RequestActions& out, const Run* continue_from = nullptr);
     void stream(double now, RequestActions& out);
     // The routing policy's cascade check (the one place the core calls it); true: upgraded.
     bool check_cascade(bool primary_ended, double now, RequestActions& out);

@@ -458,3 +458,63 @@ TEST_CASE("the record carries the answering run's speculation figures per draft 
     CHECK(f.record.draft_s == Approx(0.01));
     CHECK(f.record.verify_s == Approx(0.04));
 }
+
+TEST_CASE("a run lost with its worker goes on on the retry pool from its prompt and the tokens streamed", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm core(setup(), vocab, routing);
+    RouteChoice r;
+    r.bucket = "qa";
+    r.pool = 0;
+    RequestActions a = core.on_route(r, 100.0);
+    REQUIRE(all_of<SubmitRun>(a).size() == 1);
+    RequestActions streamed;
+    append(streamed, core.on_tokens(RunRole::PRIMARY, {40, 41, 42}, {-1, -1, -1}, 100.2));
+    RunEnd lost;
+    lost.reason = FinishReason::ERROR;
+    lost.error = "the worker h:1 of pool 'cheap' was lost";
+    RequestActions b = core.on_run_lost(RunRole::PRIMARY, lost, 1, 100.3);
+    const auto subs = all_of<SubmitRun>(b);
+    REQUIRE(subs.size() == 1);
+    CHECK(subs[0].pool == 1);
+    CHECK(subs[0].run.prompt == std::vector<int32_t>{1, 2, 3, 40, 41, 42});  // prompt, then what was produced
+    CHECK(subs[0].run.max_tokens == 16 - 3);
+    CHECK(subs[0].run.id == run_engine_id(7, RunRole::PRIMARY));
+    CHECK(all_of<FinishRequest>(b).empty());
+    // The new run's tokens follow on; nothing is streamed twice.
+    append(streamed, core.on_tokens(RunRole::PRIMARY, {43, 44}, {-1, -1}, 100.4));
+    RequestActions c = core.on_run_end(RunRole::PRIMARY, end_with(FinishReason::LENGTH, 6 + 0, 0, 100.5), 100.5);
+    append(streamed, RequestActions(c));
+    CHECK(streamed_ids(streamed) == std::vector<int32_t>{40, 41, 42, 43, 44});
+    const auto fin = all_of<FinishRequest>(c);
+    REQUIRE(fin.size() == 1);
+    CHECK(fin[0].result.finish == FinishReason::LENGTH);
+    CHECK(fin[0].result.tokens == std::vector<int32_t>{40, 41, 42, 43, 44});
+    CHECK(fin[0].result.metrics.prompt_tokens == 3);  // the carried tokens are output, not prompt
+    CHECK(fin[0].result.pool == "strong");
+}
+
+TEST_CASE("a lost run without a retry pool, or a lost shadow, ends with the loss's error, once", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm core(setup(), vocab, routing);
+    RouteChoice r;
+    r.bucket = "qa";
+    r.pool = 0;
+    r.shadow_pool = 1;
+    core.on_route(r, 100.0);
+    RunEnd lost;
+    lost.reason = FinishReason::ERROR;
+    lost.error = "the worker h:2 of pool 'strong' was lost";
+    RequestActions s = core.on_run_lost(RunRole::SHADOW, lost, 0, 100.1);  // a shadow is never retried
+    CHECK(all_of<SubmitRun>(s).empty());
+    CHECK(all_of<FinishRequest>(s).empty());
+    lost.error = "the worker h:1 of pool 'cheap' was lost; no other pool";
+    RequestActions p = core.on_run_lost(RunRole::PRIMARY, lost, -1, 100.2);
+    const auto fin = all_of<FinishRequest>(p);
+    REQUIRE(fin.size() == 1);
+    CHECK(fin[0].result.finish == FinishReason::ERROR);
+    CHECK(fin[0].result.error == lost.error);
+    CHECK(all_of<RequestDone>(p).size() == 1);
+    CHECK(core.on_run_lost(RunRole::PRIMARY, lost, 1, 100.3).empty());  // over: nothing more
+}
