@@ -27,8 +27,9 @@ caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine
 caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared);
 // One per runtime, detached (a reload loads models and plugins): answers reload_atom by calling
 // `reload` (parse, validate completely, swap).
+// (rejoin_atom) calls `rejoin`: a lost worker answers again, rebuild the generation around it.
 using ReloadFn = std::function<Expected<uint64_t>()>;
-caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared);
+caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared);
 // One per runtime: the prefix index of every pool (runtime/kv/prefix_index), fed by the executors'
 // KvEventBatch messages and kv_drop_atom (a pool stopped); answers CacheQuery with CachedTokens.
 caf::actor spawn_cache(caf::actor_system& sys);
@@ -45,6 +46,31 @@ caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, Admi
 // until its deadline.
 enum class TimerKind : int32_t { request = 0, admission = 1 };
 caf::actor spawn_timer(caf::actor_system& sys);
+// ---- workers (actors/worker_actor.cpp)
+// A worker process's published actor: answers (hello_atom, wire version) with WorkerInfo (its live
+// pools and their executor and kv_allocator actors, or why it refuses) and heartbeat_atom with
+// WorkerLoad. `version` is k_wire_version (a test may give another).
+caf::actor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shared, std::string name, uint32_t version);
+// Connects to the worker at "host:port" and says hello; errors name the worker and the fix.
+struct WorkerConnection {
+    caf::actor worker;
+    WorkerInfo info;
+};
+Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, double timeout_ms);
+// The front's watch over one remote pool (detached: reconnecting blocks). Heartbeats the worker,
+// writes its load into `live`, and declares the worker lost on a down message of its executor or
+// worker actor or a heartbeat past the timeout: live->lost, then (lost_atom, pool_id, why) to every
+// request that sent (watch_atom, actor). Lost, it tries the worker again every reconnect_ms and, once
+// the worker answers with the pool, sends rejoin_atom to the config actor.
+struct PoolMonitorArgs {
+    caf::actor worker, executor;
+    std::string address, remote_pool, pool;
+    uint64_t pool_id = 0;
+    std::shared_ptr<PoolLive> live;
+    ClusterConfig cluster;
+    std::weak_ptr<SharedState> shared;
+};
+caf::actor spawn_pool_monitor(caf::actor_system& sys, PoolMonitorArgs args);
 // One per request.
 struct RequestContext;
 caf::actor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx);

@@ -9,12 +9,15 @@ namespace {
 
 struct config_state {
     ReloadFn reload;
+    std::function<void()> rejoin;
     std::weak_ptr<SharedState> shared;
     static inline const char* name = "config";
 };
 
-caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::weak_ptr<SharedState> shared) {
+caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::function<void()> rejoin,
+                           std::weak_ptr<SharedState> shared) {
     self->state.reload = std::move(reload);
+    self->state.rejoin = std::move(rejoin);
     self->state.shared = std::move(shared);
     return {
         // -> (ok, live generation, error message)
@@ -26,13 +29,16 @@ caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn rel
                 if (auto s = sh->snapshot()) g = s->generation;
             return caf::make_message(false, g, r.error().message);
         },
+        [=](rejoin_atom) {
+            if (self->state.rejoin) self->state.rejoin();
+        },
     };
 }
 
 }  // namespace
 
-caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::weak_ptr<SharedState> shared) {
-    return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(shared));
+caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared) {
+    return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(rejoin), std::move(shared));
 }
 
 }  // namespace steward

@@ -4,6 +4,7 @@
 // critical path, so they are calls there, not messages (vLLM's scheduler does the same). Above the
 // pool, each step's block stored / removed events go to the cache actor, and admission is the pool's
 // kv_allocator actor's, before a request reaches this actor.
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -24,8 +25,9 @@ struct executor_state {
     std::shared_ptr<SharedState> shared;
     std::string pool;
     std::unordered_map<uint64_t, caf::actor> reply_to;
-    caf::actor cache;      // gets each step's KV events (kv_events_atom subscribes it)
-    uint64_t pool_id = 0;  // this pool in the cache actor's index
+    // Cache actors that get each step's KV events (kv_events_atom subscribes one), with this pool's
+    // id in each one's index: the runtime's own, and the fronts of a worker's pool.
+    std::vector<std::pair<caf::actor, uint64_t>> caches;
     bool step_pending = false;
     double last_kv_sample = 0;
     static inline const char* name = "executor";
@@ -45,6 +47,10 @@ void push_kv_sample(executor_state& st, double t) {
         std::lock_guard<std::mutex> lk(st.live->mu);
         st.live->stats.n_waiting = es.n_waiting;
         st.live->stats.n_running = es.n_running;
+        st.live->stats.n_kv_blocks_used = es.kv.n_blocks_in_use;
+        st.live->stats.n_kv_blocks_total = es.kv.n_blocks_total;
+        st.live->stats.kv_fragmentation = es.kv.fragmentation;
+        st.live->stats.n_kv_branches = (double)es.kv.n_branches;
     }
     KvSample s;
     s.t_s = t;
@@ -111,8 +117,20 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             r.kv_quota_blocks = m.kv_quota_blocks;
             r.stop_at_eos = !m.ignore_eos;
             // The bucket's eviction policy of the generation the request started with (it holds
-            // that snapshot until it finishes, so the lookup cannot miss while it runs).
-            if (auto snap = st.shared->find_generation(m.generation))
+            // that snapshot until it finishes, so the lookup cannot miss while it runs). A front's
+            // request on a worker's pool names a generation of the front: the worker takes the bucket
+            // of that name in its own live config (none there: the default eviction, no speculation).
+            auto snap = st.shared->find_generation(m.generation);
+            auto is_bucket = [&](const Snapshot& sn, int32_t i) {
+                return i >= 0 && i < (int32_t)sn.policies.size() && (m.bucket.empty() || sn.config->buckets[i].name == m.bucket);
+            };
+            if (!m.bucket.empty() && !(snap && is_bucket(*snap, m.bucket_index))) {
+                snap = st.shared->snapshot();
+                m.bucket_index = -1;
+                for (size_t i = 0; snap && i < snap->config->buckets.size(); i++)
+                    if (snap->config->buckets[i].name == m.bucket) m.bucket_index = (int32_t)i;
+            }
+            if (snap)
                 if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size()) {
                     r.bucket = snap->config->buckets[m.bucket_index].name;
                     r.eviction = snap->policies[m.bucket_index].eviction;
@@ -151,10 +169,27 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
         [=](kv_events_atom, caf::actor cache, uint64_t pool_id) {
-            self->state.cache = cache;
-            self->state.pool_id = pool_id;
-            // Sent after this actor's last event batch, so the index forgets the pool for good.
-            self->attach_functor([cache, pool_id](const caf::error&) { caf::anon_send(cache, kv_drop_atom::value, pool_id); });
+            auto& st = self->state;
+            // Events recorded since the last step go to the present subscribers first; the new one
+            // starts from every hash cached now (a front that connects to a running worker).
+            if (auto kv = st.engine->take_kv_events(); !kv.empty())
+                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
+            auto it = std::find_if(st.caches.begin(), st.caches.end(), [&](const auto& e) { return e.first == cache; });
+            if (it != st.caches.end()) {
+                it->second = pool_id;
+            } else {
+                st.caches.emplace_back(cache, pool_id);
+                // Sent after this actor's last event batch, so the index forgets the pool for good.
+                self->attach_functor([cache, pool_id](const caf::error&) { caf::anon_send(cache, kv_drop_atom::value, pool_id); });
+            }
+            KvEventBatch now{pool_id, {}};
+            for (BlockHash h : st.engine->cached_block_hashes()) now.events.push_back(KvEvent{KvEventKind::STORED, h});
+            if (!now.events.empty()) self->send(cache, kv_events_atom::value, std::move(now));
+        },
+        [=](kv_unsub_atom, caf::actor cache) {
+            auto& st = self->state;
+            st.caches.erase(std::remove_if(st.caches.begin(), st.caches.end(), [&](const auto& e) { return e.first == cache; }),
+                            st.caches.end());
         },
         [=](step_atom) {
             auto& st = self->state;
@@ -169,8 +204,8 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 fail_all(self, "the pool's executor caught an unknown exception from the engine step");
             }
             // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
-            if (auto kv = st.engine->take_kv_events(); !kv.empty() && st.cache)
-                self->send(st.cache, kv_events_atom::value, KvEventBatch{st.pool_id, std::move(kv)});
+            if (auto kv = st.engine->take_kv_events(); !kv.empty())
+                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
             for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;

@@ -34,6 +34,14 @@ using req_deadline_atom = caf::atom_constant<caf::atom("reqdeadln")>;  // the re
 using timer_add_atom = caf::atom_constant<caf::atom("timeradd")>;        // timer_actor: a deadline for an owner
 using timer_cancel_atom = caf::atom_constant<caf::atom("timercncl")>;    // timer_actor: forget an owner's deadlines
 using timer_tick_atom = caf::atom_constant<caf::atom("timertick")>;      // timer_actor, to itself
+// Workers (steward worker) and the front's remote pools.
+using hello_atom = caf::atom_constant<caf::atom("hello")>;          // front -> worker: describe your pools
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;  // front -> worker: alive? your load
+using kv_unsub_atom = caf::atom_constant<caf::atom("kv_unsub")>;    // front -> remote executor: stop the events
+using watch_atom = caf::atom_constant<caf::atom("watch")>;          // request -> pool monitor: tell me if the worker is lost
+using unwatch_atom = caf::atom_constant<caf::atom("unwatch")>;
+using lost_atom = caf::atom_constant<caf::atom("wlost")>;           // pool monitor -> request: the worker is lost
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;        // pool monitor -> config actor: rebuild, a worker is back
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 
@@ -123,12 +131,18 @@ typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
              x.response_format, x.tenant, x.session, x.arrival_s, x.cache, x.pinned_pool);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteInput::PoolLoad& x) {
+    return f(caf::meta::type_name("RouteInput::PoolLoad"), x.n_kv_blocks_used, x.n_kv_blocks_total, x.block_size, x.n_inflight,
+             x.worker);
+}
+
 // Part of RouteDecision: what the routing plugin was told (plugin/route.h).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteInput& x) {
     return f(caf::meta::type_name("RouteInput"), x.request_id, x.bucket, x.tenant, x.response_format, x.n_prompt_tokens,
              x.max_tokens, x.temperature, x.tools, x.session, x.session_pool, x.priority, x.slo_ttft_ms, x.slo_tpot_ms,
-             x.deadline_ms, x.n_cached_prompt_tokens);
+             x.deadline_ms, x.n_cached_prompt_tokens, x.pool_loads);
 }
 
 // router_actor -> request_actor: where the request goes and with which policies.
@@ -183,13 +197,16 @@ struct EngineSubmit {
     // it through the process-wide cache (check_request compiled it already: a hit).
     int32_t grammar_kind = 0;
     std::string grammar_text;
+    // The bucket's name: a worker finds its eviction and speculation policies by it in its own config
+    // (the generation above is the front's).
+    std::string bucket;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
     return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
              x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
              x.kv_quota_blocks, x.ignore_eos, x.presence_penalty, x.frequency_penalty, x.bias_ids, x.bias_values,
-             x.n_top_logprobs, x.grammar_kind, x.grammar_text);
+             x.n_top_logprobs, x.grammar_kind, x.grammar_text, x.bucket);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).
@@ -275,6 +292,60 @@ typename Inspector::result_type inspect(Inspector& f, AllocatorStats& x) {
              x.n_reservations, x.n_waiting);
 }
 
+// ---- workers: what crosses the wire between a front and a worker besides the messages above.
+
+// The wire protocol's version: a front and a worker of different versions refuse each other at hello.
+// Raise it with every change to a message type above or below.
+inline constexpr uint32_t k_wire_version = 1;
+
+// One pool of a worker (pool/pool.h's RemoteDescription, plus its actors).
+struct RemotePoolInfo {
+    std::string pool;
+    caf::actor executor, kv_allocator;
+    int32_t block_size = 0, n_blocks = 0, max_queue = 0;
+    bool prefix_cache = true;
+    std::vector<uint8_t> model_header;
+    std::string model_path;
+    std::vector<std::vector<int32_t>> public_prefixes;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RemotePoolInfo& x) {
+    return f(caf::meta::type_name("RemotePoolInfo"), x.pool, x.executor, x.kv_allocator, x.block_size, x.n_blocks,
+             x.max_queue, x.prefix_cache, x.model_header, x.model_path, x.public_prefixes);
+}
+
+// worker -> front: the answer to (hello_atom, version). refused: why the worker will not serve this
+// front (another version); else its pools.
+struct WorkerInfo {
+    uint32_t version = 0;
+    std::string worker;  // its --listen address
+    std::string refused;
+    std::vector<RemotePoolInfo> pools;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerInfo& x) {
+    return f(caf::meta::type_name("WorkerInfo"), x.version, x.worker, x.refused, x.pools);
+}
+
+// worker -> front: the answer to heartbeat_atom, per pool of the worker.
+struct PoolLoadInfo {
+    std::string pool;
+    int32_t n_waiting = 0, n_running = 0, n_kv_blocks_used = -1, n_kv_blocks_total = -1;
+    double fragmentation = 0, n_branches = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PoolLoadInfo& x) {
+    return f(caf::meta::type_name("PoolLoadInfo"), x.pool, x.n_waiting, x.n_running, x.n_kv_blocks_used, x.n_kv_blocks_total,
+             x.fragmentation, x.n_branches);
+}
+struct WorkerLoad {
+    std::vector<PoolLoadInfo> pools;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerLoad& x) {
+    return f(caf::meta::type_name("WorkerLoad"), x.pools);
+}
+
 // Registers every type above with a config (each node that sends or receives them).
 inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");
@@ -292,6 +363,10 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<AdmitRequest>("AdmitRequest");
     cfg.add_message_type<AdmitAnswer>("AdmitAnswer");
     cfg.add_message_type<AllocatorStats>("AllocatorStats");
+    cfg.add_message_type<RemotePoolInfo>("RemotePoolInfo");
+    cfg.add_message_type<WorkerInfo>("WorkerInfo");
+    cfg.add_message_type<PoolLoadInfo>("PoolLoadInfo");
+    cfg.add_message_type<WorkerLoad>("WorkerLoad");
     cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
     cfg.add_message_type<std::vector<float>>("std::vector<float>");
     cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");

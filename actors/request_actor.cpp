@@ -6,7 +6,9 @@
 // into the pool's live stats and the metrics, call on_finish (exactly once, the core sees to it)
 // and stop when the core is done.
 #include <cmath>
+#include <set>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "actors/actors.hpp"
 #include "request/request_check.h"
@@ -96,6 +98,8 @@ private:
 struct RunAdmission {
     int32_t pool = -1;     // the run's pool (its allocator gets the release when the run ends)
     bool waiting = false;  // asked the allocator, not admitted yet
+    bool inflight = false; // counted in the pool's n_inflight (until its end)
+    int32_t n_blocks = 0;  // and its prompt's blocks in n_blocks_inflight
     EngineSubmit pending;  // sent to the executor once admitted
 };
 
@@ -105,6 +109,8 @@ struct request_state {
     std::unique_ptr<BucketRouting> routing;
     std::unique_ptr<RequestFsm> core;
     RunAdmission admission[3];                 // by RunRole
+    int32_t bucket_index = -1;                 // the route's bucket (its on_worker_loss)
+    std::set<uint64_t> watching;               // remote pools whose monitor tells this request of a loss
     int n_releases_pending = 0;                // releases the allocators have not confirmed yet
     bool core_done = false;                    // the core said RequestDone
     nlohmann::ordered_json trace;              // the decision trace so far (published at every change)
@@ -244,6 +250,7 @@ EngineSubmit engine_submit(SubmitRun&& s) {
     m.session = std::move(r.session);
     m.generation = s.generation;
     m.bucket_index = s.bucket_index;
+    m.bucket = std::move(s.bucket);
     m.kv_quota_blocks = r.kv_quota_blocks;
     m.ignore_eos = !r.stop_at_eos;
     return m;
@@ -278,6 +285,82 @@ void end_run(self_ptr self, uint64_t engine_id, FinishReason why, const std::str
     self->send(self, finish_atom::value, f);
 }
 
+// The pool's count of runs sent there and not ended (what kv_aware routing balances on).
+// Counted at submission with its prompt's blocks (n_prompt), uncounted at its end: the front's own,
+// instant view of each pool's load (heartbeats are up to heartbeat_ms old).
+void count_inflight(self_ptr self, RunRole role, bool on, int64_t n_prompt = 0) {
+    RunAdmission& ad = self->state.admission[(int)role];
+    if (ad.pool < 0 || ad.inflight == on) return;
+    ad.inflight = on;
+    const PoolHandle& ph = *self->state.ctx->snap->pools.at(ad.pool);
+    if (on) ad.n_blocks = (int32_t)((n_prompt + ph.cfg.block_size - 1) / ph.cfg.block_size);
+    std::lock_guard<std::mutex> lk(ph.live->mu);
+    ph.live->stats.n_inflight += on ? 1 : -1;
+    ph.live->stats.n_blocks_inflight += on ? ad.n_blocks : -ad.n_blocks;
+}
+
+// Tokens and ends count only from the executor the run is on now (or from this actor itself): a run
+// moved off a lost worker that still talks must not add to the new one.
+bool from_current_run(self_ptr self, RunRole role) {
+    const caf::strong_actor_ptr& sender = self->current_sender();
+    if (!sender || sender == self->ctrl()) return true;
+    const int32_t pool = self->state.admission[(int)role].pool;
+    return pool < 0 || caf::actor_cast<caf::actor_addr>(sender) == self->state.ctx->snap->pools.at(pool)->executor.address();
+}
+
+// Where a run lost with its worker goes on: the up pool of the same vocabulary with the fewest runs in
+// flight (-1: none, or the bucket says fail).
+int32_t retry_pool_for(const Snapshot& snap, int32_t bucket_index, int32_t lost) {
+    if (bucket_index >= 0 && bucket_index < (int32_t)snap.config->buckets.size() &&
+        snap.config->buckets[bucket_index].on_worker_loss == "fail")
+        return -1;
+    int32_t best = -1, best_load = 0;
+    for (int32_t i = 0; i < (int32_t)snap.pools.size(); i++) {
+        const PoolHandle& ph = *snap.pools[i];
+        if (i == lost || ph.live->lost || ph.vocab_id != snap.pools.at(lost)->vocab_id) continue;
+        int32_t load;
+        {
+            std::lock_guard<std::mutex> lk(ph.live->mu);
+            if (!ph.live->stats.available) continue;
+            load = ph.live->stats.n_inflight;
+        }
+        if (best < 0 || load < best_load) best = i, best_load = load;
+    }
+    return best;
+}
+
+void execute(self_ptr self, RequestActions&& actions);
+
+// Run `role` was on a pool whose worker is lost: it is retried on another pool (the core carries its
+// tokens over) or ends with an error naming the worker.
+void run_lost(self_ptr self, RunRole role, const std::string& why) {
+    auto& st = self->state;
+    RunAdmission& ad = st.admission[(int)role];
+    if (ad.pool < 0 || !ad.inflight) return;  // ended already
+    const Snapshot& snap = *st.ctx->snap;
+    const PoolHandle& ph = *snap.pools.at(ad.pool);
+    const uint64_t engine_id = run_engine_id(st.ctx->id, role);
+    ad.waiting = false;
+    // A worker that only stopped answering heartbeats may still run it: let it go there.
+    caf::anon_send(ph.executor, cancel_atom::value, engine_id);
+    if (ph.kv_allocator) caf::anon_send(ph.kv_allocator, release_atom::value, engine_id);
+    count_inflight(self, role, false);
+    RunEnd e;
+    e.reason = FinishReason::ERROR;
+    e.t_s = now_s();
+    e.error = "the worker " + ph.worker + " of pool '" + ph.cfg.name + "' was lost (" + why + ")";
+    const int32_t retry = retry_pool_for(snap, st.bucket_index, ad.pool);
+    const bool fail_by_bucket = st.bucket_index >= 0 && snap.config->buckets.at(st.bucket_index).on_worker_loss == "fail";
+    if (retry < 0)
+        e.error += fail_by_bucket ? "; bucket '" + snap.config->buckets.at(st.bucket_index).name +
+                                        "' has on_worker_loss = \"fail\": retry the request"
+                                  : "; no other pool with the same vocabulary is up to go on with it: retry the request";
+    for (auto& r : st.trace["runs"])
+        if (r["run"] == role_name(role) && !r.contains("finish") && !r.contains("lost")) r["lost"] = e.error;
+    spdlog::warn("request {}: {}{}", st.ctx->id, e.error, retry >= 0 ? "; going on with it on pool '" + snap.pools[retry]->cfg.name + "'" : "");
+    execute(self, st.core->on_run_lost(role, e, retry, e.t_s));
+}
+
 void on_admission(self_ptr self, RunRole role, const AdmitAnswer& a) {
     RunAdmission& ad = self->state.admission[(int)role];
     if (!ad.waiting) return;  // cancelled meanwhile
@@ -302,8 +385,15 @@ void submit(self_ptr self, SubmitRun&& s) {
     const PoolHandle& ph = *st.ctx->snap->pools.at(s.pool);
     const RunRole role = s.role;
     RunAdmission& ad = st.admission[(int)role];
+    count_inflight(self, role, false);  // a retried run leaves its lost pool's count
     ad = RunAdmission{};
     ad.pool = s.pool;
+    count_inflight(self, role, true, (int64_t)s.run.prompt.size());
+    if (ph.remote()) {
+        // A lost worker: straight to the loss path (a message, so the core is never re-entered).
+        if (ph.live->lost) return (void)self->send(self, lost_atom::value, ph.id, std::string("it was lost before this run"));
+        if (st.watching.insert(ph.id).second) self->send(ph.monitor, watch_atom::value, caf::actor(self));
+    }
     EngineSubmit m = engine_submit(std::move(s));
     if (auto c = constraint_of(st.ctx->req); c && c->active()) {  // check_request refused the bad ones
         m.grammar_kind = (int32_t)c->kind;
@@ -323,7 +413,11 @@ void submit(self_ptr self, SubmitRun&& s) {
     self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
         .then([=](const AdmitAnswer& a) { on_admission(self, role, a); },
               [=](caf::error& err) {
-                  self->state.admission[(int)role].waiting = false;
+                  RunAdmission& a = self->state.admission[(int)role];
+                  if (!a.waiting || a.pending.id != id) return;  // lost meanwhile, and moved on
+                  const PoolHandle& p = *self->state.ctx->snap->pools.at(a.pool);
+                  if (p.remote()) return run_lost(self, role, "its KV admission failed: " + self->system().render(err));
+                  a.waiting = false;
                   end_run(self, id, FinishReason::ERROR, "KV admission failed: " + self->system().render(err));
               });
 }
@@ -335,6 +429,8 @@ void maybe_quit(self_ptr self) {
     if (!st.core_done || st.n_releases_pending > 0) return;
     st.ctx->shared->finished(st.ctx->id);
     self->send(st.ctx->shared->timers, timer_cancel_atom::value, st.ctx->id);  // its handle goes with them
+    for (const auto& ph : st.ctx->snap->pools)
+        if (st.watching.count(ph->id)) self->send(ph->monitor, unwatch_atom::value, caf::actor(self));
     self->quit();
 }
 
@@ -345,8 +441,10 @@ void execute(self_ptr self, RequestActions&& actions) {
     SharedState& sh = *ctx.shared;
     for (RequestAction& a : actions) {
         if (auto* s = std::get_if<SubmitRun>(&a)) {
-            st.trace["runs"].push_back({{"run", role_name(s->role)}, {"pool", ctx.snap->pools.at(s->pool)->cfg.name},
-                                        {"prompt_tokens", s->run.prompt.size()}});
+            const PoolHandle& ph = *ctx.snap->pools.at(s->pool);
+            nlohmann::ordered_json run = {{"run", role_name(s->role)}, {"pool", ph.cfg.name}, {"prompt_tokens", s->run.prompt.size()}};
+            if (ph.remote()) run["worker"] = ph.worker;
+            st.trace["runs"].push_back(std::move(run));
             submit(self, std::move(*s));
         } else if (auto* c = std::get_if<CancelRun>(&a)) {
             RunAdmission& ad = st.admission[(int)c->role];
@@ -458,11 +556,13 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
             [=](const RouteDecision& d) {
                 trace_route(self, d);
                 self->state.routing->set_route(d);
+                self->state.bucket_index = d.bucket_index;
                 execute(self, self->state.core->on_route(route_choice(d), now_s()));
             },
             [=](caf::error& err) { execute(self, self->state.core->on_route_failed(self->system().render(err), now_s())); });
     return {
         [=](token_atom, const TokenBatch& b) {
+            if (!from_current_run(self, run_role_of(b.id))) return;
             std::vector<std::vector<TokenLogprob>> top;
             if (b.n_top > 0)
                 for (size_t i = 0; i + (size_t)b.n_top <= b.top_ids.size(); i += (size_t)b.n_top) {
@@ -480,7 +580,16 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                     "timed out waiting for KV admission on pool '" + self->state.ctx->snap->pools.at(ad.pool)->cfg.name +
                         "' (its reservations were full); raise request_timeout_ms, kv_blocks or kv_overcommit");
         },
+        [=](lost_atom, uint64_t pool_id, const std::string& why) {
+            for (int r = 0; r < n_run_roles; r++) {
+                const int32_t pool = self->state.admission[r].pool;
+                if (pool >= 0 && self->state.admission[r].inflight && self->state.ctx->snap->pools.at(pool)->id == pool_id)
+                    run_lost(self, (RunRole)r, why);
+            }
+        },
         [=](finish_atom, const FinishInfo& f) {
+            if (!from_current_run(self, run_role_of(f.id))) return;
+            count_inflight(self, run_role_of(f.id), false);
             // The run's KV reservation (or queue place) ends with it; the allocator ignores an
             // unknown id (a refused run, or one that never asked).
             const RunRole role = run_role_of(f.id);
@@ -491,7 +600,10 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                         self->state.n_releases_pending--;
                         maybe_quit(self);
                     };
-                    self->request(alloc, caf::infinite, release_atom::value, f.id)
+                    // A worker's allocator may be gone with its worker: wait a bounded time for it.
+                    const bool remote = self->state.ctx->snap->pools.at(pool)->remote();
+                    const caf::duration wait = remote ? caf::duration(std::chrono::seconds(2)) : caf::infinite;
+                    self->request(alloc, wait, release_atom::value, f.id)
                         .then([=]() { confirmed(); }, [=](caf::error&) { confirmed(); });
                 }
             {

@@ -84,6 +84,19 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
                     if (auto it = m->route_quality.find(snap.pools[i]->cfg.name); it != m->route_quality.end())
                         quality[i] = it->second.agreement();
         }
+        // What kv_aware-style policies balance on: each pool's KV in use, runs in flight, worker.
+        in.pool_loads.resize(snap.pools.size());
+        for (size_t i = 0; i < snap.pools.size(); i++) {
+            RouteInput::PoolLoad& pl = in.pool_loads[i];
+            // Busy blocks as this front counts them (its runs in flight, their prompts), not the last
+            // heartbeat's, which lags by up to heartbeat_ms: routing in a burst sees every earlier
+            // decision (Dynamo's router counts its active blocks the same way).
+            pl.n_kv_blocks_used = live[i].n_blocks_inflight;
+            pl.n_kv_blocks_total = live[i].n_kv_blocks_total >= 0 ? live[i].n_kv_blocks_total : snap.pools[i]->n_blocks;
+            pl.block_size = snap.pools[i]->cfg.block_size;
+            pl.n_inflight = live[i].n_inflight;
+            pl.worker = snap.pools[i]->worker;
+        }
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
             views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens,
@@ -110,6 +123,26 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
                           (fallback ? ": its decision was rejected, the bucket's pool (safe default)" : "");
         }
     }
+    // A remote pool whose worker is lost takes nothing new: the up pool of the same vocabulary with the
+    // fewest runs in flight does (none: the request fails at submission, naming the worker).
+    auto up = [&](int32_t i) { return i >= 0 && i < (int32_t)snap.pools.size() && !snap.pools[(size_t)i]->live->lost; };
+    if (!up(d.pool) && d.pool >= 0 && d.pool < (int32_t)snap.pools.size()) {
+        int32_t alt = -1, alt_load = 0;
+        for (int32_t i = 0; i < (int32_t)snap.pools.size(); i++) {
+            if (!up(i) || snap.pools[(size_t)i]->vocab_id != snap.pools[(size_t)d.pool]->vocab_id) continue;
+            std::lock_guard<std::mutex> lk(snap.pools[(size_t)i]->live->mu);
+            if (alt < 0 || snap.pools[(size_t)i]->live->stats.n_inflight < alt_load)
+                alt = i, alt_load = snap.pools[(size_t)i]->live->stats.n_inflight;
+        }
+        if (alt >= 0) {
+            d.route_why += "; its pool '" + snap.pools[(size_t)d.pool]->cfg.name + "' is lost with worker " +
+                           snap.pools[(size_t)d.pool]->worker + ", so '" + snap.pools[(size_t)alt]->cfg.name +
+                           "' (same vocabulary, fewest runs in flight)";
+            d.pool = alt;
+        }
+    }
+    if (d.upgrade_pool >= 0 && !up(d.upgrade_pool)) d.upgrade_pool = -1, d.check_after_tokens = 0;
+    if (d.shadow_pool >= 0 && !up(d.shadow_pool)) d.shadow_pool = -1;
     if (pol.speculation) {
         steward_spec_stats st{};
         st.max_budget = c.limits.max_draft_tokens;

@@ -29,13 +29,27 @@ namespace steward {
 // executor actor. Shared by every snapshot that keeps the pool; when the last holder lets go (a
 // reload removed or changed it and its requests finished), the executor is told to exit: a
 // removed pool drains cleanly.
+// A remote pool (PoolConfig::remote) is a worker's: executor and kv_allocator are proxies of the
+// worker's actors, and a monitor actor watches the worker; letting go of the handle unsubscribes from
+// the worker's KV events and leaves its actors running.
 struct PoolHandle : Pool {
     explicit PoolHandle(Pool p) : Pool(std::move(p)) {}
     caf::actor executor;
-    uint64_t id = 0;           // this pool instance, in the cache actor's index (never reused)
+    uint64_t id = 0;           // this pool instance, in the cache actor's index (never reused); 0: not wired yet
     caf::actor kv_allocator;   // admission before the executor's queue
     std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
+    std::string worker;        // remote: the worker's "host:port"; "" local
+    caf::actor worker_actor;   // remote: the worker's published actor (hello, heartbeats)
+    caf::actor monitor;        // remote: this pool's monitor (heartbeats, loss, rejoin); spawned when wired
+    caf::actor cache;          // remote: the cache actor subscribed to the worker's KV events
+    bool remote() const { return !worker.empty(); }
     ~PoolHandle() {
+        if (remote()) {
+            if (executor && cache) caf::anon_send(executor, kv_unsub_atom::value, cache);
+            if (cache && id) caf::anon_send(cache, kv_drop_atom::value, id);
+            if (monitor) caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
+            return;
+        }
         if (executor) caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
         if (kv_allocator) caf::anon_send_exit(kv_allocator, caf::exit_reason::user_shutdown);
     }
@@ -82,6 +96,7 @@ struct SharedState {
     }
 
     caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
+    caf::actor config;                      // the runtime's config actor (reloads; a worker's rejoin)
     caf::actor timers;                      // the runtime's timer actor (request and admission deadlines)
     TraceStore traces;                      // the last requests' decision traces
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id

@@ -2,6 +2,7 @@
 // config actors, and the metrics registry. Requests are request actors spawned per submit().
 #include "api/runtime.h"
 
+#include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -21,6 +22,8 @@ namespace {
 
 caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     add_message_types(cfg);
+    // CAF's network layer: remote pools (a front) and `steward worker` (a worker) talk through it.
+    cfg.load<caf::io::middleman>();
     // Request, router and config actors are light; the executors have threads of their own. One
     // scheduler thread that polls briefly leaves the cores to the forward pass's threads (CAF's
     // default aggressive polling competes with them on small machines).
@@ -58,6 +61,41 @@ struct Runtime::Impl {
     std::mutex reload_mu;     // one reload at a time
     bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
+    caf::actor worker;        // published to fronts (listen_for_fronts), or null
+
+    // A remote pool of `config`: connect to its worker and describe the pool (not wired yet: build()
+    // subscribes it to the cache and spawns its monitor once the generation validated).
+    Expected<std::shared_ptr<PoolHandle>> connect_pool(const PoolConfig& pc, const Config& config) {
+        auto c = connect_worker(*sys, pc.remote, config.cluster.connect_timeout_ms);
+        if (!c) return make_error("pool '", pc.name, "': ", c.error().message);
+        std::string names;
+        for (RemotePoolInfo& i : c->info.pools) {
+            if (i.pool != pc.remote_pool) {
+                names += (names.empty() ? "" : ", ") + i.pool;
+                continue;
+            }
+            RemoteDescription d;
+            d.pool = i.pool;
+            d.block_size = i.block_size;
+            d.n_blocks = i.n_blocks;
+            d.max_queue = i.max_queue;
+            d.prefix_cache = i.prefix_cache;
+            d.model_header = std::move(i.model_header);
+            d.model_path = i.model_path;
+            d.public_prefixes = i.public_prefixes;
+            auto p = remote_pool(pc, config, std::move(d));
+            if (!p) return p.error();
+            auto ph = std::make_shared<PoolHandle>(std::move(*p));
+            ph->executor = i.executor;
+            ph->kv_allocator = i.kv_allocator;
+            ph->public_prefixes = std::move(i.public_prefixes);
+            ph->worker = pc.remote;
+            ph->worker_actor = c->worker;
+            return ph;
+        }
+        return make_error("pool '", pc.name, "': the worker at ", pc.remote, " has no pool '", pc.remote_pool, "' (it has: ",
+                          names.empty() ? std::string("none") : names, "); set remote_pool to one of them");
+    }
 
     // Builds the next generation from `config`, reusing unchanged pools of the live one. Nothing is
     // published on error (new pools and plugin instances are released; their executors exit).
@@ -69,8 +107,19 @@ struct Runtime::Impl {
         snap->config = std::make_shared<const Config>(config);
         const std::vector<PoolPlan> plan = plan_generation(config, prev ? pools_of(*prev) : std::vector<const Pool*>{});
         for (size_t i = 0; i < plan.size(); i++) {
-            if (plan[i].keep >= 0) {
-                snap->pools.push_back(prev->pools[plan[i].keep]);
+            const std::shared_ptr<PoolHandle> kept = plan[i].keep >= 0 ? prev->pools[plan[i].keep] : nullptr;
+            if (kept && !kept->live->lost) {
+                snap->pools.push_back(kept);
+                continue;
+            }
+            if (!config.pools[i].remote.empty()) {
+                auto ph = connect_pool(config.pools[i], config);
+                if (!ph && kept) {  // still lost: keep the pool (unavailable) until its worker answers
+                    snap->pools.push_back(kept);
+                    continue;
+                }
+                if (!ph) return ph.error();
+                snap->pools.push_back(std::move(*ph));
                 continue;
             }
             auto p = load_pool(config.pools[i], config);
@@ -85,7 +134,26 @@ struct Runtime::Impl {
         snap->policies = std::move(*policies);
         // Validation is complete: start the new pools' executors.
         for (auto& ph : snap->pools) {
-            if (ph->executor) continue;
+            if (ph->id != 0) continue;  // wired in an earlier generation
+            if (ph->remote()) {
+                ph->id = shared->next_pool_id++;
+                ph->cache = shared->cache;
+                caf::anon_send(ph->executor, kv_events_atom::value, shared->cache, ph->id);
+                PoolMonitorArgs ma;
+                ma.worker = ph->worker_actor;
+                ma.executor = ph->executor;
+                ma.address = ph->worker;
+                ma.remote_pool = ph->cfg.remote_pool;
+                ma.pool = ph->cfg.name;
+                ma.pool_id = ph->id;
+                ma.live = ph->live;
+                ma.cluster = config.cluster;
+                ma.shared = shared;
+                ph->monitor = spawn_pool_monitor(*sys, std::move(ma));
+                spdlog::info("pool '{}' is the worker {}'s pool '{}' ({} KV blocks of {} tokens)", ph->cfg.name, ph->worker,
+                             ph->cfg.remote_pool, ph->n_blocks, ph->cfg.block_size);
+                continue;
+            }
             ph->public_prefixes = public_prefix_ids(*ph, config);
             ph->executor = spawn_executor(*sys, make_engine(*ph, config), ph->model, ph->live, shared, ph->cfg.name);
             // KV wiring: the executor feeds the cache actor; a kv_allocator admits before its queue.
@@ -124,6 +192,30 @@ struct Runtime::Impl {
         if (!c) return c.error();
         apply_options(*c, options);
         return c;
+    }
+
+    // A lost worker answers again (its pool monitor asked): the live config, rebuilt, reconnects every
+    // lost remote pool that answers (build() keeps the others as they are).
+    void rejoin() {
+        std::lock_guard<std::mutex> lk(reload_mu);
+        if (stopping) return;
+        auto prev = shared->snapshot();
+        bool any_lost = false;
+        for (const auto& ph : prev->pools) any_lost |= ph->remote() && ph->live->lost;
+        if (!any_lost) return;
+        auto snap = build(*prev->config, prev.get());
+        if (!snap) {
+            spdlog::warn("a lost worker answered again, but rebuilding generation {} failed: {}", prev->generation,
+                         snap.error().message);
+            return;
+        }
+        const uint64_t g = (*snap)->generation;
+        {
+            std::lock_guard<std::mutex> mk(shared->metrics_mu);
+            shared->metrics->update_config(metrics_config(*prev->config, pools_of(**snap)));
+        }
+        shared->publish(std::move(*snap));
+        spdlog::info("config generation {} is live: lost workers rejoined", g);
     }
 
     Expected<uint64_t> reload() {
@@ -183,7 +275,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     sh.metrics = std::make_unique<MetricsRegistry>(metrics_config(config, pools_of(**snap)));
     sh.publish(std::move(*snap));
     Impl* raw = impl.get();
-    impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, impl->shared);
+    impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, [raw] { raw->rejoin(); }, impl->shared);
+    impl->shared->config = impl->config_actor;
     if (!impl->config_path.empty()) {  // SIGHUP always; the file itself with [reload] watch
         caf::actor ca = impl->config_actor;
         impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, config.reload.watch, config.reload.debounce_ms,
@@ -200,8 +293,10 @@ Runtime::~Runtime() {
         for (auto& [id, a] : impl_->shared->inflight) caf::anon_send(a, cancel_atom::value);
     }
     drain();
+    if (impl_->worker) caf::anon_send_exit(impl_->worker, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(impl_->config_actor, caf::exit_reason::user_shutdown);
     impl_->config_actor = nullptr;
+    impl_->shared->config = nullptr;
     {
         std::lock_guard<std::mutex> lk(impl_->reload_mu);  // a reload in progress finishes first
         impl_->stopping = true;
@@ -364,6 +459,24 @@ Expected<uint64_t> Runtime::reload() {
             [&](bool ok, uint64_t g, const std::string& err) { out = ok ? Expected<uint64_t>(g) : Expected<uint64_t>(make_error(err)); },
             [&](caf::error& e) { out = make_error("config reload: ", impl_->sys->render(e)); });
     return out;
+}
+
+Expected<int> Runtime::listen_for_fronts(const std::string& host, int port, uint32_t wire_version) {
+    for (const auto& ph : impl_->shared->snapshot()->pools)
+        if (ph->remote())
+            return make_error("pool '", ph->cfg.name, "' is itself remote (", ph->worker,
+                              "); a worker hosts its pools itself: give it only local pools");
+    if (impl_->worker) return make_error("this runtime already listens for fronts");
+    const std::string name = host + ":" + std::to_string(port);
+    auto w = spawn_worker(*impl_->sys, impl_->shared, name, wire_version ? wire_version : k_wire_version);
+    auto bound = impl_->sys->middleman().publish(w, (uint16_t)port, host.c_str(), true);
+    if (!bound) {
+        caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+        return make_error("cannot listen on ", name, ": ", impl_->sys->render(bound.error()),
+                          "; pick a free port (--listen HOST:PORT) or stop what holds it");
+    }
+    impl_->worker = w;
+    return (int)*bound;
 }
 
 void Runtime::route_sighup_to_reload() { ConfigWatcher::install_sighup_handler(); }

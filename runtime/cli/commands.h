@@ -61,4 +61,12 @@ struct ServeOptions {
 };
 int cmd_serve(const ServeOptions& o);
 
+// steward worker: hosts a config's pools for fronts ([[pool]] remote = "host:port") until SIGINT/SIGTERM.
+struct WorkerOptions {
+    std::string config_path = "configs/default.toml";
+    std::string listen = "127.0.0.1:7600";  // host:port (port 0: ephemeral, printed)
+    uint32_t wire_version = 0;               // hidden, tests: speak another wire protocol version
+};
+int cmd_worker(const WorkerOptions& o);
+
 }  // namespace steward

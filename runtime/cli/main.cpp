@@ -191,6 +191,13 @@ int main(int argc, char** argv) {
     serve->add_option("--host", so.host, "Listen address (default: [server] host)");
     serve->add_option("--port", so.port, "Listen port, 0: ephemeral (default: [server] port)");
 
+    // ---- steward worker
+    auto* worker = app.add_subcommand("worker", "Host a config's pools for fronts on other processes or machines (README: Workers)");
+    WorkerOptions wo;
+    worker->add_option("-c,--config", wo.config_path, "TOML config of the worker's pools")->capture_default_str();
+    worker->add_option("--listen", wo.listen, "HOST:PORT fronts connect to (port 0: ephemeral)")->capture_default_str();
+    worker->add_option("--wire-version", wo.wire_version, "")->group("");  // tests: another protocol version
+
     // ---- steward config check
     auto* config_cmd = app.add_subcommand("config", "Config tools");
     config_cmd->require_subcommand(1);
@@ -239,6 +246,7 @@ int main(int argc, char** argv) {
         return http_replay(h);
     }
     if (serve->parsed()) return cmd_serve(so);
+    if (worker->parsed()) return cmd_worker(wo);
     if (check->parsed()) {
         auto r = check_config_file(check_path);
         if (!r) return fail(r.error().message);

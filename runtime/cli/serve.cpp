@@ -68,4 +68,39 @@ int cmd_serve(const ServeOptions& o) {
     return 0;
 }
 
+int cmd_worker(const WorkerOptions& o) {
+    const size_t colon = o.listen.rfind(':');
+    int port = -1;
+    if (colon != std::string::npos && colon > 0) try {
+            size_t used = 0;
+            port = std::stoi(o.listen.substr(colon + 1), &used);
+            if (used != o.listen.size() - colon - 1) port = -1;
+        } catch (const std::exception&) {
+            port = -1;
+        }
+    if (port < 0 || port > 65535) return cli_fail("worker: --listen '" + o.listen + "' is not HOST:PORT (port 0..65535)");
+    const std::string host = o.listen.substr(0, colon);
+    if (::pipe(g_stop_pipe) != 0) return cli_fail("worker: cannot create the stop pipe");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    auto rt = Runtime::start(o.config_path);
+    if (!rt) return cli_fail(rt.error().message);
+    Runtime::route_sighup_to_reload();
+    auto bound = (*rt)->listen_for_fronts(host, port, o.wire_version);
+    if (!bound) return cli_fail("worker: " + bound.error().message);
+    std::string pools;
+    for (const PoolInfo& p : (*rt)->pools()) pools += (pools.empty() ? "" : ", ") + p.name;
+    std::printf("steward worker: listening on %s:%d for fronts (pools: %s)\n", host.c_str(), *bound, pools.c_str());
+    std::fflush(stdout);
+    char sig = 0;
+    while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    std::fprintf(stderr, "steward worker: %s: stopping (requests in flight finish first)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    return 0;
+}
+
 }  // namespace steward

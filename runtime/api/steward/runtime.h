@@ -103,6 +103,11 @@ public:
     static void route_sighup_to_reload();
     // Waits until no request is in flight.
     void drain();
+    // Makes this runtime a worker: fronts (configs with [[pool]] remote = "host:port") may connect on
+    // host:port (0: an ephemeral port) and run requests on its pools, over CAF's network layer.
+    // Returns the bound port. A runtime with remote pools of its own cannot be a worker.
+    // wire_version: 0 (this build's); tests give another to check that fronts refuse it.
+    Expected<int> listen_for_fronts(const std::string& host, int port, uint32_t wire_version = 0);
 
     struct Impl;  // the runtime's internals (opaque to embedders)
 
