@@ -1,5 +1,7 @@
 // config_actor: one per runtime, detached (a reload loads models and plugins). The single entry
 // point of reloads (file save, SIGHUP, Runtime::reload): one at a time, in arrival order.
+#include <pthread.h>
+
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 
@@ -16,6 +18,7 @@ struct config_state {
 
 caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::function<void()> rejoin,
                            std::weak_ptr<SharedState> shared) {
+    pthread_setname_np(pthread_self(), "steward-config");
     self->state.reload = std::move(reload);
     self->state.rejoin = std::move(rejoin);
     self->state.shared = std::move(shared);

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <unordered_map>
 
+#include <pthread.h>
+
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "grammar/constraint.h"
@@ -84,6 +86,7 @@ void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what
 caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
                              std::shared_ptr<const Model> model, std::shared_ptr<PoolLive> live,
                              std::shared_ptr<SharedState> shared, std::string pool) {
+    pthread_setname_np(pthread_self(), "steward-exec");  // its own thread (detached): named for ps and gdb
     self->state.model = std::move(model);
     self->state.engine = std::move(*engine);
     delete engine;

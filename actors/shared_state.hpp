@@ -50,8 +50,15 @@ struct PoolHandle : Pool {
             if (monitor) caf::anon_send_exit(monitor, caf::exit_reason::user_shutdown);
             return;
         }
-        if (executor) caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
-        if (kv_allocator) caf::anon_send_exit(kv_allocator, caf::exit_reason::user_shutdown);
+        // A worker's actors that a front has seen are in the system's registry (CAF's network layer
+        // resolves incoming messages there), which holds them strongly until the front releases
+        // them; a front that vanished never does, and the executor's thread would wait forever
+        // for its actor to be destroyed.
+        for (caf::actor* a : {&executor, &kv_allocator})
+            if (*a) {
+                caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+                a->home_system().registry().erase(a->id());
+            }
     }
 };
 

@@ -62,6 +62,7 @@ struct Runtime::Impl {
     bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
     caf::actor worker;        // published to fronts (listen_for_fronts), or null
+    uint16_t worker_port = 0;
 
     // A remote pool of `config`: connect to its worker and describe the pool (not wired yet: build()
     // subscribes it to the cache and spawns its monitor once the generation validated).
@@ -293,7 +294,10 @@ Runtime::~Runtime() {
         for (auto& [id, a] : impl_->shared->inflight) caf::anon_send(a, cancel_atom::value);
     }
     drain();
-    if (impl_->worker) caf::anon_send_exit(impl_->worker, caf::exit_reason::user_shutdown);
+    if (impl_->worker) {  // closes the port first: an actor system with a published actor never finishes
+        impl_->sys->middleman().unpublish(impl_->worker, impl_->worker_port);
+        caf::anon_send_exit(impl_->worker, caf::exit_reason::user_shutdown);
+    }
     caf::anon_send_exit(impl_->config_actor, caf::exit_reason::user_shutdown);
     impl_->config_actor = nullptr;
     impl_->shared->config = nullptr;
@@ -476,6 +480,7 @@ Expected<int> Runtime::listen_for_fronts(const std::string& host, int port, uint
                           "; pick a free port (--listen HOST:PORT) or stop what holds it");
     }
     impl_->worker = w;
+    impl_->worker_port = *bound;
     return (int)*bound;
 }
 

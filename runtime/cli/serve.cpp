@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <csignal>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "cli/commands.h"
 #include "api/runtime.h"
@@ -99,7 +101,18 @@ int cmd_worker(const WorkerOptions& o) {
     char sig = 0;
     while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    std::fprintf(stderr, "steward worker: %s: stopping (requests in flight finish first)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fprintf(stderr, "steward worker: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    // Fronts retry what ran here. CAF's network layer can keep an actor a vanished front had seen
+    // referenced (its executor's thread then waits forever to be destroyed): the runtime gets 10 s
+    // to stop (on this thread: CAF's actor system must end where it began), then a watchdog ends
+    // the process anyway.
+    std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::fprintf(stderr, "steward worker: the runtime did not stop within 10 s; exiting\n");
+        std::fflush(stderr);
+        std::_Exit(0);
+    }).detach();
+    rt->reset();
     return 0;
 }
 
