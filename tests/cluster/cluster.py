@@ -12,6 +12,8 @@ workers (`steward worker`), each hosting a copy of one synthetic model.
   4. The worker, started again on its port, rejoins: a request naming its pool runs there again,
      without restarting the front.
   5. A worker of another wire protocol version is refused with a clear error.
+  6. Tenants stay apart across workers (another tenant's identical prompt finds nothing cached), and
+     a config reload of the front removes a worker's pool and adds it back.
 
   cluster.py STEWARD WORKDIR
 """
@@ -88,16 +90,20 @@ heartbeat_ms = 100
 heartbeat_timeout_ms = 1500
 reconnect_ms = 200
 
+[[tenant]]
+name = "acme"
+api_keys = ["k-acme"]
+
+[[tenant]]
+name = "globex"
+api_keys = ["k-globex"]
+
 [[pool]]
 name = "w1"
 remote = "127.0.0.1:{w1}"
 remote_pool = "tiny"
 
-[[pool]]
-name = "w2"
-remote = "127.0.0.1:{w2}"
-remote_pool = "tiny"
-
+{w2_pool}
 [[bucket]]
 name = "shared"
 pool = "w1"
@@ -165,16 +171,32 @@ class Procs:
                 p.kill()
 
 
-def post(port, body, timeout=120):
+W2_POOL = """[[pool]]
+name = "w2"
+remote = "127.0.0.1:{w2}"
+remote_pool = "tiny"
+"""
+
+
+def auth(key="k-acme"):
+    return {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+
+
+def post(port, body, timeout=120, key="k-acme"):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers=auth(key))
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.headers.get("x-steward-request-id"), json.loads(r.read())
 
 
-def trace(port, rid):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/requests/{rid}", timeout=30) as r:
+def get(port, path, key="k-acme", method="GET"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=auth(key), method=method)
+    with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
+
+
+def trace(port, rid):
+    return get(port, f"/admin/requests/{rid}")
 
 
 class Stream:
@@ -193,7 +215,7 @@ class Stream:
     def run(self):
         try:
             req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", data=json.dumps(self.body).encode(),
-                                         headers={"Content-Type": "application/json"})
+                                         headers=auth())
             with urllib.request.urlopen(req, timeout=300) as r:
                 self.rid = r.headers.get("x-steward-request-id")
                 for raw in r:
@@ -232,7 +254,7 @@ def main():
         f.write(WORKER_TOML.format(model=os.path.join(os.path.abspath(workdir), "model.gguf")))
     fcfg = os.path.join(workdir, "front.toml")
     with open(fcfg, "w") as f:
-        f.write(FRONT_TOML.format(port=port, w1=w1, w2=w2))
+        f.write(FRONT_TOML.format(port=port, w1=w1, w2_pool=W2_POOL.format(w2=w2)))
     try:
         procs.start("w1", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w1}"], "listening")
         procs.start("w2", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w2}"], "listening")
@@ -294,6 +316,16 @@ def main():
               f"kv_aware's hit rate {rate(kv_hits):.3f} is above round_robin's {rate(rr_hits):.3f}")
         check(len({p for v in rr_pools.values() for p in v}) == 2, "round_robin used both workers")
 
+        # Tenants stay apart on the workers: globex's prompt, identical to one acme cached, finds
+        # nothing cached anywhere (the salt travels with every run), then its own second one does.
+        same = {"model": "shared", "prompt": prefix("alpha") + " Question 0: what is rule 0?", "max_tokens": 4,
+                "ignore_eos": True}
+        _, g1 = post(port, same, key="k-globex")
+        _, g2 = post(port, same, key="k-globex")
+        check(g1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and g2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+              f"another tenant's identical prompt finds nothing cached on the workers ({g1['usage']}), its own repeat does "
+              f"({g2['usage']['prompt_tokens_details']})")
+
         # 3. kill -9 of worker w1 while 8 retry-bucket and 2 fail-bucket streams run on it.
         n_tokens = 1500
         streams = [Stream(port, {"model": "default", "prompt": f"Story {i}: once upon a time", "max_tokens": n_tokens,
@@ -345,6 +377,21 @@ def main():
             if not back:
                 time.sleep(0.3)
         check(back, f"worker w1 rejoined {time.time() - t0:.1f} s after it started again; pool w1 serves requests")
+
+        # A reload of the front removes pool w2 (worker and all), then adds it back.
+        def models():
+            return {m["id"] for m in get(port, "/v1/models")["data"]}
+
+        with open(fcfg, "w") as f:
+            f.write(FRONT_TOML.format(port=port, w1=w1, w2_pool="").replace('pools = "w1,w2"', 'pools = "w1"'))
+        get(port, "/admin/reload", method="POST")
+        gone = "w2" not in models()
+        with open(fcfg, "w") as f:
+            f.write(FRONT_TOML.format(port=port, w1=w1, w2_pool=W2_POOL.format(w2=w2)))
+        get(port, "/admin/reload", method="POST")
+        rid, r = post(port, {"model": "w2", "prompt": "hello", "max_tokens": 2, "ignore_eos": True})
+        check(gone and "w2" in models() and trace(port, rid)["runs"][-1].get("worker") == f"127.0.0.1:{w2}",
+              "a reload of the front removed worker w2's pool, and another added it back; it serves again")
 
         # 5. Another wire protocol version is refused, naming both versions.
         procs.start("w3", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w3}", "--wire-version", "99"], "listening")
