@@ -410,11 +410,16 @@ void submit(self_ptr self, SubmitRun&& s) {
                    (int32_t)TimerKind::admission, id);
     ad.waiting = true;
     ad.pending = std::move(m);
+    // A run retried after a worker loss keeps its engine id on another pool: answers about the
+    // lost pool's admission must not admit (or fail) the retry.
+    const int32_t pool = ad.pool;
     self->request(ph.kv_allocator, caf::infinite, admit_atom::value, std::move(ar))
-        .then([=](const AdmitAnswer& a) { on_admission(self, role, a); },
+        .then([=](const AdmitAnswer& a) {
+                  if (self->state.admission[(int)role].pool == pool) on_admission(self, role, a);
+              },
               [=](caf::error& err) {
                   RunAdmission& a = self->state.admission[(int)role];
-                  if (!a.waiting || a.pending.id != id) return;  // lost meanwhile, and moved on
+                  if (!a.waiting || a.pending.id != id || a.pool != pool) return;  // lost meanwhile, and moved on
                   const PoolHandle& p = *self->state.ctx->snap->pools.at(a.pool);
                   if (p.remote()) return run_lost(self, role, "its KV admission failed: " + self->system().render(err));
                   a.waiting = false;
@@ -571,7 +576,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                 }
             execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s(), top));
         },
-        [=](admit_atom, const AdmitAnswer& a) { on_admission(self, run_role_of(a.id), a); },
+        [=](admit_atom, const AdmitAnswer& a) {
+            // From the allocator of the run's pool now (a lost worker's may still answer).
+            const int32_t pool = self->state.admission[(int)run_role_of(a.id)].pool;
+            const caf::strong_actor_ptr& from = self->current_sender();
+            if (pool >= 0 && from &&
+                caf::actor_cast<caf::actor_addr>(from) != self->state.ctx->snap->pools.at(pool)->kv_allocator.address())
+                return;
+            on_admission(self, run_role_of(a.id), a);
+        },
         [=](deadline_atom, uint64_t id) {
             RunAdmission& ad = self->state.admission[(int)run_role_of(id)];
             if (!ad.waiting || ad.pending.id != id) return;  // admitted (the engine times it) or over

@@ -10,6 +10,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
+#include "util/strings.h"
 
 namespace steward {
 
@@ -23,6 +24,7 @@ struct worker_state {
 
 caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, std::weak_ptr<SharedState> shared, std::string name,
                            uint32_t version) {
+    (void)self;  // stateless: every answer reads the runtime's live snapshot
     return {
         [=](hello_atom, uint32_t front_version) {
             WorkerInfo w;
@@ -79,19 +81,6 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, std::weak_pt
             return load;
         },
     };
-}
-
-Expected<std::pair<std::string, uint16_t>> split_address(const std::string& address) {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string::npos || colon == 0) return make_error("'", address, "' is not host:port");
-    try {
-        size_t used = 0;
-        const int port = std::stoi(address.substr(colon + 1), &used);
-        if (used == address.size() - colon - 1 && port >= 1 && port <= 65535)
-            return std::make_pair(address.substr(0, colon), (uint16_t)port);
-    } catch (const std::exception&) {
-    }
-    return make_error("'", address, "' has no port in [1, 65535]");
 }
 
 struct monitor_state {
@@ -207,10 +196,11 @@ caf::actor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> share
 }
 
 Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, double timeout_ms) {
-    auto hp = split_address(address);
-    if (!hp) return make_error("worker address ", hp.error().message);
+    std::string host;
+    int port = 0;
+    if (!split_host_port(address, host, port)) return make_error("worker address '", address, "' is not host:port (port 1..65535)");
     const std::string fix = "; start it with `steward worker -c W.toml --listen " + address + "`, or remove the pool";
-    auto a = sys.middleman().remote_actor(hp->first, hp->second);
+    auto a = sys.middleman().remote_actor(host, (uint16_t)port);
     if (!a) return make_error("cannot reach the worker at ", address, ": ", sys.render(a.error()), fix);
     caf::scoped_actor self{sys};
     Expected<WorkerConnection> out = make_error("the worker at ", address, " did not answer hello");

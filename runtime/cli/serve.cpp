@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "util/strings.h"
 #include "api/runtime.h"
 #include "config/config.h"
 #include "serve/http_server.h"
@@ -71,17 +72,10 @@ int cmd_serve(const ServeOptions& o) {
 }
 
 int cmd_worker(const WorkerOptions& o) {
-    const size_t colon = o.listen.rfind(':');
-    int port = -1;
-    if (colon != std::string::npos && colon > 0) try {
-            size_t used = 0;
-            port = std::stoi(o.listen.substr(colon + 1), &used);
-            if (used != o.listen.size() - colon - 1) port = -1;
-        } catch (const std::exception&) {
-            port = -1;
-        }
-    if (port < 0 || port > 65535) return cli_fail("worker: --listen '" + o.listen + "' is not HOST:PORT (port 0..65535)");
-    const std::string host = o.listen.substr(0, colon);
+    std::string host;
+    int port = 0;
+    if (!split_host_port(o.listen, host, port, 0))
+        return cli_fail("worker: --listen '" + o.listen + "' is not HOST:PORT (port 0..65535, 0: an ephemeral one)");
     if (::pipe(g_stop_pipe) != 0) return cli_fail("worker: cannot create the stop pipe");
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;

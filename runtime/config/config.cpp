@@ -1,6 +1,7 @@
 // TOML -> Config with complete validation. Unknown keys are errors (a typo must not silently
 // fall back to a default), reported with their file:line:column.
 #include "config/config.h"
+#include "util/strings.h"
 
 #include <toml++/toml.h>
 
@@ -337,16 +338,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                                       "kv_dtype", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache"})
                     if (r.has(k))
                         return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
-                const size_t colon = p.remote.rfind(':');
-                int port = -1;
-                if (colon != std::string::npos && colon > 0) try {
-                        size_t used = 0;
-                        port = std::stoi(p.remote.substr(colon + 1), &used);
-                        if (used != p.remote.size() - colon - 1) port = -1;
-                    } catch (const std::exception&) {
-                        port = -1;
-                    }
-                if (port < 1 || port > 65535)
+                std::string host;
+                int port = 0;
+                if (!split_host_port(p.remote, host, port))
                     return fail(at + "remote must be \"host:port\" with a port in [1, 65535], as the worker's --listen");
                 if (p.remote_pool.empty()) p.remote_pool = p.name;
             } else {

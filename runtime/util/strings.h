@@ -19,4 +19,20 @@ inline std::vector<std::string> split_list(std::string_view s, char sep = ',') {
     return out;
 }
 
+// "host:port" split at its last colon (so "[::1]:7600" works), with the port in [min_port, 65535];
+// false when there is no host, no port or the port is not a number in range.
+inline bool split_host_port(const std::string& s, std::string& host, int& port, int min_port = 1) {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == s.size() || s.size() - colon - 1 > 5) return false;
+    int p = 0;
+    for (size_t i = colon + 1; i < s.size(); i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        p = p * 10 + (s[i] - '0');
+    }
+    if (p < min_port || p > 65535) return false;
+    host = s.substr(0, colon);
+    port = p;
+    return true;
+}
+
 }  // namespace steward
