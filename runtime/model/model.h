@@ -43,7 +43,9 @@ struct WeightView {
     explicit operator bool() const { return data != nullptr; }
 };
 
-inline int64_t p_bytes(const WeightView& w) { return w ? w.row_bytes() * w.n_rows : 0; }
+// Bytes of a bound weight; 0 for an absent optional one. By shape, not data: a model from a header
+// alone (Model::has_weights() false) has every weight's shape and no data, and the same sizes.
+inline int64_t p_bytes(const WeightView& w) { return w.n_rows > 0 && w.n_cols > 0 ? w.row_bytes() * w.n_rows : 0; }
 
 struct LayerWeights {
     WeightView attn_norm;                 // [n_embd]

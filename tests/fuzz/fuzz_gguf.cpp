@@ -76,6 +76,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             fail("a rewritten value differs from the original");
     }
 
+    // Its header alone (what a worker sends a front) parses to the same metadata and tensor infos.
+    if (f.header_size() > size) fail("header_size() runs past the input");
+    auto head = GgufFile::header_from_bytes(std::vector<uint8_t>(data, data + f.header_size()), "header.gguf");
+    if (!head) fail("the header of a file that parses does not parse alone");
+    if ((*head)->metadata().size() != f.metadata().size() || (*head)->tensors().size() != f.tensors().size())
+        fail("the header alone has other metadata or tensors");
+    for (size_t i = 0; i < f.tensors().size(); i++) {
+        const GgufTensorInfo& a = f.tensors()[i];
+        const GgufTensorInfo& b = (*head)->tensors()[i];
+        if (a.name != b.name || a.type != b.type || a.n_bytes != b.n_bytes || b.data != nullptr)
+            fail("a tensor info differs in the header alone (or points at data)");
+    }
+    // Whatever the raw input is, the header parser does not crash on it either.
+    (void)GgufFile::header_from_bytes(std::vector<uint8_t>(data, data + size), "raw-header.gguf");
+
     // The tokenizer and the model loader read the same file.
     if (auto tok = Tokenizer::from_gguf(f)) {
         const auto ids = (*tok)->encode("Hello, world! \xF0\x9F\xA6\x99 12345", true, true);
@@ -85,6 +100,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     auto model = Model::from_gguf(std::move(*parsed));
     if (model) sum = sum + (*model)->n_params();
+    // The front's model from the header alone has the same shape as the full model.
+    if (auto hm = Model::from_gguf(std::move(*head)); model && hm) {
+        if ((*hm)->has_weights() || (*hm)->params().n_layer != (*model)->params().n_layer ||
+            (*hm)->params().n_vocab != (*model)->params().n_vocab || (*hm)->n_params() != (*model)->n_params() ||
+            (*hm)->weight_bytes_per_token() != (*model)->weight_bytes_per_token())
+            fail("the model from the header alone differs from the full model");
+    } else if (model) {
+        fail("a file whose model loads has a header whose model does not");
+    }
     (void)sum;
     return 0;
 }

@@ -1,0 +1,55 @@
+// A model's GGUF header alone (what a worker sends a front): the same params, tokenizer and weight
+// figures as the whole file, no weight data; a cut inside the header is a clear error.
+#include <catch2/catch.hpp>
+
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "pool/pool.h"
+
+using namespace steward;
+
+TEST_CASE("a model from its GGUF header alone matches the whole file's shape and vocabulary", "[gguf_header]") {
+    SynthSpec spec;
+    spec.n_embd = 64, spec.n_layer = 2, spec.n_head = 4, spec.n_head_kv = 2, spec.n_ff = 128, spec.n_vocab = 400;
+    auto writer = synth_model(spec);
+    REQUIRE(writer.ok());
+    std::vector<uint8_t> bytes = writer->to_bytes(32);
+    auto whole = Model::from_gguf(std::move(*GgufFile::from_bytes(bytes, "whole.gguf")));
+    REQUIRE(whole.ok());
+    const size_t n_head = (*whole)->file().header_size();
+    CHECK(n_head > 0);
+    CHECK(n_head < bytes.size() / 4);  // the weights are most of the file
+    auto head = GgufFile::header_from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.begin() + (long)n_head));
+    REQUIRE(head.ok());
+    auto hm = Model::from_gguf(std::move(*head));
+    REQUIRE(hm.ok());
+    CHECK_FALSE((*hm)->has_weights());
+    CHECK((*whole)->has_weights());
+    const ModelParams& a = (*whole)->params();
+    const ModelParams& b = (*hm)->params();
+    CHECK(a.n_layer == b.n_layer);
+    CHECK(a.n_vocab == b.n_vocab);
+    CHECK(a.n_head_kv == b.n_head_kv);
+    CHECK(a.head_dim == b.head_dim);
+    CHECK((*hm)->n_params() == (*whole)->n_params());
+    CHECK((*hm)->weight_bytes_per_token() == (*whole)->weight_bytes_per_token());
+    CHECK(vocabulary_fingerprint((*hm)->tokenizer()) == vocabulary_fingerprint((*whole)->tokenizer()));
+    CHECK((*hm)->tokenizer().encode("hello world", true) == (*whole)->tokenizer().encode("hello world", true));
+    for (const GgufTensorInfo& t : (*hm)->file().tensors()) CHECK(t.data == nullptr);
+
+    // Cut inside the metadata: an error naming the file, not a crash.
+    auto cut = GgufFile::header_from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.begin() + (long)n_head / 2), "cut.gguf");
+    REQUIRE_FALSE(cut.ok());
+    CHECK_THAT(cut.error().message, Catch::Contains("cut.gguf"));
+
+    // Another vocabulary has another fingerprint.
+    spec.seed = 99;
+    auto other = Model::from_gguf(std::move(*GgufFile::from_bytes(synth_model(spec)->to_bytes(32), "other.gguf")));
+    REQUIRE(other.ok());
+    SynthSpec spec2 = spec;
+    spec2.n_vocab = 401;
+    auto other2 = Model::from_gguf(std::move(*GgufFile::from_bytes(synth_model(spec2)->to_bytes(32), "other2.gguf")));
+    REQUIRE(other2.ok());
+    CHECK(vocabulary_fingerprint((*other2)->tokenizer()) != vocabulary_fingerprint((*whole)->tokenizer()));
+}
