@@ -200,11 +200,23 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
     int port = 0;
     if (!split_host_port(address, host, port)) return make_error("worker address '", address, "' is not host:port (port 1..65535)");
     const std::string fix = "; start it with `steward worker -c W.toml --listen " + address + "`, or remove the pool";
-    auto a = sys.middleman().remote_actor(host, (uint16_t)port);
-    if (!a) return make_error("cannot reach the worker at ", address, ": ", sys.render(a.error()), fix);
+    // Through the middleman actor with a timeout, not middleman().remote_actor(): that one blocks
+    // for as long as a peer that accepted the connection stays silent (not a Steward worker).
+    const auto wait = std::chrono::milliseconds((int64_t)timeout_ms);
     caf::scoped_actor self{sys};
+    caf::actor a;
+    std::string why;
+    self->request(sys.middleman().actor_handle(), wait, caf::connect_atom::value, host, (uint16_t)port)
+        .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { a = caf::actor_cast<caf::actor>(p); },
+                 [&](caf::error& e) {
+                     why = e == caf::sec::request_timeout
+                               ? "it accepted the connection but did not complete CAF's handshake within " +
+                                     std::to_string((long long)timeout_ms) + " ms: is a steward worker listening there?"
+                               : sys.render(e);
+                 });
+    if (!a) return make_error("cannot reach the worker at ", address, ": ", why.empty() ? "no actor is published there" : why, fix);
     Expected<WorkerConnection> out = make_error("the worker at ", address, " did not answer hello");
-    self->request(*a, std::chrono::milliseconds((int64_t)timeout_ms), hello_atom::value, k_wire_version)
+    self->request(a, wait, hello_atom::value, k_wire_version)
         .receive(
             [&](const WorkerInfo& w) {
                 if (!w.refused.empty())
@@ -213,7 +225,7 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
                     out = make_error("the worker at ", address, " speaks Steward wire protocol ", std::to_string(w.version),
                                      " and this front ", std::to_string(k_wire_version), "; run the same Steward version on both");
                 else
-                    out = WorkerConnection{*a, w};
+                    out = WorkerConnection{a, w};
             },
             [&](caf::error& e) {
                 out = make_error("the worker at ", address, " did not answer hello within ", std::to_string((long long)timeout_ms),

@@ -12,7 +12,8 @@ workers (`steward worker`), each hosting a copy of one synthetic model.
   4. The worker, started again on its port, rejoins: a request naming its pool runs there again,
      without restarting the front.
   5. A worker of another wire protocol version is refused with a clear error.
-  6. Tenants stay apart across workers (another tenant's identical prompt finds nothing cached), and
+  6. A peer that accepts and stays silent is refused after connect_timeout_ms, naming the cause.
+  7. Tenants stay apart across workers (another tenant's identical prompt finds nothing cached), and
      a config reload of the front removes a worker's pool and adds it back.
 
   cluster.py STEWARD WORKDIR
@@ -402,6 +403,20 @@ def main():
         p = subprocess.run([steward, "run", "-c", bad, "--requests", "1"], capture_output=True, text=True, timeout=120)
         check(p.returncode != 0 and "wire protocol 99" in p.stderr and "same Steward version" in p.stderr,
               f"a front refuses a worker of wire protocol 99 (exit {p.returncode}: {p.stderr.strip()[-300:]})")
+        # A peer that accepts the connection and says nothing (not a worker): a clear error in bounded time.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        accepted = []
+        threading.Thread(target=lambda: [accepted.append(silent.accept()) for _ in range(4)], daemon=True).start()
+        quiet = os.path.join(workdir, "front_quiet.toml")
+        with open(quiet, "w") as f:
+            f.write(f'[cluster]\nconnect_timeout_ms = 1000\n\n[[pool]]\nname = "q"\nremote = "127.0.0.1:{silent.getsockname()[1]}"\n\n'
+                    '[[bucket]]\nname = "default"\npool = "q"\n')
+        t0 = time.time()
+        p = subprocess.run([steward, "run", "-c", quiet, "--requests", "1"], capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and "did not complete CAF's handshake" in p.stderr and time.time() - t0 < 30,
+              f"a silent peer is refused after connect_timeout_ms ({time.time() - t0:.1f} s: {p.stderr.strip()[-200:]})")
     finally:
         procs.stop_all()
     if failures:
