@@ -25,6 +25,28 @@ extern "C" void on_stop_signal(int sig) {
     (void)!::write(g_stop_pipe[1], &c, 1);  // async-signal-safe; a full pipe already holds a stop
 }
 
+// SIGINT / SIGTERM: a handler writes the signal to a pipe that the main thread reads once all is
+// up. A handler, not sigwait with the signals blocked: threads that libraries start on their own
+// (BLAS, OpenMP) need not have them blocked, and the default action would end the process.
+bool catch_stop_signals() {
+    if (::pipe(g_stop_pipe) != 0) return false;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    return true;
+}
+
+// Blocks until one of them arrives; returns which.
+char wait_for_stop_signal() {
+    char sig = 0;
+    while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    return sig;
+}
+
 }  // namespace
 
 namespace steward {
@@ -35,16 +57,7 @@ int cmd_serve(const ServeOptions& o) {
     ServerConfig sc = cfg->server;
     if (!o.host.empty()) sc.host = o.host;
     if (o.port >= 0) sc.port = o.port;
-    // SIGINT / SIGTERM: a handler writes the signal to a pipe that the main thread reads once all is
-    // up. A handler, not sigwait with the signals blocked: threads that libraries start on their own
-    // (BLAS, OpenMP) need not have them blocked, and the default action would end the process.
-    if (::pipe(g_stop_pipe) != 0) return cli_fail("serve: cannot create the stop pipe");
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    if (!catch_stop_signals()) return cli_fail("serve: cannot create the stop pipe");
 
     // Listening before the models load: /health answers 503 "loading" until the runtime is up.
     auto server = serve::HttpServer::start(nullptr, sc);
@@ -62,9 +75,7 @@ int cmd_serve(const ServeOptions& o) {
     Runtime::route_sighup_to_reload();
     (*server)->attach(**rt);
     std::fprintf(stderr, "steward serve: ready\n");
-    char sig = 0;
-    while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
+    const char sig = wait_for_stop_signal();
     std::fprintf(stderr, "steward serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*server)->set_draining(true);
     (*server)->stop();  // before the runtime goes: nothing of the server calls into it after this
@@ -76,13 +87,7 @@ int cmd_worker(const WorkerOptions& o) {
     int port = 0;
     if (!split_host_port(o.listen, host, port, 0))
         return cli_fail("worker: --listen '" + o.listen + "' is not HOST:PORT (port 0..65535, 0: an ephemeral one)");
-    if (::pipe(g_stop_pipe) != 0) return cli_fail("worker: cannot create the stop pipe");
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    if (!catch_stop_signals()) return cli_fail("worker: cannot create the stop pipe");
     auto rt = Runtime::start(o.config_path);
     if (!rt) return cli_fail(rt.error().message);
     Runtime::route_sighup_to_reload();
@@ -92,9 +97,7 @@ int cmd_worker(const WorkerOptions& o) {
     for (const PoolInfo& p : (*rt)->pools()) pools += (pools.empty() ? "" : ", ") + p.name;
     std::printf("steward worker: listening on %s:%d for fronts (pools: %s)\n", host.c_str(), *bound, pools.c_str());
     std::fflush(stdout);
-    char sig = 0;
-    while (::read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
+    const char sig = wait_for_stop_signal();
     std::fprintf(stderr, "steward worker: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     // Fronts retry what ran here. CAF's network layer can keep an actor a vanished front had seen
     // referenced (its executor's thread then waits forever to be destroyed): the runtime gets 10 s

@@ -195,9 +195,10 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::parse(const uint8_t* data, size_t 
     return f;
 }
 
-Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> bytes, const std::string& name) {
+Expected<std::unique_ptr<GgufFile>> GgufFile::from_owned(std::vector<uint8_t> bytes, const std::string& name, bool header_only) {
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = name;
+    f->header_only_ = header_only;
     f->owned_ = std::move(bytes);
     f->base_ = f->owned_.data();
     f->size_ = f->owned_.size();
@@ -206,16 +207,12 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> by
     return f;
 }
 
+Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> bytes, const std::string& name) {
+    return from_owned(std::move(bytes), name, false);
+}
+
 Expected<std::unique_ptr<GgufFile>> GgufFile::header_from_bytes(std::vector<uint8_t> bytes, const std::string& name) {
-    std::unique_ptr<GgufFile> f(new GgufFile());
-    f->path_ = name;
-    f->header_only_ = true;
-    f->owned_ = std::move(bytes);
-    f->base_ = f->owned_.data();
-    f->size_ = f->owned_.size();
-    auto r = f->parse_impl();
-    if (!r) return r.error();
-    return f;
+    return from_owned(std::move(bytes), name, true);
 }
 
 GgufFile::~GgufFile() {

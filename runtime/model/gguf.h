@@ -103,6 +103,7 @@ public:
 
 private:
     GgufFile() = default;
+    static Expected<std::unique_ptr<GgufFile>> from_owned(std::vector<uint8_t> bytes, const std::string& name, bool header_only);
     Expected<bool> parse_impl();
 
     std::string path_;

@@ -171,6 +171,23 @@ Expected<bool> check_backend(const PoolConfig& pc) {
 
 }  // namespace
 
+namespace {
+
+// What routing sees of a pool whose model and cfg are set (local or remote), and its vocabulary's id.
+void describe_pool(Pool& p) {
+    PoolProfile& pr = p.profile;
+    pr.name = p.cfg.name;
+    pr.n_layers = p.model->params().n_layer;
+    pr.model_bytes = (double)p.model->weight_bytes_per_token();
+    pr.n_params = (double)p.model->n_params();
+    pr.max_queue = p.cfg.max_queue;
+    pr.price_prompt = p.cfg.price_prompt;
+    pr.price_output = p.cfg.price_output;
+    p.vocab_id = vocabulary_fingerprint(p.model->tokenizer());
+}
+
+}  // namespace
+
 Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     // parse_config refuses these; a Config built in code (Runtime::start(const Config&)) meets the
     // same limits here instead of std::system_error / std::bad_alloc in the engine.
@@ -206,14 +223,7 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     auto n_blocks = kv_block_count(pc, mp);
     if (!n_blocks) return n_blocks.error();
     p.n_blocks = *n_blocks;
-    PoolProfile& pr = p.profile;
-    pr.name = pc.name;
-    pr.n_layers = mp.n_layer;
-    pr.model_bytes = (double)p.model->weight_bytes_per_token();
-    pr.n_params = (double)p.model->n_params();
-    pr.max_queue = pc.max_queue;
-    pr.price_prompt = pc.price_prompt;
-    pr.price_output = pc.price_output;
+    describe_pool(p);
     return p;
 }
 
@@ -244,16 +254,7 @@ Expected<Pool> remote_pool(const PoolConfig& front, const Config& config, Remote
     p.key = pool_key(front, config);
     p.model = std::shared_ptr<Model>(std::move(m.value()));
     p.n_blocks = d.n_blocks;
-    p.vocab_id = vocabulary_fingerprint(p.model->tokenizer());
-    const ModelParams& mp = p.model->params();
-    PoolProfile& pr = p.profile;
-    pr.name = front.name;
-    pr.n_layers = mp.n_layer;
-    pr.model_bytes = (double)p.model->weight_bytes_per_token();
-    pr.n_params = (double)p.model->n_params();
-    pr.max_queue = d.max_queue;
-    pr.price_prompt = front.price_prompt;
-    pr.price_output = front.price_output;
+    describe_pool(p);
     return p;
 }
 

@@ -315,3 +315,19 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
         CHECK(r.error().message.find(want) != std::string::npos);
     }
 }
+
+TEST_CASE("loaded pools of one vocabulary share a vocabulary id and another vocabulary's differs", "[pool]") {
+    // What a run lost with its worker may move between; unset (0) on local pools it matched every pool.
+    PoolText a, b, c;
+    a.model = "voc_a.gguf";
+    b.name = "b", b.model = "voc_b.gguf";  // same synth: same vocabulary, another file
+    c.name = "c", c.model = "voc_c.gguf";
+    c.synth = "dim = 64\nlayers = 2\nheads = 2\nkv_heads = 1\nffn = 128\nvocab = 401\nctx = 256\nseed = 3";
+    const Config cfg = config_of(pool_text(a) + pool_text(b) + pool_text(c));
+    REQUIRE(ensure_models(cfg).ok());
+    auto pa = load_pool(cfg.pools[0], cfg), pb = load_pool(cfg.pools[1], cfg), pc = load_pool(cfg.pools[2], cfg);
+    REQUIRE((pa.ok() && pb.ok() && pc.ok()));
+    CHECK(pa->vocab_id != 0);
+    CHECK(pa->vocab_id == pb->vocab_id);
+    CHECK(pa->vocab_id != pc->vocab_id);
+}
