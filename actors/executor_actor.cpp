@@ -9,14 +9,16 @@
 #include <unordered_map>
 
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "grammar/constraint.h"
+#include "sim/sim_clock.h"
 
 namespace steward {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now_s() { return sim_now_s(); }  // steady_clock, dilated by [sim] dilation (1 without)
 
 namespace {
 
@@ -33,6 +35,18 @@ struct executor_state {
     bool step_pending = false;
     double last_kv_sample = 0;
     static inline const char* name = "executor";
+    ~executor_state() {
+        // A simulated pool says how busy its device was and whether the host kept up with the
+        // dilation (an overrun: a step whose host work outlasted its device time / dilation).
+        if (!engine || !engine->options().sim) return;
+        const EngineStats es = engine->stats();
+        if (es.n_steps == 0) return;
+        spdlog::info("pool '{}' (simulated {}): {} steps, device busy {:.1f} s (simulated), {} steps ({:.1f}%) overran their "
+                     "device time / dilation{}",
+                     pool, engine->options().sim->device.name, es.n_steps, es.sim_device_s, es.sim_overruns,
+                     100.0 * (double)es.sim_overruns / (double)es.n_steps,
+                     es.sim_overruns * 10 > es.n_steps ? ": lower [sim] dilation for faithful latencies" : "");
+    }
 };
 
 void ensure_stepping(caf::stateful_actor<executor_state>* self) {
@@ -136,13 +150,15 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             if (snap)
                 if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size()) {
                     r.bucket = snap->config->buckets[m.bucket_index].name;
+                    r.sim_acceptance = snap->config->buckets[m.bucket_index].sim.acceptance;
+                    r.sim_concentration = snap->config->buckets[m.bucket_index].sim.concentration;
                     r.eviction = snap->policies[m.bucket_index].eviction;
                     if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
                     // Its speculation policy: asked per step for k; the source and limit from the config.
                     if (auto& sp = snap->policies[m.bucket_index].speculation) {
                         r.speculation = sp;
                         r.spec = spec_settings_for(snap->config->buckets[m.bucket_index], *snap->config,
-                                                   st.engine->options().draft_model != nullptr,
+                                                   st.engine->has_draft_model(),
                                                    st.engine->model().params().n_layer);
                     }
                 }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "actors/actors.hpp"
+#include "sim/sim_clock.h"
 #include "util/deadline_queue.h"
 
 namespace steward {
@@ -28,7 +29,7 @@ void schedule(timer_ptr self) {
     auto next = self->state.queue.next_s();
     if (!next || *next >= self->state.tick_s) return;
     self->state.tick_s = *next;
-    const double wait_s = std::max(0.0, *next - now_s());
+    const double wait_s = std::max(0.0, *next - now_s()) / time_dilation();  // real seconds (sim/sim_clock.h)
     self->delayed_send(self, std::chrono::microseconds((int64_t)(wait_s * 1e6) + 1), timer_tick_atom::value);
 }
 

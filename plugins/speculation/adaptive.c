@@ -14,20 +14,27 @@
  *                                                  the other B - 1 sequences too, so the larger the
  *                                                  batch, the more acceptance speculation needs
  * k* = argmax G over [0, min(k_max, max_budget, tokens left - 1)] (ties to the smaller k); k* > 0 is
- * kept only when G(k*) >= min_gain * G(0). Acceptance a_j: the sequence's per-position array
+ * kept only when it adds at least (min_gain - 1) of this sequence's own plain rate to the batch:
+ * G(k*) - G(0) >= (min_gain - 1) * G(0) / B. (One sequence's drafts can add at most E(k) / T(k) to
+ * a batch of B; a threshold on the whole batch's goodput, G(k*) >= min_gain * G(0), turned
+ * speculation off for every sequence once B passed ~40, whatever the acceptance: the simulated
+ * backend showed it at production batch sizes.) Acceptance a_j: the sequence's per-position array
  * (accept_pos), else the bucket's (bucket_accept_pos) where the sequence's has no observation (a
  * negative entry), else recent_acceptance, else prior_acceptance.
  *
- * Hysteresis: a sequence keeps its current k until another k has predicted a goodput at least
- * (1 + margin) times the current one's for `patience` consecutive steps; its first step takes k* at
+ * Hysteresis: a sequence keeps its current k until another k has predicted a goodput above the
+ * current one's by margin times the sequence's own plain rate (G(0) / B) for `patience`
+ * consecutive steps; its first step takes k* at
  * once, and a k > 0 predicted below plain decoding (G(k) < G(0)) drops to 0 at once. At k = 0 nothing is observed any more, so every probe_every steps one step drafts probe_k
  * tokens (not a switch: only the estimate is refreshed). The trade-off: a real change of acceptance
  * is followed `patience` steps late, in exchange for never paying both sides of a noisy threshold.
  *
  * Params (all optional):
  *   k_max               integer in [0, 16], default 8: the longest chain tried
- *   min_gain            number in [1, 10], default 1.05: predicted goodput over plain decoding needed
- *   margin              number in [0, 10], default 0.05: the hysteresis band
+ *   min_gain            number in [1, 10], default 1.05: the sequence's predicted gain over plain
+ *                       decoding needed (as a multiple of its own plain rate)
+ *   margin              number in [0, 10], default 0.05: the hysteresis band (a share of the
+ *                       sequence's own plain rate)
  *   patience            integer in [1, 1000], default 4: steps a better k must win before switching
  *   probe_every         integer in [0, 100000], default 32: steps at k = 0 between probes (0: never)
  *   probe_k             integer in [1, 16], default 2: draft tokens of a probe
@@ -131,6 +138,11 @@ static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, 
     return best;
 }
 
+/* This sequence's own plain rate within the batch: G(0) / B. */
+static double own_rate(const steward_spec_seq* seq, const double* g) {
+    return g[0] / (double)(seq->batch_size > 1 ? seq->batch_size : 1);
+}
+
 static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_seq* seq, int32_t* budget) {
     int32_t k_top = self->k_max < seq->max_budget ? self->k_max : seq->max_budget;
     if (seq->max_tokens > 0) {
@@ -144,7 +156,8 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
     }
     double g[ADAPTIVE_K_LIMIT + 1];
     int32_t best = predict(self, seq, k_top, g);
-    if (best > 0 && g[best] < self->min_gain * g[0]) best = 0;
+    const double own = own_rate(seq, g);
+    if (best > 0 && g[best] - g[0] < (self->min_gain - 1.0) * own) best = 0;
 
     adaptive_slot* s = &self->slots[seq->request_id % ADAPTIVE_SLOTS];
     if (s->request_id != seq->request_id || seq->request_id == 0) { /* its first step: no history */
@@ -158,7 +171,7 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
             /* Speculating at a predicted loss: stop at once (the loss is paid every step waited). */
             s->k = 0;
             s->n_better = 0;
-        } else if (best != s->k && g[best] > (1.0 + self->margin) * g[s->k]) {
+        } else if (best != s->k && g[best] - g[s->k] > self->margin * own) {
             if (++s->n_better >= self->patience) {
                 s->k = best;
                 s->n_better = 0;
@@ -196,7 +209,7 @@ static int adaptive_draft_budget(steward_policy* self, const steward_spec_stats*
     }
     double g[ADAPTIVE_K_LIMIT + 1];
     int32_t best = predict(self, &q, k_top, g);
-    if (best > 0 && g[best] < self->min_gain * g[0]) best = 0;
+    if (best > 0 && g[best] - g[0] < (self->min_gain - 1.0) * own_rate(&q, g)) best = 0;
     *budget = best;
     return STEWARD_PLUGIN_OK;
 }

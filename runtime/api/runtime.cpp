@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "actors/actors.hpp"
+#include "sim/sim_clock.h"
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
 #include "pool/pool.h"
@@ -259,6 +260,9 @@ Expected<std::unique_ptr<Runtime>> Runtime::start(const std::string& config_path
 Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) { return start_with(config, RuntimeOptions{}); }
 
 Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, RuntimeOptions options) {
+    // [sim] dilation: every clock of the runtime runs this many simulated seconds per real second
+    // (1 without it). Set before any actor reads the clock; a reload keeps it.
+    set_time_dilation(config.sim.dilation);
     auto impl = std::make_unique<Impl>();
     impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
     impl->config_path = config.path == "<string>" ? "" : config.path;
@@ -354,7 +358,9 @@ std::vector<PoolInfo> Runtime::pools() const {
         if (tok.bos() >= 0 && tok.bos() < tok.n_vocab()) i.bos_token = tok.token_text(tok.bos());
         if (tok.eos() >= 0 && tok.eos() < tok.n_vocab()) i.eos_token = tok.token_text(tok.eos());
         i.model_bytes = (int64_t)ph->model->file().mapped_size();
-        i.kv_bytes = kv_bytes(KvStorage::config_for(mp, ph->n_blocks, ph->cfg.block_size, kv_dtype_of(ph->cfg)));
+        // KV this process holds: none for a simulated pool (bookkeeping only) or a worker's.
+        if (!ph->cfg.sim && ph->cfg.remote.empty())
+            i.kv_bytes = kv_bytes(KvStorage::config_for(mp, ph->n_blocks, ph->cfg.block_size, kv_dtype_of(ph->cfg)));
         out.push_back(std::move(i));
     }
     return out;

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
     run->add_option("--compare", ro.compare,
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
-                    "no_routing, eviction=PLUGIN; per bucket side by side with ratios to the baseline");
+                    "speculation=PLUGIN, no_routing, eviction=PLUGIN; per bucket side by side with ratios to the baseline");
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
     run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0");
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");

@@ -22,6 +22,7 @@
 #include "api/runtime.h"
 #include "report/html_report.h"
 #include "report/prefix_diagnosis.h"
+#include "sim/sim_clock.h"
 #include "util/strings.h"
 #include "workload/workload.h"
 
@@ -179,6 +180,10 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     // neither's text may be appended to the other's prompt.
     std::map<std::pair<std::string, std::string>, SessionState> sessions;
     std::atomic<int> in_flight{0};
+    const double dilation = time_dilation();  // [sim] dilation, set by Runtime::start
+    if (dilation != 1)
+        std::fprintf(stderr, "steward run: simulated time runs %.3g x real time ([sim] dilation): latencies, rates and "
+                             "arrival times below are simulated\n", dilation);
     const clk::time_point t0 = clk::now();
     prog.start = t0;
 
@@ -223,7 +228,8 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     std::vector<Sent> sent(wl.requests.size());
     size_t n_submitted = 0;
     for (const WorkloadRequest& r : wl.requests) {
-        const clk::time_point at = t0 + std::chrono::microseconds((int64_t)(r.arrival_ms * 1e3));
+        // Arrival times are simulated time: with [sim] dilation D the replay runs D times faster.
+        const clk::time_point at = t0 + std::chrono::microseconds((int64_t)(r.arrival_ms * 1e3 / dilation));
         std::string text = r.prompt_kind == PromptKind::IDS ? "" : wl.prompt_text(r);
         {
             std::unique_lock<std::mutex> lk(mu);
@@ -264,7 +270,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                     SessionState& s = sessions[{tenant, session}];
                     conversations.close_turn(tenant, session, res.text);
                     s.busy = false;
-                    s.ready = clk::now() + std::chrono::microseconds((int64_t)(pause_ms * 1e3));
+                    s.ready = clk::now() + std::chrono::microseconds((int64_t)(pause_ms * 1e3 / dilation));
                 }
             }
             {
@@ -391,6 +397,15 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
         for (auto& b : c.buckets) b.routing.reset();
         return c;
     }
+    if (v.rfind("speculation=", 0) == 0 && v.size() > 12) {  // one policy on every bucket, e.g. a fixed k everywhere
+        for (auto& b : c.buckets) {
+            b.speculation = PolicySpec{};
+            b.speculation->plugin = v.substr(12);
+            b.speculation->where = "--compare " + v;
+            b.speculation_source = "";  // each pool's own: its draft model, else n-gram
+        }
+        return c;
+    }
     if (v.rfind("eviction=", 0) == 0 && v.size() > 9) {
         for (auto& b : c.buckets) {
             b.eviction = PolicySpec{};
@@ -400,8 +415,8 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
         return c;
     }
     return make_error("--compare: unknown variant '", v,
-                      "'; give baseline, no_prefix_cache, no_speculation, global_speculation, no_routing or eviction=PLUGIN "
-                      "(e.g. eviction=lru), comma-separated");
+                      "'; give baseline, no_prefix_cache, no_speculation, global_speculation, speculation=PLUGIN (e.g. "
+                      "speculation=fixed), no_routing or eviction=PLUGIN (e.g. eviction=lru), comma-separated");
 }
 
 // --compare: the workload through each variant in turn (a fresh runtime each, the same requests at
@@ -430,7 +445,8 @@ int run_compare(const RunOptions& o, const Workload& wl) {
         std::vector<const char*> path;
     };
     const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}},   {"ttft_p99", {"ttft_ms", "p99"}},
-                                   {"tpot_mean", {"tpot_ms", "mean"}}, {"e2e_p99", {"e2e_ms", "p99"}},
+                                   {"tpot_mean", {"tpot_ms", "mean"}}, {"tpot_p99", {"tpot_ms", "p99"}},
+                                   {"e2e_p99", {"e2e_ms", "p99"}},
                                    {"tok/s", {"throughput_tok_s"}},    {"hit_rate", {"prefix_cache", "hit_rate"}}};
     auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
         const nlohmann::json* j = &m;

@@ -195,6 +195,83 @@ uint64_t Config::tenant_salt(const std::string& tenant) const {
     return fnv1a("tenant:" + tenant);
 }
 
+namespace {
+
+// A device profile or model shape file of [pool.sim] (path relative to the config's folder): its
+// one table `table`, read with TableReader so a typo is an error naming the file and line.
+Expected<toml::table> read_sim_file(const std::string& path, const std::string& what, const std::string& at) {
+    auto text = read_regular_file(path, 1 << 20, what);
+    if (!text) return make_error(at, text.error().message, "; [pool.sim] names it relative to this config's folder");
+    try {
+        return toml::parse(*text, path);
+    } catch (const toml::parse_error& e) {
+        return make_error(where(path, e.source()), ": TOML syntax error: ", std::string(e.description()));
+    }
+}
+
+bool sim_dtype_ok(const std::string& d) { return d == "f32" || d == "bf16" || d == "f16" || d == "fp8"; }
+
+Expected<SimDeviceConfig> read_sim_device(const std::string& path, const std::string& at) {
+    auto root = read_sim_file(path, "sim device profile", at);
+    if (!root) return root.error();
+    SimDeviceConfig d;
+    d.file = path;
+    TableReader top(*root, path, "the device profile");
+    const toml::table* t = top.sub("device");
+    if (!top.finish()) return make_error(top.err);
+    if (!t) return make_error(path, ": a device profile needs a [device] table (name, tflops_16, hbm_gbps, hbm_gib, ...)");
+    TableReader r(*t, path, "[device]");
+    const std::string pos = "a number > 0", eff = "in (0, 1]";
+    if (!r.get("name", d.name) || !r.get_in("tflops_16", d.tflops_16, 1e-6, 1e9, pos) ||
+        !r.get_in("tflops_8", d.tflops_8, 0, 1e9, "a number >= 0 (0: tflops_16)") ||
+        !r.get_in("tflops_32", d.tflops_32, 0, 1e9, "a number >= 0 (0: tflops_16 / 2)") ||
+        !r.get_in("hbm_gbps", d.hbm_gbps, 1e-6, 1e9, pos) || !r.get_in("hbm_gib", d.hbm_gib, 1e-6, 1e9, pos) ||
+        !r.get_in("link_gbps", d.link_gbps, 0, 1e9, "a number >= 0 (0: no tensor parallelism)") ||
+        !r.get_in("link_latency_us", d.link_latency_us, 0, 1e9, "a number >= 0") ||
+        !r.get_in("eff_gemm", d.eff_gemm, 1e-6, 1, eff) || !r.get_in("eff_attn", d.eff_attn, 1e-6, 1, eff) ||
+        !r.get_in("eff_mem", d.eff_mem, 1e-6, 1, eff) || !r.get_in("step_overhead_us", d.step_overhead_us, 0, 1e9, "a number >= 0") ||
+        !r.get_in("layer_overhead_us", d.layer_overhead_us, 0, 1e9, "a number >= 0") || !r.finish())
+        return make_error(r.err);
+    for (const char* k : {"tflops_16", "hbm_gbps", "hbm_gib"})
+        if (!r.has(k)) return make_error(where(path, t->source()), ": [device] needs ", k);
+    if (d.name.empty()) d.name = std::filesystem::path(path).stem().string();
+    return d;
+}
+
+Expected<SimModelConfig> read_sim_model(const std::string& path, const std::string& at) {
+    auto root = read_sim_file(path, "sim model shape", at);
+    if (!root) return root.error();
+    SimModelConfig m;
+    m.file = path;
+    TableReader top(*root, path, "the model shape");
+    const toml::table* t = top.sub("model");
+    if (!top.finish()) return make_error(top.err);
+    if (!t) return make_error(path, ": a model shape needs a [model] table (layers, dim, heads, kv_heads, ffn, vocab, ...)");
+    TableReader r(*t, path, "[model]");
+    if (!r.get("name", m.name) || !r.get_in("layers", m.layers, 1, 1024, "in [1, 1024]") ||
+        !r.get_in("dim", m.dim, 1, 1 << 17, "in [1, 131072]") || !r.get_in("heads", m.heads, 1, 1024, "in [1, 1024]") ||
+        !r.get_in("kv_heads", m.kv_heads, 1, 1024, "in [1, 1024]") ||
+        !r.get_in("head_dim", m.head_dim, 0, 1024, "in [0, 1024] (0: dim / heads)") ||
+        !r.get_in("ffn", m.ffn, 1, 1 << 20, "in [1, 1048576]") || !r.get_in("vocab", m.vocab, 354, 1 << 20, "in [354, 1048576]") ||
+        !r.get_in("ctx", m.ctx, 16, 1 << 24, "in [16, 16777216]") || !r.get("weight_dtype", m.weight_dtype) ||
+        !r.get("kv_dtype", m.kv_dtype) || !r.finish())
+        return make_error(r.err);
+    for (const char* k : {"layers", "dim", "heads", "kv_heads", "ffn", "vocab"})
+        if (!r.has(k)) return make_error(where(path, t->source()), ": [model] needs ", k);
+    if (m.heads % m.kv_heads)
+        return make_error(where(path, t->source()), ": [model] heads (", m.heads, ") must be a multiple of kv_heads (", m.kv_heads, ")");
+    if (m.head_dim == 0) {
+        if (m.dim % m.heads) return make_error(where(path, t->source()), ": [model] dim must be a multiple of heads, or set head_dim");
+        m.head_dim = m.dim / m.heads;
+    }
+    if (!sim_dtype_ok(m.weight_dtype) || !sim_dtype_ok(m.kv_dtype))
+        return make_error(where(path, t->source()), ": [model] weight_dtype and kv_dtype must be \"f32\", \"bf16\", \"f16\" or \"fp8\"");
+    if (m.name.empty()) m.name = std::filesystem::path(path).stem().string();
+    return m;
+}
+
+}  // namespace
+
 Expected<Config> parse_config(const std::string& text, const std::string& src) {
     toml::table root;
     try {
@@ -268,6 +345,11 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                         ") must be longer than heartbeat_ms (" + std::to_string((long long)cl.heartbeat_ms) +
                         "), or every worker would be declared lost between two heartbeats");
     }
+    if (const toml::table* t = top.sub("sim")) {
+        TableReader r(*t, src, "[sim]");
+        if (!r.get_in("dilation", c.sim.dilation, 1e-3, 1e6, "in [0.001, 1e6] simulated seconds per real second") || !r.finish())
+            return fail(r.err);
+    }
     if (!top.finish()) return fail(top.err);
 
     if (const toml::array* a = array_of_tables(root, "pool", err, src)) {
@@ -329,8 +411,49 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 }
                 p.synth = s;
             }
+            if (const toml::table* st = r.sub("sim")) {
+                SimPoolConfig sc;
+                TableReader sr(*st, src, "[pool.sim]");
+                std::string device, model, draft;
+                if (!sr.get("device", device) || !sr.get("model", model) || !sr.get("draft", draft) ||
+                    !sr.get_in("tp", sc.tp, 1, 64, "in [1, 64] devices") ||
+                    !sr.get_in("memory_fraction", sc.memory_fraction, 0.01, 1, "in [0.01, 1]") ||
+                    !sr.get_in("acceptance", sc.acceptance, 0, 1, "in [0, 1] (a draft token's acceptance per position)") ||
+                    !sr.get_in("concentration", sc.concentration, 0.01, 1e6, "in [0.01, 1e6]") || !sr.get("seed", sc.seed) ||
+                    !sr.finish())
+                    return fail(sr.err);
+                const std::string at = where(src, st->source()) + ": [pool.sim] of pool '" + p.name + "': ";
+                if (device.empty() || model.empty())
+                    return fail(at + "needs device = \"<profile>.toml\" and model = \"<shape>.toml\" (configs/sim has A100, H100, H200 and 8B, 70B)");
+                auto rel = [&](std::string f) { return std::filesystem::path(f).is_relative() && !base.empty() ? (base / f).string() : f; };
+                auto d = read_sim_device(rel(device), at);
+                if (!d) return fail(d.error().message);
+                sc.device = *d;
+                auto m = read_sim_model(rel(model), at);
+                if (!m) return fail(m.error().message);
+                sc.model = *m;
+                if (!draft.empty()) {
+                    auto dm = read_sim_model(rel(draft), at);
+                    if (!dm) return fail(dm.error().message);
+                    if (dm->vocab != sc.model.vocab)
+                        return fail(at + "draft '" + dm->name + "' has vocab " + std::to_string(dm->vocab) + " and the model " +
+                                    std::to_string(sc.model.vocab) + "; a draft shares the target's vocabulary");
+                    sc.draft = *dm;
+                }
+                if (sc.tp > 1 && !(sc.device.link_gbps > 0))
+                    return fail(at + "tp = " + std::to_string(sc.tp) + " needs the device profile's link_gbps (the all-reduce bandwidth)");
+                p.sim = sc;
+            }
             if (!r.finish()) return fail(r.err);
             if (p.name.empty()) return fail(where(src, t.source()) + ": [[pool]] needs a name");
+            if (p.backend == "sim" || p.sim) {
+                const std::string at = where(src, t.source()) + ": pool '" + p.name + "' ";
+                if (p.backend != "sim") return fail(at + "has [pool.sim] but backend = \"" + p.backend + "\"; set backend = \"sim\" or drop [pool.sim]");
+                if (!p.sim) return fail(at + "has backend = \"sim\" but no [pool.sim] table; add one with device = and model = (see configs/sim)");
+                for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype"})
+                    if (r.has(k))
+                        return fail(at + "is simulated: '" + k + "' does not apply (the model and KV come from [pool.sim]; its draft is [pool.sim] draft)");
+            }
             if (!p.remote.empty()) {
                 // The worker's config has the model and the engine fields; here only the routing side.
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
@@ -346,7 +469,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             } else {
                 if (!p.remote_pool.empty())
                     return fail(where(src, t.source()) + ": pool '" + p.name + "' sets remote_pool without remote = \"host:port\"");
-                if (p.model.empty()) return fail(where(src, t.source()) + ": pool '" + p.name + "' needs model = \"path.gguf\" (or remote = \"host:port\" for a worker's pool)");
+                if (p.model.empty() && !p.sim) return fail(where(src, t.source()) + ": pool '" + p.name + "' needs model = \"path.gguf\" (or remote = \"host:port\" for a worker's pool)");
             }
             if (!p.model.empty() && std::filesystem::path(p.model).is_relative() && !base.empty()) p.model = (base / p.model).string();
             if (!p.chat_template_file.empty()) {
@@ -356,13 +479,13 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (!text) return fail(where(src, t.source()) + ": " + text.error().message);
                 p.chat_template = std::move(*text);
             }
-            if (p.backend != "cpu" && p.backend != "cuda" && p.backend != "auto")
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\", \"cuda\" or \"auto\", got \"" + p.backend + "\"");
+            if (p.backend != "cpu" && p.backend != "cuda" && p.backend != "auto" && p.backend != "sim")
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\", \"cuda\", \"auto\" or \"sim\", got \"" + p.backend + "\"");
             if (p.kv_dtype != "f32" && p.kv_dtype != "f16")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_dtype must be \"f32\" or \"f16\"");
             if (p.block_size <= 0 || p.block_size > 256 || (p.block_size & (p.block_size - 1)))
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' block_size must be a power of two up to 256");
-            if (p.kv_blocks < 0 || (p.kv_blocks == 0 && !(p.kv_gib > 0)))
+            if (p.kv_blocks < 0 || (p.kv_blocks == 0 && !(p.kv_gib > 0) && !p.sim))
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' needs kv_blocks > 0 or kv_gib > 0");
             if (c.find_pool(p.name)) return fail(where(src, t.source()) + ": pool '" + p.name + "' is defined twice");
             c.pools.push_back(p);
@@ -456,6 +579,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 !r.get_in("slo_tpot_ms", b.slo_tpot_ms, 0, k_max_ms, "in [0, 1e9] ms (0: none)") ||
                 !r.get("on_worker_loss", b.on_worker_loss))
                 return fail(r.err);
+            if (const toml::table* st = r.sub("sim")) {
+                TableReader sr(*st, src, "[bucket.sim]");
+                if (!sr.get_in("acceptance", b.sim.acceptance, 0, 1, "in [0, 1] (a draft token's acceptance per position)") ||
+                    !sr.get_in("concentration", b.sim.concentration, 0.01, 1e6, "in [0.01, 1e6]") || !sr.finish())
+                    return fail(sr.err);
+            }
             if (b.on_worker_loss != "retry" && b.on_worker_loss != "fail")
                 return fail(where(src, t.source()) + ": bucket '" + b.name + "' on_worker_loss must be \"retry\" or \"fail\", got \"" +
                             b.on_worker_loss + "\"");
@@ -533,10 +662,11 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             if (!c.find_pool(b.pool))
                 return fail(where(src, t.source()) + ": bucket '" + b.name + "' routes to pool '" + b.pool +
                             "', which is not defined; define it with [[pool]] name = \"" + b.pool + "\"");
-            if (b.speculation_source == "draft" && c.find_pool(b.pool)->draft.empty())
+            if (const PoolConfig* bp = c.find_pool(b.pool);
+                b.speculation_source == "draft" && bp->draft.empty() && !(bp->sim && bp->sim->draft))
                 return fail(where(src, t.source()) + ": bucket '" + b.name + "' speculates with source \"draft\" but its pool '" +
                             b.pool + "' has no draft model; add draft = \"<pool>\" to pool '" + b.pool +
-                            "' or use source = \"ngram\"");
+                            "' (a simulated pool: [pool.sim] draft = \"<shape>.toml\") or use source = \"ngram\"");
             for (const auto& tn : b.match.tenants)
                 if (!c.find_tenant(tn))
                     return fail(where(src, t.source()) + ": bucket '" + b.name + "' matches tenant '" + tn + "', which has no [[tenant]] entry");

@@ -541,7 +541,15 @@ Expected<bool> GgufWriter::set_value(const std::string& key, const GgufValue& v)
 
 void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
                             std::vector<uint8_t> data) {
-    tensors_.push_back({name, type, std::move(dims), std::move(data)});
+    const uint64_t n = data.size();
+    tensors_.push_back({name, type, std::move(dims), std::move(data), n, false});
+}
+
+void GgufWriter::add_tensor_shape(const std::string& name, GgmlType type, std::vector<int64_t> dims) {
+    int64_t n_elems = 1;
+    for (int64_t d : dims) n_elems *= d;
+    const uint64_t n = (uint64_t)(n_elems / ggml_type_block_elems(type) * ggml_type_block_bytes(type));
+    tensors_.push_back({name, type, std::move(dims), {}, n, true});
 }
 
 namespace {
@@ -574,15 +582,18 @@ std::vector<uint8_t> encode_header(const auto& kvs, const auto& tensors, uint32_
         for (int64_t d : t.dims) put_raw<uint64_t>(b, (uint64_t)d);
         put_raw<uint32_t>(b, (uint32_t)t.type);
         put_raw<uint64_t>(b, offset);
-        offset += (t.data.size() + alignment - 1) / alignment * alignment;
+        offset += (t.n_bytes + alignment - 1) / alignment * alignment;
     }
     b.resize((b.size() + alignment - 1) / alignment * alignment, 0);
     return b;
 }
 }  // namespace
 
+std::vector<uint8_t> GgufWriter::header_bytes(uint32_t alignment) const { return encode_header(kvs_, tensors_, alignment); }
+
 std::vector<uint8_t> GgufWriter::to_bytes(uint32_t alignment) const {
     std::vector<uint8_t> b = encode_header(kvs_, tensors_, alignment);
+    if (std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) { return t.shape_only; })) return b;  // no data to add
     for (auto& t : tensors_) {
         b.insert(b.end(), t.data.begin(), t.data.end());
         b.resize((b.size() + alignment - 1) / alignment * alignment, 0);
@@ -591,6 +602,8 @@ std::vector<uint8_t> GgufWriter::to_bytes(uint32_t alignment) const {
 }
 
 Expected<bool> GgufWriter::write(const std::string& path, uint32_t alignment) const {
+    if (std::any_of(tensors_.begin(), tensors_.end(), [](const Tensor& t) { return t.shape_only; }))
+        return make_error("cannot write '", path, "': the writer holds tensor shapes without data (a simulated model's header)");
     FILE* f = std::fopen(path.c_str(), "wb");
     if (!f) return make_error("cannot write '", path, "': ", std::strerror(errno));
     const std::vector<uint8_t> header = encode_header(kvs_, tensors_, alignment);

@@ -142,6 +142,12 @@ public:
     // dims as ggml orders them: dims[0] is the contiguous dimension.
     void add_tensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> data);
+    // A tensor's info without its data (n_bytes is what its data would take): for header_bytes
+    // only (a simulated model's shape). to_bytes and write refuse a writer holding one.
+    void add_tensor_shape(const std::string& name, GgmlType type, std::vector<int64_t> dims);
+    // The header alone (metadata and tensor infos, offsets as if every tensor's data followed):
+    // what GgufFile::header_from_bytes reads.
+    std::vector<uint8_t> header_bytes(uint32_t alignment = 32) const;
     // Serialise to bytes (for tests) or to a file. alignment must be a power of two.
     std::vector<uint8_t> to_bytes(uint32_t alignment = 32) const;
     Expected<bool> write(const std::string& path, uint32_t alignment = 32) const;
@@ -156,6 +162,8 @@ private:
         GgmlType type;
         std::vector<int64_t> dims;
         std::vector<uint8_t> data;
+        uint64_t n_bytes = 0;  // data.size(), or a shape-only tensor's nominal size
+        bool shape_only = false;
     };
     void put(const std::string& key, std::vector<uint8_t> encoded);
     std::vector<Kv> kvs_;

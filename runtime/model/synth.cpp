@@ -198,9 +198,11 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     const float branch = 1.0f / std::sqrt(2.0f * (float)s.n_layer);
     auto mat = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
         const GgmlType t = format_tensor_type(format, name, s.n_layer, s.tied_output);
+        if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
         w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
     };
     auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
+        if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {n});
         w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
     };
     mat("token_embd.weight", E, s.n_vocab, 1.0f);
@@ -278,6 +280,17 @@ Expected<bool> synth_draft(const std::string& target_path, int keep_layers, cons
         w.add_tensor(ti.name, ti.type, dims, std::vector<uint8_t>(ti.data, ti.data + ti.n_bytes));
     }
     return w.write(out_path, t.alignment());
+}
+
+}  // namespace steward
+
+namespace steward {
+
+Expected<std::vector<uint8_t>> synth_header_bytes(SynthSpec spec) {
+    spec.shape_only = true;
+    auto w = synth_model(spec);
+    if (!w) return w.error();
+    return w->header_bytes();
 }
 
 }  // namespace steward

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/gguf.h"
 #include "model/quantize.h"
@@ -43,6 +44,10 @@ struct SynthSpec {
     // late_from -1 (or late_scale 1): off.
     float late_scale = 1.0f;
     int late_from = -1;
+    // Tensor infos without weights (GgufWriter::add_tensor_shape): a simulated model of any size,
+    // whose header (synth_header_bytes) a Model is built from. synth_validate skips the dtype's
+    // width rules for it (no weights are encoded).
+    bool shape_only = false;
 };
 
 // Validates the shape (head counts divide, dims multiples of 32 for Q8_0, ...).
@@ -52,6 +57,9 @@ int synth_head_dim(const SynthSpec& spec);
 // Builds the whole GGUF (metadata, SPM tokenizer, weights) in a writer.
 Expected<GgufWriter> synth_model(const SynthSpec& spec);
 Expected<bool> synth_write(const SynthSpec& spec, const std::string& path);
+// The GGUF header of the spec with shape_only set: metadata, tokenizer and tensor infos, no weights
+// (GgufFile::header_from_bytes and Model::from_gguf make a Model without weights of it).
+Expected<std::vector<uint8_t>> synth_header_bytes(SynthSpec spec);
 // Writes a draft of `target`: its embeddings, first keep_layers layers, final norm and output head.
 Expected<bool> synth_draft(const std::string& target_path, int keep_layers, const std::string& out_path);
 

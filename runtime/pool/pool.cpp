@@ -12,6 +12,7 @@
 #include "config/limits.h"
 #include "kv/kv_storage.h"
 #include "model/synth.h"
+#include "sim/cost_model.h"
 #ifdef STEWARD_HAVE_CUDA
 #include "gpu/device.h"
 #endif
@@ -104,6 +105,18 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
       << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
+    if (p.sim) {  // a simulated pool: its device, shapes and generator (the files' contents, as read)
+        const SimPoolConfig& s = *p.sim;
+        const SimDeviceConfig& d = s.device;
+        o << "|sim|" << d.name << ',' << d.tflops_16 << ',' << d.tflops_8 << ',' << d.tflops_32 << ',' << d.hbm_gbps << ','
+          << d.hbm_gib << ',' << d.link_gbps << ',' << d.link_latency_us << ',' << d.eff_gemm << ',' << d.eff_attn << ','
+          << d.eff_mem << ',' << d.step_overhead_us << ',' << d.layer_overhead_us;
+        for (const SimModelConfig* m : {&s.model, s.draft ? &*s.draft : nullptr})
+            if (m)
+                o << '|' << m->name << ',' << m->layers << ',' << m->dim << ',' << m->heads << ',' << m->kv_heads << ','
+                  << m->head_dim << ',' << m->ffn << ',' << m->vocab << ',' << m->ctx << ',' << m->weight_dtype << ',' << m->kv_dtype;
+        o << '|' << s.tp << ',' << s.memory_fraction << ',' << s.acceptance << ',' << s.concentration << ',' << s.seed;
+    }
     std::error_code ec;
     auto t = std::filesystem::last_write_time(p.model, ec);
     o << '|' << (ec ? 0 : (int64_t)t.time_since_epoch().count());
@@ -188,6 +201,40 @@ void describe_pool(Pool& p) {
 
 }  // namespace
 
+namespace {
+
+// A simulated pool: a model of the shape without weights (a synthetic tokenizer of its vocabulary),
+// its KV blocks from the devices' memory left after the weights.
+Expected<Pool> load_sim_pool(const PoolConfig& pc, const Config& config) {
+    const SimPoolConfig& sim = *pc.sim;
+    const SimModelConfig& m = sim.model;
+    SynthSpec spec;
+    spec.n_embd = m.dim, spec.n_layer = m.layers, spec.n_head = m.heads, spec.n_head_kv = m.kv_heads;
+    spec.head_dim = m.head_dim == m.dim / m.heads ? 0 : m.head_dim;
+    spec.n_ff = m.ffn, spec.n_vocab = m.vocab, spec.n_ctx = m.ctx;
+    spec.dtype = m.weight_dtype == "f32" ? GgmlType::F32 : m.weight_dtype == "fp8" ? GgmlType::Q8_0 : GgmlType::F16;
+    auto header = synth_header_bytes(spec);
+    if (!header) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", header.error().message);
+    auto file = GgufFile::header_from_bytes(std::move(*header), "sim:" + m.name);
+    if (!file) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", file.error().message);
+    auto model = Model::from_gguf(std::move(*file));
+    if (!model) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", model.error().message);
+    Pool p;
+    p.cfg = pc;
+    p.key = pool_key(pc, config);
+    p.model = std::shared_ptr<Model>(std::move(model.value()));
+    if (pc.kv_blocks > 0) {
+        p.n_blocks = pc.kv_blocks;
+    } else {
+        if (std::string e = sim_fit_error(sim, pc.block_size); !e.empty()) return make_error("pool '", pc.name, "': ", e);
+        p.n_blocks = (int)std::min<int64_t>(sim_kv_blocks(sim, pc.block_size), k_max_kv_blocks);
+    }
+    describe_pool(p);
+    return p;
+}
+
+}  // namespace
+
 Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     // parse_config refuses these; a Config built in code (Runtime::start(const Config&)) meets the
     // same limits here instead of std::system_error / std::bad_alloc in the engine.
@@ -197,6 +244,7 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
         return make_error("pool '", pc.name, "': max_batch ", std::to_string(pc.max_batch), ", max_batch_tokens ",
                           std::to_string(pc.max_batch_tokens), ", kv_blocks ", std::to_string(pc.kv_blocks), " or max_queue ",
                           std::to_string(pc.max_queue), " is out of range (1..4096, 1..65536, 0..2^24, 0..2^20)");
+    if (pc.sim) return load_sim_pool(pc, config);
     Pool p;
     p.cfg = pc;
     p.key = pool_key(pc, config);
@@ -273,6 +321,7 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.kv_events = pc.prefix_cache;  // they feed the cache actor's index of which pool holds which blocks
     eo.draft_model = p.draft_model.get();
     eo.draft_model_keep = p.draft_model;
+    if (pc.sim) eo.sim = std::make_shared<const SimPoolConfig>(*pc.sim);
     const int n_layer = p.model->params().n_layer;
     for (const BucketConfig& b : config.buckets)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < n_layer &&

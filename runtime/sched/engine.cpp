@@ -12,7 +12,11 @@
 #include <optional>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <unordered_set>
+
+#include "sim/cost_model.h"
+#include "sim/sim_clock.h"
 
 namespace steward {
 
@@ -69,13 +73,15 @@ EngineOptions with_draft_share(const Model& model, EngineOptions opt) {
 Engine::Engine(const Model& model, const EngineOptions& opt)
     : model_(model),
       opt_(with_draft_share(model, opt)),
-      fwd_(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch)),
-      kv_(KvStorage::config_for(model.params(), opt_.n_blocks, opt.block_size, opt.kv_dtype)),
+      fwd_(opt.sim ? nullptr : std::make_unique<CpuForward>(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch))),
+      // A simulated pool's KV is bookkeeping only: one block of storage stands in for the pool.
+      kv_(KvStorage::config_for(model.params(), opt.sim ? 1 : opt_.n_blocks, opt.block_size, opt.kv_dtype)),
       mgr_(opt_.n_blocks, opt.block_size) {
     if (opt_.draft_model)
         draft_ = std::make_unique<DraftModel>(*opt_.draft_model, opt_.n_blocks, opt_.block_size, opt_.kv_dtype,
                                               opt_.n_threads, std::max(opt_.max_batch_tokens, opt_.max_batch));
-    mgr_.set_block_bytes((double)kv_bytes(kv_.config()) / opt_.n_blocks);
+    mgr_.set_block_bytes(opt_.sim ? sim_kv_bytes_per_token(opt_.sim->model) * opt_.block_size
+                                  : (double)kv_bytes(kv_.config()) / opt_.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
 }
@@ -101,7 +107,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
         return make_error_code(ErrorCode::OVERLOADED, "overloaded: the pool's queue is full (",
                                std::to_string(waiting_.size()), " waiting); retry later or raise max_queue");
     if (seqs_.count(req.id)) return make_error("request id ", std::to_string(req.id), " is already in use");
-    if (auto ok = check_spec_settings(req.spec, draft_ != nullptr, model_.params().n_layer); !ok)
+    if (auto ok = check_spec_settings(req.spec, has_draft_model(), model_.params().n_layer); !ok)
         return make_error("request ", std::to_string(req.id), ": ", ok.error().message);
     if (auto intact = model_.check_file(); !intact) return intact.error();  // a changed model serves nothing
     const uint64_t id = req.id;
@@ -110,8 +116,10 @@ Expected<bool> Engine::submit(EngineRequest req) {
         if ((size_t)req.tenant >= tenant_names_.size()) tenant_names_.resize((size_t)req.tenant + 1);
         tenant_names_[req.tenant] = req.tenant_name;
     }
+    if (opt_.sim) req.grammar = nullptr;  // the sim's tokens are a generator's: no grammar applies
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
+    if (opt_.sim) sim_init(*s);
     if (s->req.grammar) {
         s->masker = masker_for(s->req.grammar);
         s->matcher.emplace(s->req.grammar);
@@ -274,6 +282,14 @@ void observe_acceptance(AcceptanceEwma& a, int n_proposed, int n_accepted) {
 }
 }  // namespace
 
+void Engine::observe_spec(Seq& s, int n_proposed, int n_accepted) {
+    // What the policy reads next step: acceptance per position, of the sequence and its bucket.
+    observe_acceptance(s.acceptance, n_proposed, n_accepted);
+    if (s.bucket_acceptance) observe_acceptance(*s.bucket_acceptance, n_proposed, n_accepted);
+    const double rate = (double)n_accepted / n_proposed;
+    s.recent_acceptance = s.recent_acceptance < 0 ? rate : s.recent_acceptance + 0.2 * (rate - s.recent_acceptance);
+}
+
 int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     const int limit = s.req.spec.k;
     if (!s.req.speculation) return limit;
@@ -410,6 +426,7 @@ void Engine::finish(uint64_t id, FinishReason why, const std::string& err, doubl
 
 std::vector<EngineEvent> Engine::step(double now_s) {
     const auto t0 = std::chrono::steady_clock::now();
+    step_start_ = t0;
     std::vector<EngineEvent> events;
     try {
         run_step(now_s, events);
@@ -522,8 +539,9 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
             evictions_[{s.req.bucket, s.req.eviction && !must_evict ? s.req.eviction_name : std::string("lru")}] += d;
         if (!copies) return false;
-        for (const BlockCopy& c : *copies)
-            for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
+        if (!opt_.sim)  // a simulated pool's KV has no storage to copy
+            for (const BlockCopy& c : *copies)
+                for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
         return true;
     };
     std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
@@ -615,6 +633,12 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             const int n_catch_up = s.req.spec.source != SpecSource::DRAFT ? 0
                                    : !s.draft_kv ? (int)s.all_tokens.size()
                                                  : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
+            if (opt_.sim) {  // its draft time is the step's draft forwards, priced below (sim_draft_s)
+                drafts[k] = sim_draft(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
+                plan[k].n += drafts[k].k();
+                budget -= drafts[k].k();
+                continue;
+            }
             const auto t_draft = std::chrono::steady_clock::now();
             drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
@@ -647,9 +671,32 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         for (const Planned& p : plan) ids.push_back(p.id);
         (*hook)(ids);
     }
-    const auto t_fwd = std::chrono::steady_clock::now();
-    auto r = fwd_.forward(kv_, batch, logits_);
-    const double fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    double fwd_s = 0;
+    Expected<bool> r = true;
+    if (opt_.sim) {
+        // The device's time for this step: the drafts' forwards, then the target's over the batch.
+        std::vector<uint64_t> ids;
+        std::vector<SimSeqWork> work;
+        for (size_t k = 0; k < plan.size(); k++) {
+            ids.push_back(plan[k].id);
+            const int n_logits = batch[k].logits == LogitsMode::ALL ? plan[k].n : batch[k].logits == LogitsMode::LAST ? 1 : 0;
+            work.push_back({plan[k].n, batch[k].n_past, n_logits});
+        }
+        const double draft_s = sim_draft_s(ids, drafts);
+        fwd_s = sim_step_cost(opt_.sim->device, opt_.sim->model, opt_.sim->tp, work).total_s;
+        stats_.sim_device_s += draft_s + fwd_s;
+        // Sleep until the step's start + its device time in real seconds; the host's work so far
+        // (scheduling, KV calls, the previous step's events) overlaps it, as a GPU runs ahead of
+        // its host. A host slower than that is an overrun: the simulated time then stretches.
+        const auto until = step_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>((draft_s + fwd_s) / time_dilation()));
+        if (std::chrono::steady_clock::now() > until) stats_.sim_overruns++;
+        else std::this_thread::sleep_until(until);
+    } else {
+        const auto t_fwd = std::chrono::steady_clock::now();
+        r = fwd_->forward(kv_, batch, logits_);
+        fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    }
     stats_.forward_s += fwd_s;
     stats_.n_steps++;
     {
@@ -677,6 +724,13 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         return;
     }
 
+    if (opt_.sim) {
+        std::vector<std::pair<uint64_t, int>> planned;
+        for (const Planned& p : plan) planned.push_back({p.id, p.n});
+        retire(sim_commit(planned, drafts, batch, events), now_s);
+        return;
+    }
+
     // ---- commit, publish, sample
     const int V = model_.params().n_vocab;
     const int ctx = model_.params().n_ctx_train;
@@ -698,7 +752,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<std::optional<Sampled>> pre(plan.size());
     if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
         std::vector<std::exception_ptr> failed(plain.size());
-        fwd_.thread_pool().parallel_for((int64_t)plain.size(), [&](int64_t j) {
+        fwd_->thread_pool().parallel_for((int64_t)plain.size(), [&](int64_t j) {
             const size_t k = plain[(size_t)j];
             try {
                 pre[k] = seqs_.at(plan[k].id)->sampler.sample(
@@ -719,12 +773,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             bool fin = false;
             const int accepted_before = s.n_accepted_tokens;
             apply_spec(s, drafts[k], std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
-            // What the policy reads next step: acceptance per position, of the sequence and its bucket.
-            const int n_acc = s.n_accepted_tokens - accepted_before;
-            observe_acceptance(s.acceptance, drafts[k].k(), n_acc);
-            if (s.bucket_acceptance) observe_acceptance(*s.bucket_acceptance, drafts[k].k(), n_acc);
-            const double rate = (double)n_acc / drafts[k].k();
-            s.recent_acceptance = s.recent_acceptance < 0 ? rate : s.recent_acceptance + 0.2 * (rate - s.recent_acceptance);
+            observe_spec(s, drafts[k].k(), s.n_accepted_tokens - accepted_before);
             row += (int)n_rows;
             stats_.n_decode_tokens += plan[k].n;
             if (fin) done.push_back({s.req.id, events.back().finish});
@@ -798,6 +847,10 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (e.finished) done.push_back({s.req.id, e.finish});
         events.push_back(std::move(e));
     }
+    retire(done, now_s);
+}
+
+void Engine::retire(const std::vector<std::pair<uint64_t, FinishReason>>& done, double now_s) {
     for (auto [id, why] : done) {
         Seq& s = *seqs_.at(id);
         release(s, true, now_s);

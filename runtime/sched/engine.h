@@ -3,16 +3,20 @@
 // test); each step() selects a batch under the token budget, runs ONE forward and samples.
 #pragma once
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <steward/config.h>
 
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
@@ -54,6 +58,16 @@ struct EngineOptions {
     // model and these (shared_kv_blocks). A SELF request with another layer count still drafts, its
     // KV then outside the budget.
     std::vector<int> self_draft_layers;
+    // The simulated backend (backend = "sim", sched/engine_sim.cpp): the model is a shape without
+    // weights; a step runs no forward but sleeps the cost model's time for its batch (the target's
+    // forward and, when sequences speculate, the draft's) divided by the clock's dilation, counted
+    // from the step's start (the host's own work overlaps it). Tokens come from a deterministic
+    // generator (a hash of the request and the position; never end-of-generation, so a request
+    // produces max_tokens); a draft token is accepted with the request's acceptance (drawn from its
+    // bucket's Beta distribution at submit), so speculation's accepted lengths, rollbacks and KV
+    // effects are real while its tokens are the generator's. KV blocks are bookkeeping only (no
+    // storage); structured-output grammars are not applied. null: the CPU forward.
+    std::shared_ptr<const SimPoolConfig> sim;
 };
 
 struct EngineRequest {
@@ -87,6 +101,9 @@ struct EngineRequest {
     // grammar state on its draft path, so the output equals the unspeculated one (greedy) or is
     // distributed as it (sampled). The forced-token hook does not apply to constrained requests.
     std::shared_ptr<const CompiledGrammar> grammar;
+    // Simulated pools: the bucket's draft acceptance per position and its Beta concentration
+    // ([bucket.sim]; < 0: the pool's [pool.sim] figures).
+    double sim_acceptance = -1, sim_concentration = -1;
 };
 
 // Cached blocks reclaimed while allocating for requests of one bucket under one policy.
@@ -172,6 +189,11 @@ struct EngineStats {
     double verify_ms = -1, verify_ms_per_token = -1;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
+    // Simulated pools: the device time of every step (target and draft forwards, in simulated
+    // seconds), and the steps whose host work took longer than their cost / dilation (the
+    // simulation ran slow there: lower [sim] dilation when they are many).
+    double sim_device_s = 0;
+    int64_t sim_overruns = 0;
 };
 
 // Structured output, shared by the plain and the speculative path: whether a constrained request
@@ -201,6 +223,8 @@ public:
     EngineStats stats() const;
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
+    // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
+    bool has_draft_model() const { return draft_ != nullptr || (opt_.sim && opt_.sim->draft); }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.
@@ -254,6 +278,11 @@ private:
         std::optional<GrammarMatcher> matcher;
         int n_masked = 0, n_forced = 0;
         double mask_s = 0;
+        // Simulated pools: this request's acceptance per draft position, its generator for the
+        // acceptance draws, and the tokens a draft model has computed of it (its catch-up).
+        double sim_alpha = 0;
+        std::mt19937_64 sim_rng;
+        int sim_draft_computed = 0;
         explicit Seq(EngineRequest r) : req(std::move(r)), sampler(req.sampling) {}
     };
     struct Session {
@@ -275,6 +304,27 @@ private:
     SpecDraft draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
     void apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
                     bool& finished);
+    // The commit of a verification's result r (apply_spec's second half, shared with the sim):
+    // counts, tokens appended under the stop rules, KV kept or rolled back, the event. rows: the
+    // verification's rows for logprobs (empty: the sim, logprob 0).
+    void commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::span<const float> rows,
+                     std::vector<EngineEvent>& events, bool& finished);
+    // The simulated backend (sched/engine_sim.cpp): the generator's token at position pos of s, a
+    // sequence's draft (drawing how many of its tokens the target will accept), the step's draft
+    // and target forward times, and the commit of a plain row.
+    int32_t sim_token(const Seq& s, size_t pos) const;
+    void sim_init(Seq& s);
+    SpecDraft sim_draft(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
+    double sim_draft_s(const std::vector<uint64_t>& ids, const std::vector<SpecDraft>& drafts);
+    SpecResult sim_verify(const Seq& s, const SpecDraft& d) const;
+    // Commits a simulated step (plan: ids and token counts, batch: the forward's inputs it would
+    // have run); returns the finished ones for retire.
+    std::vector<std::pair<uint64_t, FinishReason>> sim_commit(const std::vector<std::pair<uint64_t, int>>& plan,
+                                                              const std::vector<SpecDraft>& drafts,
+                                                              const std::vector<SeqInput>& batch,
+                                                              std::vector<EngineEvent>& events);
+    // Releases finished sequences (their KV kept as a session where they name one).
+    void retire(const std::vector<std::pair<uint64_t, FinishReason>>& done, double now_s);
     // Structured output: masks one row of logits in place for state m (disallowed ids -inf; with
     // stop_at_eos off, the end too unless it is all that is left) and counts it for s.
     MaskResult mask_row(Seq& s, const GrammarMatcher& m, std::span<float> row);
@@ -286,7 +336,7 @@ private:
     EngineOptions opt_;
     std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
     std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers, made on first use
-    CpuForward fwd_;
+    std::unique_ptr<CpuForward> fwd_;  // null on a simulated pool
     KvStorage kv_;
     KvManager mgr_;
     std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
@@ -322,6 +372,9 @@ private:
     double draft_ms_per_token_[4] = {-1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF)
     // The draft length the speculation policy allows s this step (spec.k without a policy).
     int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
+    // After a verification of n_proposed draft tokens: the acceptance the policy reads next step.
+    void observe_spec(Seq& s, int n_proposed, int n_accepted);
+    std::chrono::steady_clock::time_point step_start_;  // real time, for the sim's sleep
 };
 
 }  // namespace steward

@@ -464,10 +464,8 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
 void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
                         bool& finished) {
     const int V = model_.params().n_vocab;
-    const int ctx = model_.params().n_ctx_train;
     const int k = d.k();
     const SamplingParams& sp = s.req.sampling;
-    const int n_past = mgr_.seq(s.kv).n_computed;  // the root's slot
     if (sp.adjusts_logits()) {
         // Row i follows the output so far plus the draft tokens on node i's path: the penalties the
         // plain path would see there.
@@ -503,6 +501,16 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
         rows = spec_rows_;
     }
     const SpecResult r = verify_draft(d, rows, V, sp, s.sampler.rng());
+    commit_spec(s, d, r, rows, events, finished);
+}
+
+void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::span<const float> rows,
+                         std::vector<EngineEvent>& events, bool& finished) {
+    const int V = model_.params().n_vocab;
+    const int ctx = model_.params().n_ctx_train;
+    const int k = d.k();
+    const SamplingParams& sp = s.req.sampling;
+    const int n_past = mgr_.seq(s.kv).n_computed;  // the root's slot
     s.n_drafts++;
     s.n_draft_tokens += k;
     s.n_accepted_tokens += r.n_accepted;
@@ -538,7 +546,8 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
     finished = false;
     for (size_t j = 0; j < r.tokens.size(); j++) {
         const int32_t tok = r.tokens[j];
-        const std::span<const float> row = rows.subspan((size_t)r.nodes[j] * (size_t)V, (size_t)V);
+        const std::span<const float> row =
+            rows.empty() ? rows : rows.subspan((size_t)r.nodes[j] * (size_t)V, (size_t)V);  // empty: the sim
         if ((s.req.stop_at_eos || s.matcher) && model_.tokenizer().is_eog(tok)) {
             finished = true;
             why = FinishReason::STOP;
@@ -557,8 +566,8 @@ void Engine::apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows,
         s.all_tokens.push_back(tok);
         s.n_generated++;
         toks.push_back(tok);
-        lps.push_back(token_logprob(row, tok));
-        if (sp.n_top_logprobs > 0) tops.push_back(top_logprobs(row, sp.n_top_logprobs));
+        lps.push_back(row.empty() ? 0.0f : token_logprob(row, tok));
+        if (sp.n_top_logprobs > 0 && !row.empty()) tops.push_back(top_logprobs(row, sp.n_top_logprobs));
         if (s.n_generated >= s.req.max_tokens || (int)s.all_tokens.size() >= ctx) {
             finished = true;
             why = FinishReason::LENGTH;

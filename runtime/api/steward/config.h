@@ -30,12 +30,68 @@ struct SynthConfig {
     int late_from = -1;  // -1: off
 };
 
+// A simulated accelerator (backend = "sim"): one device's figures, read from a device profile file
+// (configs/sim/*.toml, table [device]). Peaks are dense tensor-core rates without sparsity.
+struct SimDeviceConfig {
+    std::string name;
+    std::string file;                 // where it was read from
+    double tflops_16 = 0;             // TFLOP/s with 16-bit operands (BF16 / F16)
+    double tflops_8 = 0;              // TFLOP/s with 8-bit operands (FP8); 0: tflops_16
+    double tflops_32 = 0;             // TFLOP/s with F32 operands (a CPU's rate); 0: tflops_16 / 2
+    double hbm_gbps = 0;              // memory bandwidth, GB/s (1e9 bytes)
+    double hbm_gib = 0;               // memory per device, GiB
+    double link_gbps = 0;             // tensor-parallel all-reduce bandwidth per device, GB/s (NVLink)
+    double link_latency_us = 0;       // per all-reduce
+    // Share of the peak each kernel class reaches: weight GEMMs, attention, memory streams.
+    double eff_gemm = 0.7, eff_attn = 0.5, eff_mem = 0.8;
+    double step_overhead_us = 0;      // per forward (launch, scheduling, sampling)
+    double layer_overhead_us = 0;     // per layer per forward (kernel launches)
+};
+
+// A simulated model's shape (a model shape file, table [model]). The sim builds a GGUF header of
+// this shape (metadata, a synthetic tokenizer, tensor infos; no weights) and runs it as a model.
+struct SimModelConfig {
+    std::string name;
+    std::string file;
+    int layers = 0, dim = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0, ctx = 8192;
+    std::string weight_dtype = "bf16";  // f32 | bf16 | f16 | fp8
+    std::string kv_dtype = "bf16";      // f32 | bf16 | f16 | fp8
+};
+
+// [pool.sim]: the simulated backend's device, model and token generator.
+struct SimPoolConfig {
+    SimDeviceConfig device;
+    SimModelConfig model;
+    std::optional<SimModelConfig> draft;  // a draft model's shape (speculation source "draft")
+    int tp = 1;                           // tensor-parallel degree: devices per replica
+    double memory_fraction = 0.9;         // of the devices' memory for weights + KV (vLLM's gpu_memory_utilization)
+    double acceptance = 0.7;              // draft acceptance per position for buckets without [bucket.sim]
+    double concentration = 8;             // a request's acceptance ~ Beta(mean, concentration)
+    uint64_t seed = 1;
+};
+
+// [bucket.sim]: the bucket's draft acceptance on simulated pools: each request draws its own
+// per-position acceptance from Beta(acceptance x concentration, (1 - acceptance) x concentration).
+struct BucketSimConfig {
+    double acceptance = -1;     // < 0: the pool's [pool.sim] acceptance
+    double concentration = -1;  // < 0: the pool's
+};
+
+// [sim]: process-wide settings of simulated pools.
+struct SimConfig {
+    // Simulated seconds per real second: every clock of the runtime (latencies, deadlines, arrival
+    // times of `steward run`) runs this much faster, and a simulated step sleeps its cost / dilation.
+    // Read when the runtime starts (a reload keeps the first value).
+    double dilation = 1;
+};
+
 // One [[pool]]: a model with its own KV cache, batcher and prices.
 struct PoolConfig {
     std::string name;
     std::string model;              // GGUF path (relative to the config file's directory)
     std::optional<SynthConfig> synth;
-    std::string backend = "cpu";    // cpu | cuda (an error where no device is usable) | auto (cuda if found)
+    std::string backend = "cpu";    // cpu | cuda (an error where no device is usable) | auto (cuda if found) | sim
+    std::optional<SimPoolConfig> sim;  // [pool.sim], required with backend = "sim"
     int threads = 0;                // 0: all cores
     int kv_blocks = 0;              // 0: derive from kv_gib
     double kv_gib = 0.25;
@@ -111,6 +167,7 @@ struct BucketConfig {
     // another pool of the same vocabulary from its prompt and the tokens already streamed, or "fail"
     // the request with an error naming the worker.
     std::string on_worker_loss = "retry";
+    BucketSimConfig sim;  // [bucket.sim]
 };
 
 // One [[tenant]]: tenants never share KV blocks except inside public prefixes.
@@ -189,6 +246,7 @@ struct Config {
     PluginsConfig plugins;
     ReloadConfig reload;
     ClusterConfig cluster;
+    SimConfig sim;
 
     // The entry of that name; nullptr when there is none. The pointer lives as long as the Config.
     const PoolConfig* find_pool(const std::string& name) const;

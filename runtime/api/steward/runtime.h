@@ -50,7 +50,7 @@ struct PoolInfo {
     std::string chat_template;  // the pool's override ([[pool]] chat_template_file), else the GGUF's; "" none
     std::string bos_token, eos_token;  // their text ("" when the vocabulary has none)
     int64_t model_bytes = 0;  // the model file's bytes in memory (one copy: huge pages, or the mapping with STEWARD_MMAP=1)
-    int64_t kv_bytes = 0;     // the pool's paged KV storage (every block, allocated at start)
+    int64_t kv_bytes = 0;     // the pool's paged KV storage (every block, allocated at start); 0 for simulated and remote pools
 };
 
 // A running Steward: its pools, actors and config. Owned by the unique_ptr start() returns.

@@ -842,7 +842,7 @@ int32_t adaptive_budget(Speculator& s, const SpecSeqCase& c) {
 }
 
 // The best k by brute force: tokens per ms of the batch when this sequence verifies k drafts; 0
-// unless the best beats plain decoding by min_gain.
+// unless the best adds min_gain - 1 of the sequence's own plain rate (goodput(0) / batch).
 int32_t expected_best_k(const SpecSeqCase& c, int32_t k_max, double min_gain) {
     auto goodput = [&](int k) {
         double tokens = 1;
@@ -852,7 +852,7 @@ int32_t expected_best_k(const SpecSeqCase& c, int32_t k_max, double min_gain) {
     int32_t best = 0;
     for (int k = 1; k <= k_max; k++)
         if (goodput(k) > goodput(best)) best = k;
-    return goodput(best) >= min_gain * goodput(0) ? best : 0;
+    return goodput(best) - goodput(0) >= (min_gain - 1) * goodput(0) / c.batch ? best : 0;
 }
 
 }  // namespace
@@ -865,7 +865,7 @@ TEST_CASE("adaptive picks the draft length of the best predicted goodput, long w
     uint64_t id = 100;
     for (double a : {0.0, 0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.97}) {
         for (double draft_ms : {0.0, 1.0, 4.0}) {
-            for (int32_t batch : {1, 4}) {
+            for (int32_t batch : {1, 4, 64, 256}) {
                 SpecSeqCase c;
                 c.id = ++id;  // a new sequence: no hysteresis yet
                 c.acceptance = a;
@@ -885,6 +885,19 @@ TEST_CASE("adaptive picks the draft length of the best predicted goodput, long w
     low.id = 2;
     low.acceptance = 0.1;
     CHECK(adaptive_budget(s, low) == 0);
+    // A memory-bound step of a large batch (40 ms for 256 sequences, 0.05 ms per extra verified
+    // token): a well-accepted sequence still drafts; a batch-wide 5% threshold ruled that out.
+    SpecSeqCase big = high;
+    big.id = 5;
+    big.batch = 256;
+    big.plain_ms = 40;
+    big.verify_ms_per_token = 0.05;
+    big.draft_ms_per_token = 0.02;
+    CHECK(adaptive_budget(s, big) >= 4);
+    SpecSeqCase big_low = big;
+    big_low.id = 6;
+    big_low.acceptance = 0.05;
+    CHECK(adaptive_budget(s, big_low) == 0);
     // Capped by the host's limit and by the tokens the sequence has left.
     SpecSeqCase capped = high;
     capped.id = 3;
