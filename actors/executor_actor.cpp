@@ -41,9 +41,10 @@ struct executor_state {
         if (!engine || !engine->options().sim) return;
         const EngineStats es = engine->stats();
         if (es.n_steps == 0) return;
-        spdlog::info("pool '{}' (simulated {}): {} steps, device busy {:.1f} s (simulated), {} steps ({:.1f}%) overran their "
-                     "device time / dilation{}",
-                     pool, engine->options().sim->device.name, es.n_steps, es.sim_device_s, es.sim_overruns,
+        spdlog::info("pool '{}' (simulated {}): {} steps, device busy {:.1f} s (simulated: GEMMs {:.1f}, attention {:.1f}, "
+                     "all-reduce {:.1f}, overheads {:.1f}, drafts {:.1f}), {} steps ({:.1f}%) overran their device time / dilation{}",
+                     pool, engine->options().sim->device.name, es.n_steps, es.sim_device_s, es.sim_gemm_s, es.sim_attn_s,
+                     es.sim_comm_s, es.sim_overhead_s, es.sim_draft_s, es.sim_overruns,
                      100.0 * (double)es.sim_overruns / (double)es.n_steps,
                      es.sim_overruns * 10 > es.n_steps ? ": lower [sim] dilation for faithful latencies" : "");
     }

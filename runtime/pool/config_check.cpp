@@ -52,7 +52,7 @@ Expected<std::string> check_config_file(const std::string& path) {
             n_remote++;
             continue;
         }
-        if (std::filesystem::exists(p.model)) {
+        if (p.sim || std::filesystem::exists(p.model)) {  // a simulated pool: its shape, KV and fit
             auto pool = load_pool(p, *c);  // the model, its KV size and memory, as `run` loads them
             if (!pool) return pool.error();
             continue;

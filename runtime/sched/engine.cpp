@@ -683,8 +683,14 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             work.push_back({plan[k].n, batch[k].n_past, n_logits});
         }
         const double draft_s = sim_draft_s(ids, drafts);
-        fwd_s = sim_step_cost(opt_.sim->device, opt_.sim->model, opt_.sim->tp, work).total_s;
+        const SimStepCost cost = sim_step_cost(opt_.sim->device, opt_.sim->model, opt_.sim->tp, work);
+        fwd_s = cost.total_s;
         stats_.sim_device_s += draft_s + fwd_s;
+        stats_.sim_gemm_s += cost.gemm_s;
+        stats_.sim_attn_s += cost.attn_s;
+        stats_.sim_comm_s += cost.comm_s;
+        stats_.sim_overhead_s += cost.overhead_s;
+        stats_.sim_draft_s += draft_s;
         // Sleep until the step's start + its device time in real seconds; the host's work so far
         // (scheduling, KV calls, the previous step's events) overlaps it, as a GPU runs ahead of
         // its host. A host slower than that is an overrun: the simulated time then stretches.

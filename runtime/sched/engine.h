@@ -194,6 +194,9 @@ struct EngineStats {
     // simulation ran slow there: lower [sim] dilation when they are many).
     double sim_device_s = 0;
     int64_t sim_overruns = 0;
+    // Of sim_device_s: the target forwards' weight GEMMs, attention, all-reduces and fixed
+    // overheads, and the draft forwards (the cost model's terms, summed over steps).
+    double sim_gemm_s = 0, sim_attn_s = 0, sim_comm_s = 0, sim_overhead_s = 0, sim_draft_s = 0;
 };
 
 // Structured output, shared by the plain and the speculative path: whether a constrained request

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <steward/runtime.h>
+
 #include "config/config.h"
 #include "pool/pool.h"
 #include "process_temp_dir.h"
@@ -101,4 +103,17 @@ TEST_CASE("a simulated pool loads a model without weights and the KV its devices
     auto lp = load_pool(big->pools[0], *big);
     REQUIRE_FALSE(lp);
     CHECK_THAT(lp.error().message, Catch::Contains("raise tp"));
+}
+
+TEST_CASE("steward config check loads a simulated pool as run would: the shipped configs pass, a model that does not fit fails",
+          "[sim][config]") {
+    for (const char* f : {"configs/sim-h200-70b.toml", "configs/sim-4xh100-70b.toml"}) {
+        auto ok = check_config_file(std::string(STEWARD_SOURCE_DIR) + "/" + f);
+        INFO(f);
+        CHECK(ok);
+    }
+    const std::string big = write("big.toml", pool(dm(shipped("h100.toml"), shipped("llama-70b.toml"))));
+    auto bad = check_config_file(big);
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().message, Catch::Contains("raise tp"));
 }
