@@ -229,7 +229,10 @@ Expected<SimDeviceConfig> read_sim_device(const std::string& path, const std::st
         !r.get_in("link_gbps", d.link_gbps, 0, 1e9, "a number >= 0 (0: no tensor parallelism)") ||
         !r.get_in("link_latency_us", d.link_latency_us, 0, 1e9, "a number >= 0") ||
         !r.get_in("eff_gemm", d.eff_gemm, 1e-6, 1, eff) || !r.get_in("eff_attn", d.eff_attn, 1e-6, 1, eff) ||
-        !r.get_in("eff_mem", d.eff_mem, 1e-6, 1, eff) || !r.get_in("step_overhead_us", d.step_overhead_us, 0, 1e9, "a number >= 0") ||
+        !r.get_in("eff_mem", d.eff_mem, 1e-6, 1, eff) ||
+        !r.get_in("eff_attn_decode", d.eff_attn_decode, 1e-6, 1, eff + " (omitted: eff_attn)") ||
+        !r.get_in("gemm_ramp_tokens", d.gemm_ramp_tokens, 0, 1e6, "a number of tokens >= 0 (0: no ramp)") ||
+        !r.get_in("step_overhead_us", d.step_overhead_us, 0, 1e9, "a number >= 0") ||
         !r.get_in("layer_overhead_us", d.layer_overhead_us, 0, 1e9, "a number >= 0") || !r.finish())
         return make_error(r.err);
     for (const char* k : {"tflops_16", "hbm_gbps", "hbm_gib"})

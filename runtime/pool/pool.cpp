@@ -110,7 +110,8 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
         const SimDeviceConfig& d = s.device;
         o << "|sim|" << d.name << ',' << d.tflops_16 << ',' << d.tflops_8 << ',' << d.tflops_32 << ',' << d.hbm_gbps << ','
           << d.hbm_gib << ',' << d.link_gbps << ',' << d.link_latency_us << ',' << d.eff_gemm << ',' << d.eff_attn << ','
-          << d.eff_mem << ',' << d.step_overhead_us << ',' << d.layer_overhead_us;
+          << d.eff_mem << ',' << d.eff_attn_decode << ',' << d.gemm_ramp_tokens << ',' << d.step_overhead_us << ','
+          << d.layer_overhead_us;
         for (const SimModelConfig* m : {&s.model, s.draft ? &*s.draft : nullptr})
             if (m)
                 o << '|' << m->name << ',' << m->layers << ',' << m->dim << ',' << m->heads << ',' << m->kv_heads << ','

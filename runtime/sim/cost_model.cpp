@@ -36,13 +36,14 @@ double sim_kv_bytes_per_token(const SimModelConfig& m) {
 SimStepCost sim_step_cost(const SimDeviceConfig& d, const SimModelConfig& m, int tp, std::span<const SimSeqWork> seqs) {
     SimStepCost c;
     tp = std::max(1, tp);
-    double n_tok = 0, n_out = 0, keys = 0, kv_tokens = 0;
+    double n_tok = 0, n_out = 0, keys = 0, keys_decode = 0, kv_tokens = 0;
     for (const SimSeqWork& s : seqs) {
         if (s.n_tokens <= 0) continue;
         n_tok += s.n_tokens;
         n_out += s.n_logits;
         // New token i (0-based) attends the n_past earlier ones and itself and the new ones before it.
-        keys += (double)s.n_tokens * s.n_past + (double)s.n_tokens * (s.n_tokens + 1) / 2.0;
+        const double k = (double)s.n_tokens * s.n_past + (double)s.n_tokens * (s.n_tokens + 1) / 2.0;
+        (s.n_tokens == 1 ? keys_decode : keys) += k;
         kv_tokens += (double)s.n_past + s.n_tokens;  // read once (the new ones are written, then read)
     }
     if (n_tok == 0) return c;
@@ -51,14 +52,17 @@ SimStepCost sim_step_cost(const SimDeviceConfig& d, const SimModelConfig& m, int
     c.gemm_flops = (2.0 * n_tok * m.layers * sim_layer_params(m) + 2.0 * n_out * head) / tp;
     c.gemm_bytes = (m.layers * sim_layer_params(m) + (n_out > 0 ? head : 0.0)) * wb / tp;
     const double bw = d.hbm_gbps * 1e9 * d.eff_mem;
-    const double t_gemm_c = c.gemm_flops / (sim_peak_flops(d, m.weight_dtype) * d.eff_gemm);
+    const double ramp = d.gemm_ramp_tokens > 0 ? n_tok / (n_tok + d.gemm_ramp_tokens) : 1.0;
+    const double t_gemm_c = c.gemm_flops / (sim_peak_flops(d, m.weight_dtype) * d.eff_gemm * ramp);
     const double t_gemm_m = c.gemm_bytes / bw;
     c.gemm_compute_bound = t_gemm_c > t_gemm_m;
     c.gemm_s = std::max(t_gemm_c, t_gemm_m);
     const double q_dim = (double)m.heads * m.head_dim;
-    c.attn_flops = 4.0 * m.layers * q_dim * keys / tp;
+    const double per_key = 4.0 * m.layers * q_dim / tp;
+    c.attn_flops = per_key * (keys + keys_decode);
     c.attn_bytes = kv_tokens * sim_kv_bytes_per_token(m) / tp;
-    const double t_attn_c = c.attn_flops / (sim_peak_flops(d, m.kv_dtype) * d.eff_attn);
+    const double eff_decode = d.eff_attn_decode > 0 ? d.eff_attn_decode : d.eff_attn;
+    const double t_attn_c = per_key * (keys / d.eff_attn + keys_decode / eff_decode) / sim_peak_flops(d, m.kv_dtype);
     const double t_attn_m = c.attn_bytes / bw;
     c.attn_compute_bound = t_attn_c > t_attn_m;
     c.attn_s = std::max(t_attn_c, t_attn_m);

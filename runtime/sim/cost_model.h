@@ -5,11 +5,11 @@
 //
 // Per forward of N tokens (N_out of them need logits) over sequences with n_past computed tokens:
 //   GEMM       flops 2 x N x P_layers + 2 x N_out x vocab x dim;  bytes: every layer weight once (+ the
-//              output head when N_out > 0); time max(flops / (peak(weight dtype) x eff_gemm),
-//              bytes / (bandwidth x eff_mem))
+//              output head when N_out > 0); time max(flops / (peak(weight dtype) x eff_gemm x
+//              ramp), bytes / (bandwidth x eff_mem)), ramp = N / (N + gemm_ramp_tokens) (1 without)
 //   attention  flops 4 x layers x heads x head_dim x (keys each new token attends); bytes: each
 //              sequence's KV read once and its new KV written; time max(flops / (peak(kv dtype) x
-//              eff_attn), bytes / (bandwidth x eff_mem))
+//              eff_attn, or eff_attn_decode for one-token rows), bytes / (bandwidth x eff_mem))
 //   all-reduce with tp > 1: 2 per layer of N x dim activations (ring: 2 (tp - 1) / tp of them cross
 //              each link) plus the link latency each
 //   overhead   step_overhead_us + layers x layer_overhead_us

@@ -44,6 +44,11 @@ struct SimDeviceConfig {
     double link_latency_us = 0;       // per all-reduce
     // Share of the peak each kernel class reaches: weight GEMMs, attention, memory streams.
     double eff_gemm = 0.7, eff_attn = 0.5, eff_mem = 0.8;
+    // Attention of one-token rows (decode), when its kernel differs from prefill's; < 0: eff_attn.
+    double eff_attn_decode = -1;
+    // The GEMMs' ramp: with n tokens in a step they reach n / (n + gemm_ramp_tokens) of
+    // peak x eff_gemm (small batches underuse the units); 0: no ramp.
+    double gemm_ramp_tokens = 0;
     double step_overhead_us = 0;      // per forward (launch, scheduling, sampling)
     double layer_overhead_us = 0;     // per layer per forward (kernel launches)
 };

@@ -166,3 +166,27 @@ TEST_CASE("the dilated clock stays monotonic when its dilation changes", "[sim]"
     CHECK(t2 <= t3);
     CHECK(time_dilation() == before);
 }
+
+TEST_CASE("the GEMM ramp slows small compute-bound steps by (N + h) / N; decode rows take their own attention efficiency",
+          "[sim]") {
+    const SimModelConfig m = toy();
+    SimDeviceConfig d = dev();
+    d.hbm_gbps = 1e9;  // memory is never the bound here: the compute terms show
+    const std::vector<SimSeqWork> w{{32, 64, 1}};
+    const SimStepCost flat = sim_step_cost(d, m, 1, w);
+    d.gemm_ramp_tokens = 32;
+    const SimStepCost ramped = sim_step_cost(d, m, 1, w);
+    CHECK(ramped.gemm_s == Approx(2 * flat.gemm_s));
+    CHECK(ramped.attn_s == Approx(flat.attn_s));
+    // One-token rows use eff_attn_decode; a multi-token row is unaffected by it.
+    d.gemm_ramp_tokens = 0;
+    d.eff_attn_decode = d.eff_attn / 4;
+    CHECK(sim_step_cost(d, m, 1, w).attn_s == Approx(flat.attn_s));
+    const std::vector<SimSeqWork> one{{1, 500, 1}};
+    SimDeviceConfig plain = dev();
+    plain.hbm_gbps = 1e9;
+    CHECK(sim_step_cost(d, m, 1, one).attn_s == Approx(4 * sim_step_cost(plain, m, 1, one).attn_s));
+    // Mixed: each row at its own rate, summed.
+    const std::vector<SimSeqWork> both{{32, 64, 1}, {1, 500, 1}};
+    CHECK(sim_step_cost(d, m, 1, both).attn_s == Approx(flat.attn_s + 4 * sim_step_cost(plain, m, 1, one).attn_s));
+}
