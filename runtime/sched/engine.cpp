@@ -366,6 +366,7 @@ void Engine::preempt(Seq& s) {
     mgr_.free(s.kv);
     s.kv = 0;
     release_draft(s);
+    s.sim_draft_computed = 0;  // a simulated draft's KV goes with it
     s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
     s.n_preemptions++;
     stats_.n_preemptions++;
