@@ -198,28 +198,32 @@ uint64_t Config::tenant_salt(const std::string& tenant) const {
 namespace {
 
 // A device profile or model shape file of [pool.sim] (path relative to the config's folder): its
-// one table `table`, read with TableReader so a typo is an error naming the file and line.
-Expected<toml::table> read_sim_file(const std::string& path, const std::string& what, const std::string& at) {
+// one table [name] (a copy, with its source positions), nothing else beside it; `keys` names what
+// the table needs in the error for a file without it.
+Expected<toml::table> read_sim_table(const std::string& path, const std::string& what, const std::string& at,
+                                     const char* name, const std::string& keys) {
     auto text = read_regular_file(path, 1 << 20, what);
     if (!text) return make_error(at, text.error().message, "; [pool.sim] names it relative to this config's folder");
+    toml::table root;
     try {
-        return toml::parse(*text, path);
+        root = toml::parse(*text, path);
     } catch (const toml::parse_error& e) {
         return make_error(where(path, e.source()), ": TOML syntax error: ", std::string(e.description()));
     }
+    TableReader top(root, path, "the " + what);
+    const toml::table* t = top.sub(name);
+    if (!top.finish()) return make_error(top.err);
+    if (!t) return make_error(path, ": a ", what, " needs a [", name, "] table (", keys, ")");
+    return *t;
 }
 
 bool sim_dtype_ok(const std::string& d) { return d == "f32" || d == "bf16" || d == "f16" || d == "fp8"; }
 
 Expected<SimDeviceConfig> read_sim_device(const std::string& path, const std::string& at) {
-    auto root = read_sim_file(path, "sim device profile", at);
-    if (!root) return root.error();
+    auto t = read_sim_table(path, "sim device profile", at, "device", "name, tflops_16, hbm_gbps, hbm_gib, ...");
+    if (!t) return t.error();
     SimDeviceConfig d;
     d.file = path;
-    TableReader top(*root, path, "the device profile");
-    const toml::table* t = top.sub("device");
-    if (!top.finish()) return make_error(top.err);
-    if (!t) return make_error(path, ": a device profile needs a [device] table (name, tflops_16, hbm_gbps, hbm_gib, ...)");
     TableReader r(*t, path, "[device]");
     const std::string pos = "a number > 0", eff = "in (0, 1]";
     if (!r.get("name", d.name) || !r.get_in("tflops_16", d.tflops_16, 1e-6, 1e9, pos) ||
@@ -242,14 +246,10 @@ Expected<SimDeviceConfig> read_sim_device(const std::string& path, const std::st
 }
 
 Expected<SimModelConfig> read_sim_model(const std::string& path, const std::string& at) {
-    auto root = read_sim_file(path, "sim model shape", at);
-    if (!root) return root.error();
+    auto t = read_sim_table(path, "sim model shape", at, "model", "layers, dim, heads, kv_heads, ffn, vocab, ...");
+    if (!t) return t.error();
     SimModelConfig m;
     m.file = path;
-    TableReader top(*root, path, "the model shape");
-    const toml::table* t = top.sub("model");
-    if (!top.finish()) return make_error(top.err);
-    if (!t) return make_error(path, ": a model shape needs a [model] table (layers, dim, heads, kv_heads, ffn, vocab, ...)");
     TableReader r(*t, path, "[model]");
     if (!r.get("name", m.name) || !r.get_in("layers", m.layers, 1, 1024, "in [1, 1024]") ||
         !r.get_in("dim", m.dim, 1, 1 << 17, "in [1, 131072]") || !r.get_in("heads", m.heads, 1, 1024, "in [1, 1024]") ||

@@ -13,6 +13,7 @@
 #include "kv/kv_storage.h"
 #include "model/synth.h"
 #include "sim/cost_model.h"
+#include "sim/sim_model.h"
 #ifdef STEWARD_HAVE_CUDA
 #include "gpu/device.h"
 #endif
@@ -208,18 +209,8 @@ namespace {
 // its KV blocks from the devices' memory left after the weights.
 Expected<Pool> load_sim_pool(const PoolConfig& pc, const Config& config) {
     const SimPoolConfig& sim = *pc.sim;
-    const SimModelConfig& m = sim.model;
-    SynthSpec spec;
-    spec.n_embd = m.dim, spec.n_layer = m.layers, spec.n_head = m.heads, spec.n_head_kv = m.kv_heads;
-    spec.head_dim = m.head_dim == m.dim / m.heads ? 0 : m.head_dim;
-    spec.n_ff = m.ffn, spec.n_vocab = m.vocab, spec.n_ctx = m.ctx;
-    spec.dtype = m.weight_dtype == "f32" ? GgmlType::F32 : m.weight_dtype == "fp8" ? GgmlType::Q8_0 : GgmlType::F16;
-    auto header = synth_header_bytes(spec);
-    if (!header) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", header.error().message);
-    auto file = GgufFile::header_from_bytes(std::move(*header), "sim:" + m.name);
-    if (!file) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", file.error().message);
-    auto model = Model::from_gguf(std::move(*file));
-    if (!model) return make_error("pool '", pc.name, "': model shape ", m.file, ": ", model.error().message);
+    auto model = sim_model(sim.model);
+    if (!model) return make_error("pool '", pc.name, "': model shape ", sim.model.file, ": ", model.error().message);
     Pool p;
     p.cfg = pc;
     p.key = pool_key(pc, config);
@@ -227,8 +218,9 @@ Expected<Pool> load_sim_pool(const PoolConfig& pc, const Config& config) {
     if (pc.kv_blocks > 0) {
         p.n_blocks = pc.kv_blocks;
     } else {
-        if (std::string e = sim_fit_error(sim, pc.block_size); !e.empty()) return make_error("pool '", pc.name, "': ", e);
-        p.n_blocks = (int)std::min<int64_t>(sim_kv_blocks(sim, pc.block_size), k_max_kv_blocks);
+        const int64_t n = sim_kv_blocks(sim, pc.block_size);
+        if (n < 1) return make_error("pool '", pc.name, "': ", sim_fit_error(sim, pc.block_size));
+        p.n_blocks = (int)std::min<int64_t>(n, k_max_kv_blocks);
     }
     describe_pool(p);
     return p;

@@ -629,26 +629,24 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             if (!may_draft) continue;
             max_k = std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens));
             if (max_k <= 0) continue;
-            // Tokens the draft model must catch up on first (its whole prompt at the first draft, the
-            // output since its last draft after k = 0 steps): such a draft's time is not per token.
-            const int n_catch_up = s.req.spec.source != SpecSource::DRAFT ? 0
-                                   : !s.draft_kv ? (int)s.all_tokens.size()
-                                                 : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
             if (opt_.sim) {  // its draft time is the step's draft forwards, priced below (sim_draft_s)
-                drafts[k] = sim_draft(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
-                plan[k].n += drafts[k].k();
-                budget -= drafts[k].k();
-                continue;
-            }
-            const auto t_draft = std::chrono::steady_clock::now();
-            drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
-            const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
-            s.draft_s += dt;
-            stats_.draft_s += dt;
-            if (const int n = drafts[k].k(); n > 0 && n_catch_up <= 2) {
-                double& m = draft_ms_per_token_[(int)s.req.spec.source];
-                const double per = dt * 1e3 / n;
-                m = m < 0 ? per : m + 0.1 * (per - m);
+                drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
+            } else {
+                // Tokens the draft model must catch up on first (its whole prompt at the first draft,
+                // the output since its last draft after k = 0 steps): such a draft's time is not per token.
+                const int n_catch_up = s.req.spec.source != SpecSource::DRAFT ? 0
+                                       : !s.draft_kv ? (int)s.all_tokens.size()
+                                                     : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
+                const auto t_draft = std::chrono::steady_clock::now();
+                drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
+                const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
+                s.draft_s += dt;
+                stats_.draft_s += dt;
+                if (const int n = drafts[k].k(); n > 0 && n_catch_up <= 2) {
+                    double& m = draft_ms_per_token_[(int)s.req.spec.source];
+                    const double per = dt * 1e3 / n;
+                    m = m < 0 ? per : m + 0.1 * (per - m);
+                }
             }
             plan[k].n += drafts[k].k();
             budget -= drafts[k].k();

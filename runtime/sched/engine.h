@@ -312,12 +312,12 @@ private:
     // verification's rows for logprobs (empty: the sim, logprob 0).
     void commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::span<const float> rows,
                      std::vector<EngineEvent>& events, bool& finished);
-    // The simulated backend (sched/engine_sim.cpp): the generator's token at position pos of s, a
-    // sequence's draft (drawing how many of its tokens the target will accept), the step's draft
-    // and target forward times, and the commit of a plain row.
+    // The simulated backend (sched/engine_sim.cpp): the generator's token at position pos of s, the
+    // k tokens of a sequence's draft (drawing how many of them the target will accept; draft_for
+    // calls it in place of a drafter), the step's draft forward time, the verification.
     int32_t sim_token(const Seq& s, size_t pos) const;
     void sim_init(Seq& s);
-    SpecDraft sim_draft(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
+    SpecDraft sim_propose(Seq& s, int k);
     double sim_draft_s(const std::vector<uint64_t>& ids, const std::vector<SpecDraft>& drafts);
     SpecResult sim_verify(const Seq& s, const SpecDraft& d) const;
     // Commits a simulated step (plan: ids and token counts, batch: the forward's inputs it would

@@ -39,15 +39,7 @@ void Engine::sim_init(Seq& s) {
     s.sim_alpha = x + y > 0 ? x / (x + y) : mean;
 }
 
-SpecDraft Engine::sim_draft(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc) {
-    const SpecSettings& spec = s.req.spec;
-    if (!spec.enabled() || max_k <= 0 || s.n_generated == 0 || !s.kv) return {};
-    const SeqKv& kv = mgr_.seq(s.kv);
-    if (kv.n_tokens() - kv.n_computed != 1) return {};
-    const int ctx = model_.params().n_ctx_train;
-    const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
-    const int k = std::min({spec.k, max_k, n_out});  // a chain: the sim drafts no trees
-    if (k <= 0) return {};
+SpecDraft Engine::sim_propose(Seq& s, int k) {
     // How many the target will accept: each position with the request's acceptance, until the first
     // rejection. The draft holds the generator's tokens up to there and a wrong one after.
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -60,12 +52,6 @@ SpecDraft Engine::sim_draft(Seq& s, int max_k, const std::function<bool(Seq&, in
         int32_t t = sim_token(s, pos + (size_t)i);
         if (i >= n_acc) t = t + 1 < V ? t + 1 : t - 1;  // not the generator's: rejected there
         d.tokens.push_back(t);
-    }
-    const int n_before = kv.n_tokens();
-    mgr_.append_tokens(s.kv, d.tokens);
-    if (!alloc(s, 1 + d.k())) {  // without room the step decodes plainly, as draft_for
-        mgr_.truncate(s.kv, n_before);
-        return {};
     }
     return d;
 }

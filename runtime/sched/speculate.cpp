@@ -409,7 +409,7 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
     // chain's length and a tree's depth stop there; a tree's width only costs the step's budget.
     const int ctx = model_.params().n_ctx_train;
     const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
-    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM;
+    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && !opt_.sim;  // the sim drafts chains
     const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
     const int depth = std::min(spec.tree_depth, n_out);
     if (k <= 0 || n_out <= 0) return {};
@@ -428,7 +428,9 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
         dc.accept = [&](int32_t tok) { return !s.masker->vocab().is_eog(tok) && s.masker->accept_token(*gm, tok); };
     }
     SpecDraft d;
-    if (spec.source == SpecSource::NGRAM) {
+    if (opt_.sim) {
+        d = sim_propose(s, k);
+    } else if (spec.source == SpecSource::NGRAM) {
         d = draft_ngram(s.all_tokens, spec, k);
         if (gm) {  // cut at the first token the grammar rejects (it could never be accepted)
             size_t n = 0;

@@ -8,11 +8,10 @@
 #include <vector>
 
 #include "config/config.h"
-#include "model/gguf.h"
 #include "model/model.h"
-#include "model/synth.h"
 #include "sim/cost_model.h"
 #include "sim/sim_clock.h"
+#include "sim/sim_model.h"
 
 using namespace steward;
 
@@ -51,15 +50,7 @@ SimDeviceConfig dev() {
 TEST_CASE("the sim's parameter count equals the loader's sum over the tensor infos of the header it builds", "[sim]") {
     for (const char* shape : {"llama-8b.toml", "llama-70b.toml", "llama-1b.toml"}) {
         const SimModelConfig m = shipped("h100.toml", shape, shape == std::string("llama-70b.toml") ? 2 : 1).model;
-        SynthSpec spec;
-        spec.n_embd = m.dim, spec.n_layer = m.layers, spec.n_head = m.heads, spec.n_head_kv = m.kv_heads;
-        spec.head_dim = m.head_dim == m.dim / m.heads ? 0 : m.head_dim;
-        spec.n_ff = m.ffn, spec.n_vocab = m.vocab, spec.n_ctx = m.ctx, spec.dtype = GgmlType::F16;
-        auto h = synth_header_bytes(spec);
-        REQUIRE(h);
-        auto f = GgufFile::header_from_bytes(std::move(*h), "sim");
-        REQUIRE(f);
-        auto model = Model::from_gguf(std::move(*f));
+        auto model = sim_model(m);  // the header a simulated pool loads
         REQUIRE(model);
         CHECK_FALSE((*model)->has_weights());
         // The loader counts norms too (a few hundred thousand of billions).

@@ -8,11 +8,10 @@
 #include <map>
 #include <vector>
 
-#include "model/gguf.h"
 #include "model/model.h"
-#include "model/synth.h"
 #include "sched/engine.h"
 #include "sim/cost_model.h"
+#include "sim/sim_model.h"
 
 using namespace steward;
 
@@ -32,15 +31,8 @@ SimPoolConfig sim_config(double acceptance, double concentration) {
     return p;
 }
 
-std::shared_ptr<Model> sim_model(const SimModelConfig& m) {
-    SynthSpec s;
-    s.n_embd = m.dim, s.n_layer = m.layers, s.n_head = m.heads, s.n_head_kv = m.kv_heads, s.n_ff = m.ffn;
-    s.n_vocab = m.vocab, s.n_ctx = m.ctx, s.dtype = GgmlType::F16;
-    auto h = synth_header_bytes(s);
-    REQUIRE(h);
-    auto f = GgufFile::header_from_bytes(std::move(*h), "sim");
-    REQUIRE(f);
-    auto model = Model::from_gguf(std::move(*f));
+std::shared_ptr<Model> load(const SimModelConfig& m) {
+    auto model = sim_model(m);
     REQUIRE(model);
     return std::shared_ptr<Model>(std::move(*model));
 }
@@ -89,7 +81,7 @@ EngineOptions options(const SimPoolConfig& p, int n_blocks, int max_batch) {
 
 TEST_CASE("a simulated engine's tokens are the generator's: the same alone, batched, preempted and speculated", "[sim][engine]") {
     const SimPoolConfig p = sim_config(0.7, 8);
-    auto model = sim_model(p.model);
+    auto model = load(p.model);
     Engine batched(*model, options(p, 512, 32));
     const Run all = run(batched, 1, 24, false);
     Engine tight(*model, options(p, 24, 32));  // 384 slots for ~24 x 150 tokens: preemption and recompute
@@ -120,7 +112,7 @@ TEST_CASE("a simulated engine's tokens are the generator's: the same alone, batc
 TEST_CASE("a simulated draft is accepted per position at the configured rate (binomial test)", "[sim][engine]") {
     for (double alpha : {0.2, 0.6, 0.9}) {
         const SimPoolConfig p = sim_config(alpha, 1e6);  // every request's rate is alpha
-        auto model = sim_model(p.model);
+        auto model = load(p.model);
         Engine e(*model, options(p, 2048, 64));
         const Run r = run(e, 1, 64, true);
         std::array<int64_t, k_max_spec_tokens> proposed{}, accepted{};
@@ -148,7 +140,7 @@ TEST_CASE("per-request acceptance is drawn from the bucket's Beta: the spread be
           "[sim][engine]") {
     auto spread = [](double concentration) {
         const SimPoolConfig p = sim_config(0.5, concentration);
-        auto model = sim_model(p.model);
+        auto model = load(p.model);
         Engine e(*model, options(p, 4096, 128));
         const Run r = run(e, 1, 128, true);
         std::vector<double> rates;
@@ -172,7 +164,7 @@ TEST_CASE("per-request acceptance is drawn from the bucket's Beta: the spread be
 TEST_CASE("a simulated step's device time is the cost model's for its batch", "[sim][engine]") {
     SimPoolConfig p = sim_config(0.7, 8);
     p.draft.reset();
-    auto model = sim_model(p.model);
+    auto model = load(p.model);
     Engine e(*model, options(p, 512, 32));
     EngineRequest q;
     q.id = 1;
