@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <sstream>
 
 #include "actors/actors.hpp"
@@ -134,6 +135,15 @@ struct Runtime::Impl {
         auto policies = create_policies(config, shared->plugins, shared->policy_counters);
         if (!policies) return policies.error();
         snap->policies = std::move(*policies);
+        // The new local pools' engines (a CUDA pool uploads its weights and allocates its KV here:
+        // the device's errors refuse the config before anything starts).
+        std::map<const PoolHandle*, std::unique_ptr<Engine>> engines;
+        for (auto& ph : snap->pools) {
+            if (ph->id != 0 || ph->remote()) continue;
+            auto e = make_engine(*ph, config);
+            if (!e) return e.error();
+            engines[ph.get()] = std::move(*e);
+        }
         // Validation is complete: start the new pools' executors.
         for (auto& ph : snap->pools) {
             if (ph->id != 0) continue;  // wired in an earlier generation
@@ -157,7 +167,7 @@ struct Runtime::Impl {
                 continue;
             }
             ph->public_prefixes = public_prefix_ids(*ph, config);
-            ph->executor = spawn_executor(*sys, make_engine(*ph, config), ph->model, ph->live, shared, ph->cfg.name);
+            ph->executor = spawn_executor(*sys, std::move(engines.at(ph.get())), ph->model, ph->live, shared, ph->cfg.name);
             // KV wiring: the executor feeds the cache actor; a kv_allocator admits before its queue.
             ph->id = shared->next_pool_id++;
             caf::anon_send(ph->executor, kv_events_atom::value, shared->cache, ph->id);

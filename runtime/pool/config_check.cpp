@@ -82,7 +82,7 @@ Expected<std::string> check_config_file(const std::string& path) {
                                   " exceeds the ", std::to_string(mp.n_layer), " layers of pool '", t->name, "'");
             mp.n_layer = p.synth->keep_layers;
         }
-        if (auto n = kv_block_count(p, mp); !n) return n.error();
+        if (auto n = kv_block_count(p, mp, p.backend != "cuda"); !n) return n.error();
     }
     PluginLoader loader;
     PolicyCounterRegistry counters;

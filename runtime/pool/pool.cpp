@@ -15,6 +15,7 @@
 #include "sim/cost_model.h"
 #include "sim/sim_model.h"
 #ifdef STEWARD_HAVE_CUDA
+#include "gpu/backend.h"
 #include "gpu/device.h"
 #endif
 
@@ -104,7 +105,8 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     if (!p.remote.empty()) return "remote|" + p.name + "|" + p.remote + "|" + p.remote_pool;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
-      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft;
+      << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft << '|'
+      << p.kv_size_set << '|' << p.gpu_memory_fraction;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     if (p.sim) {  // a simulated pool: its device, shapes and generator (the files' contents, as read)
         const SimPoolConfig& s = *p.sim;
@@ -131,7 +133,7 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
 
 KvDtype kv_dtype_of(const PoolConfig& p) { return p.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32; }
 
-Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
+Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp, bool host_memory) {
     const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
     double n = pc.kv_blocks;
     if (pc.kv_blocks <= 0) {
@@ -146,6 +148,7 @@ Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
     // What the engine allocates up front: the KV (M_KV = 2*L*B*T*H_kv*D_head*bytes) and the
     // forward pass's activations for one step's tokens. More than the machine has would end in
     // std::bad_alloc (or the OOM killer) after `config check` said ok.
+    if (!host_memory) return (int)n;
     const double step_tokens = std::max(pc.max_batch_tokens, pc.max_batch);
     const double act_floats = 3.0 * mp.n_embd + 2.0 * mp.n_head * mp.head_dim + 2.0 * mp.n_head_kv * mp.head_dim + 2.0 * mp.n_ff;
     const double bytes = n * block_bytes + step_tokens * act_floats * 4.0;
@@ -159,11 +162,11 @@ Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp) {
 
 namespace {
 
-// backend = "cuda" where no device can be used is a config error; "auto" takes the CPU with one log
-// line then. The engine itself still runs on the CPU backend: GpuForward (gpu/forward.h) is built
-// and tested against it, not yet driven by the engine.
-Expected<bool> check_backend(const PoolConfig& pc) {
-    if (pc.backend == "cpu") return true;
+// What a pool runs on: "cpu" or "cuda". backend = "cuda" where no device can be used is a config
+// error; "auto" takes the CUDA backend where a device is found and the CPU with one log line where
+// not (no driver, no device, or a binary built without nvcc).
+Expected<std::string> resolve_backend(const PoolConfig& pc) {
+    if (pc.backend == "cpu") return std::string("cpu");
 #ifdef STEWARD_HAVE_CUDA
     const GpuInfo g = gpu_probe();
     if (g.status != GpuProbeStatus::GPU_PROBE_OK) {
@@ -171,18 +174,49 @@ Expected<bool> check_backend(const PoolConfig& pc) {
             return make_error("pool '", pc.name, "': backend = \"cuda\" but this machine has ", gpu_describe(g),
                               "; set backend = \"cpu\" (or \"auto\": CUDA where a device is found)");
         spdlog::info("pool '{}': backend \"auto\": {}; running on the CPU backend", pc.name, gpu_describe(g));
-        return true;
+        return std::string("cpu");
     }
-    spdlog::warn("pool '{}': CUDA device {} found, but the engine does not drive the CUDA backend yet; running on the CPU backend",
-                 pc.name, gpu_describe(g));
+    spdlog::info("pool '{}': CUDA backend on {}", pc.name, gpu_describe(g));
+    return std::string("cuda");
 #else
     if (pc.backend == "cuda")
         return make_error("pool '", pc.name, "': backend = \"cuda\" but this binary was built without the CUDA backend ",
                           "(nvcc was not found when it was configured); rebuild with nvcc on PATH, or set backend = \"cpu\"");
     spdlog::info("pool '{}': backend \"auto\": this binary has no CUDA backend; running on the CPU backend", pc.name);
+    return std::string("cpu");
 #endif
-    return true;
 }
+
+#ifdef STEWARD_HAVE_CUDA
+// A cuda pool's KV blocks when the config gives neither kv_blocks nor kv_gib: gpu_memory_fraction
+// of the device's free memory, less what the forwards take (the target's, the draft model's, each
+// self-draft's: weights and scratch) and a reserve for the CUDA context and cuBLAS, in target
+// blocks (the engine splits them with the drafts as on the CPU).
+Expected<int> cuda_kv_block_count(const Pool& p, const Config& config) {
+    const PoolConfig& pc = p.cfg;
+    const ModelParams& mp = p.model->params();
+    auto free_b = cuda_free_bytes();
+    if (!free_b) return make_error("pool '", pc.name, "': ", free_b.error().message);
+    const int step_tokens = std::max(pc.max_batch_tokens, pc.max_batch);
+    int64_t fwd = cuda_forward_bytes(*p.model, step_tokens, 0);
+    if (p.draft_model) fwd += cuda_forward_bytes(*p.draft_model, step_tokens, 0);
+    for (const BucketConfig& b : config.buckets)
+        if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < mp.n_layer)
+            fwd += cuda_forward_bytes(*p.model, step_tokens, b.speculation_self_layers);
+    const int64_t reserve = 512ll << 20;
+    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
+    const double room = (double)*free_b * pc.gpu_memory_fraction - (double)fwd - (double)reserve;
+    const double n = std::min(std::floor(room / block_bytes), (double)k_max_kv_blocks);
+    if (n < 1)
+        return make_error("pool '", pc.name, "': gpu_memory_fraction ", std::to_string(pc.gpu_memory_fraction), " of the device's ",
+                          std::to_string(*free_b >> 20), " MiB free leaves no KV block after the weights and scratch (",
+                          std::to_string(fwd >> 20), " MiB) and a ", std::to_string(reserve >> 20),
+                          " MiB reserve; raise gpu_memory_fraction, lower max_batch_tokens or use a smaller model");
+    spdlog::info("pool '{}': {} KV blocks on the device ({:.2f} GiB; weights and scratch {:.2f} GiB, of {:.2f} GiB free)", pc.name,
+                 (int64_t)n, n * block_bytes / (1ull << 30), (double)fwd / (1ull << 30), (double)*free_b / (1ull << 30));
+    return (int)n;
+}
+#endif
 
 }  // namespace
 
@@ -244,7 +278,9 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     auto m = Model::load(pc.model);
     if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
     p.model = std::shared_ptr<Model>(std::move(m.value()));
-    if (auto b = check_backend(pc); !b) return b.error();
+    auto backend = resolve_backend(pc);
+    if (!backend) return backend.error();
+    p.backend = *backend;
     if (!pc.draft.empty()) {
         const PoolConfig* d = config.find_pool(pc.draft);
         if (!d) return make_error("pool '", pc.name, "': draft = \"", pc.draft, "\" names no pool; define it or drop draft");
@@ -261,7 +297,18 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
             return make_error("bucket '", b.name, "': [bucket.speculation] self_layers = ", std::to_string(b.speculation_self_layers),
                               " is not below the ", std::to_string(mp.n_layer), " layers of pool '", pc.name,
                               "''s model; use 1..", std::to_string(mp.n_layer - 1), " (fewer layers than the target draft)");
-    auto n_blocks = kv_block_count(pc, mp);
+#ifdef STEWARD_HAVE_CUDA
+    if (p.backend == "cuda" && !pc.kv_size_set) {
+        auto n = cuda_kv_block_count(p, config);
+        if (!n) return n.error();
+        p.n_blocks = *n;
+        describe_pool(p);
+        return p;
+    }
+#endif
+    // The KV and activations live in host memory on the CPU backend; on a cuda pool kv_blocks /
+    // kv_gib size the device's KV and kv_block_count's host check is the CPU's only.
+    auto n_blocks = kv_block_count(pc, mp, p.backend == "cpu");
     if (!n_blocks) return n_blocks.error();
     p.n_blocks = *n_blocks;
     describe_pool(p);
@@ -315,6 +362,9 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.draft_model = p.draft_model.get();
     eo.draft_model_keep = p.draft_model;
     if (pc.sim) eo.sim = std::make_shared<const SimPoolConfig>(*pc.sim);
+#ifdef STEWARD_HAVE_CUDA
+    if (p.backend == "cuda") eo.backend = cuda_backend_factory();
+#endif
     const int n_layer = p.model->params().n_layer;
     for (const BucketConfig& b : config.buckets)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < n_layer &&
@@ -350,8 +400,14 @@ std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& p, const Config&
     return pubs;
 }
 
-std::unique_ptr<Engine> make_engine(const Pool& p, const Config& config) {
-    auto engine = std::make_unique<Engine>(*p.model, engine_options(p, config));
+Expected<std::unique_ptr<Engine>> make_engine(const Pool& p, const Config& config) {
+    std::unique_ptr<Engine> engine;
+    try {
+        engine = std::make_unique<Engine>(*p.model, engine_options(p, config));
+    } catch (const std::exception& e) {  // the backend's (device memory) or the draft's
+        return make_error("pool '", p.cfg.name, "': ", e.what());
+    }
+    if (!p.backend.empty() && p.backend != "cpu") spdlog::info("pool '{}' runs on {}", p.cfg.name, engine->backend_name());
     engine->set_public_prefixes(public_prefix_ids(p, config));
     return engine;
 }

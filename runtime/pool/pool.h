@@ -32,6 +32,7 @@ struct Pool {
     std::shared_ptr<Model> model;
     std::shared_ptr<Model> draft_model;  // cfg.draft's model (null: none); the engine drafts with it
     int n_blocks = 0;
+    std::string backend;  // what its engine runs on: "cpu" or "cuda" ("" remote or simulated)
     PoolProfile profile;
     std::shared_ptr<PoolLive> live = std::make_shared<PoolLive>();
     uint64_t vocab_id = 0;  // vocabulary_fingerprint of the model: runs move only between equal ones
@@ -72,8 +73,9 @@ KvDtype kv_dtype_of(const PoolConfig& pool);
 // KV blocks of a pool: kv_blocks when set, else as many as kv_gib holds, a block being
 // 2 (K and V) * n_layer * block_size * n_head_kv * head_dim * bytes per element.
 // Errors when kv_gib holds no block or more than 2^24, or when the KV plus one step's activations
-// (max_batch_tokens) exceed the machine's physical memory.
-Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model);
+// (max_batch_tokens) exceed the machine's physical memory (host_memory: the CPU backend's; a cuda
+// pool's KV is on the device, sized again by the device's allocation).
+Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model, bool host_memory = true);
 
 // Loads a pool's model, sizes its KV and fills its profile; key = pool_key(pool, config), taken
 // before the model is read.
@@ -95,8 +97,9 @@ SpecSettings spec_settings_for(const BucketConfig& bucket, const Config& config,
 
 // The config's public prefixes as token sequences of the pool's own vocabulary.
 std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& pool, const Config& config);
-// A new engine for a loaded pool, with the config's public prefixes in the pool's vocabulary.
-std::unique_ptr<Engine> make_engine(const Pool& pool, const Config& config);
+// A new engine for a loaded pool, with the config's public prefixes in the pool's vocabulary, on
+// the pool's backend. Errors: the backend's (a CUDA pool's device out of memory), naming the pool.
+Expected<std::unique_ptr<Engine>> make_engine(const Pool& pool, const Config& config);
 
 // The metrics' prices (from config.pools: a kept pool's prices follow the file), SLOs and the KV
 // shape (of the first pool) for a generation. `pools` in config.pools order.

@@ -73,17 +73,33 @@ EngineOptions with_draft_share(const Model& model, EngineOptions opt) {
 Engine::Engine(const Model& model, const EngineOptions& opt)
     : model_(model),
       opt_(with_draft_share(model, opt)),
-      fwd_(opt.sim ? nullptr : std::make_unique<CpuForward>(model, opt.n_threads, std::max(opt.max_batch_tokens, opt.max_batch))),
-      // A simulated pool's KV is bookkeeping only: one block of storage stands in for the pool.
-      kv_(KvStorage::config_for(model.params(), opt.sim ? 1 : opt_.n_blocks, opt.block_size, opt.kv_dtype)),
       mgr_(opt_.n_blocks, opt.block_size) {
-    if (opt_.draft_model)
-        draft_ = std::make_unique<DraftModel>(*opt_.draft_model, opt_.n_blocks, opt_.block_size, opt_.kv_dtype,
-                                              opt_.n_threads, std::max(opt_.max_batch_tokens, opt_.max_batch));
+    if (!opt_.backend) opt_.backend = cpu_backend_factory();
+    // A simulated pool's KV is bookkeeping only: no backend, no storage.
+    if (!opt_.sim) {
+        auto be = opt_.backend(model, KvStorage::config_for(model.params(), opt_.n_blocks, opt_.block_size, opt_.kv_dtype),
+                               std::max(opt_.max_batch_tokens, opt_.max_batch), 0, opt_.n_threads);
+        if (!be) throw std::runtime_error(be.error().message);
+        be_ = std::move(*be);
+    }
+    if (opt_.draft_model) draft_ = make_drafter(*opt_.draft_model, 0);
+    for (int l : opt_.self_draft_layers)  // the ones the config names: made now, so a failure is the pool's
+        if (!opt_.sim && l >= 1 && l < model.params().n_layer && !self_drafts_.count(l)) self_drafts_[l] = make_drafter(model_, l);
     mgr_.set_block_bytes(opt_.sim ? sim_kv_bytes_per_token(opt_.sim->model) * opt_.block_size
-                                  : (double)kv_bytes(kv_.config()) / opt_.n_blocks);
+                                  : (double)be_->kv_storage_bytes() / opt_.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
+}
+
+void Engine::kv_copy(const Expected<bool>& r) {
+    if (!r) throw std::runtime_error("KV copy failed: " + r.error().message);
+}
+
+std::unique_ptr<DraftModel> Engine::make_drafter(const Model& draft, int n_layers) {
+    auto be = opt_.backend(draft, draft_kv_config(draft, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, n_layers),
+                           std::max(opt_.max_batch_tokens, opt_.max_batch), n_layers, opt_.n_threads);
+    if (!be) throw std::runtime_error("the draft's backend: " + be.error().message);
+    return std::make_unique<DraftModel>(draft, std::move(*be));
 }
 
 Expected<bool> Engine::submit(EngineRequest req) {
@@ -542,7 +558,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (!copies) return false;
         if (!opt_.sim)  // a simulated pool's KV has no storage to copy
             for (const BlockCopy& c : *copies)
-                for (int k = 0; k < c.n_slots; k++) kv_.copy_slot(c.src_block, k, c.dst_block, k);
+                kv_copy(be_->copy_block_slots(c.src_block, c.dst_block, c.n_slots));
         return true;
     };
     std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
@@ -699,7 +715,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         else std::this_thread::sleep_until(until);
     } else {
         const auto t_fwd = std::chrono::steady_clock::now();
-        r = fwd_->forward(kv_, batch, logits_);
+        r = be_->forward(batch, logits_);
         fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
     }
     stats_.forward_s += fwd_s;
@@ -757,7 +773,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<std::optional<Sampled>> pre(plan.size());
     if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
         std::vector<std::exception_ptr> failed(plain.size());
-        fwd_->thread_pool().parallel_for((int64_t)plain.size(), [&](int64_t j) {
+        be_->host_threads().parallel_for((int64_t)plain.size(), [&](int64_t j) {
             const size_t k = plain[(size_t)j];
             try {
                 pre[k] = seqs_.at(plan[k].id)->sampler.sample(

@@ -18,6 +18,7 @@
 
 #include <steward/config.h>
 
+#include "cpu/backend.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "grammar/grammar.h"
@@ -68,6 +69,12 @@ struct EngineOptions {
     // effects are real while its tokens are the generator's. KV blocks are bookkeeping only (no
     // storage); structured-output grammars are not applied. null: the CPU forward.
     std::shared_ptr<const SimPoolConfig> sim;
+    // What the forwards run on: the target's, the draft model's and each self-draft's backend come
+    // from it (null: the CPU backend, cpu/backend.h; a pool with backend = "cuda" passes the CUDA
+    // one, gpu/backend.h). The constructor throws std::runtime_error with the factory's error (a
+    // device out of memory) for the target and the draft model; a self-draft made later that fails
+    // is logged and its requests decode without drafts.
+    BackendFactory backend;
 };
 
 struct EngineRequest {
@@ -227,6 +234,8 @@ public:
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
+    // What the forwards run on ("cpu", "cuda (device)"; "sim" for a simulated pool).
+    std::string backend_name() const { return be_ ? be_->describe() : std::string("sim"); }
     bool has_draft_model() const { return draft_ != nullptr || (opt_.sim && opt_.sim->draft); }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
@@ -339,8 +348,12 @@ private:
     EngineOptions opt_;
     std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
     std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers, made on first use
-    std::unique_ptr<CpuForward> fwd_;  // null on a simulated pool
-    KvStorage kv_;
+    std::unique_ptr<ForwardBackend> be_;  // null on a simulated pool
+    // A backend error while copying KV (a device fault) fails the step (step() catches it).
+    static void kv_copy(const Expected<bool>& r);
+    // A drafter over `draft` running n_layers of its layers (0: all), from opt_.backend; throws
+    // std::runtime_error with the factory's error.
+    std::unique_ptr<DraftModel> make_drafter(const Model& draft, int n_layers);
     KvManager mgr_;
     std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
     std::deque<uint64_t> waiting_;

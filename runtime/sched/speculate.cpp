@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "spec/ngram.h"
 
 namespace steward {
@@ -94,13 +96,13 @@ SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int
     return r;
 }
 
-namespace {
-
 KvConfig draft_kv_config(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers) {
     KvConfig c = KvStorage::config_for(m.params(), n_blocks, block_size, dtype);
-    c.n_layer = n_layers;
+    if (n_layers > 0 && n_layers < c.n_layer) c.n_layer = n_layers;
     return c;
 }
+
+namespace {
 
 // One draw from q (weights, not necessarily normalised) by inverse CDF over ascending ids, zero
 // weights skipped, 53-bit uniforms as the sampler draws. -1 when nothing is drawable.
@@ -160,12 +162,8 @@ std::vector<Proposal> drawn_children(const std::vector<float>& q, int b, std::mt
 
 }  // namespace
 
-DraftModel::DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens,
-                       int n_layers)
-    : model_(draft),
-      fwd_(draft, n_threads, max_tokens, n_layers),
-      kv_(draft_kv_config(draft, n_blocks, block_size, dtype, fwd_.n_layers())),
-      mgr_(n_blocks, block_size) {}
+DraftModel::DraftModel(const Model& draft, std::unique_ptr<ForwardBackend> backend)
+    : model_(draft), be_(std::move(backend)), mgr_(be_->kv_config().n_blocks, be_->kv_config().block_size) {}
 
 bool DraftModel::grow(SeqId seq, std::span<const int32_t> tokens) {
     const int n_before = mgr_.seq(seq).n_tokens();
@@ -181,7 +179,7 @@ bool DraftModel::grow(SeqId seq, std::span<const int32_t> tokens) {
 Expected<bool> DraftModel::feed_pending(SeqId seq) {
     for (;;) {
         const SeqKv& kv = mgr_.seq(seq);
-        const int n = std::min(kv.n_tokens() - kv.n_computed, fwd_.max_tokens());
+        const int n = std::min(kv.n_tokens() - kv.n_computed, be_->max_tokens());
         if (n <= 0) return true;
         SeqInput in;
         in.n_past = kv.n_computed;
@@ -189,7 +187,7 @@ Expected<bool> DraftModel::feed_pending(SeqId seq) {
         in.block_table = kv.blocks;
         const bool last = kv.n_computed + n == kv.n_tokens();
         in.logits = last ? LogitsMode::LAST : LogitsMode::NONE;
-        auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits_);
+        auto r = be_->forward(std::span<const SeqInput>(&in, 1), logits_);
         if (!r) return r.error();
         mgr_.commit_computed(seq, n);
         if (last) return true;
@@ -295,7 +293,7 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
                     positions.push_back(n_root_end - 1 + tree.node(j).depth);
                 }
             const size_t n = fed.size();
-            if ((int)n > fwd_.max_tokens()) return out;  // too wide for one forward: the tree stops here
+            if ((int)n > be_->max_tokens()) return out;  // too wide for one forward: the tree stops here
             std::vector<uint8_t> mask(n * n, 0);         // [n][n] ancestors (in fed) and self
             for (size_t i = 0; i < n; i++)
                 for (int32_t j = fed[i]; j > 0; j = tree.node(j).parent) mask[i * n + (size_t)at[(size_t)j]] = 1;
@@ -308,7 +306,7 @@ Expected<SpecDraft> DraftModel::propose_tree(SeqId seq, const SpecSettings& s, i
             in.mask = mask;
             in.block_table = kv.blocks;
             in.logits = LogitsMode::ALL;
-            auto r = fwd_.forward(kv_, std::span<const SeqInput>(&in, 1), logits_);
+            auto r = be_->forward(std::span<const SeqInput>(&in, 1), logits_);
             mgr_.truncate(seq, n_root_end);  // scratch: the slots after the root are free again
             if (!r) {
                 failed = r.error();
@@ -382,11 +380,17 @@ DraftModel* Engine::drafter_for(const SpecSettings& spec) {
     // One self-draft per layer count, made on first use: the target's weights, its own KV of
     // self_layers layers with a slot for every target slot (self_layers / n_layer of the target's
     // KV bytes, outside the pool's n_blocks budget).
-    std::unique_ptr<DraftModel>& d = self_drafts_[spec.self_layers];
-    if (!d)
-        d = std::make_unique<DraftModel>(model_, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, opt_.n_threads,
-                                         std::max(opt_.max_batch_tokens, opt_.max_batch), spec.self_layers);
-    return d.get();
+    auto it = self_drafts_.find(spec.self_layers);
+    if (it == self_drafts_.end()) {
+        std::unique_ptr<DraftModel> d;
+        try {
+            d = make_drafter(model_, spec.self_layers);
+        } catch (const std::exception& e) {  // kept null: its requests decode without drafts from now on
+            spdlog::warn("self-draft of {} layers: {}; its requests decode without drafts", spec.self_layers, e.what());
+        }
+        it = self_drafts_.emplace(spec.self_layers, std::move(d)).first;
+    }
+    return it->second.get();
 }
 
 void Engine::release_draft(Seq& s) {
@@ -397,7 +401,7 @@ void Engine::release_draft(Seq& s) {
 
 const KvManager* Engine::self_draft_kv_manager(int n_layers) const {
     auto it = self_drafts_.find(n_layers);
-    return it == self_drafts_.end() ? nullptr : &it->second->manager();
+    return it == self_drafts_.end() || !it->second ? nullptr : &it->second->manager();
 }
 
 SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc) {
@@ -605,8 +609,8 @@ void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::s
         // tokens stay known but not computed and the next step computes them (correct, slower).
         if (auto copies = mgr_.allocate_slots(s.kv, n_keep)) {
             for (const BlockCopy& c : *copies)
-                for (int j = 0; j < c.n_slots; j++) kv_.copy_slot(c.src_block, j, c.dst_block, j);
-            kv_.copy_slots(old_table, src, mgr_.seq(s.kv).blocks, dst);
+                kv_copy(be_->copy_block_slots(c.src_block, c.dst_block, c.n_slots));
+            kv_copy(be_->copy_slots(old_table, src, mgr_.seq(s.kv).blocks, dst));
             mgr_.commit_computed(s.kv, n_keep);
         } else {
             mgr_.append_tokens(s.kv, std::span<const int32_t>(toks).subspan((size_t)n_keep));

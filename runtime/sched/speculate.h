@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "cpu/backend.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"
@@ -115,12 +116,11 @@ struct DraftConstraint {
 // thread-safe: one owner (the Engine).
 class DraftModel {
 public:
-    // n_blocks blocks of block_size slots in the draft's own geometry; max_tokens bounds one
-    // forward (catch-up is chunked to it). n_layers in [1, draft's n_layer) drafts with the model's
-    // first n_layers layers only (self-speculation: `draft` is then the target itself, no copy of
-    // its weights; the KV has n_layers layers); 0 uses every layer.
-    DraftModel(const Model& draft, int n_blocks, int block_size, KvDtype dtype, int n_threads, int max_tokens,
-               int n_layers = 0);
+    // Drafts with `backend`: a forward of `draft` over KV in the draft's own geometry (n_blocks
+    // blocks of block_size slots; its max_tokens bounds one forward, catch-up is chunked to it). A
+    // backend running fewer layers than the model's (self-speculation: `draft` is then the target
+    // itself, its weights shared on the CPU) has KV of that many layers. draft_kv_config shapes it.
+    DraftModel(const Model& draft, std::unique_ptr<ForwardBackend> backend);
 
     // Drafts up to k tokens after all_tokens (the target's prompt + output; its last token is the
     // root), in the shape s.tree (s.tree_branch, s.tree_depth; a tree's depth at most max_depth).
@@ -144,8 +144,8 @@ public:
 
     const KvManager& manager() const { return mgr_; }
     const Model& model() const { return model_; }
-    int n_layers() const { return fwd_.n_layers(); }
-    int64_t bytes() const { return kv_.bytes(); }
+    int n_layers() const { return be_->n_layers(); }
+    int64_t bytes() const { return be_->kv_storage_bytes(); }
 
 private:
     bool grow(SeqId seq, std::span<const int32_t> tokens);  // append + allocate; false without room
@@ -158,12 +158,14 @@ private:
                                      std::mt19937_64& rng);
 
     const Model& model_;
-    CpuForward fwd_;
-    KvStorage kv_;
+    std::unique_ptr<ForwardBackend> be_;
     KvManager mgr_;
     std::vector<float> logits_;
     std::vector<float> masked_;  // a constrained chain's masked row
 };
+
+// The KV shape of a draft forward of n_layers layers (0: all) of m: n_blocks blocks of block_size.
+KvConfig draft_kv_config(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers);
 
 // The split of one pool's KV budget when a draft model (or null) and self-drafts of self_layers
 // layers in all join it: n_blocks target blocks' worth of bytes are shared so that each gets the same

@@ -100,6 +100,10 @@ struct PoolConfig {
     int threads = 0;                // 0: all cores
     int kv_blocks = 0;              // 0: derive from kv_gib
     double kv_gib = 0.25;
+    bool kv_size_set = false;       // kv_blocks or kv_gib was given (else a cuda pool sizes its KV from the device)
+    // backend cuda without kv_blocks / kv_gib: the share of the device's free memory the pool takes
+    // for weights, activations and KV together (vLLM's gpu_memory_utilization, of free memory)
+    double gpu_memory_fraction = 0.9;
     int block_size = 16;
     std::string kv_dtype = "f32";   // f32 | f16
     int max_batch = 32;             // sequences per step

@@ -88,8 +88,11 @@ TEST_CASE("a simulated pool loads a model without weights and the KV its devices
     REQUIRE(eo.sim);
     CHECK(eo.sim->draft);
     // The engine over it holds no KV storage for its ~10k blocks: its blocks are bookkeeping.
-    auto engine = make_engine(*p, *c);
+    auto made = make_engine(*p, *c);
+    REQUIRE(made);
+    auto& engine = *made;
     CHECK(engine->has_draft_model());
+    CHECK(engine->backend_name() == "sim");
     CHECK(engine->kv_manager().stats().n_blocks_total == p->n_blocks);
 
     // A device figure is part of the pool's key: a reload that changes it builds a new engine.

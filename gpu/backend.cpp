@@ -1,0 +1,116 @@
+// CudaBackend: the engine's ForwardBackend over GpuForward and GpuKv (gpu/forward.h).
+#include "gpu/backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "cpu/kernels.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device.h"
+#include "gpu/forward.h"
+
+namespace steward {
+
+namespace {
+
+class CudaBackend final : public ForwardBackend {
+public:
+    CudaBackend(std::unique_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, std::string device)
+        : fwd_(std::move(fwd)), kv_(std::move(kv)), host_(n_threads > 0 ? n_threads : cpu_count()), device_(std::move(device)) {}
+
+    std::string describe() const override { return "cuda (" + device_ + ")"; }
+    Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override {
+        return fwd_->forward(*kv_, batch, logits);
+    }
+    Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override {
+        if (n_slots <= 0) return true;
+        std::vector<int32_t> slots((size_t)n_slots);
+        for (int k = 0; k < n_slots; k++) slots[(size_t)k] = k;
+        const int32_t src = src_block, dst = dst_block;
+        return kv_->copy_slots(std::span<const int32_t>(&src, 1), slots, std::span<const int32_t>(&dst, 1), slots);
+    }
+    Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                              std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) override {
+        return kv_->copy_slots(src_table, src_slots, dst_table, dst_slots);
+    }
+    const KvConfig& kv_config() const override { return kv_->config(); }
+    int max_tokens() const override { return fwd_->max_tokens(); }
+    int n_layers() const override { return fwd_->n_layers(); }
+    ThreadPool& host_threads() override { return host_; }
+
+private:
+    std::unique_ptr<GpuForward> fwd_;
+    std::unique_ptr<GpuKv> kv_;
+    ThreadPool host_;
+    std::string device_;
+};
+
+// The layers a forward of n_layers (0: all) runs.
+int fwd_layers(const Model& model, int n_layers) {
+    const int L = model.params().n_layer;
+    return n_layers > 0 && n_layers < L ? n_layers : L;
+}
+
+// Bytes GpuForward keeps of a matrix: F32 as stored, everything else as F16.
+int64_t matrix_bytes(const WeightView& w) {
+    if (!w) return 0;
+    return w.n_rows * w.n_cols * (w.type == GgmlType::F32 ? 4 : 2);
+}
+
+}  // namespace
+
+BackendFactory cuda_backend_factory() {
+    return [](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
+              int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
+        const GpuInfo g = gpu_probe();
+        if (g.status != GpuProbeStatus::GPU_PROBE_OK) return make_error("CUDA backend: ", gpu_describe(g));
+        auto fwd = GpuForward::create(model, max_tokens, n_layers);
+        if (!fwd)
+            return make_error("CUDA backend: the model's ", std::to_string(fwd_layers(model, n_layers)), " layers (about ",
+                              std::to_string(cuda_forward_bytes(model, max_tokens, n_layers) >> 20),
+                              " MiB with scratch for ", std::to_string(max_tokens), " tokens): ", fwd.error().message,
+                              "; lower max_batch_tokens, use a smaller model, or free device memory");
+        auto pool = GpuKv::create(kv);
+        if (!pool)
+            return make_error("CUDA backend: a KV pool of ", std::to_string(kv.n_blocks), " blocks (",
+                              std::to_string(kv_bytes(kv) >> 20), " MiB): ", pool.error().message,
+                              "; lower kv_blocks / kv_gib or gpu_memory_fraction");
+        return std::unique_ptr<ForwardBackend>(
+            std::make_unique<CudaBackend>(std::move(*fwd), std::move(*pool), n_threads, gpu_describe(g)));
+    };
+}
+
+int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers) {
+    const ModelParams& p = model.params();
+    const ModelWeights& W = model.weights();
+    int64_t b = 0;
+    const WeightView& te = W.tok_embd;
+    const bool te_as_stored = te.type == GgmlType::F32 || te.type == GgmlType::F16 || te.type == GgmlType::BF16 ||
+                              te.type == GgmlType::Q8_0;
+    b += te_as_stored ? p_bytes(te) : matrix_bytes(te);
+    if (!(W.output.data == te.data && (te.type == GgmlType::F32 || te.type == GgmlType::F16))) b += matrix_bytes(W.output);
+    b += (int64_t)p.n_embd * 4;
+    const int L = fwd_layers(model, n_layers);
+    for (int l = 0; l < L; l++) {
+        const LayerWeights& lw = model.weights().layers[(size_t)l];
+        for (const WeightView* w : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) b += matrix_bytes(*w);
+        for (const WeightView* w : {&lw.attn_norm, &lw.ffn_norm, &lw.bq, &lw.bk, &lw.bv, &lw.q_norm, &lw.k_norm})
+            b += w->n_cols * std::max<int64_t>(w->n_rows, 1) * 4;
+    }
+    const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
+    const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
+    b += T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
+    b += T * wide * 2 + T * 4;
+    return b;
+}
+
+Expected<int64_t> cuda_free_bytes() {
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    return (int64_t)free_b;
+}
+
+}  // namespace steward

@@ -1,0 +1,26 @@
+// The CUDA backend as the engine sees it (cpu/backend.h's ForwardBackend): GpuForward over a GpuKv
+// in device memory, plus host threads for sampling. Plain C++ header (no CUDA types), so the pool
+// loader (runtime/pool/pool.cpp, built with STEWARD_HAVE_CUDA) includes it.
+#pragma once
+#include <cstdint>
+
+#include "cpu/backend.h"
+#include "model/model.h"
+
+namespace steward {
+
+// Makes CUDA backends: the weights uploaded (GpuForward::create), the KV pool allocated on the
+// device (GpuKv::create). Errors: the CUDA runtime's (out of device memory, no device), naming the
+// model's shape and the bytes asked for.
+BackendFactory cuda_backend_factory();
+
+// Device bytes a GpuForward of model (n_layers layers, 0: all) with scratch for max_tokens takes:
+// the weights as GpuForward uploads them (F32 as stored, the token table as stored where the
+// embedding kernel reads it, everything else F16) and its activations and logits. An estimate for
+// sizing the KV before anything is uploaded (the CUDA context and cuBLAS workspace not included).
+int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers);
+
+// The device's free bytes now (cudaMemGetInfo). Errors: the runtime's.
+Expected<int64_t> cuda_free_bytes();
+
+}  // namespace steward

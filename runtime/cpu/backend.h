@@ -1,0 +1,76 @@
+// What a pool's engine runs its forwards on: one batched forward over paged KV and the KV memory it
+// writes, owned together. The CPU backend (CpuForward over a host KvStorage) is here; the CUDA one
+// (GpuForward over a device GpuKv) is gpu/backend.h. The engine and its drafters only ever see this
+// interface, so the scheduler, prefix cache and speculation run unchanged on either.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu/forward.h"
+#include "cpu/thread_pool.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace steward {
+
+class ForwardBackend {
+public:
+    virtual ~ForwardBackend() = default;
+
+    // "cpu", or "cuda" and the device: what a log line says the pool runs on.
+    virtual std::string describe() const = 0;
+    // CpuForward::forward's contract over the backend's KV: logits on the host, one row of n_vocab
+    // per requested output in batch order; an invalid batch (check_batch) leaves the KV untouched.
+    virtual Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) = 0;
+    // The first n_slots slots of block src copied to block dst, every layer, K and V (prefix-cache
+    // copy-on-write of a partly filled block).
+    virtual Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) = 0;
+    // KvStorage::copy_slots: logical slots through two block tables, every source read first.
+    virtual Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                                      std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) = 0;
+
+    virtual const KvConfig& kv_config() const = 0;
+    int64_t kv_storage_bytes() const { return kv_bytes(kv_config()); }
+    virtual int max_tokens() const = 0;  // tokens of one batch
+    virtual int n_layers() const = 0;    // layers the forward runs (fewer for a self-draft)
+    // Host threads, idle during the engine's host work: it samples a batch's rows on them.
+    virtual ThreadPool& host_threads() = 0;
+};
+
+// Makes a backend for model over KV of shape kv (its n_layer already n_layers' when a self-draft
+// runs fewer), batches of up to max_tokens, running the first n_layers layers (0: all), with
+// n_threads host threads (<= 0: all cores). Errors: the device's (out of memory, no device).
+using BackendFactory = std::function<Expected<std::unique_ptr<ForwardBackend>>(
+    const Model& model, const KvConfig& kv, int max_tokens, int n_layers, int n_threads)>;
+
+// The readable reference: CpuForward over a host KvStorage. Never fails.
+class CpuBackend final : public ForwardBackend {
+public:
+    CpuBackend(const Model& model, const KvConfig& kv, int max_tokens, int n_layers, int n_threads);
+
+    std::string describe() const override { return "cpu"; }
+    Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override;
+    Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override;
+    Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
+                              std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) override;
+    const KvConfig& kv_config() const override { return kv_.config(); }
+    int max_tokens() const override { return fwd_.max_tokens(); }
+    int n_layers() const override { return fwd_.n_layers(); }
+    ThreadPool& host_threads() override { return fwd_.thread_pool(); }
+
+    KvStorage& storage() { return kv_; }
+
+private:
+    CpuForward fwd_;
+    KvStorage kv_;
+};
+
+// The CPU backend's factory (what a null BackendFactory means).
+BackendFactory cpu_backend_factory();
+
+}  // namespace steward
