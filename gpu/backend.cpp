@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,7 +19,7 @@ namespace {
 
 class CudaBackend final : public ForwardBackend {
 public:
-    CudaBackend(std::unique_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, std::string device)
+    CudaBackend(std::shared_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, std::string device)
         : fwd_(std::move(fwd)), kv_(std::move(kv)), host_(n_threads > 0 ? n_threads : cpu_count()), device_(std::move(device)) {}
 
     std::string describe() const override { return "cuda (" + device_ + ")"; }
@@ -42,7 +43,7 @@ public:
     ThreadPool& host_threads() override { return host_; }
 
 private:
-    std::unique_ptr<GpuForward> fwd_;
+    std::shared_ptr<GpuForward> fwd_;
     std::unique_ptr<GpuKv> kv_;
     ThreadPool host_;
     std::string device_;
@@ -63,30 +64,45 @@ int64_t matrix_bytes(const WeightView& w) {
 }  // namespace
 
 BackendFactory cuda_backend_factory() {
-    return [](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
-              int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
+    // The full forwards this factory made, by model: a self-draft of fewer layers (made after its
+    // target, the same Model) reads the target's weights on the device instead of a copy.
+    auto full = std::make_shared<std::map<const Model*, std::weak_ptr<GpuForward>>>();
+    return [full](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
+                  int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
         const GpuInfo g = gpu_probe();
         if (g.status != GpuProbeStatus::GPU_PROBE_OK) return make_error("CUDA backend: ", gpu_describe(g));
-        auto fwd = GpuForward::create(model, max_tokens, n_layers);
+        const int layers = fwd_layers(model, n_layers);
+        std::shared_ptr<GpuForward> source;
+        if (auto it = full->find(&model); it != full->end()) source = it->second.lock();
+        Expected<std::unique_ptr<GpuForward>> fwd = source && layers < model.params().n_layer
+                                                        ? GpuForward::create_sharing(*source, max_tokens, layers)
+                                                        : GpuForward::create(model, max_tokens, n_layers);
         if (!fwd)
-            return make_error("CUDA backend: the model's ", std::to_string(fwd_layers(model, n_layers)), " layers (about ",
-                              std::to_string(cuda_forward_bytes(model, max_tokens, n_layers) >> 20),
+            return make_error("CUDA backend: the model's ", std::to_string(layers), " layers (about ",
+                              std::to_string(cuda_forward_bytes(model, max_tokens, n_layers, !source) >> 20),
                               " MiB with scratch for ", std::to_string(max_tokens), " tokens): ", fwd.error().message,
                               "; lower max_batch_tokens, use a smaller model, or free device memory");
+        std::shared_ptr<GpuForward> made = std::move(*fwd);
+        if (layers == model.params().n_layer) (*full)[&model] = made;
         auto pool = GpuKv::create(kv);
         if (!pool)
             return make_error("CUDA backend: a KV pool of ", std::to_string(kv.n_blocks), " blocks (",
                               std::to_string(kv_bytes(kv) >> 20), " MiB): ", pool.error().message,
                               "; lower kv_blocks / kv_gib or gpu_memory_fraction");
         return std::unique_ptr<ForwardBackend>(
-            std::make_unique<CudaBackend>(std::move(*fwd), std::move(*pool), n_threads, gpu_describe(g)));
+            std::make_unique<CudaBackend>(std::move(made), std::move(*pool), n_threads, gpu_describe(g)));
     };
 }
 
-int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers) {
+int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights) {
     const ModelParams& p = model.params();
     const ModelWeights& W = model.weights();
     int64_t b = 0;
+    const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
+    const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
+    b += T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
+    b += T * wide * 2 + T * 4;
+    if (!with_weights) return b;
     const WeightView& te = W.tok_embd;
     const bool te_as_stored = te.type == GgmlType::F32 || te.type == GgmlType::F16 || te.type == GgmlType::BF16 ||
                               te.type == GgmlType::Q8_0;
@@ -100,10 +116,6 @@ int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers) {
         for (const WeightView* w : {&lw.attn_norm, &lw.ffn_norm, &lw.bq, &lw.bk, &lw.bv, &lw.q_norm, &lw.k_norm})
             b += w->n_cols * std::max<int64_t>(w->n_rows, 1) * 4;
     }
-    const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
-    const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
-    b += T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
-    b += T * wide * 2 + T * 4;
     return b;
 }
 

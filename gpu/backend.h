@@ -10,15 +10,18 @@
 namespace steward {
 
 // Makes CUDA backends: the weights uploaded (GpuForward::create), the KV pool allocated on the
-// device (GpuKv::create). Errors: the CUDA runtime's (out of device memory, no device), naming the
-// model's shape and the bytes asked for.
+// device (GpuKv::create). A backend of fewer layers of a model whose full backend this factory made
+// (a self-draft) reads that one's weights (GpuForward::create_sharing): only its scratch and KV are
+// new. Errors: the CUDA runtime's (out of device memory, no device), naming the model's shape and
+// the bytes asked for.
 BackendFactory cuda_backend_factory();
 
 // Device bytes a GpuForward of model (n_layers layers, 0: all) with scratch for max_tokens takes:
 // the weights as GpuForward uploads them (F32 as stored, the token table as stored where the
 // embedding kernel reads it, everything else F16) and its activations and logits. An estimate for
 // sizing the KV before anything is uploaded (the CUDA context and cuBLAS workspace not included).
-int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers);
+// with_weights false: the scratch alone (a self-draft sharing its target's weights).
+int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights = true);
 
 // The device's free bytes now (cudaMemGetInfo). Errors: the runtime's.
 Expected<int64_t> cuda_free_bytes();

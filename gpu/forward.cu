@@ -39,6 +39,9 @@ struct GpuForward::Impl {
     cublasHandle_t blas = nullptr;
     std::vector<void*> allocs;  // everything cudaMalloc'd, freed in the destructor
     int64_t weight_bytes = 0;
+    // A sharing forward's (create_sharing): the forward whose weights tok_embd, output,
+    // output_norm and layers point into, kept alive with them.
+    std::shared_ptr<const Impl> source;
 
     DevMatrix tok_embd;  // as stored when F32 / F16 / BF16 / Q8_0, else F16
     DevMatrix output;    // F32 or F16
@@ -491,6 +494,22 @@ Expected<std::unique_ptr<GpuForward>> GpuForward::create(const Model& model, int
     impl->p = model.params();
     STEWARD_TRY(impl->init(max_tokens, n_layers));
     if (auto u = impl->upload(model); !u) return make_error("uploading the weights to the GPU: ", u.error().message);
+    return std::unique_ptr<GpuForward>(new GpuForward(std::move(impl)));
+}
+
+Expected<std::unique_ptr<GpuForward>> GpuForward::create_sharing(const GpuForward& source, int max_tokens, int n_layers) {
+    const std::shared_ptr<Impl>& src = source.impl_;
+    const int want = n_layers > 0 && n_layers < src->p.n_layer ? n_layers : src->p.n_layer;
+    if (want > src->n_layers)
+        return make_error("GpuForward::create_sharing: ", want, " layers asked of a forward holding ", src->n_layers);
+    auto impl = std::make_unique<Impl>();
+    impl->p = src->p;
+    STEWARD_TRY(impl->init(max_tokens, want));
+    impl->tok_embd = src->tok_embd;
+    impl->output = src->output;
+    impl->output_norm = src->output_norm;
+    impl->layers.assign(src->layers.begin(), src->layers.begin() + impl->n_layers);
+    impl->source = src;
     return std::unique_ptr<GpuForward>(new GpuForward(std::move(impl)));
 }
 

@@ -49,6 +49,11 @@ public:
     // Uploads the model's weights. max_tokens bounds one batch (scratch); n_layers as CpuForward's.
     // Errors: no device, out of device memory, a weight type with no path to F16 (the type named).
     static Expected<std::unique_ptr<GpuForward>> create(const Model& model, int max_tokens = 2048, int n_layers = 0);
+    // A forward of source's first n_layers layers (0: all it holds) reading source's weights on the
+    // device, not a copy: the self-draft of a target already uploaded. Only its scratch is new;
+    // source's weights stay allocated as long as either forward lives. Errors: more layers than
+    // source holds, out of device memory.
+    static Expected<std::unique_ptr<GpuForward>> create_sharing(const GpuForward& source, int max_tokens, int n_layers);
     // A model of params' shape whose matrices are F16 pseudo-random values made on the device (norms
     // 1): the bench's 1B / 8B shapes without a file. seed picks the values.
     static Expected<std::unique_ptr<GpuForward>> create_synthetic(const ModelParams& params, int max_tokens,
@@ -68,13 +73,13 @@ public:
     const ModelParams& params() const;
     int max_tokens() const;
     int n_layers() const;
-    int64_t weight_bytes() const;  // device bytes of the uploaded weights
+    int64_t weight_bytes() const;  // device bytes of the uploaded weights (0: sharing another's)
 
     struct Impl;
 
 private:
     explicit GpuForward(std::unique_ptr<Impl> impl);
-    std::unique_ptr<Impl> impl_;
+    std::shared_ptr<Impl> impl_;  // shared with the forwards made by create_sharing from this one
 };
 
 }  // namespace steward

@@ -189,9 +189,10 @@ Expected<std::string> resolve_backend(const PoolConfig& pc) {
 
 #ifdef STEWARD_HAVE_CUDA
 // A cuda pool's KV blocks when the config gives neither kv_blocks nor kv_gib: gpu_memory_fraction
-// of the device's free memory, less what the forwards take (the target's, the draft model's, each
-// self-draft's: weights and scratch) and a reserve for the CUDA context and cuBLAS, in target
-// blocks (the engine splits them with the drafts as on the CPU).
+// of the device's free memory, less what the forwards take (the target's and the draft model's
+// weights and scratch; each self-draft's scratch, as it reads the target's weights) and a reserve
+// for the CUDA context and cuBLAS, in target blocks (the engine splits them with the drafts as on
+// the CPU).
 Expected<int> cuda_kv_block_count(const Pool& p, const Config& config) {
     const PoolConfig& pc = p.cfg;
     const ModelParams& mp = p.model->params();
@@ -202,7 +203,7 @@ Expected<int> cuda_kv_block_count(const Pool& p, const Config& config) {
     if (p.draft_model) fwd += cuda_forward_bytes(*p.draft_model, step_tokens, 0);
     for (const BucketConfig& b : config.buckets)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < mp.n_layer)
-            fwd += cuda_forward_bytes(*p.model, step_tokens, b.speculation_self_layers);
+            fwd += cuda_forward_bytes(*p.model, step_tokens, b.speculation_self_layers, false);  // shares the weights
     const int64_t reserve = 512ll << 20;
     const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
     const double room = (double)*free_b * pc.gpu_memory_fraction - (double)fwd - (double)reserve;

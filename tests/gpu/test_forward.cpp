@@ -218,3 +218,30 @@ TEST_CASE("GpuKv::copy_slots compacts a path as KvStorage::copy_slots does", "[g
     CHECK(std::memcmp(back.k_slot(0, 0, 0), kv.k_slot(0, 0, 0), (size_t)kv.bytes() / 2) == 0);
     CHECK(std::memcmp(back.v_slot(0, 0, 0), kv.v_slot(0, 0, 0), (size_t)kv.bytes() / 2) == 0);
 }
+
+TEST_CASE("a forward sharing a full forward's weights (a self-draft) gives the CPU self-draft's logits and keeps them after the full one is gone",
+          "[gpu_forward]") {
+    SynthSpec s;
+    s.n_embd = 128, s.n_layer = 4, s.n_head = 8, s.n_head_kv = 2, s.n_ff = 256, s.n_vocab = 512;
+    auto model = make_model(s);
+    const ModelParams& p = model->params();
+    auto full = GpuForward::create(*model, 64);
+    REQUIRE(full.ok());
+    auto shared = GpuForward::create_sharing(**full, 32, 2);
+    REQUIRE(shared.ok());
+    CHECK((*shared)->n_layers() == 2);
+    CHECK((*shared)->weight_bytes() == 0);
+    CHECK(!GpuForward::create_sharing(**shared, 32, 3).ok());  // it holds only 2 layers
+    full->reset();  // the shared weights outlive the forward that uploaded them
+    CpuForward cpu(*model, 2, 32, 2);
+    KvConfig kc = KvStorage::config_for(p, 8, 8, KvDtype::F32);
+    kc.n_layer = 2;
+    KvStorage ckv(kc);
+    auto gkv = GpuKv::create(kc);
+    REQUIRE(gkv.ok());
+    std::vector<int32_t> toks(21), table = {5, 2, 7};
+    for (int i = 0; i < 21; i++) toks[i] = (i * 37 + 3) % p.n_vocab;
+    std::vector<SeqInput> b(1);
+    b[0].tokens = toks, b[0].block_table = table, b[0].logits = LogitsMode::ALL;
+    run_both(cpu, ckv, **shared, **gkv, b, 1e-4);
+}
