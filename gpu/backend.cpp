@@ -12,6 +12,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device.h"
 #include "gpu/forward.h"
+#include "gpu/kernels.h"
 
 namespace steward {
 
@@ -19,8 +20,9 @@ namespace {
 
 class CudaBackend final : public ForwardBackend {
 public:
-    CudaBackend(std::shared_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, std::string device)
-        : fwd_(std::move(fwd)), kv_(std::move(kv)), host_(n_threads > 0 ? n_threads : cpu_count()), device_(std::move(device)) {}
+    CudaBackend(std::shared_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, int max_context, std::string device)
+        : fwd_(std::move(fwd)), kv_(std::move(kv)), host_(n_threads > 0 ? n_threads : cpu_count()), max_context_(max_context),
+          device_(std::move(device)) {}
 
     std::string describe() const override { return "cuda (" + device_ + ")"; }
     Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override {
@@ -40,12 +42,14 @@ public:
     const KvConfig& kv_config() const override { return kv_->config(); }
     int max_tokens() const override { return fwd_->max_tokens(); }
     int n_layers() const override { return fwd_->n_layers(); }
+    int max_context() const override { return max_context_; }
     ThreadPool& host_threads() override { return host_; }
 
 private:
     std::shared_ptr<GpuForward> fwd_;
     std::unique_ptr<GpuKv> kv_;
     ThreadPool host_;
+    int max_context_;
     std::string device_;
 };
 
@@ -65,12 +69,21 @@ int64_t matrix_bytes(const WeightView& w) {
 
 BackendFactory cuda_backend_factory() {
     // The full forwards this factory made, by model: a self-draft of fewer layers (made after its
-    // target, the same Model) reads the target's weights on the device instead of a copy.
-    auto full = std::make_shared<std::map<const Model*, std::weak_ptr<GpuForward>>>();
-    return [full](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
-                  int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
+    // target, the same Model) reads the target's weights on the device instead of a copy. Only the
+    // first backend (the engine's target: it samples on the host threads) gets n_threads; the
+    // drafters' never use theirs.
+    struct State {
+        std::map<const Model*, std::weak_ptr<GpuForward>> full;
+        bool first = true;
+    };
+    auto st = std::make_shared<State>();
+    return [st](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
+                int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
         const GpuInfo g = gpu_probe();
         if (g.status != GpuProbeStatus::GPU_PROBE_OK) return make_error("CUDA backend: ", gpu_describe(g));
+        auto max_slots = gpu::attention_max_slots(model.params().head_dim);
+        if (!max_slots) return make_error("CUDA backend: ", max_slots.error().message);
+        auto* full = &st->full;
         const int layers = fwd_layers(model, n_layers);
         std::shared_ptr<GpuForward> source;
         if (auto it = full->find(&model); it != full->end()) source = it->second.lock();
@@ -89,8 +102,10 @@ BackendFactory cuda_backend_factory() {
             return make_error("CUDA backend: a KV pool of ", std::to_string(kv.n_blocks), " blocks (",
                               std::to_string(kv_bytes(kv) >> 20), " MiB): ", pool.error().message,
                               "; lower kv_blocks / kv_gib or gpu_memory_fraction");
+        const int threads = st->first ? n_threads : 1;
+        st->first = false;
         return std::unique_ptr<ForwardBackend>(
-            std::make_unique<CudaBackend>(std::move(made), std::move(*pool), n_threads, gpu_describe(g)));
+            std::make_unique<CudaBackend>(std::move(made), std::move(*pool), threads, *max_slots, gpu_describe(g)));
     };
 }
 

@@ -411,6 +411,9 @@ Expected<std::unique_ptr<GpuKv>> GpuKv::create(const KvConfig& cfg) {
     CUDA_TRY(cudaMalloc(&kv->v_, std::max<size_t>(half, 1)));
     CUDA_TRY(cudaMemset(kv->k_, 0, half));
     CUDA_TRY(cudaMemset(kv->v_, 0, half));
+    // cudaMemset runs on the legacy stream, which the forwards' non-blocking stream does not wait
+    // for: finish it here, or a first forward's KV writes could be zeroed behind it.
+    CUDA_TRY(cudaDeviceSynchronize());
     return std::move(kv);
 }
 
@@ -524,7 +527,12 @@ Expected<std::unique_ptr<GpuForward>> GpuForward::create_synthetic(const ModelPa
 
 Expected<bool> GpuForward::forward(GpuKv& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
     auto n_out = impl_->run(kv, batch);
-    if (!n_out) return n_out.error();
+    if (!n_out) {
+        // A launch that failed part-way left the kernels before it queued: let them finish so that
+        // nothing after this (a KV copy on another stream) overlaps them.
+        cudaStreamSynchronize(impl_->stream);
+        return n_out.error();
+    }
     logits.assign((size_t)*n_out * impl_->p.n_vocab, 0.0f);
     if (*n_out > 0)
         CUDA_TRY(cudaMemcpyAsync(logits.data(), impl_->logits, logits.size() * 4, cudaMemcpyDeviceToHost, impl_->stream));
@@ -534,7 +542,10 @@ Expected<bool> GpuForward::forward(GpuKv& kv, std::span<const SeqInput> batch, s
 
 Expected<bool> GpuForward::forward_greedy(GpuKv& kv, std::span<const SeqInput> batch, std::vector<int32_t>& tokens) {
     auto n_out = impl_->run(kv, batch);
-    if (!n_out) return n_out.error();
+    if (!n_out) {
+        cudaStreamSynchronize(impl_->stream);
+        return n_out.error();
+    }
     tokens.assign((size_t)*n_out, -1);
     if (*n_out > 0) {
         STEWARD_TRY(gpu::argmax_rows(impl_->logits, *n_out, impl_->p.n_vocab, impl_->argmax, impl_->stream));

@@ -1,6 +1,7 @@
 // The forward pass's CUDA kernels (gpu/kernels.h says what each computes and names its CPU twin).
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -517,6 +518,13 @@ Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int 
     }
     CUDA_TRY_LAUNCH();
     return true;
+}
+
+Expected<int> attention_max_slots(int head_dim) {
+    int dev = 0, smem_max = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return std::max(0, (smem_max - 1024) / (int)sizeof(float) - head_dim);
 }
 
 Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype, int block_size,

@@ -76,6 +76,9 @@ struct AttnBatch {
 // -> (bt[slot / block_size], slot % block_size)); query head h reads KV head h / (n_head / n_head_kv).
 // Decode (one new token), prefill chunks and tree verification are all this one kernel.
 // q, out: [n_tok][n_head][head_dim]; k_layer, v_layer as kv_write.
+// The most slots (n_past + n_new) one sequence may span in `attention` on the current device: its
+// scores live in shared memory.
+Expected<int> attention_max_slots(int head_dim);
 Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype, int block_size,
                          int n_head, int n_head_kv, int head_dim, float scale, const AttnBatch& b, int n_tok,
                          float* out, cudaStream_t s);

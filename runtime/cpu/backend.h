@@ -37,6 +37,9 @@ public:
     virtual const KvConfig& kv_config() const = 0;
     int64_t kv_storage_bytes() const { return kv_bytes(kv_config()); }
     virtual int max_tokens() const = 0;  // tokens of one batch
+    // The most KV slots one sequence may span on this backend (0: the model's context is the limit):
+    // the CUDA attention keeps a sequence's scores in shared memory.
+    virtual int max_context() const { return 0; }
     virtual int n_layers() const = 0;    // layers the forward runs (fewer for a self-draft)
     // Host threads, idle during the engine's host work: it samples a batch's rows on them.
     virtual ThreadPool& host_threads() = 0;

@@ -193,7 +193,7 @@ Expected<std::string> resolve_backend(const PoolConfig& pc) {
 // weights and scratch; each self-draft's scratch, as it reads the target's weights) and a reserve
 // for the CUDA context and cuBLAS, in target blocks (the engine splits them with the drafts as on
 // the CPU).
-Expected<int> cuda_kv_block_count(const Pool& p, const Config& config) {
+Expected<int> cuda_kv_block_count(const Pool& p, const Config& config, bool log) {
     const PoolConfig& pc = p.cfg;
     const ModelParams& mp = p.model->params();
     auto free_b = cuda_free_bytes();
@@ -213,7 +213,8 @@ Expected<int> cuda_kv_block_count(const Pool& p, const Config& config) {
                           std::to_string(*free_b >> 20), " MiB free leaves no KV block after the weights and scratch (",
                           std::to_string(fwd >> 20), " MiB) and a ", std::to_string(reserve >> 20),
                           " MiB reserve; raise gpu_memory_fraction, lower max_batch_tokens or use a smaller model");
-    spdlog::info("pool '{}': {} KV blocks on the device ({:.2f} GiB; weights and scratch {:.2f} GiB, of {:.2f} GiB free)", pc.name,
+    if (log)
+        spdlog::info("pool '{}': {} KV blocks on the device ({:.2f} GiB; weights and scratch {:.2f} GiB, of {:.2f} GiB free)", pc.name,
                  (int64_t)n, n * block_bytes / (1ull << 30), (double)fwd / (1ull << 30), (double)*free_b / (1ull << 30));
     return (int)n;
 }
@@ -268,10 +269,12 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     // same limits here instead of std::system_error / std::bad_alloc in the engine.
     if (auto t = check_threads(pc.threads, "pool '" + pc.name + "' threads"); !t) return t.error();
     if (pc.max_batch < 1 || pc.max_batch > k_max_batch || pc.max_batch_tokens < 1 || pc.max_batch_tokens > k_max_batch_tokens ||
-        pc.kv_blocks < 0 || pc.kv_blocks > k_max_kv_blocks || pc.max_queue < 0 || pc.max_queue > k_max_queue)
+        pc.kv_blocks < 0 || pc.kv_blocks > k_max_kv_blocks || pc.max_queue < 0 || pc.max_queue > k_max_queue ||
+        !(pc.gpu_memory_fraction >= 0.05 && pc.gpu_memory_fraction <= 1))
         return make_error("pool '", pc.name, "': max_batch ", std::to_string(pc.max_batch), ", max_batch_tokens ",
                           std::to_string(pc.max_batch_tokens), ", kv_blocks ", std::to_string(pc.kv_blocks), " or max_queue ",
-                          std::to_string(pc.max_queue), " is out of range (1..4096, 1..65536, 0..2^24, 0..2^20)");
+                          std::to_string(pc.max_queue), " is out of range (1..4096, 1..65536, 0..2^24, 0..2^20), or gpu_memory_fraction ",
+                          std::to_string(pc.gpu_memory_fraction), " is outside [0.05, 1]");
     if (pc.sim) return load_sim_pool(pc, config);
     Pool p;
     p.cfg = pc;
@@ -298,15 +301,10 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
             return make_error("bucket '", b.name, "': [bucket.speculation] self_layers = ", std::to_string(b.speculation_self_layers),
                               " is not below the ", std::to_string(mp.n_layer), " layers of pool '", pc.name,
                               "''s model; use 1..", std::to_string(mp.n_layer - 1), " (fewer layers than the target draft)");
-#ifdef STEWARD_HAVE_CUDA
-    if (p.backend == "cuda" && !pc.kv_size_set) {
-        auto n = cuda_kv_block_count(p, config);
-        if (!n) return n.error();
-        p.n_blocks = *n;
-        describe_pool(p);
+    if (p.backend == "cuda" && !pc.kv_size_set && pc.kv_blocks <= 0) {
+        if (auto s = size_device_kv(p, config, false); !s) return s.error();
         return p;
     }
-#endif
     // The KV and activations live in host memory on the CPU backend; on a cuda pool kv_blocks /
     // kv_gib size the device's KV and kv_block_count's host check is the CPU's only.
     auto n_blocks = kv_block_count(pc, mp, p.backend == "cpu");
@@ -314,6 +312,19 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     p.n_blocks = *n_blocks;
     describe_pool(p);
     return p;
+}
+
+Expected<bool> size_device_kv(Pool& p, const Config& config, bool log) {
+#ifdef STEWARD_HAVE_CUDA
+    if (p.backend != "cuda" || p.cfg.kv_size_set || p.cfg.kv_blocks > 0) return true;
+    auto n = cuda_kv_block_count(p, config, log);
+    if (!n) return n.error();
+    p.n_blocks = *n;
+    describe_pool(p);
+#else
+    (void)p, (void)config, (void)log;
+#endif
+    return true;
 }
 
 uint64_t vocabulary_fingerprint(const Tokenizer& tok) {

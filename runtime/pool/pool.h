@@ -80,6 +80,12 @@ Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model, b
 // Loads a pool's model, sizes its KV and fills its profile; key = pool_key(pool, config), taken
 // before the model is read.
 Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
+// A cuda pool with neither kv_blocks nor kv_gib: its KV blocks from the device's free memory now
+// (gpu_memory_fraction of it, less its forwards' weights and scratch and a reserve), logged when
+// `log`. The runtime calls it again right before making the pool's engine, so that pools loaded
+// together each see what the engines made before them left. No-op for other pools. Errors: no
+// room for a block, naming the fix.
+Expected<bool> size_device_kv(Pool& pool, const Config& config, bool log = true);
 
 // The engine options of a loaded pool (the config's engine fields, KV size, session TTL, its draft
 // model and the self-draft layer counts its buckets name: the engine splits the KV blocks between

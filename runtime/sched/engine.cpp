@@ -114,6 +114,12 @@ Expected<bool> Engine::submit(EngineRequest req) {
         if (t < 0 || t >= model_.params().n_vocab)
             return make_error("request ", std::to_string(req.id), ": token id ", std::to_string(t),
                               " is outside the vocabulary of ", std::to_string(model_.params().n_vocab));
+    if (const int lim = be_ ? be_->max_context() : 0; lim > 0 && (int64_t)req.prompt.size() + req.max_tokens + req.spec.k > lim)
+        return make_error("request ", std::to_string(req.id), ": prompt of ", std::to_string(req.prompt.size()),
+                          " tokens + max_tokens ", std::to_string(req.max_tokens),
+                          req.spec.k > 0 ? " + " + std::to_string(req.spec.k) + " draft tokens" : std::string(),
+                          " exceeds the ", std::to_string(lim), " slots a sequence may span on this pool's backend (",
+                          be_->describe(), "); shorten the prompt or lower max_tokens");
     const int64_t need = ((int64_t)req.prompt.size() + req.max_tokens + opt_.block_size - 1) / opt_.block_size;
     if (need > opt_.n_blocks)
         return make_error("request ", std::to_string(req.id), " needs ", std::to_string(need),

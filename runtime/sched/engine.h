@@ -72,8 +72,10 @@ struct EngineOptions {
     // What the forwards run on: the target's, the draft model's and each self-draft's backend come
     // from it (null: the CPU backend, cpu/backend.h; a pool with backend = "cuda" passes the CUDA
     // one, gpu/backend.h). The constructor throws std::runtime_error with the factory's error (a
-    // device out of memory) for the target and the draft model; a self-draft made later that fails
-    // is logged and its requests decode without drafts.
+    // device out of memory) for the target, the draft model and the self-drafts of
+    // self_draft_layers (made with the engine); a self-draft of another layer count, made at its
+    // first request, that fails is logged and its requests decode without drafts. A backend with
+    // a max_context() refuses at submit the requests that could outgrow it.
     BackendFactory backend;
 };
 
@@ -233,16 +235,17 @@ public:
     EngineStats stats() const;
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
-    // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
     // What the forwards run on ("cpu", "cuda (device)"; "sim" for a simulated pool).
     std::string backend_name() const { return be_ ? be_->describe() : std::string("sim"); }
+    // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
     bool has_draft_model() const { return draft_ != nullptr || (opt_.sim && opt_.sim->draft); }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.
     const KvManager* draft_kv_manager() const { return draft_ ? &draft_->manager() : nullptr; }
     // The self-draft's KV for requests with spec.source SELF and that self_layers (null until one
-    // drafted): made on first use, n_blocks slots' worth of self_layers layers (speculate.cpp).
+    // drafted, or when its backend could not be made): made with the engine for the layer counts
+    // of options().self_draft_layers, else on first use, n_blocks slots' worth of self_layers layers (speculate.cpp).
     const KvManager* self_draft_kv_manager(int n_layers) const;
     // Token sequences (of this pool's vocabulary) whose blocks every tenant may share.
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
@@ -347,7 +350,7 @@ private:
     const Model& model_;
     EngineOptions opt_;
     std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
-    std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers, made on first use
+    std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers (null: its backend failed)
     std::unique_ptr<ForwardBackend> be_;  // null on a simulated pool
     // A backend error while copying KV (a device fault) fails the step (step() catches it).
     static void kv_copy(const Expected<bool>& r);

@@ -170,15 +170,48 @@ TEST_CASE("a backend = \"cuda\" pool sizes its KV from the device's free memory 
     for (int k = 0; k < 20; k++) r.prompt.push_back(300 + k);
     r.max_tokens = 8;
     REQUIRE((*engine)->submit(r).ok());
-    int n = 0;
+    std::vector<int32_t> got, want;
     while ((*engine)->has_work())
-        for (auto& ev : (*engine)->step(0.0)) n += (int)ev.tokens.size();
-    CHECK(n == 8);
-    // Explicit kv_blocks are taken as given.
+        for (auto& ev : (*engine)->step(0.0)) got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
+    EngineOptions co;
+    co.n_blocks = 64;
+    co.n_threads = 2;
+    Engine cpu(*p->model, co);
+    REQUIRE(cpu.submit(r).ok());
+    while (cpu.has_work())
+        for (auto& ev : cpu.step(0.0)) want.insert(want.end(), ev.tokens.begin(), ev.tokens.end());
+    CHECK(got.size() == 8);
+    CHECK(got == want);
+    // Explicit kv_blocks are taken as given (a Config built in code, kv_size_set not set).
     pc.kv_blocks = 64;
-    pc.kv_size_set = true;
     auto q = load_pool(pc, config);
     REQUIRE(q);
     CHECK(q->n_blocks == 64);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a request longer than the device's attention can span is refused at submit, naming the limit", "[gpu_engine]") {
+    SynthSpec s;
+    s.n_embd = 64; s.n_layer = 1; s.n_head = 4; s.n_head_kv = 2; s.n_ff = 128; s.n_vocab = 512;
+    s.n_ctx = 1 << 18;  // past what the attention's shared memory holds (~57k slots on an H100 / H200)
+    auto model = steward_test::memory_model(s);
+    EngineOptions o;
+    o.n_blocks = 64;
+    o.n_threads = 1;
+    o.backend = cuda_backend_factory();
+    Engine e(*model, o);
+    EngineRequest r;
+    r.id = 1;
+    r.prompt = {300, 301, 302};
+    r.max_tokens = (1 << 18) - 3;
+    auto refused = e.submit(r);
+    REQUIRE(!refused);
+    INFO(refused.error().message);
+    CHECK(refused.error().message.find("slots a sequence may span on this pool's backend (cuda") != std::string::npos);
+    r.max_tokens = 20;  // within it
+    REQUIRE(e.submit(r).ok());
+    int n = 0;
+    while (e.has_work())
+        for (auto& ev : e.step(0.0)) n += (int)ev.tokens.size();
+    CHECK(n == 20);
 }

@@ -57,6 +57,7 @@ struct Log {
     // Failures to inject: the n-th forward / block copy (1-based, 0: none) of the target (n_layers 0
     // of the test model) fails.
     int fail_forward_at = 0, fail_block_copy_at = 0;
+    int max_context = 0;  // what the backends say of it
 };
 
 // A CPU backend whose physical blocks are stored reversed (block b at n_blocks - 1 - b of its own
@@ -87,6 +88,7 @@ public:
     const KvConfig& kv_config() const override { return inner_.kv_config(); }
     int max_tokens() const override { return inner_.max_tokens(); }
     int n_layers() const override { return inner_.n_layers(); }
+    int max_context() const override { return log_.max_context; }
     ThreadPool& host_threads() override { return inner_.host_threads(); }
 
 private:
@@ -360,4 +362,32 @@ TEST_CASE("a backend's forward error fails the batch's requests with its words, 
         e.end_session("agent");
         CHECK(e.stats().kv.n_blocks_in_use == 0);
     }
+}
+
+TEST_CASE("a backend's context limit refuses at submit the requests that could outgrow it, drafts counted", "[engine][backend]") {
+    auto log = std::make_shared<Log>();
+    log->max_context = 40;
+    Engine e(test_model(), options(log));
+    EngineRequest r;
+    r.id = 1;
+    for (int i = 0; i < 30; i++) r.prompt.push_back(300 + i);
+    r.max_tokens = 10;  // 40: fits
+    REQUIRE(e.submit(r).ok());
+    EngineRequest over = r;
+    over.id = 2;
+    over.max_tokens = 11;
+    auto refused = e.submit(over);
+    REQUIRE(!refused);
+    CHECK(refused.error().message ==
+          "request 2: prompt of 30 tokens + max_tokens 11 exceeds the 40 slots a sequence may span on this pool's "
+          "backend (reversed cpu); shorten the prompt or lower max_tokens");
+    EngineRequest drafted = r;
+    drafted.id = 3;
+    drafted.max_tokens = 8;
+    drafted.spec = self_spec(2, SpecTree::CHAIN);  // k 4: 42
+    auto refused2 = e.submit(drafted);
+    REQUIRE(!refused2);
+    CHECK(refused2.error().message.find("+ 4 draft tokens exceeds the 40 slots") != std::string::npos);
+    auto res = drain(e);
+    CHECK(res[1].out == reference_greedy(r.prompt, 10));
 }
