@@ -73,6 +73,11 @@ for x, y in zip(a, b):
         print("  line %d differs: cpu pool %s upgraded %s finish %s; cuda pool %s upgraded %s finish %s error %r" % (
             x["line"], x["pool"], x["upgraded"], x["finish"], y["pool"], y["upgraded"], y["finish"], y["error"]))
 ok = sum(1 for y in b if not y["error"])
+def med(rows, k):
+    v = sorted(r[k] for r in rows if isinstance(r.get(k), (int, float)) and r[k] > 0)
+    return v[len(v) // 2] if v else float("nan")
+print("e2e median ms (one request at a time, 30M-parameter default models): tpot cpu %.2f cuda %.2f; e2e cpu %.1f cuda %.1f" % (
+    med(a, "tpot_ms"), med(b, "tpot_ms"), med(a, "e2e_ms"), med(b, "e2e_ms")))
 print("e2e outputs: %d of %d requests the same text on cuda as on cpu; %d of %d served without error on cuda" % (same, len(a), ok, len(b)))
 sys.exit(0 if len(a) > 0 and same == len(a) == len(b) and ok == len(b) else 1)
 PY
