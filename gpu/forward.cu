@@ -432,6 +432,8 @@ Expected<int> GpuKv::blocks_for_free_memory(const KvConfig& shape, double fracti
 GpuKv::~GpuKv() {
     if (k_) cudaFree(k_);
     if (v_) cudaFree(v_);
+    if (idx_) cudaFree(idx_);
+    if (tmp_) cudaFree(tmp_);
 }
 
 void* GpuKv::k_layer(int l) const {
@@ -468,23 +470,31 @@ Expected<bool> GpuKv::copy_slots(std::span<const int32_t> src_table, std::span<c
         h[n + i] = dst_table[dst_slots[i] / bs] * bs + dst_slots[i] % bs;
     }
     const int kvd = cfg_.n_head_kv * cfg_.head_dim, eb = cfg_.dtype == KvDtype::F16 ? 2 : 4;
-    int32_t* d = nullptr;
-    void* tmp = nullptr;
-    CUDA_TRY(cudaMalloc(&d, h.size() * 4));
-    if (cudaError_t e = cudaMalloc(&tmp, (size_t)2 * n * kvd * eb); e != cudaSuccess) {
-        cudaFree(d);
-        return cuda_error(e, "cudaMalloc", __FILE__, __LINE__);
+    const size_t tmp_bytes = (size_t)2 * n * kvd * eb;
+    if (h.size() > idx_cap_) {
+        if (idx_) cudaFree(idx_);
+        idx_ = nullptr;
+        idx_cap_ = 0;
+        CUDA_TRY(cudaMalloc(&idx_, h.size() * 2 * sizeof(int32_t)));
+        idx_cap_ = h.size() * 2;
     }
-    auto r = [&]() -> Expected<bool> {
-        CUDA_TRY(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-        for (int l = 0; l < cfg_.n_layer; l++)
-            STEWARD_TRY(gpu::kv_copy_slots(d, d + n, n, kvd, cfg_.dtype, k_layer(l), v_layer(l), tmp, nullptr));
-        CUDA_TRY(cudaDeviceSynchronize());
-        return true;
-    }();
-    cudaFree(d);
-    cudaFree(tmp);
-    return r;
+    if (tmp_bytes > tmp_cap_) {
+        if (tmp_) cudaFree(tmp_);
+        tmp_ = nullptr;
+        tmp_cap_ = 0;
+        CUDA_TRY(cudaMalloc(&tmp_, tmp_bytes * 2));
+        tmp_cap_ = tmp_bytes * 2;
+    }
+    // On the legacy stream, waited for before returning: the forwards (their own stream) have all
+    // finished by the time the engine copies, and the next forward starts after this returns.
+    CUDA_TRY(cudaMemcpy(idx_, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    for (int l = 0; l < cfg_.n_layer; l++)
+        if (auto r = gpu::kv_copy_slots(idx_, idx_ + n, n, kvd, cfg_.dtype, k_layer(l), v_layer(l), tmp_, nullptr); !r) {
+            cudaStreamSynchronize(nullptr);  // the layers before it were queued
+            return r.error();
+        }
+    CUDA_TRY(cudaStreamSynchronize(nullptr));
+    return true;
 }
 
 // ---- GpuForward

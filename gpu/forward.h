@@ -42,6 +42,12 @@ private:
     KvConfig cfg_;
     void* k_ = nullptr;
     void* v_ = nullptr;
+    // copy_slots' device scratch (slot indices, staged K/V), grown as needed and kept: a copy runs
+    // at every accepted tree path and copy-on-write, and cudaMalloc there would cost more than it.
+    int32_t* idx_ = nullptr;
+    size_t idx_cap_ = 0;
+    void* tmp_ = nullptr;
+    size_t tmp_cap_ = 0;
 };
 
 class GpuForward {
