@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "gpu/cublas_loader.h"
 #include "util/error.h"
 
 namespace steward {
@@ -16,7 +17,9 @@ inline Error cuda_error(cudaError_t e, const char* what, const char* file, int l
 }
 
 inline Error cublas_error(cublasStatus_t s, const char* what, const char* file, int line) {
-    return make_error(file, ":", line, ": ", what, " failed: ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+    auto api = gpu::cublas();  // loaded: a status can only come from a loaded cuBLAS
+    if (!api) return make_error(file, ":", line, ": ", what, " failed: cuBLAS status ", (int)s);
+    return make_error(file, ":", line, ": ", what, " failed: ", (*api)->status_name(s), " (", (*api)->status_string(s), ")");
 }
 
 }  // namespace steward

@@ -69,7 +69,8 @@ struct GpuForward::Impl {
         for (void* a : allocs) cudaFree(a);
         if (ints) cudaFree(ints);
         if (mask) cudaFree(mask);
-        if (blas) cublasDestroy(blas);
+        if (blas)
+            if (auto api = gpu::cublas()) (*api)->destroy(blas);
         if (stream) cudaStreamDestroy(stream);
     }
 
@@ -83,8 +84,10 @@ struct GpuForward::Impl {
 
     Expected<bool> init(int max_tok, int n_lay) {
         CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        CUBLAS_TRY(cublasCreate(&blas));
-        CUBLAS_TRY(cublasSetStream(blas, stream));
+        auto api = gpu::cublas();
+        if (!api) return api.error();
+        CUBLAS_TRY((*api)->create(&blas));
+        CUBLAS_TRY((*api)->set_stream(blas, stream));
         max_tokens = max_tok;
         n_layers = n_lay > 0 && n_lay < p.n_layer ? n_lay : p.n_layer;
         const int64_t T = max_tok, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;

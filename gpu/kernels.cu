@@ -474,18 +474,21 @@ Expected<bool> gemm(cublasHandle_t h, GgmlType wtype, const void* W, int64_t n_r
     // buffer) * X (C x T).
     const float one = 1.0f, zero = 0.0f;
     const int m = (int)n_rows, n = n_tok, k = (int)n_cols;
+    auto api = cublas();
+    if (!api) return api.error();
+    const CublasApi* blas = *api;
     if (wtype == GgmlType::F32) {
-        CUBLAS_TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, W, CUDA_R_32F, k, X, CUDA_R_32F, k, &zero, Y,
-                                CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_TRY(blas->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, W, CUDA_R_32F, k, X, CUDA_R_32F, k, &zero, Y,
+                                 CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
         return true;
     }
     if (wtype != GgmlType::F16)
         return make_error("gpu gemm: weight type ", ggml_type_name((uint32_t)wtype), " is not F32 or F16");
     cudaStream_t s = nullptr;
-    CUBLAS_TRY(cublasGetStream(h, &s));
+    CUBLAS_TRY(blas->get_stream(h, &s));
     STEWARD_TRY(to_f16(X, x16, (int64_t)n_tok * n_cols, s));
-    CUBLAS_TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, W, CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, Y,
-                            CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_TRY(blas->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, W, CUDA_R_16F, k, x16, CUDA_R_16F, k, &zero, Y,
+                             CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return true;
 }
 

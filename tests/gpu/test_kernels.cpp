@@ -10,6 +10,7 @@
 #include "cpu/kernels.h"
 #include "cpu/sampling.h"
 #include "cpu/thread_pool.h"
+#include "gpu/cublas_loader.h"
 #include "gpu/kernels.h"
 #include "gpu_test_util.h"
 #include "kv/kv_storage.h"
@@ -143,8 +144,11 @@ TEST_CASE("gpu dequantize_to_f16 of Q8_0 and Q4_K blocks equals dequantize_row r
 
 TEST_CASE("gpu gemm (cuBLAS) matches the CPU matmul: F32 weights to 1e-5, F16 weights to 1e-2", "[gpu_kernels]") {
     ThreadPool pool(2);
+    auto api = gpu::cublas();
+    INFO((api ? std::string("ok") : api.error().message));
+    REQUIRE(api);
     cublasHandle_t h = nullptr;
-    REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE((*api)->create(&h) == CUBLAS_STATUS_SUCCESS);
     for (GgmlType t : {GgmlType::F32, GgmlType::F16})
         for (int n_tok : {1, 5, 64}) {
             const int rows = 192, cols = 320;
@@ -160,7 +164,7 @@ TEST_CASE("gpu gemm (cuBLAS) matches the CPU matmul: F32 weights to 1e-5, F16 we
             REQUIRE(gpu::gemm(h, t, dw.p, rows, cols, dx.p, n_tok, x16.p, dy.p).ok());
             CHECK(rel_err(dy.get(), want) < (t == GgmlType::F32 ? 1e-5 : 1e-2));
         }
-    cublasDestroy(h);
+    (*api)->destroy(h);
 }
 
 namespace {
