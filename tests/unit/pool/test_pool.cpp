@@ -125,7 +125,24 @@ TEST_CASE("backend = \"cuda\" where no device is usable is a config error naming
     }
     p.extra = "backend = \"auto\"";
     const Config ca = config_of(pool_text(p));
-    CHECK(load_pool(ca.pools[0], ca).ok());
+    auto autop = load_pool(ca.pools[0], ca);
+    REQUIRE(autop.ok());
+    // auto is the device where "cuda" loads, the CPU where it does not; the engine runs on it.
+    CHECK(autop->backend == (cuda.ok() ? "cuda" : "cpu"));
+    auto engine = make_engine(*autop, ca);
+    REQUIRE(engine.ok());
+    CHECK((*engine)->backend_name().rfind(autop->backend, 0) == 0);
+    // The KV size given or not (a cuda pool sizes an unset one from the device), and the device
+    // share checked in load_pool too (a Config built in code skips the parser's range).
+    CHECK(ca.pools[0].kv_size_set);  // kv_blocks = 32
+    std::string unsized = pool_text(p);
+    unsized.erase(unsized.find("kv_blocks = 32\n"), 15);
+    CHECK(!config_of(unsized).pools[0].kv_size_set);
+    PoolConfig bad = ca.pools[0];
+    bad.gpu_memory_fraction = 0;
+    auto refused = load_pool(bad, ca);
+    REQUIRE(!refused.ok());
+    CHECK(refused.error().message.find("gpu_memory_fraction 0.000000 is outside [0.05, 1]") != std::string::npos);
     p.extra = "backend = \"tpu\"";
     CHECK_FALSE(parse_config(pool_text(p) + "\n[[bucket]]\nname = \"all\"\npool = \"a\"\n").ok());
 }
