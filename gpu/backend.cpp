@@ -53,18 +53,6 @@ private:
     std::string device_;
 };
 
-// The layers a forward of n_layers (0: all) runs.
-int fwd_layers(const Model& model, int n_layers) {
-    const int L = model.params().n_layer;
-    return n_layers > 0 && n_layers < L ? n_layers : L;
-}
-
-// Bytes GpuForward keeps of a matrix: F32 as stored, everything else as F16.
-int64_t matrix_bytes(const WeightView& w) {
-    if (!w) return 0;
-    return w.n_rows * w.n_cols * (w.type == GgmlType::F32 ? 4 : 2);
-}
-
 }  // namespace
 
 BackendFactory cuda_backend_factory() {
@@ -84,7 +72,7 @@ BackendFactory cuda_backend_factory() {
         auto max_slots = gpu::attention_max_slots(model.params().head_dim);
         if (!max_slots) return make_error("CUDA backend: ", max_slots.error().message);
         auto* full = &st->full;
-        const int layers = fwd_layers(model, n_layers);
+        const int layers = forward_layers(model.params(), n_layers);
         std::shared_ptr<GpuForward> source;
         if (auto it = full->find(&model); it != full->end()) source = it->second.lock();
         Expected<std::unique_ptr<GpuForward>> fwd = source && layers < model.params().n_layer
@@ -92,7 +80,7 @@ BackendFactory cuda_backend_factory() {
                                                         : GpuForward::create(model, max_tokens, n_layers);
         if (!fwd)
             return make_error("CUDA backend: the model's ", std::to_string(layers), " layers (about ",
-                              std::to_string(cuda_forward_bytes(model, max_tokens, n_layers, !source) >> 20),
+                              std::to_string(GpuForward::device_bytes(model, max_tokens, n_layers, !source) >> 20),
                               " MiB with scratch for ", std::to_string(max_tokens), " tokens): ", fwd.error().message,
                               "; lower max_batch_tokens, use a smaller model, or free device memory");
         std::shared_ptr<GpuForward> made = std::move(*fwd);
@@ -107,31 +95,6 @@ BackendFactory cuda_backend_factory() {
         return std::unique_ptr<ForwardBackend>(
             std::make_unique<CudaBackend>(std::move(made), std::move(*pool), threads, *max_slots, gpu_describe(g)));
     };
-}
-
-int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights) {
-    const ModelParams& p = model.params();
-    const ModelWeights& W = model.weights();
-    int64_t b = 0;
-    const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
-    const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
-    b += T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
-    b += T * wide * 2 + T * 4;
-    if (!with_weights) return b;
-    const WeightView& te = W.tok_embd;
-    const bool te_as_stored = te.type == GgmlType::F32 || te.type == GgmlType::F16 || te.type == GgmlType::BF16 ||
-                              te.type == GgmlType::Q8_0;
-    b += te_as_stored ? p_bytes(te) : matrix_bytes(te);
-    if (!(W.output.data == te.data && (te.type == GgmlType::F32 || te.type == GgmlType::F16))) b += matrix_bytes(W.output);
-    b += (int64_t)p.n_embd * 4;
-    const int L = fwd_layers(model, n_layers);
-    for (int l = 0; l < L; l++) {
-        const LayerWeights& lw = model.weights().layers[(size_t)l];
-        for (const WeightView* w : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) b += matrix_bytes(*w);
-        for (const WeightView* w : {&lw.attn_norm, &lw.ffn_norm, &lw.bq, &lw.bk, &lw.bv, &lw.q_norm, &lw.k_norm})
-            b += w->n_cols * std::max<int64_t>(w->n_rows, 1) * 4;
-    }
-    return b;
 }
 
 Expected<int64_t> cuda_free_bytes() {

@@ -16,13 +16,6 @@ namespace steward {
 // the bytes asked for.
 BackendFactory cuda_backend_factory();
 
-// Device bytes a GpuForward of model (n_layers layers, 0: all) with scratch for max_tokens takes:
-// the weights as GpuForward uploads them (F32 as stored, the token table as stored where the
-// embedding kernel reads it, everything else F16) and its activations and logits. An estimate for
-// sizing the KV before anything is uploaded (the CUDA context and cuBLAS workspace not included).
-// with_weights false: the scratch alone (a self-draft sharing its target's weights).
-int64_t cuda_forward_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights = true);
-
 // The device's free bytes now (cudaMemGetInfo). Errors: the runtime's.
 Expected<int64_t> cuda_free_bytes();
 

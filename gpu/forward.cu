@@ -29,6 +29,34 @@ struct DevLayer {
     float *q_norm = nullptr, *k_norm = nullptr;         // optional [head_dim] head gains
 };
 
+// Makes a device buffer hold at least `need` elements (allocating twice that, so a growing batch
+// reallocates rarely); what it held is not kept.
+template <typename T>
+Expected<bool> grow_device(T*& p, size_t& cap, size_t need) {
+    if (need <= cap) return true;
+    if (p) cudaFree(p);
+    p = nullptr;
+    cap = 0;
+    CUDA_TRY(cudaMalloc(&p, need * 2 * sizeof(T)));
+    cap = need * 2;
+    return true;
+}
+
+// The type the token table keeps on the device: as stored where the embedding kernel reads it
+// (F32, F16, BF16, Q8_0), else F16 (upload_matrix's rule).
+GgmlType embed_device_type(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ? t : GgmlType::F16;
+}
+// Whether the output head is the device's token table itself: tied, and the table a GEMM type.
+bool output_is_embedding(const ModelWeights& W) {
+    const GgmlType t = embed_device_type(W.tok_embd.type);
+    return W.output.data == W.tok_embd.data && (t == GgmlType::F32 || t == GgmlType::F16);
+}
+// Device bytes of a matrix as upload_matrix keeps it: F32 as stored, everything else F16.
+int64_t matrix_device_bytes(const WeightView& w) {
+    return w ? w.n_rows * w.n_cols * (w.type == GgmlType::F32 ? 4 : 2) : 0;
+}
+
 }  // namespace
 
 struct GpuForward::Impl {
@@ -89,7 +117,7 @@ struct GpuForward::Impl {
         CUBLAS_TRY((*api)->create(&blas));
         CUBLAS_TRY((*api)->set_stream(blas, stream));
         max_tokens = max_tok;
-        n_layers = n_lay > 0 && n_lay < p.n_layer ? n_lay : p.n_layer;
+        n_layers = forward_layers(p, n_lay);
         const int64_t T = max_tok, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
         const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
         auto a = [&](float*& f, int64_t n) -> Expected<bool> {
@@ -186,7 +214,7 @@ struct GpuForward::Impl {
     Expected<bool> upload(const Model& model) {
         const ModelWeights& W = model.weights();
         const WeightView& te = W.tok_embd;
-        if (te.type == GgmlType::F32 || te.type == GgmlType::F16 || te.type == GgmlType::BF16 || te.type == GgmlType::Q8_0) {
+        if (embed_device_type(te.type) == te.type) {
             auto d = alloc<uint8_t>(p_bytes(te));
             if (!d) return d.error();
             CUDA_TRY(cudaMemcpyAsync(*d, te.data, (size_t)p_bytes(te), cudaMemcpyHostToDevice, stream));
@@ -198,7 +226,7 @@ struct GpuForward::Impl {
             if (!m) return m.error();
             tok_embd = *m;
         }
-        if (W.output.data == te.data && (tok_embd.type == GgmlType::F32 || tok_embd.type == GgmlType::F16)) {
+        if (output_is_embedding(W)) {
             output = tok_embd;  // tied, and already a GEMM type
         } else {
             auto m = upload_matrix(W.output);
@@ -279,21 +307,8 @@ struct GpuForward::Impl {
     }
 
     Expected<bool> ensure_tables(size_t n_ints, size_t n_mask) {
-        if (n_ints > ints_cap) {
-            if (ints) cudaFree(ints);
-            ints = nullptr;
-            ints_cap = 0;
-            CUDA_TRY(cudaMalloc(&ints, n_ints * 2 * sizeof(int32_t)));
-            ints_cap = n_ints * 2;
-        }
-        if (n_mask > mask_cap) {
-            if (mask) cudaFree(mask);
-            mask = nullptr;
-            mask_cap = 0;
-            CUDA_TRY(cudaMalloc(&mask, n_mask * 2));
-            mask_cap = n_mask * 2;
-        }
-        return true;
+        STEWARD_TRY(grow_device(ints, ints_cap, n_ints));
+        return grow_device(mask, mask_cap, n_mask);
     }
 
     // The forward up to the logits, left on the device in `logits` ([n_out][n_vocab]); returns n_out.
@@ -474,20 +489,8 @@ Expected<bool> GpuKv::copy_slots(std::span<const int32_t> src_table, std::span<c
     }
     const int kvd = cfg_.n_head_kv * cfg_.head_dim, eb = cfg_.dtype == KvDtype::F16 ? 2 : 4;
     const size_t tmp_bytes = (size_t)2 * n * kvd * eb;
-    if (h.size() > idx_cap_) {
-        if (idx_) cudaFree(idx_);
-        idx_ = nullptr;
-        idx_cap_ = 0;
-        CUDA_TRY(cudaMalloc(&idx_, h.size() * 2 * sizeof(int32_t)));
-        idx_cap_ = h.size() * 2;
-    }
-    if (tmp_bytes > tmp_cap_) {
-        if (tmp_) cudaFree(tmp_);
-        tmp_ = nullptr;
-        tmp_cap_ = 0;
-        CUDA_TRY(cudaMalloc(&tmp_, tmp_bytes * 2));
-        tmp_cap_ = tmp_bytes * 2;
-    }
+    STEWARD_TRY(grow_device(idx_, idx_cap_, h.size()));
+    STEWARD_TRY(grow_device(tmp_, tmp_cap_, tmp_bytes));
     // On the legacy stream, waited for before returning: the forwards (their own stream) have all
     // finished by the time the engine copies, and the next forward starts after this returns.
     CUDA_TRY(cudaMemcpy(idx_, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
@@ -515,7 +518,7 @@ Expected<std::unique_ptr<GpuForward>> GpuForward::create(const Model& model, int
 
 Expected<std::unique_ptr<GpuForward>> GpuForward::create_sharing(const GpuForward& source, int max_tokens, int n_layers) {
     const std::shared_ptr<Impl>& src = source.impl_;
-    const int want = n_layers > 0 && n_layers < src->p.n_layer ? n_layers : src->p.n_layer;
+    const int want = forward_layers(src->p, n_layers);
     if (want > src->n_layers)
         return make_error("GpuForward::create_sharing: ", want, " layers asked of a forward holding ", src->n_layers);
     auto impl = std::make_unique<Impl>();
@@ -571,6 +574,29 @@ Expected<bool> GpuForward::forward_greedy(GpuKv& kv, std::span<const SeqInput> b
 Expected<bool> GpuForward::synchronize() {
     CUDA_TRY(cudaStreamSynchronize(impl_->stream));
     return true;
+}
+
+int64_t GpuForward::device_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights) {
+    const ModelParams& p = model.params();
+    // Impl::init's scratch: x, xn, q, att, k, v, gate, up, tmp and logits in F32, x16, argmax.
+    const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
+    const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
+    int64_t b = T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
+    b += T * wide * 2 + T * 4;
+    if (!with_weights) return b;
+    // Impl::upload's weights.
+    const ModelWeights& W = model.weights();
+    const WeightView& te = W.tok_embd;
+    b += embed_device_type(te.type) == te.type ? p_bytes(te) : matrix_device_bytes(te);
+    if (!output_is_embedding(W)) b += matrix_device_bytes(W.output);
+    b += (int64_t)p.n_embd * 4;
+    for (int l = 0; l < forward_layers(p, n_layers); l++) {
+        const LayerWeights& lw = W.layers[(size_t)l];
+        for (const WeightView* w : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) b += matrix_device_bytes(*w);
+        for (const WeightView* w : {&lw.attn_norm, &lw.ffn_norm, &lw.bq, &lw.bk, &lw.bv, &lw.q_norm, &lw.k_norm})
+            b += w->n_cols * std::max<int64_t>(w->n_rows, 1) * 4;
+    }
+    return b;
 }
 
 const ModelParams& GpuForward::params() const { return impl_->p; }

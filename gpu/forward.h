@@ -46,7 +46,7 @@ private:
     // at every accepted tree path and copy-on-write, and cudaMalloc there would cost more than it.
     int32_t* idx_ = nullptr;
     size_t idx_cap_ = 0;
-    void* tmp_ = nullptr;
+    uint8_t* tmp_ = nullptr;
     size_t tmp_cap_ = 0;
 };
 
@@ -73,6 +73,11 @@ public:
     // The same, with the logits left on the device and each row's argmax (greedy sampling on the
     // device) copied out instead: the decode loop's path, one int per output row.
     Expected<bool> forward_greedy(GpuKv& kv, std::span<const SeqInput> batch, std::vector<int32_t>& tokens);
+    // Device bytes a forward of model (n_layers layers, 0: all) with scratch for max_tokens takes:
+    // the weights as create uploads them and the scratch it allocates (with_weights false: the
+    // scratch alone, a create_sharing forward). Sizes the KV before anything is uploaded; the CUDA
+    // context and cuBLAS's workspace are not in it.
+    static int64_t device_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights = true);
     // Waits for the work queued on the forward's stream (benches time with it).
     Expected<bool> synchronize();
 

@@ -16,7 +16,7 @@ CpuForward::CpuForward(const Model& model, int n_threads, int max_tokens, int n_
     : model_(model),
       n_threads_(n_threads > 0 ? n_threads : cpu_count()),
       max_tokens_(max_tokens),
-      n_layers_(n_layers > 0 && n_layers < model.params().n_layer ? n_layers : model.params().n_layer),
+      n_layers_(forward_layers(model.params(), n_layers)),
       pool_(n_threads_) {
     const ModelParams& p = model.params();
     const size_t T = (size_t)max_tokens;

@@ -39,6 +39,13 @@ struct SeqInput {
 Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers, int max_tokens,
                           std::span<const SeqInput> batch);
 
+// The layers a forward asked for n_layers runs: n_layers in [1, n_layer) (a self-draft), else all
+// of them. Every backend and the KV shaped for it (kv_config_for_layers) follow this one rule, which
+// check_batch then holds them to.
+inline int forward_layers(const ModelParams& p, int n_layers) {
+    return n_layers > 0 && n_layers < p.n_layer ? n_layers : p.n_layer;
+}
+
 class CpuForward {
 public:
     // n_threads <= 0 means all cores. max_tokens bounds the tokens of one batch (scratch size).

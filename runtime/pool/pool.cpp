@@ -17,6 +17,7 @@
 #ifdef STEWARD_HAVE_CUDA
 #include "gpu/backend.h"
 #include "gpu/device.h"
+#include "gpu/forward.h"
 #endif
 
 namespace steward {
@@ -199,11 +200,11 @@ Expected<int> cuda_kv_block_count(const Pool& p, const Config& config, bool log)
     auto free_b = cuda_free_bytes();
     if (!free_b) return make_error("pool '", pc.name, "': ", free_b.error().message);
     const int step_tokens = std::max(pc.max_batch_tokens, pc.max_batch);
-    int64_t fwd = cuda_forward_bytes(*p.model, step_tokens, 0);
-    if (p.draft_model) fwd += cuda_forward_bytes(*p.draft_model, step_tokens, 0);
+    int64_t fwd = GpuForward::device_bytes(*p.model, step_tokens, 0);
+    if (p.draft_model) fwd += GpuForward::device_bytes(*p.draft_model, step_tokens, 0);
     for (const BucketConfig& b : config.buckets)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < mp.n_layer)
-            fwd += cuda_forward_bytes(*p.model, step_tokens, b.speculation_self_layers, false);  // shares the weights
+            fwd += GpuForward::device_bytes(*p.model, step_tokens, b.speculation_self_layers, false);  // shares the weights
     const int64_t reserve = 512ll << 20;
     const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
     const double room = (double)*free_b * pc.gpu_memory_fraction - (double)fwd - (double)reserve;
@@ -301,7 +302,7 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
             return make_error("bucket '", b.name, "': [bucket.speculation] self_layers = ", std::to_string(b.speculation_self_layers),
                               " is not below the ", std::to_string(mp.n_layer), " layers of pool '", pc.name,
                               "''s model; use 1..", std::to_string(mp.n_layer - 1), " (fewer layers than the target draft)");
-    if (p.backend == "cuda" && !pc.kv_size_set && pc.kv_blocks <= 0) {
+    if (kv_sized_by_device(p)) {
         if (auto s = size_device_kv(p, config, false); !s) return s.error();
         return p;
     }
@@ -314,9 +315,11 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     return p;
 }
 
+bool kv_sized_by_device(const Pool& p) { return p.backend == "cuda" && !p.cfg.kv_size_set && p.cfg.kv_blocks <= 0; }
+
 Expected<bool> size_device_kv(Pool& p, const Config& config, bool log) {
 #ifdef STEWARD_HAVE_CUDA
-    if (p.backend != "cuda" || p.cfg.kv_size_set || p.cfg.kv_blocks > 0) return true;
+    if (!kv_sized_by_device(p)) return true;
     auto n = cuda_kv_block_count(p, config, log);
     if (!n) return n.error();
     p.n_blocks = *n;

@@ -80,6 +80,8 @@ Expected<int> kv_block_count(const PoolConfig& pool, const ModelParams& model, b
 // Loads a pool's model, sizes its KV and fills its profile; key = pool_key(pool, config), taken
 // before the model is read.
 Expected<Pool> load_pool(const PoolConfig& pool, const Config& config);
+// Whether a pool's KV is sized from its device: a cuda pool with neither kv_blocks nor kv_gib.
+bool kv_sized_by_device(const Pool& pool);
 // A cuda pool with neither kv_blocks nor kv_gib: its KV blocks from the device's free memory now
 // (gpu_memory_fraction of it, less its forwards' weights and scratch and a reserve), logged when
 // `log`. The runtime calls it again right before making the pool's engine, so that pools loaded

@@ -76,12 +76,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       mgr_(opt_.n_blocks, opt.block_size) {
     if (!opt_.backend) opt_.backend = cpu_backend_factory();
     // A simulated pool's KV is bookkeeping only: no backend, no storage.
-    if (!opt_.sim) {
-        auto be = opt_.backend(model, KvStorage::config_for(model.params(), opt_.n_blocks, opt_.block_size, opt_.kv_dtype),
-                               std::max(opt_.max_batch_tokens, opt_.max_batch), 0, opt_.n_threads);
-        if (!be) throw std::runtime_error(be.error().message);
-        be_ = std::move(*be);
-    }
+    if (!opt_.sim) be_ = make_backend(model, 0, "");
     if (opt_.draft_model) draft_ = make_drafter(*opt_.draft_model, 0);
     for (int l : opt_.self_draft_layers)  // the ones the config names: made now, so a failure is the pool's
         if (!opt_.sim && l >= 1 && l < model.params().n_layer && !self_drafts_.count(l)) self_drafts_[l] = make_drafter(model_, l);
@@ -95,11 +90,15 @@ void Engine::kv_copy(const Expected<bool>& r) {
     if (!r) throw std::runtime_error("KV copy failed: " + r.error().message);
 }
 
-std::unique_ptr<DraftModel> Engine::make_drafter(const Model& draft, int n_layers) {
-    auto be = opt_.backend(draft, draft_kv_config(draft, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, n_layers),
+std::unique_ptr<ForwardBackend> Engine::make_backend(const Model& m, int n_layers, const std::string& what) {
+    auto be = opt_.backend(m, kv_config_for_layers(m, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, n_layers),
                            std::max(opt_.max_batch_tokens, opt_.max_batch), n_layers, opt_.n_threads);
-    if (!be) throw std::runtime_error("the draft's backend: " + be.error().message);
-    return std::make_unique<DraftModel>(draft, std::move(*be));
+    if (!be) throw std::runtime_error(what + be.error().message);
+    return std::move(*be);
+}
+
+std::unique_ptr<DraftModel> Engine::make_drafter(const Model& draft, int n_layers) {
+    return std::make_unique<DraftModel>(draft, make_backend(draft, n_layers, "the draft's backend: "));
 }
 
 Expected<bool> Engine::submit(EngineRequest req) {

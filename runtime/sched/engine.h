@@ -354,8 +354,10 @@ private:
     std::unique_ptr<ForwardBackend> be_;  // null on a simulated pool
     // A backend error while copying KV (a device fault) fails the step (step() catches it).
     static void kv_copy(const Expected<bool>& r);
-    // A drafter over `draft` running n_layers of its layers (0: all), from opt_.backend; throws
-    // std::runtime_error with the factory's error.
+    // A backend from opt_.backend for n_layers of m's layers (0: all) over n_blocks blocks of KV
+    // shaped for them; throws std::runtime_error with `what` and the factory's error. A drafter
+    // over `draft` on such a backend.
+    std::unique_ptr<ForwardBackend> make_backend(const Model& m, int n_layers, const std::string& what);
     std::unique_ptr<DraftModel> make_drafter(const Model& draft, int n_layers);
     KvManager mgr_;
     std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;

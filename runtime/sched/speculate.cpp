@@ -96,9 +96,9 @@ SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int
     return r;
 }
 
-KvConfig draft_kv_config(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers) {
+KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers) {
     KvConfig c = KvStorage::config_for(m.params(), n_blocks, block_size, dtype);
-    if (n_layers > 0 && n_layers < c.n_layer) c.n_layer = n_layers;
+    c.n_layer = forward_layers(m.params(), n_layers);
     return c;
 }
 

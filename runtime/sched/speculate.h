@@ -119,7 +119,7 @@ public:
     // Drafts with `backend`: a forward of `draft` over KV in the draft's own geometry (n_blocks
     // blocks of block_size slots; its max_tokens bounds one forward, catch-up is chunked to it). A
     // backend running fewer layers than the model's (self-speculation: `draft` is then the target
-    // itself, its weights shared on the CPU) has KV of that many layers. draft_kv_config shapes it.
+    // itself, its weights shared on the CPU) has KV of that many layers (kv_config_for_layers).
     DraftModel(const Model& draft, std::unique_ptr<ForwardBackend> backend);
 
     // Drafts up to k tokens after all_tokens (the target's prompt + output; its last token is the
@@ -164,8 +164,9 @@ private:
     std::vector<float> masked_;  // a constrained chain's masked row
 };
 
-// The KV shape of a draft forward of n_layers layers (0: all) of m: n_blocks blocks of block_size.
-KvConfig draft_kv_config(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers);
+// The KV shape of a forward of n_layers layers (0: all; forward_layers) of m, target or draft:
+// n_blocks blocks of block_size.
+KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers);
 
 // The split of one pool's KV budget when a draft model (or null) and self-drafts of self_layers
 // layers in all join it: n_blocks target blocks' worth of bytes are shared so that each gets the same
