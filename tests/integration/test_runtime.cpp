@@ -16,7 +16,7 @@
 #include <random>
 
 #include "api/runtime.h"
-#include "cpu/generator.h"
+#include "greedy_reference.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "process_temp_dir.h"
@@ -118,13 +118,7 @@ const Model& reference_model() {
 
 // The independent path: one sequence, contiguous KV, no scheduler, no actors.
 std::vector<int32_t> reference_greedy(const std::vector<int32_t>& prompt, int n) {
-    static Generator g(reference_model(), 1);
-    std::vector<int32_t> out;
-    g.generate(prompt, n, SamplingParams{}, [&](int32_t id, float) {
-         out.push_back(id);
-         return true;
-     }).value();
-    return out;
+    return steward_test::greedy_reference(reference_model(), prompt, n);
 }
 
 std::vector<int32_t> random_ids(std::mt19937_64& rng, int n) {

@@ -5,6 +5,7 @@
 // requests they touch, with the backend's words, and the engine keeps serving.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -12,7 +13,7 @@
 #include <vector>
 
 #include "cpu/backend.h"
-#include "cpu/generator.h"
+#include "greedy_reference.h"
 #include "memory_model.h"
 #include "model/synth.h"
 #include "sched/engine.h"
@@ -35,14 +36,7 @@ const Model& test_model() {
 }
 
 std::vector<int32_t> reference_greedy(const std::vector<int32_t>& prompt, int n) {
-    static Generator g(test_model(), 1);
-    std::vector<int32_t> out;
-    SamplingParams sp;
-    g.generate(prompt, n, sp, [&](int32_t id, float) {
-         out.push_back(id);
-         return true;
-     }).value();
-    return out;
+    return steward_test::greedy_reference(test_model(), prompt, n);
 }
 
 // What the factory was asked for, and what the backends were asked to do.
@@ -133,6 +127,19 @@ std::vector<std::vector<int32_t>> prompts(int n) {
     return out;
 }
 
+// Submits ps as requests 1..n of max_tokens each, request i speculating as spec_of(i).
+void submit_all(Engine& e, const std::vector<std::vector<int32_t>>& ps, int max_tokens,
+                const std::function<SpecSettings(size_t)>& spec_of = [](size_t) { return SpecSettings{}; }) {
+    for (size_t i = 0; i < ps.size(); i++) {
+        EngineRequest r;
+        r.id = i + 1;
+        r.prompt = ps[i];
+        r.max_tokens = max_tokens;
+        r.spec = spec_of(i);
+        REQUIRE(e.submit(r).ok());
+    }
+}
+
 struct Done {
     std::vector<int32_t> out;
     FinishReason finish = FinishReason::LENGTH;
@@ -185,17 +192,12 @@ TEST_CASE("the engine runs every forward and KV copy through its backend: output
     CHECK(log->made[1].kv.n_blocks == log->made[0].kv.n_blocks);
 
     const auto ps = prompts(6);
-    for (size_t i = 0; i < ps.size(); i++) {
-        EngineRequest r;
-        r.id = i + 1;
-        r.prompt = ps[i];
-        r.max_tokens = 12;
-        // Plain, a self-drafted chain, a self-drafted dynamic tree (its accepted paths copied into
-        // place through the backend) and a self-draft of 3 layers made on first use.
-        r.spec = i % 4 == 1 ? self_spec(2, SpecTree::CHAIN) : i % 4 == 2 ? self_spec(2, SpecTree::DYNAMIC)
-               : i % 4 == 3 ? self_spec(3, SpecTree::FIXED) : SpecSettings{};
-        REQUIRE(e.submit(r).ok());
-    }
+    // Plain, a self-drafted chain, a self-drafted dynamic tree (its accepted paths copied into
+    // place through the backend) and a self-draft of 3 layers made on first use.
+    submit_all(e, ps, 12, [](size_t i) {
+        return i % 4 == 1 ? self_spec(2, SpecTree::CHAIN) : i % 4 == 2 ? self_spec(2, SpecTree::DYNAMIC)
+             : i % 4 == 3 ? self_spec(3, SpecTree::FIXED) : SpecSettings{};
+    });
     auto res = drain(e);
     for (size_t i = 0; i < ps.size(); i++) {
         INFO("request " << i + 1);
@@ -249,15 +251,12 @@ TEST_CASE("a draft model's forwards run on a backend of its own, shaped by the d
     CHECK(log->made[1].kv.n_layer == 2);
     CHECK(log->made[1].kv.n_blocks == log->made[0].kv.n_blocks);  // a draft slot for every target slot
     const auto ps = prompts(3);
-    for (size_t i = 0; i < ps.size(); i++) {
-        EngineRequest r;
-        r.id = i + 1;
-        r.prompt = ps[i];
-        r.max_tokens = 10;
-        r.spec.source = SpecSource::DRAFT;
-        r.spec.k = 3;
-        REQUIRE(e.submit(r).ok());
-    }
+    submit_all(e, ps, 10, [](size_t) {
+        SpecSettings s;
+        s.source = SpecSource::DRAFT;
+        s.k = 3;
+        return s;
+    });
     auto res = drain(e);
     for (size_t i = 0; i < ps.size(); i++) CHECK(res[i + 1].out == reference_greedy(ps[i], 10));
     CHECK(e.stats().n_drafts > 0);
@@ -285,14 +284,7 @@ TEST_CASE("a backend that cannot be made is the engine's error; a self-draft's f
     };
     Engine e(test_model(), o2);
     const auto ps = prompts(2);
-    for (size_t i = 0; i < ps.size(); i++) {
-        EngineRequest r;
-        r.id = i + 1;
-        r.prompt = ps[i];
-        r.max_tokens = 8;
-        r.spec = self_spec(2, SpecTree::CHAIN);
-        REQUIRE(e.submit(r).ok());
-    }
+    submit_all(e, ps, 8, [](size_t) { return self_spec(2, SpecTree::CHAIN); });
     auto res = drain(e);
     for (size_t i = 0; i < ps.size(); i++) {
         CHECK(res[i + 1].finish == FinishReason::LENGTH);
@@ -307,13 +299,7 @@ TEST_CASE("a backend's forward error fails the batch's requests with its words, 
         log->fail_forward_at = 3;
         Engine e(test_model(), options(log));
         const auto ps = prompts(2);
-        for (size_t i = 0; i < ps.size(); i++) {
-            EngineRequest r;
-            r.id = i + 1;
-            r.prompt = ps[i];
-            r.max_tokens = 6;
-            REQUIRE(e.submit(r).ok());
-        }
+        submit_all(e, ps, 6);
         auto res = drain(e);
         // The third forward's batch fails; whatever was not in it completes.
         int failed = 0;

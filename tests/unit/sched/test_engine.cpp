@@ -9,7 +9,7 @@
 #include <set>
 #include <span>
 
-#include "cpu/generator.h"
+#include "greedy_reference.h"
 #include "memory_model.h"
 #include "model/synth.h"
 #include "sched/engine.h"
@@ -46,14 +46,7 @@ std::vector<std::vector<int32_t>> make_prompts(int n, uint64_t seed) {
 }
 
 std::vector<int32_t> reference_greedy(const std::vector<int32_t>& prompt, int n) {
-    static Generator g(test_model(), 1);
-    std::vector<int32_t> out;
-    SamplingParams sp;
-    g.generate(prompt, n, sp, [&](int32_t id, float) {
-         out.push_back(id);
-         return true;
-     }).value();
-    return out;
+    return steward_test::greedy_reference(test_model(), prompt, n);
 }
 
 // Runs every request through one engine, submitting them `at_once` at a time, until drained.
