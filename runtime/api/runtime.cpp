@@ -129,14 +129,16 @@ struct Runtime::Impl {
             if (!p) return p.error();
             snap->pools.push_back(std::make_shared<PoolHandle>(std::move(*p)));
         }
-        // The new local pools' engines, one after the other (a CUDA pool sizes its KV from what the
-        // engines before it left free, uploads its weights and allocates its KV here: the device's
-        // errors refuse the config before anything starts).
+        auto policies = create_policies(config, shared->plugins, shared->policy_counters);
+        if (!policies) return policies.error();
+        snap->policies = std::move(*policies);
+        // The config is valid: the new local pools' engines, one after the other (a CUDA pool sizes
+        // its KV from what the engines before it left free, uploads its weights and allocates its KV
+        // here: the device's errors refuse the config before anything starts).
         std::map<const PoolHandle*, std::unique_ptr<Engine>> engines;
         for (auto& ph : snap->pools) {
             if (ph->id != 0 || ph->remote()) continue;
-            if (ph->backend == "cuda" && !ph->cfg.kv_size_set && ph->cfg.kv_blocks <= 0 && prev &&
-                prev->config->find_pool(ph->cfg.name))
+            if (kv_sized_by_device(*ph) && prev && prev->config->find_pool(ph->cfg.name))
                 spdlog::warn("pool '{}' is rebuilt on the device while its previous engine still holds its memory: its KV "
                              "is sized from what that leaves; set kv_blocks or kv_gib for pools you change by reload",
                              ph->cfg.name);
@@ -145,12 +147,10 @@ struct Runtime::Impl {
             if (!e) return e.error();
             engines[ph.get()] = std::move(*e);
         }
+        // The profiles after the engines: a device-sized pool's KV blocks are known only now.
         std::vector<const Pool*> pools;
         for (auto& ph : snap->pools) pools.push_back(ph.get());
         snap->profiles = generation_profiles(config, pools);
-        auto policies = create_policies(config, shared->plugins, shared->policy_counters);
-        if (!policies) return policies.error();
-        snap->policies = std::move(*policies);
         // Validation is complete: start the new pools' executors.
         for (auto& ph : snap->pools) {
             if (ph->id != 0) continue;  // wired in an earlier generation
