@@ -1,6 +1,7 @@
 // GPU bench: decode tokens/s at batch 1, 8, 32 and 64 and prefill tokens/s through GpuForward, on
 // a 1B-shaped and an 8B-shaped synthetic model (F16 weights made on the device, F16 KV), and the
-// memory bandwidth achieved at batch 1 against the device's peak. Built only with CUDA.
+// memory bandwidth achieved at batch 1 against the device's peak; decode with CUDA graphs and with
+// plain launches side by side. Built only with CUDA.
 //   (from the repository root) build/bench_gpu [--shapes 1b,8b] [--prompt 128] [--steps 32] [--prefill 512]
 #include <algorithm>
 #include <chrono>
@@ -120,29 +121,42 @@ int main(int argc, char** argv) {
                 std::vector<int32_t> out;
                 must(fwd->forward_greedy(*kv, b, out), "decode prompt");
             }
-            std::vector<int32_t> next(B, 1), out;
-            std::vector<SeqInput> b(B);
-            double t_total = 0;
-            for (int step = 0; step <= steps; step++) {
-                for (int s = 0; s < B; s++) {
-                    b[s].n_past = prompt + step;
-                    b[s].tokens = std::span<const int32_t>(&next[s], 1);
-                    b[s].block_table = tables[s];
+            // The same decode steps with CUDA graphs (the default) and with plain launches: ms/step
+            // of each, their ratio, and whether both chose the same tokens.
+            double per_step[2] = {0, 0};
+            std::vector<int32_t> chosen[2];
+            for (int mode = 0; mode < 2; mode++) {
+                fwd->set_max_graphs(mode == 0 ? GpuForward::kDefaultMaxGraphs : 0);
+                std::vector<int32_t> next(B, 1), out;
+                std::vector<SeqInput> b(B);
+                double t_total = 0;
+                for (int step = 0; step < steps + 2; step++) {
+                    for (int s = 0; s < B; s++) {
+                        b[s].n_past = prompt + step;
+                        b[s].tokens = std::span<const int32_t>(&next[s], 1);
+                        b[s].block_table = tables[s];
+                    }
+                    const double s0 = now_s();
+                    must(fwd->forward_greedy(*kv, b, out), "decode");
+                    if (step > 1) t_total += now_s() - s0;  // step 0 warms up, step 1 captures
+                    for (int s = 0; s < B; s++) next[s] = out[s];
+                    chosen[mode].insert(chosen[mode].end(), out.begin(), out.end());
                 }
-                const double s0 = now_s();
-                must(fwd->forward_greedy(*kv, b, out), "decode");
-                if (step > 0) t_total += now_s() - s0;  // step 0 warms up
-                for (int s = 0; s < B; s++) next[s] = out[s];
+                per_step[mode] = t_total / steps;
             }
-            const double per_step = t_total / steps;
-            std::printf("%s decode batch %2d: %.2f ms/step, %.0f tokens/s", name.c_str(), B, per_step * 1e3, B / per_step);
+            std::printf("%s decode batch %2d: %.2f ms/step, %.0f tokens/s with CUDA graphs; %.2f ms/step without (graphs %.2fx)",
+                        name.c_str(), B, per_step[0] * 1e3, B / per_step[0], per_step[1] * 1e3, per_step[1] / per_step[0]);
             if (B == 1) {
                 const double kv_read = (double)(prompt + steps / 2) * p.n_layer * p.n_head_kv * p.head_dim * 2 * 2;
-                const double gbs = (fwd->weight_bytes() + kv_read) / per_step / 1e9;
+                const double gbs = (fwd->weight_bytes() + kv_read) / per_step[0] / 1e9;
                 std::printf(", %.0f GB/s of %.0f GB/s peak (%.0f%%)", gbs, g.peak_bandwidth_gbs, 100.0 * gbs / g.peak_bandwidth_gbs);
             }
-            std::printf("\n");
+            std::printf("%s\n", chosen[0] == chosen[1] ? "" : "; TOKENS DIFFER between graphs and plain launches");
         }
+        const GpuForward::GraphStats& gs = fwd->graph_stats();
+        std::printf("%s decode graphs: %lld captured, %lld replays, %lld plain decode steps%s%s\n", name.c_str(),
+                    (long long)gs.captured, (long long)gs.replays, (long long)gs.eager_decodes,
+                    gs.disabled.empty() ? "" : "; turned off: ", gs.disabled.c_str());
     }
     return 0;
 }

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "cpu/kernels.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device.h"
@@ -20,13 +22,27 @@ namespace {
 
 class CudaBackend final : public ForwardBackend {
 public:
-    CudaBackend(std::shared_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, int max_context, std::string device)
+    CudaBackend(std::shared_ptr<GpuForward> fwd, std::unique_ptr<GpuKv> kv, int n_threads, int max_context, std::string device,
+                bool graphs)
         : fwd_(std::move(fwd)), kv_(std::move(kv)), host_(n_threads > 0 ? n_threads : cpu_count()), max_context_(max_context),
-          device_(std::move(device)) {}
+          device_(std::move(device)), fwd_graphs_(graphs) {}
 
-    std::string describe() const override { return "cuda (" + device_ + ")"; }
+    std::string describe() const override {
+        const GpuForward::GraphStats& g = fwd_->graph_stats();
+        std::string decode;
+        if (!g.disabled.empty()) decode = "without CUDA graphs: " + g.disabled;
+        else if (!fwd_graphs_) decode = "without CUDA graphs (cuda_graphs = false)";
+        else decode = "with CUDA graphs: " + std::to_string(g.captured) + " captured, " + std::to_string(g.replays) + " replays";
+        return "cuda (" + device_ + "; decode " + decode + ")";
+    }
     Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override {
-        return fwd_->forward(*kv_, batch, logits);
+        auto r = fwd_->forward(*kv_, batch, logits);
+        if (!warned_ && !fwd_->graph_stats().disabled.empty()) {
+            warned_ = true;  // once: the forward runs on, with plain launches
+            spdlog::warn("CUDA backend ({} layers): decode graphs turned off, decode runs with plain launches: {}",
+                         fwd_->n_layers(), fwd_->graph_stats().disabled);
+        }
+        return r;
     }
     Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override {
         if (n_slots <= 0) return true;
@@ -51,11 +67,13 @@ private:
     ThreadPool host_;
     int max_context_;
     std::string device_;
+    bool fwd_graphs_;
+    bool warned_ = false;
 };
 
 }  // namespace
 
-BackendFactory cuda_backend_factory() {
+BackendFactory cuda_backend_factory(bool cuda_graphs) {
     // The full forwards this factory made, by model: a self-draft of fewer layers (made after its
     // target, the same Model) reads the target's weights on the device instead of a copy. Only the
     // first backend (the engine's target: it samples on the host threads) gets n_threads; the
@@ -65,7 +83,7 @@ BackendFactory cuda_backend_factory() {
         bool first = true;
     };
     auto st = std::make_shared<State>();
-    return [st](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
+    return [st, cuda_graphs](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
                 int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
         const GpuInfo g = gpu_probe();
         if (g.status != GpuProbeStatus::GPU_PROBE_OK) return make_error("CUDA backend: ", gpu_describe(g));
@@ -84,6 +102,7 @@ BackendFactory cuda_backend_factory() {
                               " MiB with scratch for ", std::to_string(max_tokens), " tokens): ", fwd.error().message,
                               "; lower max_batch_tokens, use a smaller model, or free device memory");
         std::shared_ptr<GpuForward> made = std::move(*fwd);
+        if (!cuda_graphs) made->set_max_graphs(0);
         if (layers == model.params().n_layer) (*full)[&model] = made;
         auto pool = GpuKv::create(kv);
         if (!pool)
@@ -93,7 +112,8 @@ BackendFactory cuda_backend_factory() {
         const int threads = st->first ? n_threads : 1;
         st->first = false;
         return std::unique_ptr<ForwardBackend>(
-            std::make_unique<CudaBackend>(std::move(made), std::move(*pool), threads, *max_slots, gpu_describe(g)));
+            std::make_unique<CudaBackend>(std::move(made), std::move(*pool), threads, *max_slots, gpu_describe(g),
+                                          cuda_graphs));
     };
 }
 

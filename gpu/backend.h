@@ -13,8 +13,9 @@ namespace steward {
 // device (GpuKv::create). A backend of fewer layers of a model whose full backend this factory made
 // (a self-draft) reads that one's weights (GpuForward::create_sharing): only its scratch and KV are
 // new. Errors: the CUDA runtime's (out of device memory, no device), naming the model's shape and
-// the bytes asked for.
-BackendFactory cuda_backend_factory();
+// the bytes asked for. cuda_graphs: decode steps replay CUDA graphs (GpuForward::set_max_graphs);
+// false launches every kernel.
+BackendFactory cuda_backend_factory(bool cuda_graphs = true);
 
 // The device's free bytes now (cudaMemGetInfo). Errors: the runtime's.
 Expected<int64_t> cuda_free_bytes();

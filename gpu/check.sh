@@ -90,5 +90,10 @@ timeout 240 "$build/bench_gpu" > "$out/bench_gpu.log" 2>&1
 brc=$?
 say "bench_gpu: rc $brc"
 grep -E "device:|==|prefill|decode" "$out/bench_gpu.log" | tee -a "$summary"
+# Decode through CUDA graphs must choose the plain launches' tokens, and no capture may be refused.
+if grep -qE "TOKENS DIFFER|turned off:" "$out/bench_gpu.log"; then
+    say "bench_gpu: CUDA graphs FAILED (tokens differ or a capture was refused; see above)"
+    brc=1
+fi
 say "total: $(( $(date +%s) - start )) s"
 [ $rc -eq 0 ] && [ $brc -eq 0 ] && [ $erc -eq 0 ]

@@ -34,6 +34,7 @@ Loaded load() {
     sym(out.api.destroy, "cublasDestroy_v2");
     sym(out.api.set_stream, "cublasSetStream_v2");
     sym(out.api.get_stream, "cublasGetStream_v2");
+    sym(out.api.set_workspace, "cublasSetWorkspace_v2");
     sym(out.api.gemm_ex, "cublasGemmEx");
     sym(out.api.status_name, "cublasGetStatusName");
     sym(out.api.status_string, "cublasGetStatusString");

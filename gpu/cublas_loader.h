@@ -15,6 +15,7 @@ struct CublasApi {
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
     cublasStatus_t (*get_stream)(cublasHandle_t, cudaStream_t*);
+    cublasStatus_t (*set_workspace)(cublasHandle_t, void*, size_t);
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                               const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                               cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);

@@ -3,6 +3,8 @@
 // embed, per layer rmsnorm -> QKV (+ biases, q/k head norms) -> RoPE -> KV write -> attention ->
 // output projection -> rmsnorm -> SwiGLU FFN, then the final norm and the output head.
 #include <cmath>
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -28,6 +30,9 @@ struct DevLayer {
     float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // optional biases
     float *q_norm = nullptr, *k_norm = nullptr;         // optional [head_dim] head gains
 };
+
+// Each forward's cuBLAS workspace (what PyTorch gives a handle on Hopper).
+constexpr int64_t kCublasWorkspace = 32ll << 20;
 
 // Makes a device buffer hold at least `need` elements (allocating twice that, so a growing batch
 // reallocates rarely); what it held is not kept.
@@ -94,11 +99,12 @@ struct GpuForward::Impl {
     std::vector<uint8_t> h_mask;
 
     ~Impl() {
+        drop_graphs();
+        if (blas)  // before its workspace (in allocs) is freed
+            if (auto api = gpu::cublas()) (*api)->destroy(blas);
         for (void* a : allocs) cudaFree(a);
         if (ints) cudaFree(ints);
         if (mask) cudaFree(mask);
-        if (blas)
-            if (auto api = gpu::cublas()) (*api)->destroy(blas);
         if (stream) cudaStreamDestroy(stream);
     }
 
@@ -116,6 +122,13 @@ struct GpuForward::Impl {
         if (!api) return api.error();
         CUBLAS_TRY((*api)->create(&blas));
         CUBLAS_TRY((*api)->set_stream(blas, stream));
+        // cuBLAS's workspace, ours and fixed (after set_stream, which resets it): a decode graph's
+        // GEMMs capture this buffer instead of one cuBLAS would allocate per capture.
+        auto ws = alloc<uint8_t>(kCublasWorkspace);
+        if (!ws) return ws.error();
+        CUBLAS_TRY((*api)->set_workspace(blas, *ws, kCublasWorkspace));
+        // The attention's shared-memory limit is set up now, outside any capture.
+        if (auto lim = gpu::attention_max_slots(p.head_dim); !lim) return lim.error();
         max_tokens = max_tok;
         n_layers = forward_layers(p, n_lay);
         const int64_t T = max_tok, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
@@ -311,69 +324,79 @@ struct GpuForward::Impl {
         return grow_device(mask, mask_cap, n_mask);
     }
 
-    // The forward up to the logits, left on the device in `logits` ([n_out][n_vocab]); returns n_out.
-    Expected<int> run(GpuKv& kv, std::span<const SeqInput> batch) {
-        const KvConfig& kc = kv.config();
-        auto checked = check_batch(p, kc, n_layers, max_tokens, batch);
-        if (!checked) return checked.error();
-        const int n_out = *checked;
-        const int n_seq = (int)batch.size();
-        const int bs = kc.block_size;
+    // Where one batch's tables sit in the device int buffer (sections at these offsets) and the
+    // batch's sizes. Decode batches of the same number of sequences have the same offsets: a
+    // captured graph reads its tables from the same addresses step after step.
+    struct Layout {
+        int n_tok = 0, n_seq = 0, n_out = 0, n_bt = 0, max_slots = 0;
+        size_t o_tok = 0, o_pos = 0, o_slot = 0, o_tseq = 0, o_ti = 0, o_past = 0, o_new = 0, o_bto = 0, o_mo = 0,
+               o_out = 0, o_bt = 0, n_ints = 0, n_mask = 0;
+    };
 
-        // ---- the batch's tables, one host buffer and one copy: sections at these offsets
-        int n_tok = 0, n_bt = 0, max_slots = 0;
-        size_t n_mask = 0;
+    // Fills h_ints and h_mask with the batch's tables (tokens, positions, slots, block tables, ...).
+    Layout build_tables(const KvConfig& kc, std::span<const SeqInput> batch, int n_out) {
+        Layout L;
+        L.n_seq = (int)batch.size();
+        L.n_out = n_out;
+        const int bs = kc.block_size;
         for (const SeqInput& in : batch) {
             const int n = (int)in.tokens.size();
-            n_tok += n;
-            n_bt += (in.n_past + n + bs - 1) / bs;
-            max_slots = std::max(max_slots, in.n_past + n);
-            n_mask += in.mask.size();
+            L.n_tok += n;
+            L.n_bt += (in.n_past + n + bs - 1) / bs;
+            L.max_slots = std::max(L.max_slots, in.n_past + n);
+            L.n_mask += in.mask.size();
         }
-        if (n_tok == 0) return n_out;
-        const size_t o_tok = 0, o_pos = o_tok + n_tok, o_slot = o_pos + n_tok, o_tseq = o_slot + n_tok,
-                     o_ti = o_tseq + n_tok, o_past = o_ti + n_tok, o_new = o_past + n_seq, o_bto = o_new + n_seq,
-                     o_mo = o_bto + n_seq, o_out = o_mo + n_seq, o_bt = o_out + n_out, n_ints = o_bt + n_bt;
-        h_ints.assign(n_ints, 0);
+        const int n_tok = L.n_tok, n_seq = L.n_seq;
+        L.o_tok = 0, L.o_pos = L.o_tok + n_tok, L.o_slot = L.o_pos + n_tok, L.o_tseq = L.o_slot + n_tok,
+        L.o_ti = L.o_tseq + n_tok, L.o_past = L.o_ti + n_tok, L.o_new = L.o_past + n_seq, L.o_bto = L.o_new + n_seq,
+        L.o_mo = L.o_bto + n_seq, L.o_out = L.o_mo + n_seq, L.o_bt = L.o_out + n_out, L.n_ints = L.o_bt + L.n_bt;
+        h_ints.assign(L.n_ints, 0);
         h_mask.clear();
         int t = 0, bt_at = 0, o = 0;
         for (int s = 0; s < n_seq; s++) {
             const SeqInput& in = batch[s];
             const int n = (int)in.tokens.size();
-            h_ints[o_past + s] = in.n_past;
-            h_ints[o_new + s] = n;
-            h_ints[o_bto + s] = bt_at;
-            h_ints[o_mo + s] = in.mask.empty() ? -1 : (int)h_mask.size();
+            h_ints[L.o_past + s] = in.n_past;
+            h_ints[L.o_new + s] = n;
+            h_ints[L.o_bto + s] = bt_at;
+            h_ints[L.o_mo + s] = in.mask.empty() ? -1 : (int)h_mask.size();
             h_mask.insert(h_mask.end(), in.mask.begin(), in.mask.end());
             const int nb = (in.n_past + n + bs - 1) / bs;
-            for (int b = 0; b < nb; b++) h_ints[o_bt + bt_at + b] = in.block_table[b];
+            for (int b = 0; b < nb; b++) h_ints[L.o_bt + bt_at + b] = in.block_table[b];
             bt_at += nb;
             for (int i = 0; i < n; i++, t++) {
                 const int slot = in.n_past + i;
-                h_ints[o_tok + t] = in.tokens[i];
-                h_ints[o_pos + t] = in.positions.empty() ? slot : in.positions[i];
-                h_ints[o_slot + t] = in.block_table[slot / bs] * bs + slot % bs;
-                h_ints[o_tseq + t] = s;
-                h_ints[o_ti + t] = i;
+                h_ints[L.o_tok + t] = in.tokens[i];
+                h_ints[L.o_pos + t] = in.positions.empty() ? slot : in.positions[i];
+                h_ints[L.o_slot + t] = in.block_table[slot / bs] * bs + slot % bs;
+                h_ints[L.o_tseq + t] = s;
+                h_ints[L.o_ti + t] = i;
             }
             if (n > 0 && in.logits == LogitsMode::ALL)
-                for (int i = 0; i < n; i++) h_ints[o_out + o++] = t - n + i;
+                for (int i = 0; i < n; i++) h_ints[L.o_out + o++] = t - n + i;
             else if (n > 0 && in.logits == LogitsMode::LAST)
-                h_ints[o_out + o++] = t - 1;
+                h_ints[L.o_out + o++] = t - 1;
         }
-        STEWARD_TRY(ensure_tables(n_ints, std::max<size_t>(n_mask, 1)));
-        CUDA_TRY(cudaMemcpyAsync(ints, h_ints.data(), n_ints * 4, cudaMemcpyHostToDevice, stream));
-        if (n_mask) CUDA_TRY(cudaMemcpyAsync(mask, h_mask.data(), n_mask, cudaMemcpyHostToDevice, stream));
+        return L;
+    }
+
+    // Queues the forward's kernels on `stream`, reading the tables at dev_ints / dev_mask (laid out
+    // as L); the attention's shared memory is sized for attn_slots (>= L.max_slots). Makes no
+    // allocation and no synchronising call: a decode graph captures exactly this.
+    Expected<bool> launch(GpuKv& kv, const Layout& L, const int32_t* dev_ints, const uint8_t* dev_mask, int attn_slots) {
+        const KvConfig& kc = kv.config();
+        const int bs = kc.block_size, n_tok = L.n_tok, n_out = L.n_out;
         gpu::AttnBatch ab;
-        ab.tok_seq = ints + o_tseq;
-        ab.tok_i = ints + o_ti;
-        ab.seq_n_past = ints + o_past;
-        ab.seq_n_new = ints + o_new;
-        ab.seq_bt_off = ints + o_bto;
-        ab.seq_mask_off = ints + o_mo;
-        ab.bt = ints + o_bt;
-        ab.mask = mask;
-        ab.max_slots = max_slots;
+        ab.tok_seq = dev_ints + L.o_tseq;
+        ab.tok_i = dev_ints + L.o_ti;
+        ab.seq_n_past = dev_ints + L.o_past;
+        ab.seq_n_new = dev_ints + L.o_new;
+        ab.seq_bt_off = dev_ints + L.o_bto;
+        ab.seq_mask_off = dev_ints + L.o_mo;
+        ab.bt = dev_ints + L.o_bt;
+        ab.mask = dev_mask;
+        ab.max_slots = attn_slots;
+        const int32_t* pos = dev_ints + L.o_pos;
 
         const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
         const int QD = NH * HD, KVD = NKV * HD;
@@ -381,46 +404,208 @@ struct GpuForward::Impl {
         cudaStream_t st = stream;
 
         // ---- embeddings
-        STEWARD_TRY(gpu::embed_rows(tok_embd.type, tok_embd.data, ggml_row_bytes(tok_embd.type, E), ints + o_tok, n_tok, E, x, st));
+        STEWARD_TRY(gpu::embed_rows(tok_embd.type, tok_embd.data, ggml_row_bytes(tok_embd.type, E), dev_ints + L.o_tok, n_tok, E, x, st));
         auto mm = [&](const DevMatrix& w, const float* in, float* out) {
             return gpu::gemm(blas, w.type, w.data, w.n_rows, w.n_cols, in, n_tok, x16, out);
         };
         for (int l = 0; l < n_layers; l++) {
-            const DevLayer& L = layers[l];
+            const DevLayer& D = layers[l];
             // -- attention block
-            STEWARD_TRY(gpu::rmsnorm(x, L.attn_norm, p.rms_eps, E, n_tok, xn, st));
-            STEWARD_TRY(mm(L.wq, xn, q));  // [n_tok][QD]
-            STEWARD_TRY(mm(L.wk, xn, k));  // [n_tok][KVD]
-            STEWARD_TRY(mm(L.wv, xn, v));  // [n_tok][KVD]
-            if (L.bq) STEWARD_TRY(gpu::add_bias(q, L.bq, QD, n_tok, st));
-            if (L.bk) STEWARD_TRY(gpu::add_bias(k, L.bk, KVD, n_tok, st));
-            if (L.bv) STEWARD_TRY(gpu::add_bias(v, L.bv, KVD, n_tok, st));
-            if (L.q_norm) STEWARD_TRY(gpu::rmsnorm(q, L.q_norm, p.rms_eps, HD, n_tok * NH, q, st));
-            if (L.k_norm) STEWARD_TRY(gpu::rmsnorm(k, L.k_norm, p.rms_eps, HD, n_tok * NKV, k, st));
-            STEWARD_TRY(gpu::rope(q, ints + o_pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
-            STEWARD_TRY(gpu::rope(k, ints + o_pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
-            STEWARD_TRY(gpu::kv_write(k, v, ints + o_slot, n_tok, KVD, kc.dtype, kv.k_layer(l), kv.v_layer(l), st));
+            STEWARD_TRY(gpu::rmsnorm(x, D.attn_norm, p.rms_eps, E, n_tok, xn, st));
+            STEWARD_TRY(mm(D.wq, xn, q));  // [n_tok][QD]
+            STEWARD_TRY(mm(D.wk, xn, k));  // [n_tok][KVD]
+            STEWARD_TRY(mm(D.wv, xn, v));  // [n_tok][KVD]
+            if (D.bq) STEWARD_TRY(gpu::add_bias(q, D.bq, QD, n_tok, st));
+            if (D.bk) STEWARD_TRY(gpu::add_bias(k, D.bk, KVD, n_tok, st));
+            if (D.bv) STEWARD_TRY(gpu::add_bias(v, D.bv, KVD, n_tok, st));
+            if (D.q_norm) STEWARD_TRY(gpu::rmsnorm(q, D.q_norm, p.rms_eps, HD, n_tok * NH, q, st));
+            if (D.k_norm) STEWARD_TRY(gpu::rmsnorm(k, D.k_norm, p.rms_eps, HD, n_tok * NKV, k, st));
+            STEWARD_TRY(gpu::rope(q, pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
+            STEWARD_TRY(gpu::rope(k, pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
+            STEWARD_TRY(gpu::kv_write(k, v, dev_ints + L.o_slot, n_tok, KVD, kc.dtype, kv.k_layer(l), kv.v_layer(l), st));
             STEWARD_TRY(gpu::attention(q, kv.k_layer(l), kv.v_layer(l), kc.dtype, bs, NH, NKV, HD, scale, ab, n_tok, att, st));
-            STEWARD_TRY(mm(L.wo, att, tmp));  // [n_tok][E]
+            STEWARD_TRY(mm(D.wo, att, tmp));  // [n_tok][E]
             STEWARD_TRY(gpu::add(x, tmp, (int64_t)n_tok * E, st));
             // -- feed-forward block
-            STEWARD_TRY(gpu::rmsnorm(x, L.ffn_norm, p.rms_eps, E, n_tok, xn, st));
-            STEWARD_TRY(mm(L.w_gate, xn, gate));  // [n_tok][n_ff]
-            STEWARD_TRY(mm(L.w_up, xn, up));      // [n_tok][n_ff]
+            STEWARD_TRY(gpu::rmsnorm(x, D.ffn_norm, p.rms_eps, E, n_tok, xn, st));
+            STEWARD_TRY(mm(D.w_gate, xn, gate));  // [n_tok][n_ff]
+            STEWARD_TRY(mm(D.w_up, xn, up));      // [n_tok][n_ff]
             STEWARD_TRY(gpu::swiglu(gate, up, (int64_t)n_tok * p.n_ff, st));
-            STEWARD_TRY(mm(L.w_down, gate, tmp));  // [n_tok][E]
+            STEWARD_TRY(mm(D.w_down, gate, tmp));  // [n_tok][E]
             STEWARD_TRY(gpu::add(x, tmp, (int64_t)n_tok * E, st));
         }
         // ---- output head for the rows that want logits
-        if (n_out == 0) return 0;
-        STEWARD_TRY(gpu::gather_rows(x, ints + o_out, n_out, E, tmp, st));
+        if (n_out == 0) return true;
+        STEWARD_TRY(gpu::gather_rows(x, dev_ints + L.o_out, n_out, E, tmp, st));
         STEWARD_TRY(gpu::rmsnorm(tmp, output_norm, p.rms_eps, E, n_out, xn, st));
         STEWARD_TRY(gpu::gemm(blas, output.type, output.data, output.n_rows, output.n_cols, xn, n_out, x16, logits));
+        return true;
+    }
+
+    // ---- decode graphs: a decode step (every sequence one new token, causal, its logits wanted)
+    // replays a CUDA graph of launch() captured for its number of sequences and the attention's
+    // slot bucket (its longest sequence rounded up to a power of two >= 256, past 8192 slots to a
+    // multiple of 8192), over one KV pool. The
+    // graph's tables live in its own device buffer, sized for the bucket's block tables, so every
+    // replay reads them at the addresses captured; everything else launch() touches (weights,
+    // scratch, KV) is fixed for the forward's life. Kernels read sequence lengths from the tables,
+    // so one graph serves every step of its bucket. A shape's first step runs plainly (the warm-up
+    // PyTorch and vLLM do before a capture: lazily loaded kernels and cuBLAS's choices for the
+    // shape are settled outside the capture); its second is captured. Least recently used graphs
+    // are dropped past max_graphs.
+    struct GraphKey {
+        int n_seq = 0, slots = 0;
+        uint64_t kv = 0;  // the KV pool's id
+        bool operator==(const GraphKey&) const = default;
+    };
+    struct DecodeGraph {
+        GraphKey key;
+        int32_t* ints = nullptr;
+        size_t ints_cap = 0;
+        cudaGraphExec_t exec = nullptr;
+        uint64_t used = 0;
+    };
+    std::vector<DecodeGraph> graphs;
+    std::vector<GraphKey> warmed;  // shapes run once, plainly: the next step of one is captured
+    int max_graphs = GpuForward::kDefaultMaxGraphs;
+    uint64_t graph_clock = 0;
+    GpuForward::GraphStats gstats;
+    int attn_slot_limit = -1;  // gpu::attention_max_slots, asked once
+
+    static void drop(DecodeGraph& g) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        if (g.ints) cudaFree(g.ints);
+        g.exec = nullptr, g.ints = nullptr;
+    }
+    void drop_graphs() {
+        for (DecodeGraph& g : graphs) drop(g);
+        graphs.clear();
+    }
+
+    static bool decode_shaped(std::span<const SeqInput> batch) {
+        for (const SeqInput& in : batch)
+            if (in.tokens.size() != 1 || !in.mask.empty() || in.logits == LogitsMode::NONE) return false;
+        return !batch.empty();
+    }
+
+    // Captures launch() for L's shape into g, reading its tables from g.ints (copied there before
+    // each launch). Errors: what stream capture or instantiation refused; nothing is left captured
+    // or queued.
+    Expected<bool> capture(GpuKv& kv, const Layout& L, DecodeGraph& g) {
+        cudaGraph_t graph = nullptr;
+        if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal); e != cudaSuccess) {
+            (void)cudaGetLastError();  // not left for the plain path's first launch check
+            return cuda_error(e, "cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal)", __FILE__, __LINE__);
+        }
+        auto queued = launch(kv, L, g.ints, nullptr, g.key.slots);
+        const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+        if (!queued || ended != cudaSuccess) {
+            if (graph) cudaGraphDestroy(graph);
+            (void)cudaGetLastError();  // the capture's error, not a later launch's
+            if (!queued) return queued.error();
+            return cuda_error(ended, "cudaStreamEndCapture(stream, &graph)", __FILE__, __LINE__);
+        }
+        const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (made != cudaSuccess) {
+            (void)cudaGetLastError();
+            g.exec = nullptr;
+            return cuda_error(made, "cudaGraphInstantiate(&g.exec, graph, 0)", __FILE__, __LINE__);
+        }
+        return true;
+    }
+
+    // The decode step through a graph. Returns false (nothing queued) where this batch takes the
+    // plain path: graphs off, or a capture refused (graphs are then off for this forward, the
+    // reason kept in gstats.disabled).
+    Expected<bool> run_graph(GpuKv& kv, const Layout& L) {
+        if (max_graphs <= 0) return false;
+        if (attn_slot_limit < 0) {
+            auto lim = gpu::attention_max_slots(p.head_dim);
+            if (!lim) return lim.error();
+            attn_slot_limit = *lim;
+        }
+        // Powers of two up to 8192 slots, then multiples of 8192: the attention's shared memory is
+        // at most 32 KiB over what the step needs (a long context keeps its blocks per SM).
+        int slots = 256;
+        while (slots < L.max_slots && slots < 8192) slots *= 2;
+        if (slots < L.max_slots) slots = (L.max_slots + 8191) / 8192 * 8192;
+        slots = std::min(slots, attn_slot_limit);
+        if (slots < L.max_slots) return false;  // the plain path names the limit
+        const GraphKey key{L.n_seq, slots, kv.id()};
+        DecodeGraph* g = nullptr;
+        for (DecodeGraph& c : graphs)
+            if (c.key == key) g = &c;
+        if (!g && std::find(warmed.begin(), warmed.end(), key) == warmed.end()) {
+            if (warmed.size() >= 4 * (size_t)max_graphs + 16) warmed.clear();
+            warmed.push_back(key);
+            gstats.warmups++;
+            return false;
+        }
+        if (!g) {
+            if ((int)graphs.size() >= max_graphs) {
+                auto lru = std::min_element(graphs.begin(), graphs.end(),
+                                            [](const DecodeGraph& a, const DecodeGraph& b) { return a.used < b.used; });
+                drop(*lru);
+                graphs.erase(lru);
+                gstats.evicted++;
+            }
+            DecodeGraph made;
+            made.key = key;
+            const int bs = kv.config().block_size;
+            made.ints_cap = L.o_bt + (size_t)L.n_seq * (size_t)((slots + bs - 1) / bs);
+            if (cudaMalloc(&made.ints, made.ints_cap * sizeof(int32_t)) != cudaSuccess) {
+                (void)cudaGetLastError();  // out of device memory for the tables: this step runs plainly
+                made.ints = nullptr;
+                return false;
+            }
+            if (auto c = capture(kv, L, made); !c) {
+                drop(made);
+                gstats.disabled = c.error().message;
+                max_graphs = 0;
+                drop_graphs();
+                return false;
+            }
+            gstats.captured++;
+            graphs.push_back(made);
+            g = &graphs.back();
+        }
+        g->used = ++graph_clock;
+        CUDA_TRY(cudaMemcpyAsync(g->ints, h_ints.data(), L.n_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+        CUDA_TRY(cudaGraphLaunch(g->exec, stream));
+        gstats.replays++;
+        return true;
+    }
+
+    // The forward up to the logits, left on the device in `logits` ([n_out][n_vocab]); returns n_out.
+    Expected<int> run(GpuKv& kv, std::span<const SeqInput> batch) {
+        const KvConfig& kc = kv.config();
+        auto checked = check_batch(p, kc, n_layers, max_tokens, batch);
+        if (!checked) return checked.error();
+        const int n_out = *checked;
+        const Layout L = build_tables(kc, batch, n_out);
+        if (L.n_tok == 0) return n_out;
+        if (decode_shaped(batch)) {
+            const int64_t warm = gstats.warmups;
+            auto graphed = run_graph(kv, L);
+            if (!graphed) return graphed.error();
+            if (*graphed) return n_out;
+            if (gstats.warmups == warm) gstats.eager_decodes++;
+        }
+        STEWARD_TRY(ensure_tables(L.n_ints, std::max<size_t>(L.n_mask, 1)));
+        CUDA_TRY(cudaMemcpyAsync(ints, h_ints.data(), L.n_ints * 4, cudaMemcpyHostToDevice, stream));
+        if (L.n_mask) CUDA_TRY(cudaMemcpyAsync(mask, h_mask.data(), L.n_mask, cudaMemcpyHostToDevice, stream));
+        STEWARD_TRY(launch(kv, L, ints, mask, L.max_slots));
         return n_out;
     }
 };
 
 // ---- GpuKv
+
+GpuKv::GpuKv(const KvConfig& cfg) : cfg_(cfg) {
+    static std::atomic<uint64_t> next{1};
+    id_ = next.fetch_add(1);
+}
 
 Expected<std::unique_ptr<GpuKv>> GpuKv::create(const KvConfig& cfg) {
     std::unique_ptr<GpuKv> kv(new GpuKv(cfg));
@@ -430,8 +615,9 @@ Expected<std::unique_ptr<GpuKv>> GpuKv::create(const KvConfig& cfg) {
     CUDA_TRY(cudaMemset(kv->k_, 0, half));
     CUDA_TRY(cudaMemset(kv->v_, 0, half));
     // cudaMemset runs on the legacy stream, which the forwards' non-blocking stream does not wait
-    // for: finish it here, or a first forward's KV writes could be zeroed behind it.
-    CUDA_TRY(cudaDeviceSynchronize());
+    // for: finish it here, or a first forward's KV writes could be zeroed behind it. The legacy
+    // stream alone, not the device: another engine's forward may be capturing a decode graph.
+    CUDA_TRY(cudaStreamSynchronize(nullptr));
     return std::move(kv);
 }
 
@@ -582,7 +768,7 @@ int64_t GpuForward::device_bytes(const Model& model, int max_tokens, int n_layer
     const int64_t T = max_tokens, QD = (int64_t)p.n_head * p.head_dim, KVD = (int64_t)p.n_head_kv * p.head_dim;
     const int64_t wide = std::max<int64_t>({p.n_embd, p.n_ff, QD});
     int64_t b = T * (2 * p.n_embd + 2 * QD + 2 * KVD + 2 * p.n_ff + std::max<int64_t>(p.n_embd, QD) + p.n_vocab) * 4;
-    b += T * wide * 2 + T * 4;
+    b += T * wide * 2 + T * 4 + kCublasWorkspace;
     if (!with_weights) return b;
     // Impl::upload's weights.
     const ModelWeights& W = model.weights();
@@ -598,6 +784,19 @@ int64_t GpuForward::device_bytes(const Model& model, int max_tokens, int n_layer
     }
     return b;
 }
+
+void GpuForward::set_max_graphs(int max_graphs) {
+    Impl& m = *impl_;
+    m.max_graphs = std::max(0, max_graphs);
+    if (m.max_graphs > 0) m.gstats.disabled.clear();
+    // The most recently used are kept.
+    std::sort(m.graphs.begin(), m.graphs.end(), [](const auto& a, const auto& b) { return a.used > b.used; });
+    while ((int)m.graphs.size() > m.max_graphs) {
+        Impl::drop(m.graphs.back());
+        m.graphs.pop_back();
+    }
+}
+const GpuForward::GraphStats& GpuForward::graph_stats() const { return impl_->gstats; }
 
 const ModelParams& GpuForward::params() const { return impl_->p; }
 int GpuForward::max_tokens() const { return impl_->max_tokens; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cpu/forward.h"
@@ -27,6 +28,9 @@ public:
     GpuKv& operator=(const GpuKv&) = delete;
 
     const KvConfig& config() const { return cfg_; }
+    // This pool's number, unique in the process (a decode graph is captured over one pool; a new
+    // pool at a freed one's address is still another pool).
+    uint64_t id() const { return id_; }
     void* k_layer(int l) const;  // device pointers to layer l: [n_blocks * block_size][kvd]
     void* v_layer(int l) const;
     // Copies the whole pool to / from a host KvStorage of the same config (tests).
@@ -38,8 +42,9 @@ public:
                               std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots);
 
 private:
-    explicit GpuKv(const KvConfig& cfg) : cfg_(cfg) {}
+    explicit GpuKv(const KvConfig& cfg);
     KvConfig cfg_;
+    uint64_t id_ = 0;
     void* k_ = nullptr;
     void* v_ = nullptr;
     // copy_slots' device scratch (slot indices, staged K/V), grown as needed and kept: a copy runs
@@ -80,6 +85,27 @@ public:
     static int64_t device_bytes(const Model& model, int max_tokens, int n_layers, bool with_weights = true);
     // Waits for the work queued on the forward's stream (benches time with it).
     Expected<bool> synchronize();
+
+    // CUDA graphs for decode: a batch where every sequence has one new token, no mask and its
+    // logits wanted replays a graph of the whole forward captured for its number of sequences and
+    // its longest sequence's slot bucket (a power of two >= 256, past 8192 a multiple of 8192)
+    // over this KV pool, instead of launching ~20 kernels and GEMMs per layer. A shape's first
+    // step runs plainly (a warm-up), its second is captured. Same kernels, same arguments but the
+    // attention's shared-memory size: the same logits. Prefill, verification and masked batches
+    // run as before. At most max_graphs graphs are kept (least recently used dropped); 0 turns
+    // graphs off, more turns them on again. A capture the device refuses turns them off for this
+    // forward, its reason in graph_stats().
+    static constexpr int kDefaultMaxGraphs = 64;
+    void set_max_graphs(int max_graphs);
+    struct GraphStats {
+        int64_t captured = 0;       // graphs captured
+        int64_t replays = 0;        // decode steps run by a graph
+        int64_t warmups = 0;        // decode steps run plainly as a shape's first (captured at its second)
+        int64_t eager_decodes = 0;  // decode steps run without (graphs off or refused)
+        int64_t evicted = 0;        // graphs dropped past max_graphs
+        std::string disabled;       // why graphs were turned off ("" while they are on)
+    };
+    const GraphStats& graph_stats() const;
 
     const ModelParams& params() const;
     int max_tokens() const;

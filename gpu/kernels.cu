@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <string>
 
 #include "gpu/cuda_check.h"
 #include "gpu/kernels.h"
@@ -523,11 +524,41 @@ Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int 
     return true;
 }
 
+namespace {
+
+// The device's opt-in shared memory per block, asked once, and the attention kernels allowed to
+// use it (less 1 KiB for their static shared memory) once: no attribute call is left for a launch,
+// which a decode graph's capture may be recording.
+struct AttnSmem {
+    int max_bytes = 0;
+    std::string error;
+};
+const AttnSmem& attn_smem() {
+    static const AttnSmem a = [] {
+        AttnSmem r;
+        auto probe = []() -> Expected<int> {
+            int dev = 0, smem_max = 0;
+            CUDA_TRY(cudaGetDevice(&dev));
+            CUDA_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+            const int usable = std::max(0, smem_max - 1024);
+            CUDA_TRY(cudaFuncSetAttribute(attention_kernel<uint16_t>, cudaFuncAttributeMaxDynamicSharedMemorySize, usable));
+            CUDA_TRY(cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, usable));
+            return usable;
+        };
+        auto got = probe();
+        if (got) r.max_bytes = *got;
+        else r.error = got.error().message;
+        return r;
+    }();
+    return a;
+}
+
+}  // namespace
+
 Expected<int> attention_max_slots(int head_dim) {
-    int dev = 0, smem_max = 0;
-    CUDA_TRY(cudaGetDevice(&dev));
-    CUDA_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return std::max(0, (smem_max - 1024) / (int)sizeof(float) - head_dim);
+    const AttnSmem& a = attn_smem();
+    if (!a.error.empty()) return make_error(a.error);
+    return std::max(0, a.max_bytes / (int)sizeof(float) - head_dim);
 }
 
 Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype, int block_size,
@@ -535,24 +566,18 @@ Expected<bool> attention(const float* q, const void* k_layer, const void* v_laye
                          float* out, cudaStream_t s) {
     if (n_tok == 0) return true;
     const size_t smem = ((size_t)head_dim + b.max_slots) * sizeof(float);
-    int dev = 0, smem_max = 0;
-    CUDA_TRY(cudaGetDevice(&dev));
-    CUDA_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (smem > (size_t)smem_max - 1024)
+    const AttnSmem& a = attn_smem();
+    if (!a.error.empty()) return make_error(a.error);
+    if (smem > (size_t)a.max_bytes)
         return make_error("gpu attention: ", b.max_slots, " slots need ", (int64_t)smem, " bytes of shared memory, over the device's ",
-                          smem_max, "; shorten the context (max about ", (smem_max - 1024) / 4 - head_dim, " slots)");
+                          a.max_bytes + 1024, "; shorten the context (max about ", a.max_bytes / 4 - head_dim, " slots)");
     const dim3 grid((unsigned)n_tok, (unsigned)n_head);
-    if (dtype == KvDtype::F16) {
-        auto* kern = attention_kernel<uint16_t>;
-        if (smem > 48 * 1024) CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kern<<<grid, 128, smem, s>>>(q, static_cast<const uint16_t*>(k_layer), static_cast<const uint16_t*>(v_layer),
-                                     block_size, n_head, n_head_kv, head_dim, scale, b, out);
-    } else {
-        auto* kern = attention_kernel<float>;
-        if (smem > 48 * 1024) CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kern<<<grid, 128, smem, s>>>(q, static_cast<const float*>(k_layer), static_cast<const float*>(v_layer),
-                                     block_size, n_head, n_head_kv, head_dim, scale, b, out);
-    }
+    if (dtype == KvDtype::F16)
+        attention_kernel<uint16_t><<<grid, 128, smem, s>>>(q, static_cast<const uint16_t*>(k_layer), static_cast<const uint16_t*>(v_layer),
+                                                           block_size, n_head, n_head_kv, head_dim, scale, b, out);
+    else
+        attention_kernel<float><<<grid, 128, smem, s>>>(q, static_cast<const float*>(k_layer), static_cast<const float*>(v_layer),
+                                                        block_size, n_head, n_head_kv, head_dim, scale, b, out);
     CUDA_TRY_LAUNCH();
     return true;
 }

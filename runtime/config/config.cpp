@@ -378,7 +378,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("price_cached", p.price_cached, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("quality", p.quality, 0, 1, "in [0, 1] (or omitted: from the parameter count)") &&
                       r.get_in("kv_overcommit", p.kv_overcommit, 1, 64, "in [1, 64] (1: KV reservations never exceed the pool)") &&
-                      r.get_in("gpu_memory_fraction", p.gpu_memory_fraction, 0.05, 1, "in [0.05, 1] (a share of the device's free memory)");
+                      r.get_in("gpu_memory_fraction", p.gpu_memory_fraction, 0.05, 1, "in [0.05, 1] (a share of the device's free memory)") &&
+                      r.get("cuda_graphs", p.cuda_graphs);
             if (!ok) return fail(r.err);
             p.kv_size_set = r.has("kv_blocks") || r.has("kv_gib");
             if (const toml::table* st = r.sub("synth")) {
@@ -455,7 +456,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' ";
                 if (p.backend != "sim") return fail(at + "has [pool.sim] but backend = \"" + p.backend + "\"; set backend = \"sim\" or drop [pool.sim]");
                 if (!p.sim) return fail(at + "has backend = \"sim\" but no [pool.sim] table; add one with device = and model = (see configs/sim)");
-                for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype", "gpu_memory_fraction"})
+                for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype", "gpu_memory_fraction",
+                                      "cuda_graphs"})
                     if (r.has(k))
                         return fail(at + "is simulated: '" + k + "' does not apply (the model and KV come from [pool.sim]; its draft is [pool.sim] draft)");
             }
@@ -464,7 +466,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
                 for (const char* k : {"model", "synth", "draft", "backend", "threads", "kv_blocks", "kv_gib", "block_size",
                                       "kv_dtype", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache",
-                                      "gpu_memory_fraction"})
+                                      "gpu_memory_fraction", "cuda_graphs"})
                     if (r.has(k))
                         return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
                 std::string host;

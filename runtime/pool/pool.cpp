@@ -107,7 +107,7 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
       << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft << '|'
-      << p.kv_size_set << '|' << p.gpu_memory_fraction;
+      << p.kv_size_set << '|' << p.gpu_memory_fraction << '|' << p.cuda_graphs;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     if (p.sim) {  // a simulated pool: its device, shapes and generator (the files' contents, as read)
         const SimPoolConfig& s = *p.sim;
@@ -378,7 +378,7 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.draft_model_keep = p.draft_model;
     if (pc.sim) eo.sim = std::make_shared<const SimPoolConfig>(*pc.sim);
 #ifdef STEWARD_HAVE_CUDA
-    if (p.backend == "cuda") eo.backend = cuda_backend_factory();
+    if (p.backend == "cuda") eo.backend = cuda_backend_factory(pc.cuda_graphs);
 #endif
     const int n_layer = p.model->params().n_layer;
     for (const BucketConfig& b : config.buckets)

@@ -45,7 +45,7 @@ const Model& draft() {
     return *m;
 }
 
-EngineOptions options(bool cuda) {
+EngineOptions options(bool cuda, bool graphs = true) {
     EngineOptions o;
     o.n_blocks = 128;
     o.block_size = 16;
@@ -54,7 +54,7 @@ EngineOptions options(bool cuda) {
     o.n_threads = 2;
     o.self_draft_layers = {2};
     o.draft_model = &draft();
-    if (cuda) o.backend = cuda_backend_factory();
+    if (cuda) o.backend = cuda_backend_factory(graphs);
     return o;
 }
 
@@ -81,12 +81,13 @@ struct Out {
     std::map<uint64_t, std::vector<int32_t>> tokens;
     std::map<uint64_t, FinishReason> finish;
     EngineStats stats;
+    std::string backend;
 };
 
 // Two rounds of 8 requests sharing prefixes (the second round finds the first's blocks cached),
 // then a session's second turn diverging inside its cached last block (copy-on-write).
-Out run(bool cuda) {
-    Engine e(target(), options(cuda));
+Out run(bool cuda, bool graphs = true) {
+    Engine e(target(), options(cuda, graphs));
     Out out;
     double t = 0;
     auto drain = [&] {
@@ -126,6 +127,7 @@ Out run(bool cuda) {
     drain();
     e.end_session("agent");
     out.stats = e.stats();
+    out.backend = e.backend_name();
     CHECK(out.stats.kv.n_blocks_in_use == 0);
     return out;
 }
@@ -140,6 +142,14 @@ TEST_CASE("the engine on the CUDA backend gives the CPU engine's greedy tokens: 
     CHECK(gpu.stats.n_drafts > 0);
     CHECK(gpu.stats.n_accepted_tokens > 0);
     CHECK(gpu.stats.kv.n_cow_blocks > 0);
+    // Its decode steps replayed CUDA graphs (a refused capture would name itself here); with
+    // cuda_graphs off, the same tokens from plain launches.
+    INFO(gpu.backend);
+    CHECK(gpu.backend.find("with CUDA graphs: ") != std::string::npos);
+    CHECK(gpu.backend.find(" 0 replays") == std::string::npos);
+    const Out eager = run(true, false);
+    CHECK(eager.backend.find("without CUDA graphs") != std::string::npos);
+    CHECK(eager.tokens == cpu.tokens);
 }
 
 TEST_CASE("a backend = \"cuda\" pool sizes its KV from the device's free memory and its engine runs on the device", "[gpu_engine]") {

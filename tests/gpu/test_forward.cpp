@@ -5,6 +5,7 @@
 // both wrote compared too; greedy tokens on the device equal the CPU logits' argmax.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -244,4 +245,135 @@ TEST_CASE("a forward sharing a full forward's weights (a self-draft) gives the C
     std::vector<SeqInput> b(1);
     b[0].tokens = toks, b[0].block_table = table, b[0].logits = LogitsMode::ALL;
     run_both(cpu, ckv, **shared, **gkv, b, 1e-4);
+}
+
+TEST_CASE("decode through CUDA graphs gives the plain launches' logits and the CPU's, as batches change size, sequences cross a slot bucket and pools change",
+          "[gpu_forward]") {
+    ExactQuantScope exact;
+    for (const Shape& sh : shapes()) {
+        if (sh.name != "llama F32, GQA 4" && sh.name != "llama F16, GQA") continue;
+        INFO(sh.name);
+        auto model = make_model(sh.spec);
+        const ModelParams& p = model->params();
+        CpuForward cpu(*model, 2, 256);
+        auto graphed = GpuForward::create(*model, 256);
+        auto plain = GpuForward::create(*model, 256);
+        REQUIRE(graphed.ok());
+        REQUIRE(plain.ok());
+        (*plain)->set_max_graphs(0);
+        const int bs = 16, n_blocks = 64;
+        const KvConfig kc = KvStorage::config_for(p, n_blocks, bs, sh.kv);
+        KvStorage ckv(kc);
+        auto gkv = GpuKv::create(kc), pkv = GpuKv::create(kc);
+        REQUIRE(gkv.ok());
+        REQUIRE(pkv.ok());
+        std::vector<int32_t> blocks(n_blocks);
+        std::iota(blocks.begin(), blocks.end(), 0);
+        std::shuffle(blocks.begin(), blocks.end(), std::mt19937(5));
+        std::vector<std::vector<int32_t>> tabs = {{blocks.begin(), blocks.begin() + 20}, {blocks.begin() + 20, blocks.begin() + 24},
+                                                  {blocks.begin() + 24, blocks.begin() + 30}, {blocks.begin() + 30, blocks.begin() + 42}};
+        std::mt19937 rng(9);
+        auto toks = [&](int n) {
+            std::vector<int32_t> v(n);
+            for (int32_t& x : v) x = (int32_t)(rng() % p.n_vocab);
+            return v;
+        };
+        // Three forwards over three pools holding the same sequences: the CPU, graphs, plain launches.
+        auto step = [&](GpuForward& gf, GpuKv& gk, const std::vector<SeqInput>& b, std::vector<float>& out) {
+            auto r = gf.forward(gk, b, out);
+            INFO((r.ok() ? std::string("ok") : r.error().message));
+            REQUIRE(r.ok());
+        };
+        // Prefill (not graphed): 250, 5, 46 and 126 tokens, 128 at a time.
+        int np[4] = {0, 0, 0, 0};
+        const int lens[4] = {250, 5, 46, 126};
+        for (int s = 0; s < 4; s++) {
+            const auto t = toks(lens[s]);
+            for (int at = 0; at < lens[s]; at += 128) {
+                const int n = std::min(128, lens[s] - at);
+                std::vector<SeqInput> b(1);
+                b[0].n_past = at, b[0].tokens = std::span<const int32_t>(t.data() + at, n), b[0].block_table = tabs[s];
+                std::vector<float> w, g, q;
+                REQUIRE(cpu.forward(ckv, b, w).ok());
+                step(**graphed, **gkv, b, g);
+                step(**plain, **pkv, b, q);
+            }
+            np[s] = lens[s];
+        }
+        CHECK((*graphed)->graph_stats().replays == 0);
+        // Decode steps over changing subsets of the sequences: a graph replays other sequences than
+        // it was captured with ({0, 2, 3} then {1, 2, 3}, {2, 3, 1}), sequences 2 and 3 start new
+        // blocks (slots 48 and 128), sequence 0 goes from 250 to past 256 slots (the next bucket),
+        // and the last step asks for every row's logits (ALL on one token).
+        const std::vector<std::vector<int>> subsets = {{0, 1, 2, 3}, {0, 1, 2}, {1}, {0, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3},
+                                                       {3, 0}, {1, 2, 3}, {0, 1, 2, 3}, {0}, {0, 1, 2, 3}, {2, 3, 1}};
+        // (sequences, slot bucket) -> steps of that shape: its first warms up, its second captures.
+        std::map<std::pair<int, int>, int> shapes_seen;
+        for (size_t i = 0; i < subsets.size(); i++) {
+            INFO("decode step " << i);
+            const auto d = toks(4);
+            std::vector<SeqInput> b;
+            int longest = 0;
+            for (int s : subsets[i]) {
+                SeqInput in;
+                in.n_past = np[s]++;
+                in.tokens = std::span<const int32_t>(d.data() + s, 1);
+                in.block_table = tabs[s];
+                if (i + 1 == subsets.size()) in.logits = LogitsMode::ALL;
+                longest = std::max(longest, in.n_past + 1);
+                b.push_back(in);
+            }
+            shapes_seen[{(int)b.size(), longest <= 256 ? 256 : 512}]++;
+            std::vector<float> want, g, q;
+            REQUIRE(cpu.forward(ckv, b, want).ok());
+            step(**graphed, **gkv, b, g);
+            step(**plain, **pkv, b, q);
+            CHECK(rel_err(g, q) < 1e-6);  // the same kernels with the same arguments
+            CHECK(rel_err(g, want) < sh.tol);
+        }
+        int64_t repeated = 0;
+        for (const auto& [shape, n] : shapes_seen) repeated += n > 1;
+        REQUIRE(repeated >= 2);  // the test's subsets repeat shapes: graphs do replay
+        const GpuForward::GraphStats gs = (*graphed)->graph_stats(), ps = (*plain)->graph_stats();
+        INFO("graphs turned off: " << gs.disabled);
+        CHECK(gs.disabled.empty());
+        CHECK(gs.warmups == (int64_t)shapes_seen.size());
+        CHECK(gs.captured == repeated);
+        CHECK(gs.replays == (int64_t)subsets.size() - gs.warmups);
+        CHECK(gs.eager_decodes == 0);
+        CHECK(ps.replays == 0);
+        CHECK(ps.captured == 0);
+        CHECK(ps.eager_decodes == (int64_t)subsets.size());
+
+        // The graphed forward on the plain forward's pool (same contents), twice (a warm-up, then a
+        // capture): a graph of its own, not one captured over the other pool, and the plain
+        // forward's logits. Rerunning a step rewrites its slots with the same values.
+        const auto d = toks(4);
+        std::vector<SeqInput> b(4);
+        for (int s = 0; s < 4; s++) b[s].n_past = np[s], b[s].tokens = std::span<const int32_t>(d.data() + s, 1), b[s].block_table = tabs[s];
+        std::vector<float> q, g;
+        step(**plain, **pkv, b, q);
+        for (int twice = 0; twice < 2; twice++) {
+            step(**graphed, **pkv, b, g);
+            CHECK(rel_err(g, q) < 1e-6);
+        }
+        CHECK((*graphed)->graph_stats().captured == gs.captured + 1);
+
+        // At most one graph kept: a step of another shape, seen twice, drops the other one.
+        (*graphed)->set_max_graphs(1);
+        std::vector<SeqInput> two(b.begin(), b.begin() + 2);
+        step(**plain, **pkv, two, q);
+        for (int twice = 0; twice < 2; twice++) {
+            step(**graphed, **pkv, two, g);
+            CHECK(rel_err(g, q) < 1e-6);
+        }
+        CHECK((*graphed)->graph_stats().evicted == 1);
+        std::vector<int32_t> greedy;  // forward_greedy through a graph: the plain logits' argmax
+        REQUIRE((*graphed)->forward_greedy(**pkv, two, greedy).ok());
+        REQUIRE(greedy.size() == 2);
+        for (int r = 0; r < 2; r++) {
+            const auto row = q.begin() + (std::ptrdiff_t)r * p.n_vocab;
+            CHECK(greedy[r] == (int32_t)(std::max_element(row, row + p.n_vocab) - row));
+        }
+    }
 }

@@ -104,6 +104,9 @@ struct PoolConfig {
     // backend cuda without kv_blocks / kv_gib: the share of the device's free memory the pool takes
     // for weights, activations and KV together (vLLM's gpu_memory_utilization, of free memory)
     double gpu_memory_fraction = 0.9;
+    // backend cuda: decode steps replay CUDA graphs (gpu/forward.h); false launches every kernel
+    // (vLLM's enforce_eager)
+    bool cuda_graphs = true;
     int block_size = 16;
     std::string kv_dtype = "f32";   // f32 | f16
     int max_batch = 32;             // sequences per step

@@ -35,6 +35,10 @@ TEST_CASE("a minimal config gets defaults and a catch-all bucket", "[config]") {
     CHECK(c->pools.size() == 1);
     CHECK(c->pools[0].model == "/etc/steward/m.gguf");  // relative to the config file
     CHECK(c->pools[0].block_size == 16);
+    CHECK(c->pools[0].cuda_graphs);  // vLLM's default: decode through CUDA graphs
+    auto eager = parse_config(std::string(kMinimal) + "cuda_graphs = false\n", "x.toml");
+    REQUIRE(eager.ok());
+    CHECK_FALSE(eager->pools[0].cuda_graphs);
     REQUIRE(c->buckets.size() == 1);
     CHECK(c->buckets[0].pool == "p");
 }
@@ -47,6 +51,7 @@ TEST_CASE("bad configs are refused with file:line:column, the key and the fix", 
         {"[[pool]]\nname = \"p\"\nmodel = \"m\"\nblok_size = 16\n", "x.toml:4:1: unknown key 'blok_size'"},
         {"[[pool]]\nname = \"p\"\nmodel = \"m\"\nblock_size = \"big\"\n", "x.toml:4:14: [[pool]].block_size must be an integer"},
         {"[[pool]]\nname = \"p\"\nmodel = \"m\"\nblock_size = 12\n", "power of two"},
+        {"[[pool]]\nname = \"p\"\nmodel = \"m\"\ncuda_graphs = \"no\"\n", "x.toml:4:15: [[pool]].cuda_graphs must be a boolean"},
         {"[[pool]]\nname = \"p\"\n", "needs model"},
         {"[limits]\nrequest_timeout_ms = 5\n", "defines no [[pool]]"},
         {std::string(kMinimal) + "[[bucket]]\nname = \"b\"\npool = \"nope\"\n", "routes to pool 'nope'"},
@@ -225,6 +230,7 @@ pool = "w2"
     } bad[] = {
         {"[[pool]]\nname = \"w\"\nremote = \"h:1\"\nmodel = \"m.gguf\"\n", "belongs in the worker's own config"},
         {"[[pool]]\nname = \"w\"\nremote = \"h:1\"\nkv_blocks = 8\n", "'kv_blocks' belongs in the worker"},
+        {"[[pool]]\nname = \"w\"\nremote = \"h:1\"\ncuda_graphs = false\n", "'cuda_graphs' belongs in the worker"},
         {"[[pool]]\nname = \"w\"\nremote = \"nohost\"\n", "remote must be \"host:port\""},
         {"[[pool]]\nname = \"w\"\nremote = \"h:70000\"\n", "port in [1, 65535]"},
         {"[[pool]]\nname = \"w\"\nremote = \"h:12x\"\n", "remote must be"},
