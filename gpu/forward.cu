@@ -2,9 +2,9 @@
 // kernels on one stream, read top to bottom as cpu/forward.cpp: validate (the shared check_batch),
 // embed, per layer rmsnorm -> QKV (+ biases, q/k head norms) -> RoPE -> KV write -> attention ->
 // output projection -> rmsnorm -> SwiGLU FFN, then the final norm and the output head.
-#include <cmath>
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -445,14 +445,13 @@ struct GpuForward::Impl {
     // ---- decode graphs: a decode step (every sequence one new token, causal, its logits wanted)
     // replays a CUDA graph of launch() captured for its number of sequences and the attention's
     // slot bucket (its longest sequence rounded up to a power of two >= 256, past 8192 slots to a
-    // multiple of 8192), over one KV pool. The
-    // graph's tables live in its own device buffer, sized for the bucket's block tables, so every
-    // replay reads them at the addresses captured; everything else launch() touches (weights,
-    // scratch, KV) is fixed for the forward's life. Kernels read sequence lengths from the tables,
-    // so one graph serves every step of its bucket. A shape's first step runs plainly (the warm-up
-    // PyTorch and vLLM do before a capture: lazily loaded kernels and cuBLAS's choices for the
-    // shape are settled outside the capture); its second is captured. Least recently used graphs
-    // are dropped past max_graphs.
+    // multiple of 8192), over one KV pool. The graph's tables live in its own device buffer, sized
+    // for the bucket's block tables, so every replay reads them at the addresses captured;
+    // everything else launch() touches (weights, scratch, KV) is fixed for the forward's life.
+    // Kernels read sequence lengths from the tables, so one graph serves every step of its bucket.
+    // A shape's first step runs plainly (the warm-up PyTorch and vLLM do before a capture: lazily
+    // loaded kernels and cuBLAS's choices for the shape are settled outside the capture); its
+    // second is captured. Least recently used graphs are dropped past max_graphs.
     struct GraphKey {
         int n_seq = 0, slots = 0;
         uint64_t kv = 0;  // the KV pool's id
@@ -460,8 +459,7 @@ struct GpuForward::Impl {
     };
     struct DecodeGraph {
         GraphKey key;
-        int32_t* ints = nullptr;
-        size_t ints_cap = 0;
+        int32_t* ints = nullptr;  // the tables, for the bucket's most block-table entries
         cudaGraphExec_t exec = nullptr;
         uint64_t used = 0;
     };
@@ -470,7 +468,6 @@ struct GpuForward::Impl {
     int max_graphs = GpuForward::kDefaultMaxGraphs;
     uint64_t graph_clock = 0;
     GpuForward::GraphStats gstats;
-    int attn_slot_limit = -1;  // gpu::attention_max_slots, asked once
 
     static void drop(DecodeGraph& g) {
         if (g.exec) cudaGraphExecDestroy(g.exec);
@@ -520,17 +517,14 @@ struct GpuForward::Impl {
     // reason kept in gstats.disabled).
     Expected<bool> run_graph(GpuKv& kv, const Layout& L) {
         if (max_graphs <= 0) return false;
-        if (attn_slot_limit < 0) {
-            auto lim = gpu::attention_max_slots(p.head_dim);
-            if (!lim) return lim.error();
-            attn_slot_limit = *lim;
-        }
+        auto attn_slot_limit = gpu::attention_max_slots(p.head_dim);  // asked of the device once per process
+        if (!attn_slot_limit) return attn_slot_limit.error();
         // Powers of two up to 8192 slots, then multiples of 8192: the attention's shared memory is
         // at most 32 KiB over what the step needs (a long context keeps its blocks per SM).
         int slots = 256;
         while (slots < L.max_slots && slots < 8192) slots *= 2;
         if (slots < L.max_slots) slots = (L.max_slots + 8191) / 8192 * 8192;
-        slots = std::min(slots, attn_slot_limit);
+        slots = std::min(slots, *attn_slot_limit);
         if (slots < L.max_slots) return false;  // the plain path names the limit
         const GraphKey key{L.n_seq, slots, kv.id()};
         DecodeGraph* g = nullptr;
@@ -553,8 +547,8 @@ struct GpuForward::Impl {
             DecodeGraph made;
             made.key = key;
             const int bs = kv.config().block_size;
-            made.ints_cap = L.o_bt + (size_t)L.n_seq * (size_t)((slots + bs - 1) / bs);
-            if (cudaMalloc(&made.ints, made.ints_cap * sizeof(int32_t)) != cudaSuccess) {
+            const size_t ints_cap = L.o_bt + (size_t)L.n_seq * (size_t)((slots + bs - 1) / bs);
+            if (cudaMalloc(&made.ints, ints_cap * sizeof(int32_t)) != cudaSuccess) {
                 (void)cudaGetLastError();  // out of device memory for the tables: this step runs plainly
                 made.ints = nullptr;
                 return false;
