@@ -147,7 +147,9 @@ private:
     bool type_error(const char* key, const toml::node& n, const char* want) {
         std::ostringstream got;
         got << n.type();
-        return fail_at(n, ctx_ + "." + key + " must be " + want + ", got a " + got.str());
+        const std::string g = got.str();
+        const bool vowel = !g.empty() && std::string("aeiou").find(g[0]) != std::string::npos;  // an integer, an array
+        return fail_at(n, ctx_ + "." + key + " must be " + want + ", got " + (vowel ? "an " : "a ") + g);
     }
     const toml::table& t_;
     std::string src_, ctx_;
