@@ -1,6 +1,7 @@
 // The simulated backend through the whole runtime (actors, admission, the speculation plugin per
 // step, the per-bucket metrics): requests finish with max_tokens of the generator's tokens, the
-// same with speculation on, and each bucket's measured acceptance follows its [bucket.sim] rate.
+// same with speculation on, and each bucket's measured acceptance follows its [bucket.sim] rate; the
+// adaptive plugin's choices on the cost model's step times, the same on any machine.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +16,7 @@ using namespace steward_test;
 
 namespace {
 
-std::string sim_config() {
+std::string sim_config(const std::string& buckets) {
     const std::string sim = std::string(STEWARD_SOURCE_DIR) + "/configs/sim/";
     return R"(
 [sim]
@@ -36,19 +37,21 @@ device = ")" + sim + R"(h100.toml"
 model = ")" + sim + R"(llama-8b.toml"
 draft = ")" + sim + R"(llama-1b.toml"
 concentration = 1000
-)" + [] {
-        std::string b;
-        for (auto [name, acc, spec] : {std::tuple{"plain", "0.5", ""}, std::tuple{"hot", "0.1", "fixed"},
-                                       std::tuple{"cold", "0.9", "fixed"}}) {
-            b += std::string("[[bucket]]\nname = \"") + name + "\"\npool = \"h100\"\n[bucket.match]\nhint = \"" + name +
-                 "\"\n[bucket.sim]\nacceptance = " + acc + "\n";
-            if (*spec) b += std::string("[bucket.speculation]\nplugin = \"") + spec + "\"\nbudget = 4\nsource = \"draft\"\n";
-        }
-        return b;
-    }();
+)" + buckets;
 }
 
-std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int n, int max_tokens) {
+// A bucket of the h100 pool whose drafts are accepted at `acceptance`, speculating with `speculation`
+// (the [bucket.speculation] lines; none when empty).
+std::string sim_bucket(const std::string& name, const std::string& acceptance, const std::string& speculation) {
+    std::string b = "[[bucket]]\nname = \"" + name + "\"\npool = \"h100\"\n[bucket.match]\nhint = \"" + name +
+                    "\"\n[bucket.sim]\nacceptance = " + acceptance + "\n";
+    if (!speculation.empty()) b += "[bucket.speculation]\n" + speculation + "\n";
+    return b;
+}
+
+// n requests of the hint with max_tokens each; one after another when sequential.
+std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int n, int max_tokens,
+                                       bool sequential = false) {
     std::vector<GenerationRequest> reqs;
     for (int i = 0; i < n; i++) {
         GenerationRequest q;
@@ -57,14 +60,20 @@ std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int
         q.max_tokens = max_tokens;
         reqs.push_back(q);
     }
-    return run_all(rt, reqs);
+    if (!sequential) return run_all(rt, reqs);
+    std::vector<GenerationResult> out;
+    for (const auto& q : reqs) out.push_back(run_all(rt, {q}).front());
+    return out;
 }
 
 }  // namespace
 
 TEST_CASE("a simulated pool serves through the runtime: max_tokens each, and each bucket's acceptance as configured",
           "[sim][speculation]") {
-    auto rt = Runtime::start(write_config("sim_runtime.toml", sim_config()));
+    auto rt = Runtime::start(write_config(
+        "sim_runtime.toml", sim_config(sim_bucket("plain", "0.5", "") +
+                                       sim_bucket("hot", "0.1", "plugin = \"fixed\"\nbudget = 4\nsource = \"draft\"") +
+                                       sim_bucket("cold", "0.9", "plugin = \"fixed\"\nbudget = 4\nsource = \"draft\""))));
     REQUIRE(rt);
     const auto plain = generate(**rt, "plain", 16, 64);
     const auto hot = generate(**rt, "hot", 16, 64);
@@ -86,4 +95,34 @@ TEST_CASE("a simulated pool serves through the runtime: max_tokens each, and eac
     CHECK(m["plain"]["speculation"]["drafts"].get<int64_t>() == 0);
     CHECK(rate("hot") == Approx(0.1).margin(0.06));
     CHECK(rate("cold") == Approx(0.9).margin(0.06));
+}
+
+TEST_CASE("adaptive on a simulated pool drafts long chains where drafts are accepted and only probes where they are not",
+          "[sim][speculation]") {
+    // The simulated pool prices each step and each draft with its cost model, so the policy reads the
+    // same step times on any machine (a real pool's measured times move with the machine's load): an
+    // 8B target on an H100 with a 1B draft, where a draft token costs about a sixth of a plain step.
+    const std::string params = "plugin = \"adaptive\"\nprior_acceptance = 0.9\nprobe_every = 16\nk_max = 4\nsource = \"draft\"";
+    auto rt = Runtime::start(write_config("sim_adaptive.toml", sim_config(sim_bucket("hi", "0.95", params) +
+                                                                          sim_bucket("lo", "0.1", params))));
+    REQUIRE(rt);
+    const auto hi = generate(**rt, "hi", 6, 48, true);
+    const auto lo = generate(**rt, "lo", 6, 48, true);
+    for (const auto* rs : {&hi, &lo})
+        for (const auto& r : *rs) {
+            REQUIRE(r.ok());
+            REQUIRE(r.tokens.size() == 48);
+        }
+    const int64_t n_hi = 6 * 48, n_lo = 6 * 48;
+    auto m = nlohmann::json::parse((*rt)->metrics_json())["buckets"];
+    auto fig = [&](const char* b, const char* f) { return m[b]["speculation"][f].get<int64_t>(); };
+    // Accepted drafts: the policy drafts at (nearly) every step, the longest chains it may (4; fewer
+    // only in a request's last tokens).
+    CHECK(fig("hi", "draft_tokens") > n_hi / 2);
+    CHECK(fig("hi", "draft_tokens") >= 3 * fig("hi", "drafts"));
+    CHECK(fig("hi", "accepted_tokens") > fig("hi", "draft_tokens") * 3 / 4);
+    // Rejected drafts: after the first request's few steps, only the probes (2 tokens per 16 steps).
+    CHECK(fig("lo", "accepted_tokens") < fig("lo", "draft_tokens") / 2);
+    CHECK(fig("lo", "draft_tokens") < n_lo / 5);
+    CHECK(fig("hi", "draft_tokens") > 3 * fig("lo", "draft_tokens"));
 }

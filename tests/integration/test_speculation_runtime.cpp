@@ -140,21 +140,28 @@ TEST_CASE("greedy output is the same with plugin-driven speculation on and off, 
     }
 }
 
-TEST_CASE("adaptive speculates long chains where the draft always agrees and drops to k = 0 where it rarely does",
+TEST_CASE("adaptive drops to k = 0 on a real pool whose draft rarely agrees, and every draft it makes where the draft "
+          "always agrees is accepted",
           "[speculation]") {
     const std::string params = "plugin = \"adaptive\"\nprior_acceptance = 0.9\nprobe_every = 16\nk_max = 8";
     auto rt = start("spec_adaptive.toml",
                     spec_config(bucket("hi", "agree", params) + bucket("lo", "differ", params) + bucket("other", "agree", "")));
     const auto hi = generate(*rt, "hi", 6, 48, true);
     const auto lo = generate(*rt, "lo", 6, 48, true);
+    for (const auto* rs : {&hi, &lo})
+        for (const auto& r : *rs) {
+            REQUIRE(r.ok());
+            CHECK(r.tokens.size() == 48);
+        }
     const SpecFigures h = figures(*rt, "hi"), l = figures(*rt, "lo");
-    // Where every draft is accepted, the policy drafts far more than where drafts are rejected. It
-    // weighs measured step times, so how long its chains are depends on the machine (under ASan on
-    // CI's loaded 2 cores, 91 of 288 tokens; quiet, over half): the comparison holds on any.
+    // The policy weighs the step times this machine measures, so how long its chains are where the
+    // draft always agrees depends on the machine and its load (under ASan on CI's loaded 2 cores, from
+    // under a third of the tokens to over half): test_sim_runtime.cpp compares the chains on a
+    // simulated pool's priced steps, the same on any machine. What holds here on any machine: ...
     CHECK(h.accepted == h.draft_tokens);
-    CHECK(h.draft_tokens > 2 * l.draft_tokens);
-    // Where drafts are mostly rejected, the policy stops asking for them: after the first request's
-    // few steps, only the probes (one of 2 tokens per 16 steps at k = 0) draft.
+    // ... and where drafts are mostly rejected, the policy stops asking for them: after the first
+    // request's few steps, only the probes (one of 2 tokens per 16 steps at k = 0) draft.
+    CHECK(l.drafts > 0);
     CHECK(l.accepted < l.draft_tokens / 2);
     CHECK(l.draft_tokens < n_tokens(lo) / 3);
 }
