@@ -88,7 +88,7 @@ port = {port}
 
 [cluster]
 heartbeat_ms = 100
-heartbeat_timeout_ms = 1500
+heartbeat_timeout_ms = 10000
 reconnect_ms = 200
 
 [[tenant]]

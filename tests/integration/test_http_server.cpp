@@ -14,10 +14,12 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -603,6 +605,23 @@ TEST_CASE("request fields the runtime enforces: model pins the pool, stop string
 
 TEST_CASE("a client that disconnects mid-stream cancels its request and its KV blocks go back", "[http]") {
     auto s = serve_with();
+    // The forwards past the 32nd (the prompt's and 31 tokens') wait until the client has hung up:
+    // the request is mid-stream then on any machine, however late this thread reads.
+    struct HookGuard {
+        std::promise<void> release;
+        std::shared_future<void> released = release.get_future().share();
+        ~HookGuard() {
+            try {
+                release.set_value();
+            } catch (...) {
+            }
+            set_forward_fault_hook({});
+        }
+    } guard;
+    auto n_calls = std::make_shared<std::atomic<int>>(0);
+    set_forward_fault_hook([n_calls, released = guard.released](std::span<const uint64_t>) {
+        if ((*n_calls)++ >= 32) released.wait();
+    });
     net::io_context io;
     {
         tcp::socket sock = connect(io, s.port);
@@ -623,6 +642,7 @@ TEST_CASE("a client that disconnects mid-stream cancels its request and its KV b
         const json mid = json::parse(s.rt->metrics_json());
         CHECK(blocks_reserved(mid) > 0);
     }  // closed
+    guard.release.set_value();
     s.rt->drain();
     const json m = json::parse(s.rt->metrics_json());
     CHECK(blocks_reserved(m) == 0);

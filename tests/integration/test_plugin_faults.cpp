@@ -28,12 +28,13 @@ std::vector<int32_t> ids(int n, int salt) {
     return v;
 }
 
-// The pools with extra [plugins] keys.
+// The pools with extra [plugins] keys, and the tests' generous decision budgets for those it does
+// not set.
 std::string pools_with(const std::string& plugin_keys, TwoPoolOptions o = {}) {
-    std::string t = two_pool_toml(o);
-    const std::string key = "[plugins]\n";
-    t.replace(t.find(key), key.size(), key + plugin_keys + "\n");
-    return t;
+    o.plugin_keys = plugin_keys + "\n";
+    for (const std::string k : {"decision_budget_ms", "step_decision_budget_ms"})
+        if (("\n" + plugin_keys).find("\n" + k + " ") == std::string::npos) o.plugin_keys += k + " = 60000\n";
+    return two_pool_toml(o);
 }
 
 struct PolicyRow {
@@ -231,7 +232,7 @@ plugin = "crash_create"
 
 TEST_CASE("with check_in_child a plugin whose decision hangs fails the start, naming the plugin and the stage",
           "[plugin_faults]") {
-    const std::string t = pools_with("check_in_child = true\ncheck_timeout_ms = 300") + R"(
+    const std::string t = pools_with("check_in_child = true\ncheck_timeout_ms = 3000") + R"(
 [[bucket]]
 name = "spin"
 pool = "small"
@@ -243,7 +244,7 @@ plugin = "spin_routing"
     INFO(rt.error().message);
     CHECK_THAT(rt.error().message, Catch::Contains("plugin 'spin_routing'"));
     CHECK_THAT(rt.error().message, Catch::Contains("hung in a decision"));
-    CHECK_THAT(rt.error().message, Catch::Contains("check_timeout_ms = 300"));
+    CHECK_THAT(rt.error().message, Catch::Contains("check_timeout_ms = 3000"));
 }
 
 TEST_CASE("with check_in_child a plugin that leaks per decision fails the start, saying how much it kept",

@@ -243,27 +243,36 @@ TEST_CASE("a request cancelled mid-generation finishes once, as cancelled", "[ru
     auto rt = start_runtime();
     const int n = 500;  // 9 + 500 tokens: nearly the whole 512-token context
     const std::vector<int32_t> prompt = long_running_prompt(n, 9);
-    // The cancel races the last token in principle (the executor keeps stepping); 500 tokens make
-    // losing that race rare, and a retry makes the test immune to a badly timed stall of this thread.
-    GenerationResult r;
-    int n_finish = 0;
-    for (int attempt = 0; attempt < 3; attempt++) {
-        Probe probe;
-        const RequestHandle h = rt->submit(ids_request(prompt, n), probe.callbacks());
-        await(probe.first_token.get_future());
-        const bool cancelled = rt->cancel(h);
-        r = await(probe.finished.get_future());
-        rt->drain();
-        n_finish = probe.n_finish;
-        CHECK(n_finish == 1);
-        CHECK_FALSE(rt->cancel(h));  // finished: nothing to cancel any more
-        if (cancelled && r.finish == FinishReason::CANCELLED) break;
-    }
+    // Every forward after the prompt's (which gives the first token) waits until the cancel is sent:
+    // the request is mid-generation when the cancel arrives, on any machine and under any load.
+    struct HookGuard {
+        std::promise<void> release;
+        std::shared_future<void> released = release.get_future().share();
+        ~HookGuard() {
+            try {
+                release.set_value();
+            } catch (...) {
+            }
+            set_forward_fault_hook({});
+        }
+    } guard;
+    auto n_calls = std::make_shared<std::atomic<int>>(0);
+    set_forward_fault_hook([n_calls, released = guard.released](std::span<const uint64_t>) {
+        if ((*n_calls)++ >= 1) released.wait();
+    });
+    Probe probe;
+    const RequestHandle h = rt->submit(ids_request(prompt, n), probe.callbacks());
+    await(probe.first_token.get_future());
+    CHECK(rt->cancel(h));
+    guard.release.set_value();
+    const GenerationResult r = await(probe.finished.get_future());
+    rt->drain();
+    CHECK(probe.n_finish == 1);
+    CHECK_FALSE(rt->cancel(h));  // finished: nothing to cancel any more
     CHECK(r.finish == FinishReason::CANCELLED);
     CHECK_FALSE(r.ok());
     CHECK(r.tokens.size() >= 1);
     CHECK((int)r.tokens.size() < n);
-    CHECK(n_finish == 1);
 }
 
 TEST_CASE("a full queue answers overloaded, and every submitted request still finishes exactly once", "[runtime]") {
@@ -558,12 +567,13 @@ TEST_CASE("a request waiting for KV admission times out at its deadline with a m
     // timing): B can only wait in the allocator's queue until its deadline's timer fires.
     TinyOptions o;
     o.kv_blocks = 10;
-    o.request_timeout_ms = 300;
+    o.request_timeout_ms = 2000;  // A's forward must start within it, B waits it out
     auto rt = start_runtime(o);
     std::mt19937_64 rng(67);
     struct HookGuard {
         std::promise<void> release;
         std::shared_future<void> released = release.get_future().share();
+        std::promise<void> entered;  // A's first forward began: A holds the blocks
         ~HookGuard() {
             try {
                 release.set_value();
@@ -573,9 +583,14 @@ TEST_CASE("a request waiting for KV admission times out at its deadline with a m
         }
     } guard;
     std::shared_future<void> released = guard.released;
-    set_forward_fault_hook([released](std::span<const uint64_t>) { released.wait(); });
+    auto n_calls = std::make_shared<std::atomic<int>>(0);
+    set_forward_fault_hook([released, n_calls, entered = &guard.entered](std::span<const uint64_t>) {
+        if ((*n_calls)++ == 0) entered->set_value();
+        released.wait();
+    });
     Probe a, b;
     rt->submit(ids_request(random_ids(rng, 30), 120), a.callbacks());  // ceil(150 / 16) = 10 blocks
+    await(guard.entered.get_future());
     rt->submit(ids_request(random_ids(rng, 30), 120), b.callbacks());
     const GenerationResult rb = await(b.finished.get_future());
     CHECK(rb.finish == FinishReason::TIMEOUT);

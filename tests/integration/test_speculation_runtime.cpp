@@ -46,8 +46,9 @@ max_draft_tokens = 8
 watch = false
 [plugins]
 dirs = ["{}", "{}"]
+{}
 )",
-                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR);
+                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR, k_test_decision_budgets);
     t += spec_pool("agree", "agree_draft", target + "late_scale = 0.0");
     t += spec_pool("agree_draft", "", "draft_from = \"agree\"\nkeep_layers = 1");
     t += spec_pool("differ", "differ_draft", target + "late_scale = 4.0");

@@ -17,6 +17,12 @@ inline const std::filesystem::path& two_pool_dir() {
     return dir.path();
 }
 
+// [plugins] decision budgets far past any scheduling delay. A plugin's decision runs on a worker
+// thread that the caller waits for; with the defaults (50 ms, 20 ms in a step) a loaded CI machine
+// can fail to schedule that thread in time, and a test would read the fallback as the plugin's
+// answer. The tests of the budgets themselves set their own (test_plugin_faults.cpp).
+inline const std::string k_test_decision_budgets = "decision_budget_ms = 60000\nstep_decision_budget_ms = 60000\n";
+
 struct TwoPoolOptions {
     double small_price_prompt = 0.10, small_price_output = 0.30;
     double large_price_prompt = 0.50, large_price_output = 1.50;
@@ -24,6 +30,7 @@ struct TwoPoolOptions {
     int kv_blocks = 128;
     int large_dim = 128;
     bool include_small = true;
+    std::string plugin_keys = k_test_decision_budgets;  // the [plugins] table's keys besides dirs
 };
 
 // One [[pool]] table with the test's batch and queue sizes.
@@ -62,8 +69,9 @@ watch = false
 
 [plugins]
 dirs = ["{}", "{}"]
+{}
 )",
-                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR);
+                                STEWARD_PLUGIN_BUILD_DIR, STEWARD_TEST_PLUGIN_DIR, o.plugin_keys);
     t += pool_toml("large", fmt::format("{}/large{}.gguf", dir, o.large_dim), o.kv_blocks, o.large_price_prompt,
                    o.large_price_output, o.large_quality,
                    fmt::format("dim = {}\nlayers = 3\nheads = 4\nkv_heads = 2\nffn = {}\nvocab = 512\nctx = 1024\nseed = 11",
