@@ -26,6 +26,7 @@
 
 #include "api/runtime.h"
 #include "config/config.h"
+#include "forward_gate.h"
 #include "process_temp_dir.h"
 #include "sched/engine.h"
 #include "serve/http_server.h"
@@ -607,21 +608,7 @@ TEST_CASE("a client that disconnects mid-stream cancels its request and its KV b
     auto s = serve_with();
     // The forwards past the 32nd (the prompt's and 31 tokens') wait until the client has hung up:
     // the request is mid-stream then on any machine, however late this thread reads.
-    struct HookGuard {
-        std::promise<void> release;
-        std::shared_future<void> released = release.get_future().share();
-        ~HookGuard() {
-            try {
-                release.set_value();
-            } catch (...) {
-            }
-            set_forward_fault_hook({});
-        }
-    } guard;
-    auto n_calls = std::make_shared<std::atomic<int>>(0);
-    set_forward_fault_hook([n_calls, released = guard.released](std::span<const uint64_t>) {
-        if ((*n_calls)++ >= 32) released.wait();
-    });
+    steward_test::ForwardGate gate(32);
     net::io_context io;
     {
         tcp::socket sock = connect(io, s.port);
@@ -642,7 +629,7 @@ TEST_CASE("a client that disconnects mid-stream cancels its request and its KV b
         const json mid = json::parse(s.rt->metrics_json());
         CHECK(blocks_reserved(mid) > 0);
     }  // closed
-    guard.release.set_value();
+    gate.release();
     s.rt->drain();
     const json m = json::parse(s.rt->metrics_json());
     CHECK(blocks_reserved(m) == 0);

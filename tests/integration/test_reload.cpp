@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "api/runtime.h"
-#include "sched/engine.h"  // set_forward_fault_hook
+#include "forward_gate.h"
 #include "two_pool_config.h"
 
 using namespace steward;
@@ -172,21 +172,7 @@ plugin = "{}"
 
     // A long request routed by v1 (pool 0 = large); it is still running when the reload completes:
     // every forward after its prompt's waits until the reload has returned.
-    struct HookGuard {
-        std::promise<void> release;
-        std::shared_future<void> released = release.get_future().share();
-        ~HookGuard() {
-            try {
-                release.set_value();
-            } catch (...) {
-            }
-            set_forward_fault_hook({});
-        }
-    } guard;
-    auto n_calls = std::make_shared<std::atomic<int>>(0);
-    set_forward_fault_hook([n_calls, released = guard.released](std::span<const uint64_t>) {
-        if ((*n_calls)++ >= 1) released.wait();
-    });
+    ForwardGate gate(1);
     std::promise<void> first_token;
     std::atomic<bool> got_token{false};
     std::promise<GenerationResult> a_done;
@@ -213,7 +199,7 @@ plugin = "{}"
     REQUIRE(g.ok());
     CHECK(*g == 2);
     const bool a_in_flight_at_reload = !a_finished.load();
-    guard.release.set_value();
+    gate.release();
 
     GenerationRequest b;
     b.prompt_ids = ids(16, 4);

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "process_temp_dir.h"
+#include "forward_gate.h"
 #include "sched/engine.h"  // set_forward_fault_hook
 
 using namespace steward;
@@ -245,26 +246,12 @@ TEST_CASE("a request cancelled mid-generation finishes once, as cancelled", "[ru
     const std::vector<int32_t> prompt = long_running_prompt(n, 9);
     // Every forward after the prompt's (which gives the first token) waits until the cancel is sent:
     // the request is mid-generation when the cancel arrives, on any machine and under any load.
-    struct HookGuard {
-        std::promise<void> release;
-        std::shared_future<void> released = release.get_future().share();
-        ~HookGuard() {
-            try {
-                release.set_value();
-            } catch (...) {
-            }
-            set_forward_fault_hook({});
-        }
-    } guard;
-    auto n_calls = std::make_shared<std::atomic<int>>(0);
-    set_forward_fault_hook([n_calls, released = guard.released](std::span<const uint64_t>) {
-        if ((*n_calls)++ >= 1) released.wait();
-    });
+    steward_test::ForwardGate gate(1);
     Probe probe;
     const RequestHandle h = rt->submit(ids_request(prompt, n), probe.callbacks());
     await(probe.first_token.get_future());
     CHECK(rt->cancel(h));
-    guard.release.set_value();
+    gate.release();
     const GenerationResult r = await(probe.finished.get_future());
     rt->drain();
     CHECK(probe.n_finish == 1);
@@ -563,40 +550,23 @@ TEST_CASE("a response_format other than json finishes with an error naming the v
 
 TEST_CASE("a request waiting for KV admission times out at its deadline with a message naming the pool and the fix",
           "[runtime]") {
-    // A holds every block's reservation and its forward is held by the hook (deterministically, no
-    // timing): B can only wait in the allocator's queue until its deadline's timer fires.
+    // A holds every block's reservation and its forward is held at the gate; B, submitted once it is,
+    // can only wait in the allocator's queue until its deadline's timer fires (no race either way).
     TinyOptions o;
     o.kv_blocks = 10;
     o.request_timeout_ms = 2000;  // A's forward must start within it, B waits it out
     auto rt = start_runtime(o);
     std::mt19937_64 rng(67);
-    struct HookGuard {
-        std::promise<void> release;
-        std::shared_future<void> released = release.get_future().share();
-        std::promise<void> entered;  // A's first forward began: A holds the blocks
-        ~HookGuard() {
-            try {
-                release.set_value();
-            } catch (...) {
-            }
-            set_forward_fault_hook({});
-        }
-    } guard;
-    std::shared_future<void> released = guard.released;
-    auto n_calls = std::make_shared<std::atomic<int>>(0);
-    set_forward_fault_hook([released, n_calls, entered = &guard.entered](std::span<const uint64_t>) {
-        if ((*n_calls)++ == 0) entered->set_value();
-        released.wait();
-    });
+    steward_test::ForwardGate gate(0);
     Probe a, b;
     rt->submit(ids_request(random_ids(rng, 30), 120), a.callbacks());  // ceil(150 / 16) = 10 blocks
-    await(guard.entered.get_future());
+    REQUIRE(gate.wait_held());
     rt->submit(ids_request(random_ids(rng, 30), 120), b.callbacks());
     const GenerationResult rb = await(b.finished.get_future());
     CHECK(rb.finish == FinishReason::TIMEOUT);
     CHECK_THAT(rb.error, Catch::Contains("KV admission") && Catch::Contains("'tiny'") && Catch::Contains("kv_overcommit"));
     CHECK(rb.tokens.empty());
-    guard.release.set_value();
+    gate.release();
     const GenerationResult ra = await(a.finished.get_future());
     CHECK(ra.finish == FinishReason::TIMEOUT);  // its deadline passed while its forward was held
     rt->drain();
