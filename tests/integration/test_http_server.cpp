@@ -14,12 +14,10 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>

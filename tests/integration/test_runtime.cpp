@@ -16,11 +16,11 @@
 #include <random>
 
 #include "api/runtime.h"
+#include "forward_gate.h"
 #include "greedy_reference.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "process_temp_dir.h"
-#include "forward_gate.h"
 #include "sched/engine.h"  // set_forward_fault_hook
 
 using namespace steward;

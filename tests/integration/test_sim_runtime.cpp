@@ -66,7 +66,7 @@ std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int
     }
     if (!sequential) return run_all(rt, reqs);
     std::vector<GenerationResult> out;
-    for (const auto& q : reqs) out.push_back(run_all(rt, {q}).front());
+    for (const auto& q : reqs) out.push_back(rt.generate(q));
     return out;
 }
 
@@ -74,10 +74,10 @@ std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int
 
 TEST_CASE("a simulated pool serves through the runtime: max_tokens each, and each bucket's acceptance as configured",
           "[sim][speculation]") {
-    auto rt = Runtime::start(write_config(
-        "sim_runtime.toml", sim_config(sim_bucket("plain", "0.5", "") +
-                                       sim_bucket("hot", "0.1", "plugin = \"fixed\"\nbudget = 4\nsource = \"draft\"") +
-                                       sim_bucket("cold", "0.9", "plugin = \"fixed\"\nbudget = 4\nsource = \"draft\""))));
+    const std::string fixed = "plugin = \"fixed\"\nbudget = 4\nsource = \"draft\"";
+    auto rt = Runtime::start(write_config("sim_runtime.toml", sim_config(sim_bucket("plain", "0.5", "") +
+                                                                         sim_bucket("hot", "0.1", fixed) +
+                                                                         sim_bucket("cold", "0.9", fixed))));
     REQUIRE(rt);
     const auto plain = generate(**rt, "plain", 16, 64);
     const auto hot = generate(**rt, "hot", 16, 64);

@@ -87,7 +87,7 @@ std::vector<GenerationResult> generate(Runtime& rt, const std::string& hint, int
     }
     if (!sequential) return run_all(rt, reqs);
     std::vector<GenerationResult> out;
-    for (const auto& q : reqs) out.push_back(run_all(rt, {q}).front());
+    for (const auto& q : reqs) out.push_back(rt.generate(q));
     return out;
 }
 
