@@ -15,6 +15,7 @@ targets=("$@")
 dir="${STEWARD_FUZZ_BUILD:-build-fuzz}"
 launcher=()
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"  # with -g, ccache would otherwise hash the build directory
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"  # paths relative to the checkout: a clone elsewhere hits the cache
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 t0=$(date +%s)
