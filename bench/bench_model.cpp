@@ -5,8 +5,6 @@
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
 //                          [--no-kernels] (skips the per-type kernel table)
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,10 +17,9 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX2__)
 #include <immintrin.h>
-#endif
 
+#include "cpu/cpu_features.h"
 #include "cpu/forward.h"
 #include "cpu/kernels.h"
 #include "cpu/sampling.h"
@@ -42,35 +39,55 @@ constexpr int kDecodeTokens = 128;  // llama-bench -n 128: from an empty context
 
 double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// The sum of buf[b, e) (e - b a multiple of 32), as fast as this CPU reads: AVX2 where it has it.
+__attribute__((target("avx2"))) float sum_avx2(const float* buf, size_t b, size_t e) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = b; i < e; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buf[i]));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buf[i + 8]));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buf[i + 16]));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buf[i + 24]));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float total = 0.0f;
+    for (float v : t) total += v;
+    return total;
+}
+float sum_sse(const float* buf, size_t b, size_t e) {
+    __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = b; i < e; i += 16) {
+        a0 = _mm_add_ps(a0, _mm_loadu_ps(&buf[i]));
+        a1 = _mm_add_ps(a1, _mm_loadu_ps(&buf[i + 4]));
+        a2 = _mm_add_ps(a2, _mm_loadu_ps(&buf[i + 8]));
+        a3 = _mm_add_ps(a3, _mm_loadu_ps(&buf[i + 12]));
+    }
+    float t[4];
+    _mm_storeu_ps(t, _mm_add_ps(_mm_add_ps(a0, a1), _mm_add_ps(a2, a3)));
+    return t[0] + t[1] + t[2] + t[3];
+}
+
 // Read bandwidth (GB/s): n_threads sum disjoint parts of a 512 MiB buffer; best of 5 passes.
 double measure_bandwidth(int n_threads) {
     const size_t n = (size_t)1 << 27;  // floats
+    const int64_t n_parts = (int64_t)n_threads * 16;
     std::vector<float> buf(n);
-#pragma omp parallel for num_threads(n_threads)
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
+    ThreadPool pool(n_threads);
+    pool.parallel_for(n_parts, [&](int64_t part) {  // first touch by the threads that read it
+        for (size_t i = n / n_parts * part, e = i + n / n_parts; i < e; i++) buf[i] = (float)(i & 7);
+    });
     double best = 0.0;
     volatile float sink = 0.0f;
+    std::vector<float> part_sums(n_parts);
+    const bool avx2 = cpu_features().avx2 && cpu_features().os_ymm;
     for (int rep = 0; rep < 5; rep++) {
         auto t0 = clk::now();
+        pool.parallel_for(n_parts, [&](int64_t part) {
+            const size_t b = n / n_parts * part, e = b + n / n_parts;
+            part_sums[part] = avx2 ? sum_avx2(buf.data(), b, e) : sum_sse(buf.data(), b, e);
+        });
         float total = 0.0f;
-#pragma omp parallel for num_threads(n_threads) reduction(+ : total)
-        for (int part = 0; part < n_threads * 16; part++) {
-            const size_t b = n / (n_threads * 16) * part, e = b + n / (n_threads * 16);
-#if defined(__AVX2__)
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (size_t i = b; i < e; i += 32) {
-                a0 = _mm256_add_ps(a0, _mm256_load_ps(&buf[i]));
-                a1 = _mm256_add_ps(a1, _mm256_load_ps(&buf[i + 8]));
-                a2 = _mm256_add_ps(a2, _mm256_load_ps(&buf[i + 16]));
-                a3 = _mm256_add_ps(a3, _mm256_load_ps(&buf[i + 24]));
-            }
-            float t[8];
-            _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-            for (float v : t) total += v;
-#else
-            for (size_t i = b; i < e; i++) total += buf[i];
-#endif
-        }
+        for (float v : part_sums) total += v;
         sink = total;
         best = std::max(best, (double)n * 4 / secs(t0, clk::now()) / 1e9);
     }
@@ -313,6 +330,9 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(o.model_dir);
     std::printf("bench_model: synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000), "
                 "prefill %d tokens, decode %d tokens, best of %d\n", kPromptTokens, kDecodeTokens, o.reps);
+    std::printf("cpu: %s; kernel level %s (supported %s; STEWARD_CPU_LEVEL lowers it); OpenBLAS core %s\n",
+                cpu_features().model_name.c_str(), cpu_level_name(cpu_level()), cpu_level_name(cpu_level_supported()),
+                blas_core_name());
     std::map<int, double> bw;
     for (int nt : o.threads) {
         bw[nt] = measure_bandwidth(nt);

@@ -5,10 +5,11 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libcaf-dev libtomlplusplus-dev libspdlog-dev libfmt-dev catch2
       libboost-dev libboost-system-dev libopenblas-dev nlohmann-json3-dev
-      libcli11-dev libpcre2-dev curl
+      libcli11-dev libpcre2-dev curl ccache
       chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference
-      clang libclang-rt-14-dev libomp-dev)  # the fuzz tree: Clang, libFuzzer's runtime, Clang's OpenMP
+      clang libclang-rt-14-dev  # the fuzz tree: Clang and libFuzzer's runtime
+      qemu-user)  # scripts/test.sh runs the default-built steward on an emulated older CPU (Haswell)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

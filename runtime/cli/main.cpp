@@ -14,6 +14,7 @@
 #include "api/runtime.h"
 #include "config/config.h"
 #include "config/limits.h"
+#include "cpu/cpu_features.h"
 #include "cpu/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -309,9 +310,11 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < out_ids.size(); i++) std::printf(i ? " %d" : "%d", out_ids[i]);
             std::printf("\n");
         }
-        std::fprintf(stderr, "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s)\n",
+        std::fprintf(stderr, "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.1f tok/s); "
+                     "kernels %s on %s\n",
                      st->n_prompt, st->prefill_s, st->n_prompt / std::max(st->prefill_s, 1e-9), st->n_generated,
-                     st->decode_s, st->n_generated > 1 ? (st->n_generated - 1) / std::max(st->decode_s, 1e-9) : 0.0);
+                     st->decode_s, st->n_generated > 1 ? (st->n_generated - 1) / std::max(st->decode_s, 1e-9) : 0.0,
+                     cpu_level_name(cpu_level()), cpu_features().model_name.c_str());
         return 0;
     }
     return 0;

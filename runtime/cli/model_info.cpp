@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cpu/cpu_features.h"
 #include "model/gguf.h"
 #include "serve/tool_calls.h"
 
@@ -86,6 +87,8 @@ int cmd_model_info(const std::string& path) {
                 (long long)n_head_kv, (long long)head_dim, (long long)n_ctx, human_bytes(2.0 * (double)kv_elems * (double)n_ctx).c_str());
     std::printf("decode reads  %s of weights per token (%lld bytes: every matrix once, one embedding row)\n",
                 human_bytes((double)bytes_per_token).c_str(), (long long)bytes_per_token);
+    std::printf("cpu kernels   %s on %s (supported: %s; STEWARD_CPU_LEVEL lowers it)\n", cpu_level_name(cpu_level()),
+                cpu_features().model_name.c_str(), cpu_level_name(cpu_level_supported()));
     return 0;
 }
 

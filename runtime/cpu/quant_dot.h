@@ -27,52 +27,16 @@ struct ActBlock256 {
 };
 static_assert(sizeof(ActBlock32) == 40 && sizeof(ActBlock256) == 292);
 
-// True for the weight types vec_dot handles: the 12 block types of quants.h.
-bool quant_dot_supported(GgmlType type);
-
-// True for the types with 64-byte (AVX-512) kernels in this build: Q4_K, Q5_K, Q6_K.
-bool quant_dot_wide(GgmlType type);
-
-// Bytes of one quantized activation row of n_cols elements for weights of this type (n_cols a
-// multiple of the type's block width). 0 for a type quant_dot_supported refuses.
-size_t quant_act_row_bytes(GgmlType type, int64_t n_cols);
-
-// Quantizes n_cols floats into the activation blocks the type's dot product reads (out holds
-// quant_act_row_bytes bytes; no allocation). Each block's scale is max|x| / 127, codes rounded to
-// nearest, so |x - d q| <= d / 2 per element.
-void quantize_activation(GgmlType type, const float* x, int64_t n_cols, void* out);
-
-// sum_c dequant(w_row)[c] * dequant(act)[c] over n_cols elements, with the fastest path compiled
-// in (AVX-VNNI or AVX512-VNNI, else AVX2, else scalar). Thread-safe, allocates nothing.
-float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols);
-
 // The paths one by one, so that tests can hold each against the scalar twin on any machine.
 // SCALAR is always available; AVX2 (maddubs / madd), VNNI (dpbusd) and AVX512 (64-byte k-quant
-// kernels, the best 256-bit ones for the other types) where compiled in.
+// kernels, the best 256-bit ones for the other types) where the kernel level has them.
 enum class QuantDotPath { SCALAR, AVX2, VNNI, AVX512 };
-bool quant_dot_path_available(QuantDotPath path);
-float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void* act, int64_t n_cols);
+
+#include "cpu/quant_dot_api.inc"
+
 inline float vec_dot_scalar(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
     return vec_dot_on(QuantDotPath::SCALAR, type, w_row, act, n_cols);
 }
-
-// Y[t * W.n_rows + r] for rows [r_begin, r_end) and t < n_tok, from n_tok activation rows already
-// quantized for W.type (acts: [n_tok][quant_act_row_bytes(W.type, W.n_cols)]). Each weight row is
-// read once and dotted with every token while it sits in L1. Thread-safe over disjoint rows.
-void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
-                       int64_t r_end);
-
-// For matmul's streaming path: when W's type has a vec_dot and the exact path is off, quantizes
-// the n_tok rows of X ([n_tok][W.n_cols]) into the calling thread's scratch (grown to the largest
-// call, never shrunk) and returns it, for quant_matmul_rows; otherwise returns nullptr. Valid until
-// the calling thread's next call.
-const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int n_tok);
-
-// The sgemm path's tile conversion for the k-quants of the llama-quantize mixes (Q4_K, Q5_K, Q6_K):
-// the reference dequantizer's values (the same multiplies and subtracts per element, so equal up to
-// the reference's own float contraction), eight at a time with AVX2. False (out untouched) for any
-// other type, an n_elems not a multiple of 256, or a build without AVX2: use dequantize_row then.
-bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out);
 
 // The exact path: when on, matmul dequantizes each weight row with the reference dequantizer and
 // multiplies it in F32 with unquantized activations (as the F32 sgemm path does), instead of

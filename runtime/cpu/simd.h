@@ -1,9 +1,10 @@
-// Small AVX2 helpers shared by the CPU kernels (kernels.cpp, quant_dot.cpp); empty without AVX2.
+// Small AVX2 helpers shared by the CPU kernels' bodies (kernels_body.inc, quant_dot_body.inc).
+// Included by cpu/isa_variant.inc inside a level's namespace and target region, after
+// <immintrin.h>; empty at levels without AVX2.
 #pragma once
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
+#ifdef STEWARD_ISA_AVX2
 
-namespace steward::simd {
+namespace simd {
 
 // The sum of a vector's 8 lanes.
 inline float hsum(__m256 v) {
@@ -14,5 +15,5 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-}  // namespace steward::simd
+}  // namespace simd
 #endif

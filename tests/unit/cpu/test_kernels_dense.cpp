@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/quant_dot.h"
 #include "cpu/thread_pool.h"
@@ -212,4 +213,48 @@ TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd 
         to_f16(wide.data(), h.data(), n);
         for (int i = 0; i < n; i++) REQUIRE(h[i] == f32_to_f16(wide[i]));
     }
+}
+
+// Every kernel level this CPU runs (cpu/cpu_features.h), switched in one process: the dense paths
+// against the reference loop at each level, and the integer paths of the block types against the
+// scalar level's plain loops (the same integer sums per block; only the float accumulation order
+// may differ). A level that is not this machine's best is exercised here too.
+TEST_CASE("every kernel level this CPU supports matches the reference loops", "[kernels][dispatch]") {
+    const CpuLevel was = cpu_level();
+    std::mt19937 rng(31);
+    ThreadPool pool(2);
+    const int64_t K = 512, N = 37;
+    std::vector<RandomWeights> quantized;
+    for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+        quantized.emplace_back(type, K, N, rng);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> X((size_t)(5 * K));
+    for (auto& v : X) v = u(rng);
+    std::vector<std::vector<float>> scalar_out;
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        REQUIRE(cpu_level() == (CpuLevel)l);
+        INFO("kernel level " << cpu_level_name((CpuLevel)l));
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+            for (int n_tok : {1, 5, 20}) check_matmul(type, 161, 37, n_tok, pool, rng);
+        for (size_t i = 0; i < quantized.size(); i++) {
+            const WeightView& W = quantized[i].view;
+            INFO(ggml_type_name((uint32_t)W.type));
+            std::vector<float> Y((size_t)(5 * N), NAN);
+            matmul(W, X.data(), 5, Y.data(), pool, MatmulPath::STREAM);
+            if (l == 0) {
+                scalar_out.push_back(Y);
+                continue;
+            }
+            for (size_t j = 0; j < Y.size(); j++)
+                REQUIRE(std::abs(Y[j] - scalar_out[i][j]) <= 1e-4f * (1.0f + std::abs(scalar_out[i][j])));
+        }
+        std::vector<float> s(100);
+        for (int i = 0; i < 100; i++) s[(size_t)i] = -0.1f * (float)i;
+        double want = 0.0;
+        for (float v : s) want += std::exp((double)v - 1.0);
+        CHECK(std::abs(sum_exp_shifted(s.data(), 100, 1.0f) - want) <= 1e-5 * want);
+    }
+    if (cpu_level_supported() != CpuLevel::AVX512_VNNI) CHECK_FALSE(set_cpu_level(CpuLevel::AVX512_VNNI));
+    REQUIRE(set_cpu_level(was));
 }

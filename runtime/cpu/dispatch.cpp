@@ -1,0 +1,156 @@
+// The CPU kernels' entry points (kernels.h, quant_dot.h): each forwards to the kernel level chosen
+// at the first call (cpu/cpu_features.h), through one table of function pointers per level. The
+// levels' own code is kernels_<level>.cpp and quant_dot_<level>.cpp.
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
+#include "cpu/quant_dot.h"
+
+// Each level's namespace holds the same declarations as steward's own.
+namespace steward::scalar {
+#include "cpu/kernels_api.inc"
+#include "cpu/quant_dot_api.inc"
+}  // namespace steward::scalar
+namespace steward::avx2 {
+#include "cpu/kernels_api.inc"
+#include "cpu/quant_dot_api.inc"
+}  // namespace steward::avx2
+namespace steward::avx512 {
+#include "cpu/kernels_api.inc"
+#include "cpu/quant_dot_api.inc"
+}  // namespace steward::avx512
+namespace steward::avx512vnni {
+#include "cpu/kernels_api.inc"
+#include "cpu/quant_dot_api.inc"
+}  // namespace steward::avx512vnni
+
+namespace steward {
+
+namespace {
+
+// Every function of kernels_api.inc and quant_dot_api.inc.
+#define STEWARD_CPU_KERNELS(X)                                                                          \
+    X(gemm_min_tokens) X(matmul) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) X(dot_f32)       \
+    X(dot_f16) X(axpy_f32) X(axpy_f16) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)    \
+    X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
+    X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast)
+
+struct Kernels {
+#define STEWARD_FIELD(f) decltype(&scalar::f) f;
+    STEWARD_CPU_KERNELS(STEWARD_FIELD)
+#undef STEWARD_FIELD
+};
+
+#define STEWARD_ENTRY(f) &STEWARD_LEVEL::f,
+#define STEWARD_LEVEL scalar
+constexpr Kernels kScalar{STEWARD_CPU_KERNELS(STEWARD_ENTRY)};
+#undef STEWARD_LEVEL
+#define STEWARD_LEVEL avx2
+constexpr Kernels kAvx2{STEWARD_CPU_KERNELS(STEWARD_ENTRY)};
+#undef STEWARD_LEVEL
+#define STEWARD_LEVEL avx512
+constexpr Kernels kAvx512{STEWARD_CPU_KERNELS(STEWARD_ENTRY)};
+#undef STEWARD_LEVEL
+#define STEWARD_LEVEL avx512vnni
+constexpr Kernels kAvx512Vnni{STEWARD_CPU_KERNELS(STEWARD_ENTRY)};
+#undef STEWARD_LEVEL
+#undef STEWARD_ENTRY
+
+constexpr const Kernels* kLevels[kCpuLevelCount] = {&kScalar, &kAvx2, &kAvx512, &kAvx512Vnni};
+
+// The level in use; -1 until the first kernel call or set_cpu_level.
+std::atomic<int> g_level{-1};
+
+// The supported level, lowered by STEWARD_CPU_LEVEL where it names a level the CPU has.
+CpuLevel initial_level() {
+    const CpuLevel supported = cpu_level_supported();
+    const char* env = std::getenv("STEWARD_CPU_LEVEL");
+    if (env == nullptr || *env == '\0') return supported;
+    const auto asked = parse_cpu_level(env);
+    if (!asked) {
+        spdlog::warn("STEWARD_CPU_LEVEL='{}' names no kernel level (scalar, avx2, avx512, avx512vnni); running at {}",
+                     env, cpu_level_name(supported));
+        return supported;
+    }
+    if (*asked > supported) {
+        spdlog::warn("STEWARD_CPU_LEVEL={}: this CPU ({}) supports up to {}; running at {}", env,
+                     cpu_features().model_name, cpu_level_name(supported), cpu_level_name(supported));
+        return supported;
+    }
+    return *asked;
+}
+
+const Kernels& kernels() {
+    int level = g_level.load(std::memory_order_relaxed);
+    if (level < 0) {
+        int expected = -1;
+        g_level.compare_exchange_strong(expected, (int)initial_level(), std::memory_order_relaxed);
+        level = g_level.load(std::memory_order_relaxed);
+    }
+    return *kLevels[level];
+}
+
+}  // namespace
+
+CpuLevel cpu_level() {
+    kernels();
+    return (CpuLevel)g_level.load(std::memory_order_relaxed);
+}
+
+bool set_cpu_level(CpuLevel level) {
+    if (level > cpu_level_supported()) return false;
+    g_level.store((int)level, std::memory_order_relaxed);
+    return true;
+}
+
+// --- kernels.h ---------------------------------------------------------------------------------
+
+int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
+void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
+    kernels().matmul(W, X, n_tok, Y, pool, path);
+}
+void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y) {
+    kernels().rmsnorm(x, w, eps, n, n_tok, y);
+}
+void swiglu(float* g, const float* u, int64_t n) { kernels().swiglu(g, u, n); }
+float exp_sub_sum(float* x, int n, float mx) { return kernels().exp_sub_sum(x, n, mx); }
+double sum_exp_shifted(const float* x, int64_t n, float m) { return kernels().sum_exp_shifted(x, n, m); }
+float dot_f32(const float* a, const float* b, int n) { return kernels().dot_f32(a, b, n); }
+float dot_f16(const float* a, const uint16_t* b, int n) { return kernels().dot_f16(a, b, n); }
+void axpy_f32(float a, const float* x, float* y, int n) { kernels().axpy_f32(a, x, y, n); }
+void axpy_f16(float a, const uint16_t* x, float* y, int n) { kernels().axpy_f16(a, x, y, n); }
+void to_f16(const float* x, uint16_t* y, int n) { kernels().to_f16(x, y, n); }
+void from_f16(const uint16_t* x, float* y, int n) { kernels().from_f16(x, y, n); }
+
+// --- quant_dot.h -------------------------------------------------------------------------------
+
+bool quant_dot_supported(GgmlType type) { return kernels().quant_dot_supported(type); }
+bool quant_dot_wide(GgmlType type) { return kernels().quant_dot_wide(type); }
+size_t quant_act_row_bytes(GgmlType type, int64_t n_cols) { return kernels().quant_act_row_bytes(type, n_cols); }
+void quantize_activation(GgmlType type, const float* x, int64_t n_cols, void* out) {
+    kernels().quantize_activation(type, x, n_cols, out);
+}
+float vec_dot(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    return kernels().vec_dot(type, w_row, act, n_cols);
+}
+bool quant_dot_path_available(QuantDotPath path) { return kernels().quant_dot_path_available(path); }
+float vec_dot_on(QuantDotPath path, GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
+    return kernels().vec_dot_on(path, type, w_row, act, n_cols);
+}
+void quant_matmul_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin,
+                       int64_t r_end) {
+    kernels().quant_matmul_rows(W, acts, n_tok, Y, r_begin, r_end);
+}
+const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int n_tok) {
+    return kernels().quantize_activations_for(W, X, n_tok);
+}
+bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out) {
+    return kernels().dequantize_row_fast(type, blocks, n_elems, out);
+}
+
+}  // namespace steward
