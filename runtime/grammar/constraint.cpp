@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 
 namespace steward {
 
@@ -13,6 +14,12 @@ namespace {
 
 constexpr size_t k_max_entries = 256;
 constexpr size_t k_max_text = 1 << 20;  // 1 MiB of schema or grammar text
+// Alternatives the matcher may hold at once: each token mask walks every parse stack over the
+// vocabulary's trie, on the pool's step path, so a huge flat alternation would stall every request
+// batched with it. Bounded per rule (any alternation, wherever it sits) and at the output's start
+// (where nested rules multiply). JSON Schema enums are factored into a trie of common prefixes
+// (json_schema.cpp) and stay far below this.
+constexpr size_t k_max_alternatives = 4096;
 
 struct Entry {
     std::shared_ptr<const CompiledGrammar> grammar;
@@ -38,6 +45,23 @@ const char* field_name(ConstraintKind k) {
     case ConstraintKind::JSON_OBJECT: return "json_object";
     default: return "constraint";
     }
+}
+
+// The budget's refusal for a compiled grammar, naming the rule, the count and the fix; none within it.
+std::optional<std::string> over_budget(ConstraintKind kind, const std::shared_ptr<const CompiledGrammar>& grammar) {
+    const CompiledGrammar& g = *grammar;
+    const std::string fix = " are accepted (every step walks each one over the vocabulary): factor common prefixes out "
+                            "of long alternations, e.g. \"ab\" (\"c\" | \"d\") instead of \"abc\" | \"abd\"";
+    for (uint32_t r = 0; r < (uint32_t)g.rule_names().size(); r++)
+        if (g.alternatives(r).size() > k_max_alternatives)
+            return std::string(field_name(kind)) + ": rule '" + g.rule_names()[r] + "' has " +
+                   std::to_string(g.alternatives(r).size()) + " alternatives; at most " +
+                   std::to_string(k_max_alternatives) + fix;
+    const size_t n_start = GrammarMatcher(grammar).state().size();
+    if (n_start > k_max_alternatives)
+        return std::string(field_name(kind)) + ": the output's start matches " + std::to_string(n_start) +
+               " alternatives at once; at most " + std::to_string(k_max_alternatives) + fix;
+    return std::nullopt;
 }
 
 }  // namespace
@@ -85,8 +109,12 @@ Expected<std::shared_ptr<const CompiledGrammar>> compile_constraint(ConstraintKi
     auto g = kind == ConstraintKind::GBNF ? CompiledGrammar::from_gbnf(text) : CompiledGrammar::from_json_schema(std::string_view(text));
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Entry e;
-    if (g) e.grammar = *g;
-    else e.error = g.error().message;  // it names itself: "grammar:L:C: ..." or "schema /pointer: ..."
+    if (g) {
+        if (auto over = over_budget(kind, *g)) e.error = *over;
+        else e.grammar = *g;
+    } else {
+        e.error = g.error().message;  // it names itself: "grammar:L:C: ..." or "schema /pointer: ..."
+    }
     std::lock_guard<std::mutex> lk(c.mu);
     c.stats.n_compiles++;
     c.stats.compile_s += dt;

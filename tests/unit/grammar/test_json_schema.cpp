@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "grammar/grammar.h"
@@ -421,4 +422,62 @@ TEST_CASE("unsupported numeric bounds are errors naming the pointer and the fix"
     CHECK_THAT(err(R"({"type":"integer","minimum":0,"exclusiveMinimum":true})"),
                Catch::Contains("/exclusiveMinimum") && Catch::Contains("draft 4"));
     CHECK_THAT(err(R"({"type":"integer","minimum":1e30})"), Catch::Contains("16 digits"));
+}
+
+// A JSON Schema enum is generated as a trie of its values' common prefixes: the language must stay
+// exactly the set of values (checked by membership in a std::set, the independent reference), and
+// a 100,000-value enum must keep the matcher to a few parse stacks instead of one per value.
+TEST_CASE("enum values factored into a prefix trie accept exactly the values", "[json_schema]") {
+    std::mt19937 rng(5);
+    const std::vector<std::string> alphabet = {"a", "b", "ab", "\xC3\xA9", "\xE2\x82\xAC", "1", "_"};
+    for (int round = 0; round < 40; round++) {
+        std::set<std::string> values;
+        const int n = 1 + (int)(rng() % 30);
+        while ((int)values.size() < n) {
+            std::string v;
+            for (int k = (int)(rng() % 5); k > 0; k--) v += alphabet[rng() % alphabet.size()];
+            values.insert(v);
+        }
+        nlohmann::json schema = {{"enum", nlohmann::json::array()}};
+        for (const auto& v : values) schema["enum"].push_back(v);
+        if (round % 4 == 0) schema["enum"].push_back(42);  // a non-string value among them
+        auto g = CompiledGrammar::from_json_schema(schema);
+        REQUIRE(g);
+        std::set<std::string> dumped;
+        for (const auto& v : schema["enum"]) dumped.insert(v.dump(-1, ' ', false));
+        // Every value is accepted whole; every other short string over the same pieces is not.
+        for (int probe = 0; probe < 300; probe++) {
+            std::string s;
+            if (probe < (int)dumped.size()) {
+                s = *std::next(dumped.begin(), probe);
+            } else {
+                s = "\"";
+                for (int k = (int)(rng() % 5); k > 0; k--) s += alphabet[rng() % alphabet.size()];
+                s += "\"";
+            }
+            GrammarMatcher m(*g);
+            const bool accepted = m.accept_bytes(s) && m.is_accepting();
+            INFO("round " << round << " probe '" << s << "' in " << schema["enum"].dump());
+            CHECK(accepted == (dumped.count(s) == 1));
+        }
+    }
+}
+
+TEST_CASE("a 100000-value enum compiles to a few parse stacks per byte", "[json_schema]") {
+    nlohmann::json schema = {{"enum", nlohmann::json::array()}};
+    for (int i = 0; i < 100000; i++) schema["enum"].push_back("value_" + std::to_string((int64_t)i * 7919 % 1000003));
+    auto g = CompiledGrammar::from_json_schema(schema);
+    REQUIRE(g);
+    GrammarMatcher m(*g);
+    size_t most = m.state().size();
+    for (char c : std::string("\"value_")) {
+        REQUIRE(m.accept_bytes(std::string(1, c)));
+        most = std::max(most, m.state().size());
+    }
+    CHECK(most <= 16);
+    const std::string v = schema["enum"][12345].dump();
+    GrammarMatcher whole(*g);
+    CHECK((whole.accept_bytes(v) && whole.is_accepting()));
+    GrammarMatcher other(*g);
+    CHECK_FALSE((other.accept_bytes("\"value_1000004\"") && other.is_accepting()));
 }
