@@ -4,6 +4,9 @@
 # the device), `steward run` on the device against the CPU when they pass, and the GPU bench, and
 # write every log and result into OUT_DIR.
 #   gpu/check.sh OUT_DIR [extra CMake arguments, e.g. -DCMAKE_CUDA_ARCHITECTURES=80]
+# With STEWARD_GPU_PREBUILT=DIR it builds nothing and runs DIR's steward, steward_gpu_tests and
+# bench_gpu (and DIR/plugins), as gpu/pack_prebuilt.sh lays them out: for a GPU machine that lacks
+# the Debian packages the build needs.
 set -uo pipefail
 out="${1:?usage: gpu/check.sh OUT_DIR [cmake args]}"
 shift
@@ -20,18 +23,23 @@ command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 { nvidia-smi || true; nvcc --version || true; } > "$out/device.txt" 2>&1
 say "gpu/check.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?'): $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi: none')"
 
-if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEWARD_CUDA=ON -DSTEWARD_TESTS=ON \
+if [ -n "${STEWARD_GPU_PREBUILT:-}" ]; then
+    build="$STEWARD_GPU_PREBUILT"
+    say "build: prebuilt binaries in $build ($(cat "$build/BUILT_FROM" 2>/dev/null || echo 'origin unknown'))"
+elif ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEWARD_CUDA=ON -DSTEWARD_TESTS=ON \
       -DSTEWARD_BENCH=ON "$@" > "$out/configure.log" 2>&1; then
     say "configure: FAILED (see configure.log)"
     exit 1
 fi
-grep "gpu/:" "$out/configure.log" | tee -a "$summary"
-if ! timeout 300 cmake --build "$build" -j "$(nproc)" --target steward_gpu_tests bench_gpu steward > "$out/build.log" 2>&1; then
-    say "build: FAILED (see build.log)"
-    tail -30 "$out/build.log"
-    exit 1
+if [ -z "${STEWARD_GPU_PREBUILT:-}" ]; then
+    grep "gpu/:" "$out/configure.log" | tee -a "$summary"
+    if ! timeout 300 cmake --build "$build" -j "$(nproc)" --target steward_gpu_tests bench_gpu steward > "$out/build.log" 2>&1; then
+        say "build: FAILED (see build.log)"
+        tail -30 "$out/build.log"
+        exit 1
+    fi
+    say "build: ok ($(( $(date +%s) - start )) s)"
 fi
-say "build: ok ($(( $(date +%s) - start )) s)"
 
 timeout 180 "$build/steward_gpu_tests" --durations yes > "$out/gpu_tests.log" 2>&1
 rc=$?
