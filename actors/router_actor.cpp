@@ -3,8 +3,11 @@
 // with pool estimates from live figures, the session's pool and cached tokens per pool (RouteInput,
 // kept in the decision for the request's later plugin calls); the speculation policy gives the
 // draft budget. The decision carries the generation. Every bucket's requests pass through this one
-// actor, so a plugin must not block it: each plugin call waits at most its [plugins] budget (then the
-// safe default), and while that call is still running the plugin's later calls answer at once.
+// actor, so it never calls a plugin itself: a bucket whose decision calls one (routing or
+// speculation) is decided by that bucket's decider, a detached actor with a thread of its own, so a
+// slow plugin delays only its own bucket. There each plugin call waits at most its [plugins] budget
+// (then the safe default), and while that call is still running the plugin's later calls answer at
+// once.
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -19,12 +22,12 @@ namespace {
 struct router_state {
     std::weak_ptr<Snapshot> snap;
     std::weak_ptr<SharedState> shared;
+    // Per bucket: its decider where the bucket's decision calls a plugin, else null (decided here).
+    std::vector<caf::actor> deciders;
     static inline const char* name = "router";
 };
 
-// cached: prompt tokens each pool of the snapshot holds (the cache actor's answer); empty: unknown.
-RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q, std::vector<int32_t> cached) {
-    const Config& c = *snap.config;
+RequestFeatures features_of(const RouteQuery& q) {
     RequestFeatures f;
     f.hint = q.hint;
     f.prompt_tokens = q.prompt_tokens;
@@ -33,6 +36,13 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     f.tools = q.tools;
     f.response_format = q.response_format;
     f.tenant = q.tenant;
+    return f;
+}
+
+// cached: prompt tokens each pool of the snapshot holds (the cache actor's answer); empty: unknown.
+RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q, std::vector<int32_t> cached) {
+    const Config& c = *snap.config;
+    const RequestFeatures f = features_of(q);
     const size_t bi = classify(c, f);
     const BucketConfig& b = c.buckets[bi];
     RouteDecision d;
@@ -152,23 +162,60 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     return d;
 }
 
+// One bucket's decisions when they call a plugin: on a thread of its own (detached), where waiting
+// out a plugin's budget holds up this bucket's requests only. Linked to the router: it exits with it.
+caf::behavior bucket_decider(caf::event_based_actor*, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
+    return {
+        [=](route_atom, const RouteQuery& q, const CachedTokens& cached) -> caf::result<RouteDecision> {
+            auto s = snap.lock();
+            if (!s) return caf::make_error(caf::sec::invalid_argument, "the config generation was released");
+            auto sh = shared.lock();
+            return decide(*s, sh.get(), q, cached.n_tokens);
+        },
+    };
+}
+
+// Decides q on the router when its bucket calls no plugin, else on the bucket's decider.
+void decide_for(caf::stateful_actor<router_state>* self, const std::shared_ptr<Snapshot>& s,
+                const std::shared_ptr<SharedState>& sh, const RouteQuery& q, std::vector<int32_t> cached,
+                caf::typed_response_promise<RouteDecision> rp) {
+    const size_t bi = classify(*s->config, features_of(q));
+    if (bi >= self->state.deciders.size() || !self->state.deciders[bi]) {
+        rp.deliver(decide(*s, sh.get(), q, std::move(cached)));
+        return;
+    }
+    self->request(self->state.deciders[bi], caf::infinite, route_atom::value, q, CachedTokens{std::move(cached)})
+        .then([=](const RouteDecision& d) mutable { rp.deliver(d); },
+              [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+}
+
 caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_ptr<Snapshot> snap,
                            std::weak_ptr<SharedState> shared) {
     self->state.snap = std::move(snap);
     self->state.shared = std::move(shared);
+    if (auto s = self->state.snap.lock()) {
+        self->state.deciders.resize(s->policies.size());
+        for (size_t i = 0; i < s->policies.size(); i++)
+            if (s->policies[i].routing || s->policies[i].speculation)
+                self->state.deciders[i] =
+                    self->spawn<caf::detached + caf::linked>(bucket_decider, self->state.snap, self->state.shared);
+    }
     return {
         [=](route_atom, const RouteQuery& q) -> caf::result<RouteDecision> {
             // The asking request holds the snapshot, so it is alive while the question is.
             auto s = self->state.snap.lock();
             if (!s) return caf::make_error(caf::sec::invalid_argument, "the config generation was released");
             auto sh = self->state.shared.lock();
-            if (!sh || !sh->cache || q.cache.pools.size() != s->pools.size()) return decide(*s, sh.get(), q, {});
+            auto rp = self->make_response_promise<RouteDecision>();
+            if (!sh || !sh->cache || q.cache.pools.size() != s->pools.size()) {
+                decide_for(self, s, sh, q, {}, rp);
+                return rp;
+            }
             // Ask the cache actor how much of the prompt each pool holds, then decide. The request holds
             // the snapshot and the shared state until it has its answer.
-            auto rp = self->make_response_promise<RouteDecision>();
             self->request(sh->cache, caf::infinite, cache_atom::value, q.cache)
-                .then([=](const CachedTokens& c) mutable { rp.deliver(decide(*s, sh.get(), q, c.n_tokens)); },
-                      [=](caf::error&) mutable { rp.deliver(decide(*s, sh.get(), q, {})); });  // route without it
+                .then([=](const CachedTokens& c) mutable { decide_for(self, s, sh, q, c.n_tokens, rp); },
+                      [=](caf::error&) mutable { decide_for(self, s, sh, q, {}, rp); });  // route without it
             return rp;
         },
     };

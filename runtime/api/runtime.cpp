@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "actors/actors.hpp"
 #include "sim/sim_clock.h"
@@ -26,10 +27,12 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     add_message_types(cfg);
     // CAF's network layer: remote pools (a front) and `steward worker` (a worker) talk through it.
     cfg.load<caf::io::middleman>();
-    // Request, router and config actors are light; the executors have threads of their own. One
-    // scheduler thread that polls briefly leaves the cores to the forward pass's threads (CAF's
-    // default aggressive polling competes with them on small machines).
-    cfg.set("scheduler.max-threads", 1);
+    // Request, router and config actors are light; the executors, and the buckets' plugin deciders,
+    // have threads of their own. Half the cores (2 to 8) for the rest: a request actor that
+    // tokenizes a long prompt holds one scheduler thread while the others keep routing and
+    // streaming. They poll briefly and then sleep, leaving the cores to the forward pass's threads
+    // (CAF's default aggressive polling competes with them on small machines).
+    cfg.set("scheduler.max-threads", (size_t)std::clamp((int)std::thread::hardware_concurrency() / 2, 2, 8));
     cfg.set("work-stealing.aggressive-poll-attempts", 1);
     cfg.set("work-stealing.moderate-poll-attempts", 10);
     return cfg;
