@@ -28,11 +28,12 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
     // CAF's network layer: remote pools (a front) and `steward worker` (a worker) talk through it.
     cfg.load<caf::io::middleman>();
     // Request, router and config actors are light; the executors, and the buckets' plugin deciders,
-    // have threads of their own. Half the cores (2 to 8) for the rest: a request actor that
-    // tokenizes a long prompt holds one scheduler thread while the others keep routing and
-    // streaming. They poll briefly and then sleep, leaving the cores to the forward pass's threads
-    // (CAF's default aggressive polling competes with them on small machines).
-    cfg.set("scheduler.max-threads", (size_t)std::clamp((int)std::thread::hardware_concurrency() / 2, 2, 8));
+    // have threads of their own. A quarter of the cores (1 to 8) for the rest: on a big host a request
+    // actor that tokenizes a long prompt holds one scheduler thread while the others keep routing and
+    // streaming; on a small one (under 8 cores) one thread, and the forward threads keep the rest.
+    // They poll briefly and then sleep (CAF's default aggressive polling competes with the forward
+    // threads on small machines).
+    cfg.set("scheduler.max-threads", (size_t)std::clamp((int)std::thread::hardware_concurrency() / 4, 1, 8));
     cfg.set("work-stealing.aggressive-poll-attempts", 1);
     cfg.set("work-stealing.moderate-poll-attempts", 10);
     return cfg;
