@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulated backend, measured (README "Simulated backend"), in three parts:
+# The simulated backend, measured (docs/sim.md), in three parts:
 #   1. calibration: the cost model with this CPU's measured figures against the CPU backend's
 #      measured step times over batch sizes and context lengths (build/bench_sim);
 #   2. the speculation incident at production scale: Llama 3.1 70B (FP8) on a simulated H200,

@@ -5,7 +5,7 @@
 # leaves the crashing inputs in the temp directory it names.
 #   bash scripts/fuzz.sh [seconds per target, default 45] [target...]
 #   STEWARD_FUZZ_BUILD=dir (default build-fuzz), STEWARD_FUZZ_KEEP=1 keeps the work directory.
-# A long run: bash scripts/fuzz.sh 3600 (then merge new inputs worth keeping with -merge=1, see README).
+# A long run: bash scripts/fuzz.sh 3600 (then merge new inputs worth keeping with -merge=1, see docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-45}"; shift || true

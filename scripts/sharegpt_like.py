@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A ShareGPT-shaped workload file (Steward's JSONL, README "Workload files") for comparing the
+"""A ShareGPT-shaped workload file (Steward's JSONL, docs/workloads.md) for comparing the
 simulated backend with published vLLM / SGLang benchmarks: N requests arriving at once (request
 rate inf, as their offline throughput runs), prompt and output lengths log-normal with the means of
 those benchmarks' ShareGPT samples (202 prompt tokens, as vLLM's v0.6.0 blog states; 194 output

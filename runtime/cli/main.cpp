@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
     synth->add_option("--late-scale", spec.late_scale,
                       "Test fixture for speculation: scale the residual branches of layers >= --late-from "
-                      "(smaller: a draft of the first layers agrees more; README: synthetic models)")
+                      "(smaller: a draft of the first layers agrees more; docs/models.md)")
         ->capture_default_str();
     synth->add_option("--late-from", spec.late_from, "First layer --late-scale applies to (-1: off)")
         ->capture_default_str();
@@ -186,14 +186,14 @@ int main(int argc, char** argv) {
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
 
     // ---- steward serve
-    auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (README: HTTP server)");
+    auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (docs/http-api.md)");
     ServeOptions so;
     serve->add_option("-c,--config", so.config_path, "TOML config")->capture_default_str();
     serve->add_option("--host", so.host, "Listen address (default: [server] host)");
     serve->add_option("--port", so.port, "Listen port, 0: ephemeral (default: [server] port)");
 
     // ---- steward worker
-    auto* worker = app.add_subcommand("worker", "Host a config's pools for fronts on other processes or machines (README: Workers)");
+    auto* worker = app.add_subcommand("worker", "Host a config's pools for fronts on other processes or machines (docs/cluster.md)");
     WorkerOptions wo;
     worker->add_option("-c,--config", wo.config_path, "TOML config of the worker's pools")->capture_default_str();
     worker->add_option("--listen", wo.listen, "HOST:PORT fronts connect to (port 0: ephemeral)")->capture_default_str();

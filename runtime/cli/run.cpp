@@ -1,5 +1,5 @@
 // `steward run`: the main job. Generates the default synthetic models when missing, replays a
-// mixed workload (the standard one of WORKLOADS.md, or a JSONL file) through the runtime at its
+// mixed workload (the standard one of docs/workloads.md, or a JSONL file) through the runtime at its
 // arrival times, with a progress bar, then prints the per-bucket table and writes it as JSON and as
 // an HTML page (runtime/report) next to it.
 #include "cli/commands.h"

@@ -126,7 +126,7 @@ public:
         for (const auto& [k, v] : t_) {
             if (!seen_.count(std::string(k.str()))) {
                 err = where(src_, k.source()) + ": unknown key '" + std::string(k.str()) + "' in " + ctx_ +
-                      "; check the spelling against the README's config reference";
+                      "; check the spelling against the config reference, docs/config.md";
                 return false;
             }
         }

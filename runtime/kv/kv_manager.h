@@ -1,6 +1,6 @@
 // The KV manager: the per-sequence API over the block pool (vLLM v1's KVCacheManager): prefix lookup and
 // pinning, slot allocation with copy-on-write, publishing full blocks, rollback, fork, free, and the
-// prefix-cache and KV-cache figures of METRICS.md.
+// prefix-cache and KV-cache figures of docs/metrics.md.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -52,7 +52,7 @@ struct PrefixCacheCounts {
 };
 
 struct KvManagerStats {
-    // Prefix cache (METRICS.md), in tokens.
+    // Prefix cache (docs/metrics.md), in tokens.
     int64_t n_prefix_query_tokens = 0;
     int64_t n_prefix_hit_tokens = 0;
     std::map<int32_t, PrefixCacheCounts> per_tenant;  // keyed by tenant id

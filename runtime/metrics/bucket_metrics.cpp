@@ -15,7 +15,7 @@ namespace {
 constexpr double k_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr double k_gib = 1024.0 * 1024.0 * 1024.0;
 
-// WORKLOADS.md's order; others follow alphabetically.
+// docs/workloads.md's order; others follow alphabetically.
 constexpr std::array<std::string_view, 6> k_standard_buckets = {"short_qa", "long_doc",  "long_output",
                                                                 "agent",    "high_temp", "structured"};
 
@@ -482,7 +482,7 @@ std::optional<double> MetricsRegistry::spec_baseline_of(const BucketMetrics& m) 
     return it->second;
 }
 
-// The row's speculation figures (METRICS.md "Speculative decoding"); per-position arrays run to the
+// The row's speculation figures (docs/metrics.md "Speculative decoding"); per-position arrays run to the
 // last draft position used.
 nlohmann::json MetricsRegistry::spec_json(const BucketMetrics& m) const {
     using nlohmann::json;

@@ -1,4 +1,4 @@
-// The figures of shared/METRICS.md per workload bucket and overall: what the runtime records per
+// The figures of docs/metrics.md per workload bucket and overall: what the runtime records per
 // finished request and per KV sample, aggregated, and written as JSON, a text table and Prometheus.
 #pragma once
 #include <array>
@@ -99,7 +99,7 @@ struct KvShape {
     int head_dim = 0;
     double bytes_per_elem = 0.0;
     double block_bytes() const;  // 2 · L · T · H_kv · D_head · bytes (K and V, every layer)
-    double total_gib() const;    // block_bytes · n_blocks / 2^30: METRICS.md's "KV GiB (formula)"
+    double total_gib() const;    // block_bytes · n_blocks / 2^30: docs/metrics.md's "KV GiB (formula)"
 };
 
 // Prices in currency units per million tokens. Cached prompt tokens cost the cached price.
@@ -199,7 +199,7 @@ struct BucketMetrics {
     std::map<std::string, RouteQuality, std::less<>> route_quality;
     double quality() const;  // agreement over every shadowed request of the row; NaN without
 
-    // Speculation (METRICS.md "Speculative decoding"): sums of the requests' figures, and TPOT split
+    // Speculation (docs/metrics.md "Speculative decoding"): sums of the requests' figures, and TPOT split
     // by whether the request drafted at all (the plain ones are a same-run baseline).
     int64_t n_drafts = 0;
     int64_t n_draft_tokens = 0;
@@ -318,7 +318,7 @@ public:
     const MetricsConfig& config() const { return cfg_; }
     const BucketMetrics& all() const { return all_; }
     const BucketMetrics* bucket(std::string_view name) const;  // nullptr if never seen
-    // The standard buckets in WORKLOADS.md's order, then any others alphabetically; only seen ones.
+    // The standard buckets in docs/workloads.md's order, then any others alphabetically; only seen ones.
     std::vector<std::string> bucket_names() const;
 
     double throughput_tok_s(const BucketMetrics& m) const;  // output tokens / window; NaN if none

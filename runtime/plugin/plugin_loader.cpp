@@ -200,7 +200,7 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
     }  // the copy is unlinked here: the mapping stays
     if (!h) {
         return make_error("cannot load plugin '", path, "': ", dl_err,
-                          "; it must be a shared library built for this machine (see the README's plugin how-to)");
+                          "; it must be a shared library built for this machine (see docs/plugin-abi.md)");
     }
     std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
     lib->handle_ = h;  // closed by the destructor on every error path below

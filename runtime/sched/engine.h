@@ -141,7 +141,7 @@ struct EngineEvent {
     // tenant-boundary breach: must stay 0), and on another tenant's declared-public blocks.
     int n_cached_cross_tenant = 0;
     int n_cached_public = 0;
-    // Speculative decoding (METRICS.md, vLLM's num_drafts / num_draft_tokens / num_accepted_tokens):
+    // Speculative decoding (docs/metrics.md, vLLM's num_drafts / num_draft_tokens / num_accepted_tokens):
     // verifications with a non-empty draft, draft tokens verified, of those accepted, and
     // verifications that discarded the KV of rejected (or unused) draft tokens.
     int n_drafts = 0;

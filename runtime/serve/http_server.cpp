@@ -361,7 +361,7 @@ private:
             if (r.fn != &Session::on_health && !authorize()) return;
             return (this->*r.fn)();
         }
-        send_error({404, "no route " + path + " (see README: HTTP server)", "invalid_request_error", "", "not_found"});
+        send_error({404, "no route " + path + " (see docs/http-api.md)", "invalid_request_error", "", "not_found"});
     }
 
     void on_health() {

@@ -1,4 +1,4 @@
-// Workload files (JSONL, one request a line; shared/WORKLOADS.md): parse, write, and generate the
+// Workload files (JSONL, one request a line; docs/workloads.md): parse, write, and generate the
 // standard mixed workload of the six buckets, seeded and deterministic across platforms.
 #pragma once
 #include <cstdint>
@@ -118,7 +118,7 @@ private:
     std::map<std::pair<std::string, std::string>, std::string> text_;
 };
 
-// The standard mixed workload (WORKLOADS.md), sized at scale 1 for a 2-core machine and small
+// The standard mixed workload (docs/workloads.md), sized at scale 1 for a 2-core machine and small
 // synthetic models (a run of a few minutes); scale multiplies every length in words (~1 token per
 // word with the synthetic SPM tokenizer). Shapes at scale 1, words:
 //   short_qa    public system 64 + tenant system 64 + question 16-48; out 16-32; greedy or T 0.2

@@ -1,6 +1,6 @@
 // steward/config.h (public): the runtime's configuration as values: pools, buckets (classification
-// rules and routing), tenants, public prefixes, limits and the server; the README's "Config
-// reference" documents every key. Runtime::start(const Config&) takes one, Runtime::config() shows
+// rules and routing), tenants, public prefixes, limits and the server; docs/config.md, the config
+// reference, documents every key. Runtime::start(const Config&) takes one, Runtime::config() shows
 // the live one. parse_config / load_config read TOML and validate completely; an error names
 // file:line:column, the key, the value and the fix. Plain value types (not synchronised); the
 // functions are thread-safe. Standard library and <steward/expected.h> only.
@@ -114,7 +114,7 @@ struct PoolConfig {
     int max_queue = 256;            // waiting requests before 'overloaded'
     double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
     bool prefix_cache = true;
-    // Prices per million tokens (cost/request in METRICS.md).
+    // Prices per million tokens (cost/request in docs/metrics.md).
     double price_prompt = 0.0, price_output = 0.0, price_cached = 0.0;
     // Prior quality in [0, 1] a routing policy sees until shadowed requests measure it; < 0: the
     // pool's parameter count relative to the largest pool's.
@@ -231,7 +231,7 @@ struct ClusterConfig {
     double reconnect_ms = 500;           // a lost worker is tried again this often; it rejoins when it answers
 };
 
-// [server]: `steward serve`'s HTTP server (README "HTTP server").
+// [server]: `steward serve`'s HTTP server (docs/http-api.md).
 struct ServerConfig {
     std::string host = "127.0.0.1";
     int port = 8080;                       // 0: an ephemeral port

@@ -1,5 +1,5 @@
 // steward/expected.h (public): how every fallible Steward function answers: Expected<T>, a value
-// or an Error whose message names the thing, the value and the fix (STYLE.md habit 6).
+// or an Error whose message names the thing, the value and the fix.
 // Header-only, standard library only. Thread-safety: a plain value type (like std::variant).
 #pragma once
 #include <stdexcept>

@@ -59,7 +59,7 @@ struct TokenLogprob {
     float logprob = 0.0f;
 };
 
-// The request's own figures (METRICS.md), filled in the finish callback.
+// The request's own figures (docs/metrics.md), filled in the finish callback.
 struct RequestMetrics {
     double ttft_ms = -1;       // arrival -> first token handed to the caller (-1: none)
     double e2e_ms = 0;

@@ -81,7 +81,7 @@ typedef struct steward_request {
 /* The defaults: greedy, top_p 1, add_bos 1, everything else 0/NULL. Thread-safe. */
 steward_request steward_request_default(void);
 
-/* A request's own figures (METRICS.md). */
+/* A request's own figures (docs/metrics.md). */
 typedef struct steward_request_metrics {
     double ttft_ms; /* arrival -> first token handed to the caller; -1: none */
     double e2e_ms;

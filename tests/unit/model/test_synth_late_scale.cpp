@@ -1,6 +1,6 @@
 // Tests of the synth fixture for speculative decoding (SynthSpec::late_scale): a draft cut from a
 // target's first layers agrees with it more the smaller the target's late residual branches are.
-// The measured table (README, synthetic models) comes from the hidden "[.measure]" case:
+// The measured table (docs/models.md, synthetic models) comes from the hidden "[.measure]" case:
 //   ./build/steward_unit_tests "[.measure]"
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -105,7 +105,7 @@ int32_t pick(RoutingPolicy& r, const RouteInput& in, const Pools& p, int32_t def
     return d.pool;
 }
 
-// kv_aware's rules restated as plainly as possible (see README, "Policy plugins").
+// kv_aware's rules restated as plainly as possible (see docs/plugin-abi.md, "Built-in plugins").
 struct Knobs {
     std::string pools;  // "" every pool
     double prefill_weight = 1.0, balance_abs = 4.0, balance_rel = 1.5;
