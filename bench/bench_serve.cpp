@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "serve/http_replay.h"
+#include "replay/http_replay.h"
 #include "workload/workload.h"
 
 using namespace steward;

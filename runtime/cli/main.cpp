@@ -10,7 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "serve/http_replay.h"
+#include "replay/http_replay.h"
 #include "api/runtime.h"
 #include "config/config.h"
 #include "config/limits.h"

@@ -21,7 +21,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
-#include "serve/http_replay.h"
+#include "replay/http_replay.h"
 #include "workload/workload.h"
 
 namespace net = boost::asio;
