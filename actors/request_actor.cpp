@@ -4,7 +4,9 @@
 // executes the actions it returns: submit a run (first the pool's kv_allocator admits, queues or
 // refuses it, then the executor gets it) or cancel one, stream text to the caller, fold figures
 // into the pool's live stats and the metrics, call on_finish (exactly once, the core sees to it)
-// and stop when the core is done.
+// and stop when the core is done. The prompt of each pool (request/pool_prompts.h) is the one a
+// pool's run, its cache lookup and its output constraint read: a chat is rendered per pool by the
+// caller's hook, so the routed pool's run gets that pool's own rendering.
 #include <cmath>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -17,51 +19,22 @@
 #include "kv/admission.h"
 #include "kv/prefix_index.h"
 #include "model/tokenizer.h"
+#include "request/pool_prompts.h"
 #include "request/request_fsm.h"
 
 namespace steward {
 
 namespace {
 
-// Prompts and text in a pool's vocabulary. The prompt is encoded once with the first pool's
-// tokenizer (classification needs its length); a run on a pool with another tokenizer re-encodes.
-class SnapshotVocab : public RequestVocab {
-public:
-    explicit SnapshotVocab(const RequestContext& ctx) : ctx_(ctx) {
-        const GenerationRequest& req = ctx.req;
-        tok0_ = &ctx.snap->pools.front()->model->tokenizer();
-        if (req.prompt_ids.empty()) ids0_ = tok0_->encode(req.prompt, req.add_bos && tok0_->add_bos_default(), req.parse_special);
-    }
-    int32_t n_prompt() const { return (int32_t)(ctx_.req.prompt_ids.empty() ? ids0_.size() : ctx_.req.prompt_ids.size()); }
-    // Encoded once per pool: the router's cache query and the run use the same ids.
-    std::vector<int32_t> prompt_ids(int32_t pool) override {
-        const GenerationRequest& req = ctx_.req;
-        if (!req.prompt_ids.empty()) return req.prompt_ids;
-        ids_by_pool_.resize(ctx_.snap->pools.size());
-        std::vector<int32_t>& ids = ids_by_pool_.at(pool);
-        if (!ids.empty()) return ids;
-        const Tokenizer& tok = tokenizer(pool);
-        ids = &tok == tok0_ ? ids0_ : tok.encode(req.prompt, req.add_bos && tok.add_bos_default(), req.parse_special);
-        if (ids.empty() && tok.bos() >= 0) ids.push_back(tok.bos());
-        return ids;
-    }
-    std::unique_ptr<TextDecoder> text_decoder(int32_t pool) override {
-        return std::make_unique<PoolDecoder>(tokenizer(pool));
-    }
-
-private:
-    struct PoolDecoder : TextDecoder {
-        explicit PoolDecoder(const Tokenizer& t) : d(t) {}
-        std::string push(int32_t id) override { return d.push(id); }
-        std::string flush() override { return d.flush(); }
-        StreamDecoder d;
-    };
-    const Tokenizer& tokenizer(int32_t pool) const { return ctx_.snap->pools.at(pool)->model->tokenizer(); }
-    const RequestContext& ctx_;
-    const Tokenizer* tok0_ = nullptr;
-    std::vector<int32_t> ids0_;
-    std::vector<std::vector<int32_t>> ids_by_pool_;
-};
+// The request's prompt on each pool of its generation (request/pool_prompts.h): as given, or
+// rendered by the caller's hook with that pool's template, tokenized once with its tokenizer.
+std::unique_ptr<PoolPrompts> make_prompts(const RequestContext& ctx) {
+    std::vector<PromptTarget> targets;
+    // A prompt given as is needs only the pools' names (its errors name them), not their templates.
+    for (const auto& ph : ctx.snap->pools)
+        targets.push_back({ctx.req.render ? prompt_pool(*ph) : PromptPool{ph->cfg.name}, &ph->model->tokenizer()});
+    return std::make_unique<PoolPrompts>(ctx.req, std::move(targets));
+}
 
 // The bucket's routing policy of the request's generation.
 class BucketRouting : public RequestRouting {
@@ -105,7 +78,7 @@ struct RunAdmission {
 
 struct request_state {
     std::shared_ptr<RequestContext> ctx;
-    std::unique_ptr<SnapshotVocab> vocab;      // declared before the core, which holds references
+    std::unique_ptr<PoolPrompts> vocab;        // declared before the core, which holds references
     std::unique_ptr<BucketRouting> routing;
     std::unique_ptr<RequestFsm> core;
     RunAdmission admission[3];                 // by RunRole
@@ -114,6 +87,7 @@ struct request_state {
     int n_releases_pending = 0;                // releases the allocators have not confirmed yet
     bool core_done = false;                    // the core said RequestDone
     nlohmann::ordered_json trace;              // the decision trace so far (published at every change)
+    int32_t answer_pool = -1;                  // the pool the caller's on_pool last heard of
     static inline const char* name = "request";
 };
 
@@ -153,6 +127,8 @@ void trace_route(self_ptr self, const RouteDecision& d) {
                   {"upgrade_pool", pool_name(d.upgrade_pool)}, {"check_after_tokens", d.check_after_tokens},
                   {"shadow_pool", pool_name(d.shadow_pool)},   {"draft_budget_per_step", d.draft_budget},
                   {"session_pool", pool_name(d.input.session_pool)}, {"pools", std::move(pools)}};
+    // The template the routed pool renders the prompt with (rendered per pool: after routing).
+    if (self->state.vocab->per_pool()) t["route"]["template"] = self->state.vocab->template_used(d.pool);
     publish_trace(self);
 }
 
@@ -187,7 +163,8 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     for (size_t i = 0; i < ctx.snap->pools.size(); i++) {
         const PoolConfig& pc = i < c.pools.size() ? c.pools[i] : ctx.snap->pools[i]->cfg;
         s.pools.push_back({ctx.snap->pools[i]->cfg.name, ctx.snap->pools[i]->n_blocks,
-                           PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output}});
+                           PoolPrice{pc.price_prompt, pc.price_cached, pc.price_output},
+                           ctx.snap->pools[i]->model->params().n_ctx_train});
     }
     return s;
 }
@@ -257,7 +234,7 @@ EngineSubmit engine_submit(SubmitRun&& s) {
 }
 
 // The prompt's lookup hashes on every pool of the snapshot, for the router's cache query.
-CacheQuery cache_query(const RequestContext& ctx, SnapshotVocab& vocab) {
+CacheQuery cache_query(const RequestContext& ctx, PoolPrompts& vocab) {
     CacheQuery q;
     q.request_id = ctx.id;
     const int32_t tenant = ctx.shared->tenant_id(ctx.req.tenant);
@@ -395,7 +372,9 @@ void submit(self_ptr self, SubmitRun&& s) {
         if (st.watching.insert(ph.id).second) self->send(ph.monitor, watch_atom::value, caf::actor(self));
     }
     EngineSubmit m = engine_submit(std::move(s));
-    if (auto c = constraint_of(st.ctx->req); c && c->active()) {  // check_request refused the bad ones
+    // The pool's own constraint: a rendering may bring one (a tool call in that pool's template's
+    // format); check_request refused bad request fields, the prompts a grammar that does not compile.
+    if (auto c = st.vocab->constraint(s.pool); c && c->active()) {
         m.grammar_kind = (int32_t)c->kind;
         m.grammar_text = c->text;
     }
@@ -448,6 +427,7 @@ void execute(self_ptr self, RequestActions&& actions) {
         if (auto* s = std::get_if<SubmitRun>(&a)) {
             const PoolHandle& ph = *ctx.snap->pools.at(s->pool);
             nlohmann::ordered_json run = {{"run", role_name(s->role)}, {"pool", ph.cfg.name}, {"prompt_tokens", s->run.prompt.size()}};
+            if (st.vocab->per_pool()) run["template"] = st.vocab->template_used(s->pool);
             if (ph.remote()) run["worker"] = ph.worker;
             st.trace["runs"].push_back(std::move(run));
             submit(self, std::move(*s));
@@ -460,6 +440,10 @@ void execute(self_ptr self, RequestActions&& actions) {
                 self->send(ctx.snap->pools.at(c->pool)->executor, cancel_atom::value, c->engine_id);
             }
         } else if (auto* t = std::get_if<StreamText>(&a)) {
+            if (t->pool >= 0 && t->pool != st.answer_pool) {
+                st.answer_pool = t->pool;
+                if (ctx.cb.on_pool) ctx.cb.on_pool(ctx.snap->pools.at(t->pool)->cfg.name);
+            }
             if (ctx.cb.on_token) ctx.cb.on_token(t->piece, t->ids);
         } else if (auto* p = std::get_if<PoolSample>(&a)) {
             PoolLive& live = *ctx.snap->pools.at(p->pool)->live;
@@ -510,13 +494,15 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     const GenerationRequest& req = ctx->req;
     const Snapshot& snap = *ctx->snap;
     const int32_t max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
-    st.vocab = std::make_unique<SnapshotVocab>(*ctx);
-    st.routing = std::make_unique<BucketRouting>(*ctx, st.vocab->n_prompt(), max_tokens);
+    st.vocab = make_prompts(*ctx);
+    st.routing = std::make_unique<BucketRouting>(*ctx, st.vocab->n_prompt_estimate(), max_tokens);
     st.core = std::make_unique<RequestFsm>(make_setup(*ctx, max_tokens), *st.vocab, *st.routing);
     RouteQuery q;
     q.request_id = ctx->id;
     q.hint = req.bucket_hint;
-    q.prompt_tokens = st.vocab->n_prompt();
+    // Routing comes before the pool's rendering: a chat's length here is the first pool's
+    // rendering's (an estimate when pools render differently); each run counts its own.
+    q.prompt_tokens = st.vocab->n_prompt_estimate();
     q.max_tokens = max_tokens;
     q.temperature = req.temperature;
     q.tools = req.tools;
@@ -533,6 +519,12 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                 {"request", {{"prompt_tokens", q.prompt_tokens}, {"max_tokens", max_tokens}, {"temperature", req.temperature},
                              {"bucket_hint", req.bucket_hint}, {"session", req.session}, {"pool", req.pool},
                              {"stop", req.stop.size()}}}};
+    if (st.vocab->per_pool()) {
+        const int32_t from = st.vocab->estimate_pool();
+        st.trace["request"]["prompt_tokens_from"] =
+            from < 0 ? std::string("no pool's rendering (0)")
+                     : "pool '" + snap.pools[(size_t)from]->cfg.name + "' rendering (an estimate for routing; each run counts its own)";
+    }
     // Refused before routing: the request never reaches a pool.
     auto ok = check_request(req);
     if (ok && !req.pool.empty() && (q.pinned_pool = snap.pool_index(req.pool)) < 0) {

@@ -371,13 +371,11 @@ std::vector<PoolInfo> Runtime::pools() const {
         i.arch = mp.arch;
         i.n_ctx = mp.n_ctx_train;
         i.n_vocab = mp.n_vocab;
-        if (!ph->cfg.chat_template.empty())
-            i.chat_template = ph->cfg.chat_template;
-        else if (auto t = ph->model->file().get_string("tokenizer.chat_template"))
-            i.chat_template = std::string(*t);
-        const Tokenizer& tok = ph->model->tokenizer();
-        if (tok.bos() >= 0 && tok.bos() < tok.n_vocab()) i.bos_token = tok.token_text(tok.bos());
-        if (tok.eos() >= 0 && tok.eos() < tok.n_vocab()) i.eos_token = tok.token_text(tok.eos());
+        PromptPool pp = prompt_pool(*ph);  // the template a chat routed here renders with
+        i.chat_template = std::move(pp.chat_template);
+        i.chat_template_source = std::move(pp.template_source);
+        i.bos_token = std::move(pp.bos_token);
+        i.eos_token = std::move(pp.eos_token);
         i.model_bytes = (int64_t)ph->model->file().mapped_size();
         // KV this process holds: none for a simulated pool (bookkeeping only) or a worker's.
         if (!ph->cfg.sim && ph->cfg.remote.empty())

@@ -330,6 +330,24 @@ Expected<bool> size_device_kv(Pool& p, const Config& config, bool log) {
     return true;
 }
 
+PromptPool prompt_pool(const Pool& p) {
+    PromptPool out;
+    out.name = p.cfg.name;
+    if (!p.cfg.chat_template.empty()) {
+        out.chat_template = p.cfg.chat_template;
+        out.template_source = p.cfg.chat_template_file.empty() ? "config chat_template" : "chat_template_file " + p.cfg.chat_template_file;
+    } else if (auto t = p.model->file().get_string("tokenizer.chat_template")) {
+        out.chat_template = std::string(*t);
+        out.template_source = "GGUF tokenizer.chat_template";
+    } else {
+        out.template_source = "none";
+    }
+    const Tokenizer& tok = p.model->tokenizer();
+    if (tok.bos() >= 0 && tok.bos() < tok.n_vocab()) out.bos_token = tok.token_text(tok.bos());
+    if (tok.eos() >= 0 && tok.eos() < tok.n_vocab()) out.eos_token = tok.token_text(tok.eos());
+    return out;
+}
+
 uint64_t vocabulary_fingerprint(const Tokenizer& tok) {
     uint64_t h = 1469598103934665603ull ^ (uint64_t)tok.n_vocab();  // FNV-1a over the texts, 0xff between
     for (int32_t i = 0; i < tok.n_vocab(); i++) {

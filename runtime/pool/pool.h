@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "steward/request.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
 #include "plugin/pool_estimates.h"
@@ -52,6 +53,12 @@ struct RemoteDescription {
 // A hash of the tokenizer's vocabulary (size and every token's text): two pools with the same one
 // read each other's token ids.
 uint64_t vocabulary_fingerprint(const Tokenizer& tok);
+
+// The pool's chat template as a prompt renderer sees it (steward/request.h PromptPool): the
+// config's ([[pool]] chat_template_file) over the GGUF's tokenizer.chat_template, where it came
+// from, and the BOS / EOS texts. Runtime::pools() and the request path read it here, so both name
+// the same template.
+PromptPool prompt_pool(const Pool& p);
 
 // A remote pool on the front: `front`'s name, prices and quality, the worker's engine fields, and a
 // model built from the header (params and tokenizer, no weights). key = pool_key(front, config).

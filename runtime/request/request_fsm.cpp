@@ -187,6 +187,21 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     e.salt = setup_.salt;
     e.prompt = vocab_.prompt_ids(pool);
     e.max_tokens = setup_.max_tokens;
+    // The prompt alone fills the pool's context: nothing could be generated. Refused here, where the
+    // pool's own prompt is first known (a chat is rendered and counted for the pool it runs on),
+    // with its length in the record (n_prompt) so that a caller can tell this refusal apart.
+    const int32_t n_ctx = pool >= 0 && pool < (int32_t)setup_.pools.size() ? setup_.pools[pool].n_ctx : 0;
+    const int32_t n_prompt = (int32_t)e.prompt.size();
+    if (n_ctx > 0 && n_prompt >= n_ctx) {
+        RunEnd f;
+        f.reason = FinishReason::ERROR;
+        f.error = "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " + std::to_string(n_ctx) +
+                  " tokens of pool '" + setup_.pools[pool].name + "': shorten it";
+        f.n_prompt = n_prompt + r.n_carried;  // end_run takes a retry's carried tokens off again
+        f.t_s = now;
+        deferred_.emplace_back(role, f);
+        return;
+    }
     if (r.n_carried > 0 && !e.prompt.empty()) {
         e.prompt.insert(e.prompt.end(), r.tokens.begin(), r.tokens.end());
         e.max_tokens -= r.n_carried;
@@ -205,7 +220,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
         // Ended once the event's other actions are out (a shadow is still submitted first).
         RunEnd f;
         f.reason = FinishReason::ERROR;
-        f.error = "empty prompt and the vocabulary has no BOS token";
+        f.error = vocab_.prompt_error(pool);
         f.t_s = now;
         deferred_.emplace_back(role, f);
         return;
@@ -225,6 +240,7 @@ void RequestFsm::stream(double now, RequestActions& out) {
     const Run& r = run(answer_);
     if (holding_ || stop_.stopped() || r.tokens.size() <= n_streamed_) return;
     StreamText st;
+    st.pool = r.pool;
     st.ids.assign(r.tokens.begin() + (long)n_streamed_, r.tokens.end());
     std::string decoded;
     for (size_t i = n_streamed_; i < r.tokens.size(); i++) {
@@ -333,7 +349,7 @@ void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) 
             if (!o.stopped) rest += stop_.flush();  // held back, and no stop string came
         }
         g.text += rest;
-        if (!rest.empty()) out.push_back(StreamText{rest, {}});
+        if (!rest.empty()) out.push_back(StreamText{rest, {}, run(answer_).pool});
     }
     // Finished when the caller is told, on the clock its tokens were stamped with (the executor's
     // finish stamp is earlier than the actor's receipt of the last tokens, so e2e < TTFT could read).

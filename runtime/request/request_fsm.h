@@ -60,6 +60,7 @@ struct RequestPool {
     std::string name;
     int32_t n_blocks = 0;
     PoolPrice price;
+    int32_t n_ctx = 0;  // its model's context: a prompt of this many tokens or more is refused (0: unchecked)
 };
 
 // What the core knows when the request arrives.
@@ -92,8 +93,10 @@ public:
 class RequestVocab {
 public:
     virtual ~RequestVocab() = default;
-    // The prompt in pool `pool`'s ids; empty when it cannot be encoded (the run then fails).
+    // The prompt in pool `pool`'s ids; empty when it cannot be encoded (the run then fails with
+    // prompt_error(pool)).
     virtual std::vector<int32_t> prompt_ids(int32_t pool) = 0;
+    virtual std::string prompt_error(int32_t /*pool*/) { return "empty prompt and the vocabulary has no BOS token"; }
     virtual std::unique_ptr<TextDecoder> text_decoder(int32_t pool) = 0;
 };
 
@@ -124,6 +127,7 @@ struct CancelRun {
 struct StreamText {  // to the caller's on_token
     std::string piece;
     std::vector<int32_t> ids;
+    int32_t pool = -1;  // the answer run's pool (the caller's on_pool hears of a change before the piece)
 };
 struct PoolSample {  // a run ended: fold into the pool's live figures (moving averages)
     int32_t pool = 0;

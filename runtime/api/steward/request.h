@@ -11,6 +11,23 @@
 
 namespace steward {
 
+// The pool a prompt is rendered for (GenerationRequest::render): what a chat template needs of it.
+struct PromptPool {
+    std::string name;
+    std::string chat_template;         // the pool's ([[pool]] chat_template_file), else the GGUF's; "" none
+    std::string template_source;       // where it came from, for traces: "chat_template_file PATH",
+                                       // "config chat_template", "GGUF tokenizer.chat_template" or "none"
+    std::string bos_token, eos_token;  // their text ("" when the vocabulary has none)
+};
+
+// The prompt as rendered for one pool (what GenerationRequest::render returns).
+struct PoolPrompt {
+    std::string text;     // encoded with that pool's tokenizer (add_bos, parse_special as the request says)
+    std::string grammar;  // non-empty: GBNF constraining the output on that pool (e.g. a tool call in its
+                          // template's format); it replaces the request's grammar / json_schema / json_object
+    std::string error;    // non-empty: that pool cannot serve the request; a run routed there finishes ERROR with it
+};
+
 // What to generate, for Runtime::submit / generate. The defaults are a greedy request of the
 // config's default length for tenant "default".
 struct GenerationRequest {
@@ -51,6 +68,16 @@ struct GenerationRequest {
     float presence_penalty = 0.0f;    // OpenAI's, in [-2, 2]: minus this for every id already output
     float frequency_penalty = 0.0f;   // OpenAI's, in [-2, 2]: minus this times the id's output count
     std::vector<std::pair<int32_t, float>> logit_bias;  // id -> added to its logit, in [-100, 100]
+    // Non-null: the prompt depends on the pool that runs it (a chat, rendered with each pool's own
+    // template; pools may differ in template and vocabulary), and `prompt` / `prompt_ids` are
+    // ignored. The runtime classifies and routes first, then runs each pool's own rendering,
+    // tokenized once with that pool's tokenizer. Routing needs token ids before it knows the pool:
+    // the router's prefix-cache lookup renders every pool that has a prefix cache (per-candidate
+    // rendering), and the bucket rules' prompt_tokens is the first pool's rendering's count (an
+    // estimate when the routed pool renders otherwise). Called on a runtime thread, at most once
+    // per pool of the request's config generation; it must be thread-safe, return quickly and not
+    // call the runtime's waiting members (generate, drain, ~Runtime).
+    std::function<PoolPrompt(const PromptPool& pool)> render;
 };
 
 // One alternative for an output position: a token id and its log-probability.
@@ -98,6 +125,9 @@ struct RequestCallbacks {
     std::function<void(const std::string& piece, const std::vector<int32_t>& ids)> on_token;
     // Exactly once per submitted request, also on error, cancel, timeout or overload.
     std::function<void(const GenerationResult&)> on_finish;
+    // The pool whose run the answer comes from, before that run's first on_token (and again should
+    // the answer move to another pool, e.g. a retry after its worker was lost). May be null.
+    std::function<void(const std::string& pool)> on_pool;
 };
 
 }  // namespace steward

@@ -48,6 +48,7 @@ struct PoolInfo {
     int n_ctx = 0;              // the model's context length
     int n_vocab = 0;
     std::string chat_template;  // the pool's override ([[pool]] chat_template_file), else the GGUF's; "" none
+    std::string chat_template_source;  // where it came from (PromptPool::template_source)
     std::string bos_token, eos_token;  // their text ("" when the vocabulary has none)
     int64_t model_bytes = 0;  // the model file's bytes in memory (one copy: huge pages, or the mapping with STEWARD_MMAP=1)
     int64_t kv_bytes = 0;     // the pool's paged KV storage (every block, allocated at start); 0 for simulated and remote pools

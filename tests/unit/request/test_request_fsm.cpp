@@ -262,6 +262,50 @@ TEST_CASE("a prompt that cannot be encoded fails its run with a clear error; the
     CHECK(all_of<RequestDone>(out).size() == 1);
 }
 
+TEST_CASE("a prompt that fills its pool's context fails there, naming both lengths, with its length in the result",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    vocab.prompts[1] = {1, 2, 3, 4};  // the strong pool's own prompt is longer (another rendering)
+    FakeRouting routing;
+    RequestSetup st = setup();
+    st.pools[0].n_ctx = 4;
+    st.pools[1].n_ctx = 4;
+    {
+        RequestFsm fsm(st, vocab, routing);
+        RouteChoice r;
+        r.pool = 0;  // 3 tokens < 4: runs
+        const RequestActions out = fsm.on_route(r, 100.0);
+        REQUIRE(all_of<SubmitRun>(out).size() == 1);
+        CHECK(all_of<FinishRequest>(out).empty());
+    }
+    RequestFsm fsm(st, vocab, routing);
+    RouteChoice r;
+    r.pool = 1;  // 4 tokens >= 4: refused before any run
+    const RequestActions out = fsm.on_route(r, 100.0);
+    CHECK(all_of<SubmitRun>(out).empty());
+    REQUIRE(all_of<FinishRequest>(out).size() == 1);
+    const GenerationResult g = all_of<FinishRequest>(out)[0].result;
+    CHECK(g.finish == FinishReason::ERROR);
+    CHECK(g.error == "the prompt is 4 tokens, over the context of 4 tokens of pool 'strong': shorten it");
+    CHECK(g.pool == "strong");
+    CHECK(g.metrics.prompt_tokens == 4);
+    CHECK(all_of<RequestDone>(out).size() == 1);
+}
+
+TEST_CASE("streamed text names the answer run's pool", "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RequestFsm fsm(setup(), vocab, routing);
+    RouteChoice r;
+    r.pool = 1;
+    fsm.on_route(r, 100.0);
+    const RequestActions out = fsm.on_tokens(RunRole::PRIMARY, {11}, {-0.1f}, 100.1);
+    REQUIRE(all_of<StreamText>(out).size() == 1);
+    CHECK(all_of<StreamText>(out)[0].pool == 1);
+    const RequestActions end = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 3, 0, 100.2), 100.2);
+    for (const StreamText& t : all_of<StreamText>(end)) CHECK(t.pool == 1);  // the decoder's flush
+}
+
 TEST_CASE("a request finishes exactly once and is done last, whatever the order of its events", "[request_fsm]") {
     std::mt19937 rng(2024);
     for (int trial = 0; trial < 2000; trial++) {
