@@ -74,16 +74,23 @@ struct HttpServer::Impl {
 // One OpenAI generation request of a connection: its n runtime requests and what came back.
 struct Exchange {
     OpenAiRequest req;
-    std::optional<PoolInfo> pool;  // the pool that rendered the prompt (templates, tool calls)
+    // A chat is routed first and rendered after, with the template of the pool that runs it: the
+    // renderer keeps each pool's rendering (and refusal) for the answer. A completion's prompt is
+    // the same text everywhere: `pool` is the one whose tokenizer checked its length.
+    std::shared_ptr<ChatRenderer> renderer;
+    std::optional<PoolInfo> pool;
     std::vector<RequestHandle> handles;
     std::vector<GenerationResult> results;
     std::vector<bool> done;
-    std::vector<StreamOutput> outputs;
+    // Streaming: per choice, the pool its answer comes from (RequestCallbacks::on_pool) and the
+    // output parser, made at its first piece in that pool's tool-call format.
+    std::vector<std::string> answer_pools;
+    std::vector<std::optional<StreamOutput>> outputs;
+    uint64_t id_seed = 0;  // tool-call ids
     int n_done = 0;
     // n > 1: choice 0 runs first; the others are submitted at its first token, when its prompt's full
     // blocks are in the prefix cache, so they attach to those blocks instead of computing them again.
     ModelTarget target;
-    std::string rendered;
     bool rest_submitted = false;
     int64_t created = 0;
     bool headers_sent = false;  // streaming: the 200 and SSE headers are out
@@ -378,9 +385,8 @@ private:
         if (!target) return std::nullopt;
         return pool_of(*target, pools, err);
     }
-    // The pool whose template renders a chat and whose tokenizer and context check a prompt: the
-    // pinned one, else a named bucket's pool, else the first (routing happens in the runtime, after
-    // rendering: pools that one bucket routes between should share a template).
+    // The pool whose tokenizer and context check a completion's prompt: the pinned one, else a
+    // named bucket's pool, else the first. (A chat is rendered after routing, per pool: see generate.)
     std::optional<PoolInfo> pool_of(const ModelTarget& target, const std::vector<PoolInfo>& pools, ApiError& err) {
         if (pools.empty()) {
             err = {503, "no pool is serving", "server_error", "", "no_pool"};
@@ -451,28 +457,30 @@ private:
         const auto pools = rt().pools();
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
-        ex->pool = pool_of(*target, pools, err);
-        if (!ex->pool) return send_error(err);
-
-        if (!apply_tool_choice(ex->req, *ex->pool, err)) return send_error(err);
-        std::string rendered;
         if (chat) {
-            auto r = render_prompt(*ex->pool, ex->req);
-            if (!r) return send_error({400, r.error().message, "invalid_request_error", "messages", "template_error"});
-            rendered = std::move(*r);
+            // Route, then render: the runtime classifies and routes the chat (the bucket's rules and
+            // routing policy), then asks the renderer for the prompt of the pool it chose, rendered
+            // with that pool's template (and its tool-call grammar for tool_choice) and tokenized
+            // once with its tokenizer. A pool that cannot take the chat, or whose context the prompt
+            // fills, fails the request there: on_finish answers its 400 (error_of).
+            if (pools.empty()) return send_error({503, "no pool is serving", "server_error", "", "no_pool"});
+            ex->renderer = std::make_shared<ChatRenderer>(ex->req);
+        } else {
+            ex->pool = pool_of(*target, pools, err);
+            if (!ex->pool) return send_error(err);
+            // Over the context is a 400 before anything runs.
+            size_t n_prompt = ex->req.prompt_ids.size();
+            if (!ex->req.prompt_is_ids) {
+                auto ids = rt().tokenize(ex->pool->name, ex->req.prompt, true);
+                if (!ids) return send_error({400, ids.error().message, "invalid_request_error", "prompt", "tokenize_failed"});
+                n_prompt = ids->size();
+            }
+            if ((int64_t)n_prompt >= ex->pool->n_ctx)
+                return send_error({400, "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " +
+                                            std::to_string(ex->pool->n_ctx) + " tokens of pool '" + ex->pool->name +
+                                            "': shorten it",
+                                   "invalid_request_error", "prompt", "context_length_exceeded"});
         }
-        // Over the context is a 400 before anything runs.
-        size_t n_prompt = ex->req.prompt_ids.size();
-        if (!ex->req.prompt_is_ids) {
-            auto ids = rt().tokenize(ex->pool->name, chat ? rendered : ex->req.prompt, true);
-            if (!ids) return send_error({400, ids.error().message, "invalid_request_error", chat ? "messages" : "prompt", "tokenize_failed"});
-            n_prompt = ids->size();
-        }
-        if ((int64_t)n_prompt >= ex->pool->n_ctx)
-            return send_error({400, "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " +
-                                        std::to_string(ex->pool->n_ctx) + " tokens of pool '" + ex->pool->name +
-                                        "': shorten it",
-                               "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded"});
 
         ex_ = ex;
         streaming_ = ex->req.stream;
@@ -481,11 +489,11 @@ private:
         const int n = ex->req.n;
         ex->results.resize(n);
         ex->done.assign(n, false);
-        const uint64_t id_seed = std::random_device{}() ^ ((uint64_t)ex->created << 20);  // tool-call ids
-        for (int i = 0; i < n; i++) ex->outputs.emplace_back(ex->req, &*ex->pool, id_seed * 16 + (uint64_t)i);
+        ex->id_seed = std::random_device{}() ^ ((uint64_t)ex->created << 20);  // tool-call ids
+        ex->answer_pools.resize(n);
+        ex->outputs.resize(n);
         watch();
         ex->target = *target;
-        ex->rendered = std::move(rendered);
         ex->rest_submitted = n == 1;
         submit_choice(ex, 0);
         // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
@@ -495,10 +503,16 @@ private:
     // Submits choice i of the exchange. Runs on this connection's strand: callbacks post to it, so
     // none touches ex->handles while it grows.
     void submit_choice(const std::shared_ptr<Exchange>& ex, int i) {
-        GenerationRequest g = to_generation_request(ex->req, ex->target, tenant_, ex->rendered, i);
+        GenerationRequest g = ex->renderer ? to_generation_request(ex->req, ex->target, tenant_, ex->renderer, i)
+                                           : to_generation_request(ex->req, ex->target, tenant_, std::string(), i);
         RequestCallbacks cb;
         std::weak_ptr<Session> weak = shared_from_this();
         const bool stream = streaming_;
+        // Posted before the answer's first piece (the runtime calls on_pool first; the strand keeps the order).
+        if (stream)
+            cb.on_pool = [weak, ex, i](const std::string& pool) {
+                if (auto self = weak.lock()) net::post(self->stream_.get_executor(), [ex, i, pool] { ex->answer_pools[i] = pool; });
+            };
         if (stream || (i == 0 && !ex->rest_submitted))
             cb.on_token = [weak, ex, i, stream](const std::string& piece, const std::vector<int32_t>&) {
                 if (auto self = weak.lock())
@@ -597,10 +611,36 @@ private:
                 queue_stream(sse_event(stream_chunk(ex.req, ex.handles[0], ex.created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
     }
 
+    // The pool choice i's answer came from, as it rendered the prompt (its template's tool-call
+    // format); a completion's own pool.
+    std::optional<PoolInfo> answer_pool(const Exchange& ex, const std::string& name) {
+        if (!ex.renderer) return ex.pool;
+        return name.empty() ? std::nullopt : ex.renderer->pool(name);
+    }
+    StreamOutput& output(Exchange& ex, int i) {
+        if (!ex.outputs[i]) {
+            const auto pool = answer_pool(ex, ex.answer_pools[i]);
+            ex.outputs[i].emplace(ex.req, pool ? &*pool : nullptr, ex.id_seed * 16 + (uint64_t)i);
+        }
+        return *ex.outputs[i];
+    }
+    // A failed choice's answer. A chat failed by its pool's rendering answers what that refused (a
+    // 400 naming messages or tool_choice), one whose prompt fills that pool's context (the runtime
+    // counts the rendering there) the 400 context_length_exceeded; the rest as the runtime finished.
+    ApiError error_of(const Exchange& ex, const GenerationResult& r) {
+        if (ex.renderer && r.finish == FinishReason::ERROR && !r.pool.empty()) {
+            if (auto e = ex.renderer->error(r.pool)) return *e;
+            for (const PoolInfo& p : rt().pools())
+                if (p.name == r.pool && p.n_ctx > 0 && r.metrics.prompt_tokens >= p.n_ctx)
+                    return {400, r.error, "invalid_request_error", "messages", "context_length_exceeded"};
+        }
+        return error_for_result(r);
+    }
+
     void on_piece(const std::shared_ptr<Exchange>& ex, int i, const std::string& piece) {
         if (ex->closed || closing_) return;
         if (!ex->headers_sent) open_stream(*ex);
-        for (const json& d : ex->outputs[i].feed(piece))
+        for (const json& d : output(*ex, i).feed(piece))
             queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
     }
 
@@ -626,14 +666,14 @@ private:
         ex->closed = true;
         ex_.reset();
         for (const auto& res : ex->results)
-            if (!res.ok()) return send_error(error_for_result(res), id_header(*ex));
+            if (!res.ok()) return send_error(error_of(*ex, res), id_header(*ex));
         // Token texts for logprobs, detokenized one id at a time (a token's own spelling).
         std::vector<std::vector<TokenText>> texts(ex->req.n);
         std::vector<std::vector<std::vector<TokenText>>> tops(ex->req.n);
         if (ex->req.logprobs)
             for (int k = 0; k < ex->req.n; k++) {
                 const auto& res = ex->results[k];
-                const std::string& pool = res.pool.empty() ? ex->pool->name : res.pool;
+                const std::string pool = !res.pool.empty() ? res.pool : ex->pool ? ex->pool->name : std::string();
                 auto text_of = [&](int32_t id) {
                     auto t = rt().detokenize(pool, {id});
                     return TokenText{id, t ? *t : std::string()};
@@ -644,9 +684,14 @@ private:
                     for (const auto& a : alts) tops[k].back().push_back(text_of(a.id));
                 }
             }
+        // Each choice's output is parsed in the tool-call format of the pool that answered it.
+        std::vector<std::optional<PoolInfo>> answered(ex->req.n);
+        std::vector<const PoolInfo*> choice_pools(ex->req.n, nullptr);
+        for (int k = 0; k < ex->req.n; k++)
+            if ((answered[k] = answer_pool(*ex, ex->results[k].pool))) choice_pools[k] = &*answered[k];
         auto headers = id_header(*ex);
         headers.emplace_back("x-steward-pool", ex->results[0].pool);  // the pool that answered (choice 0)
-        send_json(http::status::ok, completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, &*ex->pool),
+        send_json(http::status::ok, completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, choice_pools),
                   std::move(headers));
     }
 
@@ -658,17 +703,18 @@ private:
             cancel_exchange();
             ex_.reset();
             streaming_ = false;
-            return send_error(error_for_result(r), id_header(*ex));
+            return send_error(error_of(*ex, r), id_header(*ex));
         }
         if (!ex->headers_sent) open_stream(*ex);
         if (closing_) return;
         if (r.ok()) {
-            for (const json& d : ex->outputs[i].finish())
+            StreamOutput& o = output(*ex, i);
+            for (const json& d : o.finish())
                 queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
             queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, nullptr,
-                                                openai_finish_reason(r.finish, ex->outputs[i].saw_tool_calls()))));
+                                                openai_finish_reason(r.finish, o.saw_tool_calls()))));
         } else {
-            queue_stream(sse_event(json::parse(error_body(error_for_result(r)))));
+            queue_stream(sse_event(json::parse(error_body(error_of(*ex, r)))));
         }
         if (closing_ || ex->n_done < ex->req.n) return;
         ex->closed = true;

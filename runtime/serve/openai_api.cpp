@@ -537,6 +537,66 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
     return s;
 }
 
+PoolRendering render_for_pool(const OpenAiRequest& req, const PoolInfo& pool) {
+    PoolRendering out;
+    // The tool-call grammar is the pool's template's format: built on a copy, per pool.
+    OpenAiRequest r = req;
+    ApiError err;
+    if (!apply_tool_choice(r, pool, err)) {
+        err.message = "pool '" + pool.name + "': " + err.message;
+        out.error = std::move(err);
+        return out;
+    }
+    auto text = render_prompt(pool, r);
+    if (!text) {
+        out.error = ApiError{400, text.error().message, "invalid_request_error", "messages", "template_error"};
+        return out;
+    }
+    out.text = std::move(*text);
+    if (r.grammar != req.grammar) out.grammar = std::move(r.grammar);
+    return out;
+}
+
+PoolPrompt ChatRenderer::render(const PromptPool& p) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_pool_.find(p.name);
+    // A pool of the same name in another generation may have another template: rendered again.
+    if (it == by_pool_.end() || it->second.first.chat_template != p.chat_template || it->second.first.bos_token != p.bos_token ||
+        it->second.first.eos_token != p.eos_token) {
+        PoolInfo info;
+        info.name = p.name;
+        info.chat_template = p.chat_template;
+        info.chat_template_source = p.template_source;
+        info.bos_token = p.bos_token;
+        info.eos_token = p.eos_token;
+        PoolRendering r = render_for_pool(req_, info);
+        it = by_pool_.insert_or_assign(p.name, std::make_pair(std::move(info), std::move(r))).first;
+    }
+    const PoolRendering& r = it->second.second;
+    return PoolPrompt{r.text, r.grammar, r.error ? r.error->message : std::string()};
+}
+
+std::optional<PoolInfo> ChatRenderer::pool(const std::string& name) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_pool_.find(name);
+    if (it == by_pool_.end()) return std::nullopt;
+    return it->second.first;
+}
+
+std::optional<ApiError> ChatRenderer::error(const std::string& name) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_pool_.find(name);
+    if (it == by_pool_.end()) return std::nullopt;
+    return it->second.second.error;
+}
+
+GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
+                                        std::shared_ptr<ChatRenderer> renderer, int index) {
+    GenerationRequest g = to_generation_request(req, target, tenant, std::string(), index);
+    if (req.chat && renderer) g.render = [renderer = std::move(renderer)](const PromptPool& p) { return renderer->render(p); };
+    return g;
+}
+
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
                                         const std::string& rendered_prompt, int index) {
     GenerationRequest g;
@@ -707,6 +767,14 @@ json completion_logprobs(const GenerationResult& r, const std::vector<TokenText>
 json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created, const std::vector<GenerationResult>& results,
                          const std::vector<std::vector<TokenText>>& token_texts,
                          const std::vector<std::vector<std::vector<TokenText>>>& top_texts, const PoolInfo* pool) {
+    return completion_response(req, handle, created, results, token_texts, top_texts,
+                               std::vector<const PoolInfo*>(results.size(), pool));
+}
+
+json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created, const std::vector<GenerationResult>& results,
+                         const std::vector<std::vector<TokenText>>& token_texts,
+                         const std::vector<std::vector<std::vector<TokenText>>>& top_texts,
+                         const std::vector<const PoolInfo*>& choice_pools) {
     static const std::vector<TokenText> no_texts;
     static const std::vector<std::vector<TokenText>> no_tops;
     json choices = json::array();
@@ -715,6 +783,7 @@ json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t crea
         const auto& texts = i < token_texts.size() ? token_texts[i] : no_texts;
         const auto& tops = i < top_texts.size() ? top_texts[i] : no_tops;
         if (req.chat) {
+            const PoolInfo* pool = i < choice_pools.size() ? choice_pools[i] : nullptr;
             ChoiceOutput out = parse_choice_output(req, pool, r.text, handle * 16 + i);
             json message = {{"role", "assistant"}, {"content", out.content}};
             const bool has_tools = !out.tool_calls.empty();

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,7 +103,7 @@ std::optional<ModelTarget> resolve_model(const std::string& model, const std::ve
 nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64_t created);
 
 // The chat prompt for a pool: its template rendered over the messages (and tools), with the
-// generation prompt. Until the template engine lands, a ChatML rendering
+// generation prompt; a pool without a template renders ChatML
 // (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n).
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
 
@@ -110,10 +113,44 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
 // (a template with no tool-call format, a parameters schema the grammar compiler refuses).
 bool apply_tool_choice(OpenAiRequest& req, const PoolInfo& pool, ApiError& err);
 
+// A chat's prompt for one pool: render_prompt with that pool's template and, with tool_choice
+// "required" or a function, that template's tool-call grammar (apply_tool_choice's). A pool that
+// cannot take the chat gives `error`: its 400 (code template_error on messages, or invalid_value on
+// tool_choice), text and grammar empty.
+struct PoolRendering {
+    std::string text, grammar;
+    std::optional<ApiError> error;
+};
+PoolRendering render_for_pool(const OpenAiRequest& req, const PoolInfo& pool);
+
+// One chat's renderings, rendered after routing: the runtime asks for the prompt of the pool it
+// routed the chat to (and of the candidates whose prefix cache the router weighs) through
+// GenerationRequest::render, on its threads; the server reads what came of it when it answers.
+// Each pool is rendered once for all n choices. Thread-safe.
+class ChatRenderer {
+public:
+    explicit ChatRenderer(OpenAiRequest req) : req_(std::move(req)) {}
+    // GenerationRequest::render: `pool`'s rendering (kept; an error is PoolPrompt::error).
+    PoolPrompt render(const PromptPool& pool);
+    // The pool as it was rendered for (name, template, BOS / EOS: what parse_choice_output and
+    // StreamOutput read), nullopt when it never was.
+    std::optional<PoolInfo> pool(const std::string& name) const;
+    // Why `name`'s rendering refused the chat, nullopt when it did not (or never ran).
+    std::optional<ApiError> error(const std::string& name) const;
+
+private:
+    const OpenAiRequest req_;
+    mutable std::mutex mu_;
+    std::map<std::string, std::pair<PoolInfo, PoolRendering>, std::less<>> by_pool_;
+};
+
 // The runtime request for choice `index` of `req` (the n choices share the prompt; a given seed is
-// offset by the index so that sampled choices differ).
+// offset by the index so that sampled choices differ). A completion's prompt is the request's; a
+// chat's is rendered_prompt, or with a renderer, each pool's own rendering after routing.
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
                                         const std::string& rendered_prompt, int index);
+GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
+                                        std::shared_ptr<ChatRenderer> renderer, int index);
 
 // A finished choice's text split into content and tool calls. Until the tool-call parser lands the
 // whole text is content.
@@ -164,11 +201,18 @@ std::string response_id(bool chat, uint64_t handle);
 uint64_t parse_request_id(std::string_view id);
 
 // The whole non-streaming response. texts[i] are choice i's token texts (logprobs), may be empty.
+// pool: the pool whose template's tool-call format the chat's choices are parsed in; or per choice
+// (choice_pools[i], the pool that answered it; null: not parsed).
 nlohmann::json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created,
                                    const std::vector<GenerationResult>& results,
                                    const std::vector<std::vector<TokenText>>& token_texts,
                                    const std::vector<std::vector<std::vector<TokenText>>>& top_texts,
                                    const PoolInfo* pool);
+nlohmann::json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t created,
+                                   const std::vector<GenerationResult>& results,
+                                   const std::vector<std::vector<TokenText>>& token_texts,
+                                   const std::vector<std::vector<std::vector<TokenText>>>& top_texts,
+                                   const std::vector<const PoolInfo*>& choice_pools);
 // One SSE chunk (without "data: "): a delta for choice `index` (chat) or text (completion), and a
 // finish_reason when non-null.
 nlohmann::json stream_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, int index,
