@@ -5,6 +5,7 @@
 #include <map>
 
 #include "grammar/grammar.h"
+#include "util/utf8.h"
 
 namespace steward {
 
@@ -53,25 +54,6 @@ void normalize(CharClass& c) {
     c.ranges = std::move(out);
 }
 
-// Decodes one UTF-8 character at s[i] (ill-formed bytes pass through as themselves).
-uint32_t decode_utf8(std::string_view s, size_t& i) {
-    const auto b0 = (unsigned char)s[i];
-    int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
-    if (i + len > s.size()) len = 1;
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int k = 1; k < len; ++k) {
-        const auto b = (unsigned char)s[i + k];
-        if ((b & 0xC0) != 0x80) {
-            len = 1;
-            cp = b0;
-            break;
-        }
-        cp = (cp << 6) | (b & 0x3F);
-    }
-    i += len;
-    return cp;
-}
-
 }  // namespace
 
 // Collects rules as element lists, then flattens them into a CompiledGrammar.
@@ -95,7 +77,7 @@ struct GrammarBuilder {
             if (src[i] == '\n') {
                 ++line;
                 col = 1;
-            } else if (((unsigned char)src[i] & 0xC0) != 0x80) {
+            } else if (!utf8::is_continuation(src[i])) {
                 ++col;
             }
         }
@@ -155,7 +137,7 @@ struct GrammarBuilder {
     // One character of a literal or class: an escape or a UTF-8 character.
     Expected<uint32_t> parse_char() {
         if (at_end()) return fail(pos, "unexpected end of grammar inside a literal or class; close it");
-        if (peek() != '\\') return decode_utf8(src, pos);
+        if (peek() != '\\') return utf8::decode_loose(src, pos);  // an ill-formed byte is its own value
         const size_t at = pos;
         ++pos;
         const char e = peek();

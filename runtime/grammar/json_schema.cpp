@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/grammar.h"
+#include "util/utf8.h"
 
 namespace steward {
 
@@ -59,9 +60,13 @@ std::string gbnf_literal(const std::string& s) {
     return out + "\"";
 }
 
-// The length of the UTF-8 character that starts with byte b (1 for a stray continuation byte, so
-// that every byte lands in some piece).
-size_t utf8_char_len(unsigned char b) { return b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1; }
+// The bytes of the character at s[i], as the GBNF parser reads the literal back (decode_loose: an
+// ill-formed byte is a character of its own), so that no piece of the trie splits a character.
+size_t char_len(std::string_view s, size_t i) {
+    const size_t start = i;
+    utf8::decode_loose(s, i);
+    return i - start;
+}
 
 // An alternation of literals as GBNF with their common prefixes factored out, as a trie of UTF-8
 // characters: "value_12" | "value_13" becomes ("value_1" ("2" | "3")). The matcher then keeps one
@@ -82,7 +87,7 @@ std::string factored_alternation(std::vector<std::string> lits) {
                 i++;
                 continue;
             }
-            const size_t n = std::min(utf8_char_len((unsigned char)lits[i][depth]), lits[i].size() - depth);
+            const size_t n = char_len(lits[i], depth);
             const std::string ch = lits[i].substr(depth, n);
             size_t j = i;
             while (j < e && lits[j].compare(depth, n, ch) == 0 && lits[j].size() >= depth + n) j++;
@@ -90,7 +95,7 @@ std::string factored_alternation(std::vector<std::string> lits) {
             size_t d = depth + n;
             for (;;) {
                 if (lits[i].size() == d) break;
-                const size_t m = std::min(utf8_char_len((unsigned char)lits[i][d]), lits[i].size() - d);
+                const size_t m = char_len(lits[i], d);
                 bool same = true;
                 for (size_t k = i; k < j && same; k++)
                     same = lits[k].size() >= d + m && lits[k].compare(d, m, lits[i], d, m) == 0;

@@ -7,6 +7,7 @@
 
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 namespace steward {
 
@@ -86,23 +87,17 @@ bool GrammarMatcher::advance_byte(const StackSet& in, uint8_t byte, StackSet& ou
     uint32_t v;
     uint8_t left, len;
     if (in.n_partial_left == 0) {
-        if (byte < 0x80) return advance_cp(in, byte, out);
-        if (byte >= 0xC2 && byte <= 0xDF) {
-            len = 2;
-            v = byte & 0x1F;
-        } else if (byte >= 0xE0 && byte <= 0xEF) {
-            len = 3;
-            v = byte & 0x0F;
-        } else if (byte >= 0xF0 && byte <= 0xF4) {
-            len = 4;
-            v = byte & 0x07;
-        } else {
+        const int n = utf8::sequence_length(byte);
+        if (n == 1) return advance_cp(in, byte, out);
+        if (n == 0) {  // no well-formed character starts with this byte
             out.clear();
             return false;
         }
+        len = (uint8_t)n;
+        v = utf8::lead_bits(byte, n);
         left = len - 1;
     } else {
-        if ((byte & 0xC0) != 0x80) {
+        if (!utf8::is_continuation(byte)) {
             out.clear();
             return false;
         }
@@ -116,9 +111,9 @@ bool GrammarMatcher::advance_byte(const StackSet& in, uint8_t byte, StackSet& ou
         len = in.partial_len;
         left = in.n_partial_left - 1;
     }
-    static constexpr uint32_t k_min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const uint32_t min_cp = utf8::min_code_point(len);
     if (left == 0) {
-        if (v < k_min[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+        if (v < min_cp || !utf8::is_scalar_value(v)) {  // overlong, past U+10FFFF or a surrogate
             out.clear();
             return false;
         }
@@ -126,10 +121,10 @@ bool GrammarMatcher::advance_byte(const StackSet& in, uint8_t byte, StackSet& ou
     }
     // Inside a character: keep the stacks whose class meets some code point with this prefix.
     const uint32_t ulo = v << (6 * left), uhi = ulo | ((1u << (6 * left)) - 1);
-    const uint32_t lo = std::max(ulo, k_min[len]), hi = std::min(uhi, 0x10FFFFu);
+    const uint32_t lo = std::max(ulo, min_cp), hi = std::min(uhi, utf8::k_max_code_point);
     out.clear();
     if (lo > hi) return false;
-    bool any = ulo == lo && uhi == hi && (hi < 0xD800 || lo > 0xDFFF);
+    bool any = ulo == lo && uhi == hi && (hi < utf8::k_first_surrogate || lo > utf8::k_last_surrogate);
     const auto& el = grammar_->elements();
     const auto& cls = grammar_->char_classes();
     for (size_t i = 0; i + 1 < in.offs.size(); ++i) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "grammar/grammar.h"
+#include "util/utf8.h"
 
 namespace steward {
 
@@ -85,15 +86,9 @@ struct RegexParser {
     bool at_end() const { return pos >= src.size(); }
     char peek() const { return at_end() ? '\0' : src[pos]; }
 
-    uint32_t next_cp() {
-        const auto b0 = (unsigned char)src[pos];
-        int len = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
-        if (pos + len > src.size()) len = 1;
-        uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-        for (int k = 1; k < len; ++k) cp = (cp << 6) | ((unsigned char)src[pos + k] & 0x3F);
-        pos += len;
-        return cp;
-    }
+    // The pattern's next character, read as the GBNF parser reads a literal (an ill-formed byte is
+    // its own value).
+    uint32_t next_cp() { return utf8::decode_loose(src, pos); }
 
     static Expected<uint32_t> simple_escape(char e) {
         switch (e) {

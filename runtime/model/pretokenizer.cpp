@@ -6,6 +6,8 @@
 
 #include <utility>
 
+#include "util/utf8.h"
+
 namespace steward {
 
 namespace {
@@ -251,7 +253,7 @@ void split_with(const pcre2_code* code, std::string_view text, std::vector<std::
         if (m_begin > pos) words.push_back(text.substr(pos, m_begin - pos));
         if (m_end == m_begin) {  // cannot happen with these patterns; never loop forever
             m_end = m_begin + 1;
-            while (m_end < n && (static_cast<unsigned char>(text[m_end]) & 0xC0) == 0x80) ++m_end;
+            while (m_end < n && utf8::is_continuation(text[m_end])) ++m_end;
         }
         words.push_back(text.substr(m_begin, m_end - m_begin));
         pos = m_end;

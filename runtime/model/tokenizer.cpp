@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "model/pretokenizer.h"
+#include "util/utf8.h"
 
 namespace steward {
 
@@ -21,63 +22,6 @@ namespace {
 // Token types (tokenizer.ggml.token_type); 5, unused, decodes to "" like control.
 constexpr int32_t k_type_normal = 1, k_type_unknown = 2, k_type_control = 3, k_type_user = 4, k_type_byte = 6;
 constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-// ---- UTF-8 ----------------------------------------------------------------------------------
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
-
-// Classifies the bytes at s: > 0, a complete valid character of that many bytes; 0, a valid
-// but unfinished prefix (all n bytes); < 0, invalid, and -result bytes form the maximal
-// ill-formed subpart that one U+FFFD replaces (Unicode's recommended practice).
-int utf8_check(const unsigned char* s, size_t n) {
-    const unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    int need;
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 1;
-    else if (c >= 0xE0 && c <= 0xEF)
-        need = 2;
-    else if (c >= 0xF0 && c <= 0xF4)
-        need = 3;
-    else
-        return -1;
-    for (int k = 1; k <= need; ++k) {
-        if ((size_t)k >= n) return 0;
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (k == 1) {  // exclude overlongs, surrogates and code points past U+10FFFF
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        }
-        if (s[k] < lo || s[k] > hi) return -k;
-    }
-    return need + 1;
-}
-
-// Decodes the code point of a valid character of len bytes.
-uint32_t utf8_decode(const unsigned char* s, size_t len) {
-    if (len == 1) return s[0];
-    uint32_t cp = s[0] & (0x7F >> len);
-    for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (s[k] & 0x3F);
-    return cp;
-}
 
 // ---- GPT-2 byte-level alphabet --------------------------------------------------------------
 
@@ -92,7 +36,7 @@ struct ByteAlphabet {
         for (int b = 0; b < 256; ++b) {
             const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
             const uint32_t cp = printable ? uint32_t(b) : next++;
-            append_utf8(byte_to_utf8[b], cp);
+            utf8::encode(cp, byte_to_utf8[b]);
             cp_to_byte[cp] = int16_t(b);
         }
     }
@@ -129,10 +73,9 @@ struct Symbol {
 std::vector<Symbol> split_symbols(std::string_view text) {
     std::vector<Symbol> syms;
     syms.reserve(text.size());
-    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     for (size_t off = 0; off < text.size();) {
-        const int r = utf8_check(s + off, text.size() - off);
-        const size_t len = r > 0 ? (size_t)r : 1;
+        const utf8::Decoded d = utf8::decode(text, off);
+        const size_t len = d.status == utf8::Status::ok ? d.len : 1;
         const int32_t i = (int32_t)syms.size();
         syms.push_back({i - 1, i + 1, (uint32_t)off, (uint32_t)len});
         off += len;
@@ -494,11 +437,10 @@ public:
                 const ByteAlphabet& alpha = byte_alphabet();
                 std::string out;
                 out.reserve(text.size());
-                const auto* s = reinterpret_cast<const unsigned char*>(text.data());
                 for (size_t i = 0; i < text.size();) {
-                    const int r = utf8_check(s + i, text.size() - i);
-                    const size_t len = r > 0 ? (size_t)r : 1;
-                    const uint32_t cp = r > 0 ? utf8_decode(s + i, len) : 0xFFFFFFFF;
+                    const utf8::Decoded d = utf8::decode(text, i);
+                    const size_t len = d.status == utf8::Status::ok ? d.len : 1;
+                    const uint32_t cp = d.status == utf8::Status::ok ? d.cp : 0xFFFFFFFF;
                     if (cp < alpha.cp_to_byte.size() && alpha.cp_to_byte[cp] >= 0)
                         out += char(alpha.cp_to_byte[cp]);
                     else
@@ -546,8 +488,8 @@ private:
             // A merge produced a string the vocabulary lacks (a malformed vocabulary): fall back
             // to its characters, then to <unk>.
             for (size_t k = 0; k < piece.size();) {
-                const int r = utf8_check(reinterpret_cast<const unsigned char*>(piece.data()) + k, piece.size() - k);
-                const size_t len = r > 0 ? (size_t)r : 1;
+                const utf8::Decoded d = utf8::decode(piece, k);
+                const size_t len = d.status == utf8::Status::ok ? d.len : 1;
                 const int32_t cid = find(piece.substr(k, len));
                 if (cid >= 0)
                     out.push_back(cid);
@@ -642,18 +584,15 @@ std::string StreamDecoder::push(int32_t id) {
     pending_ += tok_.piece_at(id, first_);
     first_ = false;
     std::string out;
-    const auto* s = reinterpret_cast<const unsigned char*>(pending_.data());
     size_t i = 0;
     while (i < pending_.size()) {
-        const int r = utf8_check(s + i, pending_.size() - i);
-        if (r == 0) break;  // an unfinished character: hold it back
-        if (r > 0) {
-            out.append(pending_, i, (size_t)r);
-            i += (size_t)r;
-        } else {
-            out += "\xEF\xBF\xBD";  // U+FFFD for the ill-formed bytes
-            i += (size_t)-r;
-        }
+        const utf8::Decoded d = utf8::decode(pending_, i);
+        if (d.status == utf8::Status::truncated) break;  // an unfinished character: hold it back
+        if (d.status == utf8::Status::ok)
+            out.append(pending_, i, d.len);
+        else
+            out += utf8::k_replacement_utf8;  // one U+FFFD for the maximal ill-formed subpart
+        i += d.len;
     }
     pending_.erase(0, i);
     return out;
@@ -662,7 +601,7 @@ std::string StreamDecoder::push(int32_t id) {
 std::string StreamDecoder::flush() {
     if (pending_.empty()) return {};
     pending_.clear();  // only an unfinished character can be held: it will never complete
-    return "\xEF\xBF\xBD";
+    return std::string(utf8::k_replacement_utf8);
 }
 
 }  // namespace steward

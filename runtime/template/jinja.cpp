@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "util/utf8.h"
+
 namespace steward::jinja {
 
 // ============================================================================ values
@@ -115,42 +117,8 @@ static const char* type_name(const Value& v) {
 
 // ============================================================================ UTF-8 helpers
 
-// Decodes one code point at s[i] (invalid bytes decode as themselves, one byte each).
-static uint32_t utf8_next(const std::string& s, size_t& i) {
-    unsigned char c = (unsigned char)s[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n <= 1 || i + n > s.size()) {
-        i++;
-        return c;
-    }
-    uint32_t cp = c & (0x7f >> n);
-    for (int k = 1; k < n; k++) {
-        unsigned char cc = (unsigned char)s[i + k];
-        if ((cc >> 6) != 2) {
-            i++;
-            return c;
-        }
-        cp = cp << 6 | (cc & 0x3f);
-    }
-    i += n;
-    return cp;
-}
-static void utf8_put(std::string& out, uint32_t cp) {
-    if (cp < 0x80) out += (char)cp;
-    else if (cp < 0x800) {
-        out += (char)(0xc0 | cp >> 6);
-        out += (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        out += (char)(0xe0 | cp >> 12);
-        out += (char)(0x80 | (cp >> 6 & 0x3f));
-        out += (char)(0x80 | (cp & 0x3f));
-    } else {
-        out += (char)(0xf0 | cp >> 18);
-        out += (char)(0x80 | (cp >> 12 & 0x3f));
-        out += (char)(0x80 | (cp >> 6 & 0x3f));
-        out += (char)(0x80 | (cp & 0x3f));
-    }
-}
+// Code points are read with utf8::decode_loose: a lone surrogate reads back as itself (Python strings
+// hold them: "\ud800"|length is 1) and an invalid byte is one code point, the byte's value.
 static bool is_ascii(const std::string& s) {
     for (unsigned char c : s)
         if (c >= 0x80) return false;
@@ -162,7 +130,7 @@ static std::vector<size_t> cp_offsets(const std::string& s) {
     size_t i = 0;
     while (i < s.size()) {
         o.push_back(i);
-        utf8_next(s, i);
+        utf8::decode_loose(s, i);
     }
     o.push_back(s.size());
     return o;
@@ -171,7 +139,7 @@ static size_t cp_length(const std::string& s) {
     if (is_ascii(s)) return s.size();
     size_t n = 0, i = 0;
     while (i < s.size()) {
-        utf8_next(s, i);
+        utf8::decode_loose(s, i);
         n++;
     }
     return n;
@@ -665,7 +633,7 @@ private:
                 int64_t v = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
                 if (v < 0 || v > 0x10ffff)
                     return make_error(map_.where(p), ": a truncated or invalid \\", std::string(1, e), " escape");
-                utf8_put(out, (uint32_t)v);
+                utf8::encode((uint32_t)v, out);
                 break;
             }
             default:
@@ -675,7 +643,7 @@ private:
                         v = v * 8 + (src_[p++] - '0');
                         n++;
                     }
-                    utf8_put(out, (uint32_t)v);
+                    utf8::encode((uint32_t)v, out);
                 } else {
                     out += '\\';
                     out += e;
@@ -1626,7 +1594,7 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
             out += b;
             i++;
         } else if (c >= 0x80 && ensure_ascii) {
-            uint32_t cp = utf8_next(s, i);
+            uint32_t cp = utf8::decode_loose(s, i);
             char b[16];
             if (cp >= 0x10000) {
                 cp -= 0x10000;
@@ -2551,9 +2519,9 @@ Expected<Value> Renderer::get_item(const Value& o, const Value& key, size_t pos)
             if (k < 0) k += n;
             if (k < 0 || k >= n) return Value::undefined("'str object' has no element " + std::to_string(key.as_int()));
             size_t i = 0;
-            for (int64_t c = 0; c < k; c++) utf8_next(s, i);
+            for (int64_t c = 0; c < k; c++) utf8::decode_loose(s, i);
             size_t start = i;
-            utf8_next(s, i);
+            utf8::decode_loose(s, i);
             return Value::str(s.substr(start, i - start));
         }
         if (key.is_str()) return get_attr(o, key.sv(), pos);
@@ -2741,7 +2709,7 @@ Expected<bool> Renderer::compare(const std::string& op, const Value& l, const Va
 static std::vector<uint32_t> decode_all(const std::string& s) {
     std::vector<uint32_t> out;
     size_t i = 0;
-    while (i < s.size()) out.push_back(utf8_next(s, i));
+    while (i < s.size()) out.push_back(utf8::decode_loose(s, i));
     return out;
 }
 
@@ -2757,7 +2725,7 @@ static std::string py_strip(const std::string& s, const Value* chars, int which)
     size_t n = offs.size() - 1, lo = 0, hi = n;
     auto cp_at = [&](size_t k) {
         size_t i = offs[k];
-        return utf8_next(s, i);
+        return utf8::decode_loose(s, i);
     };
     if (which & 1)
         while (lo < hi && strip_it(cp_at(lo))) lo++;
@@ -2804,7 +2772,7 @@ static uint32_t cp_upper(uint32_t c) {
 static bool cp_cased(uint32_t c) { return cp_lower(c) != c || cp_upper(c) != c || c == 0xdf; }
 static void put_upper(std::string& out, uint32_t c) {
     if (c == 0xdf) out += "SS";  // Python: 'ß'.upper() == 'SS'
-    else utf8_put(out, cp_upper(c));
+    else utf8::encode(cp_upper(c), out);
 }
 
 static std::string ascii_lower(const std::string& s) {
@@ -2813,8 +2781,8 @@ static std::string ascii_lower(const std::string& s) {
     size_t i = 0;
     while (i < s.size()) {
         size_t at = i;
-        uint32_t c = utf8_next(s, i);
-        if (c < 0x80 || i - at > 1) utf8_put(out, cp_lower(c));
+        uint32_t c = utf8::decode_loose(s, i);
+        if (c < 0x80 || i - at > 1) utf8::encode(cp_lower(c), out);
         else out += s[at];  // a stray byte stays as it was
     }
     return out;
@@ -2825,7 +2793,7 @@ static std::string ascii_upper(const std::string& s) {
     size_t i = 0;
     while (i < s.size()) {
         size_t at = i;
-        uint32_t c = utf8_next(s, i);
+        uint32_t c = utf8::decode_loose(s, i);
         if (c < 0x80 || i - at > 1) put_upper(out, c);
         else out += s[at];
     }
@@ -2838,7 +2806,7 @@ static std::string py_title(const std::string& s) {
     size_t i = 0;
     while (i < s.size()) {
         size_t at = i;
-        uint32_t c = utf8_next(s, i);
+        uint32_t c = utf8::decode_loose(s, i);
         if (c >= 0x80 && i - at == 1) {
             out += s[at];
             prev_cased = false;
@@ -2846,8 +2814,8 @@ static std::string py_title(const std::string& s) {
         }
         bool cased = cp_cased(c);
         if (cased && !prev_cased) put_upper(out, c);
-        else if (cased) utf8_put(out, cp_lower(c));
-        else utf8_put(out, c);
+        else if (cased) utf8::encode(cp_lower(c), out);
+        else utf8::encode(c, out);
         prev_cased = cased;
     }
     return out;
@@ -2855,7 +2823,7 @@ static std::string py_title(const std::string& s) {
 static std::string py_capitalize(const std::string& s) {
     if (s.empty()) return s;
     size_t i = 0;
-    uint32_t c = utf8_next(s, i);
+    uint32_t c = utf8::decode_loose(s, i);
     std::string out;
     if (c >= 0x80 && i == 1) out += s[0];
     else put_upper(out, c);
@@ -3242,7 +3210,8 @@ Expected<Value> Renderer::percent_format(const std::string& fmt, const std::vect
             out += buf;
         } else if (conv == 'c') {
             if (arg->is_str() && cp_length(arg->sv()) == 1) out += arg->sv();
-            else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10ffff) utf8_put(out, (uint32_t)arg->as_int());
+            else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10ffff)
+                utf8::encode((uint32_t)arg->as_int(), out);
             else return err("%c requires an int or a single character");
         } else {
             return err(std::string("unsupported format character '") + conv + "'");
@@ -3464,12 +3433,12 @@ Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, 
         size_t i = 0;
         while (i < s.size()) {
             size_t at = i;
-            uint32_t c = utf8_next(s, i);
+            uint32_t c = utf8::decode_loose(s, i);
             bool sep = c < 0x80 && (is_ws((char)c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
             if (c >= 0x80 && i - at == 1) out += s[at];
-            else if (sep) utf8_put(out, c);
+            else if (sep) utf8::encode(c, out);
             else if (start) put_upper(out, c);
-            else utf8_put(out, cp_lower(c));
+            else utf8::encode(cp_lower(c), out);
             start = sep;
         }
         return make_string(std::move(out));
