@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "util/finish_reason.h"
+#include <steward/finish_reason.h>
+
 #include "plugin/route.h"
 #include "kv/kv_event.h"
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <steward/request.h>
+
 #include "config/config.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
@@ -19,7 +21,6 @@
 #include "plugin/policy_set.h"
 #include "plugin/pool_estimates.h"
 #include "pool/pool.h"
-#include "request/request.h"
 #include "plugin/route.h"
 #include "request/trace_store.h"
 

@@ -14,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "model/synth.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
 
 namespace {
 

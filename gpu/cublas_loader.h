@@ -6,7 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward::gpu {
 

@@ -7,8 +7,9 @@
 
 #include <string>
 
+#include <steward/expected.h>
+
 #include "gpu/cublas_loader.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

@@ -1,6 +1,6 @@
 // Runtime::Impl: the actor system, the pools (model + engine + executor actor), the router and
 // config actors, and the metrics registry. Requests are request actors spawned per submit().
-#include "api/runtime.h"
+#include <steward/runtime.h>
 
 #include <caf/io/all.hpp>
 #include <spdlog/spdlog.h>

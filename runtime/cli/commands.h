@@ -3,7 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "util/error.h"
+#include <steward/expected.h>
+
 #include "workload/workload.h"
 
 namespace steward {

@@ -9,9 +9,10 @@
 #include <random>
 #include <string>
 
+#include <steward/runtime.h>
+
 #include "cli/commands.h"
 #include "replay/http_replay.h"
-#include "api/runtime.h"
 #include "config/config.h"
 #include "config/limits.h"
 #include "cpu/cpu_features.h"

@@ -19,7 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "report/html_report.h"
 #include "report/prefix_diagnosis.h"
 #include "sim/sim_clock.h"

@@ -10,9 +10,10 @@
 #include <cstdio>
 #include <thread>
 
+#include <steward/runtime.h>
+
 #include "cli/commands.h"
 #include "util/strings.h"
-#include "api/runtime.h"
 #include "config/config.h"
 #include "serve/http_server.h"
 

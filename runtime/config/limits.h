@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

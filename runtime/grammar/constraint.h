@@ -5,9 +5,10 @@
 #include <memory>
 #include <string>
 
+#include <steward/expected.h>
+#include <steward/request.h>
+
 #include "grammar/grammar.h"
-#include "steward/request.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

@@ -12,9 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#include <steward/finish_reason.h>
+
 #include "kv/admission.h"
 #include "metrics/histogram.h"
-#include "util/finish_reason.h"
 
 namespace steward {
 

@@ -10,8 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include <steward/expected.h>
+
 #include "model/ggml_types.h"
-#include "util/error.h"
 
 namespace steward {
 

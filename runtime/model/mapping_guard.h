@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include <steward/expected.h>
+
 #include "model/ggml_types.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -12,8 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include <steward/expected.h>
+
 #include "model/gguf.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -2,6 +2,7 @@
 // dlopens a private copy of the file, checks the entry point, ABI version, kind and table, and keeps
 // each loaded library alive for as long as an instance uses it.
 #pragma once
+#include <steward/expected.h>
 #include <steward/policy.h>
 
 #include <cstdint>
@@ -10,8 +11,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include "util/error.h"
 
 namespace steward {
 

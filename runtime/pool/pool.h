@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
+#include <steward/expected.h>
+#include <steward/request.h>
+
 #include "config/config.h"
-#include "steward/request.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
 #include "plugin/pool_estimates.h"
 #include "sched/engine.h"
-#include "util/error.h"
 
 namespace steward {
 

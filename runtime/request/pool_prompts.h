@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <steward/request.h>
+
 #include "grammar/constraint.h"
 #include "model/tokenizer.h"
 #include "request/request_fsm.h"
-#include "steward/request.h"
 
 namespace steward {
 

@@ -1,9 +1,10 @@
 // The one check of a GenerationRequest's fields before it is routed (the C++ API, the C API, HTTP
 // all reach it): sampling values, stop strings, top_logprobs, response_format.
 #pragma once
+#include <steward/expected.h>
+#include <steward/request.h>
+
 #include "cpu/sampling.h"
-#include "steward/request.h"
-#include "util/error.h"
 
 namespace steward {
 

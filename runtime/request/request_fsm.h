@@ -11,8 +11,9 @@
 #include <variant>
 #include <vector>
 
+#include <steward/request.h>
+
 #include "metrics/bucket_metrics.h"
-#include "request/request.h"
 #include "request/stop_matcher.h"
 #include "sched/engine.h"
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <steward/config.h>
+#include <steward/finish_reason.h>
 
 #include "cpu/backend.h"
 #include "cpu/forward.h"
@@ -27,7 +28,6 @@
 #include "sched/spec_policy.h"
 #include "sched/speculate.h"
 #include "spec/goodput.h"
-#include "util/finish_reason.h"
 
 namespace steward {
 

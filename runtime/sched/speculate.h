@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include <steward/expected.h>
+
 #include "cpu/backend.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
@@ -16,7 +18,6 @@
 #include "kv/kv_storage.h"
 #include "spec/acceptance.h"
 #include "spec/token_tree.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "steward/expected.h"
+#include <steward/expected.h>
 
 namespace steward {
 

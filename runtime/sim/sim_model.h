@@ -5,9 +5,9 @@
 #include <memory>
 
 #include <steward/config.h>
+#include <steward/expected.h>
 
 #include "model/model.h"
-#include "util/error.h"
 
 namespace steward {
 

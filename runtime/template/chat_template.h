@@ -7,8 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <steward/expected.h>
+
 #include "template/jinja.h"
-#include "util/error.h"
 
 namespace steward {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward::jinja {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

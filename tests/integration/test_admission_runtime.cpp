@@ -7,7 +7,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "process_temp_dir.h"
 
 using namespace steward;

@@ -22,7 +22,8 @@
 #include <set>
 #include <thread>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "config/config.h"
 #include "forward_gate.h"
 #include "process_temp_dir.h"

@@ -5,7 +5,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "prometheus_text.h"
 #include "run_all.h"
 #include "two_pool_config.h"

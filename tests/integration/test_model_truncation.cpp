@@ -12,7 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "model/mapping_guard.h"
 #include "model/synth.h"
 #include "process_temp_dir.h"

@@ -14,7 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "forward_gate.h"
 #include "two_pool_config.h"
 

@@ -7,7 +7,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "two_pool_config.h"
 
 using namespace steward;

@@ -20,7 +20,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "config/config.h"
 #include "process_temp_dir.h"
 #include "serve/http_server.h"

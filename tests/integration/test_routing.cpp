@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "run_all.h"
 #include "two_pool_config.h"
 

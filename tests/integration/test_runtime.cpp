@@ -15,7 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "forward_gate.h"
 #include "greedy_reference.h"
 #include "model/model.h"

@@ -15,7 +15,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
+
 #include "model/mapping_guard.h"
 #include "model/synth.h"
 #include "process_temp_dir.h"

@@ -5,8 +5,8 @@
  * Also the translation unit that includes the plugin header and the C API header together (their
  * status enums have distinct names); built with -Wall -Wextra -Werror. */
 #include <steward/policy.h>
+#include <steward/steward.h>
 
-#include "api/steward.h"
 #include "test_plugin.h"
 
 /* Both headers' status names, side by side, with the numbers ABI 1 binaries use. */

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <vector>
 
-#include "api/runtime.h"
+#include <steward/runtime.h>
 
 namespace steward_test {
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <steward/policy.h>
+#include <steward/runtime.h>
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -20,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "api/runtime.h"
 #include "config/config.h"
 #include "kv/block_pool.h"
 #include "kv/kv_manager.h"

@@ -1,3 +1,0 @@
-// Moved: the public header is runtime/api/steward/runtime.h.
-#pragma once
-#include <steward/runtime.h>

@@ -1,3 +1,0 @@
-// Moved: the public header is runtime/api/steward/request.h.
-#pragma once
-#include <steward/request.h>

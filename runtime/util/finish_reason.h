@@ -1,3 +1,0 @@
-// Moved: the public header is runtime/api/steward/finish_reason.h.
-#pragma once
-#include <steward/finish_reason.h>
