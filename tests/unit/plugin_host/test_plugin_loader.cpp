@@ -3,7 +3,7 @@
 // SpeculationPolicy (an invalid answer falls back to the safe default and is counted), parameter
 // checking at create(), create_policies over a parsed config, and the config errors parse_config
 // and check_config_file report. The plugins themselves are tested through raw dlopen in
-// test_builtin_plugins.cpp; here they are only driven through the runtime's loader.
+// tests/unit/builtin_plugins/; here they are only driven through the runtime's loader.
 #include <catch2/catch.hpp>
 
 #include <steward/policy.h>
