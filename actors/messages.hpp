@@ -1,5 +1,6 @@
 // Every message type exchanged between Steward's actors, in one place, each with a CAF 0.17
-// inspect() so it can cross the network later (register each with add_message_type on every node).
+// inspect() so it can cross the network between a front and its workers (add_message_types, at the
+// end, registers them all; every node's runtime calls it).
 #pragma once
 #include <caf/all.hpp>
 
@@ -153,7 +154,8 @@ struct RouteDecision {
     int32_t pool = 0;          // index into the snapshot's pools
     int32_t priority = 0;
     uint64_t generation = 0;  // config generation the decision was made with
-    // The speculation policy's draft budget (tokens per step; the speculative engine is next).
+    // The speculation policy's draft budget for the bucket at routing time (tokens per step), for the
+    // decision trace; the engine asks the policy again per sequence at every step (draft_budget_seq).
     int32_t draft_budget = 0;
     int32_t upgrade_pool = -1;       // re-run there if the routing policy's check says so
     int32_t check_after_tokens = 0;  // when to ask it

@@ -19,8 +19,9 @@ struct RequestFeatures {
     std::string tenant;
 };
 // The response formats this build accepts, in a request or a [bucket.match]: "" (none) and "json".
-// "json" is a classification feature only: the output is not constrained until structured output
-// lands. The error names the value and the accepted ones.
+// "json" is a classification feature only (what bucket rules match): a request's output is
+// constrained by its grammar, json_schema or json_object, not by this. The error names the value and
+// the accepted ones.
 Expected<bool> check_response_format(const std::string& value);
 
 // Index of the first matching bucket; the last bucket when none matches (validation requires

@@ -1,6 +1,7 @@
 // The prefix index: which pool holds which prefix blocks, rebuilt from the pools' KV events (block
 // stored / removed), and how many leading tokens of a prompt each pool could serve from its cache.
-// The cache actor's core; routing reads its answers (KV-aware routing, later across workers).
+// The cache actor's core; routing reads its answers (KV-aware routing). A worker's pools feed it too:
+// their executors send their KV events to the front's cache actor.
 #pragma once
 #include <cstdint>
 #include <span>

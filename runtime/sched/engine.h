@@ -125,7 +125,7 @@ struct EvictionCount {
 // What a step produced for one request.
 struct EngineEvent {
     uint64_t id = 0;
-    std::vector<int32_t> tokens;  // new tokens this step (0 or 1 today; more with speculation)
+    std::vector<int32_t> tokens;  // new tokens this step (0 or 1; speculating, up to its accepted drafts + 1)
     std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.n_top_logprobs > 0
     std::vector<float> logprobs;
     bool finished = false;

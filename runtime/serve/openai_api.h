@@ -152,8 +152,8 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
                                         std::shared_ptr<ChatRenderer> renderer, int index);
 
-// A finished choice's text split into content and tool calls. Until the tool-call parser lands the
-// whole text is content.
+// A finished choice's text split into content and tool calls (all of it content without tools in a
+// chat request, with tool_choice "none", or when the pool's template has no tool-call format).
 struct ChoiceOutput {
     std::string content;
     nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{id, type, function{name, arguments}}]

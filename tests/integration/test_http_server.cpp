@@ -2,8 +2,7 @@
 // misbehaving ones) in this process against HttpServer on an ephemeral port over a Runtime of
 // synthetic models. Answers are checked against the runtime itself (generate, tokenize, the
 // metrics' admission figures); clients never sleep to synchronise, only the slowloris client
-// drips bytes on purpose. Tests tagged [needs_runtime] check GenerationRequest fields the runtime
-// does not enforce yet (pool pinning, stop, top_logprobs, logit_bias, traces).
+// drips bytes on purpose.
 #include <fmt/format.h>
 #include <poll.h>
 

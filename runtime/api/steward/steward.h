@@ -66,8 +66,10 @@ typedef struct steward_request {
     const char *tenant;          /* NULL or "": "default". Tenants never share KV, except public prefixes */
     const char *session;         /* NULL or "": none. Else the conversation's KV stays pinned between turns */
     const char *bucket_hint;     /* NULL: none; e.g. "short_qa". The config's rules decide */
-    const char *response_format; /* NULL or "": none; "json" (classifies only: output is not
-                                    constrained yet); anything else: STEWARD_ERR_INVALID_ARGUMENT */
+    const char *response_format; /* NULL or "": none; "json" (classifies only: the C API has no
+                                    output constraint; the C++ API's grammar, json_schema and
+                                    json_object fields constrain it); anything else:
+                                    STEWARD_ERR_INVALID_ARGUMENT */
     int32_t max_tokens;          /* 0: the config's limits.max_tokens_default; >= 0 */
     float temperature;           /* 0: greedy; >= 0 */
     float top_p;                 /* (0, 1] */

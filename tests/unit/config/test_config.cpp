@@ -59,7 +59,7 @@ TEST_CASE("bad configs are refused with file:line:column, the key and the fix", 
         {"[[pool]\nname = 1\n", "x.toml:1:"},
         {std::string(kMinimal) + "[[pool]]\nname = \"p\"\nmodel = \"m\"\n", "defined twice"},
         {std::string(kMinimal) + "[server]\nport = 70000\n", "port"},
-        // Not implemented yet: refused rather than accepted and ignored.
+        // An unsupported response format: refused rather than accepted and ignored.
         {std::string(kMinimal) + "[[bucket]]\nname = \"b\"\n[bucket.match]\nresponse_format = \"yaml\"\n",
          "x.toml:8:19: [bucket.match] of bucket 'b': response_format \"yaml\" is not supported; the only format is \"json\""},
         {std::string(kMinimal) + "[server]\nread_timeout_ms = 0\n", "[server].read_timeout_ms is 0; it must be in [1, 1e9] ms"},
