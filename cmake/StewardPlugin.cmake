@@ -12,11 +12,11 @@
 #   * installed Steward (find_package(steward)): steward-config.cmake defines the imported INTERFACE
 #     target steward::policy before including this file; the plugin links it.
 #   * in-tree (Steward's own build): no such target; the plugin gets STEWARD_POLICY_INCLUDE_DIR
-#     (default: <this file's dir>/../plugins/include) as a private include directory.
+#     (default: <this file's dir>/../include) as a private include directory.
 # Both are resolved when steward_add_plugin() is called, so the include order does not matter.
 
 if(NOT DEFINED STEWARD_POLICY_INCLUDE_DIR)
-  set(STEWARD_POLICY_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../plugins/include")
+  set(STEWARD_POLICY_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include")
 endif()
 
 function(steward_add_plugin target)

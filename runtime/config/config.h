@@ -1,5 +1,5 @@
 // The config's internal part (classification, plugin names, response formats) over the public
-// value types of <steward/config.h> (runtime/api/steward/config.h, moved there).
+// value types of <steward/config.h> (include/steward/config.h).
 #pragma once
 #include <steward/config.h>
 

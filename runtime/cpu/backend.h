@@ -14,7 +14,7 @@
 #include "cpu/thread_pool.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

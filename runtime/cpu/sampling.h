@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "steward/request.h"
-#include "util/error.h"
+#include <steward/expected.h>
 
 namespace steward {
 

@@ -1,6 +1,7 @@
 // The steward binary as a user runs it: synth a model, generate from it (same seed, same text),
 // and clear errors (exit 1, one line naming the problem) for a corrupt model or a bad config.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

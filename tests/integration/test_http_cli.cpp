@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <unistd.h>
+#include "test_paths.h"
 
 #include <catch2/catch.hpp>
 #include <cstdio>

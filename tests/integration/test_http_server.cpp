@@ -5,6 +5,7 @@
 // drips bytes on purpose.
 #include <fmt/format.h>
 #include <poll.h>
+#include "test_paths.h"
 
 #include <utility>  // before Boost 1.74's asio, which uses std::exchange without it under C++20
 #include <sys/socket.h>

@@ -3,6 +3,7 @@
 // requests while in-flight ones finish on the old code. No sleeps: futures, drain() and counters.
 #include <signal.h>
 #include <sys/stat.h>
+#include "test_paths.h"
 
 #include <atomic>
 #include <chrono>

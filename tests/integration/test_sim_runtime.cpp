@@ -3,6 +3,7 @@
 // same with speculation on, and each bucket's measured acceptance follows its [bucket.sim] rate; the
 // adaptive plugin's choices on the cost model's step times, the same on any machine.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <nlohmann/json.hpp>
 #include <vector>

@@ -4,6 +4,7 @@
 // answered as OVERLOADED, and its figures printed. Short by default; STEWARD_SOAK_S=300 runs it longer.
 #include <malloc.h>
 #include <unistd.h>
+#include "test_paths.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>

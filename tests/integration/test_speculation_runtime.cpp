@@ -3,6 +3,7 @@
 // layers add nothing) and one whose draft rarely does (late_scale 4), each with its draft as [[pool]]
 // draft. Greedy output must equal the same pool's output without speculation, whatever the plugin does.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,7 @@
 // Runs a shell command and returns its exit status and standard output (the CLI tests).
 #pragma once
 #include <sys/wait.h>
+#include "test_paths.h"
 
 #include <array>
 #include <cstdio>
@@ -25,11 +26,9 @@ inline CommandResult run_command(const std::string& cmd) {
     return r;
 }
 
-#ifdef STEWARD_BINARY
-// The steward binary (the CLI tests' compile definition) with args, stderr folded into out.
+// The steward binary (test_paths.h) with args, stderr folded into out.
 inline CommandResult run_steward(const std::string& args) {
     return run_command(std::string(STEWARD_BINARY) + " " + args + " 2>&1");
 }
-#endif
 
 }  // namespace steward_test

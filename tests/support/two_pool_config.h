@@ -3,6 +3,7 @@
 // and a TOML text with caller-supplied buckets written to a file there (reload re-reads files).
 #pragma once
 #include <fmt/format.h>
+#include "test_paths.h"
 
 #include <filesystem>
 #include <fstream>

@@ -3,6 +3,7 @@
 // parameters. Every expected decision is worked out by hand in the test, not by the plugin's formula.
 // Also checks that the test plugins (tests/plugins) are what the loader tests assume.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <steward/policy.h>
 

@@ -3,6 +3,7 @@
 // through their raw table. kv_aware's decisions are checked against a naive C++ restatement of its
 // rules over random pools, and on hand-worked cases.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <steward/policy.h>
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+#include "test_paths.h"
 
 #include "cpu/forward.h"
 #include "kv/kv_storage.h"

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "test_paths.h"
 
 #include "cpu/forward.h"
 #include "cpu/generator.h"

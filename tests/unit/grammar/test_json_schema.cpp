@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include "test_paths.h"
 
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 #include <string>
+#include "test_paths.h"
 
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"

@@ -2,6 +2,7 @@
 // codec (runtime/model/ggml_types.*): round trips, hand-encoded malformed files, truncation and
 // byte-flip fuzzing, and f16/bf16 rounding against the F16C hardware conversion.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <immintrin.h>
 #include <unistd.h>

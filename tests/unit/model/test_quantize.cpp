@@ -13,6 +13,7 @@
 #include <tuple>
 #include <string>
 #include <vector>
+#include "test_paths.h"
 
 #include "cpu/forward.h"
 #include "kv/kv_storage.h"

@@ -1,6 +1,7 @@
 // The reference dequantizers (model/quants.h): one hand-made block per type, worked out by hand
 // from ggml's layouts, and every tensor of llama-quantize's files against ggml's own values.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <algorithm>
 #include <cmath>

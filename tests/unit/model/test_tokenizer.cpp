@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "test_paths.h"
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"

@@ -2,6 +2,7 @@
 // unpredictable name, copies created with O_EXCL|O_NOFOLLOW (a planted symlink is never followed),
 // and a plugin path that is a FIFO or a directory refused at once instead of blocking.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

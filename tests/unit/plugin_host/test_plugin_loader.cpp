@@ -5,6 +5,7 @@
 // and check_config_file report. The plugins themselves are tested through raw dlopen in
 // tests/unit/builtin_plugins/; here they are only driven through the runtime's loader.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <steward/policy.h>
 #include <steward/runtime.h>

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <stdexcept>
+#include "test_paths.h"
 
 #include "request/pool_prompts.h"
 

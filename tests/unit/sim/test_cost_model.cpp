@@ -2,6 +2,7 @@
 // builds (the tensor infos, summed tensor by tensor by the loader), attention's key count by a naive
 // loop, and the roofline's defining properties (which bound binds, how each term scales).
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <cmath>
 #include <random>

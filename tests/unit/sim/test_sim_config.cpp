@@ -2,6 +2,7 @@
 // [sim]; each mistake is an error naming the file, the key and the fix. A simulated pool loads as a
 // model without weights whose KV is what the devices hold after the weights.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <filesystem>
 #include <fstream>

@@ -2,6 +2,7 @@
 // batch of cases and returns its results: the independent reference the interpreter is held to.
 #pragma once
 #include <sys/wait.h>
+#include "test_paths.h"
 
 #include <cstdio>
 #include <filesystem>

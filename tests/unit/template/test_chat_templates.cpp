@@ -2,6 +2,7 @@
 // GGUF) over a set of conversations, rendered by the interpreter and by Python's jinja2 (set up as
 // transformers does, run at test time): byte-for-byte equal, or both fail.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,7 @@
 // `steward template render` as a user runs it: a template from a file or from a GGUF's metadata,
 // messages, tools and extra variables from the command line; one error line and exit 1 otherwise.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <sys/wait.h>
 
