@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
     for (const std::string& d : o.dtypes) {
         const std::string path = model_file(o, d);
         if (path.empty()) {
-            std::printf("%-7s (no file: our synth does not write %s yet; pass --q4km PATH or --peer)\n", d.c_str(), d.c_str());
+            std::printf("%-7s (no file: steward model synth does not write %s; pass --q4km PATH, or --peer to quantize with llama-quantize)\n", d.c_str(), d.c_str());
             continue;
         }
         auto model = Model::load(path);

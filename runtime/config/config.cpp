@@ -621,8 +621,8 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (bm.response_format && *bm.response_format != "json")
                     return fail(where(src, mt->get("response_format")->source()) + ": [bucket.match] of bucket '" + b.name +
                                 "': response_format \"" + *bm.response_format +
-                                "\" is not supported; the only format is \"json\" (a classification feature: output is "
-                                "not constrained until structured output lands)");
+                                "\" is not supported; the only format a bucket matches is \"json\" (requests in JSON mode, "
+                                "json_object or json_schema; docs/config.md)");
             }
             for (const char* kind : {"routing", "eviction", "speculation"}) {
                 const toml::table* pt = r.sub(kind);
@@ -706,8 +706,9 @@ Expected<Config> load_config(const std::string& path) {
 
 Expected<bool> check_response_format(const std::string& value) {
     if (value.empty() || value == "json") return true;
-    return make_error("response_format \"", value, "\" is not supported; use \"json\" or leave it empty (\"json\" only ",
-                      "classifies the request: output is not constrained until structured output lands)");
+    return make_error("response_format \"", value, "\" is not supported; use \"json\" or leave it empty (it classifies ",
+                      "the request for the bucket rules; json_schema, json_object or grammar constrain the output, ",
+                      "docs/structured-output.md)");
 }
 
 size_t classify(const Config& c, const RequestFeatures& f) {

@@ -1,6 +1,7 @@
 // Config: every shipped config loads; bad files are refused with file:line:column and the fix;
 // bucket rules classify as written.
 #include <catch2/catch.hpp>
+#include "test_paths.h"
 
 #include <filesystem>
 
@@ -61,7 +62,7 @@ TEST_CASE("bad configs are refused with file:line:column, the key and the fix", 
         {std::string(kMinimal) + "[server]\nport = 70000\n", "port"},
         // An unsupported response format: refused rather than accepted and ignored.
         {std::string(kMinimal) + "[[bucket]]\nname = \"b\"\n[bucket.match]\nresponse_format = \"yaml\"\n",
-         "x.toml:8:19: [bucket.match] of bucket 'b': response_format \"yaml\" is not supported; the only format is \"json\""},
+         "x.toml:8:19: [bucket.match] of bucket 'b': response_format \"yaml\" is not supported; the only format a bucket matches is \"json\""},
         {std::string(kMinimal) + "[server]\nread_timeout_ms = 0\n", "[server].read_timeout_ms is 0; it must be in [1, 1e9] ms"},
         {std::string(kMinimal) + "[server]\nmax_body_bytes = 10\n", "[server].max_body_bytes is 10"},
         {std::string(kMinimal) + "[server]\nheader_limit = 10\n", "unknown key 'header_limit'"},
@@ -142,7 +143,7 @@ TEST_CASE("json is the one response format a bucket or a request may name, and a
     auto bad = check_response_format("yaml");
     REQUIRE(!bad.ok());
     CHECK_THAT(bad.error().message, Catch::Contains("\"yaml\"") && Catch::Contains("\"json\"") &&
-                                        Catch::Contains("not constrained"));
+                                        Catch::Contains("json_schema, json_object or grammar constrain the output"));
 }
 
 // Found by fuzz_config (tests/fuzz/corpus/fuzz_config/regress-toml-unreachable.toml): toml++ 3.3.0's
