@@ -69,6 +69,15 @@ public:
 
     // Submits; returns at once. The result always arrives through on_finish.
     RequestHandle submit(GenerationRequest req, RequestCallbacks cb);
+    // OpenAI's n: n choices of one request, choice i sampled with seed req.seed + i. Choice 0 runs
+    // first; choices 1..n-1 are submitted once it has its first token (its prompt's KV is then in
+    // the prefix cache, so they reuse it instead of prefilling the same prompt n times) or once it
+    // finished well without one. A choice 0 that fails before that (overloaded, cancelled, an
+    // error) is every choice's answer. callbacks(i) makes choice i's callbacks; it is called n
+    // times before this returns. Returns the n handles, choice i's at i: cancel() takes any of
+    // them, also one whose choice has not started (it then finishes CANCELLED). n in [1, 128].
+    std::vector<RequestHandle> submit_choices(GenerationRequest req, int n,
+                                              const std::function<RequestCallbacks(int choice)>& callbacks);
     // Cancels a running request; false when it already finished or is unknown.
     bool cancel(RequestHandle h);
     // Blocking convenience: submit and wait for the result.

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <sstream>
 #include <thread>
 
@@ -56,6 +58,17 @@ void apply_options(Config& c, const RuntimeOptions& o) {
 
 }  // namespace
 
+// One submit_choices: choices 1..n-1 wait for choice 0's first token (or its finish).
+struct ChoiceFanOut {
+    GenerationRequest req;  // choice 0's; choice i runs it with seed + i
+    std::vector<RequestHandle> ids;
+    std::vector<RequestCallbacks> cbs;
+    std::mutex mu;
+    bool released = false;        // under mu: choices 1..n-1 submitted or answered
+    std::vector<bool> cancelled;  // under mu: cancel() before the choice started
+    std::atomic<bool> released_hint{false};  // read per token without the lock
+};
+
 struct Runtime::Impl {
     caf::actor_system_config cfg;
     std::unique_ptr<caf::actor_system> sys;
@@ -69,6 +82,58 @@ struct Runtime::Impl {
     std::unique_ptr<ConfigWatcher> watcher;
     caf::actor worker;        // published to fronts (listen_for_fronts), or null
     uint16_t worker_port = 0;
+    // Choices of submit_choices not submitted yet, for cancel().
+    std::mutex choices_mu;
+    std::unordered_map<RequestHandle, std::weak_ptr<ChoiceFanOut>> waiting_choices;
+
+    void submit_as(RequestHandle id, GenerationRequest req, RequestCallbacks cb) {
+        auto ctx = std::make_shared<RequestContext>();
+        ctx->id = id;
+        ctx->req = std::move(req);
+        ctx->cb = std::move(cb);
+        ctx->arrival_s = now_s();
+        ctx->shared = shared;
+        ctx->snap = shared->snapshot();  // the generation this request starts (and finishes) with
+        std::lock_guard<std::mutex> lk(shared->inflight_mu);
+        // Spawned under the lock so finished() (which takes it) cannot run before the entry exists.
+        shared->inflight[ctx->id] = spawn_request(*sys, ctx);
+    }
+
+    // Choices 1..n-1 of f: submitted, or (failed: choice 0's result before its first token) each
+    // answered with that result; one cancelled while it waited finishes CANCELLED. Once. The
+    // submits happen under f->mu, so a cancel() that finds the fan-out released finds them running.
+    void release_choices(const std::shared_ptr<ChoiceFanOut>& f, const GenerationResult* failed) {
+        std::vector<std::pair<size_t, GenerationResult>> answers;
+        {
+            std::lock_guard<std::mutex> lk(f->mu);
+            if (f->released) return;
+            f->released = true;
+            f->released_hint = true;
+            {
+                std::lock_guard<std::mutex> lk2(choices_mu);
+                for (size_t k = 1; k < f->ids.size(); k++) waiting_choices.erase(f->ids[k]);
+            }
+            for (size_t k = 1; k < f->ids.size(); k++) {
+                if (failed || f->cancelled[k]) {
+                    GenerationResult r;
+                    if (failed) {
+                        r = *failed;
+                    } else {
+                        r.finish = FinishReason::CANCELLED;
+                        r.error = "cancelled before it started";
+                    }
+                    r.id = f->ids[k];
+                    answers.emplace_back(k, std::move(r));
+                    continue;
+                }
+                GenerationRequest g = f->req;
+                g.seed = f->req.seed + k;
+                submit_as(f->ids[k], std::move(g), std::move(f->cbs[k]));
+            }
+        }
+        for (auto& [k, r] : answers)
+            if (f->cbs[k].on_finish) f->cbs[k].on_finish(r);
+    }
 
     // A remote pool of `config`: connect to its worker and describe the pool (not wired yet: build()
     // subscribes it to the cache and spawns its monitor once the generation validated).
@@ -346,17 +411,40 @@ Runtime::~Runtime() {
 }
 
 RequestHandle Runtime::submit(GenerationRequest req, RequestCallbacks cb) {
-    auto ctx = std::make_shared<RequestContext>();
-    ctx->id = impl_->next_id++;
-    ctx->req = std::move(req);
-    ctx->cb = std::move(cb);
-    ctx->arrival_s = now_s();
-    ctx->shared = impl_->shared;
-    ctx->snap = impl_->shared->snapshot();  // the generation this request starts (and finishes) with
-    std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
-    // Spawned under the lock so finished() (which takes it) cannot run before the entry exists.
-    impl_->shared->inflight[ctx->id] = spawn_request(*impl_->sys, ctx);
-    return ctx->id;
+    const RequestHandle id = impl_->next_id++;
+    impl_->submit_as(id, std::move(req), std::move(cb));
+    return id;
+}
+
+std::vector<RequestHandle> Runtime::submit_choices(GenerationRequest req, int n,
+                                                   const std::function<RequestCallbacks(int choice)>& callbacks) {
+    n = std::clamp(n, 1, 128);
+    auto f = std::make_shared<ChoiceFanOut>();
+    const RequestHandle first = impl_->next_id.fetch_add((uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        f->ids.push_back(first + (uint64_t)i);
+        f->cbs.push_back(callbacks(i));
+    }
+    f->cancelled.assign((size_t)n, false);
+    f->req = req;
+    if (n > 1) {
+        std::lock_guard<std::mutex> lk(impl_->choices_mu);
+        for (int i = 1; i < n; i++) impl_->waiting_choices[f->ids[(size_t)i]] = f;
+    }
+    RequestCallbacks c0 = f->cbs[0];
+    if (n > 1) {
+        Impl* impl = impl_.get();  // callbacks run before ~Runtime returns (it waits for every actor)
+        c0.on_token = [impl, f, user = f->cbs[0].on_token](const std::string& piece, const std::vector<int32_t>& ids) {
+            if (!f->released_hint.load(std::memory_order_relaxed)) impl->release_choices(f, nullptr);
+            if (user) user(piece, ids);
+        };
+        c0.on_finish = [impl, f, user = f->cbs[0].on_finish](const GenerationResult& r) {
+            if (user) user(r);
+            impl->release_choices(f, r.ok() ? nullptr : &r);
+        };
+    }
+    impl_->submit_as(f->ids[0], std::move(req), std::move(c0));
+    return f->ids;
 }
 
 std::vector<PoolInfo> Runtime::pools() const {
@@ -422,6 +510,31 @@ std::string Runtime::request_trace_json(RequestHandle h, const std::string& tena
 }
 
 bool Runtime::cancel(RequestHandle h) {
+    {
+        std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
+        auto it = impl_->shared->inflight.find(h);
+        if (it != impl_->shared->inflight.end()) {
+            caf::anon_send(it->second, cancel_atom::value);
+            return true;
+        }
+    }
+    // A choice still waiting for choice 0: it finishes CANCELLED when the others are released.
+    std::shared_ptr<ChoiceFanOut> f;
+    {
+        std::lock_guard<std::mutex> lk(impl_->choices_mu);
+        auto it = impl_->waiting_choices.find(h);
+        if (it != impl_->waiting_choices.end()) f = it->second.lock();
+    }
+    if (!f) return false;
+    {
+        std::lock_guard<std::mutex> lk(f->mu);
+        if (!f->released) {
+            for (size_t k = 1; k < f->ids.size(); k++)
+                if (f->ids[k] == h) f->cancelled[k] = true;
+            return true;
+        }
+    }
+    // Released since the lookup: it is running now (or already answered).
     std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
     auto it = impl_->shared->inflight.find(h);
     if (it == impl_->shared->inflight.end()) return false;

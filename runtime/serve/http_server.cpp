@@ -91,7 +91,6 @@ struct Exchange {
     // n > 1: choice 0 runs first; the others are submitted at its first token, when its prompt's full
     // blocks are in the prefix cache, so they attach to those blocks instead of computing them again.
     ModelTarget target;
-    bool rest_submitted = false;
     int64_t created = 0;
     bool headers_sent = false;  // streaming: the 200 and SSE headers are out
     bool closed = false;        // answered, or the connection went away
@@ -494,59 +493,49 @@ private:
         ex->outputs.resize(n);
         watch();
         ex->target = *target;
-        ex->rest_submitted = n == 1;
-        submit_choice(ex, 0);
+        submit_choices(ex);
         // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
         if (srv_.stopped) cancel_exchange();
     }
 
-    // Submits choice i of the exchange. Runs on this connection's strand: callbacks post to it, so
-    // none touches ex->handles while it grows.
-    void submit_choice(const std::shared_ptr<Exchange>& ex, int i) {
-        GenerationRequest g = ex->renderer ? to_generation_request(ex->req, ex->target, tenant_, ex->renderer, i)
-                                           : to_generation_request(ex->req, ex->target, tenant_, std::string(), i);
-        RequestCallbacks cb;
+    // Submits the exchange's n choices: the runtime runs choice 0 first and the rest once its prompt
+    // is cached (Runtime::submit_choices). Runs on this connection's strand: callbacks post to it.
+    void submit_choices(const std::shared_ptr<Exchange>& ex) {
+        GenerationRequest g = ex->renderer ? to_generation_request(ex->req, ex->target, tenant_, ex->renderer)
+                                           : to_generation_request(ex->req, ex->target, tenant_, std::string());
         std::weak_ptr<Session> weak = shared_from_this();
         const bool stream = streaming_;
-        // Posted before the answer's first piece (the runtime calls on_pool first; the strand keeps the order).
-        if (stream)
-            cb.on_pool = [weak, ex, i](const std::string& pool) {
-                if (auto self = weak.lock()) net::post(self->stream_.get_executor(), [ex, i, pool] { ex->answer_pools[i] = pool; });
-            };
-        if (stream || (i == 0 && !ex->rest_submitted))
-            cb.on_token = [weak, ex, i, stream](const std::string& piece, const std::vector<int32_t>&) {
-                if (auto self = weak.lock())
-                    net::post(self->stream_.get_executor(), [self, ex, i, piece, stream] {
-                        if (i == 0) self->submit_rest(ex);
-                        if (stream) self->on_piece(ex, i, piece);
-                    });
-            };
-        {
-            std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-            srv_.n_inflight_callbacks++;
-        }
         HttpServer::Impl* srv = &srv_;
-        cb.on_finish = [weak, srv, ex, i](const GenerationResult& r) {
-            if (auto self = weak.lock())
-                net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
-            std::lock_guard<std::mutex> lk(srv->inflight_mu);
-            if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
-            srv->n_inflight_callbacks--;
-            srv->inflight_cv.notify_all();
+        auto callbacks = [weak, ex, stream, srv](int i) {
+            RequestCallbacks cb;
+            // Posted before the answer's first piece (the runtime calls on_pool first; the strand keeps the order).
+            if (stream) {
+                cb.on_pool = [weak, ex, i](const std::string& pool) {
+                    if (auto self = weak.lock()) net::post(self->stream_.get_executor(), [ex, i, pool] { ex->answer_pools[i] = pool; });
+                };
+                cb.on_token = [weak, ex, i](const std::string& piece, const std::vector<int32_t>&) {
+                    if (auto self = weak.lock())
+                        net::post(self->stream_.get_executor(), [self, ex, i, piece] { self->on_piece(ex, i, piece); });
+                };
+            }
+            {
+                std::lock_guard<std::mutex> lk(srv->inflight_mu);
+                srv->n_inflight_callbacks++;
+            }
+            cb.on_finish = [weak, srv, ex, i](const GenerationResult& r) {
+                if (auto self = weak.lock())
+                    net::post(self->stream_.get_executor(), [self, ex, i, r] { self->on_finish(ex, i, r); });
+                std::lock_guard<std::mutex> lk(srv->inflight_mu);
+                if (!srv->inflight.erase(r.id)) srv->finished_before_listed.insert(r.id);
+                srv->n_inflight_callbacks--;
+                srv->inflight_cv.notify_all();
+            };
+            return cb;
         };
-        const RequestHandle h = rt().submit(std::move(g), std::move(cb));
-        ex->handles.push_back(h);
+        ex->handles = rt().submit_choices(std::move(g), ex->req.n, callbacks);
         std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-        if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
-    }
-
-    // Choices 1..n-1, once choice 0 has its first token (or finished well without one).
-    void submit_rest(const std::shared_ptr<Exchange>& ex) {
-        if (ex->rest_submitted) return;
-        ex->rest_submitted = true;
-        if (ex->closed || closing_) return;
-        for (int i = 1; i < ex->req.n; i++) submit_choice(ex, i);
-        if (srv_.stopped) cancel_exchange();
+        for (RequestHandle h : ex->handles)
+            if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
     }
 
     std::vector<std::pair<std::string, std::string>> id_header(const Exchange& ex) {
@@ -648,18 +637,6 @@ private:
         ex->results[i] = r;
         ex->done[i] = true;
         ex->n_done++;
-        if (i == 0 && !ex->rest_submitted) {
-            if (r.ok()) {
-                submit_rest(ex);
-            } else {  // choice 0 failed before the others ran: they share its answer (e.g. 429)
-                ex->rest_submitted = true;
-                for (int k = 1; k < ex->req.n; k++) {
-                    ex->results[k] = r;
-                    ex->done[k] = true;
-                    ex->n_done++;
-                }
-            }
-        }
         if (ex->closed || closing_) return maybe_release();
         if (streaming_) return on_stream_finish(ex, i);
         if (ex->n_done < ex->req.n) return;

@@ -591,14 +591,14 @@ std::optional<ApiError> ChatRenderer::error(const std::string& name) const {
 }
 
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
-                                        std::shared_ptr<ChatRenderer> renderer, int index) {
-    GenerationRequest g = to_generation_request(req, target, tenant, std::string(), index);
+                                        std::shared_ptr<ChatRenderer> renderer) {
+    GenerationRequest g = to_generation_request(req, target, tenant, std::string());
     if (req.chat && renderer) g.render = [renderer = std::move(renderer)](const PromptPool& p) { return renderer->render(p); };
     return g;
 }
 
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
-                                        const std::string& rendered_prompt, int index) {
+                                        const std::string& rendered_prompt) {
     GenerationRequest g;
     if (req.prompt_is_ids) g.prompt_ids = req.prompt_ids;
     else g.prompt = req.chat ? rendered_prompt : req.prompt;
@@ -611,7 +611,7 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     g.temperature = req.temperature;
     g.top_p = req.top_p;
     g.top_k = req.top_k;
-    g.seed = req.seed ? *req.seed + (uint64_t)index : (uint64_t)index;
+    g.seed = req.seed.value_or(0);  // choice i samples with seed + i (Runtime::submit_choices)
     g.tools = req.tools.has_value();
     g.parse_special = req.chat;  // a rendered template spells its special tokens
     g.stop = req.stop;

@@ -144,13 +144,13 @@ private:
     std::map<std::string, std::pair<PoolInfo, PoolRendering>, std::less<>> by_pool_;
 };
 
-// The runtime request for choice `index` of `req` (the n choices share the prompt; a given seed is
-// offset by the index so that sampled choices differ). A completion's prompt is the request's; a
-// chat's is rendered_prompt, or with a renderer, each pool's own rendering after routing.
+// The runtime request of `req` (its n choices are Runtime::submit_choices', which samples choice i
+// with seed + i; no seed given: 0). A completion's prompt is the request's; a chat's is
+// rendered_prompt, or with a renderer, each pool's own rendering after routing.
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
-                                        const std::string& rendered_prompt, int index);
+                                        const std::string& rendered_prompt);
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
-                                        std::shared_ptr<ChatRenderer> renderer, int index);
+                                        std::shared_ptr<ChatRenderer> renderer);
 
 // A finished choice's text split into content and tool calls (all of it content without tools in a
 // chat request, with tool_choice "none", or when the pool's template has no tool-call format).

@@ -64,8 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (!p) return 0;
             rendered = *p;
         }
-        for (int i = 0; i < r->n; i++) {
-            const GenerationRequest g = to_generation_request(*r, *target, "default", rendered, i);
+        {
+            const GenerationRequest g = to_generation_request(*r, *target, "default", rendered);
             if (g.stop.size() > (size_t)k_max_stop || g.top_logprobs < 0 || g.top_logprobs > 20) fail("out-of-range field passed", body);
         }
         GenerationResult res;

@@ -28,14 +28,12 @@ TEST_CASE("a chat body's fields reach the request with OpenAI's defaults for the
     CHECK(r->logit_bias[0] == std::pair<int32_t, float>{7, -100.0f});
     CHECK(r->include_usage);
     CHECK(r->session == "s");
-    const GenerationRequest g0 = to_generation_request(*r, ModelTarget{"p", ""}, "t", "PROMPT", 0);
-    const GenerationRequest g1 = to_generation_request(*r, ModelTarget{"p", ""}, "t", "PROMPT", 1);
+    const GenerationRequest g0 = to_generation_request(*r, ModelTarget{"p", ""}, "t", "PROMPT");
     CHECK(g0.prompt == "PROMPT");
     CHECK(g0.pool == "p");
     CHECK(g0.tenant == "t");
     CHECK(g0.parse_special);
     CHECK(g0.seed == 5);
-    CHECK(g1.seed == 6);
     CHECK(g0.presence_penalty == 1.5f);
     CHECK(g0.top_logprobs == 3);
 }
@@ -46,8 +44,8 @@ TEST_CASE("ignore_eos (llama-server's and vLLM's extension) reaches the request,
     auto off = parse_openai_request(R"({"prompt": "x"})", false, err);
     REQUIRE(on);
     REQUIRE(off);
-    CHECK(to_generation_request(*on, ModelTarget{}, "t", "", 0).ignore_eos);
-    CHECK_FALSE(to_generation_request(*off, ModelTarget{}, "t", "", 0).ignore_eos);
+    CHECK(to_generation_request(*on, ModelTarget{}, "t", "").ignore_eos);
+    CHECK_FALSE(to_generation_request(*off, ModelTarget{}, "t", "").ignore_eos);
     REQUIRE_FALSE(parse_openai_request(R"({"prompt": "x", "ignore_eos": 1})", false, err));
     CHECK(err.param == "ignore_eos");
 }
@@ -102,7 +100,7 @@ TEST_CASE("a completion prompt is text, one string in an array, or token ids", "
     REQUIRE(ids);
     CHECK(ids->prompt_is_ids);
     CHECK(ids->prompt_ids == std::vector<int32_t>{3, 4, 5});
-    CHECK(to_generation_request(*ids, {}, "default", "", 0).prompt_ids == std::vector<int32_t>{3, 4, 5});
+    CHECK(to_generation_request(*ids, {}, "default", "").prompt_ids == std::vector<int32_t>{3, 4, 5});
 }
 
 TEST_CASE("the model field routes, pins a pool, names a bucket, or is not found", "[serve][openai]") {
@@ -194,20 +192,20 @@ TEST_CASE("response_format json_schema / json_object and grammar become the requ
                                   true, err);
     REQUIRE(r);
     CHECK(r->json_schema.find("\"z\"") < r->json_schema.find("\"a\""));  // the property order as sent
-    GenerationRequest g = to_generation_request(*r, {}, "t", "p", 0);
+    GenerationRequest g = to_generation_request(*r, {}, "t", "p");
     CHECK(g.json_schema == r->json_schema);
     CHECK(g.response_format == "json");  // the structured bucket's match rule
     auto o = parse_openai_request(R"({"prompt": "x", "response_format": {"type": "json_object"}})", false, err);
     REQUIRE(o);
-    CHECK(to_generation_request(*o, {}, "t", "p", 0).json_object);
-    CHECK(to_generation_request(*o, {}, "t", "p", 0).response_format == "json");
+    CHECK(to_generation_request(*o, {}, "t", "p").json_object);
+    CHECK(to_generation_request(*o, {}, "t", "p").response_format == "json");
     auto t = parse_openai_request(R"({"prompt": "x", "response_format": {"type": "text"}})", false, err);
     REQUIRE(t);
-    CHECK(to_generation_request(*t, {}, "t", "p", 0).response_format.empty());
+    CHECK(to_generation_request(*t, {}, "t", "p").response_format.empty());
     auto gb = parse_openai_request(R"({"prompt": "x", "grammar": "root ::= [0-9]+"})", false, err);
     REQUIRE(gb);
-    CHECK(to_generation_request(*gb, {}, "t", "p", 0).grammar == "root ::= [0-9]+");
-    CHECK(to_generation_request(*gb, {}, "t", "p", 0).response_format.empty());
+    CHECK(to_generation_request(*gb, {}, "t", "p").grammar == "root ::= [0-9]+");
+    CHECK(to_generation_request(*gb, {}, "t", "p").response_format.empty());
 
     CHECK_FALSE(parse_openai_request(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
         {"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}}}}}})", false, err));
@@ -237,7 +235,7 @@ TEST_CASE("tool_choice: required and a named function set the pool's tool-call g
         GrammarMatcher ok(*g), bad(*g);
         CHECK((ok.accept_bytes("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 7}}\n</tool_call>") && ok.is_accepting()));
         CHECK_FALSE(bad.accept_bytes("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 10"));
-        CHECK(to_generation_request(*r, {}, "t", "", 0).grammar == r->grammar);
+        CHECK(to_generation_request(*r, {}, "t", "").grammar == r->grammar);
     }
     ApiError err;
     auto none = parse_openai_request("{" + msgs + R"(, "tools": )" + tools + R"(, "tool_choice": "none"})", true, err);
