@@ -465,20 +465,10 @@ private:
             if (pools.empty()) return send_error({503, "no pool is serving", "server_error", "", "no_pool"});
             ex->renderer = std::make_shared<ChatRenderer>(ex->req);
         } else {
+            // The runtime tokenizes the prompt once, with the tokenizer of the pool it routes to, and
+            // refuses one that fills that pool's context: on_finish answers its 400 (error_of).
             ex->pool = pool_of(*target, pools, err);
             if (!ex->pool) return send_error(err);
-            // Over the context is a 400 before anything runs.
-            size_t n_prompt = ex->req.prompt_ids.size();
-            if (!ex->req.prompt_is_ids) {
-                auto ids = rt().tokenize(ex->pool->name, ex->req.prompt, true);
-                if (!ids) return send_error({400, ids.error().message, "invalid_request_error", "prompt", "tokenize_failed"});
-                n_prompt = ids->size();
-            }
-            if ((int64_t)n_prompt >= ex->pool->n_ctx)
-                return send_error({400, "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " +
-                                            std::to_string(ex->pool->n_ctx) + " tokens of pool '" + ex->pool->name +
-                                            "': shorten it",
-                                   "invalid_request_error", "prompt", "context_length_exceeded"});
         }
 
         ex_ = ex;
@@ -614,14 +604,16 @@ private:
         return *ex.outputs[i];
     }
     // A failed choice's answer. A chat failed by its pool's rendering answers what that refused (a
-    // 400 naming messages or tool_choice), one whose prompt fills that pool's context (the runtime
-    // counts the rendering there) the 400 context_length_exceeded; the rest as the runtime finished.
+    // 400 naming messages or tool_choice); a prompt that fills the answering pool's context (the
+    // runtime counts it there) the 400 context_length_exceeded; the rest as the runtime finished.
     ApiError error_of(const Exchange& ex, const GenerationResult& r) {
-        if (ex.renderer && r.finish == FinishReason::ERROR && !r.pool.empty()) {
-            if (auto e = ex.renderer->error(r.pool)) return *e;
+        if (r.finish == FinishReason::ERROR && !r.pool.empty()) {
+            if (ex.renderer)
+                if (auto e = ex.renderer->error(r.pool)) return *e;
             for (const PoolInfo& p : rt().pools())
                 if (p.name == r.pool && p.n_ctx > 0 && r.metrics.prompt_tokens >= p.n_ctx)
-                    return {400, r.error, "invalid_request_error", "messages", "context_length_exceeded"};
+                    return {400, r.error, "invalid_request_error", ex.req.chat ? "messages" : "prompt",
+                            "context_length_exceeded"};
         }
         return error_for_result(r);
     }
