@@ -15,7 +15,7 @@
 #include "sim/cost_model.h"
 #include "sim/sim_model.h"
 #ifdef STEWARD_HAVE_CUDA
-#include "gpu/backend.h"
+#include "backend/cuda.h"
 #include "gpu/device.h"
 #include "gpu/forward.h"
 #endif

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "backend/cpu.h"
 #include "sim/cost_model.h"
 #include "sim/sim_clock.h"
 

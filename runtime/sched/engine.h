@@ -19,7 +19,7 @@
 #include <steward/config.h>
 #include <steward/finish_reason.h>
 
-#include "cpu/backend.h"
+#include "backend/backend.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "grammar/grammar.h"
@@ -70,8 +70,8 @@ struct EngineOptions {
     // storage); structured-output grammars are not applied. null: the CPU forward.
     std::shared_ptr<const SimPoolConfig> sim;
     // What the forwards run on: the target's, the draft model's and each self-draft's backend come
-    // from it (null: the CPU backend, cpu/backend.h; a pool with backend = "cuda" passes the CUDA
-    // one, gpu/backend.h). The constructor throws std::runtime_error with the factory's error (a
+    // from it (null: the CPU backend, backend/cpu.h; a pool with backend = "cuda" passes the CUDA
+    // one, backend/cuda.h). The constructor throws std::runtime_error with the factory's error (a
     // device out of memory) for the target, the draft model and the self-drafts of
     // self_draft_layers (made with the engine); a self-draft of another layer count, made at its
     // first request, that fails is logged and its requests decode without drafts. A backend with

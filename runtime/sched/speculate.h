@@ -11,7 +11,7 @@
 
 #include <steward/expected.h>
 
-#include "cpu/backend.h"
+#include "backend/backend.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "kv/kv_manager.h"

@@ -1,4 +1,4 @@
-// The engine on the CUDA backend (gpu/backend.h) against the engine on the CPU backend (the
+// The engine on the CUDA backend (backend/cuda.h) against the engine on the CPU backend (the
 // readable reference): the same requests, batched and chunked, reusing the prefix cache, a
 // session's copy-on-write, self-drafted chains and trees (their accepted paths copied on the
 // device) and a draft model, give the same greedy tokens (F32 weights: logits within 1e-4, so the
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/backend.h"
+#include "backend/cuda.h"
 #include "memory_model.h"
 #include "model/synth.h"
 #include "pool/pool.h"

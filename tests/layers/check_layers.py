@@ -10,7 +10,8 @@ then what its real compile sees. Checked:
     it back: an include that runs upward does not compile;
   * the includes written in the sources, folder to folder, have no cycle either;
   * pairs a reader would name: kv cannot see pool, model cannot see kv, cpu cannot see sched,
-    sched cannot see pool, pool cannot see actors, actors cannot see api.
+    sched cannot see pool, pool cannot see actors, actors cannot see api, cpu and gpu cannot see
+    backend, backend cannot see sched.
 Usage: check_layers.py <build dir> <source dir>
 """
 import json, os, re, shlex, subprocess, sys, tempfile
@@ -120,7 +121,8 @@ for c in cycles(written):
     failures.append(f"folders whose sources include each other: {c}")
 
 for low_, high in [("kv", "pool"), ("model", "kv"), ("cpu", "sched"), ("sched", "pool"),
-                   ("pool", "actors"), ("actors", "api"), ("util", "model")]:
+                   ("pool", "actors"), ("actors", "api"), ("util", "model"), ("cpu", "backend"),
+                   ("gpu", "backend"), ("backend", "sched")]:
     if low_ in sees and high in sees[low_]:
         failures.append(f"{low_}/ can include {high}/ (it must not)")
 

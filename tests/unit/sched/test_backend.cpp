@@ -1,4 +1,4 @@
-// The engine's backend seam (cpu/backend.h): every forward and KV copy of the target, the draft
+// The engine's backend seam (backend/backend.h, the CPU one backend/cpu.h): every forward and KV copy of the target, the draft
 // model and the self-drafts goes through EngineOptions::backend's backends (the CUDA pool's path),
 // shaped as the engine sizes them; a backend that stores the KV elsewhere gives the same outputs as
 // the single-sequence Generator (an independent code path); a backend's errors fail only the
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/backend.h"
+#include "backend/cpu.h"
 #include "greedy_reference.h"
 #include "memory_model.h"
 #include "model/synth.h"

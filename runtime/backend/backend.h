@@ -1,7 +1,8 @@
 // What a pool's engine runs its forwards on: one batched forward over paged KV and the KV memory it
-// writes, owned together. The CPU backend (CpuForward over a host KvStorage) is here; the CUDA one
-// (GpuForward over a device GpuKv) is gpu/backend.h. The engine and its drafters only ever see this
-// interface, so the scheduler, prefix cache and speculation run unchanged on either.
+// writes, owned together. The backends are peers in this folder: cpu.h (CpuForward over a host
+// KvStorage, the readable reference) and cuda.h (GpuForward over a device GpuKv, built when nvcc is
+// found). The engine and its drafters only ever see this interface, so the scheduler, prefix cache
+// and speculation run unchanged on either. (A simulated pool runs no forward: sched/engine_sim.cpp.)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -50,30 +51,5 @@ public:
 // n_threads host threads (<= 0: all cores). Errors: the device's (out of memory, no device).
 using BackendFactory = std::function<Expected<std::unique_ptr<ForwardBackend>>(
     const Model& model, const KvConfig& kv, int max_tokens, int n_layers, int n_threads)>;
-
-// The readable reference: CpuForward over a host KvStorage. Never fails.
-class CpuBackend final : public ForwardBackend {
-public:
-    CpuBackend(const Model& model, const KvConfig& kv, int max_tokens, int n_layers, int n_threads);
-
-    std::string describe() const override { return "cpu"; }
-    Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override;
-    Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override;
-    Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
-                              std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) override;
-    const KvConfig& kv_config() const override { return kv_.config(); }
-    int max_tokens() const override { return fwd_.max_tokens(); }
-    int n_layers() const override { return fwd_.n_layers(); }
-    ThreadPool& host_threads() override { return fwd_.thread_pool(); }
-
-    KvStorage& storage() { return kv_; }
-
-private:
-    CpuForward fwd_;
-    KvStorage kv_;
-};
-
-// The CPU backend's factory (what a null BackendFactory means).
-BackendFactory cpu_backend_factory();
 
 }  // namespace steward

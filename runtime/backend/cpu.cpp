@@ -1,4 +1,5 @@
-#include "cpu/backend.h"
+// CpuBackend: the engine's ForwardBackend over CpuForward and a host KvStorage.
+#include "backend/cpu.h"
 
 namespace steward {
 

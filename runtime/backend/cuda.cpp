@@ -1,5 +1,5 @@
 // CudaBackend: the engine's ForwardBackend over GpuForward and GpuKv (gpu/forward.h).
-#include "gpu/backend.h"
+#include "backend/cuda.h"
 
 #include <cuda_runtime.h>
 

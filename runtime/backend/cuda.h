@@ -1,10 +1,10 @@
-// The CUDA backend as the engine sees it (cpu/backend.h's ForwardBackend): GpuForward over a GpuKv
-// in device memory, plus host threads for sampling. Plain C++ header (no CUDA types), so the pool
-// loader (runtime/pool/pool.cpp, built with STEWARD_HAVE_CUDA) includes it.
+// The CUDA backend as the engine sees it (backend.h's ForwardBackend): GpuForward (gpu/forward.h)
+// over a GpuKv in device memory, plus host threads for sampling. Plain C++ header (no CUDA types), so
+// the pool loader (runtime/pool/pool.cpp, built with STEWARD_HAVE_CUDA) includes it.
 #pragma once
 #include <cstdint>
 
-#include "cpu/backend.h"
+#include "backend/backend.h"
 #include "model/model.h"
 
 namespace steward {
