@@ -478,7 +478,10 @@ private:
         const int n = ex->req.n;
         ex->results.resize(n);
         ex->done.assign(n, false);
-        ex->id_seed = std::random_device{}() ^ ((uint64_t)ex->created << 20);  // tool-call ids
+        // Tool-call ids: a per-thread generator seeded once (a std::random_device per request opens
+        // and reads the kernel's entropy source each time).
+        thread_local std::mt19937_64 ids_rng{std::random_device{}()};
+        ex->id_seed = ids_rng() ^ ((uint64_t)ex->created << 20);
         ex->answer_pools.resize(n);
         ex->outputs.resize(n);
         watch();

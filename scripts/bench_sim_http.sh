@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Host overhead at GPU rates: the simulated backend in real time ([sim] dilation = 1) behind the
+# HTTP server, under N concurrent streaming clients (bench_http). configs/sim-h200-70b.toml with
+# model = "sim/llama-8b.toml" (steps of a few ms). Prints per client count the clients' TTFT / TPOT
+# beside the server's own account at shutdown: steps, device busy, the mean step (busy / steps) and
+# the steps whose host work outlasted their device time (overruns). A TPOT near the mean step and
+# no overruns say the host (actors, HTTP, scheduling) keeps up with the device.
+#   bash scripts/bench_sim_http.sh [SECONDS=20] ["CLIENTS..." = "256 512"]
+#   STEWARD_BUILD=dir (default build), PORT (default 18090), MAX_TOKENS (default 64)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-20}"; counts="${2:-256 512}"
+build="${STEWARD_BUILD:-build}"; port="${PORT:-18090}"; max_tokens="${MAX_TOKENS:-64}"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/steward-sim-http.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+ln -s "$PWD/configs/sim" "$tmp/sim"
+sed -e 's/^dilation = .*/dilation = 1   # real time/' -e 's|^model = "sim/llama-70b-fp8.toml"|model = "sim/llama-8b.toml"|' \
+  configs/sim-h200-70b.toml >"$tmp/sim-h200-8b.toml"
+grep -q '^model = "sim/llama-8b.toml"' "$tmp/sim-h200-8b.toml" || { echo "bench_sim_http: the config's model line moved" >&2; exit 1; }
+echo "bench_sim_http: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${secs} s per run, max_tokens ${max_tokens}"
+for n in $counts; do
+  log="$tmp/serve_$n.log"
+  "$build/steward" serve -c "$tmp/sim-h200-8b.toml" --port "$port" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+  echo "== $n clients"
+  "$build/bench_http" --port "$port" --clients "$n" --seconds "$secs" --max-tokens "$max_tokens" \
+    --models short_qa,long_output || true
+  kill -INT "$pid"; wait "$pid" || true
+  line=$(grep -o "pool 'h200' (simulated.*" "$log" || true)
+  echo "server: $line"
+  steps=$(sed -n 's/.*(simulated [^)]*): \([0-9]*\) steps, device busy \([0-9.]*\) s.*/\1 \2/p' <<<"$line")
+  if [ -n "$steps" ]; then
+    read -r k busy <<<"$steps"
+    awk -v k="$k" -v b="$busy" 'BEGIN { if (k > 0) printf "server: mean step %.2f ms (device busy %.1f s over %d steps)\n", 1e3 * b / k, b, k }'
+  fi
+  sleep 1
+done
