@@ -9,20 +9,12 @@
 
 #include <steward/runtime.h>
 
-#include "two_pool_config.h"
+#include "two_pool_runtime.h"
 
 using namespace steward;
 using namespace steward_test;
 
 namespace {
-
-std::unique_ptr<Runtime> start_two_pools(const std::string& name) {
-    std::string t = two_pool_toml();
-    t += "\n[[bucket]]\nname = \"qa\"\npool = \"small\"\n";
-    auto rt = Runtime::start(write_config(name, t));
-    if (!rt) FAIL(rt.error().message);
-    return std::move(*rt);
-}
 
 GenerationRequest greedy(int n) {
     GenerationRequest q;
@@ -35,7 +27,7 @@ GenerationRequest greedy(int n) {
 }  // namespace
 
 TEST_CASE("a stop string spanning tokens ends the output before it, in the text and in the stream", "[request_fields][stop]") {
-    auto rt = start_two_pools("fields_stop.toml");
+    auto rt = start_two_pools_qa_small("fields_stop.toml");
     const GenerationResult full = rt->generate(greedy(24));
     REQUIRE(full.ok());
     REQUIRE(full.tokens.size() == 24);
@@ -87,7 +79,7 @@ TEST_CASE("a stop string spanning tokens ends the output before it, in the text 
 }
 
 TEST_CASE("top_logprobs lists the greedy token first with its logprob, most likely first", "[request_fields]") {
-    auto rt = start_two_pools("fields_top.toml");
+    auto rt = start_two_pools_qa_small("fields_top.toml");
     GenerationRequest q = greedy(6);
     q.top_logprobs = 5;
     const GenerationResult r = rt->generate(q);
@@ -114,7 +106,7 @@ TEST_CASE("top_logprobs lists the greedy token first with its logprob, most like
 }
 
 TEST_CASE("logit_bias forces a token, and a frequency penalty then moves greedy decoding off it", "[request_fields]") {
-    auto rt = start_two_pools("fields_bias.toml");
+    auto rt = start_two_pools_qa_small("fields_bias.toml");
     GenerationRequest q = greedy(6);
     q.logit_bias = {{77, 100.0f}};
     const GenerationResult r = rt->generate(q);
@@ -137,7 +129,7 @@ TEST_CASE("logit_bias forces a token, and a frequency penalty then moves greedy 
 }
 
 TEST_CASE("a request naming a pool is served there without routing, and its trace says why", "[request_fields][trace]") {
-    auto rt = start_two_pools("fields_pool.toml");
+    auto rt = start_two_pools_qa_small("fields_pool.toml");
     GenerationRequest q = greedy(4);
     q.pool = "large";
     q.tenant = "acme";
@@ -170,7 +162,7 @@ TEST_CASE("a request naming a pool is served there without routing, and its trac
 }
 
 TEST_CASE("pools(), tokenize and detokenize answer with each pool's tokenizer and name bad input", "[request_fields]") {
-    auto rt = start_two_pools("fields_tok.toml");
+    auto rt = start_two_pools_qa_small("fields_tok.toml");
     const auto pools = rt->pools();
     REQUIRE(pools.size() == 2);
     CHECK(pools[0].name == "large");

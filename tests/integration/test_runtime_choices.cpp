@@ -7,20 +7,12 @@
 
 #include <steward/runtime.h>
 
-#include "two_pool_config.h"
+#include "two_pool_runtime.h"
 
 using namespace steward;
 using namespace steward_test;
 
 namespace {
-
-std::unique_ptr<Runtime> start_small(const std::string& name) {
-    std::string t = two_pool_toml();
-    t += "\n[[bucket]]\nname = \"qa\"\npool = \"small\"\n";
-    auto rt = Runtime::start(write_config(name, t));
-    if (!rt) FAIL(rt.error().message);
-    return std::move(*rt);
-}
 
 // Waits for n choices' results, by choice index.
 struct Choices {
@@ -65,7 +57,7 @@ GenerationRequest sampled(int max_tokens) {
 
 TEST_CASE("n choices: choice i is the lone request with seed + i, and the choices after the first reuse its cached prompt",
           "[runtime][choices]") {
-    auto rt = start_small("choices_seed.toml");
+    auto rt = start_two_pools_qa_small("choices_seed.toml");
     Choices c(3);
     const auto handles = rt->submit_choices(sampled(12), 3, c.callbacks());
     REQUIRE(handles.size() == 3);
@@ -98,7 +90,7 @@ TEST_CASE("n choices: choice i is the lone request with seed + i, and the choice
 }
 
 TEST_CASE("n choices: one choice is cancelled alone, also before it started", "[runtime][choices]") {
-    auto rt = start_small("choices_cancel.toml");
+    auto rt = start_two_pools_qa_small("choices_cancel.toml");
     Choices c(3);
     const auto handles = rt->submit_choices(sampled(400), 3, c.callbacks());
     CHECK(rt->cancel(handles[2]));  // most likely still waiting for choice 0's first token
@@ -112,7 +104,7 @@ TEST_CASE("n choices: one choice is cancelled alone, also before it started", "[
 }
 
 TEST_CASE("n choices: a choice 0 that fails before its first token is every choice's answer", "[runtime][choices]") {
-    auto rt = start_small("choices_fail.toml");
+    auto rt = start_two_pools_qa_small("choices_fail.toml");
     Choices c(4);
     GenerationRequest q = sampled(8);
     q.prompt_ids.assign(100000, 5);  // far past the pool's context
