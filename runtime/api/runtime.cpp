@@ -19,6 +19,7 @@
 #include "sim/sim_clock.h"
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
+#include "pool/config_check.h"
 #include "pool/pool.h"
 
 namespace steward {
@@ -541,6 +542,8 @@ bool Runtime::cancel(RequestHandle h) {
     caf::anon_send(it->second, cancel_atom::value);
     return true;
 }
+
+Expected<std::string> check_config_file(const std::string& path) { return check_config(path); }
 
 GenerationResult Runtime::generate(GenerationRequest req) {
     auto p = std::make_shared<std::promise<GenerationResult>>();

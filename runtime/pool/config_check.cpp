@@ -1,11 +1,9 @@
-// check_config_file (declared in <steward/runtime.h>): everything `run` and a reload would refuse,
-// without serving: the TOML, every pool's model (present, or synthesizable), its KV and activations
-// against the machine's memory, every bucket's plugins loaded with their parameters. Plain cores
-// only (no actor system is started).
+// check_config (pool/config_check.h): a config file checked as `run` and a reload would, without
+// serving. Plain cores only (no actor system is started).
+#include "pool/config_check.h"
+
 #include <filesystem>
 #include <sstream>
-
-#include <steward/runtime.h>
 
 #include "config/limits.h"
 #include "model/model.h"
@@ -43,7 +41,7 @@ double synth_bytes(const SynthConfig& s) {
 
 }  // namespace
 
-Expected<std::string> check_config_file(const std::string& path) {
+Expected<std::string> check_config(const std::string& path) {
     auto c = load_config(path);
     if (!c) return c.error();
     int n_remote = 0;

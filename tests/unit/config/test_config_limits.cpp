@@ -1,5 +1,5 @@
 // Hostile configs (issue 9): every value `run` would refuse or choke on is refused by parse_config /
-// check_config_file with file:line:column: no narrowing, no bool as an integer, no NaN or negative
+// check_config (the core of check_config_file) with file:line:column: no narrowing, no bool as an integer, no NaN or negative
 // where meaningless, caps on what can be allocated, unique tenants, salts and keys, sane drafts,
 // and regular files only (a FIFO or /dev/zero never blocks or grows memory).
 #include <catch2/catch.hpp>
@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "config/limits.h"
+#include "pool/config_check.h"
 #include "process_temp_dir.h"
 
 using namespace steward;
@@ -138,14 +139,14 @@ TEST_CASE("config check refuses a pool whose KV exceeds the machine's memory bef
     const auto path = tmp() / "big_kv.toml";
     write_file(path, "[[pool]]\nname = \"big\"\nmodel = \"missing.gguf\"\nkv_blocks = 16777216\n[pool.synth]\n"
                      "dim = 128\nlayers = 32\nheads = 1\nkv_heads = 1\nvocab = 512\n");
-    auto r = check_config_file(path.string());
+    auto r = check_config(path.string());
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.error().message, Catch::Contains("pool 'big'") && Catch::Contains("of physical memory") &&
                                       Catch::Contains("lower kv_blocks"));
     // The same pool with a few blocks passes.
     write_file(path, "[[pool]]\nname = \"big\"\nmodel = \"missing.gguf\"\nkv_blocks = 64\n[pool.synth]\n"
                      "dim = 128\nlayers = 32\nheads = 1\nkv_heads = 1\nvocab = 512\n");
-    auto ok = check_config_file(path.string());
+    auto ok = check_config(path.string());
     INFO((ok ? "" : ok.error().message));
     CHECK(ok.ok());
 }
@@ -156,7 +157,7 @@ TEST_CASE("a config that is a FIFO, /dev/zero behind a symlink or over 16 MiB is
     auto a = load_config(fifo.string());
     REQUIRE_FALSE(a.ok());
     CHECK_THAT(a.error().message, Catch::Contains("fifo.toml") && Catch::Contains("not a regular file"));
-    auto ac = check_config_file(fifo.string());
+    auto ac = check_config(fifo.string());
     REQUIRE_FALSE(ac.ok());
     CHECK_THAT(ac.error().message, Catch::Contains("not a regular file"));
 

@@ -5,6 +5,7 @@
 // and check_config_file report. The plugins themselves are tested through raw dlopen in
 // tests/unit/builtin_plugins/; here they are only driven through the runtime's loader.
 #include <catch2/catch.hpp>
+#include "pool/config_check.h"
 #include "test_paths.h"
 
 #include <steward/policy.h>
@@ -920,7 +921,7 @@ TEST_CASE("check_config_file refuses a bucket naming a plugin that does not exis
     TempDir tmp;
     const std::string path = tmp.file("steward.toml");
     write_file(path, synth_config(tmp, "[[bucket]]\nname = \"chat\"\n[bucket.routing]\nplugin = \"no_such_router\"\n"));
-    auto r = check_config_file(path);
+    auto r = check_config(path);
     REQUIRE_FALSE(r.ok());
     const std::string& msg = r.error().message;
     INFO(msg);
@@ -933,7 +934,7 @@ TEST_CASE("check_config_file refuses a plugin's bad parameter, naming the file, 
     TempDir tmp;
     const std::string path = tmp.file("steward.toml");
     write_file(path, synth_config(tmp, "[[bucket]]\nname = \"chat\"\n[bucket.speculation]\nplugin = \"fixed\"\nbudget = -2\n"));
-    auto r = check_config_file(path);
+    auto r = check_config(path);
     REQUIRE_FALSE(r.ok());
     const std::string& msg = r.error().message;
     INFO(msg);
@@ -955,7 +956,7 @@ plugin = "lru"
 plugin = "fixed"
 budget = 2
 )"));
-    auto r = check_config_file(path);
+    auto r = check_config(path);
     INFO((r ? "" : r.error().message));
     REQUIRE(r.ok());
     CHECK(contains(*r, path + ": ok"));

@@ -2,6 +2,7 @@
 // [sim]; each mistake is an error naming the file, the key and the fix. A simulated pool loads as a
 // model without weights whose KV is what the devices hold after the weights.
 #include <catch2/catch.hpp>
+#include "pool/config_check.h"
 #include "test_paths.h"
 
 #include <filesystem>
@@ -112,12 +113,12 @@ TEST_CASE("a simulated pool loads a model without weights and the KV its devices
 TEST_CASE("steward config check loads a simulated pool as run would: the shipped configs pass, a model that does not fit fails",
           "[sim][config]") {
     for (const char* f : {"configs/sim-h200-70b.toml", "configs/sim-4xh100-70b.toml"}) {
-        auto ok = check_config_file(std::string(STEWARD_SOURCE_DIR) + "/" + f);
+        auto ok = check_config(std::string(STEWARD_SOURCE_DIR) + "/" + f);
         INFO(f);
         CHECK(ok);
     }
     const std::string big = write("big.toml", pool(dm(shipped("h100.toml"), shipped("llama-70b.toml"))));
-    auto bad = check_config_file(big);
+    auto bad = check_config(big);
     REQUIRE_FALSE(bad);
     CHECK_THAT(bad.error().message, Catch::Contains("raise tp"));
 }
