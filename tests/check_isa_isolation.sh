@@ -6,7 +6,7 @@
 # VEX / EVEX instruction or a ymm / zmm / mask register.
 #   tests/check_isa_isolation.sh BUILD_DIR
 set -euo pipefail
-objs=$(find "$1" -path '*steward_core.dir*' \( -name 'kernels_avx*.o' -o -name 'quant_dot_avx*.o' \))
+objs=$(find "$1" -path '*steward_cpu.dir*' \( -name 'kernels_avx*.o' -o -name 'quant_dot_avx*.o' \))
 [ -n "$objs" ] || { echo "check_isa_isolation: no level objects under $1" >&2; exit 1; }
 bad=0; n_checked=0
 for o in $objs; do
