@@ -10,6 +10,7 @@
 
 #include <steward/finish_reason.h>
 
+#include "config/config.h"
 #include "plugin/route.h"
 #include "kv/kv_event.h"
 
@@ -112,16 +113,17 @@ typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
 
 // ---- request, router and executor actors
 
-// request_actor -> router_actor: what the bucket rules look at.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RequestFeatures& x) {
+    return f(caf::meta::type_name("RequestFeatures"), x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
+             x.response_format, x.tenant);
+}
+
+// request_actor -> router_actor: what the bucket rules look at (features, as classify() takes
+// them), and what the router adds for the routing plugin.
 struct RouteQuery {
     uint64_t request_id = 0;
-    std::string hint;
-    int32_t prompt_tokens = 0;
-    int32_t max_tokens = 0;
-    double temperature = 0;
-    bool tools = false;
-    std::string response_format;
-    std::string tenant;
+    RequestFeatures features;
     std::string session;     // the caller's session id ("" none)
     double arrival_s = 0;    // now_s() at arrival: the router derives the time left before the timeout
     CacheQuery cache;  // the prompt's lookup hashes per pool; the router asks the cache actor with it
@@ -129,8 +131,7 @@ struct RouteQuery {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteQuery& x) {
-    return f(caf::meta::type_name("RouteQuery"), x.request_id, x.hint, x.prompt_tokens, x.max_tokens, x.temperature, x.tools,
-             x.response_format, x.tenant, x.session, x.arrival_s, x.cache, x.pinned_pool);
+    return f(caf::meta::type_name("RouteQuery"), x.request_id, x.features, x.session, x.arrival_s, x.cache, x.pinned_pool);
 }
 
 template <class Inspector>

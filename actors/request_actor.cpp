@@ -499,24 +499,24 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     st.core = std::make_unique<RequestFsm>(make_setup(*ctx, max_tokens), *st.vocab, *st.routing);
     RouteQuery q;
     q.request_id = ctx->id;
-    q.hint = req.bucket_hint;
+    q.features.hint = req.bucket_hint;
     // Routing comes before the pool's rendering: a chat's length here is the first pool's
     // rendering's (an estimate when pools render differently); each run counts its own.
-    q.prompt_tokens = st.vocab->n_prompt_estimate();
-    q.max_tokens = max_tokens;
-    q.temperature = req.temperature;
-    q.tools = req.tools;
-    q.response_format = req.response_format;
+    q.features.prompt_tokens = st.vocab->n_prompt_estimate();
+    q.features.max_tokens = max_tokens;
+    q.features.temperature = req.temperature;
+    q.features.tools = req.tools;
+    q.features.response_format = req.response_format;
     // A JSON constraint without a response_format still classifies as JSON (the structured bucket).
-    if (q.response_format.empty() && (!req.json_schema.empty() || req.json_object)) q.response_format = "json";
-    q.tenant = req.tenant;
+    if (q.features.response_format.empty() && (!req.json_schema.empty() || req.json_object)) q.features.response_format = "json";
+    q.features.tenant = req.tenant;
     q.session = req.session;
     q.arrival_s = ctx->arrival_s;
     q.cache = cache_query(*ctx, *st.vocab);
     st.trace = {{"id", ctx->id},
                 {"tenant", req.tenant},
                 {"state", "routing"},
-                {"request", {{"prompt_tokens", q.prompt_tokens}, {"max_tokens", max_tokens}, {"temperature", req.temperature},
+                {"request", {{"prompt_tokens", q.features.prompt_tokens}, {"max_tokens", max_tokens}, {"temperature", req.temperature},
                              {"bucket_hint", req.bucket_hint}, {"session", req.session}, {"pool", req.pool},
                              {"stop", req.stop.size()}}}};
     if (st.vocab->per_pool()) {

@@ -27,22 +27,10 @@ struct router_state {
     static inline const char* name = "router";
 };
 
-RequestFeatures features_of(const RouteQuery& q) {
-    RequestFeatures f;
-    f.hint = q.hint;
-    f.prompt_tokens = q.prompt_tokens;
-    f.max_tokens = q.max_tokens;
-    f.temperature = q.temperature;
-    f.tools = q.tools;
-    f.response_format = q.response_format;
-    f.tenant = q.tenant;
-    return f;
-}
-
 // cached: prompt tokens each pool of the snapshot holds (the cache actor's answer); empty: unknown.
 RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery& q, std::vector<int32_t> cached) {
     const Config& c = *snap.config;
-    const RequestFeatures f = features_of(q);
+    const RequestFeatures& f = q.features;
     const size_t bi = classify(c, f);
     const BucketConfig& b = c.buckets[bi];
     RouteDecision d;
@@ -58,12 +46,12 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     RouteInput& in = d.input;
     in.request_id = q.request_id;
     in.bucket = b.name;
-    in.tenant = q.tenant;
-    in.response_format = q.response_format;
-    in.n_prompt_tokens = q.prompt_tokens;
-    in.max_tokens = q.max_tokens;
-    in.temperature = q.temperature;
-    in.tools = q.tools;
+    in.tenant = q.features.tenant;
+    in.response_format = q.features.response_format;
+    in.n_prompt_tokens = q.features.prompt_tokens;
+    in.max_tokens = q.features.max_tokens;
+    in.temperature = q.features.temperature;
+    in.tools = q.features.tools;
     in.session = q.session;
     in.priority = b.priority;
     in.slo_ttft_ms = b.slo_ttft_ms;
@@ -77,7 +65,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
     if (shared && !q.session.empty()) {
         std::vector<std::string> names;
         for (const auto& p : snap.pools) names.push_back(p->cfg.name);
-        apply_session_place(in, shared->session_pools.find(SharedState::session_key(shared->tenant_id(q.tenant), q.session)), names);
+        apply_session_place(in, shared->session_pools.find(SharedState::session_key(shared->tenant_id(q.features.tenant), q.session)), names);
     }
     {
         // Live estimates per pool; measured quality of this bucket's routes, else the prior.
@@ -109,7 +97,7 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
         }
         std::vector<steward_pool_view> views(snap.pools.size());
         for (size_t i = 0; i < snap.pools.size(); i++)
-            views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.prompt_tokens, q.max_tokens,
+            views[i] = make_pool_view(snap.profiles[i], live[i], quality[i], q.features.prompt_tokens, q.features.max_tokens,
                                       in.n_cached_prompt_tokens[i]);
         for (const steward_pool_view& v : views) {
             d.est_cost.push_back(v.est_cost);
@@ -179,7 +167,7 @@ caf::behavior bucket_decider(caf::event_based_actor*, std::weak_ptr<Snapshot> sn
 void decide_for(caf::stateful_actor<router_state>* self, const std::shared_ptr<Snapshot>& s,
                 const std::shared_ptr<SharedState>& sh, const RouteQuery& q, std::vector<int32_t> cached,
                 caf::typed_response_promise<RouteDecision> rp) {
-    const size_t bi = classify(*s->config, features_of(q));
+    const size_t bi = classify(*s->config, q.features);
     if (bi >= self->state.deciders.size() || !self->state.deciders[bi]) {
         rp.deliver(decide(*s, sh.get(), q, std::move(cached)));
         return;
