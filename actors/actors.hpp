@@ -45,7 +45,7 @@ caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, Admi
 // of the owner and its handle. Unlike delayed_send to itself, a finished request is not held alive
 // until its deadline.
 enum class TimerKind : int32_t { request = 0, admission = 1 };
-caf::actor spawn_timer(caf::actor_system& sys);
+TimerActor spawn_timer(caf::actor_system& sys);
 // ---- workers (actors/worker_actor.cpp)
 // A worker process's published actor: answers (hello_atom, wire version) with WorkerInfo (its live
 // pools and their executor and kv_allocator actors, or why it refuses) and heartbeat_atom with

@@ -14,6 +14,7 @@
 
 #include <steward/request.h>
 
+#include "actors/messages.hpp"
 #include "config/config.h"
 #include "metrics/bucket_metrics.h"
 #include "model/model.h"
@@ -105,7 +106,7 @@ struct SharedState {
 
     caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
     caf::actor config;                      // the runtime's config actor (reloads; a worker's rejoin)
-    caf::actor timers;                      // the runtime's timer actor (request and admission deadlines)
+    TimerActor timers;                      // the runtime's timer actor (request and admission deadlines)
     TraceStore traces;                      // the last requests' decision traces
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id
 

@@ -23,7 +23,7 @@ struct timer_state {
     static inline const char* name = "timers";
 };
 
-using timer_ptr = caf::stateful_actor<timer_state>*;
+using timer_ptr = TimerActor::stateful_pointer<timer_state>;
 
 void schedule(timer_ptr self) {
     auto next = self->state.queue.next_s();
@@ -34,7 +34,7 @@ void schedule(timer_ptr self) {
 }
 
 // `name`: see cache_actor (CAF 0.17 and function actors without arguments).
-caf::behavior timer_actor(timer_ptr self, std::string name) {
+TimerActor::behavior_type timer_actor(timer_ptr self, std::string name) {
     (void)name;
     return {
         [=](timer_add_atom, uint64_t owner, double at_s, const caf::actor& target, int32_t kind, uint64_t arg) {
@@ -46,10 +46,11 @@ caf::behavior timer_actor(timer_ptr self, std::string name) {
             const double now = now_s();
             if (now >= self->state.tick_s) self->state.tick_s = std::numeric_limits<double>::infinity();
             for (auto& [owner, e] : self->state.queue.pop_due(now)) {
+                // anon_send: a typed actor may send() only to typed ones; the requests are not (yet).
                 if (e.kind == TimerKind::request)
-                    self->send(e.target, req_deadline_atom::value);
+                    caf::anon_send(e.target, req_deadline_atom::value);
                 else
-                    self->send(e.target, deadline_atom::value, e.arg);
+                    caf::anon_send(e.target, deadline_atom::value, e.arg);
             }
             schedule(self);
         },
@@ -58,6 +59,6 @@ caf::behavior timer_actor(timer_ptr self, std::string name) {
 
 }  // namespace
 
-caf::actor spawn_timer(caf::actor_system& sys) { return sys.spawn(timer_actor, std::string("timers")); }
+TimerActor spawn_timer(caf::actor_system& sys) { return sys.spawn(timer_actor, std::string("timers")); }
 
 }  // namespace steward
