@@ -29,7 +29,7 @@ caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, st
 // `reload` (parse, validate completely, swap).
 // (rejoin_atom) calls `rejoin`: a lost worker answers again, rebuild the generation around it.
 using ReloadFn = std::function<Expected<uint64_t>()>;
-caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared);
+ConfigActor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared);
 // One per runtime: the prefix index of every pool (runtime/kv/prefix_index), fed by the executors'
 // KvEventBatch messages and kv_drop_atom (a pool stopped); answers CacheQuery with CachedTokens.
 caf::actor spawn_cache(caf::actor_system& sys);

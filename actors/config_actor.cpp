@@ -16,21 +16,21 @@ struct config_state {
     static inline const char* name = "config";
 };
 
-caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn reload, std::function<void()> rejoin,
-                           std::weak_ptr<SharedState> shared) {
+ConfigActor::behavior_type config_actor(ConfigActor::stateful_pointer<config_state> self, ReloadFn reload,
+                                        std::function<void()> rejoin, std::weak_ptr<SharedState> shared) {
     pthread_setname_np(pthread_self(), "steward-config");
     self->state.reload = std::move(reload);
     self->state.rejoin = std::move(rejoin);
     self->state.shared = std::move(shared);
     return {
         // -> (ok, live generation, error message)
-        [=](reload_atom) {
+        [=](reload_atom) -> std::tuple<bool, uint64_t, std::string> {
             auto r = self->state.reload();
-            if (r) return caf::make_message(true, *r, std::string());
+            if (r) return {true, *r, std::string()};
             uint64_t g = 0;
             if (auto sh = self->state.shared.lock())
                 if (auto s = sh->snapshot()) g = s->generation;
-            return caf::make_message(false, g, r.error().message);
+            return {false, g, r.error().message};
         },
         [=](rejoin_atom) {
             if (self->state.rejoin) self->state.rejoin();
@@ -40,7 +40,7 @@ caf::behavior config_actor(caf::stateful_actor<config_state>* self, ReloadFn rel
 
 }  // namespace
 
-caf::actor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared) {
+ConfigActor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared) {
     return sys.spawn<caf::detached>(config_actor, std::move(reload), std::move(rejoin), std::move(shared));
 }
 

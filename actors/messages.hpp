@@ -37,10 +37,6 @@ using req_deadline_atom = caf::atom_constant<caf::atom("reqdeadln")>;  // the re
 using timer_add_atom = caf::atom_constant<caf::atom("timeradd")>;        // timer_actor: a deadline for an owner
 using timer_cancel_atom = caf::atom_constant<caf::atom("timercncl")>;    // timer_actor: forget an owner's deadlines
 using timer_tick_atom = caf::atom_constant<caf::atom("timertick")>;      // timer_actor, to itself
-// The timer actor's interface (actors.hpp, spawn_timer): a message it does not take is a compile
-// error at the sender. Local to a process (it never crosses to a worker).
-using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, double, caf::actor, int32_t, uint64_t>,
-                                    caf::reacts_to<timer_cancel_atom, uint64_t>, caf::reacts_to<timer_tick_atom>>;
 // Workers (steward worker) and the front's remote pools.
 using hello_atom = caf::atom_constant<caf::atom("hello")>;          // front -> worker: describe your pools
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;  // front -> worker: alive? your load
@@ -49,6 +45,14 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;          // request -
 using unwatch_atom = caf::atom_constant<caf::atom("unwatch")>;
 using lost_atom = caf::atom_constant<caf::atom("wlost")>;           // pool monitor -> request: the worker is lost
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;        // pool monitor -> config actor: rebuild, a worker is back
+// The config actor's interface (actors.hpp, spawn_config): a reload answers (ok, live generation,
+// error message); a rejoin rebuilds the generation around a worker that answers again.
+using ConfigActor = caf::typed_actor<caf::replies_to<reload_atom>::with<bool, uint64_t, std::string>,
+                                     caf::reacts_to<rejoin_atom>>;
+// The timer actor's interface (actors.hpp, spawn_timer): a message it does not take is a compile
+// error at the sender. Local to a process (it never crosses to a worker).
+using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, double, caf::actor, int32_t, uint64_t>,
+                                    caf::reacts_to<timer_cancel_atom, uint64_t>, caf::reacts_to<timer_tick_atom>>;
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 

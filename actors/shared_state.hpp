@@ -105,7 +105,7 @@ struct SharedState {
     }
 
     caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
-    caf::actor config;                      // the runtime's config actor (reloads; a worker's rejoin)
+    ConfigActor config;                      // the runtime's config actor (reloads; a worker's rejoin)
     TimerActor timers;                      // the runtime's timer actor (request and admission deadlines)
     TraceStore traces;                      // the last requests' decision traces
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id

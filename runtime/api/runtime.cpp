@@ -74,7 +74,7 @@ struct Runtime::Impl {
     caf::actor_system_config cfg;
     std::unique_ptr<caf::actor_system> sys;
     std::shared_ptr<SharedState> shared = std::make_shared<SharedState>();
-    caf::actor config_actor;
+    ConfigActor config_actor;
     std::atomic<uint64_t> next_id{1};
     std::string config_path;  // "" when started from a Config value
     RuntimeOptions options;   // applied to every reading of config_path
@@ -370,7 +370,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     impl->config_actor = spawn_config(*impl->sys, [raw] { return raw->reload(); }, [raw] { raw->rejoin(); }, impl->shared);
     impl->shared->config = impl->config_actor;
     if (!impl->config_path.empty()) {  // SIGHUP always; the file itself with [reload] watch
-        caf::actor ca = impl->config_actor;
+        ConfigActor ca = impl->config_actor;
         impl->watcher = std::make_unique<ConfigWatcher>(impl->config_path, config.reload.watch, config.reload.debounce_ms,
                                                         [ca] { caf::anon_send(ca, reload_atom::value); });
     }
