@@ -24,7 +24,7 @@ caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine
                           std::shared_ptr<PoolLive> live, std::shared_ptr<SharedState> shared, std::string pool_name);
 // One per config generation: classifies requests into buckets and asks the bucket's routing
 // policy for the pool. Holds no owning reference to its snapshot (the snapshot owns the router).
-caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared);
+RouterActor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared);
 // One per runtime, detached (a reload loads models and plugins): answers reload_atom by calling
 // `reload` (parse, validate completely, swap).
 // (rejoin_atom) calls `rejoin`: a lost worker answers again, rebuild the generation around it.

@@ -183,6 +183,12 @@ typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
              x.route_why, x.est_cost, x.est_ttft_ms, x.est_latency_ms, x.quality, x.risk);
 }
 
+// The router's interface (one per config generation, spawn_router): a request's route. And a bucket
+// decider's (the router's, for a bucket whose decision calls a plugin): the route given the cached
+// tokens the router learned from the cache actor. A message they do not take fails to compile.
+using RouterActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery>::with<RouteDecision>>;
+using DeciderActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery, CachedTokens>::with<RouteDecision>>;
+
 // request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
 struct EngineSubmit {
     uint64_t id = 0;

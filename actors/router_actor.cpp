@@ -23,7 +23,7 @@ struct router_state {
     std::weak_ptr<Snapshot> snap;
     std::weak_ptr<SharedState> shared;
     // Per bucket: its decider where the bucket's decision calls a plugin, else null (decided here).
-    std::vector<caf::actor> deciders;
+    std::vector<DeciderActor> deciders;
     static inline const char* name = "router";
 };
 
@@ -152,7 +152,8 @@ RouteDecision decide(const Snapshot& snap, SharedState* shared, const RouteQuery
 
 // One bucket's decisions when they call a plugin: on a thread of its own (detached), where waiting
 // out a plugin's budget holds up this bucket's requests only. Linked to the router: it exits with it.
-caf::behavior bucket_decider(caf::event_based_actor*, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
+DeciderActor::behavior_type bucket_decider(DeciderActor::pointer, std::weak_ptr<Snapshot> snap,
+                                           std::weak_ptr<SharedState> shared) {
     return {
         [=](route_atom, const RouteQuery& q, const CachedTokens& cached) -> caf::result<RouteDecision> {
             auto s = snap.lock();
@@ -164,7 +165,7 @@ caf::behavior bucket_decider(caf::event_based_actor*, std::weak_ptr<Snapshot> sn
 }
 
 // Decides q on the router when its bucket calls no plugin, else on the bucket's decider.
-void decide_for(caf::stateful_actor<router_state>* self, const std::shared_ptr<Snapshot>& s,
+void decide_for(RouterActor::stateful_pointer<router_state> self, const std::shared_ptr<Snapshot>& s,
                 const std::shared_ptr<SharedState>& sh, const RouteQuery& q, std::vector<int32_t> cached,
                 caf::typed_response_promise<RouteDecision> rp) {
     const size_t bi = classify(*s->config, q.features);
@@ -177,8 +178,8 @@ void decide_for(caf::stateful_actor<router_state>* self, const std::shared_ptr<S
               [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
 }
 
-caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_ptr<Snapshot> snap,
-                           std::weak_ptr<SharedState> shared) {
+RouterActor::behavior_type router_actor(RouterActor::stateful_pointer<router_state> self, std::weak_ptr<Snapshot> snap,
+                                        std::weak_ptr<SharedState> shared) {
     self->state.snap = std::move(snap);
     self->state.shared = std::move(shared);
     if (auto s = self->state.snap.lock()) {
@@ -211,7 +212,7 @@ caf::behavior router_actor(caf::stateful_actor<router_state>* self, std::weak_pt
 
 }  // namespace
 
-caf::actor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
+RouterActor spawn_router(caf::actor_system& sys, std::weak_ptr<Snapshot> snap, std::weak_ptr<SharedState> shared) {
     return sys.spawn(router_actor, std::move(snap), std::move(shared));
 }
 

@@ -71,7 +71,7 @@ struct Snapshot {
     std::vector<std::shared_ptr<PoolHandle>> pools;  // config.pools order
     std::vector<PoolProfile> profiles;               // pools order: what routing sees (this config's prices)
     std::vector<BucketPolicies> policies;            // config.buckets order
-    caf::actor router;                               // this generation's router
+    RouterActor router;                              // this generation's router
     int pool_index(const std::string& name) const {
         for (size_t i = 0; i < pools.size(); i++)
             if (pools[i]->cfg.name == name) return (int)i;
