@@ -28,9 +28,11 @@
 #include "forward_gate.h"
 #include "process_temp_dir.h"
 #include "sched/engine.h"
+#include "http_client.h"
 #include "serve/http_server.h"
 
 using namespace steward;
+using namespace steward_test;
 using json = nlohmann::json;
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -129,12 +131,6 @@ ServerConfig test_server_config() {
     return s;
 }
 
-struct Served {
-    std::unique_ptr<Runtime> rt;
-    std::unique_ptr<serve::HttpServer> server;
-    uint16_t port = 0;
-};
-
 Served serve_with(const std::string& extra = "", const ServerConfig& s = test_server_config(), int max_connections = 1024) {
     // On disk: POST /admin/reload re-reads the file.
     const std::string path = (temp_dir() / "http.toml").string();
@@ -145,57 +141,7 @@ Served serve_with(const std::string& extra = "", const ServerConfig& s = test_se
     }
     auto c = parse_config(text, path);
     if (!c) FAIL(c.error().message);
-    Served out;
-    auto rt = Runtime::start(*c);
-    if (!rt) FAIL(rt.error().message);
-    out.rt = std::move(*rt);
-    auto srv = serve::HttpServer::start(*out.rt, c->server);
-    if (!srv) FAIL(srv.error().message);
-    out.server = std::move(*srv);
-    out.port = out.server->port();
-    return out;
-}
-
-// A connected socket whose reads give up after 10 s (a broken server fails the test, not hangs it).
-tcp::socket connect(net::io_context& io, uint16_t port) {
-    tcp::socket s(io);
-    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
-    timeval tv{10, 0};
-    setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return s;
-}
-
-struct Reply {
-    int status = 0;
-    std::string body;
-    http::fields headers;
-    json j() const { return json::parse(body); }
-};
-
-Reply request(uint16_t port, http::verb method, const std::string& target, const std::string& body = "",
-              const std::vector<std::pair<std::string, std::string>>& headers = {}) {
-    net::io_context io;
-    tcp::socket s = connect(io, port);
-    http::request<http::string_body> req(method, target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::content_type, "application/json");
-    for (const auto& [k, v] : headers) req.set(k, v);
-    req.body() = body;
-    req.prepare_payload();
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> p;
-    p.body_limit(64 << 20);
-    http::read(s, buf, p);
-    Reply r;
-    r.status = p.get().result_int();
-    r.body = p.get().body();
-    for (const auto& f : p.get()) r.headers.set(f.name_string(), f.value());
-    return r;
-}
-
-Reply post(uint16_t port, const std::string& target, const json& body, const std::vector<std::pair<std::string, std::string>>& headers = {}) {
-    return request(port, http::verb::post, target, body.dump(), headers);
+    return serve_config(*c);
 }
 
 // The SSE events of a streamed body ("data: X\n\n" each), X as text.
@@ -220,20 +166,6 @@ std::string greedy_text(Runtime& rt, const std::string& prompt, int max_tokens) 
     const GenerationResult r = rt.generate(g);
     REQUIRE(r.ok());
     return r.text;
-}
-
-void check_error(const Reply& r, int status, const std::string& param, const std::string& code, const std::string& in_message = "") {
-    INFO(r.body);
-    CHECK(r.status == status);
-    const json j = r.j();
-    REQUIRE(j.contains("error"));
-    const json& e = j["error"];
-    CHECK(e["message"].is_string());
-    CHECK(e["type"].is_string());
-    if (param.empty()) CHECK(e["param"].is_null());
-    else CHECK(e["param"] == param);
-    CHECK(e["code"] == code);
-    if (!in_message.empty()) CHECK_THAT(e["message"].get<std::string>(), Catch::Contains(in_message));
 }
 
 // Sums every "by_finish_reason"[reason] in the metrics JSON (one per bucket).

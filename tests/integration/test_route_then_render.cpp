@@ -24,9 +24,11 @@
 
 #include "config/config.h"
 #include "process_temp_dir.h"
+#include "http_client.h"
 #include "serve/http_server.h"
 
 using namespace steward;
+using namespace steward_test;
 using json = nlohmann::json;
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -118,12 +120,6 @@ pool = "a"
                        pools);
 }
 
-struct Served {
-    std::unique_ptr<Runtime> rt;
-    std::unique_ptr<serve::HttpServer> server;
-    uint16_t port = 0;
-};
-
 Served serve_two_templates() {
     {
         std::ofstream f(b_template_path());
@@ -131,51 +127,14 @@ Served serve_two_templates() {
     }
     auto c = parse_config(config_toml(), (temp_dir() / "route_render.toml").string());
     if (!c) FAIL(c.error().message);
-    Served out;
-    auto rt = Runtime::start(*c);
-    if (!rt) FAIL(rt.error().message);
-    out.rt = std::move(*rt);
-    auto srv = serve::HttpServer::start(*out.rt, c->server);
-    if (!srv) FAIL(srv.error().message);
-    out.server = std::move(*srv);
-    out.port = out.server->port();
-    return out;
+    return serve_config(*c);
 }
 
-struct Reply {
-    int status = 0;
-    std::string body;
-    http::fields headers;
-    json j() const { return json::parse(body); }
-};
-
-Reply request(uint16_t port, http::verb method, const std::string& target, const std::string& body = "") {
-    net::io_context io;
-    tcp::socket s(io);
-    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
-    timeval tv{30, 0};  // a broken server fails the test, not hangs it
-    setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    http::request<http::string_body> req(method, target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> p;
-    p.body_limit(64 << 20);
-    http::read(s, buf, p);
-    Reply r;
-    r.status = p.get().result_int();
-    r.body = p.get().body();
-    for (const auto& f : p.get()) r.headers.set(f.name_string(), f.value());
-    return r;
-}
-
-Reply chat(uint16_t port, const json& body) { return request(port, http::verb::post, "/v1/chat/completions", body.dump()); }
+// Its reads give up after 30 s.
+Reply chat(uint16_t port, const json& body) { return request(port, http::verb::post, "/v1/chat/completions", body.dump(), {}, 30); }
 
 json trace_of(uint16_t port, const Reply& r) {
-    const Reply t = request(port, http::verb::get, "/admin/requests/" + std::string(r.headers["x-steward-request-id"]));
+    const Reply t = request(port, http::verb::get, "/admin/requests/" + std::string(r.headers["x-steward-request-id"]), "", {}, 30);
     INFO(t.body);
     REQUIRE(t.status == 200);
     return t.j();
@@ -185,16 +144,6 @@ size_t n_tokens(Runtime& rt, const std::string& pool, const std::string& text) {
     auto ids = rt.tokenize(pool, text, true);
     REQUIRE(ids);
     return ids->size();
-}
-
-void check_error(const Reply& r, int status, const std::string& param, const std::string& code, const std::string& in_message) {
-    INFO(r.body);
-    CHECK(r.status == status);
-    const json j = r.j();
-    REQUIRE(j.contains("error"));
-    CHECK(j["error"]["param"] == param);
-    CHECK(j["error"]["code"] == code);
-    CHECK_THAT(j["error"]["message"].get<std::string>(), Catch::Contains(in_message));
 }
 
 const json k_weather_tool = {
