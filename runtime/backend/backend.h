@@ -1,8 +1,9 @@
 // What a pool's engine runs its forwards on: one batched forward over paged KV and the KV memory it
 // writes, owned together. The backends are peers in this folder: cpu.h (CpuForward over a host
-// KvStorage, the readable reference) and cuda.h (GpuForward over a device GpuKv, built when nvcc is
-// found). The engine and its drafters only ever see this interface, so the scheduler, prefix cache
-// and speculation run unchanged on either. (A simulated pool runs no forward: sched/engine_sim.cpp.)
+// KvStorage, the readable reference), cuda.h (GpuForward over a device GpuKv, built when nvcc is
+// found) and sim.h (the simulator: the cost model's time, tokens from a generator). The engine's
+// runner and its drafters only ever see this interface, so the scheduler, prefix cache and
+// speculation run unchanged on each.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,15 @@ public:
     // CpuForward::forward's contract over the backend's KV: logits on the host, one row of n_vocab
     // per requested output in batch order; an invalid batch (check_batch) leaves the KV untouched.
     virtual Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) = 0;
+    // A backend that decides the target's tokens itself (the simulator) leaves logits empty and
+    // gives one token per requested row here, in the rows' order; empty: the logits hold them.
+    virtual std::span<const int32_t> decided_tokens() const { return {}; }
+    // A step begins (before its scheduling): a backend that runs ahead of its host (the simulator)
+    // counts its device time from here.
+    virtual void begin_step() {}
+    // The last forward's time when it is not the host's wall time around it (the simulator's device
+    // time); < 0: the wall time is.
+    virtual double forward_time_s() const { return -1; }
     // The first n_slots slots of block src copied to block dst, every layer, K and V (prefix-cache
     // copy-on-write of a partly filled block).
     virtual Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) = 0;
@@ -36,7 +46,7 @@ public:
                                       std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) = 0;
 
     virtual const KvConfig& kv_config() const = 0;
-    int64_t kv_storage_bytes() const { return kv_bytes(kv_config()); }
+    virtual int64_t kv_storage_bytes() const { return kv_bytes(kv_config()); }
     virtual int max_tokens() const = 0;  // tokens of one batch
     // The most KV slots one sequence may span on this backend (0: the model's context is the limit):
     // the CUDA attention keeps a sequence's scores in shared memory.

@@ -30,6 +30,9 @@ struct SeqInput {
     // Physical block ids covering slots [0, n_past + n_new).
     std::span<const int32_t> block_table;
     LogitsMode logits = LogitsMode::LAST;
+    // The request this sequence belongs to: what a backend deciding tokens itself keys them on (the
+    // simulator's generator); the forward ignores it.
+    uint64_t id = 0;
 };
 
 // Validates a batch for a forward of n_layers layers over KV shaped kc, as every backend does before

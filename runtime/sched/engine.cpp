@@ -16,8 +16,7 @@
 #include <unordered_set>
 
 #include "backend/cpu.h"
-#include "sim/cost_model.h"
-#include "sim/sim_clock.h"
+#include "backend/sim.h"
 
 namespace steward {
 
@@ -76,13 +75,18 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
       opt_(with_draft_share(model, opt)),
       mgr_(opt_.n_blocks, opt.block_size) {
     if (!opt_.backend) opt_.backend = cpu_backend_factory();
-    // A simulated pool's KV is bookkeeping only: no backend, no storage.
-    if (!opt_.sim) be_ = make_backend(model, 0, "");
-    if (opt_.draft_model) draft_ = make_drafter(*opt_.draft_model, 0);
-    for (int l : opt_.self_draft_layers)  // the ones the config names: made now, so a failure is the pool's
-        if (!opt_.sim && l >= 1 && l < model.params().n_layer && !self_drafts_.count(l)) self_drafts_[l] = make_drafter(model_, l);
-    mgr_.set_block_bytes(opt_.sim ? sim_kv_bytes_per_token(opt_.sim->model) * opt_.block_size
-                                  : (double)be_->kv_storage_bytes() / opt_.n_blocks);
+    if (opt_.sim) {  // the simulator: its drafts are its own (SimBackend::propose), priced at the forward
+        auto sim = std::make_unique<SimBackend>(model, opt_.sim, opt_.n_blocks, opt_.block_size,
+                                                std::max(opt_.max_batch_tokens, opt_.max_batch));
+        sim_ = sim.get();
+        be_ = std::move(sim);
+    } else {
+        be_ = make_backend(model, 0, "");
+        if (opt_.draft_model) draft_ = make_drafter(*opt_.draft_model, 0);
+        for (int l : opt_.self_draft_layers)  // the ones the config names: made now, so a failure is the pool's
+            if (l >= 1 && l < model.params().n_layer && !self_drafts_.count(l)) self_drafts_[l] = make_drafter(model_, l);
+    }
+    mgr_.set_block_bytes((double)be_->kv_storage_bytes() / opt_.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
 }
@@ -114,7 +118,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
         if (t < 0 || t >= model_.params().n_vocab)
             return make_error("request ", std::to_string(req.id), ": token id ", std::to_string(t),
                               " is outside the vocabulary of ", std::to_string(model_.params().n_vocab));
-    if (const int lim = be_ ? be_->max_context() : 0; lim > 0 && (int64_t)req.prompt.size() + req.max_tokens + req.spec.k > lim)
+    if (const int lim = be_->max_context(); lim > 0 && (int64_t)req.prompt.size() + req.max_tokens + req.spec.k > lim)
         return make_error("request ", std::to_string(req.id), ": prompt of ", std::to_string(req.prompt.size()),
                           " tokens + max_tokens ", std::to_string(req.max_tokens),
                           req.spec.k > 0 ? " + " + std::to_string(req.spec.k) + " draft tokens" : std::string(),
@@ -138,10 +142,10 @@ Expected<bool> Engine::submit(EngineRequest req) {
         if ((size_t)req.tenant >= tenant_names_.size()) tenant_names_.resize((size_t)req.tenant + 1);
         tenant_names_[req.tenant] = req.tenant_name;
     }
-    if (opt_.sim) req.grammar = nullptr;  // the sim's tokens are a generator's: no grammar applies
+    if (sim_) req.grammar = nullptr;  // the sim's tokens are a generator's: no grammar applies
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
-    if (opt_.sim) sim_init(*s);
+    if (sim_) s->sim_alpha = sim_->draw_acceptance(s->req.id, s->req.sim_acceptance, s->req.sim_concentration, s->sim_rng);
     if (s->req.grammar) {
         s->masker = masker_for(s->req.grammar);
         s->matcher.emplace(s->req.grammar);
@@ -449,7 +453,7 @@ void Engine::finish(uint64_t id, FinishReason why, const std::string& err, doubl
 
 std::vector<EngineEvent> Engine::step(double now_s) {
     const auto t0 = std::chrono::steady_clock::now();
-    step_start_ = t0;
+    be_->begin_step();
     std::vector<EngineEvent> events;
     try {
         run_step(now_s, events);
@@ -493,6 +497,38 @@ void Engine::fail_running(const std::string& what, double now_s, std::vector<Eng
 }
 
 void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
+    StepPlan plan = schedule(now_s, events);
+    if (plan.empty()) return;
+    Expected<bool> r = run(plan);
+    if (!r) {
+        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message, now_s, events);
+        return;
+    }
+    // A model file truncated or rewritten under the mapping: this forward may have read zero pages
+    // (see MappedFileGuard), so nothing of it is committed and the batch fails with the reason.
+    if (auto intact = model_.check_file(); !intact) {
+        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, intact.error().message, now_s, events);
+        return;
+    }
+    update(plan, now_s, events);
+}
+
+// Blocks for n more tokens of s; a partly filled block shared with the prefix cache is copied on
+// write through the backend.
+bool Engine::alloc_slots(Seq& s, int n, bool must_evict) {
+    // Blocks this request needs are reclaimed by its bucket's eviction policy (LRU without one).
+    mgr_.set_active_eviction(must_evict ? nullptr : s.req.eviction.get(), s.req.tenant);
+    const int64_t evicted_before = mgr_.n_evictions();
+    auto copies = mgr_.allocate_slots(s.kv, n);
+    mgr_.set_active_eviction(nullptr, -1);
+    if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
+        evictions_[{s.req.bucket, s.req.eviction && !must_evict ? s.req.eviction_name : std::string("lru")}] += d;
+    if (!copies) return false;
+    for (const BlockCopy& c : *copies) kv_copy(be_->copy_block_slots(c.src_block, c.dst_block, c.n_slots));
+    return true;
+}
+
+Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events) {
     auto finish = [&](uint64_t id, FinishReason why, const std::string& err) { this->finish(id, why, err, now_s, events); };
 
     // ---- cancellations, deadlines, expired sessions
@@ -513,7 +549,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         }
     }
 
-    // ---- schedule. Decodes first: each running sequence's next token (1 each; a decode that waits
+    // ---- the batch. Decodes first: each running sequence's next token (1 each; a decode that waits
     // for a prefill chunk costs every stream a step). Then prefill work, running chunks and waiting
     // requests together, shortest remaining prompt first (SRPT: a short prompt no longer waits
     // behind a long document's chunks; it minimises mean TTFT), with aging so that a long prompt
@@ -543,30 +579,10 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         return ra.id < rb.id;
     };
     std::sort(running_.begin(), running_.end(), before);
-    struct Planned {
-        uint64_t id;
-        int n;
-    };
-    std::vector<Planned> plan;
+    StepPlan plan;
     int budget = opt_.max_batch_tokens;
     std::vector<uint64_t> order = running_;
     size_t end = order.size();  // order[end..] were preempted this step
-    // must_evict: a request nothing else can make room for (nothing running) takes LRU victims even if
-    // its policy would decline them, so a declining policy delays requests but never stalls the pool.
-    auto alloc = [&](Seq& s, int n, bool must_evict = false) -> bool {
-        // Blocks this request needs are reclaimed by its bucket's eviction policy (LRU without one).
-        mgr_.set_active_eviction(must_evict ? nullptr : s.req.eviction.get(), s.req.tenant);
-        const int64_t evicted_before = mgr_.n_evictions();
-        auto copies = mgr_.allocate_slots(s.kv, n);
-        mgr_.set_active_eviction(nullptr, -1);
-        if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
-            evictions_[{s.req.bucket, s.req.eviction && !must_evict ? s.req.eviction_name : std::string("lru")}] += d;
-        if (!copies) return false;
-        if (!opt_.sim)  // a simulated pool's KV has no storage to copy
-            for (const BlockCopy& c : *copies)
-                kv_copy(be_->copy_block_slots(c.src_block, c.dst_block, c.n_slots));
-        return true;
-    };
     std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
     bool admitting = true;           // false once a waiting one found no room, or under pressure
     // Admits the best waiting request if it comes before `next` (0: whatever comes). False when none.
@@ -581,9 +597,11 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (!s.kv) attach(s);
         const SeqKv& kv = mgr_.seq(s.kv);
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
-        bool ok = alloc(s, n);
-        while (!ok && free_one_session()) ok = alloc(s, n);
-        if (!ok && end == 0 && admitted.empty()) ok = alloc(s, n, true);
+        bool ok = alloc_slots(s, n);
+        while (!ok && free_one_session()) ok = alloc_slots(s, n);
+        // A request nothing else can make room for (nothing running) takes LRU victims even if its
+        // policy would decline them, so a declining policy delays requests but never stalls the pool.
+        if (!ok && end == 0 && admitted.empty()) ok = alloc_slots(s, n, true);
         if (!ok) {
             // Wait for running sequences to finish. Drop the pins it took: a waiting sequence that
             // holds blocks could starve everyone (nothing would be preemptable).
@@ -594,7 +612,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
         waiting_.erase(best);
         admitted.push_back(s.req.id);
-        plan.push_back({s.req.id, n});
+        plan.push_back({s.req.id, n, {}});
         budget -= n;
         return true;
     };
@@ -605,17 +623,17 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
         Seq& s = *seqs_.at(order[i]);
         const SeqKv& kv = mgr_.seq(s.kv);
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
-        bool ok = n > 0 && alloc(s, n);
+        bool ok = n > 0 && alloc_slots(s, n);
         while (n > 0 && !ok) {
             if (free_one_session()) {
-                ok = alloc(s, n);
+                ok = alloc_slots(s, n);
                 continue;
             }
             if (end - 1 > i) {  // preempt the lowest-priority running sequence after this one
                 Seq& v = *seqs_.at(order[--end]);
                 preempt(v);
                 waiting_.push_front(v.req.id);
-                ok = alloc(s, n);
+                ok = alloc_slots(s, n);
                 continue;
             }
             break;
@@ -626,141 +644,128 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             end = i;
             break;
         }
-        plan.push_back({s.req.id, n});
+        plan.push_back({s.req.id, n, {}});
         budget -= n;
     }
     while (admit_one(0)) {
     }
     running_.assign(order.begin(), order.begin() + (std::ptrdiff_t)end);
     running_.insert(running_.end(), admitted.begin(), admitted.end());
-    if (plan.empty()) return;
+    if (plan.empty()) return plan;
 
-    // ---- speculation: decoding sequences that speculate draft into the budget left over
-    // Each one's k comes from its bucket's speculation policy (the per-step ABI), asked only for a
+    // ---- the drafts: decoding sequences that speculate draft into the budget left over. Each
+    // one's k comes from its bucket's speculation policy (the per-step ABI), asked only for a
     // sequence that could draft now: a decode step with at least two tokens left to produce.
-    std::vector<SpecDraft> drafts(plan.size());
     int n_plain_tokens = 0;
     for (const Planned& p : plan) n_plain_tokens += p.n;
     if (!g_forced_set.load(std::memory_order_relaxed))
-        for (size_t k = 0; k < plan.size() && budget > 0; k++) {
-            Seq& s = *seqs_.at(plan[k].id);
-            int max_k = std::min(plan[k].n == 1 ? budget : 0, k_max_spec_tokens);
+        for (Planned& p : plan) {
+            if (budget <= 0) break;
+            Seq& s = *seqs_.at(p.id);
+            int max_k = std::min(p.n == 1 ? budget : 0, k_max_spec_tokens);
             const bool may_draft = max_k > 0 && s.req.spec.enabled() && s.n_generated > 0 && s.kv &&
                                    mgr_.seq(s.kv).n_tokens() - mgr_.seq(s.kv).n_computed == 1 &&
                                    s.req.max_tokens - s.n_generated >= 2;
             if (!may_draft) continue;
             max_k = std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens));
             if (max_k <= 0) continue;
-            if (opt_.sim) {  // its draft time is the step's draft forwards, priced below (sim_draft_s)
-                drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
-            } else {
-                // Tokens the draft model must catch up on first (its whole prompt at the first draft,
-                // the output since its last draft after k = 0 steps): such a draft's time is not per token.
-                const int n_catch_up = s.req.spec.source != SpecSource::DRAFT ? 0
-                                       : !s.draft_kv ? (int)s.all_tokens.size()
-                                                     : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
-                const auto t_draft = std::chrono::steady_clock::now();
-                drafts[k] = draft_for(s, max_k, [&](Seq& q, int n) { return alloc(q, n); });
+            // Tokens the draft model must catch up on first (its whole prompt at the first draft,
+            // the output since its last draft after k = 0 steps): such a draft's time is not per
+            // token. (A simulated draft's time is its device time, which the backend prices at the
+            // forward.)
+            const int n_catch_up = sim_ || s.req.spec.source != SpecSource::DRAFT ? 0
+                                   : !s.draft_kv ? (int)s.all_tokens.size()
+                                                 : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
+            const auto t_draft = std::chrono::steady_clock::now();
+            p.draft = draft_for(s, max_k);
+            if (!sim_) {
                 const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
                 s.draft_s += dt;
                 stats_.draft_s += dt;
-                if (const int n = drafts[k].k(); n > 0 && n_catch_up <= 2) {
+                if (const int n = p.draft.k(); n > 0 && n_catch_up <= 2) {
                     double& m = draft_ms_per_token_[(int)s.req.spec.source];
                     const double per = dt * 1e3 / n;
                     m = m < 0 ? per : m + 0.1 * (per - m);
                 }
             }
-            plan[k].n += drafts[k].k();
-            budget -= drafts[k].k();
+            p.n += p.draft.k();
+            budget -= p.draft.k();
         }
+    return plan;
+}
 
-    // ---- one forward over the whole batch
-    std::vector<SeqInput> batch(plan.size());
+Expected<bool> Engine::run(const StepPlan& plan) {
+    batch_.assign(plan.size(), SeqInput{});
     for (size_t k = 0; k < plan.size(); k++) {
-        const SeqKv& kv = mgr_.seq(seqs_.at(plan[k].id)->kv);
-        SeqInput& in = batch[k];
+        const Planned& p = plan[k];
+        const SeqKv& kv = mgr_.seq(seqs_.at(p.id)->kv);
+        SeqInput& in = batch_[k];
+        in.id = p.id;
         in.n_past = kv.n_computed;
-        in.tokens = std::span<const int32_t>(kv.tokens).subspan(kv.n_computed, plan[k].n);
+        in.tokens = std::span<const int32_t>(kv.tokens).subspan(kv.n_computed, p.n);
         in.block_table = kv.blocks;
-        in.logits = kv.n_computed + plan[k].n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
-        if (drafts[k].k() > 0) in.logits = LogitsMode::ALL;
-        in.positions = drafts[k].positions;  // a tree's depths and ancestor mask (empty: causal)
-        in.mask = drafts[k].mask;
+        in.logits = kv.n_computed + p.n == kv.n_tokens() ? LogitsMode::LAST : LogitsMode::NONE;
+        if (p.draft.k() > 0) in.logits = LogitsMode::ALL;
+        in.positions = p.draft.positions;  // a tree's depths and ancestor mask (empty: causal)
+        in.mask = p.draft.mask;
     }
     if (auto hook = forward_fault_hook()) {
         std::vector<uint64_t> ids;
         for (const Planned& p : plan) ids.push_back(p.id);
         (*hook)(ids);
     }
-    double fwd_s = 0;
-    Expected<bool> r = true;
-    if (opt_.sim) {
-        // The device's time for this step: the drafts' forwards, then the target's over the batch.
-        std::vector<uint64_t> ids;
-        std::vector<SimSeqWork> work;
-        for (size_t k = 0; k < plan.size(); k++) {
-            ids.push_back(plan[k].id);
-            const int n_logits = batch[k].logits == LogitsMode::ALL ? plan[k].n : batch[k].logits == LogitsMode::LAST ? 1 : 0;
-            work.push_back({plan[k].n, batch[k].n_past, n_logits});
-        }
-        const double draft_s = sim_draft_s(ids, drafts);
-        const SimStepCost cost = sim_step_cost(opt_.sim->device, opt_.sim->model, opt_.sim->tp, work);
-        fwd_s = cost.total_s;
-        stats_.sim_device_s += draft_s + fwd_s;
-        stats_.sim_gemm_s += cost.gemm_s;
-        stats_.sim_attn_s += cost.attn_s;
-        stats_.sim_comm_s += cost.comm_s;
-        stats_.sim_overhead_s += cost.overhead_s;
-        stats_.sim_draft_s += draft_s;
-        // Sleep until the step's start + its device time in real seconds; the host's work so far
-        // (scheduling, KV calls, the previous step's events) overlaps it, as a GPU runs ahead of
-        // its host. A host slower than that is an overrun: the simulated time then stretches.
-        const auto until = step_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>((draft_s + fwd_s) / time_dilation()));
-        if (std::chrono::steady_clock::now() > until) stats_.sim_overruns++;
-        else std::this_thread::sleep_until(until);
-    } else {
-        const auto t_fwd = std::chrono::steady_clock::now();
-        r = be_->forward(batch, logits_);
-        fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
-    }
+    if (sim_) price_sim_drafts(plan);
+    const auto t_fwd = std::chrono::steady_clock::now();
+    Expected<bool> r = be_->forward(batch_, logits_);
+    double fwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fwd).count();
+    if (const double t = be_->forward_time_s(); t >= 0) fwd_s = t;
     stats_.forward_s += fwd_s;
     stats_.n_steps++;
-    {
-        int n_tokens = 0;
-        bool verifies = false;
-        for (size_t k = 0; k < plan.size(); k++) {
-            n_tokens += plan[k].n;
-            if (drafts[k].k() == 0) continue;
-            verifies = true;
-            Seq& s = *seqs_.at(plan[k].id);
-            s.verify_s += fwd_s;
-            stats_.verify_s += fwd_s;
-        }
-        forward_fit_.observe(n_tokens, fwd_s * 1e3);
-        if (verifies) verify_ms_ = verify_ms_ < 0 ? fwd_s * 1e3 : verify_ms_ + 0.1 * (fwd_s * 1e3 - verify_ms_);
+    int n_tokens = 0;
+    bool verifies = false;
+    for (const Planned& p : plan) {
+        n_tokens += p.n;
+        if (p.draft.k() == 0) continue;
+        verifies = true;
+        seqs_.at(p.id)->verify_s += fwd_s;
+        stats_.verify_s += fwd_s;
     }
-    if (!r) {
-        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, "forward failed: " + r.error().message);
-        return;
-    }
-    // A model file truncated or rewritten under the mapping: this forward may have read zero pages
-    // (see MappedFileGuard), so nothing of it is committed and the batch fails with the reason.
-    if (auto intact = model_.check_file(); !intact) {
-        for (const Planned& p : plan) finish(p.id, FinishReason::ERROR, intact.error().message);
-        return;
-    }
+    forward_fit_.observe(n_tokens, fwd_s * 1e3);
+    if (verifies) verify_ms_ = verify_ms_ < 0 ? fwd_s * 1e3 : verify_ms_ + 0.1 * (fwd_s * 1e3 - verify_ms_);
+    return r;
+}
 
-    if (opt_.sim) {
-        std::vector<std::pair<uint64_t, int>> planned;
-        for (const Planned& p : plan) planned.push_back({p.id, p.n});
-        retire(sim_commit(planned, drafts, batch, events), now_s);
-        return;
+void Engine::price_sim_drafts(const StepPlan& plan) {
+    std::vector<SimDraftWork> work;
+    std::vector<SimSeqWork> decoding;
+    for (size_t k = 0; k < plan.size(); k++) {
+        const Seq& s = *seqs_.at(plan[k].id);
+        if (s.n_generated > 0) decoding.push_back({1, (int)s.all_tokens.size(), 1});
+        const int n = plan[k].draft.k();
+        if (n == 0) continue;
+        work.push_back({k, (int)s.req.spec.source, s.req.spec.self_layers, (int)s.all_tokens.size() - 1,
+                        s.sim_draft_computed, n});
     }
+    if (work.empty()) return;
+    std::array<double, 4> per_token_ms{-1, -1, -1, -1};
+    const std::vector<double> share = sim_->price_drafts(work, decoding, per_token_ms);
+    for (size_t w = 0; w < work.size(); w++) {
+        seqs_.at(plan[work[w].entry].id)->draft_s += share[w];
+        stats_.draft_s += share[w];
+    }
+    for (size_t src = 0; src < per_token_ms.size(); src++) {
+        if (per_token_ms[src] < 0) continue;
+        double& m = draft_ms_per_token_[src];
+        m = m < 0 ? per_token_ms[src] : m + 0.1 * (per_token_ms[src] - m);
+    }
+}
 
-    // ---- commit, publish, sample
+void Engine::update(const StepPlan& plan, double now_s, std::vector<EngineEvent>& events) {
     const int V = model_.params().n_vocab;
     const int ctx = model_.params().n_ctx_train;
+    // A backend that decides the tokens itself (the simulator) gives one per row instead of logits.
+    const std::span<const int32_t> decided = be_->decided_tokens();
+    const bool by_logits = decided.empty();
     // Plain rows (no bias, penalties or top logprobs; no forced-token hook) are sampled first, in
     // parallel on the forward's threads: greedy still takes a pass of exp over the vocabulary per
     // row for the logprob (~45 us at 8k), which one thread doing it for every row made the step's
@@ -769,12 +774,12 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     std::vector<int> rows(plan.size(), -1);
     std::vector<size_t> plain;
     for (size_t k = 0, r = 0; k < plan.size(); k++) {
-        if (batch[k].logits == LogitsMode::ALL) r += (size_t)drafts[k].k() + 1;  // speculating: k + 1 rows
-        if (batch[k].logits != LogitsMode::LAST) continue;
+        if (batch_[k].logits == LogitsMode::ALL) r += (size_t)plan[k].draft.k() + 1;  // speculating: k + 1 rows
+        if (batch_[k].logits != LogitsMode::LAST) continue;
         rows[k] = (int)r++;
         const Seq& q = *seqs_.at(plan[k].id);
         const SamplingParams& sp = q.req.sampling;
-        if (!sp.adjusts_logits() && sp.n_top_logprobs == 0 && !q.matcher) plain.push_back(k);
+        if (by_logits && !sp.adjusts_logits() && sp.n_top_logprobs == 0 && !q.matcher) plain.push_back(k);
     }
     std::vector<std::optional<Sampled>> pre(plan.size());
     if (plain.size() > 1 && !g_forced_set.load(std::memory_order_relaxed)) {
@@ -794,29 +799,40 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
     int row = 0;
     std::vector<std::pair<uint64_t, FinishReason>> done;
     for (size_t k = 0; k < plan.size(); k++) {
-        Seq& s = *seqs_.at(plan[k].id);
-        if (drafts[k].k() > 0) {
-            const size_t n_rows = (size_t)drafts[k].k() + 1;
+        const Planned& p = plan[k];
+        Seq& s = *seqs_.at(p.id);
+        if (p.draft.k() > 0) {
+            const size_t n_rows = (size_t)p.draft.k() + 1;
             bool fin = false;
             const int accepted_before = s.n_accepted_tokens;
-            apply_spec(s, drafts[k], std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
-            observe_spec(s, drafts[k].k(), s.n_accepted_tokens - accepted_before);
+            const int root = mgr_.seq(s.kv).n_computed;
+            if (by_logits) {
+                apply_spec(s, p.draft, std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
+            } else {
+                commit_spec(s, p.draft, verify_decided(p.draft, decided.subspan((size_t)row, n_rows)), {}, events, fin);
+            }
+            const int n_acc = s.n_accepted_tokens - accepted_before;
+            observe_spec(s, p.draft.k(), n_acc);
+            // A simulated draft computed the root and its own tokens but the last; the accepted ones stay.
+            if (sim_ && (s.req.spec.source == SpecSource::DRAFT || s.req.spec.source == SpecSource::SELF))
+                s.sim_draft_computed = root + 1 + std::min(n_acc, p.draft.k() - 1);
             row += (int)n_rows;
-            stats_.n_decode_tokens += plan[k].n;
+            stats_.n_decode_tokens += p.n;
             if (fin) done.push_back({s.req.id, events.back().finish});
             continue;
         }
-        const bool wants = batch[k].logits == LogitsMode::LAST;
-        mgr_.commit_computed(s.kv, plan[k].n);
+        const bool wants = batch_[k].logits == LogitsMode::LAST;
+        mgr_.commit_computed(s.kv, p.n);
         if (opt_.prefix_cache) mgr_.publish_full_blocks(s.kv);
-        if (s.n_generated == 0 || !wants) stats_.n_prompt_tokens_computed += plan[k].n;
-        else stats_.n_decode_tokens += plan[k].n;
+        if (s.n_generated == 0 || !wants) stats_.n_prompt_tokens_computed += p.n;
+        else stats_.n_decode_tokens += p.n;
         if (!wants) continue;
-        std::span<const float> dist(logits_.data() + (size_t)row * V, V);
-        row++;
+        std::span<const float> dist = by_logits ? std::span<const float>(logits_.data() + (size_t)row * V, V)
+                                                : std::span<const float>();
+        const int this_row = row++;
         const SamplingParams& sp = s.req.sampling;
         std::optional<FinishReason> end;
-        if (sp.adjusts_logits() || s.matcher) {  // on a copy, the batch's logits stay as computed
+        if (by_logits && (sp.adjusts_logits() || s.matcher)) {  // on a copy, the batch's logits stay as computed
             adjusted_.assign(dist.begin(), dist.end());
             if (sp.adjusts_logits())  // bias and penalties
                 adjust_logits(adjusted_, sp, std::span<const int32_t>(s.all_tokens).last((size_t)s.n_generated));
@@ -833,8 +849,8 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             events.push_back(std::move(e));
             continue;
         }
-        Sampled sm = pre[k] ? *pre[k] : s.sampler.sample(dist);
-        if (g_forced_set.load(std::memory_order_relaxed) && !s.matcher) {
+        Sampled sm = !by_logits ? Sampled{decided[(size_t)this_row], 0.0f} : pre[k] ? *pre[k] : s.sampler.sample(dist);
+        if (by_logits && g_forced_set.load(std::memory_order_relaxed) && !s.matcher) {
             std::shared_ptr<const ForcedTokenHook> h;
             {
                 std::lock_guard<std::mutex> lk(g_fault_mu);
@@ -862,7 +878,7 @@ void Engine::run_step(double now_s, std::vector<EngineEvent>& events) {
             s.n_generated++;
             e.tokens.push_back(sm.token);
             e.logprobs.push_back(sm.logprob);
-            if (sp.n_top_logprobs > 0) e.top_logprobs.push_back(top_logprobs(dist, sp.n_top_logprobs));
+            if (sp.n_top_logprobs > 0 && by_logits) e.top_logprobs.push_back(top_logprobs(dist, sp.n_top_logprobs));
         }
         if (eos) {
             e.finished = true;
@@ -896,6 +912,16 @@ EngineStats Engine::stats() const {
     st.draft_ms_per_token_model = draft_ms_per_token_[(int)SpecSource::DRAFT];
     st.verify_ms = verify_ms_;
     st.verify_ms_per_token = forward_fit_.slope();
+    if (sim_) {
+        const SimFigures& f = sim_->figures();
+        st.sim_device_s = f.device_s;
+        st.sim_overruns = f.overruns;
+        st.sim_gemm_s = f.gemm_s;
+        st.sim_attn_s = f.attn_s;
+        st.sim_comm_s = f.comm_s;
+        st.sim_overhead_s = f.overhead_s;
+        st.sim_draft_s = f.draft_s;
+    }
     return st;
 }
 

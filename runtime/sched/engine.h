@@ -1,6 +1,9 @@
-// One pool's engine: the continuous-batching scheduler over a model, its paged KV (KvManager +
-// KvStorage) and the CPU forward. Plain C++, one owner thread (the pool's executor actor, or a
-// test); each step() selects a batch under the token budget, runs ONE forward and samples.
+// One pool's engine: the continuous-batching scheduler over a model, its paged KV (KvManager) and a
+// backend (backend/: cpu, cuda or sim). Plain C++, one owner thread (the pool's executor actor, or
+// a test). Each step() goes along three seams: the scheduler's plan (which sequences, how many
+// tokens each, which drafts; engine.cpp's schedule), the runner that turns the plan into logits
+// through the backend in ONE forward (run), and the update that turns logits into tokens, KV
+// commits and events (update; the speculative commit in speculate.cpp).
 #pragma once
 #include <array>
 #include <chrono>
@@ -20,6 +23,7 @@
 #include <steward/finish_reason.h>
 
 #include "backend/backend.h"
+#include "backend/sim.h"
 #include "cpu/forward.h"
 #include "cpu/sampling.h"
 #include "grammar/grammar.h"
@@ -59,15 +63,15 @@ struct EngineOptions {
     // model and these (shared_kv_blocks). A SELF request with another layer count still drafts, its
     // KV then outside the budget.
     std::vector<int> self_draft_layers;
-    // The simulated backend (backend = "sim", sched/engine_sim.cpp): the model is a shape without
-    // weights; a step runs no forward but sleeps the cost model's time for its batch (the target's
-    // forward and, when sequences speculate, the draft's) divided by the clock's dilation, counted
-    // from the step's start (the host's own work overlaps it). Tokens come from a deterministic
-    // generator (a hash of the request and the position; never end-of-generation, so a request
-    // produces max_tokens); a draft token is accepted with the request's acceptance (drawn from its
-    // bucket's Beta distribution at submit), so speculation's accepted lengths, rollbacks and KV
-    // effects are real while its tokens are the generator's. KV blocks are bookkeeping only (no
-    // storage); structured-output grammars are not applied. null: the CPU forward.
+    // The simulated backend (backend = "sim", backend/sim.h): the model is a shape without weights;
+    // a step's forward sleeps the cost model's time for its batch (the target's forward and, when
+    // sequences speculate, the draft's) divided by the clock's dilation, counted from the step's
+    // start (the host's own work overlaps it). Tokens come from a deterministic generator (a hash of
+    // the request and the position; never end-of-generation, so a request produces max_tokens); a
+    // draft token is accepted with the request's acceptance (drawn from its bucket's Beta
+    // distribution at submit), so speculation's accepted lengths, rollbacks and KV effects are real
+    // while its tokens are the generator's. KV blocks are bookkeeping only (no storage);
+    // structured-output grammars are not applied. null: the backend factory's forward.
     std::shared_ptr<const SimPoolConfig> sim;
     // What the forwards run on: the target's, the draft model's and each self-draft's backend come
     // from it (null: the CPU backend, backend/cpu.h; a pool with backend = "cuda" passes the CUDA
@@ -236,9 +240,9 @@ public:
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     // What the forwards run on ("cpu", "cuda (device)"; "sim" for a simulated pool).
-    std::string backend_name() const { return be_ ? be_->describe() : std::string("sim"); }
+    std::string backend_name() const { return be_->describe(); }
     // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
-    bool has_draft_model() const { return draft_ != nullptr || (opt_.sim && opt_.sim->draft); }
+    bool has_draft_model() const { return draft_ != nullptr || (sim_ && sim_->has_draft()); }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.
@@ -310,13 +314,30 @@ private:
     bool free_one_session();
     void attach(Seq& s);
     EngineEvent make_event(Seq& s) const;
+    // One step along its seams: the scheduler's plan (which sequences, how many tokens each, which
+    // drafts), the runner that turns the plan into logits (or decided tokens) through the backend,
+    // and the update that turns those into tokens, KV commits and events.
+    struct Planned {
+        uint64_t id = 0;
+        int n = 0;        // tokens it computes: a prefill chunk, one decode token, or the root + its draft
+        SpecDraft draft;  // empty: it does not speculate this step
+    };
+    using StepPlan = std::vector<Planned>;
     void run_step(double now_s, std::vector<EngineEvent>& events);
+    StepPlan schedule(double now_s, std::vector<EngineEvent>& events);
+    Expected<bool> run(const StepPlan& plan);
+    void update(const StepPlan& plan, double now_s, std::vector<EngineEvent>& events);
+    // The simulator's draft forwards of the plan, priced into its next forward.
+    void price_sim_drafts(const StepPlan& plan);
+    // Slots for n more tokens of s (blocks reclaimed by its bucket's eviction policy; must_evict: by
+    // LRU regardless, for a request nothing else can make room for); false without room.
+    bool alloc_slots(Seq& s, int n, bool must_evict = false);
     void finish(uint64_t id, FinishReason why, const std::string& err, double now_s, std::vector<EngineEvent>& events);
     void fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events);
     // Speculation (sched/speculate.cpp): the draft of a decoding sequence for this step (at most
     // max_k tokens, appended to its KV tokens with their slots allocated; empty when it does not
     // speculate), and the commit of its verification rows ([draft.k() + 1][n_vocab]).
-    SpecDraft draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc);
+    SpecDraft draft_for(Seq& s, int max_k);
     void apply_spec(Seq& s, const SpecDraft& d, std::span<const float> rows, std::vector<EngineEvent>& events,
                     bool& finished);
     // The commit of a verification's result r (apply_spec's second half, shared with the sim):
@@ -324,20 +345,6 @@ private:
     // verification's rows for logprobs (empty: the sim, logprob 0).
     void commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::span<const float> rows,
                      std::vector<EngineEvent>& events, bool& finished);
-    // The simulated backend (sched/engine_sim.cpp): the generator's token at position pos of s, the
-    // k tokens of a sequence's draft (drawing how many of them the target will accept; draft_for
-    // calls it in place of a drafter), the step's draft forward time, the verification.
-    int32_t sim_token(const Seq& s, size_t pos) const;
-    void sim_init(Seq& s);
-    SpecDraft sim_propose(Seq& s, int k);
-    double sim_draft_s(const std::vector<uint64_t>& ids, const std::vector<SpecDraft>& drafts);
-    SpecResult sim_verify(const Seq& s, const SpecDraft& d) const;
-    // Commits a simulated step (plan: ids and token counts, batch: the forward's inputs it would
-    // have run); returns the finished ones for retire.
-    std::vector<std::pair<uint64_t, FinishReason>> sim_commit(const std::vector<std::pair<uint64_t, int>>& plan,
-                                                              const std::vector<SpecDraft>& drafts,
-                                                              const std::vector<SeqInput>& batch,
-                                                              std::vector<EngineEvent>& events);
     // Releases finished sequences (their KV kept as a session where they name one).
     void retire(const std::vector<std::pair<uint64_t, FinishReason>>& done, double now_s);
     // Structured output: masks one row of logits in place for state m (disallowed ids -inf; with
@@ -351,7 +358,8 @@ private:
     EngineOptions opt_;
     std::unique_ptr<DraftModel> draft_;  // null without options().draft_model
     std::map<int, std::unique_ptr<DraftModel>> self_drafts_;  // by self_layers (null: its backend failed)
-    std::unique_ptr<ForwardBackend> be_;  // null on a simulated pool
+    std::unique_ptr<ForwardBackend> be_;
+    SimBackend* sim_ = nullptr;  // be_ when the pool is simulated
     // A backend error while copying KV (a device fault) fails the step (step() catches it).
     static void kv_copy(const Expected<bool>& r);
     // A backend from opt_.backend for n_layers of m's layers (0: all) over n_blocks blocks of KV
@@ -366,6 +374,7 @@ private:
     std::vector<uint64_t> cancelled_;
     std::map<std::string, Session> sessions_;
     EngineStats stats_;
+    std::vector<SeqInput> batch_;  // the runner's forward inputs, read by the update
     std::vector<float> logits_;
     std::vector<float> adjusted_;  // scratch: one row of logits after bias and penalties
     std::vector<float> spec_rows_; // scratch: a speculating sequence's rows after bias and penalties
@@ -395,7 +404,6 @@ private:
     int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
     // After a verification of n_proposed draft tokens: the acceptance the policy reads next step.
     void observe_spec(Seq& s, int n_proposed, int n_accepted);
-    std::chrono::steady_clock::time_point step_start_;  // real time, for the sim's sleep
 };
 
 }  // namespace steward

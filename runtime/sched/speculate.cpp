@@ -80,6 +80,27 @@ TokenTree SpecDraft::tree() const {
     return t;
 }
 
+SpecResult verify_decided(const SpecDraft& draft, std::span<const int32_t> row_tokens) {
+    SpecResult r;
+    int node = 0;
+    for (;;) {
+        const int32_t want = row_tokens[(size_t)node];
+        int next = -1;
+        for (int i = 1; i <= draft.k() && next < 0; i++) {
+            const int parent = draft.is_tree() ? draft.parents[(size_t)i - 1] : i - 1;
+            if (parent == node && draft.tokens[(size_t)i - 1] == want) next = i;
+        }
+        if (next < 0) break;
+        r.tokens.push_back(want);
+        r.nodes.push_back(node);
+        r.n_accepted++;
+        node = next;
+    }
+    r.tokens.push_back(row_tokens[(size_t)node]);
+    r.nodes.push_back(node);
+    return r;
+}
+
 SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
                         std::mt19937_64& rng) {
     const TokenTree tree = draft.tree();
@@ -404,7 +425,7 @@ const KvManager* Engine::self_draft_kv_manager(int n_layers) const {
     return it == self_drafts_.end() || !it->second ? nullptr : &it->second->manager();
 }
 
-SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, int)>& alloc) {
+SpecDraft Engine::draft_for(Seq& s, int max_k) {
     const SpecSettings& spec = s.req.spec;
     if (!spec.enabled() || max_k <= 0 || s.n_generated == 0 || !s.kv) return {};
     const SeqKv& kv = mgr_.seq(s.kv);
@@ -413,7 +434,7 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
     // chain's length and a tree's depth stop there; a tree's width only costs the step's budget.
     const int ctx = model_.params().n_ctx_train;
     const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
-    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && !opt_.sim;  // the sim drafts chains
+    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && !sim_;  // the sim drafts chains
     const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
     const int depth = std::min(spec.tree_depth, n_out);
     if (k <= 0 || n_out <= 0) return {};
@@ -432,8 +453,8 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
         dc.accept = [&](int32_t tok) { return !s.masker->vocab().is_eog(tok) && s.masker->accept_token(*gm, tok); };
     }
     SpecDraft d;
-    if (opt_.sim) {
-        d = sim_propose(s, k);
+    if (sim_) {
+        d.tokens = sim_->propose(s.req.id, s.all_tokens.size(), k, s.sim_alpha, s.sim_rng);
     } else if (spec.source == SpecSource::NGRAM) {
         d = draft_ngram(s.all_tokens, spec, k);
         if (gm) {  // cut at the first token the grammar rejects (it could never be accepted)
@@ -455,7 +476,7 @@ SpecDraft Engine::draft_for(Seq& s, int max_k, const std::function<bool(Seq&, in
     const int n_past = kv.n_computed;
     mgr_.append_tokens(s.kv, d.tokens);
     // Slots for the drafts too; without room the step decodes plainly (speculation never preempts).
-    if (!alloc(s, 1 + d.k())) {
+    if (!alloc_slots(s, 1 + d.k())) {
         mgr_.truncate(s.kv, n_before);
         return {};
     }

@@ -100,6 +100,10 @@ struct SpecResult {
 // sampler's). Lossless: the tokens are distributed as sampling from the target one at a time.
 SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int32_t n_vocab, const SamplingParams& sp,
                         std::mt19937_64& rng);
+// The verification against a backend that decided the target's tokens itself (the simulator):
+// row_tokens[i] is the target's token after node i. From the root, the child whose token is the
+// target's is accepted, until none is; then the target's token follows. Pure.
+SpecResult verify_decided(const SpecDraft& draft, std::span<const int32_t> row_tokens);
 
 // A constraint on a draft chain's tokens (structured output): mask(row) sets the logits of the
 // tokens the grammar rejects after the chain so far to -inf (false: it allows none, the chain stops
