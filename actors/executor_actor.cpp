@@ -87,9 +87,9 @@ void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what
     auto& st = self->state;
     const double t = now_s();
     for (auto& [id, to] : st.reply_to) {
-        FinishInfo f;
+        RunEnd f;
         f.id = id;
-        f.set_reason(FinishReason::ERROR);
+        f.reason = FinishReason::ERROR;
         f.error = what + "; the request was abandoned, retry it";
         f.t_s = t;
         self->send(to, finish_atom::value, f);
@@ -172,9 +172,9 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 ok = make_error("request ", std::to_string(m.id), ": the engine failed to queue it: ", e.what());
             }
             if (!ok) {
-                FinishInfo f;
+                RunEnd f;
                 f.id = m.id;
-                f.set_reason(ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR);
+                f.reason = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
                 self->send(sender, finish_atom::value, f);
@@ -243,32 +243,13 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                     self->send(it->second, token_atom::value, std::move(b));
                 }
                 if (ev.finished) {
-                    FinishInfo f;
+                    RunEnd f;
+                    static_cast<RunFigures&>(f) = ev;
                     f.id = ev.id;
-                    f.set_reason(ev.finish);
+                    f.reason = ev.finish;
                     f.error = ev.error;
-                    f.n_prompt = ev.n_prompt;
-                    f.n_cached = ev.n_cached_prompt;
-                    f.n_recomputed = ev.n_recomputed;
-                    f.n_preemptions = ev.n_preemptions;
-                    f.n_cached_cross_tenant = ev.n_cached_cross_tenant;
-                    f.n_cached_public = ev.n_cached_public;
                     f.first_scheduled_s = ev.first_scheduled_s;
                     f.t_s = te;
-                    f.n_drafts = ev.n_drafts;
-                    f.n_draft_tokens = ev.n_draft_tokens;
-                    f.n_accepted_tokens = ev.n_accepted_tokens;
-                    f.n_rollbacks = ev.n_rollbacks;
-                    f.n_spec_branches = ev.n_spec_branches;
-                    f.n_masked = ev.n_masked;
-                    f.n_forced = ev.n_forced;
-                    f.mask_s = ev.mask_s;
-                    if (ev.n_drafts > 0) {
-                        f.n_draft_tokens_at.assign(ev.n_draft_tokens_at.begin(), ev.n_draft_tokens_at.end());
-                        f.n_accepted_at.assign(ev.n_accepted_at.begin(), ev.n_accepted_at.end());
-                    }
-                    f.draft_s = ev.draft_s;
-                    f.verify_s = ev.verify_s;
                     self->send(it->second, finish_atom::value, f);
                     st.reply_to.erase(it);
                 }

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "plugin/route.h"
 #include "kv/kv_event.h"
+#include "request/request_fsm.h"
 
 namespace steward {
 
@@ -243,33 +244,24 @@ typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
     return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s, x.n_top, x.top_ids, x.top_logprobs);
 }
 
-// executor_actor -> request_actor: the request is over (tokens of its last step, if any, came
-// first), with the run's own figures (EngineEvent's).
-struct FinishInfo {
-    uint64_t id = 0;
-    int32_t finish = 0;  // a FinishReason, carried as an int: CAF 0.17 cannot inspect an enum class
-    std::string error;   // set unless STOP / LENGTH
-    int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
-    int32_t n_preemptions = 0;
-    int32_t n_cached_cross_tenant = 0, n_cached_public = 0;  // shares of n_cached (EngineEvent)
-    double first_scheduled_s = -1;
-    double t_s = 0;
-    // Speculation (EngineEvent's): counts, per draft position (the first positions with a draft), times.
-    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
-    std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
-    double draft_s = 0, verify_s = 0;
-    // Structured output (EngineEvent's): masked rows, of them forced (one token allowed), mask time.
-    int32_t n_masked = 0, n_forced = 0;
-    double mask_s = 0;
-    FinishReason reason() const { return static_cast<FinishReason>(finish); }
-    void set_reason(FinishReason r) { finish = static_cast<int32_t>(r); }
-};
+// executor_actor -> request_actor: the run is over (tokens of its last step, if any, came first):
+// RunEnd (request/request_fsm.h), how it ended and its figures, as the engine reported them.
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, FinishInfo& x) {
-    return f(caf::meta::type_name("FinishInfo"), x.id, x.finish, x.error, x.n_prompt, x.n_cached, x.n_recomputed,
-             x.n_preemptions, x.n_cached_cross_tenant, x.n_cached_public, x.first_scheduled_s, x.t_s, x.n_drafts,
-             x.n_draft_tokens, x.n_accepted_tokens, x.n_rollbacks, x.n_draft_tokens_at, x.n_accepted_at, x.draft_s,
-             x.verify_s, x.n_spec_branches, x.n_masked, x.n_forced, x.mask_s);
+typename Inspector::result_type inspect(Inspector& f, RunFigures& x) {
+    return f(caf::meta::type_name("RunFigures"), x.n_prompt_tokens, x.n_cached_prompt_tokens, x.n_cached_cross_tenant,
+             x.n_cached_public, x.n_recomputed_tokens, x.n_preemptions, x.n_drafts, x.n_draft_tokens,
+             x.n_accepted_tokens, x.n_rollbacks, x.n_spec_branches, x.n_draft_tokens_at, x.n_accepted_at, x.draft_s,
+             x.verify_s, x.n_spec_fallbacks, x.n_masked, x.n_forced, x.mask_s);
+}
+// The reason travels as an int32_t (CAF 0.17 cannot inspect an enum class).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RunEnd& x) {
+    int32_t reason = static_cast<int32_t>(x.reason);
+    return f(caf::meta::type_name("RunEnd"), x.id, reason, x.error, x.first_scheduled_s, x.t_s,
+             static_cast<RunFigures&>(x), caf::meta::load_callback([&]() -> caf::error {
+                 x.reason = static_cast<FinishReason>(reason);
+                 return caf::none;
+             }));
 }
 
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.
@@ -371,7 +363,7 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteInput>("RouteInput");
     cfg.add_message_type<EngineSubmit>("EngineSubmit");
     cfg.add_message_type<TokenBatch>("TokenBatch");
-    cfg.add_message_type<FinishInfo>("FinishInfo");
+    cfg.add_message_type<RunEnd>("RunEnd");
     cfg.add_message_type<KvEvent>("KvEvent");
     cfg.add_message_type<KvEventBatch>("KvEventBatch");
     cfg.add_message_type<CachePoolQuery>("CachePoolQuery");

@@ -174,33 +174,6 @@ RouteChoice route_choice(const RouteDecision& d) {
                        d.upgrade_pool, d.check_after_tokens, d.shadow_pool, d.fallback};
 }
 
-RunEnd run_end(const FinishInfo& f) {
-    RunEnd e;
-    e.reason = f.reason();
-    e.error = f.error;
-    e.n_prompt = f.n_prompt;
-    e.n_cached = f.n_cached;
-    e.n_recomputed = f.n_recomputed;
-    e.n_preemptions = f.n_preemptions;
-    e.n_cached_cross_tenant = f.n_cached_cross_tenant;
-    e.n_cached_public = f.n_cached_public;
-    e.first_scheduled_s = f.first_scheduled_s;
-    e.t_s = f.t_s;
-    e.n_drafts = f.n_drafts;
-    e.n_draft_tokens = f.n_draft_tokens;
-    e.n_accepted_tokens = f.n_accepted_tokens;
-    e.n_rollbacks = f.n_rollbacks;
-    e.n_spec_branches = f.n_spec_branches;
-    e.n_masked = f.n_masked;
-    e.n_forced = f.n_forced;
-    e.mask_s = f.mask_s;
-    e.n_draft_tokens_at = f.n_draft_tokens_at;
-    e.n_accepted_at = f.n_accepted_at;
-    e.draft_s = f.draft_s;
-    e.verify_s = f.verify_s;
-    return e;
-}
-
 EngineSubmit engine_submit(SubmitRun&& s) {
     EngineRequest& r = s.run;
     EngineSubmit m;
@@ -254,9 +227,9 @@ CacheQuery cache_query(const RequestContext& ctx, PoolPrompts& vocab) {
 // A run's end the actor itself reports (admission refused or failed, cancelled while queued): a
 // message to itself, so the core sees it like an executor's and never re-entrantly.
 void end_run(self_ptr self, uint64_t engine_id, FinishReason why, const std::string& msg) {
-    FinishInfo f;
+    RunEnd f;
     f.id = engine_id;
-    f.set_reason(why);
+    f.reason = why;
     f.error = msg;
     f.t_s = now_s();
     self->send(self, finish_atom::value, f);
@@ -592,7 +565,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                     run_lost(self, (RunRole)r, why);
             }
         },
-        [=](finish_atom, const FinishInfo& f) {
+        [=](finish_atom, const RunEnd& f) {
             if (!from_current_run(self, run_role_of(f.id))) return;
             count_inflight(self, run_role_of(f.id), false);
             // The run's KV reservation (or queue place) ends with it; the allocator ignores an
@@ -615,13 +588,13 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                 nlohmann::ordered_json& runs = self->state.trace["runs"];
                 for (auto& r : runs)
                     if (r["run"] == role_name(role) && !r.contains("finish")) {
-                        r["finish"] = finish_reason_name(f.reason());
-                        r["cached_prompt_tokens"] = f.n_cached;
+                        r["finish"] = finish_reason_name(f.reason);
+                        r["cached_prompt_tokens"] = f.n_cached_prompt_tokens;
                         r["preemptions"] = f.n_preemptions;
                         if (!f.error.empty()) r["error"] = f.error;
                     }
             }
-            execute(self, self->state.core->on_run_end(role, run_end(f), now_s()));
+            execute(self, self->state.core->on_run_end(role, f, now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
         [=](req_deadline_atom) { execute(self, self->state.core->on_deadline(now_s())); },

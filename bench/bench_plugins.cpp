@@ -93,8 +93,8 @@ Replay replay(const Model& m, const std::vector<std::vector<int32_t>>& prompts, 
         while (e.has_work())
             for (const EngineEvent& ev : e.step(0.0))
                 if (ev.finished) {
-                    n_prompt += ev.n_prompt;
-                    n_cached += ev.n_cached_prompt;
+                    n_prompt += ev.n_prompt_tokens;
+                    n_cached += ev.n_cached_prompt_tokens;
                 }
     }
     Replay out;

@@ -203,6 +203,7 @@ std::vector<Done> run_pool(const Options& o, const Bucket& b, Mode mode, clk::ti
             if (!ev.finished) continue;
             Done d;
             RequestRecord& r = d.rec;
+            static_cast<RunFigures&>(r) = ev;  // the run's figures, as the engine counted them
             r.bucket = b.name;
             r.pool = b.name;
             r.t_arrival_s = arrival[i];
@@ -211,23 +212,8 @@ std::vector<Done> run_pool(const Options& o, const Bucket& b, Mode mode, clk::ti
             if (!tt.empty()) r.t_first_token_s = tt.front();
             r.t_finish_s = te;
             for (size_t j = 1; j < tt.size(); j++) r.itl_s.push_back(tt[j] - tt[j - 1]);
-            r.n_prompt_tokens = ev.n_prompt;
-            r.n_cached_prompt_tokens = ev.n_cached_prompt;
             r.n_output_tokens = (int64_t)tt.size();
-            r.n_recomputed_tokens = ev.n_recomputed;
-            r.n_preemptions = ev.n_preemptions;
             r.finish = ev.finish;
-            r.n_drafts = ev.n_drafts;
-            r.n_draft_tokens = ev.n_draft_tokens;
-            r.n_accepted_tokens = ev.n_accepted_tokens;
-            r.n_rollbacks = ev.n_rollbacks;
-            r.n_spec_branches = ev.n_spec_branches;
-            for (int p = 0; p < k_spec_positions && p < k_max_spec_tokens; p++) {
-                r.n_draft_tokens_at[(size_t)p] = ev.n_draft_tokens_at[(size_t)p];
-                r.n_accepted_at[(size_t)p] = ev.n_accepted_at[(size_t)p];
-            }
-            r.draft_s = ev.draft_s;
-            r.verify_s = ev.verify_s;
             d.decode_s = tt.size() >= 2 ? tt.back() - tt.front() : 0;
             done.push_back(std::move(d));
         }

@@ -16,11 +16,9 @@
 
 #include "kv/admission.h"
 #include "metrics/histogram.h"
+#include "metrics/run_figures.h"
 
 namespace steward {
-
-// Draft positions counted per request for acceptance per position (the engine's k_max_spec_tokens).
-constexpr int k_spec_positions = 16;
 
 // Work a request did on a pool before the one that finished it (an upgrade re-ran or continued it).
 struct PoolUse {
@@ -30,8 +28,9 @@ struct PoolUse {
     int64_t n_output_tokens = 0;
 };
 
-// What the runtime fills in for each finished request (any finish reason).
-struct RequestRecord {
+// What the runtime fills in for each finished request (any finish reason): the answering run's
+// figures (RunFigures: prompt, cache, preemption, speculation, structured output) and the request's.
+struct RequestRecord : RunFigures {
     std::string bucket;  // the classifier's decision; "" is reported as "unclassified"
     std::string tenant;
     std::string pool;  // the pool that finished the request
@@ -41,34 +40,12 @@ struct RequestRecord {
     std::optional<double> t_first_token_s;  // first output token handed to the caller; none if never
     double t_finish_s = 0.0;                // last token or error
     std::vector<double> itl_s;              // [n_output_tokens - 1] gaps between consecutive tokens
-    int64_t n_prompt_tokens = 0;
-    int64_t n_cached_prompt_tokens = 0;  // prompt tokens found in cached full blocks (cache hits)
-    int64_t n_cached_cross_tenant = 0;   // of those, on blocks another tenant wrote outside any
-                                         // declared-public prefix: a boundary breach, must be 0
-    int64_t n_cached_public = 0;         // of those, on another tenant's declared-public blocks
     int64_t n_output_tokens = 0;
-    int64_t n_recomputed_tokens = 0;  // tokens computed again after preemptions
-    int n_preemptions = 0;
     FinishReason finish = FinishReason::STOP;
     uint64_t config_generation = 0;
     // Routing: filled by the request core (runtime/request/request_fsm).
     std::vector<PoolUse> prior_pools;  // non-empty: upgraded from a cheaper pool
     bool fallback = false;             // served by a fallback path
-    // Speculation (the engine's EngineEvent figures): verifications with a non-empty draft, draft
-    // tokens verified, of those accepted, verifications that rolled back rejected KV; per draft
-    // position the tokens verified and accepted there; wall seconds in its draft forwards and in the
-    // target forwards that verified its drafts.
-    int64_t n_drafts = 0;
-    int64_t n_draft_tokens = 0;
-    int64_t n_accepted_tokens = 0;
-    int64_t n_rollbacks = 0;
-    int64_t n_spec_branches = 0;  // speculative branches verified: a tree's root-to-leaf paths, a chain 1
-    std::array<int64_t, k_spec_positions> n_draft_tokens_at{}, n_accepted_at{};
-    double draft_s = 0.0, verify_s = 0.0;
-    // Structured output: rows masked by the request's grammar (speculation's verified rows
-    // included), of them the ones where one token only was allowed, and the wall time of the masks.
-    int64_t n_masked = 0, n_forced = 0;
-    double mask_s = 0.0;
 };
 
 // A KV gauge reading pushed by the KV layer.

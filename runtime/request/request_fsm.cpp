@@ -125,8 +125,8 @@ RequestActions RequestFsm::on_deadline(double now) {
               "; raise request_timeout_ms, or look at the pool's queue and steward_plugin_timed_out_decisions_total";
     if (was_routed) {
         const Run& a = run(answer_);
-        e.n_prompt = a.end.n_prompt;
-        e.n_cached = a.end.n_cached;
+        e.n_prompt_tokens = a.end.n_prompt_tokens;
+        e.n_cached_prompt_tokens = a.end.n_cached_prompt_tokens;
     }
     finish(e, now, out);
     maybe_done(out);
@@ -138,9 +138,9 @@ void RequestFsm::end_run(RunRole role, const RunEnd& run_end, double now, Reques
     r.active = false;
     r.ended = true;
     RunEnd end = run_end;
-    if (r.n_carried > 0 && end.n_prompt > 0) {  // a retry's prompt held the tokens carried over: not prompt
-        end.n_prompt = std::max(0, end.n_prompt - r.n_carried);
-        end.n_cached = std::min(end.n_cached, end.n_prompt);
+    if (r.n_carried > 0 && end.n_prompt_tokens > 0) {  // a retry's prompt held the tokens carried over: not prompt
+        end.n_prompt_tokens = std::max<int64_t>(0, end.n_prompt_tokens - r.n_carried);
+        end.n_cached_prompt_tokens = std::min(end.n_cached_prompt_tokens, end.n_prompt_tokens);
     }
     r.end = end;
     if (role == RunRole::SHADOW) {
@@ -150,8 +150,8 @@ void RequestFsm::end_run(RunRole role, const RunEnd& run_end, double now, Reques
     if (role != answer_) {
         // The cancelled cheap run of an upgrade: its prompt work is charged to the request.
         if (!prior_pools_.empty()) {
-            prior_pools_.back().n_prompt_tokens = end.n_prompt;
-            prior_pools_.back().n_cached_prompt_tokens = end.n_cached;
+            prior_pools_.back().n_prompt_tokens = end.n_prompt_tokens;
+            prior_pools_.back().n_cached_prompt_tokens = end.n_cached_prompt_tokens;
         }
         return maybe_done(out);
     }
@@ -189,7 +189,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     e.max_tokens = setup_.max_tokens;
     // The prompt alone fills the pool's context: nothing could be generated. Refused here, where the
     // pool's own prompt is first known (a chat is rendered and counted for the pool it runs on),
-    // with its length in the record (n_prompt) so that a caller can tell this refusal apart.
+    // with its length in the record (n_prompt_tokens) so that a caller can tell this refusal apart.
     const int32_t n_ctx = pool >= 0 && pool < (int32_t)setup_.pools.size() ? setup_.pools[pool].n_ctx : 0;
     const int32_t n_prompt = (int32_t)e.prompt.size();
     if (n_ctx > 0 && n_prompt >= n_ctx) {
@@ -197,7 +197,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
         f.reason = FinishReason::ERROR;
         f.error = "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " + std::to_string(n_ctx) +
                   " tokens of pool '" + setup_.pools[pool].name + "': shorten it";
-        f.n_prompt = n_prompt + r.n_carried;  // end_run takes a retry's carried tokens off again
+        f.n_prompt_tokens = n_prompt + r.n_carried;  // end_run takes a retry's carried tokens off again
         f.t_s = now;
         deferred_.emplace_back(role, f);
         return;
@@ -272,8 +272,8 @@ bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& o
     use.pool = setup_.pools.at(r.pool).name;
     use.n_output_tokens = (int64_t)r.tokens.size();
     if (r.ended) {
-        use.n_prompt_tokens = r.end.n_prompt;
-        use.n_cached_prompt_tokens = r.end.n_cached;
+        use.n_prompt_tokens = r.end.n_prompt_tokens;
+        use.n_cached_prompt_tokens = r.end.n_cached_prompt_tokens;
     }
     prior_pools_.push_back(use);
     if (r.active) out.push_back(CancelRun{RunRole::PRIMARY, r.pool, run_engine_id(setup_.id, RunRole::PRIMARY)});
@@ -286,6 +286,8 @@ bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& o
 RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const {
     const Run& r = runs_[(int)answer_];
     RequestRecord rec;
+    // The answering run's figures (its prompt, cache, preemptions, speculation, masks), as they came.
+    static_cast<RunFigures&>(rec) = end;
     rec.bucket = route_.bucket;
     rec.tenant = setup_.tenant;
     if (r.pool >= 0) rec.pool = setup_.pools.at(r.pool).name;
@@ -294,32 +296,11 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     if (!token_times_.empty()) rec.t_first_token_s = token_times_.front();
     rec.t_finish_s = t_finish;
     for (size_t i = 1; i < token_times_.size(); i++) rec.itl_s.push_back(token_times_[i] - token_times_[i - 1]);
-    rec.n_prompt_tokens = end.n_prompt;
-    rec.n_cached_prompt_tokens = end.n_cached;
-    rec.n_cached_cross_tenant = end.n_cached_cross_tenant;
-    rec.n_cached_public = end.n_cached_public;
     rec.n_output_tokens = (int64_t)result_.tokens.size();
-    rec.n_recomputed_tokens = end.n_recomputed;
-    rec.n_preemptions = end.n_preemptions;
     rec.finish = end.reason;
     rec.config_generation = route_.generation;
     rec.prior_pools = prior_pools_;
     rec.fallback = route_.fallback;
-    // Speculation figures are the answering run's (like its preemptions).
-    rec.n_drafts = end.n_drafts;
-    rec.n_draft_tokens = end.n_draft_tokens;
-    rec.n_accepted_tokens = end.n_accepted_tokens;
-    rec.n_rollbacks = end.n_rollbacks;
-    rec.n_spec_branches = end.n_spec_branches;
-    rec.n_masked = end.n_masked;
-    rec.n_forced = end.n_forced;
-    rec.mask_s = end.mask_s;
-    for (size_t i = 0; i < rec.n_draft_tokens_at.size(); i++) {
-        if (i < end.n_draft_tokens_at.size()) rec.n_draft_tokens_at[i] = end.n_draft_tokens_at[i];
-        if (i < end.n_accepted_at.size()) rec.n_accepted_at[i] = end.n_accepted_at[i];
-    }
-    rec.draft_s = end.draft_s;
-    rec.verify_s = end.verify_s;
     return rec;
 }
 
@@ -356,10 +337,10 @@ void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) 
     const double t_finish = std::max({now, end.t_s, token_times_.empty() ? now : token_times_.back()});
     RequestRecord rec = make_record(end, t_finish);
     RequestMetrics& m = g.metrics;
-    m.prompt_tokens = end.n_prompt;
-    m.cached_tokens = end.n_cached;
+    m.prompt_tokens = (int)end.n_prompt_tokens;
+    m.cached_tokens = (int)end.n_cached_prompt_tokens;
     m.completion_tokens = (int)g.tokens.size();
-    m.recomputed_tokens = end.n_recomputed;
+    m.recomputed_tokens = (int)end.n_recomputed_tokens;
     m.e2e_ms = (t_finish - setup_.arrival_s) * 1e3;
     m.config_generation = route_.generation;
     if (end.first_scheduled_s >= 0) m.queue_ms = (end.first_scheduled_s - setup_.arrival_s) * 1e3;
@@ -380,7 +361,7 @@ PoolSample RequestFsm::pool_sample(const Run& r, bool failed) const {
     s.pool = r.pool;
     s.failed = failed;
     if (r.t_first >= 0 && r.ended)
-        s.prefill_ms_per_token = (r.t_first - r.t_submit) * 1e3 / (double)std::max(1, r.end.n_prompt - r.end.n_cached);
+        s.prefill_ms_per_token = (r.t_first - r.t_submit) * 1e3 / (double)std::max<int64_t>(1, r.end.n_prompt_tokens - r.end.n_cached_prompt_tokens);
     if (r.tokens.size() >= 2 && r.t_last > r.t_first)
         s.tpot_ms = (r.t_last - r.t_first) * 1e3 / (double)(r.tokens.size() - 1);
     return s;

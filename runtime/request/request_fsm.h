@@ -39,21 +39,14 @@ struct RouteChoice {
     bool fallback = false;           // a routing plugin's decision was rejected
 };
 
-// The end of one run, as its engine reports it.
-struct RunEnd {
+// The end of one run, as its engine reports it (the executor to the request actor, unchanged): how
+// it ended and its figures.
+struct RunEnd : RunFigures {
+    uint64_t id = 0;  // the run's engine id (run_engine_id)
     FinishReason reason = FinishReason::STOP;
-    std::string error;
-    int32_t n_prompt = 0, n_cached = 0, n_recomputed = 0;
-    // The engine's per-request counts (0 until the engine carries them to the request).
-    int32_t n_preemptions = 0, n_cached_cross_tenant = 0, n_cached_public = 0;
+    std::string error;              // set unless STOP / LENGTH
     double first_scheduled_s = -1;  // -1: never scheduled
     double t_s = 0;                 // when it ended
-    // Speculation (EngineEvent's); per draft position from 0, as many as carried.
-    int32_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
-    std::vector<int32_t> n_draft_tokens_at, n_accepted_at;
-    int32_t n_masked = 0, n_forced = 0;  // structured output (EngineEvent's)
-    double mask_s = 0;
-    double draft_s = 0, verify_s = 0;
 };
 
 // A pool of the request's generation, as the request sees it.

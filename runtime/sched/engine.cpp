@@ -22,6 +22,7 @@ namespace steward {
 
 // Engine::draft_ms_per_token_ keeps one entry per SpecSource.
 static_assert((int)SpecSource::SELF == 3, "draft_ms_per_token_[4] is indexed by SpecSource");
+static_assert(k_spec_positions == k_max_spec_tokens, "RunFigures counts every draft position");
 
 namespace {
 
@@ -145,6 +146,7 @@ Expected<bool> Engine::submit(EngineRequest req) {
     if (sim_) req.grammar = nullptr;  // the sim's tokens are a generator's: no grammar applies
     auto s = std::make_unique<Seq>(std::move(req));
     s->all_tokens = s->req.prompt;
+    s->fig.n_prompt_tokens = (int64_t)s->req.prompt.size();
     if (sim_) s->sim_alpha = sim_->draw_acceptance(s->req.id, s->req.sim_acceptance, s->req.sim_concentration, s->sim_rng);
     if (s->req.grammar) {
         s->masker = masker_for(s->req.grammar);
@@ -175,27 +177,9 @@ void Engine::end_session(const std::string& session) {
 
 EngineEvent Engine::make_event(Seq& s) const {
     EngineEvent e;
+    static_cast<RunFigures&>(e) = s.fig;
     e.id = s.req.id;
     e.first_scheduled_s = s.first_scheduled_s;
-    e.n_prompt = (int)s.req.prompt.size();
-    e.n_cached_prompt = s.n_cached_prompt;
-    e.n_recomputed = s.n_recomputed;
-    e.n_preemptions = s.n_preemptions;
-    e.n_cached_cross_tenant = s.n_cached_cross_tenant;
-    e.n_cached_public = s.n_cached_public;
-    e.n_drafts = s.n_drafts;
-    e.n_draft_tokens = s.n_draft_tokens;
-    e.n_accepted_tokens = s.n_accepted_tokens;
-    e.n_rollbacks = s.n_rollbacks;
-    e.n_spec_branches = s.n_spec_branches;
-    e.n_draft_tokens_at = s.n_draft_tokens_at;
-    e.n_accepted_at = s.n_accepted_at;
-    e.draft_s = s.draft_s;
-    e.verify_s = s.verify_s;
-    e.n_spec_fallbacks = s.n_spec_fallbacks;
-    e.n_masked = s.n_masked;
-    e.n_forced = s.n_forced;
-    e.mask_s = s.mask_s;
     return e;
 }
 
@@ -226,9 +210,9 @@ MaskResult Engine::mask_row(Seq& s, const GrammarMatcher& m, std::span<float> ro
         r.eog_allowed = false;
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    s.n_masked++;
-    if (r.n_allowed == 1) s.n_forced++;
-    s.mask_s += dt;
+    s.fig.n_masked++;
+    if (r.n_allowed == 1) s.fig.n_forced++;
+    s.fig.mask_s += dt;
     stats_.n_masked++;
     if (r.n_allowed == 1) stats_.n_forced++;
     if (r.cache_hit) stats_.n_mask_cache_hits++;
@@ -329,9 +313,9 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     q.n_generated = s.n_generated;
     q.max_tokens = s.req.max_tokens;
     q.batch_size = batch_size;
-    q.n_steps = s.n_drafts;
-    q.n_proposed = s.n_draft_tokens;
-    q.n_accepted = s.n_accepted_tokens;
+    q.n_steps = s.fig.n_drafts;
+    q.n_proposed = s.fig.n_draft_tokens;
+    q.n_accepted = s.fig.n_accepted_tokens;
     q.recent_acceptance = s.recent_acceptance;
     q.temperature = s.req.sampling.temperature;
     // A position never observed reads -1 (the policy's own prior then), not the estimator's start.
@@ -355,7 +339,7 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     stats_.n_spec_asks++;
     int b = s.req.speculation->draft_budget_seq(q, &fallback);
     if (fallback || b < 0 || b > limit) {  // the policy counted it; the step decodes plainly
-        s.n_spec_fallbacks++;
+        s.fig.n_spec_fallbacks++;
         stats_.n_spec_fallbacks++;
         b = 0;
     }
@@ -393,8 +377,8 @@ void Engine::preempt(Seq& s) {
     s.kv = 0;
     release_draft(s);
     s.sim_draft_computed = 0;  // a simulated draft's KV goes with it
-    s.n_recomputed += computed;  // less whatever the cache gives back at re-attach (see attach)
-    s.n_preemptions++;
+    s.fig.n_recomputed_tokens += computed;  // less whatever the cache gives back at re-attach (see attach)
+    s.fig.n_preemptions++;
     stats_.n_preemptions++;
 }
 
@@ -429,11 +413,11 @@ void Engine::attach(Seq& s) {
         }
     }
     if (first) {
-        s.n_cached_prompt = reused;
-        s.n_cached_cross_tenant = n_cross;
-        s.n_cached_public = n_public;
+        s.fig.n_cached_prompt_tokens = reused;
+        s.fig.n_cached_cross_tenant = n_cross;
+        s.fig.n_cached_public = n_public;
     } else {
-        s.n_recomputed -= std::min(s.n_recomputed, reused);
+        s.fig.n_recomputed_tokens -= std::min(s.fig.n_recomputed_tokens, (int64_t)reused);
     }
 }
 
@@ -680,7 +664,7 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
             p.draft = draft_for(s, max_k);
             if (!sim_) {
                 const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
-                s.draft_s += dt;
+                s.fig.draft_s += dt;
                 stats_.draft_s += dt;
                 if (const int n = p.draft.k(); n > 0 && n_catch_up <= 2) {
                     double& m = draft_ms_per_token_[(int)s.req.spec.source];
@@ -727,7 +711,7 @@ Expected<bool> Engine::run(const StepPlan& plan) {
         n_tokens += p.n;
         if (p.draft.k() == 0) continue;
         verifies = true;
-        seqs_.at(p.id)->verify_s += fwd_s;
+        seqs_.at(p.id)->fig.verify_s += fwd_s;
         stats_.verify_s += fwd_s;
     }
     forward_fit_.observe(n_tokens, fwd_s * 1e3);
@@ -750,7 +734,7 @@ void Engine::price_sim_drafts(const StepPlan& plan) {
     std::array<double, 4> per_token_ms{-1, -1, -1, -1};
     const std::vector<double> share = sim_->price_drafts(work, decoding, per_token_ms);
     for (size_t w = 0; w < work.size(); w++) {
-        seqs_.at(plan[work[w].entry].id)->draft_s += share[w];
+        seqs_.at(plan[work[w].entry].id)->fig.draft_s += share[w];
         stats_.draft_s += share[w];
     }
     for (size_t src = 0; src < per_token_ms.size(); src++) {
@@ -804,14 +788,14 @@ void Engine::update(const StepPlan& plan, double now_s, std::vector<EngineEvent>
         if (p.draft.k() > 0) {
             const size_t n_rows = (size_t)p.draft.k() + 1;
             bool fin = false;
-            const int accepted_before = s.n_accepted_tokens;
+            const int accepted_before = s.fig.n_accepted_tokens;
             const int root = mgr_.seq(s.kv).n_computed;
             if (by_logits) {
                 apply_spec(s, p.draft, std::span<const float>(logits_).subspan((size_t)row * V, n_rows * V), events, fin);
             } else {
                 commit_spec(s, p.draft, verify_decided(p.draft, decided.subspan((size_t)row, n_rows)), {}, events, fin);
             }
-            const int n_acc = s.n_accepted_tokens - accepted_before;
+            const int n_acc = s.fig.n_accepted_tokens - accepted_before;
             observe_spec(s, p.draft.k(), n_acc);
             // A simulated draft computed the root and its own tokens but the last; the accepted ones stay.
             if (sim_ && (s.req.spec.source == SpecSource::DRAFT || s.req.spec.source == SpecSource::SELF))

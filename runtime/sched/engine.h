@@ -29,6 +29,7 @@
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "metrics/run_figures.h"
 #include "sched/spec_policy.h"
 #include "sched/speculate.h"
 #include "spec/goodput.h"
@@ -126,8 +127,9 @@ struct EvictionCount {
 };
 
 
-// What a step produced for one request.
-struct EngineEvent {
+// What a step produced for one request, and the request's own figures so far (RunFigures: every
+// event carries them; read them on finish).
+struct EngineEvent : RunFigures {
     uint64_t id = 0;
     std::vector<int32_t> tokens;  // new tokens this step (0 or 1; speculating, up to its accepted drafts + 1)
     std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.n_top_logprobs > 0
@@ -135,37 +137,7 @@ struct EngineEvent {
     bool finished = false;
     FinishReason finish = FinishReason::STOP;  // meaningful when finished
     std::string error;             // set with ERROR / TIMEOUT / CANCELLED
-    // The request's own figures so far (every event carries them; read them on finish):
     double first_scheduled_s = -1; // when the request first entered a batch
-    int n_prompt = 0;
-    int n_cached_prompt = 0;       // prompt tokens served from the prefix cache (or the session)
-    int n_recomputed = 0;          // tokens recomputed after preemption
-    int n_preemptions = 0;         // times its KV was dropped to make room
-    // Of n_cached_prompt: tokens on blocks another tenant wrote outside any public prefix (a
-    // tenant-boundary breach: must stay 0), and on another tenant's declared-public blocks.
-    int n_cached_cross_tenant = 0;
-    int n_cached_public = 0;
-    // Speculative decoding (docs/metrics.md, vLLM's num_drafts / num_draft_tokens / num_accepted_tokens):
-    // verifications with a non-empty draft, draft tokens verified, of those accepted, and
-    // verifications that discarded the KV of rejected (or unused) draft tokens.
-    int n_drafts = 0;
-    int n_draft_tokens = 0;
-    int n_accepted_tokens = 0;
-    int n_rollbacks = 0;
-    // Speculative branches verified: a tree's root-to-leaf paths, which share the sequence's KV in
-    // one forward under the tree mask (a chain is one branch).
-    int n_spec_branches = 0;
-    // Per draft position i: draft tokens verified there and, of them, accepted (acceptance per
-    // position = accepted / proposed).
-    std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
-    // Wall time of this request's draft forwards (n-gram lookup included), and of the target forwards
-    // in which it verified drafts (the whole step's forward: its batch shares it).
-    double draft_s = 0, verify_s = 0;
-    int n_spec_fallbacks = 0;  // steps whose speculation policy answered invalidly (decoded plainly)
-    // Structured output: this request's masked rows, of them the ones where one token only was
-    // allowed, and the wall time computing masks.
-    int n_masked = 0, n_forced = 0;
-    double mask_s = 0;
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of
@@ -268,35 +240,25 @@ private:
         SeqId kv = 0;            // 0 while not holding KV
         Sampler sampler;
         int n_generated = 0;
-        int n_cached_prompt = 0;
-        int n_recomputed = 0;
-        int n_preemptions = 0;
-        // Cache figures of the first admission only, like n_cached_prompt: hits at a re-attach after
-        // preemption give back recomputed work (they lower n_recomputed), not prompt tokens the
-        // caller got from the cache, so counting them again would double-count.
-        int n_cached_cross_tenant = 0;
-        int n_cached_public = 0;
+        // Its figures (the events carry them). The cache's, like n_cached_prompt_tokens, are those
+        // of the first admission only: hits at a re-attach after preemption give back recomputed
+        // work (they lower n_recomputed_tokens), not prompt tokens the caller got from the cache.
+        RunFigures fig;
         double first_scheduled_s = -1;
         bool reported_first = false;
         std::vector<int32_t> all_tokens;  // prompt + generated (survives preemption)
         SeqId draft_kv = 0;               // the draft model's sequence (0: none)
         DraftModel* draft_owner = nullptr;  // whose sequence draft_kv is (draft_ or a self-draft)
-        int n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;
-        std::array<int32_t, k_max_spec_tokens> n_draft_tokens_at{}, n_accepted_at{};
         // What the speculation policy is told (SpecSeqStats): its last answer, the acceptance per
         // position (started from the bucket's), accepted / proposed of recent verifications.
         int last_budget = 0;
-        int n_spec_fallbacks = 0;
         AcceptanceEwma acceptance{k_max_spec_tokens};
         double recent_acceptance = -1;
         AcceptanceEwma* bucket_acceptance = nullptr;  // into Engine::bucket_acceptance_ (stable)
-        double draft_s = 0, verify_s = 0;
         // Structured output: the grammar's masker on this model's vocabulary and the automaton of
         // the output so far (both unset when unconstrained).
         std::shared_ptr<const TokenMasker> masker;
         std::optional<GrammarMatcher> matcher;
-        int n_masked = 0, n_forced = 0;
-        double mask_s = 0;
         // Simulated pools: this request's acceptance per draft position, its generator for the
         // acceptance draws, and the tokens a draft model has computed of it (its catch-up).
         double sim_alpha = 0;

@@ -538,9 +538,9 @@ void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::s
     const int k = d.k();
     const SamplingParams& sp = s.req.sampling;
     const int n_past = mgr_.seq(s.kv).n_computed;  // the root's slot
-    s.n_drafts++;
-    s.n_draft_tokens += k;
-    s.n_accepted_tokens += r.n_accepted;
+    s.fig.n_drafts++;
+    s.fig.n_draft_tokens += k;
+    s.fig.n_accepted_tokens += r.n_accepted;
     // Per draft position (a tree's depth - 1): tokens proposed there, and the accepted path's one.
     // Branches: the tree's leaves (nodes no other node names as parent); a chain is one.
     int n_spec_branches = 1;
@@ -550,17 +550,17 @@ void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::s
         for (int i = 1; i <= k; i++) {
             depth[(size_t)i] = depth[(size_t)d.parents[(size_t)i - 1]] + 1;
             is_parent[(size_t)d.parents[(size_t)i - 1]] = true;
-            s.n_draft_tokens_at[(size_t)depth[(size_t)i] - 1]++;
+            s.fig.n_draft_tokens_at[(size_t)depth[(size_t)i] - 1]++;
         }
         n_spec_branches = (int)std::count(is_parent.begin() + 1, is_parent.end(), false);
     } else {
-        for (int i = 0; i < k; i++) s.n_draft_tokens_at[(size_t)i]++;
+        for (int i = 0; i < k; i++) s.fig.n_draft_tokens_at[(size_t)i]++;
     }
-    for (int i = 0; i < r.n_accepted; i++) s.n_accepted_at[(size_t)i]++;
+    for (int i = 0; i < r.n_accepted; i++) s.fig.n_accepted_at[(size_t)i]++;
     stats_.n_drafts++;
     stats_.n_draft_tokens += k;
     stats_.n_accepted_tokens += r.n_accepted;
-    s.n_spec_branches += n_spec_branches;
+    s.fig.n_spec_branches += n_spec_branches;
     stats_.n_spec_branches += n_spec_branches;
 
     // Append token by token with the plain path's stop rules: an EOS ends the request there (not
@@ -642,7 +642,7 @@ void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::s
     if (opt_.prefix_cache) mgr_.publish_full_blocks(s.kv);
     if (s.draft_owner) s.draft_owner->rollback(s.draft_kv, n_past + 1 + std::max(0, n_keep));
     if (n_keep < k) {
-        s.n_rollbacks++;
+        s.fig.n_rollbacks++;
         stats_.n_rollbacks++;
     }
 

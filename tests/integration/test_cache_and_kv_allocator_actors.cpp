@@ -109,7 +109,7 @@ TEST_CASE("The cache actor answers what an engine's KV events say each pool hold
     int n_cached = -1;
     while (e.has_work())
         for (const EngineEvent& ev : e.step(0))
-            if (ev.finished) n_cached = ev.n_cached_prompt;
+            if (ev.finished) n_cached = ev.n_cached_prompt_tokens;
     CHECK(n_cached == 12);
     self->send(cache, kv_drop_atom::value, uint64_t{100});
     CHECK(ask(self, cache, q).n_tokens[0] == 0);

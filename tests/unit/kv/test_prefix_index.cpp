@@ -200,7 +200,7 @@ TEST_CASE("An engine's KV events let the index predict each new request's cached
         while (e.has_work()) {
             for (const EngineEvent& ev : e.step(t += 0.001))
                 if (first && (ev.finished || !ev.tokens.empty())) {
-                    CHECK(ev.n_cached_prompt == predicted);
+                    CHECK(ev.n_cached_prompt_tokens == predicted);
                     n_hits += predicted > 0;
                     first = false;
                 }

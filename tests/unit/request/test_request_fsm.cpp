@@ -80,8 +80,8 @@ void append(RequestActions& to, RequestActions&& from) {
 RunEnd end_with(FinishReason r, int n_prompt, int n_cached, double t) {
     RunEnd e;
     e.reason = r;
-    e.n_prompt = n_prompt;
-    e.n_cached = n_cached;
+    e.n_prompt_tokens = n_prompt;
+    e.n_cached_prompt_tokens = n_cached;
     e.first_scheduled_s = 100.1;
     e.t_s = t;
     return e;

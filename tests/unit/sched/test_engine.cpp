@@ -223,7 +223,7 @@ TEST_CASE("a session keeps its KV across turns so the next turn reuses it", "[en
     while (e.has_work())
         for (auto& ev : e.step(0.0)) {
             out2.insert(out2.end(), ev.tokens.begin(), ev.tokens.end());
-            if (ev.finished) cached = ev.n_cached_prompt;
+            if (ev.finished) cached = ev.n_cached_prompt_tokens;
         }
     // Turn 1 computed prompt + 4 of its 5 outputs (the last one was sampled, never fed back).
     CHECK(cached == 30 + 4);
@@ -301,7 +301,7 @@ TEST_CASE("the configured tenant salt decides sharing: the same salt shares bloc
             REQUIRE(e.submit(r).ok());
             while (e.has_work())
                 for (auto& ev : e.step(0.0))
-                    if (ev.finished && ev.id == 2) cached = ev.n_cached_prompt;
+                    if (ev.finished && ev.id == 2) cached = ev.n_cached_prompt_tokens;
         }
         return cached;
     };
@@ -367,10 +367,10 @@ TEST_CASE("each finished request carries its own preemptions, equal to the times
         INFO("request " << id);
         CHECK(ev.finish == FinishReason::LENGTH);
         CHECK(ev.n_preemptions == seen_dropped[id]);
-        if (ev.n_recomputed > 0) CHECK(ev.n_preemptions > 0);  // (the cache may give all of it back)
+        if (ev.n_recomputed_tokens > 0) CHECK(ev.n_preemptions > 0);  // (the cache may give all of it back)
         // The cache shares come from the first admission only: never more than the public blocks,
         // however often a re-attach hits them again.
-        CHECK(ev.n_cached_public + ev.n_cached_cross_tenant <= ev.n_cached_prompt);
+        CHECK(ev.n_cached_public + ev.n_cached_cross_tenant <= ev.n_cached_prompt_tokens);
         CHECK(ev.n_cached_public <= 32);
         CHECK(ev.n_cached_cross_tenant == 0);
         n_total += ev.n_preemptions;
@@ -408,15 +408,15 @@ TEST_CASE("a request's cache hits are split into public and cross-tenant shares 
         return p;
     };
     const EngineEvent a1 = run(1, 11, with_tail(pub, 400));
-    CHECK(a1.n_cached_prompt == 0);
+    CHECK(a1.n_cached_prompt_tokens == 0);
     // Another tenant, another salt: only the public prefix's two full blocks are shared.
     const EngineEvent b1 = run(2, 22, with_tail(pub, 450));
-    CHECK(b1.n_cached_prompt == 32);
+    CHECK(b1.n_cached_prompt_tokens == 32);
     CHECK(b1.n_cached_public == 32);
     CHECK(b1.n_cached_cross_tenant == 0);
     // The writer's own blocks are neither: tenant 1 again hits its own (public and private) blocks.
     const EngineEvent a2 = run(1, 11, with_tail(pub, 400));
-    CHECK(a2.n_cached_prompt == 32);  // (42 - 1) / 16 full blocks
+    CHECK(a2.n_cached_prompt_tokens == 32);  // (42 - 1) / 16 full blocks
     CHECK(a2.n_cached_public == 0);
     CHECK(a2.n_cached_cross_tenant == 0);
     // Two tenants configured with one salt share private blocks too: counted as cross-tenant, the
@@ -424,9 +424,9 @@ TEST_CASE("a request's cache hits are split into public and cross-tenant shares 
     std::vector<int32_t> priv;
     for (int i = 0; i < 40; i++) priv.push_back(200 + i);
     const EngineEvent c1 = run(3, 77, priv);
-    CHECK(c1.n_cached_prompt == 0);
+    CHECK(c1.n_cached_prompt_tokens == 0);
     const EngineEvent d1 = run(4, 77, priv);
-    CHECK(d1.n_cached_prompt == 32);
+    CHECK(d1.n_cached_prompt_tokens == 32);
     CHECK(d1.n_cached_cross_tenant == 32);
     CHECK(d1.n_cached_public == 0);
     CHECK(e.stats().kv.n_tenant_boundary_hit_tokens == 32);

@@ -181,7 +181,7 @@ TEST_CASE("no request gets a cache hit on another salt's non-public block, and t
                 REQUIRE(s.n_finished == 1);
                 REQUIRE(s.fin.finish == FinishReason::LENGTH);
                 const EngineEvent& e = s.fin;
-                n_hit_tokens += e.n_cached_prompt;
+                n_hit_tokens += e.n_cached_prompt_tokens;
                 n_cross_tokens += e.n_cached_cross_tenant;
                 n_public_tokens += e.n_cached_public;
                 sum_cross += e.n_cached_cross_tenant;
@@ -198,8 +198,8 @@ TEST_CASE("no request gets a cache hit on another salt's non-public block, and t
                 // Lower bound: every block written before the round is found (nothing is evicted).
                 int min_hit = 0;
                 while (min_hit < max_blocks && ledger_before.count(key_of(p, min_hit, salt, npub))) min_hit++;
-                REQUIRE(e.n_cached_prompt % kBlock == 0);
-                const int hit_blocks = e.n_cached_prompt / kBlock;
+                REQUIRE(e.n_cached_prompt_tokens % kBlock == 0);
+                const int hit_blocks = e.n_cached_prompt_tokens / kBlock;
                 CHECK(hit_blocks >= min_hit);
                 CHECK(hit_blocks <= max_blocks);
                 int cross_lo = 0, cross_hi = 0, pub_lo = 0, pub_hi = 0;
