@@ -157,26 +157,7 @@ typename Inspector::result_type inspect(Inspector& f, RouteInput& x) {
              x.deadline_ms, x.n_cached_prompt_tokens, x.pool_loads);
 }
 
-// router_actor -> request_actor: where the request goes and with which policies.
-struct RouteDecision {
-    std::string bucket;
-    int32_t bucket_index = 0;  // into the snapshot's config.buckets
-    int32_t pool = 0;          // index into the snapshot's pools
-    int32_t priority = 0;
-    uint64_t generation = 0;  // config generation the decision was made with
-    // The speculation policy's draft budget for the bucket at routing time (tokens per step), for the
-    // decision trace; the engine asks the policy again per sequence at every step (draft_budget_seq).
-    int32_t draft_budget = 0;
-    int32_t upgrade_pool = -1;       // re-run there if the routing policy's check says so
-    int32_t check_after_tokens = 0;  // when to ask it
-    int32_t shadow_pool = -1;        // also run there to measure agreement
-    bool fallback = false;           // a plugin decision was rejected: the safe default was used
-    RouteInput input;                // what the routing policy was told: check_upgrade and on_outcome reuse it
-    // For the decision trace: why the bucket, how the pool was chosen, and per pool (snapshot order)
-    // the estimates the routing policy saw.
-    std::string bucket_why, route_why;
-    std::vector<double> est_cost, est_ttft_ms, est_latency_ms, quality, risk;
-};
+// router_actor -> request_actor: RouteDecision (plugin/route.h).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
     return f(caf::meta::type_name("RouteDecision"), x.bucket, x.bucket_index, x.pool, x.priority, x.generation,

@@ -169,10 +169,6 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     return s;
 }
 
-RouteChoice route_choice(const RouteDecision& d) {
-    return RouteChoice{d.bucket,     d.bucket_index,       d.pool,        d.priority, d.generation,
-                       d.upgrade_pool, d.check_after_tokens, d.shadow_pool, d.fallback};
-}
 
 EngineSubmit engine_submit(SubmitRun&& s) {
     EngineRequest& r = s.run;
@@ -527,7 +523,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                 trace_route(self, d);
                 self->state.routing->set_route(d);
                 self->state.bucket_index = d.bucket_index;
-                execute(self, self->state.core->on_route(route_choice(d), now_s()));
+                execute(self, self->state.core->on_route(d, now_s()));
             },
             [=](caf::error& err) { execute(self, self->state.core->on_route_failed(self->system().render(err), now_s())); });
     return {

@@ -16,7 +16,7 @@ RequestFsm::RequestFsm(RequestSetup setup, RequestVocab& vocab, RequestRouting& 
     for (const RequestPool& p : setup_.pools) prices_.prices[p.name] = p.price;
 }
 
-RequestActions RequestFsm::on_route(const RouteChoice& route, double now) {
+RequestActions RequestFsm::on_route(const RouteDecision& route, double now) {
     RequestActions out;
     if (done_ || routed_ || answered_) return out;
     routed_ = true;

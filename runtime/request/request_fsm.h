@@ -14,6 +14,7 @@
 #include <steward/request.h>
 
 #include "metrics/bucket_metrics.h"
+#include "plugin/route.h"
 #include "request/stop_matcher.h"
 #include "sched/engine.h"
 
@@ -25,19 +26,6 @@ inline constexpr int n_run_roles = 3;
 // The engine id of a run, and back (request * 4 + role).
 uint64_t run_engine_id(uint64_t request, RunRole role);
 RunRole run_role_of(uint64_t engine_id);
-
-// The router's decision as the core sees it.
-struct RouteChoice {
-    std::string bucket;
-    int32_t bucket_index = 0;        // into the generation's config.buckets
-    int32_t pool = 0;                // the pool the primary run goes to
-    int32_t priority = 0;
-    uint64_t generation = 0;
-    int32_t upgrade_pool = -1;       // cascade: re-run there if the routing policy's check says so
-    int32_t check_after_tokens = 0;  // the first tokens held back until that check
-    int32_t shadow_pool = -1;        // also run there to measure agreement
-    bool fallback = false;           // a routing plugin's decision was rejected
-};
 
 // The end of one run, as its engine reports it (the executor to the request actor, unchanged): how
 // it ended and its figures.
@@ -70,7 +58,7 @@ struct RequestSetup {
     double arrival_s = 0;
     double deadline_s = 0;             // 0: none
     double kv_quota = -1;              // the tenant's share of a pool's blocks; < 0: none
-    std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteChoice indexes them)
+    std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteDecision indexes them)
     std::vector<std::string> stop;     // stop strings: the answer ends (STOP) before the first one
 };
 
@@ -149,7 +137,7 @@ public:
 
     // Each event returns what to do now; after RequestDone every event returns nothing. `now` is
     // the caller's clock (the same as arrival_s): token times are when tokens reach the caller.
-    RequestActions on_route(const RouteChoice& route, double now);
+    RequestActions on_route(const RouteDecision& route, double now);
     // The request is refused before routing (an invalid field): it finishes with ERROR and `error`.
     RequestActions on_refused(const std::string& error, double now);
     RequestActions on_route_failed(const std::string& why, double now);
@@ -203,7 +191,7 @@ private:
     RequestVocab& vocab_;
     RequestRouting& routing_;
     MetricsConfig prices_;  // the generation's prices, for the cost
-    RouteChoice route_;
+    RouteDecision route_;
     bool routed_ = false;
     Run runs_[n_run_roles];
     RunRole answer_ = RunRole::PRIMARY;  // the run whose tokens reach the caller

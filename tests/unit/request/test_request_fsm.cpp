@@ -49,8 +49,8 @@ RequestSetup setup() {
     return s;
 }
 
-RouteChoice cascade(int check_after) {
-    RouteChoice r;
+RouteDecision cascade(int check_after) {
+    RouteDecision r;
     r.bucket = "qa";
     r.pool = 0;
     r.upgrade_pool = 1;
@@ -175,7 +175,7 @@ TEST_CASE("a request's cost equals an independent computation from its pool's pr
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm fsm(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.pool = 1;
     fsm.on_route(r, 100.0);
     for (int i = 0; i < 5; i++) fsm.on_tokens(RunRole::PRIMARY, {30 + i}, {}, 100.1 + i * 0.01);
@@ -194,7 +194,7 @@ TEST_CASE("the shadow's agreement is the common prefix over the longer output, a
         FakeVocab vocab;
         FakeRouting routing;
         RequestFsm fsm(setup(), vocab, routing);
-        RouteChoice r;
+        RouteDecision r;
         r.bucket = "qa";
         r.pool = 0;
         r.shadow_pool = 1;
@@ -248,7 +248,7 @@ TEST_CASE("a prompt that cannot be encoded fails its run with a clear error; the
     vocab.prompts[0] = {};
     FakeRouting routing;
     RequestFsm fsm(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.shadow_pool = 1;
     RequestActions out = fsm.on_route(r, 100.0);
     REQUIRE(all_of<SubmitRun>(out).size() == 1);
@@ -272,14 +272,14 @@ TEST_CASE("a prompt that fills its pool's context fails there, naming both lengt
     st.pools[1].n_ctx = 4;
     {
         RequestFsm fsm(st, vocab, routing);
-        RouteChoice r;
+        RouteDecision r;
         r.pool = 0;  // 3 tokens < 4: runs
         const RequestActions out = fsm.on_route(r, 100.0);
         REQUIRE(all_of<SubmitRun>(out).size() == 1);
         CHECK(all_of<FinishRequest>(out).empty());
     }
     RequestFsm fsm(st, vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.pool = 1;  // 4 tokens >= 4: refused before any run
     const RequestActions out = fsm.on_route(r, 100.0);
     CHECK(all_of<SubmitRun>(out).empty());
@@ -296,7 +296,7 @@ TEST_CASE("streamed text names the answer run's pool", "[request_fsm]") {
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm fsm(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.pool = 1;
     fsm.on_route(r, 100.0);
     const RequestActions out = fsm.on_tokens(RunRole::PRIMARY, {11}, {-0.1f}, 100.1);
@@ -313,7 +313,7 @@ TEST_CASE("a request finishes exactly once and is done last, whatever the order 
         FakeRouting routing;
         routing.upgrade = rng() % 2;
         RequestFsm fsm(setup(), vocab, routing);
-        RouteChoice route;
+        RouteDecision route;
         route.pool = 0;
         if (rng() % 2) route = cascade(1 + (int)(rng() % 3));
         if (rng() % 2) route.shadow_pool = 1;
@@ -403,7 +403,7 @@ TEST_CASE("end-to-end latency is never below TTFT, even when the executor's fini
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm fsm(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.pool = 0;
     fsm.on_route(r, 100.0);
     fsm.on_tokens(RunRole::PRIMARY, {30}, {}, 100.50);  // the actor stamps the first token at 100.50 s
@@ -422,7 +422,7 @@ TEST_CASE("the deadline timer finishes a routed request TIMEOUT at once, cancels
     RequestSetup s = setup();
     s.deadline_s = 100.5;
     RequestFsm fsm(s, vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.bucket = "qa";
     r.pool = 1;
     REQUIRE(all_of<SubmitRun>(fsm.on_route(r, 100.0)).size() == 1);
@@ -465,7 +465,7 @@ TEST_CASE("the deadline timer does nothing to a request already answered", "[req
     RequestSetup s = setup();
     s.deadline_s = 101.0;
     RequestFsm fsm(s, vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     fsm.on_route(r, 100.0);
     const RequestActions out = fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::STOP, 3, 0, 100.2), 100.2);
     REQUIRE(all_of<FinishRequest>(out).size() == 1);
@@ -476,7 +476,7 @@ TEST_CASE("the record carries the answering run's speculation figures per draft 
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm fsm(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.pool = 1;
     fsm.on_route(r, 100.0);
     fsm.on_tokens(RunRole::PRIMARY, {30, 31, 32}, {}, 100.1);
@@ -507,7 +507,7 @@ TEST_CASE("a run lost with its worker goes on on the retry pool from its prompt 
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm core(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.bucket = "qa";
     r.pool = 0;
     RequestActions a = core.on_route(r, 100.0);
@@ -542,7 +542,7 @@ TEST_CASE("a lost run without a retry pool, or a lost shadow, ends with the loss
     FakeVocab vocab;
     FakeRouting routing;
     RequestFsm core(setup(), vocab, routing);
-    RouteChoice r;
+    RouteDecision r;
     r.bucket = "qa";
     r.pool = 0;
     r.shadow_pool = 1;
