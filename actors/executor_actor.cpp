@@ -109,78 +109,57 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
     self->state.shared = std::move(shared);
     self->state.pool = std::move(pool);
     return {
-        [=](submit_atom, EngineSubmit m) {
+        [=](submit_atom, EngineRequest r) {
             auto& st = self->state;
             auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-            EngineRequest r;
-            r.id = m.id;
-            r.tenant = m.tenant;
-            r.tenant_name = m.tenant_name;
-            r.salt = m.salt;
-            r.prompt = std::move(m.prompt);
-            r.max_tokens = m.max_tokens;
-            r.sampling.temperature = m.temperature;
-            r.sampling.top_p = m.top_p;
-            r.sampling.top_k = m.top_k;
-            r.sampling.seed = m.seed;
-            r.sampling.presence_penalty = m.presence_penalty;
-            r.sampling.frequency_penalty = m.frequency_penalty;
-            for (size_t i = 0; i < m.bias_ids.size() && i < m.bias_values.size(); i++)
-                r.sampling.logit_bias.emplace_back(m.bias_ids[i], m.bias_values[i]);
-            r.sampling.n_top_logprobs = m.n_top_logprobs;
-            r.priority = m.priority;
-            r.arrival_s = m.arrival_s;
-            r.deadline_s = m.deadline_s;
-            r.session = m.session;
-            r.kv_quota_blocks = m.kv_quota_blocks;
-            r.stop_at_eos = !m.ignore_eos;
             // The bucket's eviction policy of the generation the request started with (it holds
             // that snapshot until it finishes, so the lookup cannot miss while it runs). A front's
             // request on a worker's pool names a generation of the front: the worker takes the bucket
             // of that name in its own live config (none there: the default eviction, no speculation).
-            auto snap = st.shared->find_generation(m.generation);
+            auto snap = st.shared->find_generation(r.generation);
             auto is_bucket = [&](const Snapshot& sn, int32_t i) {
-                return i >= 0 && i < (int32_t)sn.policies.size() && (m.bucket.empty() || sn.config->buckets[i].name == m.bucket);
+                return i >= 0 && i < (int32_t)sn.policies.size() && (r.bucket.empty() || sn.config->buckets[i].name == r.bucket);
             };
-            if (!m.bucket.empty() && !(snap && is_bucket(*snap, m.bucket_index))) {
+            if (!r.bucket.empty() && !(snap && is_bucket(*snap, r.bucket_index))) {
                 snap = st.shared->snapshot();
-                m.bucket_index = -1;
+                r.bucket_index = -1;
                 for (size_t i = 0; snap && i < snap->config->buckets.size(); i++)
-                    if (snap->config->buckets[i].name == m.bucket) m.bucket_index = (int32_t)i;
+                    if (snap->config->buckets[i].name == r.bucket) r.bucket_index = (int32_t)i;
             }
             if (snap)
-                if (m.bucket_index >= 0 && m.bucket_index < (int32_t)snap->policies.size()) {
-                    r.bucket = snap->config->buckets[m.bucket_index].name;
-                    r.sim_acceptance = snap->config->buckets[m.bucket_index].sim.acceptance;
-                    r.sim_concentration = snap->config->buckets[m.bucket_index].sim.concentration;
-                    r.eviction = snap->policies[m.bucket_index].eviction;
-                    if (r.eviction) r.eviction_name = snap->policies[m.bucket_index].eviction->plugin();
+                if (r.bucket_index >= 0 && r.bucket_index < (int32_t)snap->policies.size()) {
+                    r.bucket = snap->config->buckets[r.bucket_index].name;
+                    r.sim_acceptance = snap->config->buckets[r.bucket_index].sim.acceptance;
+                    r.sim_concentration = snap->config->buckets[r.bucket_index].sim.concentration;
+                    r.eviction = snap->policies[r.bucket_index].eviction;
+                    if (r.eviction) r.eviction_name = snap->policies[r.bucket_index].eviction->plugin();
                     // Its speculation policy: asked per step for k; the source and limit from the config.
-                    if (auto& sp = snap->policies[m.bucket_index].speculation) {
+                    if (auto& sp = snap->policies[r.bucket_index].speculation) {
                         r.speculation = sp;
-                        r.spec = spec_settings_for(snap->config->buckets[m.bucket_index], *snap->config,
+                        r.spec = spec_settings_for(snap->config->buckets[r.bucket_index], *snap->config,
                                                    st.engine->has_draft_model(),
                                                    st.engine->model().params().n_layer);
                     }
                 }
-            Expected<bool> ok = make_error("request ", std::to_string(m.id), ": not submitted");
+            const uint64_t id = r.id;
+            Expected<bool> ok = make_error("request ", std::to_string(id), ": not submitted");
             try {
-                auto g = compile_constraint((ConstraintKind)m.grammar_kind, m.grammar_text);  // cached
+                auto g = compile_constraint((ConstraintKind)r.grammar_kind, r.grammar_text);  // cached
                 if (g) r.grammar = *g;
                 ok = g ? st.engine->submit(std::move(r)) : Expected<bool>(g.error());
             } catch (const std::exception& e) {  // e.g. bad_alloc: refuse this one, keep serving
-                ok = make_error("request ", std::to_string(m.id), ": the engine failed to queue it: ", e.what());
+                ok = make_error("request ", std::to_string(id), ": the engine failed to queue it: ", e.what());
             }
             if (!ok) {
                 RunEnd f;
-                f.id = m.id;
+                f.id = id;
                 f.reason = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
                 self->send(sender, finish_atom::value, f);
                 return;
             }
-            st.reply_to[m.id] = sender;
+            st.reply_to[id] = sender;
             ensure_stepping(self);
         },
         [=](cancel_atom, uint64_t id) {

@@ -171,42 +171,19 @@ typename Inspector::result_type inspect(Inspector& f, RouteDecision& x) {
 using RouterActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery>::with<RouteDecision>>;
 using DeciderActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery, CachedTokens>::with<RouteDecision>>;
 
-// request_actor -> executor_actor: run this request. The sender receives the token/finish messages.
-struct EngineSubmit {
-    uint64_t id = 0;
-    int32_t tenant = 0;
-    std::string tenant_name;  // for eviction policies
-    uint64_t salt = 0;
-    std::vector<int32_t> prompt;
-    int32_t max_tokens = 0;
-    float temperature = 0, top_p = 1;
-    int32_t top_k = 0;
-    uint64_t seed = 0;
-    int32_t priority = 0;
-    double arrival_s = 0, deadline_s = 0;
-    std::string session;
-    uint64_t generation = 0;   // the executor finds the bucket's eviction policy in this generation
-    int32_t bucket_index = -1;
-    int32_t kv_quota_blocks = -1;
-    bool ignore_eos = false;
-    float presence_penalty = 0, frequency_penalty = 0;
-    std::vector<int32_t> bias_ids;  // logit_bias, as two columns
-    std::vector<float> bias_values;
-    int32_t n_top_logprobs = 0;
-    // Structured output: ConstraintKind (grammar/constraint.h) and its text; the executor compiles
-    // it through the process-wide cache (check_request compiled it already: a hit).
-    int32_t grammar_kind = 0;
-    std::string grammar_text;
-    // The bucket's name: a worker finds its eviction and speculation policies by it in its own config
-    // (the generation above is the front's).
-    std::string bucket;
-};
+// request_actor -> executor_actor (submit_atom): EngineRequest (sched/engine.h), the run as it is;
+// the sender receives the token / finish messages. Its resolved fields (policies, the compiled
+// grammar) stay behind: the executor resolves them from its own config.
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, EngineSubmit& x) {
-    return f(caf::meta::type_name("EngineSubmit"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens, x.temperature, x.top_p,
-             x.top_k, x.seed, x.priority, x.arrival_s, x.deadline_s, x.session, x.generation, x.bucket_index,
-             x.kv_quota_blocks, x.ignore_eos, x.presence_penalty, x.frequency_penalty, x.bias_ids, x.bias_values,
-             x.n_top_logprobs, x.grammar_kind, x.grammar_text, x.bucket);
+typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+    return f(caf::meta::type_name("SamplingParams"), x.temperature, x.top_k, x.top_p, x.seed, x.presence_penalty,
+             x.frequency_penalty, x.logit_bias, x.n_top_logprobs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EngineRequest& x) {
+    return f(caf::meta::type_name("EngineRequest"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens,
+             x.sampling, x.priority, x.arrival_s, x.deadline_s, x.session, x.stop_at_eos, x.kv_quota_blocks, x.bucket,
+             x.bucket_index, x.generation, x.grammar_kind, x.grammar_text);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).
@@ -342,7 +319,7 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");
     cfg.add_message_type<RouteDecision>("RouteDecision");
     cfg.add_message_type<RouteInput>("RouteInput");
-    cfg.add_message_type<EngineSubmit>("EngineSubmit");
+    cfg.add_message_type<EngineRequest>("EngineRequest");
     cfg.add_message_type<TokenBatch>("TokenBatch");
     cfg.add_message_type<RunEnd>("RunEnd");
     cfg.add_message_type<KvEvent>("KvEvent");

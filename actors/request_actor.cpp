@@ -73,7 +73,7 @@ struct RunAdmission {
     bool waiting = false;  // asked the allocator, not admitted yet
     bool inflight = false; // counted in the pool's n_inflight (until its end)
     int32_t n_blocks = 0;  // and its prompt's blocks in n_blocks_inflight
-    EngineSubmit pending;  // sent to the executor once admitted
+    EngineRequest pending;  // sent to the executor once admitted
 };
 
 struct request_state {
@@ -169,38 +169,6 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     return s;
 }
 
-
-EngineSubmit engine_submit(SubmitRun&& s) {
-    EngineRequest& r = s.run;
-    EngineSubmit m;
-    m.id = r.id;
-    m.tenant = r.tenant;
-    m.tenant_name = r.tenant_name;
-    m.salt = r.salt;
-    m.prompt = std::move(r.prompt);
-    m.max_tokens = r.max_tokens;
-    m.temperature = r.sampling.temperature;
-    m.top_p = r.sampling.top_p;
-    m.top_k = r.sampling.top_k;
-    m.seed = r.sampling.seed;
-    m.presence_penalty = r.sampling.presence_penalty;
-    m.frequency_penalty = r.sampling.frequency_penalty;
-    for (const auto& [id, b] : r.sampling.logit_bias) {
-        m.bias_ids.push_back(id);
-        m.bias_values.push_back(b);
-    }
-    m.n_top_logprobs = r.sampling.n_top_logprobs;
-    m.priority = r.priority;
-    m.arrival_s = r.arrival_s;
-    m.deadline_s = r.deadline_s;
-    m.session = std::move(r.session);
-    m.generation = s.generation;
-    m.bucket_index = s.bucket_index;
-    m.bucket = std::move(s.bucket);
-    m.kv_quota_blocks = r.kv_quota_blocks;
-    m.ignore_eos = !r.stop_at_eos;
-    return m;
-}
 
 // The prompt's lookup hashes on every pool of the snapshot, for the router's cache query.
 CacheQuery cache_query(const RequestContext& ctx, PoolPrompts& vocab) {
@@ -340,10 +308,11 @@ void submit(self_ptr self, SubmitRun&& s) {
         if (ph.live->lost) return (void)self->send(self, lost_atom::value, ph.id, std::string("it was lost before this run"));
         if (st.watching.insert(ph.id).second) self->send(ph.monitor, watch_atom::value, caf::actor(self));
     }
-    EngineSubmit m = engine_submit(std::move(s));
+    const int32_t pool_index = s.pool;
+    EngineRequest m = std::move(s.run);
     // The pool's own constraint: a rendering may bring one (a tool call in that pool's template's
     // format); check_request refused bad request fields, the prompts a grammar that does not compile.
-    if (auto c = st.vocab->constraint(s.pool); c && c->active()) {
+    if (auto c = st.vocab->constraint(pool_index); c && c->active()) {
         m.grammar_kind = (int32_t)c->kind;
         m.grammar_text = c->text;
     }

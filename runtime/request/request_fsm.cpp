@@ -178,10 +178,10 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     SubmitRun s;
     s.role = role;
     s.pool = pool;
-    s.generation = route_.generation;
-    s.bucket_index = route_.bucket_index;
-    s.bucket = route_.bucket;
     EngineRequest& e = s.run;
+    e.generation = route_.generation;
+    e.bucket_index = route_.bucket_index;
+    e.bucket = route_.bucket;
     e.id = run_engine_id(setup_.id, role);
     e.tenant = setup_.tenant_id;
     e.salt = setup_.salt;

@@ -96,10 +96,7 @@ public:
 struct SubmitRun {  // hand `run` to pool `pool`'s engine
     RunRole role = RunRole::PRIMARY;
     int32_t pool = 0;
-    EngineRequest run;        // id = run_engine_id(request, role)
-    uint64_t generation = 0;  // the engine finds the bucket's eviction policy in this generation
-    int32_t bucket_index = 0;
-    std::string bucket;       // its name (a worker's engine finds the bucket's policies by it)
+    EngineRequest run;  // id = run_engine_id(request, role); its bucket and generation the route's
 };
 struct CancelRun {
     RunRole role = RunRole::PRIMARY;

@@ -84,6 +84,10 @@ struct EngineOptions {
     BackendFactory backend;
 };
 
+// One run of a request on a pool: what to run. It crosses the actors and the wire as it is (its
+// inspect, actors/messages.hpp, carries the fields down to grammar_text); the executor that runs
+// it resolves the rest from its own config (the bucket's policies by bucket_index / bucket in
+// generation, the grammar compiled from grammar_kind / grammar_text).
 struct EngineRequest {
     uint64_t id = 0;
     int32_t tenant = 0;
@@ -97,11 +101,18 @@ struct EngineRequest {
     double deadline_s = 0.0;   // 0: none
     std::string session;       // non-empty: keep this conversation's KV pinned after it finishes
     bool stop_at_eos = true;
+    int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
+    std::string bucket;            // the workload bucket (the eviction counts; a worker finds its policies by it)
+    int32_t bucket_index = -1;     // into the config generation's buckets
+    uint64_t generation = 0;       // the config generation the request was routed in
+    // Structured output as asked: a ConstraintKind (grammar/constraint.h) and its text (0: none).
+    int32_t grammar_kind = 0;
+    std::string grammar_text;
+
+    // ---- resolved on the pool, not carried:
     // The bucket's eviction policy: reclaims cached blocks when this request needs room (null: LRU).
     std::shared_ptr<EvictionPolicy> eviction;
     std::string eviction_name = "lru";  // the policy's name in the eviction counts
-    std::string bucket;                 // the workload bucket, for the eviction counts
-    int32_t kv_quota_blocks = -1;  // the tenant's KV quota (eviction policies see it); -1: none
     SpecSettings spec;             // speculative decoding for this request (off by default)
     // The bucket's speculation policy (null: spec.k every step). With one, every decode step asks it
     // for this sequence's k in [0, spec.k] (spec.k is then the limit, max_budget in policy.h); an

@@ -106,7 +106,7 @@ TEST_CASE("a cascade that passes holds the first tokens until the check, then st
     CHECK(s.pool == 0);
     CHECK(s.run.id == run_engine_id(7, RunRole::PRIMARY));
     CHECK(s.run.prompt == std::vector<int32_t>{1, 2, 3});
-    CHECK(s.generation == 3);
+    CHECK(s.run.generation == 3);
 
     CHECK(all_of<StreamText>(fsm.on_tokens(RunRole::PRIMARY, {11}, {-0.1f}, 100.2)).empty());
     CHECK(all_of<StreamText>(fsm.on_tokens(RunRole::PRIMARY, {12}, {-0.1f}, 100.3)).empty());
