@@ -1,5 +1,6 @@
 // executor_actor: one per pool, detached. Owns the pool's Engine (scheduler + KV + forward); a
-// step is one forward over the whole batch, then one message per request with its new tokens.
+// step is one forward over the whole batch, then ONE message with every request's new tokens and
+// ends to the executor's relay, which sends them on to the request actors from CAF's scheduler.
 // Block allocation and the prefix match live inside the Engine's KvManager: they are on the step's
 // critical path, so they are calls there, not messages (vLLM's scheduler does the same). Above the
 // pool, each step's block stored / removed events go to the cache actor, and admission is the pool's
@@ -29,6 +30,9 @@ struct executor_state {
     std::shared_ptr<SharedState> shared;
     std::string pool;
     std::unordered_map<uint64_t, caf::actor> reply_to;
+    // Sends each step's tokens and ends on to the request actors (StepOutput): on CAF's scheduler,
+    // so this thread enqueues one message per step.
+    caf::actor relay;
     // Cache actors that get each step's KV events (kv_events_atom subscribes one), with this pool's
     // id in each one's index: the runtime's own, and the fronts of a worker's pool.
     std::vector<std::pair<caf::actor, uint64_t>> caches;
@@ -86,16 +90,36 @@ void push_kv_sample(executor_state& st, double t) {
 void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what) {
     auto& st = self->state;
     const double t = now_s();
+    StepOutput out;
     for (auto& [id, to] : st.reply_to) {
-        RunEnd f;
-        f.id = id;
-        f.reason = FinishReason::ERROR;
-        f.error = what + "; the request was abandoned, retry it";
-        f.t_s = t;
-        self->send(to, finish_atom::value, f);
+        StepOutput::Item item;
+        item.to = to;
+        item.has_end = true;
+        item.end.id = id;
+        item.end.reason = FinishReason::ERROR;
+        item.end.error = what + "; the request was abandoned, retry it";
+        item.end.t_s = t;
+        out.items.push_back(std::move(item));
         st.engine->cancel(id);
     }
+    if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
     st.reply_to.clear();
+}
+
+// The executor's relay: sends a step's tokens and ends on as the executor (a request actor takes a
+// run's messages only from the executor the run is on). It holds the executor weakly: they are
+// linked, and a strong handle both ways would keep both alive.
+caf::behavior relay_actor(caf::event_based_actor* self, caf::actor_addr executor) {
+    return {
+        [=](relay_atom, StepOutput& out) {
+            auto from = caf::actor_cast<caf::actor>(executor);
+            if (!from) return;
+            for (StepOutput::Item& it : out.items) {
+                if (it.has_tokens) caf::send_as(from, it.to, token_atom::value, std::move(it.tokens));
+                if (it.has_end) caf::send_as(from, it.to, finish_atom::value, std::move(it.end));
+            }
+        },
+    };
 }
 
 caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
@@ -108,6 +132,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
     self->state.live = std::move(live);
     self->state.shared = std::move(shared);
     self->state.pool = std::move(pool);
+    self->state.relay = self->spawn<caf::linked>(relay_actor, self->address());
     return {
         [=](submit_atom, EngineRequest r) {
             auto& st = self->state;
@@ -205,12 +230,21 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
                 for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
+            StepOutput out;
+            out.items.reserve(events.size());
+            const double te = now_s();
             for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end()) continue;
-                const double te = now_s();
+                StepOutput::Item item;
+                item.to = it->second;
                 if (!ev.tokens.empty()) {
-                    TokenBatch b{ev.id, ev.tokens, ev.logprobs, te};
+                    item.has_tokens = true;
+                    TokenBatch& b = item.tokens;
+                    b.id = ev.id;
+                    b.tokens = std::move(ev.tokens);
+                    b.logprobs = std::move(ev.logprobs);
+                    b.t_s = te;
                     if (!ev.top_logprobs.empty()) {
                         b.n_top = (int32_t)ev.top_logprobs.front().size();
                         for (const auto& alts : ev.top_logprobs)
@@ -219,20 +253,21 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                                 b.top_logprobs.push_back(j < (int32_t)alts.size() ? alts[j].logprob : 0.0f);
                             }
                     }
-                    self->send(it->second, token_atom::value, std::move(b));
                 }
                 if (ev.finished) {
-                    RunEnd f;
+                    item.has_end = true;
+                    RunEnd& f = item.end;
                     static_cast<RunFigures&>(f) = ev;
                     f.id = ev.id;
                     f.reason = ev.finish;
-                    f.error = ev.error;
+                    f.error = std::move(ev.error);
                     f.first_scheduled_s = ev.first_scheduled_s;
                     f.t_s = te;
-                    self->send(it->second, finish_atom::value, f);
                     st.reply_to.erase(it);
                 }
+                out.items.push_back(std::move(item));
             }
+            if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
             if (auto ev = st.engine->take_evictions(); !ev.empty()) {
                 std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
                 for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket);

@@ -22,6 +22,7 @@ using route_atom = caf::atom_constant<caf::atom("route")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using token_atom = caf::atom_constant<caf::atom("token")>;
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;  // figures of the cache and kv_allocator actors
@@ -220,6 +221,28 @@ typename Inspector::result_type inspect(Inspector& f, RunEnd& x) {
                  x.reason = static_cast<FinishReason>(reason);
                  return caf::none;
              }));
+}
+
+// executor_actor -> its relay (one message per step, relay_atom): every request's tokens and ends of
+// the step, each with the request actor it goes to. The relay (on CAF's scheduler) sends them on as
+// TokenBatch / RunEnd, in order, so the executor's thread enqueues one message per step however
+// many requests it serves. Never crosses the wire.
+struct StepOutput {
+    struct Item {
+        caf::actor to;
+        bool has_tokens = false, has_end = false;
+        TokenBatch tokens;
+        RunEnd end;
+    };
+    std::vector<Item> items;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput::Item& x) {
+    return f(caf::meta::type_name("StepOutput::Item"), x.to, x.has_tokens, x.has_end, x.tokens, x.end);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
+    return f(caf::meta::type_name("StepOutput"), x.items);
 }
 
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.
