@@ -161,14 +161,19 @@ Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<
     figures_.comm_s += cost.comm_s;
     figures_.overhead_s += cost.overhead_s;
     figures_.draft_s += draft_s;
+    if (figures_.step_s.size() < (size_t)1 << 20) figures_.step_s.push_back((float)(draft_s + cost.total_s));
     last_device_s_ = cost.total_s;
     // Sleep until the step's start + its device time in real seconds; the host's work so far
     // (scheduling, KV calls, the previous step's events) overlaps it. A host slower than that is
     // an overrun: the simulated time then stretches.
     const auto until = step_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                          std::chrono::duration<double>((draft_s + cost.total_s) / time_dilation()));
-    if (std::chrono::steady_clock::now() > until) figures_.overruns++;
-    else std::this_thread::sleep_until(until);
+    if (const auto now = std::chrono::steady_clock::now(); now > until) {
+        figures_.overruns++;
+        figures_.overrun_s += std::chrono::duration<double>(now - until).count();
+    } else {
+        std::this_thread::sleep_until(until);
+    }
     return true;
 }
 

@@ -41,6 +41,10 @@ struct SimFigures {
     double device_s = 0;
     double gemm_s = 0, attn_s = 0, comm_s = 0, overhead_s = 0, draft_s = 0;
     int64_t overruns = 0;
+    double overrun_s = 0;  // by how much they overran, summed (real seconds)
+    // Each step's device time (drafts and target), the first 1M steps: a client's time between
+    // tokens compares with their median, not with the mean, which the ramp's small batches pull down.
+    std::vector<float> step_s;
 };
 
 class SimBackend final : public ForwardBackend {

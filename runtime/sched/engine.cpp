@@ -900,11 +900,17 @@ EngineStats Engine::stats() const {
         const SimFigures& f = sim_->figures();
         st.sim_device_s = f.device_s;
         st.sim_overruns = f.overruns;
+        st.sim_overrun_s = f.overrun_s;
         st.sim_gemm_s = f.gemm_s;
         st.sim_attn_s = f.attn_s;
         st.sim_comm_s = f.comm_s;
         st.sim_overhead_s = f.overhead_s;
         st.sim_draft_s = f.draft_s;
+        if (!f.step_s.empty()) {
+            std::vector<float> v = f.step_s;
+            std::nth_element(v.begin(), v.begin() + (std::ptrdiff_t)(v.size() / 2), v.end());
+            st.sim_step_p50_s = v[v.size() / 2];
+        }
     }
     return st;
 }

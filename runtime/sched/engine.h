@@ -190,9 +190,11 @@ struct EngineStats {
     // simulation ran slow there: lower [sim] dilation when they are many).
     double sim_device_s = 0;
     int64_t sim_overruns = 0;
+    double sim_overrun_s = 0;  // by how much they overran, summed (real seconds)
     // Of sim_device_s: the target forwards' weight GEMMs, attention, all-reduces and fixed
     // overheads, and the draft forwards (the cost model's terms, summed over steps).
     double sim_gemm_s = 0, sim_attn_s = 0, sim_comm_s = 0, sim_overhead_s = 0, sim_draft_s = 0;
+    double sim_step_p50_s = 0;  // the median step's device time (of the first 1M steps)
 };
 
 // Structured output, shared by the plain and the speculative path: whether a constrained request
