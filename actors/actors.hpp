@@ -20,7 +20,7 @@ class Model;
 
 // One per pool; detached (its own thread) because a step blocks while the forward runs. Holds the
 // model as long as it runs; exits when the pool's last snapshot lets go of it.
-caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<const Model> model,
+ExecutorActor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<const Model> model,
                           std::shared_ptr<PoolLive> live, std::shared_ptr<SharedState> shared, std::string pool_name);
 // One per config generation: classifies requests into buckets and asks the bucket's routing
 // policy for the pool. Holds no owning reference to its snapshot (the snapshot owns the router).
@@ -63,7 +63,8 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
 // request that sent (watch_atom, actor). Lost, it tries the worker again every reconnect_ms and, once
 // the worker answers with the pool, sends rejoin_atom to the config actor.
 struct PoolMonitorArgs {
-    caf::actor worker, executor;
+    caf::actor worker;
+    ExecutorActor executor;
     std::string address, remote_pool, pool;
     uint64_t pool_id = 0;
     std::shared_ptr<PoolLive> live;

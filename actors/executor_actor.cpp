@@ -55,7 +55,14 @@ struct executor_state {
     }
 };
 
-void ensure_stepping(caf::stateful_actor<executor_state>* self) {
+// A message from the executor to a dynamically typed actor (the relay, a request actor, a cache
+// actor), as the executor: a typed actor's own send() takes typed receivers only.
+template <class... Ts>
+void tell(ExecutorActor::stateful_pointer<executor_state> self, const caf::actor& to, Ts&&... xs) {
+    caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
+}
+
+void ensure_stepping(ExecutorActor::stateful_pointer<executor_state> self) {
     auto& st = self->state;
     if (!st.step_pending && st.engine->has_work()) {
         st.step_pending = true;
@@ -88,7 +95,7 @@ void push_kv_sample(executor_state& st, double t) {
 // Last resort when something escaped Engine::step (which catches its own failures): every request
 // of this pool in flight finishes with ERROR now, and is cancelled in the engine so that it frees
 // its KV; the actor lives on and serves later requests.
-void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what) {
+void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::string& what) {
     auto& st = self->state;
     const double t = now_s();
     StepOutput out;
@@ -103,7 +110,7 @@ void fail_all(caf::stateful_actor<executor_state>* self, const std::string& what
         out.items.push_back(std::move(item));
         st.engine->cancel(id);
     }
-    if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
+    if (!out.items.empty()) tell(self, st.relay, relay_atom::value, std::move(out));
     st.reply_to.clear();
 }
 
@@ -123,7 +130,7 @@ caf::behavior relay_actor(caf::event_based_actor* self, caf::actor_addr executor
     };
 }
 
-caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::unique_ptr<Engine>* engine,
+ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<executor_state> self, std::unique_ptr<Engine>* engine,
                              std::shared_ptr<const Model> model, std::shared_ptr<PoolLive> live,
                              std::shared_ptr<SharedState> shared, std::string pool) {
     pthread_setname_np(pthread_self(), "steward-exec");  // its own thread (detached): named for ps and gdb
@@ -182,7 +189,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 f.reason = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
-                self->send(sender, finish_atom::value, f);
+                tell(self, sender, finish_atom::value, f);
                 return;
             }
             st.reply_to[id] = sender;
@@ -198,7 +205,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             // Events recorded since the last step go to the present subscribers first; the new one
             // starts from every hash cached now (a front that connects to a running worker).
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
-                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
+                for (auto& [c, id] : st.caches) tell(self, c, kv_events_atom::value, KvEventBatch{id, kv});
             auto it = std::find_if(st.caches.begin(), st.caches.end(), [&](const auto& e) { return e.first == cache; });
             if (it != st.caches.end()) {
                 it->second = pool_id;
@@ -209,7 +216,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             }
             KvEventBatch now{pool_id, {}};
             for (BlockHash h : st.engine->cached_block_hashes()) now.events.push_back(KvEvent{KvEventKind::STORED, h});
-            if (!now.events.empty()) self->send(cache, kv_events_atom::value, std::move(now));
+            if (!now.events.empty()) tell(self, cache, kv_events_atom::value, std::move(now));
         },
         [=](kv_unsub_atom, caf::actor cache) {
             auto& st = self->state;
@@ -230,7 +237,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
             }
             // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
-                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
+                for (auto& [c, id] : st.caches) tell(self, c, kv_events_atom::value, KvEventBatch{id, kv});
             StepOutput out;
             out.items.reserve(events.size());
             const double te = now_s();
@@ -268,7 +275,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
                 }
                 out.items.push_back(std::move(item));
             }
-            if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
+            if (!out.items.empty()) tell(self, st.relay, relay_atom::value, std::move(out));
             if (auto ev = st.engine->take_evictions(); !ev.empty()) {
                 std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
                 for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket);
@@ -284,7 +291,7 @@ caf::behavior executor_actor(caf::stateful_actor<executor_state>* self, std::uni
 
 }  // namespace
 
-caf::actor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<const Model> model,
+ExecutorActor spawn_executor(caf::actor_system& sys, std::unique_ptr<Engine> engine, std::shared_ptr<const Model> model,
                           std::shared_ptr<PoolLive> live, std::shared_ptr<SharedState> shared, std::string pool_name) {
     // unique_ptr is move-only; CAF copies spawn arguments, so hand over a raw owner.
     auto* owner = new std::unique_ptr<Engine>(std::move(engine));

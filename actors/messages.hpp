@@ -245,6 +245,14 @@ typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
     return f(caf::meta::type_name("StepOutput"), x.items);
 }
 
+// The executor's interface (one per pool, spawn_executor): runs to start, runs to cancel, kept
+// sessions to end, KV event subscribers to add and drop, and its own step ticks. A message it does
+// not take fails to compile at the sender.
+using ExecutorActor = caf::typed_actor<caf::reacts_to<submit_atom, EngineRequest>, caf::reacts_to<cancel_atom, uint64_t>,
+                                       caf::reacts_to<session_atom, std::string>,
+                                       caf::reacts_to<kv_events_atom, caf::actor, uint64_t>,
+                                       caf::reacts_to<kv_unsub_atom, caf::actor>, caf::reacts_to<step_atom>>;
+
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.
 
 // request_actor -> kv_allocator_actor (admit_atom): reserve n_blocks for engine request `id`.
@@ -292,7 +300,8 @@ inline constexpr uint32_t k_wire_version = 1;
 // One pool of a worker (pool/pool.h's RemoteDescription, plus its actors).
 struct RemotePoolInfo {
     std::string pool;
-    caf::actor executor, kv_allocator;
+    ExecutorActor executor;
+    caf::actor kv_allocator;
     int32_t block_size = 0, n_blocks = 0, max_queue = 0;
     bool prefix_cache = true;
     std::vector<uint8_t> model_header;

@@ -36,7 +36,7 @@ namespace steward {
 // the worker's KV events and leaves its actors running.
 struct PoolHandle : Pool {
     explicit PoolHandle(Pool p) : Pool(std::move(p)) {}
-    caf::actor executor;
+    ExecutorActor executor;
     uint64_t id = 0;           // this pool instance, in the cache actor's index (never reused); 0: not wired yet
     caf::actor kv_allocator;   // admission before the executor's queue
     std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
@@ -56,11 +56,14 @@ struct PoolHandle : Pool {
         // resolves incoming messages there), which holds them strongly until the front releases
         // them; a front that vanished never does, and the executor's thread would wait forever
         // for its actor to be destroyed.
-        for (caf::actor* a : {&executor, &kv_allocator})
-            if (*a) {
-                caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-                a->home_system().registry().erase(a->id());
-            }
+        if (executor) {
+            caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+            executor->home_system().registry().erase(executor->id());
+        }
+        if (kv_allocator) {
+            caf::anon_send_exit(kv_allocator, caf::exit_reason::user_shutdown);
+            kv_allocator->home_system().registry().erase(kv_allocator->id());
+        }
     }
 };
 
