@@ -38,7 +38,7 @@ caf::actor spawn_cache(caf::actor_system& sys);
 // request; (quota_atom, tenant, quota_blocks) sets a quota. on_figures, when set, is called with the
 // pool's per-tenant figures after every change (the runtime puts them into the metrics).
 using AdmissionFiguresFn = std::function<void(const std::string& pool, std::vector<TenantAdmission> figures)>;
-caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures = {});
+KvAllocatorActor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures = {});
 // One per runtime: deadlines by owner (runtime/util/deadline_queue). (timer_add_atom, owner, at_s,
 // target, kind, arg) sends `target` req_deadline_atom (kind TimerKind::request) or (deadline_atom, arg)
 // (kind TimerKind::admission) at now_s() >= at_s; (timer_cancel_atom, owner) forgets every deadline

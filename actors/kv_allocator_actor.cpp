@@ -18,7 +18,13 @@ struct kv_allocator_state {
     static inline const char* name = "kv_allocator";
 };
 
-using self_ptr = caf::stateful_actor<kv_allocator_state>*;
+using self_ptr = KvAllocatorActor::stateful_pointer<kv_allocator_state>;
+
+// A later answer to a queued request's actor (dynamically typed), as the allocator: the request
+// takes admission answers only from its pool's allocator.
+void tell(self_ptr self, const caf::actor& to, AdmitAnswer a) {
+    caf::send_as(caf::actor_cast<caf::actor>(self), to, admit_atom::value, std::move(a));
+}
 
 AdmitAnswer to_answer(uint64_t id, const AdmissionDecision& d) {
     return AdmitAnswer{id, static_cast<int32_t>(d.verdict), static_cast<int32_t>(d.limit), d.n_blocks, d.message};
@@ -35,18 +41,18 @@ void notify(self_ptr self, const AdmissionUpdate& u) {
     for (uint64_t id : u.admitted) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        self->send(it->second, admit_atom::value, to_answer(id, AdmissionDecision{}));  // ADMIT
+        tell(self, it->second, to_answer(id, AdmissionDecision{}));  // ADMIT
         st.waiting.erase(it);
     }
     for (const auto& [id, d] : u.refused) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        self->send(it->second, admit_atom::value, to_answer(id, d));
+        tell(self, it->second, to_answer(id, d));
         st.waiting.erase(it);
     }
 }
 
-caf::behavior kv_allocator_actor(self_ptr self, AdmissionOptions opt, AdmissionFiguresFn on_figures) {
+KvAllocatorActor::behavior_type kv_allocator_actor(self_ptr self, AdmissionOptions opt, AdmissionFiguresFn on_figures) {
     self->state.core.emplace(std::move(opt));
     self->state.on_figures = std::move(on_figures);
     return {
@@ -80,7 +86,7 @@ caf::behavior kv_allocator_actor(self_ptr self, AdmissionOptions opt, AdmissionF
 
 }  // namespace
 
-caf::actor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures) {
+KvAllocatorActor spawn_kv_allocator(caf::actor_system& sys, AdmissionOptions opt, AdmissionFiguresFn on_figures) {
     return sys.spawn(kv_allocator_actor, std::move(opt), std::move(on_figures));
 }
 

@@ -291,6 +291,14 @@ typename Inspector::result_type inspect(Inspector& f, AllocatorStats& x) {
              x.n_reservations, x.n_waiting);
 }
 
+// The kv_allocator's interface (one per pool, spawn_kv_allocator): admit (answered now; a queued
+// request hears later, as a one-way (admit_atom, AdmitAnswer) message), release (answered once the
+// release is counted), a tenant's quota, its figures. A message it does not take fails to compile.
+using KvAllocatorActor = caf::typed_actor<caf::replies_to<admit_atom, AdmitRequest>::with<AdmitAnswer>,
+                                          caf::reacts_to<release_atom, uint64_t>,
+                                          caf::reacts_to<quota_atom, std::string, int32_t>,
+                                          caf::replies_to<stats_atom>::with<AllocatorStats>>;
+
 // ---- workers: what crosses the wire between a front and a worker besides the messages above.
 
 // The wire protocol's version: a front and a worker of different versions refuse each other at hello.
@@ -301,7 +309,7 @@ inline constexpr uint32_t k_wire_version = 1;
 struct RemotePoolInfo {
     std::string pool;
     ExecutorActor executor;
-    caf::actor kv_allocator;
+    KvAllocatorActor kv_allocator;
     int32_t block_size = 0, n_blocks = 0, max_queue = 0;
     bool prefix_cache = true;
     std::vector<uint8_t> model_header;

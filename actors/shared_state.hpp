@@ -38,7 +38,7 @@ struct PoolHandle : Pool {
     explicit PoolHandle(Pool p) : Pool(std::move(p)) {}
     ExecutorActor executor;
     uint64_t id = 0;           // this pool instance, in the cache actor's index (never reused); 0: not wired yet
-    caf::actor kv_allocator;   // admission before the executor's queue
+    KvAllocatorActor kv_allocator;  // admission before the executor's queue
     std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
     std::string worker;        // remote: the worker's "host:port"; "" local
     caf::actor worker_actor;   // remote: the worker's published actor (hello, heartbeats)

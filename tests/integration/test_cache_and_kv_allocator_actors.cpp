@@ -30,7 +30,7 @@ CachedTokens ask(caf::scoped_actor& self, const caf::actor& cache, const CacheQu
     return out;
 }
 
-AdmitAnswer admit(caf::scoped_actor& self, const caf::actor& alloc, uint64_t id, const std::string& tenant, int32_t n) {
+AdmitAnswer admit(caf::scoped_actor& self, const KvAllocatorActor& alloc, uint64_t id, const std::string& tenant, int32_t n) {
     AdmitAnswer out;
     self->request(alloc, caf::infinite, admit_atom::value, AdmitRequest{id, tenant, n})
         .receive([&](const AdmitAnswer& a) { out = a; }, [&](caf::error& e) { FAIL(self->system().render(e)); });
@@ -45,7 +45,7 @@ AdmitAnswer next_notice(caf::scoped_actor& self) {
     return out;
 }
 
-AllocatorStats alloc_stats(caf::scoped_actor& self, const caf::actor& alloc) {
+AllocatorStats alloc_stats(caf::scoped_actor& self, const KvAllocatorActor& alloc) {
     AllocatorStats out;
     self->request(alloc, caf::infinite, stats_atom::value).receive([&](const AllocatorStats& s) { out = s; },
                                                                    [&](caf::error& e) { FAIL(self->system().render(e)); });
