@@ -32,7 +32,7 @@ using ReloadFn = std::function<Expected<uint64_t>()>;
 ConfigActor spawn_config(caf::actor_system& sys, ReloadFn reload, std::function<void()> rejoin, std::weak_ptr<SharedState> shared);
 // One per runtime: the prefix index of every pool (runtime/kv/prefix_index), fed by the executors'
 // KvEventBatch messages and kv_drop_atom (a pool stopped); answers CacheQuery with CachedTokens.
-caf::actor spawn_cache(caf::actor_system& sys);
+CacheActor spawn_cache(caf::actor_system& sys);
 // One per pool: KV admission (runtime/kv/admission). Answers (admit_atom, AdmitRequest) with an
 // AdmitAnswer; a queued request later gets (admit_atom, AdmitAnswer) from it. (release_atom, id) ends a
 // request; (quota_atom, tenant, quota_blocks) sets a quota. on_figures, when set, is called with the

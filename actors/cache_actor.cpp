@@ -17,7 +17,7 @@ struct cache_state {
 
 // `name` is only there because CAF 0.17 spawns a function actor without arguments through a null
 // std::shared_ptr<std::tuple<>> that it dereferences (undefined behaviour UBSan reports).
-caf::behavior cache_actor(caf::stateful_actor<cache_state>* self, std::string name) {
+CacheActor::behavior_type cache_actor(CacheActor::stateful_pointer<cache_state> self, std::string name) {
     (void)name;
     return {
         [=](kv_events_atom, const KvEventBatch& b) { self->state.index.apply(b.pool_id, b.events); },
@@ -41,6 +41,6 @@ caf::behavior cache_actor(caf::stateful_actor<cache_state>* self, std::string na
 
 }  // namespace
 
-caf::actor spawn_cache(caf::actor_system& sys) { return sys.spawn(cache_actor, std::string("cache")); }
+CacheActor spawn_cache(caf::actor_system& sys) { return sys.spawn(cache_actor, std::string("cache")); }
 
 }  // namespace steward

@@ -35,7 +35,7 @@ struct executor_state {
     caf::actor relay;
     // Cache actors that get each step's KV events (kv_events_atom subscribes one), with this pool's
     // id in each one's index: the runtime's own, and the fronts of a worker's pool.
-    std::vector<std::pair<caf::actor, uint64_t>> caches;
+    std::vector<std::pair<CacheActor, uint64_t>> caches;
     bool step_pending = false;
     double last_kv_sample = 0;
     static inline const char* name = "executor";
@@ -200,12 +200,12 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             ensure_stepping(self);
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
-        [=](kv_events_atom, caf::actor cache, uint64_t pool_id) {
+        [=](kv_events_atom, CacheActor cache, uint64_t pool_id) {
             auto& st = self->state;
             // Events recorded since the last step go to the present subscribers first; the new one
             // starts from every hash cached now (a front that connects to a running worker).
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
-                for (auto& [c, id] : st.caches) tell(self, c, kv_events_atom::value, KvEventBatch{id, kv});
+                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
             auto it = std::find_if(st.caches.begin(), st.caches.end(), [&](const auto& e) { return e.first == cache; });
             if (it != st.caches.end()) {
                 it->second = pool_id;
@@ -216,9 +216,9 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             }
             KvEventBatch now{pool_id, {}};
             for (BlockHash h : st.engine->cached_block_hashes()) now.events.push_back(KvEvent{KvEventKind::STORED, h});
-            if (!now.events.empty()) tell(self, cache, kv_events_atom::value, std::move(now));
+            if (!now.events.empty()) self->send(cache, kv_events_atom::value, std::move(now));
         },
-        [=](kv_unsub_atom, caf::actor cache) {
+        [=](kv_unsub_atom, CacheActor cache) {
             auto& st = self->state;
             st.caches.erase(std::remove_if(st.caches.begin(), st.caches.end(), [&](const auto& e) { return e.first == cache; }),
                             st.caches.end());
@@ -237,7 +237,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             }
             // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
-                for (auto& [c, id] : st.caches) tell(self, c, kv_events_atom::value, KvEventBatch{id, kv});
+                for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
             StepOutput out;
             out.items.reserve(events.size());
             const double te = now_s();

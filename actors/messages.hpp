@@ -121,6 +121,12 @@ typename Inspector::result_type inspect(Inspector& f, CacheStats& x) {
     return f(caf::meta::type_name("CacheStats"), x.pool_ids, x.n_blocks, x.n_events);
 }
 
+// The cache actor's interface (one per runtime, spawn_cache): KV events in, a pool dropped, the
+// cached tokens of a prompt per pool, its figures. A message it does not take fails to compile.
+using CacheActor = caf::typed_actor<caf::reacts_to<kv_events_atom, KvEventBatch>, caf::reacts_to<kv_drop_atom, uint64_t>,
+                                    caf::replies_to<cache_atom, CacheQuery>::with<CachedTokens>,
+                                    caf::replies_to<stats_atom, std::vector<uint64_t>>::with<CacheStats>>;
+
 // ---- request, router and executor actors
 
 template <class Inspector>
@@ -250,8 +256,8 @@ typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
 // not take fails to compile at the sender.
 using ExecutorActor = caf::typed_actor<caf::reacts_to<submit_atom, EngineRequest>, caf::reacts_to<cancel_atom, uint64_t>,
                                        caf::reacts_to<session_atom, std::string>,
-                                       caf::reacts_to<kv_events_atom, caf::actor, uint64_t>,
-                                       caf::reacts_to<kv_unsub_atom, caf::actor>, caf::reacts_to<step_atom>>;
+                                       caf::reacts_to<kv_events_atom, CacheActor, uint64_t>,
+                                       caf::reacts_to<kv_unsub_atom, CacheActor>, caf::reacts_to<step_atom>>;
 
 // ---- kv_allocator actor (one per pool): admission before the engine's queue.
 

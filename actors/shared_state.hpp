@@ -43,7 +43,7 @@ struct PoolHandle : Pool {
     std::string worker;        // remote: the worker's "host:port"; "" local
     caf::actor worker_actor;   // remote: the worker's published actor (hello, heartbeats)
     caf::actor monitor;        // remote: this pool's monitor (heartbeats, loss, rejoin); spawned when wired
-    caf::actor cache;          // remote: the cache actor subscribed to the worker's KV events
+    CacheActor cache;          // remote: the cache actor subscribed to the worker's KV events
     bool remote() const { return !worker.empty(); }
     ~PoolHandle() {
         if (remote()) {
@@ -107,7 +107,7 @@ struct SharedState {
         current = std::move(s);
     }
 
-    caf::actor cache;                       // the runtime's cache actor (prefix index of every pool)
+    CacheActor cache;                       // the runtime's cache actor (prefix index of every pool)
     ConfigActor config;                      // the runtime's config actor (reloads; a worker's rejoin)
     TimerActor timers;                      // the runtime's timer actor (request and admission deadlines)
     TraceStore traces;                      // the last requests' decision traces

@@ -23,7 +23,7 @@ struct TestSystem {
     }
 };
 
-CachedTokens ask(caf::scoped_actor& self, const caf::actor& cache, const CacheQuery& q) {
+CachedTokens ask(caf::scoped_actor& self, const CacheActor& cache, const CacheQuery& q) {
     CachedTokens out;
     self->request(cache, caf::infinite, cache_atom::value, q)
         .receive([&](const CachedTokens& c) { out = c; }, [&](caf::error& e) { FAIL(self->system().render(e)); });
