@@ -569,15 +569,27 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
     size_t end = order.size();  // order[end..] were preempted this step
     std::vector<uint64_t> admitted;  // from waiting this step (running_ gets them after the loop)
     bool admitting = true;           // false once a waiting one found no room, or under pressure
+    // The best waiting request (the first of the minimal ones), found once and again only after the
+    // waiting queue changed: admit_one is asked before every running sequence, and a scan per ask
+    // cost running x waiting comparisons a step (milliseconds with hundreds waiting).
+    uint64_t best_id = 0;
+    bool best_known = false;
+    auto best_waiting = [&]() {
+        if (!best_known) {
+            best_id = waiting_.front();
+            for (uint64_t id : waiting_)
+                if (before(id, best_id)) best_id = id;
+            best_known = true;
+        }
+        return best_id;
+    };
     // Admits the best waiting request if it comes before `next` (0: whatever comes). False when none.
     auto admit_one = [&](uint64_t next) -> bool {
         if (!admitting || budget <= 0 || waiting_.empty() || (int)(end + admitted.size()) >= opt_.max_batch) return false;
         if (end < order.size()) return admitting = false;  // under memory pressure (a preemption) admit nothing new
-        auto best = waiting_.begin();
-        for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-            if (before(*it, *best)) best = it;
-        if (next && !before(*best, next)) return false;
-        Seq& s = *seqs_.at(*best);
+        const uint64_t best = best_waiting();
+        if (next && !before(best, next)) return false;
+        Seq& s = *seqs_.at(best);
         if (!s.kv) attach(s);
         const SeqKv& kv = mgr_.seq(s.kv);
         const int n = std::min(kv.n_tokens() - kv.n_computed, budget);
@@ -594,7 +606,8 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
             return admitting = false;
         }
         if (s.first_scheduled_s < 0) s.first_scheduled_s = now_s;
-        waiting_.erase(best);
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), best));
+        best_known = false;
         admitted.push_back(s.req.id);
         plan.push_back({s.req.id, n, {}});
         budget -= n;
@@ -617,6 +630,7 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
                 Seq& v = *seqs_.at(order[--end]);
                 preempt(v);
                 waiting_.push_front(v.req.id);
+                best_known = false;
                 ok = alloc_slots(s, n);
                 continue;
             }
@@ -625,6 +639,7 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
         if (!ok) {  // nothing left to preempt but itself
             preempt(s);
             waiting_.push_front(s.req.id);
+            best_known = false;
             end = i;
             break;
         }
