@@ -50,10 +50,10 @@ TimerActor spawn_timer(caf::actor_system& sys);
 // A worker process's published actor: answers (hello_atom, wire version) with WorkerInfo (its live
 // pools and their executor and kv_allocator actors, or why it refuses) and heartbeat_atom with
 // WorkerLoad. `version` is k_wire_version (a test may give another).
-caf::actor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shared, std::string name, uint32_t version);
+WorkerActor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shared, std::string name, uint32_t version);
 // Connects to the worker at "host:port" and says hello; errors name the worker and the fix.
 struct WorkerConnection {
-    caf::actor worker;
+    WorkerActor worker;
     WorkerInfo info;
 };
 Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, double timeout_ms);
@@ -63,7 +63,7 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
 // request that sent (watch_atom, actor). Lost, it tries the worker again every reconnect_ms and, once
 // the worker answers with the pool, sends rejoin_atom to the config actor.
 struct PoolMonitorArgs {
-    caf::actor worker;
+    WorkerActor worker;
     ExecutorActor executor;
     std::string address, remote_pool, pool;
     uint64_t pool_id = 0;

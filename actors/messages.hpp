@@ -360,6 +360,12 @@ typename Inspector::result_type inspect(Inspector& f, WorkerLoad& x) {
     return f(caf::meta::type_name("WorkerLoad"), x.pools);
 }
 
+// A worker process's published actor (spawn_worker): hello with the front's wire version ->
+// WorkerInfo, heartbeat -> WorkerLoad. A front connects to an address and takes what answers there
+// as this interface (connect_worker); a message it does not take fails to compile at the sender.
+using WorkerActor = caf::typed_actor<caf::replies_to<hello_atom, uint32_t>::with<WorkerInfo>,
+                                     caf::replies_to<heartbeat_atom>::with<WorkerLoad>>;
+
 // Registers every type above with a config (each node that sends or receives them).
 inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteQuery>("RouteQuery");

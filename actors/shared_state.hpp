@@ -41,7 +41,7 @@ struct PoolHandle : Pool {
     KvAllocatorActor kv_allocator;  // admission before the executor's queue
     std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
     std::string worker;        // remote: the worker's "host:port"; "" local
-    caf::actor worker_actor;   // remote: the worker's published actor (hello, heartbeats)
+    WorkerActor worker_actor;  // remote: the worker's published actor (hello, heartbeats)
     caf::actor monitor;        // remote: this pool's monitor (heartbeats, loss, rejoin); spawned when wired
     CacheActor cache;          // remote: the cache actor subscribed to the worker's KV events
     bool remote() const { return !worker.empty(); }

@@ -22,7 +22,7 @@ struct worker_state {
     static inline const char* name = "worker";
 };
 
-caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, std::weak_ptr<SharedState> shared, std::string name,
+WorkerActor::behavior_type worker_actor(WorkerActor::stateful_pointer<worker_state> self, std::weak_ptr<SharedState> shared, std::string name,
                            uint32_t version) {
     (void)self;  // stateless: every answer reads the runtime's live snapshot
     return {
@@ -191,7 +191,7 @@ caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
 
 }  // namespace
 
-caf::actor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shared, std::string name, uint32_t version) {
+WorkerActor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shared, std::string name, uint32_t version) {
     return sys.spawn(worker_actor, std::move(shared), std::move(name), version);
 }
 
@@ -204,10 +204,10 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
     // for as long as a peer that accepted the connection stays silent (not a Steward worker).
     const auto wait = std::chrono::milliseconds((int64_t)timeout_ms);
     caf::scoped_actor self{sys};
-    caf::actor a;
+    WorkerActor a;
     std::string why;
     self->request(sys.middleman().actor_handle(), wait, caf::connect_atom::value, host, (uint16_t)port)
-        .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { a = caf::actor_cast<caf::actor>(p); },
+        .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { a = caf::actor_cast<WorkerActor>(p); },
                  [&](caf::error& e) {
                      why = e == caf::sec::request_timeout
                                ? "it accepted the connection but did not complete CAF's handshake within " +

@@ -81,7 +81,7 @@ struct Runtime::Impl {
     std::mutex reload_mu;     // one reload at a time
     bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
-    caf::actor worker;        // published to fronts (listen_for_fronts), or null
+    WorkerActor worker;       // published to fronts (listen_for_fronts), or null
     uint16_t worker_port = 0;
     // Choices of submit_choices not submitted yet, for cancel().
     std::mutex choices_mu;
