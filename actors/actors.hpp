@@ -13,6 +13,14 @@
 
 namespace steward {
 
+// A message from a typed actor to a dynamically typed one (a request actor, the executor's relay),
+// as that actor: a typed actor's own send() takes typed receivers only, and a request actor checks
+// who sent its tokens, ends and admission answers.
+template <class Self, class... Ts>
+void tell_as(Self self, const caf::actor& to, Ts&&... xs) {
+    caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
+}
+
 struct SharedState;  // runtime-wide objects the actors share (defined in actors/shared_state.hpp)
 struct Snapshot;
 struct PoolLive;

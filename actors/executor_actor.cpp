@@ -49,18 +49,11 @@ struct executor_state {
                      "all-reduce {:.1f}, overheads {:.1f}, drafts {:.1f}), median step {:.2f} ms, {} steps ({:.1f}%) overran their "
                      "device time / dilation, by {:.1f} ms in all{}",
                      pool, engine->options().sim->device.name, es.n_steps, es.sim_device_s, es.sim_gemm_s, es.sim_attn_s,
-                     es.sim_comm_s, es.sim_overhead_s, es.sim_draft_s, es.sim_step_p50_s * 1e3, es.sim_overruns,
+                     es.sim_comm_s, es.sim_overhead_s, es.sim_draft_s, engine->sim_median_step_s() * 1e3, es.sim_overruns,
                      100.0 * (double)es.sim_overruns / (double)es.n_steps, es.sim_overrun_s * 1e3,
                      es.sim_overruns * 10 > es.n_steps ? ": lower [sim] dilation for faithful latencies" : "");
     }
 };
-
-// A message from the executor to a dynamically typed actor (the relay, a request actor, a cache
-// actor), as the executor: a typed actor's own send() takes typed receivers only.
-template <class... Ts>
-void tell(ExecutorActor::stateful_pointer<executor_state> self, const caf::actor& to, Ts&&... xs) {
-    caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
-}
 
 void ensure_stepping(ExecutorActor::stateful_pointer<executor_state> self) {
     auto& st = self->state;
@@ -110,7 +103,7 @@ void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::s
         out.items.push_back(std::move(item));
         st.engine->cancel(id);
     }
-    if (!out.items.empty()) tell(self, st.relay, relay_atom::value, std::move(out));
+    if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));
     st.reply_to.clear();
 }
 
@@ -189,7 +182,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 f.reason = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
-                tell(self, sender, finish_atom::value, f);
+                tell_as(self, sender, finish_atom::value, f);
                 return;
             }
             st.reply_to[id] = sender;
@@ -275,7 +268,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 }
                 out.items.push_back(std::move(item));
             }
-            if (!out.items.empty()) tell(self, st.relay, relay_atom::value, std::move(out));
+            if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));
             if (auto ev = st.engine->take_evictions(); !ev.empty()) {
                 std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
                 for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket);

@@ -20,12 +20,6 @@ struct kv_allocator_state {
 
 using self_ptr = KvAllocatorActor::stateful_pointer<kv_allocator_state>;
 
-// A later answer to a queued request's actor (dynamically typed), as the allocator: the request
-// takes admission answers only from its pool's allocator.
-void tell(self_ptr self, const caf::actor& to, AdmitAnswer a) {
-    caf::send_as(caf::actor_cast<caf::actor>(self), to, admit_atom::value, std::move(a));
-}
-
 AdmitAnswer to_answer(uint64_t id, const AdmissionDecision& d) {
     return AdmitAnswer{id, static_cast<int32_t>(d.verdict), static_cast<int32_t>(d.limit), d.n_blocks, d.message};
 }
@@ -41,13 +35,13 @@ void notify(self_ptr self, const AdmissionUpdate& u) {
     for (uint64_t id : u.admitted) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        tell(self, it->second, to_answer(id, AdmissionDecision{}));  // ADMIT
+        tell_as(self, it->second, admit_atom::value, to_answer(id, AdmissionDecision{}));  // ADMIT (as the allocator)
         st.waiting.erase(it);
     }
     for (const auto& [id, d] : u.refused) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        tell(self, it->second, to_answer(id, d));
+        tell_as(self, it->second, admit_atom::value, to_answer(id, d));
         st.waiting.erase(it);
     }
 }

@@ -137,6 +137,13 @@ std::vector<double> SimBackend::price_drafts(std::span<const SimDraftWork> work,
     return share;
 }
 
+double SimBackend::median_step_s() const {
+    if (figures_.step_s.empty()) return -1;
+    std::vector<float> v = figures_.step_s;
+    std::nth_element(v.begin(), v.begin() + (std::ptrdiff_t)(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
 Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<float>& logits) {
     logits.clear();
     decided_.clear();

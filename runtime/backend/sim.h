@@ -89,6 +89,7 @@ public:
     std::vector<double> price_drafts(std::span<const SimDraftWork> work, std::span<const SimSeqWork> decoding,
                                      std::array<double, 4>& per_token_ms);
     const SimFigures& figures() const { return figures_; }
+    double median_step_s() const;  // of figures().step_s; -1 before the first step
 
 private:
     std::shared_ptr<const SimPoolConfig> sim_;

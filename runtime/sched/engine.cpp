@@ -921,11 +921,6 @@ EngineStats Engine::stats() const {
         st.sim_comm_s = f.comm_s;
         st.sim_overhead_s = f.overhead_s;
         st.sim_draft_s = f.draft_s;
-        if (!f.step_s.empty()) {
-            std::vector<float> v = f.step_s;
-            std::nth_element(v.begin(), v.begin() + (std::ptrdiff_t)(v.size() / 2), v.end());
-            st.sim_step_p50_s = v[v.size() / 2];
-        }
     }
     return st;
 }

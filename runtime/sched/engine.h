@@ -194,7 +194,6 @@ struct EngineStats {
     // Of sim_device_s: the target forwards' weight GEMMs, attention, all-reduces and fixed
     // overheads, and the draft forwards (the cost model's terms, summed over steps).
     double sim_gemm_s = 0, sim_attn_s = 0, sim_comm_s = 0, sim_overhead_s = 0, sim_draft_s = 0;
-    double sim_step_p50_s = 0;  // the median step's device time (of the first 1M steps)
 };
 
 // Structured output, shared by the plain and the speculative path: whether a constrained request
@@ -228,6 +227,9 @@ public:
     std::string backend_name() const { return be_->describe(); }
     // Whether requests may draft with source DRAFT: a draft model, or a simulated pool's draft shape.
     bool has_draft_model() const { return draft_ != nullptr || (sim_ && sim_->has_draft()); }
+    // A simulated pool's median step device time in seconds (-1: not simulated, or no step yet).
+    // Computed when asked (a copy and a selection over the steps), not in every stats().
+    double sim_median_step_s() const { return sim_ ? sim_->median_step_s() : -1; }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.
