@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -146,7 +147,12 @@ private:
         // (slowloris) is dropped when it passes.
         stream_.expires_after(ms(srv_.cfg.read_timeout_ms));
         http::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-            if (ec || self->parser_->is_done()) return self->on_read(ec);
+            if (ec) return self->on_read(ec);
+            // A transfer coding other than chunked alone leaves the body's length unknown: reading on
+            // would take the body for a next request (request smuggling). RFC 9112 6.1: answer 501
+            // and close.
+            if (auto te = self->unsupported_transfer_coding()) return self->send_error_and_close(*te);
+            if (self->parser_->is_done()) return self->on_read(ec);
             // curl (and others) send "Expect: 100-continue" before a large body and wait for it.
             if (beast::iequals(self->parser_->get()[http::field::expect], "100-continue")) {
                 static const std::string k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -157,6 +163,26 @@ private:
             }
             self->read_body();
         });
+    }
+    std::optional<ApiError> unsupported_transfer_coding() const {
+        const auto& h = parser_->get();
+        std::string codings;
+        int n_fields = 0;
+        for (const auto& f : h)
+            if (f.name() == http::field::transfer_encoding) {
+                n_fields++;
+                codings.assign(f.value().data(), f.value().size());
+            }
+        if (n_fields == 0) return std::nullopt;
+        const auto trimmed = [](std::string s) {
+            const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+            return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+        };
+        if (n_fields == 1 && beast::iequals(trimmed(codings), "chunked")) return std::nullopt;
+        return ApiError{501,
+                        "Transfer-Encoding '" + (n_fields == 1 ? trimmed(codings) : std::string("(") + std::to_string(n_fields) + " fields)") +
+                            "' is not supported: send the body with Content-Length or 'Transfer-Encoding: chunked' alone",
+                        "invalid_request_error", "", "unsupported_transfer_encoding"};
     }
     void read_body() {
         http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
@@ -185,7 +211,8 @@ private:
         res->set(http::field::server, "steward");
         res->set(http::field::content_type, content_type);
         for (auto& [k, v] : headers) res->set(k, v);
-        res->keep_alive(!close && req_.keep_alive() && !peer_eof_);
+        // After the client's half-close, requests it pipelined before it are still answered.
+        res->keep_alive(!close && req_.keep_alive() && (!peer_eof_ || buf_.size() > 0));
         res->body() = std::move(body);
         res->prepare_payload();
         stop_watching_then([self = shared_from_this(), res] {

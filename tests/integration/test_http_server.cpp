@@ -1066,3 +1066,98 @@ TEST_CASE("a streamed stop string spanning several tokens is never sent, and the
     CHECK(finish == "stop");
     CHECK(completion_tokens > 0);
 }
+
+namespace {
+// Everything the server sends on `sock` until it closes (or `timeout_ms` of silence).
+std::string read_until_close(tcp::socket& sock, int timeout_ms = 5000) {
+    std::string got;
+    char buf[4096];
+    while (true) {
+        pollfd p{sock.native_handle(), POLLIN, 0};
+        if (::poll(&p, 1, timeout_ms) <= 0) break;
+        beast::error_code ec;
+        const size_t n = sock.read_some(net::buffer(buf), ec);
+        if (ec || n == 0) break;
+        got.append(buf, n);
+    }
+    return got;
+}
+size_t count_of(const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+}
+}  // namespace
+
+TEST_CASE("Transfer-Encoding other than chunked: 501, the connection closed, the body never read as a request", "[http][limits]") {
+    auto s = serve_with();
+    // The body is a whole second request: a server that read on would answer it too.
+    const std::string smuggled = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (const std::string te : {"gzip", "identity", "deflate", "chunked, identity", "gzip, chunked"}) {
+        INFO("Transfer-Encoding: " << te);
+        net::io_context io;
+        tcp::socket sock = connect(io, s.port);
+        const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + te + "\r\n\r\n" + smuggled;
+        net::write(sock, net::buffer(req));
+        const std::string got = read_until_close(sock);
+        CHECK(got.rfind("HTTP/1.1 501", 0) == 0);
+        CHECK(got.find("unsupported_transfer_encoding") != std::string::npos);
+        CHECK(count_of(got, "HTTP/1.1 ") == 1);  // the smuggled GET got no answer
+        CHECK(got.find("Connection: close") != std::string::npos);
+    }
+    // Two Transfer-Encoding fields are refused the same way.
+    {
+        net::io_context io;
+        tcp::socket sock = connect(io, s.port);
+        net::write(sock, net::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled));
+        const std::string got = read_until_close(sock);
+        INFO(got);
+        CHECK((got.rfind("HTTP/1.1 501", 0) == 0 || got.rfind("HTTP/1.1 400", 0) == 0));  // the parser may refuse it first
+        CHECK(count_of(got, "HTTP/1.1 ") == 1);
+        CHECK(got.find("Connection: close") != std::string::npos);
+    }
+    // chunked alone is HTTP/1.1's own framing: it works, and the next request on the connection too.
+    {
+        net::io_context io;
+        tcp::socket sock = connect(io, s.port);
+        const std::string body = json{{"prompt", "te"}, {"max_tokens", 2}, {"temperature", 0}}.dump();
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx", body.size());
+        net::write(sock, net::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(size) +
+                                     "\r\n" + body + "\r\n0\r\n\r\n"));
+        beast::flat_buffer buf;
+        http::response<http::string_body> res;
+        http::read(sock, buf, res);
+        CHECK(res.result_int() == 200);
+        CHECK(json::parse(res.body())["choices"][0]["text"] == greedy_text(*s.rt, "te", 2));
+        CHECK(res.keep_alive());
+    }
+}
+
+TEST_CASE("requests pipelined before a half-close are all answered in order", "[http][limits]") {
+    auto s = serve_with();
+    net::io_context io;
+    tcp::socket sock = connect(io, s.port);
+    std::string all;
+    const int n = 10;
+    for (int i = 0; i < n; i++) {
+        const std::string body = json{{"prompt", "p" + std::to_string(i)}, {"max_tokens", 2}, {"temperature", 0}}.dump();
+        all += "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    }
+    net::write(sock, net::buffer(all));
+    sock.shutdown(tcp::socket::shutdown_send);
+    beast::flat_buffer buf;
+    for (int i = 0; i < n; i++) {
+        INFO("response " << i);
+        http::response<http::string_body> res;
+        beast::error_code ec;
+        http::read(sock, buf, res, ec);
+        REQUIRE(!ec);
+        CHECK(res.result_int() == 200);
+        CHECK(json::parse(res.body())["choices"][0]["text"] == greedy_text(*s.rt, "p" + std::to_string(i), 2));
+    }
+    char c;
+    beast::error_code ec;
+    sock.read_some(net::buffer(&c, 1), ec);
+    CHECK(ec == net::error::eof);
+}
