@@ -139,8 +139,15 @@ using PolicyParam = std::variant<int64_t, double, bool, std::string>;
 
 // A bucket's [bucket.routing] / [bucket.eviction] / [bucket.speculation] table: the plugin (a name
 // searched in the plugin directories, or a path) and every other key as its parameters.
+// Where a bucket's plugin instance runs ([plugins] isolation, or isolation in the policy's table).
+enum class PluginIsolation {
+    IN_PROCESS,  // "in_process": in the server's own process (the fastest; a crash takes the server down)
+    PROCESS,     // "process": in a supervised plugin host process; a crash or hang costs that decision
+};
+
 struct PolicySpec {
     std::string plugin;
+    std::optional<PluginIsolation> isolation;        // this table's `isolation`; none: [plugins] isolation
     std::map<std::string, PolicyParam> params;
     std::map<std::string, std::string> param_where;  // key -> file:line:column
     std::string where;                               // the table's file:line:column
@@ -215,6 +222,10 @@ struct PluginsConfig {
     // and one decision of each kind there: a crash or hang fails the load, naming the plugin.
     bool check_in_child = false;
     double check_timeout_ms = 5000;  // the child's time limit
+    // Where plugin instances run unless a policy table says otherwise (docs/plugin-abi.md#isolation).
+    // "process": each instance in a plugin host process of its own, restarted after a crash or hang;
+    // check_timeout_ms also bounds its create().
+    PluginIsolation isolation = PluginIsolation::IN_PROCESS;
 };
 
 // [reload]

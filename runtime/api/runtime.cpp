@@ -569,7 +569,8 @@ void Runtime::end_session(const std::string& session) {
 namespace {
 void refresh_policy_figures(SharedState& sh) {
     std::vector<PolicyFigure> f;
-    for (const auto& c : sh.policy_counters.all()) f.push_back({c->bucket, c->kind, c->plugin, c->n_calls.load(), c->n_invalid.load(), c->n_declined.load(), c->n_timed_out.load()});
+    for (const auto& c : sh.policy_counters.all()) f.push_back({c->bucket, c->kind, c->plugin, c->n_calls.load(), c->n_invalid.load(), c->n_declined.load(), c->n_timed_out.load(),
+                                                              c->n_crashed.load(), c->n_restarts.load(), c->n_unavailable.load()});
     sh.metrics->set_policy_figures(std::move(f));
 }
 }  // namespace

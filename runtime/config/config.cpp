@@ -87,6 +87,18 @@ public:
         return fail_at(*n, ctx_ + "." + key + " is " + v.str() + "; it must be " + want);
     }
     bool has(const char* key) const { return t_.get(key) != nullptr; }
+    // A plugin isolation mode: "in_process" or "process"; left unset when the key is absent.
+    bool get_isolation(const char* key, std::optional<PluginIsolation>& out) {
+        std::string v;
+        if (!get(key, v)) return false;
+        const toml::node* n = t_.get(key);
+        if (!n) return true;
+        if (v == "in_process") return out = PluginIsolation::IN_PROCESS, true;
+        if (v == "process") return out = PluginIsolation::PROCESS, true;
+        return fail_at(*n, ctx_ + "." + key + " is \"" + v +
+                               "\"; use \"in_process\" (plugins run inside the server) or \"process\" (each plugin "
+                               "instance in a supervised plugin host process; docs/plugin-abi.md#isolation)");
+    }
     template <typename T>
     bool get_opt(const char* key, std::optional<T>& out) {
         if (!t_.get(key)) {
@@ -318,11 +330,13 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     const std::filesystem::path base = std::filesystem::path(src).parent_path();
     if (const toml::table* t = top.sub("plugins")) {
         TableReader r(*t, src, "[plugins]");
+        std::optional<PluginIsolation> isolation;
         if (!r.get("dirs", c.plugins.dirs) || !r.get("decision_budget_ms", c.plugins.decision_budget_ms) ||
             !r.get("step_decision_budget_ms", c.plugins.step_decision_budget_ms) ||
             !r.get("check_in_child", c.plugins.check_in_child) || !r.get("check_timeout_ms", c.plugins.check_timeout_ms) ||
-            !r.finish())
+            !r.get_isolation("isolation", isolation) || !r.finish())
             return fail(r.err);
+        if (isolation) c.plugins.isolation = *isolation;
         for (double v : {c.plugins.decision_budget_ms, c.plugins.step_decision_budget_ms, c.plugins.check_timeout_ms})
             if (!(v >= 0 && v <= 3.6e6))
                 return fail(where(src, t->source()) +
@@ -631,7 +645,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 spec.where = where(src, pt->source());
                 TableReader pr(*pt, src, std::string("[bucket.") + kind + "]");
                 const bool is_spec = std::string(kind) == "speculation";
-                if (!pr.get("plugin", spec.plugin) ||
+                if (!pr.get("plugin", spec.plugin) || !pr.get_isolation("isolation", spec.isolation) ||
                     (is_spec && (!pr.get("source", b.speculation_source) ||
                                  !pr.get_in("self_layers", b.speculation_self_layers, 1, 1024, "in [1, the target's layers)") ||
                                  !pr.get("tree", b.speculation_tree) ||

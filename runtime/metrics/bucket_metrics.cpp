@@ -639,7 +639,8 @@ nlohmann::json MetricsRegistry::to_json() const {
     for (const PolicyFigure& p : policies_)
         policies.push_back({{"bucket", p.bucket}, {"kind", p.kind}, {"plugin", p.plugin}, {"decisions", p.n_calls},
                             {"invalid_decisions", p.n_invalid}, {"declined_decisions", p.n_declined},
-                            {"timed_out_decisions", p.n_timed_out}});
+                            {"timed_out_decisions", p.n_timed_out}, {"host_crashes", p.n_crashed},
+                            {"host_restarts", p.n_restarts}, {"unavailable_decisions", p.n_unavailable}});
     nlohmann::json config = {{"generation", generation_},
                              {"reloads_ok", n_reload_ok_},
                              {"reloads_failed", n_reload_failed_},
@@ -959,6 +960,19 @@ std::string MetricsRegistry::to_prometheus() const {
            "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.");
     for (const PolicyFigure& p : policies_)
         out += "steward_plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
+    family("steward_plugin_crashes_total", "counter",
+           "Plugin host processes (isolation = \"process\") that ended: crashed, exited, answered garbage, or were "
+           "killed after overrunning a decision budget.");
+    for (const PolicyFigure& p : policies_)
+        out += "steward_plugin_crashes_total{" + plabel(p) + "} " + std::to_string(p.n_crashed) + "\n";
+    family("steward_plugin_restarts_total", "counter", "Plugin host processes restarted after a crash (with backoff).");
+    for (const PolicyFigure& p : policies_)
+        out += "steward_plugin_restarts_total{" + plabel(p) + "} " + std::to_string(p.n_restarts) + "\n";
+    family("steward_plugin_unavailable_decisions_total", "counter",
+           "Plugin decisions answered by the safe default because the plugin's host process had died (the call that "
+           "found it dead, and every call until its restart).");
+    for (const PolicyFigure& p : policies_)
+        out += "steward_plugin_unavailable_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_unavailable) + "\n";
     // Speculative decoding: vLLM's spec_decode_num_* counters (per position too), then ours.
     counter("steward_spec_decode_num_drafts_total", "Target verifications of a non-empty draft.",
             [](const BucketMetrics& m) { return m.n_drafts; });

@@ -252,6 +252,9 @@ struct PolicyFigure {
     int64_t n_calls = 0, n_invalid = 0;
     int64_t n_declined = 0;  // eviction: "no victim" answers (the engine then preempts or waits)
     int64_t n_timed_out = 0; // answered by the safe default: over the time budget, or while an overrun call ran
+    // isolation = "process": plugin host processes that ended (crashed, exited, garbled, killed after
+    // an overrun), restarts, and decisions answered by the safe default because the host had died.
+    int64_t n_crashed = 0, n_restarts = 0, n_unavailable = 0;
 };
 
 // Aggregates records per bucket and overall; writes the figures.

@@ -202,6 +202,22 @@ Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open(const std::string& 
         return make_error("cannot load plugin '", path, "': ", dl_err,
                           "; it must be a shared library built for this machine (see docs/plugin-abi.md)");
     }
+    return adopt(h, copy_fd, path, kind, serial);
+}
+
+Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::open_fd(int fd, const std::string& path, PolicyKind kind) {
+    ::dlerror();
+    void* h = ::dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char* e = ::dlerror();
+        ::close(fd);
+        return make_error("cannot load plugin '", path, "' in the plugin host: ", e ? e : "dlopen failed");
+    }
+    return adopt(h, fd, path, kind, ++g_serial);
+}
+
+Expected<std::shared_ptr<PluginLibrary>> PluginLibrary::adopt(void* h, int copy_fd, const std::string& path, PolicyKind kind,
+                                                              uint64_t serial) {
     std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
     lib->handle_ = h;  // closed by the destructor on every error path below
     lib->copy_fd_ = copy_fd;

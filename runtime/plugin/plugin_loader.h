@@ -34,6 +34,10 @@ public:
     // [STEWARD_POLICY_ABI_VERSION_MIN, STEWARD_POLICY_ABI_VERSION], kind mismatch, table missing / of a
     // newer version / smaller than a version 1 table / missing a required function.
     static Expected<std::shared_ptr<PluginLibrary>> open(const std::string& path, PolicyKind kind);
+    // Loads the already checked copy open at `fd` (a plugin host gets the server's copy this way), with
+    // the checks of open() after dlopen; takes `fd` over (closed with the library, or on error). `path`
+    // names the plugin in messages.
+    static Expected<std::shared_ptr<PluginLibrary>> open_fd(int fd, const std::string& path, PolicyKind kind);
 
     const std::string& path() const { return path_; }
     PolicyKind kind() const { return kind_; }
@@ -46,9 +50,13 @@ public:
     const steward_eviction_table* eviction() const { return &eviction_; }
     const steward_speculation_table* speculation() const { return &speculation_; }
     uint64_t load_serial() const { return serial_; }  // distinct per load: tells a reloaded copy apart
+    int copy_fd() const { return copy_fd_; }  // the checked private copy (O_CLOEXEC), for a plugin host
 
 private:
     PluginLibrary() = default;
+    // The checks after dlopen (entry point, versions, kind, table); owns h and copy_fd from here.
+    static Expected<std::shared_ptr<PluginLibrary>> adopt(void* h, int copy_fd, const std::string& path, PolicyKind kind,
+                                                          uint64_t serial);
     std::string path_;
     PolicyKind kind_ = PolicyKind::ROUTING;
     void* handle_ = nullptr;

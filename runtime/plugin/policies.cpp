@@ -3,6 +3,8 @@
 // to the newest function the plugin's table has (route_v2, choose_victim_v2, draft_budget_seq).
 #include "plugin/policies.h"
 
+#include "plugin/plugin_process.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -23,69 +25,10 @@ namespace steward {
 // writes only memory it keeps alive. Only one call at a time touches the slots (the worker refuses a
 // second while one runs). destroy() runs when the last owner (the instance, or an abandoned call that
 // finally returned) lets go.
-struct PolicyCore {
+struct PolicyCore : PluginCall {
     std::shared_ptr<PluginLibrary> lib;
-    steward_policy* self = nullptr;
+    steward_policy* self = nullptr;  // null when the instance lives in a plugin host process
     std::unique_ptr<steward_params> params;
-    int rc = STEWARD_PLUGIN_ERR;
-    // routing
-    RouteInput in;
-    std::vector<std::string> pool_names;
-    std::vector<steward_pool_view> pools;
-    std::vector<steward_pool_extra> extra;
-    std::vector<steward_pool_load> loads;  // worker strings point into in.pool_loads
-    steward_route_request req{};
-    steward_route_context ctx{};
-    steward_route_decision d{};
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    steward_token_view token_view{};
-    int32_t up = 0;
-    steward_route_outcome outcome{};
-    // eviction
-    std::vector<steward_evict_candidate> cands;
-    std::vector<steward_evict_tenant> tenants;
-    std::vector<std::string> tenant_name_store;
-    std::vector<const char*> tenant_names;
-    std::string requesting_tenant;
-    steward_evict_context ecx{};
-    steward_evict_request erq{};
-    uint32_t victim = 0;
-    // speculation
-    std::string spec_bucket, spec_tenant;
-    std::vector<double> spec_accept, spec_bucket_accept;  // what seq.accept_pos / bucket_accept_pos point at
-    steward_spec_seq seq{};
-    steward_spec_stats stats{};
-    int32_t budget = 0;
-
-    // Points req / ctx at `in` (after it was copied here) for n_pools pools.
-    void point_route_views(size_t n_pools) {
-        req = steward_route_request{in.request_id, in.bucket.c_str(), in.tenant.c_str(), in.n_prompt_tokens, in.max_tokens,
-                                    in.temperature, in.tools ? 1 : 0, in.response_format.c_str()};
-        ctx = steward_route_context{};
-        ctx.size = sizeof ctx;
-        ctx.session = in.session.c_str();
-        ctx.session_pool = in.session_pool >= 0 && (size_t)in.session_pool < n_pools ? in.session_pool : -1;
-        ctx.priority = in.priority;
-        ctx.slo_ttft_ms = in.slo_ttft_ms;
-        ctx.slo_tpot_ms = in.slo_tpot_ms;
-        ctx.deadline_ms = in.deadline_ms;
-        extra.resize(n_pools);
-        for (size_t i = 0; i < n_pools; i++)
-            extra[i].n_cached_prompt_tokens = i < in.n_cached_prompt_tokens.size() ? in.n_cached_prompt_tokens[i] : -1;
-        ctx.pools = n_pools ? extra.data() : nullptr;
-        loads.resize(n_pools);
-        for (size_t i = 0; i < n_pools; i++) {
-            if (i < in.pool_loads.size()) {
-                const RouteInput::PoolLoad& l = in.pool_loads[i];
-                loads[i] = steward_pool_load{l.n_kv_blocks_used, l.n_kv_blocks_total, l.block_size, l.n_inflight,
-                                             l.worker.c_str()};
-            } else {
-                loads[i] = steward_pool_load{-1, -1, 0, -1, ""};
-            }
-        }
-        ctx.loads = n_pools ? loads.data() : nullptr;
-    }
 
     ~PolicyCore() {
         if (!self || !lib) return;
@@ -186,8 +129,22 @@ bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call) {
     return false;
 }
 
+bool PolicyInstance::call_op(const char* fn, PluginOp op) {
+    if (!proc_) return call_plugin(fn, [core = core_, op] { core->invoke(*core->lib, core->self, op); });
+    switch (proc_->call(op, *core_, budget_ms_)) {
+        case PluginProcess::Result::DONE: return true;
+        case PluginProcess::Result::TIMED_OUT: counters_->n_timed_out++; return false;  // the process logged it
+        case PluginProcess::Result::FAILED:
+        case PluginProcess::Result::DOWN: return false;  // counted and logged by the process
+    }
+    return false;
+}
+
+steward_policy* PolicyInstance::plugin_self() const { return core_ ? core_->self : nullptr; }
+
 Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
-                                    std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools) {
+                                    std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools,
+                                    const InstanceIsolation& iso) {
     lib_ = std::move(lib);
     bucket_ = bucket;
     plugin_ = spec.plugin;
@@ -201,6 +158,15 @@ Expected<bool> PolicyInstance::init(std::shared_ptr<PluginLibrary> lib, const Po
     params_->plugin = spec.plugin;
     params_->kind = policy_kind_name(lib_->kind());
     params_->pools = pools;
+    if (iso.where == PluginIsolation::PROCESS) {
+        // create() runs in the plugin host (the same code as below, there); params_ stays for the bucket
+        // name the eviction request carries.
+        auto proc = PluginProcess::start({lib_, spec, bucket, pools, counters_, iso.create_timeout_ms});
+        if (!proc) return proc.error();
+        proc_ = std::move(*proc);
+        params_->spec = nullptr;
+        return true;
+    }
     char err[512] = {0};
     steward_policy* out = nullptr;
     int rc = STEWARD_PLUGIN_ERR;
@@ -241,8 +207,8 @@ void PolicyInstance::invalid(const std::string& what) {
 Expected<std::unique_ptr<RoutingPolicy>> RoutingPolicy::create(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
                                                                const std::string& bucket,
                                                                std::shared_ptr<PolicyCounters> counters,
-                                                               const std::vector<std::string>& pools) {
-    return make<RoutingPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
+                                                               const std::vector<std::string>& pools, const InstanceIsolation& iso) {
+    return make<RoutingPolicy>(std::move(lib), spec, bucket, std::move(counters), pools, iso);
 }
 
 RoutingPolicy::~RoutingPolicy() = default;
@@ -289,12 +255,7 @@ steward_route_decision RoutingPolicy::route(const RouteInput& in, const std::vec
         c.point_route_views(pools.size());
         c.d = safe;
         counters_->n_calls++;
-        const bool ok = call_plugin(fn, [core = core_, t] {
-            PolicyCore& k = *core;
-            k.rc = t.route_v2 ? t.route_v2(k.self, &k.req, &k.ctx, k.pools.data(), (uint32_t)k.pools.size(), &k.d)
-                              : t.route(k.self, &k.req, k.pools.data(), (uint32_t)k.pools.size(), &k.d);
-        });
-        if (!ok) {
+        if (!call_op(fn, PluginOp::ROUTE)) {
             *fallback = true;
             return safe;
         }
@@ -344,11 +305,7 @@ bool RoutingPolicy::check_upgrade(const RouteInput& in, const steward_token_view
                                           tokens.n, tokens.finished};
         c.up = 0;
         counters_->n_calls++;
-        const auto fnp = lib_->routing()->check_upgrade;
-        if (!call_plugin("check_upgrade()", [core = core_, fnp] {
-                PolicyCore& k = *core;
-                k.rc = fnp(k.self, &k.req, &k.token_view, &k.up);
-            })) {
+        if (!call_op("check_upgrade()", PluginOp::CHECK_UPGRADE)) {
             *fallback = true;
             return false;
         }
@@ -390,12 +347,7 @@ void RoutingPolicy::on_outcome(const RouteInput& in, const RouteOutcome& o) {
         out.e2e_ms = o.e2e_ms;
         out.cost = o.cost;
         counters_->n_outcomes++;
-        const auto fnp = lib_->routing()->on_outcome;
-        if (!call_plugin("on_outcome()", [core = core_, fnp] {
-                PolicyCore& k = *core;
-                k.rc = fnp(k.self, &k.req, &k.ctx, &k.outcome);
-            }))
-            return;
+        if (!call_op("on_outcome()", PluginOp::ON_OUTCOME)) return;
         rc = c.rc;
     }
     if (rc != STEWARD_PLUGIN_OK && !logged_.exchange(true))
@@ -407,8 +359,8 @@ void RoutingPolicy::on_outcome(const RouteInput& in, const RouteOutcome& o) {
 Expected<std::unique_ptr<PluginEvictionPolicy>> PluginEvictionPolicy::create(std::shared_ptr<PluginLibrary> lib,
                                                                              const PolicySpec& spec, const std::string& bucket,
                                                                              std::shared_ptr<PolicyCounters> counters,
-                                                                             const std::vector<std::string>& pools) {
-    return make<PluginEvictionPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
+                                                                             const std::vector<std::string>& pools, const InstanceIsolation& iso) {
+    return make<PluginEvictionPolicy>(std::move(lib), spec, bucket, std::move(counters), pools, iso);
 }
 
 PluginEvictionPolicy::~PluginEvictionPolicy() = default;
@@ -451,12 +403,7 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
         }
         c.victim = 0;
         counters_->n_calls++;
-        if (!call_plugin(fn, [core = core_, t] {
-                PolicyCore& k = *core;
-                k.rc = t.choose_victim_v2 ? t.choose_victim_v2(k.self, &k.ecx, &k.erq, k.cands.data(), (uint32_t)k.cands.size(), &k.victim)
-                                          : t.choose_victim(k.self, &k.ecx, k.cands.data(), (uint32_t)k.cands.size(), &k.victim);
-            }))
-            return 0;
+        if (!call_op(fn, PluginOp::CHOOSE_VICTIM)) return 0;
         rc = c.rc;
         victim = c.victim;
     }
@@ -481,8 +428,8 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
 Expected<std::unique_ptr<SpeculationPolicy>> SpeculationPolicy::create(std::shared_ptr<PluginLibrary> lib,
                                                                        const PolicySpec& spec, const std::string& bucket,
                                                                        std::shared_ptr<PolicyCounters> counters,
-                                                                       const std::vector<std::string>& pools) {
-    return make<SpeculationPolicy>(std::move(lib), spec, bucket, std::move(counters), pools);
+                                                                       const std::vector<std::string>& pools, const InstanceIsolation& iso) {
+    return make<SpeculationPolicy>(std::move(lib), spec, bucket, std::move(counters), pools, iso);
 }
 
 SpeculationPolicy::~SpeculationPolicy() = default;
@@ -534,7 +481,6 @@ int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallb
 // stats: the per-bucket question (ABI 1's draft_budget) when not null, else one sequence's.
 int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback) {
     *fallback = false;
-    const steward_speculation_table& t = *lib_->speculation();
     int32_t b = 0;
     int rc;
     {
@@ -569,10 +515,7 @@ int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqSta
         }
         c.budget = 0;
         counters_->n_calls++;
-        if (!call_plugin("draft budget call", [core = core_, t] {
-                PolicyCore& k = *core;
-                k.rc = t.draft_budget_seq ? t.draft_budget_seq(k.self, &k.seq, &k.budget) : t.draft_budget(k.self, &k.stats, &k.budget);
-            })) {
+        if (!call_op("draft budget call", PluginOp::DRAFT_BUDGET)) {
             *fallback = true;
             return 0;
         }

@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "kv/block_pool.h"
 #include "plugin/decision_worker.h"
+#include "plugin/plugin_call.h"
 #include "plugin/plugin_loader.h"
 #include "plugin/route.h"
 #include "sched/spec_policy.h"
@@ -35,7 +36,23 @@ struct PolicyCounters {
     // Decisions answered by the safe default because the plugin did not answer within the budget: the
     // call that overran, and every call made while that abandoned call was still running.
     std::atomic<int64_t> n_timed_out{0};
+    // isolation = "process" (plugin/plugin_process.h): the instance's plugin host process ended (a
+    // crash, an exit, a garbled answer, or killed after overrunning a budget); it was restarted; and
+    // decisions answered by the safe default because it had died (the call that found it dead, and
+    // every call while it was down).
+    std::atomic<int64_t> n_crashed{0};
+    std::atomic<int64_t> n_restarts{0};
+    std::atomic<int64_t> n_unavailable{0};
 };
+
+// Where an instance's plugin runs (PluginIsolation, config.h); for PROCESS, how long create() may take
+// in the plugin host.
+struct InstanceIsolation {
+    PluginIsolation where = PluginIsolation::IN_PROCESS;
+    double create_timeout_ms = 5000;
+};
+
+class PluginProcess;
 
 struct PolicyCore;  // the plugin's instance and the in-flight call's inputs and outputs (policies.cpp)
 
@@ -61,19 +78,25 @@ public:
     void set_budget_ms(double ms) { budget_ms_ = ms; }
     double budget_ms() const { return budget_ms_; }
     bool busy() const { return worker_.busy(); }  // an abandoned call is still running
+    bool isolated() const { return proc_ != nullptr; }  // in a plugin host process
+    PluginProcess* process() const { return proc_.get(); }
+    // The plugin's own instance (in-process only; null when isolated), for the plugin host, which
+    // calls it through PluginCall::invoke.
+    steward_policy* plugin_self() const;
 
 protected:
     PolicyInstance() = default;
     // Creates the plugin's instance; fails with the plugin's message or an unknown-parameter error.
     Expected<bool> init(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec, const std::string& bucket,
-                        std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools);
+                        std::shared_ptr<PolicyCounters> counters, const std::vector<std::string>& pools,
+                        const InstanceIsolation& iso);
     // What every kind's create() does: a new P, initialised, or the error.
     template <typename P>
     static Expected<std::unique_ptr<P>> make(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
                                              const std::string& bucket, std::shared_ptr<PolicyCounters> counters,
-                                             const std::vector<std::string>& pools) {
+                                             const std::vector<std::string>& pools, const InstanceIsolation& iso) {
         std::unique_ptr<P> p(new P());
-        auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools);
+        auto ok = p->init(std::move(lib), spec, bucket, std::move(counters), pools, iso);
         if (!ok) return ok.error();
         return p;
     }
@@ -83,6 +106,10 @@ protected:
     // mu_ held by the caller. False: the safe default is to be used (timed out or busy; counted, logged
     // once) and the call's outputs in core_ must not be read.
     bool call_plugin(const char* fn, std::function<void()> call);
+    // Runs op on the slots in core_ (mu_ held, core_ filled): in the plugin host when isolated (a
+    // dead or overrunning host answers false: the safe default, counted there), else through
+    // call_plugin on the worker.
+    bool call_op(const char* fn, PluginOp op);
 
     std::shared_ptr<PluginLibrary> lib_;
     std::shared_ptr<PolicyCore> core_;  // shared with an abandoned call
@@ -92,6 +119,7 @@ protected:
     std::atomic<bool> logged_{false}, logged_timeout_{false};
     double budget_ms_ = 0;
     DecisionWorker worker_;  // declared after core_: stopped (or left to an abandoned call) first
+    std::unique_ptr<PluginProcess> proc_;  // isolation = "process": the plugin host (else null)
 };
 
 class RoutingPolicy : public PolicyInstance {
@@ -99,7 +127,8 @@ public:
     static Expected<std::unique_ptr<RoutingPolicy>> create(std::shared_ptr<PluginLibrary> lib, const PolicySpec& spec,
                                                            const std::string& bucket,
                                                            std::shared_ptr<PolicyCounters> counters,
-                                                           const std::vector<std::string>& pools);
+                                                           const std::vector<std::string>& pools,
+                                                           const InstanceIsolation& iso = {});
     // The plugin's decision (route_v2 when it has one, else route), validated against `pools`; when it
     // is rejected, the default (start on default_pool, no upgrade, no shadow) and *fallback = true.
     // in.n_cached_prompt_tokens and in.pool_loads may be shorter than pools (the rest read unknown).
@@ -121,7 +150,8 @@ public:
     static Expected<std::unique_ptr<PluginEvictionPolicy>> create(std::shared_ptr<PluginLibrary> lib,
                                                                   const PolicySpec& spec, const std::string& bucket,
                                                                   std::shared_ptr<PolicyCounters> counters,
-                                                                  const std::vector<std::string>& pools);
+                                                                  const std::vector<std::string>& pools,
+                                                           const InstanceIsolation& iso = {});
     // choose_victim_v2 when the plugin has it (with this bucket's name and the tenants' names from
     // ctx.tenant_names), else choose_victim. An invalid index or an error code answers 0 (least
     // recently used) and is counted as invalid; STEWARD_EVICT_NO_VICTIM from choose_victim_v2 answers
@@ -136,7 +166,8 @@ public:
     static Expected<std::unique_ptr<SpeculationPolicy>> create(std::shared_ptr<PluginLibrary> lib,
                                                                const PolicySpec& spec, const std::string& bucket,
                                                                std::shared_ptr<PolicyCounters> counters,
-                                                               const std::vector<std::string>& pools);
+                                                               const std::vector<std::string>& pools,
+                                                           const InstanceIsolation& iso = {});
     // The per-bucket budget (ABI 1's question), validated to [0, stats.max_budget]; else 0 and
     // *fallback = true. A plugin with only draft_budget_seq is asked for a sequence at position 0.
     int32_t draft_budget(const steward_spec_stats& stats, bool* fallback);

@@ -38,7 +38,9 @@ Expected<std::shared_ptr<Policy>> make_policy(const PolicySpec& spec, PolicyKind
         auto ok = check_plugin_in_child(*lib, spec, b.name, pools, config.plugins.check_timeout_ms);
         if (!ok) return ok.error();
     }
-    auto p = Policy::create(*lib, spec, b.name, counters.get(b.name, policy_kind_name(kind), spec.plugin), pools);
+    // Isolated: create() and every decision in a plugin host process (plugin/plugin_process.h).
+    const InstanceIsolation iso{spec.isolation.value_or(config.plugins.isolation), config.plugins.check_timeout_ms};
+    auto p = Policy::create(*lib, spec, b.name, counters.get(b.name, policy_kind_name(kind), spec.plugin), pools, iso);
     if (!p) return p.error();
     return std::shared_ptr<Policy>(std::move(*p));
 }
