@@ -195,6 +195,8 @@ struct TenantConfig {
     uint64_t salt = 0;  // 0: derived from the name
     std::vector<std::string> api_keys;  // bearer keys of the HTTP server: with any configured, a request's key names its tenant
     double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
+    // Its keys may also POST /admin/* and read every tenant's series on /metrics (docs/http-api.md).
+    bool admin = false;
 };
 
 // One [[public_prefix]] (or RuntimeOptions::extra_public_prefixes): text every tenant may share.

@@ -89,6 +89,8 @@ public:
     std::string metrics_json() const;
     std::string metrics_table() const;
     std::string metrics_prometheus() const;
+    // The exposition one tenant may read: the aggregate series and that tenant's own, no other's.
+    std::string metrics_prometheus_for_tenant(const std::string& tenant) const;
     // The live generation's pools, in config order.
     std::vector<PoolInfo> pools() const;
     // Text <-> ids with a pool's tokenizer. add_special: BOS when the vocabulary wants it. Errors

@@ -19,6 +19,7 @@
 #include "sim/sim_clock.h"
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
+#include "metrics/histogram.h"
 #include "pool/config_check.h"
 #include "pool/pool.h"
 
@@ -590,6 +591,10 @@ std::string Runtime::metrics_prometheus() const {
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
     refresh_policy_figures(*impl_->shared);
     return impl_->shared->metrics->to_prometheus();
+}
+
+std::string Runtime::metrics_prometheus_for_tenant(const std::string& tenant) const {
+    return prometheus_for_tenant(metrics_prometheus(), tenant);
 }
 
 std::shared_ptr<const Config> Runtime::config() const { return impl_->shared->snapshot()->config; }

@@ -553,7 +553,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         for (const auto& n : *a) {
             TenantConfig tc;
             TableReader r(*n.as_table(), src, "[[tenant]]");
-            if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) ||
+            if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) || !r.get("admin", tc.admin) ||
                 !r.get_in("kv_quota", tc.kv_quota, 1e-9, 1, "a share of the pool's KV, in (0, 1]") || !r.finish())
                 return fail(r.err);
             const std::string at = where(src, n.source()) + ": tenant '" + tc.name + "' ";

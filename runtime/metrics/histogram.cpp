@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <charconv>
+#include <optional>
 
 namespace steward {
 
@@ -111,6 +112,41 @@ std::string prometheus_number(double v) {
     auto r = std::to_chars(buf, buf + sizeof buf, v);
     assert(r.ec == std::errc{});
     return std::string(buf, r.ptr);
+}
+
+namespace {
+// The raw (escaped) value of label `name` in one sample line, or nullopt when it has none. Labels
+// are read in order (name="value", values escaping '"' and '\'), so a value never passes for a label.
+std::optional<std::string_view> raw_label(std::string_view line, std::string_view name) {
+    size_t at = line.find('{');
+    if (at == std::string_view::npos) return std::nullopt;
+    at++;
+    while (at < line.size() && line[at] != '}') {
+        const size_t eq = line.find('=', at);
+        if (eq == std::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"') return std::nullopt;
+        size_t end = eq + 2;
+        while (end < line.size() && line[end] != '"') end += line[end] == '\\' ? 2 : 1;
+        if (end >= line.size()) return std::nullopt;
+        if (line.substr(at, eq - at) == name) return line.substr(eq + 2, end - eq - 2);
+        at = end + 1;
+        if (at < line.size() && line[at] == ',') at++;
+    }
+    return std::nullopt;
+}
+}  // namespace
+
+std::string prometheus_for_tenant(std::string_view text, std::string_view tenant) {
+    const std::string own = prometheus_label_value(tenant);
+    std::string out;
+    out.reserve(text.size());
+    while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        const std::string_view line = text.substr(0, nl == std::string_view::npos ? text.size() : nl + 1);
+        text.remove_prefix(line.size());
+        const auto t = line.starts_with("#") ? std::nullopt : raw_label(line, "tenant");
+        if (!t || *t == own) out += line;
+    }
+    return out;
 }
 
 std::string prometheus_label_value(std::string_view v) {

@@ -81,6 +81,9 @@ uint64_t quantile_rank(double q, uint64_t n);
 std::string prometheus_number(double v);
 // A label value with \, " and newline escaped (without the surrounding quotes).
 std::string prometheus_label_value(std::string_view v);
+// A scrape scoped to one tenant: every line of the exposition `text` except the samples whose
+// `tenant` label names another tenant (series without a tenant label, the aggregates, stay).
+std::string prometheus_for_tenant(std::string_view text, std::string_view tenant);
 // The lines of one histogram series: name_bucket{labels,le="b"} cumulative for each bound
 // (ascending), le="+Inf" = count, then name_sum and name_count. `labels` is already formatted
 // (`bucket="short_qa"`) or empty. No # HELP / # TYPE lines: one metric family writes those once.

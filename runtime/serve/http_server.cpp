@@ -335,11 +335,14 @@ private:
 
     // ---- routing
     std::string tenant_;
+    // The key's tenant has `admin = true`, or no key is configured (an open, single-user server).
+    bool admin_ = false;
     bool authorize() {
         auto cfg = rt().config();
         bool any_keys = false;
         for (const auto& t : cfg->tenants) any_keys |= !t.api_keys.empty();
         tenant_ = "default";
+        admin_ = !any_keys;
         if (!any_keys) return true;
         const auto auth_field = req_[http::field::authorization];
         const std::string_view auth(auth_field.data(), auth_field.size());
@@ -348,7 +351,7 @@ private:
             const std::string_view key = auth.substr(bearer.size());
             for (const auto& t : cfg->tenants)
                 for (const auto& k : t.api_keys)
-                    if (k == key) return tenant_ = t.name, true;
+                    if (k == key) return tenant_ = t.name, admin_ = t.admin, true;
         }
         send_error({401, auth.empty() ? "no API key: send 'Authorization: Bearer <key>'" : "the API key is not valid",
                     "authentication_error", "", "invalid_api_key"},
@@ -402,7 +405,18 @@ private:
         send_json(http::status::ok, {{"status", "ok"}});
     }
     void on_models() { send_json(http::status::ok, models_list(rt().pools(), *rt().config(), unix_now())); }
-    void on_metrics() { send(http::status::ok, rt().metrics_prometheus(), "text/plain; version=0.0.4"); }
+    // A tenant's key reads the aggregate series and its own tenant's; an admin key reads all.
+    void on_metrics() {
+        send(http::status::ok, admin_ ? rt().metrics_prometheus() : rt().metrics_prometheus_for_tenant(tenant_),
+             "text/plain; version=0.0.4");
+    }
+    bool require_admin() {
+        if (admin_) return true;
+        send_error({403, std::string(req_.method_string()) + " " + std::string(req_.target()) + " needs an admin key; tenant '" +
+                             tenant_ + "' is not an admin (give an operator's [[tenant]] admin = true and use its key)",
+                    "permission_error", "", "permission_denied"});
+        return false;
+    }
 
     // The pool whose tokenizer a tokenize / prompt check uses: the named one, else the first.
     std::optional<PoolInfo> pool_for(const std::string& model, ApiError& err) {
@@ -449,6 +463,7 @@ private:
     }
 
     void on_reload() {
+        if (!require_admin()) return;
         net::post(srv_.blocking, [self = shared_from_this()] {
             auto g = self->rt().reload();
             net::post(self->stream_.get_executor(), [self, g = std::move(g)]() mutable {

@@ -1161,3 +1161,47 @@ TEST_CASE("requests pipelined before a half-close are all answered in order", "[
     sock.read_some(net::buffer(&c, 1), ec);
     CHECK(ec == net::error::eof);
 }
+
+TEST_CASE("admin scope: only an admin key reloads; /metrics shows a tenant its own series and the aggregates", "[http][tenants]") {
+    auto s = serve_with(R"(
+[[tenant]]
+name = "acme"
+api_keys = ["sk-acme"]
+
+[[tenant]]
+name = "globex"
+api_keys = ["sk-globex"]
+
+[[tenant]]
+name = "ops"
+api_keys = ["sk-ops"]
+admin = true
+)");
+    for (const auto& [key, tenant] : {std::pair{"sk-acme", "acme"}, std::pair{"sk-globex", "globex"}})
+        REQUIRE(post(s.port, "/v1/completions", {{"prompt", "hello"}, {"max_tokens", 2}}, {{"Authorization", std::string("Bearer ") + key}}).status == 200);
+    s.rt->drain();
+    const uint64_t g0 = s.rt->config_generation();
+    check_error(request(s.port, http::verb::post, "/admin/reload", "", {{"Authorization", "Bearer sk-acme"}}), 403, "", "permission_denied", "admin");
+    CHECK(s.rt->config_generation() == g0);
+    check_error(request(s.port, http::verb::post, "/admin/reload", ""), 401, "", "invalid_api_key");
+    const Reply reloaded = request(s.port, http::verb::post, "/admin/reload", "", {{"Authorization", "Bearer sk-ops"}});
+    CHECK(reloaded.status == 200);
+    CHECK(s.rt->config_generation() == g0 + 1);
+
+    // Which tenants a scrape names, read from its sample lines.
+    const auto tenants_in = [](const std::string& text) {
+        std::set<std::string> seen;
+        for (size_t at = text.find("tenant=\""); at != std::string::npos; at = text.find("tenant=\"", at + 1))
+            seen.insert(text.substr(at + 8, text.find('"', at + 8) - at - 8));
+        return seen;
+    };
+    const Reply acme = request(s.port, http::verb::get, "/metrics", "", {{"Authorization", "Bearer sk-acme"}});
+    REQUIRE(acme.status == 200);
+    CHECK(tenants_in(acme.body) == std::set<std::string>{"acme"});
+    CHECK(acme.body.find("steward_request_success_total{") != std::string::npos);  // the aggregate series stay
+    const Reply globex = request(s.port, http::verb::get, "/metrics", "", {{"Authorization", "Bearer sk-globex"}});
+    CHECK(tenants_in(globex.body) == std::set<std::string>{"globex"});
+    const Reply ops = request(s.port, http::verb::get, "/metrics", "", {{"Authorization", "Bearer sk-ops"}});
+    CHECK(tenants_in(ops.body).count("acme") == 1);
+    CHECK(tenants_in(ops.body).count("globex") == 1);
+}

@@ -12,6 +12,7 @@
 
 using steward::Histogram;
 using steward::quantile_rank;
+using steward::prometheus_for_tenant;
 
 namespace {
 
@@ -204,4 +205,36 @@ TEST_CASE("prometheus_histogram writes cumulative buckets, +Inf, sum and count",
     CHECK(steward::prometheus_number(NAN) == "NaN");
     CHECK(steward::prometheus_number(0.001) == "0.001");
     CHECK(steward::prometheus_label_value("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
+}
+
+TEST_CASE("a scrape scoped to a tenant keeps the aggregates and its own series, never another tenant's", "[metrics]") {
+    // Written by hand: tenant names that look like labels or hold escapes must not confuse the scope.
+    const std::string text =
+        "# HELP steward_x A family.\n"
+        "# TYPE steward_x counter\n"
+        "steward_x{bucket=\"b\"} 1\n"
+        "steward_x 2\n"
+        "steward_t{bucket=\"b\",pool=\"p\",tenant=\"acme\"} 3\n"
+        "steward_t{bucket=\"b\",pool=\"p\",tenant=\"globex\"} 4\n"
+        "steward_t{tenant=\"acme\",pool=\"p\"} 5\n"
+        "steward_t{bucket=\"a,tenant=\",pool=\"p\",tenant=\"globex\"} 6\n"
+        "steward_t{bucket=\"tenant=\\\"acme\\\"\",tenant=\"globex\"} 7\n"
+        "steward_t{pool=\"p\",tenant=\"ac\\\"me\"} 8\n"
+        "steward_t{pool=\"p\",subtenant=\"acme\"} 9\n"
+        "steward_t{pool=\"p\",tenant=\"acmeX\"} 10";
+    const std::string acme =
+        "# HELP steward_x A family.\n"
+        "# TYPE steward_x counter\n"
+        "steward_x{bucket=\"b\"} 1\n"
+        "steward_x 2\n"
+        "steward_t{bucket=\"b\",pool=\"p\",tenant=\"acme\"} 3\n"
+        "steward_t{tenant=\"acme\",pool=\"p\"} 5\n"
+        "steward_t{pool=\"p\",subtenant=\"acme\"} 9\n";
+    CHECK(prometheus_for_tenant(text, "acme") == acme);
+    CHECK(prometheus_for_tenant(text, "ac\"me") ==
+          "# HELP steward_x A family.\n# TYPE steward_x counter\nsteward_x{bucket=\"b\"} 1\nsteward_x 2\n"
+          "steward_t{pool=\"p\",tenant=\"ac\\\"me\"} 8\nsteward_t{pool=\"p\",subtenant=\"acme\"} 9\n");
+    CHECK(prometheus_for_tenant(text, "globex").find("} 6\n") != std::string::npos);
+    CHECK(prometheus_for_tenant(text, "globex").find("} 7\n") != std::string::npos);
+    CHECK(prometheus_for_tenant(text, "globex").find("} 3\n") == std::string::npos);
 }
