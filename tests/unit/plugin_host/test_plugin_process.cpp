@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "config/config.h"
@@ -228,6 +229,35 @@ TEST_CASE("a router that segfaults on its 5th decision in its plugin host costs 
     }
     CHECK(counters->n_calls.load() == 9);
     CHECK(counters->n_crashed.load() == 1);
+    const pid_t second = p->process()->pid();
+    p.reset();
+    CHECK(reaped(second));  // the instance's end ends its host, and waits for it
+}
+
+TEST_CASE("isolated instances leave no descriptor and no process behind, after crashes and restarts too",
+          "[plugin_process]") {
+    auto n_fds = [] {
+        int n = 0;
+        for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n++;
+        return n;
+    };
+    auto lib = load(test_plugin("segv_routing"), PolicyKind::ROUTING);  // loaded first: its copy's fd is not counted
+    const int before = n_fds();
+    std::vector<pid_t> pids;
+    {
+        auto p = RoutingPolicy::create(lib, spec_of(test_plugin("segv_routing"), {{"crash_at", int64_t(1)}}), "chat",
+                                       std::make_shared<PolicyCounters>(), k_pools, k_process);
+        REQUIRE(p.ok());
+        for (int round = 0; round < 2; round++) {
+            REQUIRE(wait_up(**p));
+            pids.push_back((*p)->process()->pid());
+            bool fallback = false;
+            (*p)->route(request(0), views(0), 1, &fallback);  // crash_at = 1: every host dies at once
+            CHECK(fallback);
+        }
+    }
+    CHECK(n_fds() == before);
+    for (pid_t pid : pids) CHECK(reaped(pid));
 }
 
 TEST_CASE("an evictor that aborts in its plugin host falls back to LRU, counted, and decisions while it is down take "
