@@ -1,9 +1,11 @@
 // Plugin bench: what a decision costs through the C ABI (vs the same choice compiled into the host),
 // and what the eviction policies buy: the prefix-cache hit rate and the prefill tokens computed by
-// one Engine under a tight KV pool, replaying a workload of hot shared prefixes among one-off prompts.
+// one Engine under a tight KV pool, replaying a workload of hot shared prefixes among one-off prompts;
+// and what a route decision costs in-process and in a plugin host process (isolation = "process").
 // Run: ./build/bench_plugins [--quick]   (built-in plugins are found in build/plugins)
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -30,7 +32,8 @@ struct HostLru : EvictionPolicy {
 
 // Loads a built-in plugin and creates one instance with default parameters; exits on error.
 template <typename Policy>
-std::shared_ptr<Policy> make_plugin(PluginLoader& loader, const std::string& name, PolicyKind kind) {
+std::shared_ptr<Policy> make_plugin(PluginLoader& loader, const std::string& name, PolicyKind kind,
+                                    const InstanceIsolation& iso = {}) {
     PolicySpec spec;
     spec.plugin = name;
     spec.where = "bench";
@@ -39,7 +42,7 @@ std::shared_ptr<Policy> make_plugin(PluginLoader& loader, const std::string& nam
         std::fprintf(stderr, "bench_plugins: %s\n", lib.error().message.c_str());
         std::exit(1);
     }
-    auto p = Policy::create(*lib, spec, "bench", std::make_shared<PolicyCounters>(), {"large", "small"});
+    auto p = Policy::create(*lib, spec, "bench", std::make_shared<PolicyCounters>(), {"large", "small"}, iso);
     if (!p) {
         std::fprintf(stderr, "bench_plugins: %s\n", p.error().message.c_str());
         std::exit(1);
@@ -53,6 +56,14 @@ std::shared_ptr<PluginEvictionPolicy> eviction_plugin(PluginLoader& loader, cons
 
 std::shared_ptr<RoutingPolicy> routing_plugin(PluginLoader& loader, const std::string& name) {
     return make_plugin<RoutingPolicy>(loader, name, PolicyKind::ROUTING);
+}
+
+// The CPU's model name, as lscpu prints it (from /proc/cpuinfo).
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+    return "unknown CPU";
 }
 
 template <typename F>
@@ -152,6 +163,38 @@ int main(int argc, char** argv) {
             sink += (uint64_t)p->route(rq, views, 0, &fb).pool;
         });
         std::printf("%-28s %10.0f\n", (std::string("plugin ") + n).c_str(), ns);
+        if (sink == (uint64_t)-1) std::printf("!");
+    }
+
+    // 1b. In-process vs a plugin host process under the default routing budget (50 ms): the in-process
+    // call hands off to the instance's decision thread (a wake-up each way), the isolated one is a
+    // socket round trip to another process (encode, send, the host's read, decode, call, and back).
+    // "no budget" is the direct call (decision_budget_ms = 0).
+    std::printf("\n1b. route decision cost by isolation (cost_quality, 2 pools, decision_budget_ms = 50) on %s\n", cpu_model().c_str());
+    std::printf("%-28s %10s\n", "isolation", "us/decision");
+    struct Mode {
+        const char* label;
+        PluginIsolation where;
+        double budget_ms;
+    };
+    for (const Mode& m : {Mode{"in_process, no budget", PluginIsolation::IN_PROCESS, 0}, Mode{"in_process", PluginIsolation::IN_PROCESS, 50},
+                          Mode{"process", PluginIsolation::PROCESS, 50}}) {
+        auto p = make_plugin<RoutingPolicy>(loader, "cost_quality", PolicyKind::ROUTING, {m.where, 5000});
+        p->set_budget_ms(m.budget_ms);
+        bool fb = false;
+        uint64_t sink = 0;
+        RouteInput rq;
+        rq.bucket = "bench";
+        rq.tenant = "t";
+        rq.n_prompt_tokens = 100;
+        rq.max_tokens = 32;
+        auto one = [&](int i) {
+            rq.request_id = (uint64_t)i;
+            sink += (uint64_t)p->route(rq, views, 0, &fb).pool;
+        };
+        ns_per_call(quick ? 200 : 2000, one);  // warm: the thread, the host's pages
+        const double ns = ns_per_call(quick ? 2000 : 50000, one);
+        std::printf("%-28s %10.2f%s\n", m.label, ns / 1000, fb ? "  (fell back!)" : "");
         if (sink == (uint64_t)-1) std::printf("!");
     }
 
