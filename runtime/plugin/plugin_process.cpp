@@ -3,7 +3,9 @@
 // with backoff.
 #include "plugin/plugin_process.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -55,6 +57,14 @@ Expected<std::string> plugin_host_path() {
         tried.push_back((exe.parent_path() / "steward-plugin-host").string());
         tried.push_back((exe.parent_path() / ".." / "libexec" / "steward" / "steward-plugin-host").lexically_normal().string());
     }
+    // A program embedding libsteward.so: the host installed beside the library (<prefix>/lib ->
+    // <prefix>/libexec/steward), wherever the install tree has moved since it was built.
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&plugin_host_path), &info) && info.dli_fname) {
+        const std::filesystem::path lib = std::filesystem::weakly_canonical(std::filesystem::path(info.dli_fname), ec);
+        if (!ec && lib != exe)
+            tried.push_back((lib.parent_path().parent_path() / "libexec" / "steward" / "steward-plugin-host").string());
+    }
 #ifdef STEWARD_INSTALL_PLUGIN_HOST
     tried.push_back(STEWARD_INSTALL_PLUGIN_HOST);
 #endif
@@ -101,9 +111,19 @@ Expected<PluginProcess::Child> PluginProcess::spawn() {
         posix_spawn_file_actions_adddup2(&fa, sock_tmp, 3);
         posix_spawn_file_actions_adddup2(&fa, lib_tmp, 4);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        // Its own process group (a terminal's ^C is the server's to handle; the host ends at EOF when
+        // the server goes) and no signal blocked that the spawning thread happened to block.
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        sigset_t none;
+        sigemptyset(&none);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
         std::string arg0 = *host, arg1 = "3", arg2 = "4";
         char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
-        rc = ::posix_spawn(&c.pid, host->c_str(), &fa, nullptr, argv, environ);
+        rc = ::posix_spawn(&c.pid, host->c_str(), &fa, &attr, argv, environ);
+        posix_spawnattr_destroy(&attr);
         posix_spawn_file_actions_destroy(&fa);
     }
     if (sock_tmp >= 0) ::close(sock_tmp);

@@ -27,8 +27,9 @@ namespace steward {
 struct PolicyCounters;
 
 // Where the plugin host executable is: $STEWARD_PLUGIN_HOST, else steward-plugin-host next to the
-// running executable (the build tree), else <exe dir>/../libexec/steward/ and the install prefix's
-// libexec/steward/ (an install). An error names every place looked at.
+// running executable (the build tree), else <exe dir>/../libexec/steward/, <libsteward.so's dir>/
+// ../libexec/steward/ and the install prefix's libexec/steward/ (an install). An error names every
+// place looked at.
 Expected<std::string> plugin_host_path();
 
 class PluginProcess {
