@@ -274,16 +274,19 @@ PluginProcess::~PluginProcess() {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     if (child_.pid <= 0) return;
-    // EOF tells the host to destroy the instance and exit; it gets 200 ms.
+    // EOF tells the host to destroy the instance and exit; it gets 200 ms, waited for off this thread
+    // (the last request of a generation may let go of it on an actor's thread).
     ::close(child_.fd);
-    child_.fd = -1;
-    for (int i = 0; i < 40; i++) {
-        int status = 0;
-        const pid_t r = ::waitpid(child_.pid, &status, WNOHANG);
-        if (r == child_.pid || (r < 0 && errno != EINTR)) return;
-        ::usleep(5000);
-    }
-    end_child(child_);
+    std::thread([pid = child_.pid] {
+        for (int i = 0; i < 40; i++) {
+            int status = 0;
+            const pid_t r = ::waitpid(pid, &status, WNOHANG);
+            if (r == pid || (r < 0 && errno != EINTR)) return;
+            ::usleep(5000);
+        }
+        Child c{pid, -1};
+        end_child(c);
+    }).detach();
 }
 
 }  // namespace steward

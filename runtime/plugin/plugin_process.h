@@ -47,8 +47,9 @@ public:
     // parameters, an unknown parameter: the same message as in-process), create() crashing or hanging
     // in the host (named, with the signal), or no host executable.
     static Expected<std::unique_ptr<PluginProcess>> start(Setup setup);
-    // Stops the supervisor, closes the socket (the host destroys the instance and exits), kills the
-    // host if it has not exited within 200 ms, and reaps it.
+    // Stops the supervisor (waiting for a restart in progress), closes the socket (the host destroys
+    // the instance and exits); a detached thread reaps the host, killing it if it has not exited
+    // within 200 ms.
     ~PluginProcess();
     PluginProcess(const PluginProcess&) = delete;
     PluginProcess& operator=(const PluginProcess&) = delete;

@@ -104,6 +104,12 @@ bool wait_up(const PolicyInstance& p) {
 
 bool reaped(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
+// Waits (up to 30 s, for the event) until pid is gone: reaped, not a zombie.
+bool wait_reaped(pid_t pid) {
+    for (int i = 0; i < 3000 && !reaped(pid); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return reaped(pid);
+}
+
 }  // namespace
 
 TEST_CASE("built-in plugins decide the same in a plugin host as in-process, for every kind and input", "[plugin_process]") {
@@ -231,7 +237,7 @@ TEST_CASE("a router that segfaults on its 5th decision in its plugin host costs 
     CHECK(counters->n_crashed.load() == 1);
     const pid_t second = p->process()->pid();
     p.reset();
-    CHECK(reaped(second));  // the instance's end ends its host, and waits for it
+    CHECK(wait_reaped(second));  // the instance's end ends its host, and a reaper waits for it
 }
 
 TEST_CASE("isolated instances leave no descriptor and no process behind, after crashes and restarts too",
