@@ -100,10 +100,10 @@ int cmd_worker(const WorkerOptions& o) {
     std::fflush(stdout);
     const char sig = wait_for_stop_signal();
     std::fprintf(stderr, "steward worker: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    // Fronts retry what ran here. CAF's network layer can keep an actor a vanished front had seen
-    // referenced (its executor's thread then waits forever to be destroyed): the runtime gets 10 s
-    // to stop (on this thread: CAF's actor system must end where it began), then a watchdog ends
-    // the process anyway.
+    // Fronts retry what ran here. The runtime stops within milliseconds (on this thread: CAF's actor
+    // system must end where it began; ~Runtime waits for its executors before the middleman stops,
+    // which once hung 1 shutdown in 4). The watchdog is a last resort only: the cluster test fails
+    // if it ever fires.
     std::thread([] {
         std::this_thread::sleep_for(std::chrono::seconds(10));
         std::fprintf(stderr, "steward worker: the runtime did not stop within 10 s; exiting\n");
