@@ -65,6 +65,11 @@ struct PolicyCore;  // the plugin's instance and the in-flight call's inputs and
 // until it returns, every further call gets the safe default at once. So a plugin that sleeps or loops
 // delays its caller by one budget, then by nothing; it never stalls the router or an engine step for
 // longer. A plugin that never returns keeps one thread (and its library) until the process exits.
+//
+// Isolated (InstanceIsolation PROCESS): the plugin's instance lives in a plugin host process
+// (plugin/plugin_process.h) and each decision is sent there with the same slots, waiting at most the
+// budget; a crash or an overrun answers the safe default and the host is restarted. Validation and
+// counting stay here, so both modes answer alike.
 class PolicyInstance {
 public:
     virtual ~PolicyInstance();
