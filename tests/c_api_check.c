@@ -136,6 +136,16 @@ int main(int argc, char **argv) {
     CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
     CHECK(steward_generate(rt, &req, &text, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
     CHECK(strstr(err, "yaml") != NULL);
+    /* No prompt at all, or bytes that are not UTF-8: refused, naming the field. */
+    req = steward_request_default();
+    req.prompt = NULL;
+    CHECK(steward_generate(rt, &req, &text, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(err, "prompt is NULL") != NULL);
+    req.prompt = "caf\xc3"; /* cut inside a character */
+    CHECK(steward_generate(rt, &req, &text, NULL, err, sizeof err) == STEWARD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(err, "not valid UTF-8 (byte 3") != NULL);
+    req.prompt = "\xff\xfe";
+    CHECK(steward_submit(rt, &req, NULL, NULL, NULL, &handle) == STEWARD_ERR_INVALID_ARGUMENT);
 
     /* A generation error arrives as the result's status: a prompt past the model's context. */
     req = steward_request_default();

@@ -60,7 +60,7 @@ typedef struct steward_runtime steward_runtime; /* opaque */
 /* What to generate. Start from steward_request_default() and set fields: a zeroed struct has
  * top_p 0 and add_bos 0, which are probably not what you want. */
 typedef struct steward_request {
-    const char *prompt;        /* UTF-8, NUL-terminated; ignored when n_prompt_ids > 0. NULL: "" */
+    const char *prompt;        /* UTF-8, NUL-terminated; ignored when n_prompt_ids > 0. NULL or not UTF-8: INVALID_ARGUMENT */
     const int32_t *prompt_ids; /* token ids of the routed pool's vocabulary (n_prompt_ids of them) */
     size_t n_prompt_ids;
     const char *tenant;          /* NULL or "": "default". Tenants never share KV, except public prefixes */
@@ -185,7 +185,7 @@ void steward_runtime_free(steward_runtime *rt);
  * be NULL (fire and forget). The request's strings and ids are copied: free them when this returns.
  * *out_handle (when out_handle is not NULL) receives the handle for steward_cancel.
  * Errors (no callback will run): STEWARD_ERR_INVALID_ARGUMENT (rt or req NULL, prompt_ids NULL with
- * n_prompt_ids > 0, max_tokens < 0, temperature < 0, top_p outside (0, 1], top_k < 0, a
+ * n_prompt_ids > 0, prompt NULL with n_prompt_ids 0, a prompt that is not UTF-8, max_tokens < 0, temperature < 0, top_p outside (0, 1], top_k < 0, a
  * response_format other than NULL, "" or "json"),
  * STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL. Overload, timeout and generation errors are not
  * returned here: they arrive as the result's status. Thread-safe. */

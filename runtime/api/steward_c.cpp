@@ -11,6 +11,7 @@
 
 #include "config/config.h"  // check_response_format
 #include "cpu/sampling.h"    // check_sampling
+#include "util/utf8.h"
 
 struct steward_runtime {
     std::unique_ptr<steward::Runtime> rt;
@@ -91,10 +92,17 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
     if (r->response_format)
         if (auto ok = steward::check_response_format(r->response_format); !ok)
             return msg = ok.error().message, STEWARD_ERR_INVALID_ARGUMENT;
-    if (r->n_prompt_ids > 0)
+    if (r->n_prompt_ids == 0 && !r->prompt)
+        return msg = "prompt is NULL and n_prompt_ids is 0; give the prompt's text (UTF-8) or its token ids", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->n_prompt_ids > 0) {
         out.prompt_ids.assign(r->prompt_ids, r->prompt_ids + r->n_prompt_ids);
-    else if (r->prompt)
+    } else {
         out.prompt = r->prompt;
+        if (const size_t at = steward::utf8::invalid_at(out.prompt); at != std::string::npos)
+            return msg = "prompt is not valid UTF-8 (byte " + std::to_string(at) + " of " + std::to_string(out.prompt.size()) +
+                         " starts no well-formed character); pass UTF-8 text, or token ids in prompt_ids",
+                   STEWARD_ERR_INVALID_ARGUMENT;
+    }
     if (r->tenant && *r->tenant) out.tenant = r->tenant;
     if (r->session) out.session = r->session;
     if (r->bucket_hint) out.bucket_hint = r->bucket_hint;

@@ -386,7 +386,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get("block_size", p.block_size) && r.get("kv_dtype", p.kv_dtype) &&
                       r.get_in("max_batch", p.max_batch, 1, (double)k_max_batch, "in [1, 4096] sequences") &&
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
-                      r.get_in("max_queue", p.max_queue, 0, (double)k_max_queue, "in [0, 1048576] requests") &&
+                      r.get_in("max_queue", p.max_queue, 1, (double)k_max_queue, "in [1, 1048576] requests (0 would refuse every request)") &&
                       r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
                       r.get("draft", p.draft) && r.get("remote", p.remote) && r.get("remote_pool", p.remote_pool) &&
                       r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&

@@ -304,12 +304,16 @@ struct SchemaCompiler {
 
     Expected<std::string> compile_string(const json& s, const std::string& ptr) {
         if (s.contains("pattern")) return compile_pattern(s, ptr);
-        if (s.contains("format") && s["format"].is_string()) {
+        if (s.contains("format")) {
+            if (!s["format"].is_string()) return bad(ptr + "/format", "must be a string (date, time, date-time or uuid)");
             const std::string f = s["format"].get<std::string>();
             if (f == "date") return std::string("\"\\\"\" json-date \"\\\"\" space");
             if (f == "time") return std::string("\"\\\"\" json-time \"\\\"\" space");
             if (f == "date-time") return std::string("\"\\\"\" json-date \"T\" json-time \"\\\"\" space");
             if (f == "uuid") return std::string("\"\\\"\" json-uuid \"\\\"\" space");
+            // Ignoring it would let the model write any string where the schema promises one form.
+            return bad(ptr + "/format", "'" + f + "' is not a format Steward enforces (date, time, date-time, uuid); "
+                                        "remove it, or describe the form with a 'pattern'");
         }
         auto lo = count(s, "minLength", ptr, 0);
         if (!lo) return lo.error();

@@ -3,11 +3,14 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <set>
+
+#include "model/quants.h"
 
 namespace steward {
 
@@ -166,6 +169,32 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
         if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
         if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
+    }
+    if (!r) return r.error();
+    // A NaN or inf weight turns every output into NaN (a model that prints one token forever): the
+    // norms, biases and the token embedding are read whole and such a file is refused. The other
+    // matrices are not (a full scan of a 7B file costs seconds at every load).
+    auto finite = [&](const std::string& name, const WeightView& v) -> Expected<bool> {
+        if (!v || v.n_cols <= 0) return true;
+        std::vector<float> row((size_t)v.n_cols);
+        for (int64_t i = 0; i < v.n_rows; i++) {
+            if (!dequantize_row(v.type, v.row(i), v.n_cols, row.data())) return true;  // no reference dequantizer
+            for (int64_t c = 0; c < v.n_cols; c++)
+                if (!std::isfinite(row[(size_t)c]))
+                    return make_error("'", path, "': tensor '", name, "' holds ", std::isnan(row[(size_t)c]) ? "NaN" : "inf",
+                                      " at [", std::to_string(c), ", ", std::to_string(i),
+                                      "]; the file is corrupt: convert or download the model again");
+        }
+        return true;
+    };
+    r = finite("token_embd.weight", w.tok_embd);
+    if (r) r = finite("output_norm.weight", w.output_norm);
+    for (int l = 0; l < p.n_layer && r; l++) {
+        const LayerWeights& L = w.layers[(size_t)l];
+        const std::string b = "blk." + std::to_string(l) + ".";
+        for (const auto& [n, v] : {std::pair{"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm}, {"attn_q.bias", &L.bq},
+                                   {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}, {"attn_q_norm.weight", &L.q_norm}, {"attn_k_norm.weight", &L.k_norm}})
+            if (r) r = finite(b + n, *v);
     }
     if (!r) return r.error();
     return m;

@@ -119,6 +119,11 @@ Expected<bool> Engine::submit(EngineRequest req) {
         if (t < 0 || t >= model_.params().n_vocab)
             return make_error("request ", std::to_string(req.id), ": token id ", std::to_string(t),
                               " is outside the vocabulary of ", std::to_string(model_.params().n_vocab));
+    for (const auto& [t, bias] : req.sampling.logit_bias)
+        if (t < 0 || t >= model_.params().n_vocab)
+            return make_error("logit_bias names token id ", std::to_string(t), ", outside this pool's vocabulary of ",
+                              std::to_string(model_.params().n_vocab), " ids (0..", std::to_string(model_.params().n_vocab - 1),
+                              "); remove it (POST /tokenize gives a text's ids)");
     if (const int lim = be_->max_context(); lim > 0 && (int64_t)req.prompt.size() + req.max_tokens + req.spec.k > lim)
         return make_error("request ", std::to_string(req.id), ": prompt of ", std::to_string(req.prompt.size()),
                           " tokens + max_tokens ", std::to_string(req.max_tokens),

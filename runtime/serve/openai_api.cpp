@@ -184,6 +184,11 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
         if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
             return fail(err, 400, "'" + at + ".role' is '" + rs + "'; it must be system, developer, user, assistant or tool", at + ".role", "invalid_value");
         auto c = m.find("content");
+        // An assistant message may go without content (a tool call, or an empty turn); the others may not.
+        if ((c == m.end() || c->is_null()) && rs != "assistant")
+            return fail(err, 400, "'" + at + ".content' is " + (c == m.end() ? "missing" : "null") + "; a " + rs +
+                                      " message needs content (a string or text parts; only an assistant message may omit it)",
+                        at + ".content", c == m.end() ? "missing_field" : "invalid_type");
         if (c != m.end() && !c->is_null() && !c->is_string()) {
             if (!c->is_array()) return fail(err, 400, "'" + at + ".content' must be a string or an array of parts, not " + type_name(*c), at + ".content", "invalid_type");
             for (const auto& part : *c) {
@@ -195,6 +200,25 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
     r.messages = ojson::parse(it->dump());
     if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
         if (!t->is_array()) return fail(err, 400, std::string("'tools' must be an array, not ") + type_name(*t), "tools", "invalid_type");
+        for (size_t i = 0; i < t->size(); i++) {
+            const json& tool = (*t)[i];
+            const std::string at = "tools[" + std::to_string(i) + "]";
+            const std::string want = " (a tool is {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}})";
+            if (!tool.is_object()) return fail(err, 400, "'" + at + "' must be an object, not " + type_name(tool) + want, at, "invalid_type");
+            if (tool.value("type", json()) != "function")
+                return fail(err, 400, "'" + at + ".type' must be \"function\"" + want, at + ".type", "invalid_value");
+            auto fn = tool.find("function");
+            if (fn == tool.end() || !fn->is_object())
+                return fail(err, 400, "'" + at + ".function' must be an object" + want, at + ".function", "invalid_type");
+            auto name = fn->find("name");
+            if (name == fn->end() || !name->is_string() || name->get<std::string>().empty())
+                return fail(err, 400, "'" + at + ".function.name' must be a non-empty string" + want, at + ".function.name",
+                            name == fn->end() ? "missing_field" : "invalid_value");
+            if (auto p = fn->find("parameters"); p != fn->end() && !p->is_object())
+                return fail(err, 400, "'" + at + ".function.parameters' must be a JSON Schema object, not " + type_name(*p), at + ".function.parameters", "invalid_type");
+            if (auto d = fn->find("description"); d != fn->end() && !d->is_string() && !d->is_null())
+                return fail(err, 400, "'" + at + ".function.description' must be a string, not " + type_name(*d), at + ".function.description", "invalid_type");
+        }
         if (!t->empty()) r.tools = ojson::parse(t->dump());
     }
     return true;
@@ -215,8 +239,10 @@ bool parse_prompt(const json& body, OpenAiRequest& r, ApiError& err) {
         if (!it->empty() && (*it)[0].is_string())
             return fail(err, 400, "'prompt' holds " + std::to_string(it->size()) + " strings; batched prompts are not supported: send one request each", "prompt", "invalid_value");
         for (const auto& v : *it) {
-            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+            if (!v.is_number_integer())
                 return fail(err, 400, std::string("'prompt' as an array must hold token ids (non-negative integers); it holds ") + type_name(v), "prompt", "invalid_type");
+            if ((v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)INT32_MAX) || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+                return fail(err, 400, "'prompt' holds " + dump(v) + ", which is no token id (ids are 0 to the vocabulary's size - 1)", "prompt", "invalid_value");
             r.prompt_ids.push_back((int32_t)v.get<int64_t>());
         }
         if (r.prompt_ids.empty()) return fail(err, 400, "'prompt' is an empty array; give text or token ids", "prompt", "invalid_value");
@@ -873,8 +899,12 @@ std::optional<DetokenizeRequest> parse_detokenize_request(std::string_view body,
         return std::nullopt;
     }
     for (const auto& v : *t) {
-        if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
-            fail(err, 400, std::string("'tokens' must hold integers; it holds ") + type_name(v), "tokens", "invalid_type");
+        if (!v.is_number_integer()) {
+            fail(err, 400, std::string("'tokens' must hold integers (token ids); it holds ") + type_name(v), "tokens", "invalid_type");
+            return std::nullopt;
+        }
+        if ((v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)INT32_MAX) || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+            fail(err, 400, "'tokens' holds " + dump(v) + ", which is no token id (ids are 0 to the vocabulary's size - 1)", "tokens", "invalid_value");
             return std::nullopt;
         }
         r.tokens.push_back((int32_t)v.get<int64_t>());

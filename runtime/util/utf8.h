@@ -123,4 +123,15 @@ inline void encode(uint32_t cp, std::string& out) {
     }
 }
 
+// The offset of the first byte that does not start a well-formed character (a cut-off one at the end
+// included); npos when all of s is well-formed UTF-8.
+inline size_t invalid_at(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        const Decoded d = decode(s, i);
+        if (d.status != Status::ok) return i;
+        i += d.len;
+    }
+    return std::string_view::npos;
+}
+
 }  // namespace steward::utf8

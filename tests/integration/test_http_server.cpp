@@ -1205,3 +1205,23 @@ admin = true
     CHECK(tenants_in(ops.body).count("acme") == 1);
     CHECK(tenants_in(ops.body).count("globex") == 1);
 }
+
+TEST_CASE("values that used to pass silently are refused naming the value", "[http][runtime_fields]") {
+    auto s = serve_with();
+    // The pools' vocabulary has 512 ids: 512 names none of them.
+    const Reply bias = post(s.port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"logit_bias", {{"512", 5}}}});
+    CHECK(bias.status == 400);
+    CHECK_THAT(bias.body, Catch::Contains("logit_bias names token id 512") && Catch::Contains("vocabulary of 512"));
+    CHECK(post(s.port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"logit_bias", {{"511", 5}}}}).status == 200);
+    const Reply big = post(s.port, "/detokenize", {{"tokens", {1, 2147483648LL}}});
+    check_error(big, 400, "tokens", "invalid_value", "2147483648, which is no token id");
+    const Reply email = post(s.port, "/v1/chat/completions", json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema":
+            {"type": "object", "properties": {"e": {"type": "string", "format": "email"}}}}}})"));
+    CHECK(email.status == 400);
+    CHECK_THAT(email.body, Catch::Contains("'email' is not a format"));
+    check_error(post(s.port, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", nullptr}}}}}), 400, "messages[0].content",
+                "invalid_type", "is null");
+    check_error(post(s.port, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", {1}}}), 400, "tools[0]",
+                "invalid_type");
+}

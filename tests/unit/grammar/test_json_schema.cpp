@@ -282,6 +282,11 @@ TEST_CASE("an invalid schema is an error naming the JSON pointer of the offendin
                Catch::Contains("/anyOf/1/$ref") && Catch::Contains("points at nothing"));
     CHECK_THAT(err(R"({"type":"object","properties":{"a/b":false}})"), Catch::Contains("/properties/a~1b"));
     CHECK_THAT(err(R"({"type": )"), Catch::Contains("not valid JSON"));
+    // A format it cannot enforce is refused, not ignored (the model could write any string there).
+    for (const char* f : {"email", "uri", "hostname", "ipv4"})
+        CHECK_THAT(err((std::string(R"({"type":"object","properties":{"e":{"type":"string","format":")") + f + "\"}}}").c_str()),
+                   Catch::Contains("/properties/e/format") && Catch::Contains(std::string("'") + f + "' is not a format"));
+    CHECK_THAT(err(R"({"type":"string","format":7})"), Catch::Contains("/format") && Catch::Contains("must be a string"));
     std::string deep;
     for (int i = 0; i < 5000; ++i) deep += R"({"type":"array","items":)";
     deep += "{}" + std::string(5000, '}');

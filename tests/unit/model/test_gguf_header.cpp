@@ -2,6 +2,10 @@
 // figures as the whole file, no weight data; a cut inside the header is a clear error.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -52,4 +56,45 @@ TEST_CASE("a model from its GGUF header alone matches the whole file's shape and
     auto other2 = Model::from_gguf(std::move(*GgufFile::from_bytes(synth_model(spec2)->to_bytes(32), "other2.gguf")));
     REQUIRE(other2.ok());
     CHECK(vocabulary_fingerprint((*other2)->tokenizer()) != vocabulary_fingerprint((*whole)->tokenizer()));
+}
+
+TEST_CASE("a model whose norm holds NaN or whose embedding holds inf is refused at load, naming the tensor", "[gguf_header]") {
+    SynthSpec spec;
+    spec.n_embd = 64, spec.n_layer = 2, spec.n_head = 4, spec.n_head_kv = 2, spec.n_ff = 128, spec.n_vocab = 400;
+    auto writer = synth_model(spec);
+    REQUIRE(writer.ok());
+    const std::vector<uint8_t> bytes = writer->to_bytes(32);
+    REQUIRE(Model::from_gguf(std::move(*GgufFile::from_bytes(bytes, "ok.gguf"))).ok());
+    // Where a tensor's first value lies in the file, and its type.
+    auto locate = [&](const std::string& name) {
+        auto f = GgufFile::from_bytes(bytes, "x.gguf");
+        REQUIRE(f.ok());
+        const GgufTensorInfo* t = (*f)->find_tensor(name);
+        REQUIRE(t != nullptr);
+        return std::pair{(size_t)((const uint8_t*)t->data - (*f)->bytes()), t->type};
+    };
+    struct Case {
+        std::string tensor;
+        float value;
+        const char* says;
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (const Case& c : {Case{"output_norm.weight", nan, "NaN"}, Case{"blk.1.ffn_norm.weight", inf, "inf"},
+                          Case{"token_embd.weight", inf, "inf"}, Case{"token_embd.weight", nan, "NaN"}}) {
+        INFO(c.tensor << " " << c.says);
+        auto [at, type] = locate(c.tensor);
+        std::vector<uint8_t> bad = bytes;
+        at += 4 * sizeof(uint16_t);  // a value inside the tensor, not its first
+        if (type == GgmlType::F32) {
+            std::memcpy(&bad[at + 4 * sizeof(float)], &c.value, sizeof(float));
+        } else if (type == GgmlType::F16) {
+            const uint16_t h = std::isnan(c.value) ? 0x7E00 : 0x7C00;
+            std::memcpy(&bad[at], &h, sizeof h);
+        } else {
+            FAIL("the synthetic embedding is " << ggml_type_name((uint32_t)type) << ": extend this test for it");
+        }
+        auto m = Model::from_gguf(std::move(*GgufFile::from_bytes(bad, "bad.gguf")));
+        REQUIRE_FALSE(m.ok());
+        CHECK_THAT(m.error().message, Catch::Contains(c.tensor) && Catch::Contains(c.says) && Catch::Contains("corrupt"));
+    }
 }

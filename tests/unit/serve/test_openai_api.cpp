@@ -68,8 +68,22 @@ TEST_CASE("refused bodies name the field, the value and what it must be", "[serv
         {true, R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": 1}})",
          "stream_options.include_usage", "a boolean"},
         {true, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"3": 200}})", "logit_bias", "[-100, 100]"},
+        // Refused, not accepted silently.
+        {true, R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content", "is null; a user message needs content"},
+        {true, R"({"messages": [{"role": "system"}]})", "messages[0].content", "is missing"},
+        {true, R"({"messages": [{"role": "tool", "tool_call_id": "c"}]})", "messages[0].content", "a tool message needs content"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "tools": [1]})", "tools[0]", "must be an object, not an integer"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"parameters": {}}}]})",
+         "tools[0].function.name", "non-empty string"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": ""}}]})",
+         "tools[0].function.name", "non-empty string"},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval"}]})", "tools[0].type", "must be \"function\""},
+        {true, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]})",
+         "tools[0].function.parameters", "JSON Schema object"},
+        {false, R"({"prompt": [2147483648]})", "prompt", "holds 2147483648, which is no token id"},
+        {false, R"({"prompt": [18446744073709551615]})", "prompt", "which is no token id"},
         {false, R"({"prompt": 5})", "prompt", "a string or an array of token ids"},
-        {false, R"({"prompt": [1, -2]})", "prompt", "token ids"},
+        {false, R"({"prompt": [1, -2]})", "prompt", "holds -2, which is no token id"},
         {false, R"({"prompt": "x", "logprobs": 6})", "logprobs", "in [0, 5]"},
         {false, R"({})", "prompt", "required"},
         {false, R"([1, 2])", "", "must be a JSON object"},
@@ -85,6 +99,13 @@ TEST_CASE("refused bodies name the field, the value and what it must be", "[serv
         CHECK(body["error"]["message"] == err.message);
         CHECK(body["error"]["type"] == "invalid_request_error");
     }
+}
+
+TEST_CASE("an assistant message that calls tools may have null content", "[serve][openai]") {
+    ApiError err;
+    CHECK(parse_openai_request(
+        R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c", "content": "1"}]})",
+        true, err));
 }
 
 TEST_CASE("a completion prompt is text, one string in an array, or token ids", "[serve][openai]") {
