@@ -349,3 +349,68 @@ isolation = "in_process"
     CHECK_THAT(bad.error().message, Catch::Contains("isolation") && Catch::Contains("\"sandbox\"") &&
                                         Catch::Contains("\"in_process\"") && Catch::Contains("\"process\""));
 }
+
+TEST_CASE("every truncation of a call's frame is refused by the decoder, never read past; an answer of the wrong size "
+          "is garbage",
+          "[plugin_process]") {
+    PluginCall c;
+    c.in = request(1);
+    const auto pools = views(1);
+    c.pools = pools;
+    c.point_route_views(pools.size());
+    c.d = steward_route_decision{1, -1, 0, -1};
+    for (int i = 0; i < 3; i++) c.cands.push_back(steward_evict_candidate{i, i, 0, i, i, i});
+    c.tenants = {{0, 3, -1}, {1, 2, 4}};
+    c.tenant_name_store = {"acme", "beta"};
+    c.tenant_names = {c.tenant_name_store[0].c_str(), c.tenant_name_store[1].c_str()};
+    c.ecx = steward_evict_context{5, 64, 16, 4096, 1, c.tenants.data(), 2};
+    c.erq = steward_evict_request{sizeof(steward_evict_request), "chat", "beta", c.tenant_names.data()};
+    c.spec_accept = {0.9, 0.5};
+    c.seq.size = sizeof c.seq;
+    c.seq.bucket = "chat";
+    c.seq.tenant = "t";
+    c.seq.accept_pos = c.spec_accept.data();
+    c.seq.n_accept_pos = 2;
+    for (PluginOp op : {PluginOp::ROUTE, PluginOp::ON_OUTCOME, PluginOp::CHOOSE_VICTIM, PluginOp::DRAFT_BUDGET}) {
+        WireWriter w;
+        c.encode_inputs(op, w);
+        const std::string frame = w.buf.substr(1);  // without the op byte, as the host reads it
+        {
+            PluginCall d;
+            WireReader r(frame);
+            INFO(plugin_op_name(op));
+            REQUIRE(d.decode_inputs(op, r));
+            CHECK(r.left() == 0);
+            if (op == PluginOp::ROUTE) {
+                CHECK(d.pools.size() == 3);
+                CHECK(std::string(d.pools[2].name) == "c");
+                CHECK(std::string(d.req.bucket) == "chat");
+                CHECK(std::string(d.ctx.loads[1].worker) == "w1:1");
+                CHECK(d.ctx.pools[1].n_cached_prompt_tokens == 32);
+            }
+            if (op == PluginOp::CHOOSE_VICTIM) {
+                CHECK(std::string(d.erq.tenant_names[1]) == "beta");
+                CHECK(d.ecx.tenants == d.tenants.data());
+            }
+            if (op == PluginOp::DRAFT_BUDGET) CHECK(d.seq.accept_pos[1] == 0.5);
+        }
+        for (size_t n = 0; n < frame.size(); n++) {
+            PluginCall d;
+            const std::string cut = frame.substr(0, n);
+            WireReader r(cut);
+            INFO(plugin_op_name(op) << " cut at " << n << " of " << frame.size());
+            CHECK_FALSE(d.decode_inputs(op, r));
+        }
+    }
+    WireWriter answer;
+    c.encode_result(PluginOp::ROUTE, answer);
+    PluginCall d;
+    WireReader exact(answer.buf);
+    CHECK(d.decode_result(PluginOp::ROUTE, exact));
+    const std::string longer = answer.buf + "x";
+    WireReader more(longer);
+    CHECK_FALSE(d.decode_result(PluginOp::ROUTE, more));
+    const std::string shorter = answer.buf.substr(0, answer.buf.size() - 1);
+    WireReader less(shorter);
+    CHECK_FALSE(d.decode_result(PluginOp::ROUTE, less));
+}
