@@ -940,39 +940,34 @@ std::string MetricsRegistry::to_prometheus() const {
     family("steward_config_reloads_total", "counter", "Config reloads by result.");
     out += "steward_config_reloads_total{result=\"ok\"} " + std::to_string(n_reload_ok_) + "\n";
     out += "steward_config_reloads_total{result=\"error\"} " + std::to_string(n_reload_failed_) + "\n";
-    family("steward_plugin_decisions_total", "counter", "Decisions asked of policy plugins.");
     auto plabel = [](const PolicyFigure& p) {
         return "bucket=\"" + prometheus_label_value(p.bucket) + "\",kind=\"" + prometheus_label_value(p.kind) +
                "\",plugin=\"" + prometheus_label_value(p.plugin) + "\"";
     };
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_calls) + "\n";
-    family("steward_plugin_invalid_decisions_total", "counter",
-           "Plugin errors and rejected decisions (replaced by the safe default).");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_invalid_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_invalid) + "\n";
-    family("steward_plugin_declined_decisions_total", "counter",
-           "Eviction plugins' 'no victim' answers (the engine preempts or waits instead of evicting).");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_declined_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_declined) + "\n";
-    family("steward_plugin_timed_out_decisions_total", "counter",
-           "Plugin decisions answered by the safe default because the plugin overran its time budget "
-           "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_timed_out_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_timed_out) + "\n";
-    family("steward_plugin_crashes_total", "counter",
-           "Plugin host processes (isolation = \"process\") that ended: crashed, exited, answered garbage, or were "
-           "killed after overrunning a decision budget.");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_crashes_total{" + plabel(p) + "} " + std::to_string(p.n_crashed) + "\n";
-    family("steward_plugin_restarts_total", "counter", "Plugin host processes restarted after a crash (with backoff).");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_restarts_total{" + plabel(p) + "} " + std::to_string(p.n_restarts) + "\n";
-    family("steward_plugin_unavailable_decisions_total", "counter",
-           "Plugin decisions answered by the safe default because the plugin's host process had died (the call that "
-           "found it dead, and every call until its restart).");
-    for (const PolicyFigure& p : policies_)
-        out += "steward_plugin_unavailable_decisions_total{" + plabel(p) + "} " + std::to_string(p.n_unavailable) + "\n";
+    auto plugin_counter = [&](const char* name, const char* help, int64_t PolicyFigure::*field) {
+        family(name, "counter", help);
+        for (const PolicyFigure& p : policies_) out += std::string(name) + "{" + plabel(p) + "} " + std::to_string(p.*field) + "\n";
+    };
+    plugin_counter("steward_plugin_decisions_total", "Decisions asked of policy plugins.", &PolicyFigure::n_calls);
+    plugin_counter("steward_plugin_invalid_decisions_total", "Plugin errors and rejected decisions (replaced by the safe default).",
+                   &PolicyFigure::n_invalid);
+    plugin_counter("steward_plugin_declined_decisions_total",
+                   "Eviction plugins' 'no victim' answers (the engine preempts or waits instead of evicting).",
+                   &PolicyFigure::n_declined);
+    plugin_counter("steward_plugin_timed_out_decisions_total",
+                   "Plugin decisions answered by the safe default because the plugin overran its time budget "
+                   "([plugins] decision_budget_ms / step_decision_budget_ms) or was still running an overrun call.",
+                   &PolicyFigure::n_timed_out);
+    plugin_counter("steward_plugin_crashes_total",
+                   "Plugin host processes (isolation = \"process\") that ended: crashed, exited, answered garbage, or "
+                   "were killed after overrunning a decision budget.",
+                   &PolicyFigure::n_crashed);
+    plugin_counter("steward_plugin_restarts_total", "Plugin host processes restarted after a crash (with backoff).",
+                   &PolicyFigure::n_restarts);
+    plugin_counter("steward_plugin_unavailable_decisions_total",
+                   "Plugin decisions answered by the safe default because the plugin's host process had died (the call "
+                   "that found it dead, and every call until its restart).",
+                   &PolicyFigure::n_unavailable);
     // Speculative decoding: vLLM's spec_decode_num_* counters (per position too), then ours.
     counter("steward_spec_decode_num_drafts_total", "Target verifications of a non-empty draft.",
             [](const BucketMetrics& m) { return m.n_drafts; });
