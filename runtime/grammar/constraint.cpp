@@ -57,7 +57,13 @@ std::optional<std::string> over_budget(ConstraintKind kind, const std::shared_pt
             return std::string(field_name(kind)) + ": rule '" + g.rule_names()[r] + "' has " +
                    std::to_string(g.alternatives(r).size()) + " alternatives; at most " +
                    std::to_string(k_max_alternatives) + fix;
-    const size_t n_start = GrammarMatcher(grammar).state().size();
+    const GrammarMatcher start(grammar);
+    if (start.overflowed())
+        return std::string(field_name(kind)) + ": its optional and repeated parts nest so that the output's start expands past " +
+               std::to_string(GrammarMatcher::k_max_expand_work) + " parse paths (or " +
+               std::to_string(GrammarMatcher::k_max_expand_depth) + " levels); flatten nested repetitions such as "
+               "((x{0,100}){0,100}) into one (x{0,10000}), and make long runs of optional properties required or fewer";
+    const size_t n_start = start.state().size();
     if (n_start > k_max_alternatives)
         return std::string(field_name(kind)) + ": the output's start matches " + std::to_string(n_start) +
                " alternatives at once; at most " + std::to_string(k_max_alternatives) + fix;

@@ -405,32 +405,42 @@ struct GrammarBuilder {
                     s = i + 1;
                 }
         }
-        // Nullable and productive rules (fixpoints).
-        auto fixpoint = [&](auto elem_ok) {
+        // Nullable and productive rules (least fixpoints, by a worklist: each alternative counts the
+        // rule references not yet known good, so the work is linear in the grammar's size even for
+        // a long chain of rules, e.g. a schema's run of optional properties).
+        auto fixpoint = [&](bool chars_ok) {
             std::vector<char> ok(n, 0);
-            for (bool changed = true; changed;) {
-                changed = false;
-                for (size_t r = 0; r < n; ++r) {
-                    if (ok[r]) continue;
-                    for (auto [s, e] : alts[r]) {
-                        bool all = true;
-                        for (size_t i = s; i < e && all; ++i) all = elem_ok(bodies[r][i], ok);
-                        if (all) {
-                            ok[r] = 1;
-                            changed = true;
-                            break;
-                        }
+            std::vector<uint32_t> alt_rule, remaining;
+            std::vector<std::vector<uint32_t>> uses(n);  // rule -> its occurrences' alternatives
+            std::vector<uint32_t> todo;
+            constexpr uint32_t k_dead = UINT32_MAX;
+            for (size_t r = 0; r < n; ++r)
+                for (auto [s, e] : alts[r]) {
+                    const uint32_t id = (uint32_t)alt_rule.size();
+                    alt_rule.push_back((uint32_t)r);
+                    uint32_t count = 0;
+                    bool dead = false;
+                    for (size_t i = s; i < e; ++i) {
+                        const GrammarElement& g = bodies[r][i];
+                        if (g.op == GrammarOp::CHARS) dead |= !chars_ok;
+                        else if (g.op == GrammarOp::RULE) count++, uses[g.value].push_back(id);
                     }
+                    remaining.push_back(dead ? k_dead : count);
+                    if (!dead && count == 0 && !ok[r]) ok[r] = 1, todo.push_back((uint32_t)r);
                 }
+            while (!todo.empty()) {
+                const uint32_t r = todo.back();
+                todo.pop_back();
+                for (uint32_t id : uses[r])
+                    if (remaining[id] != k_dead && --remaining[id] == 0 && !ok[alt_rule[id]]) {
+                        ok[alt_rule[id]] = 1;
+                        todo.push_back(alt_rule[id]);
+                    }
             }
             return ok;
         };
-        const auto nullable = fixpoint([](const GrammarElement& g, const std::vector<char>& ok) {
-            return g.op == GrammarOp::RULE && ok[g.value];
-        });
-        const auto productive = fixpoint([](const GrammarElement& g, const std::vector<char>& ok) {
-            return g.op == GrammarOp::CHARS || ok[g.value];
-        });
+        const auto nullable = fixpoint(false);
+        const auto productive = fixpoint(true);
         // Reachable from root.
         std::vector<char> reach(n, 0);
         std::vector<uint32_t> todo{root_it->second};
@@ -496,7 +506,7 @@ struct GrammarBuilder {
                 std::string chain;
                 for (uint32_t p : path) {
                     const std::string& u = user_name(p);
-                    if (chain.empty() || chain.substr(chain.size() - u.size()) != u) chain += (chain.empty() ? "" : " -> ") + u;
+                    if (chain.empty() || !std::string_view(chain).ends_with(u)) chain += (chain.empty() ? "" : " -> ") + u;
                 }
                 return fail(defined_at[origin[(uint32_t)c]],
                             "rule '" + user_name((uint32_t)c) + "' is left-recursive or repeats something that can be "

@@ -171,6 +171,12 @@ public:
     bool is_dead() const { return state_.empty(); }
 
     const StackSet& state() const { return state_; }
+    // One step's expansion went past its work bound (k_max_expand_work calls or k_max_expand_depth
+    // nesting): a grammar whose nested optional parts multiply (((x{0,100}){0,100}){0,100}). The
+    // start state is then empty and such a step is refused; compile_constraint refuses the grammar.
+    bool overflowed() const { return overflowed_; }
+    static constexpr uint32_t k_max_expand_work = 1u << 18;
+    static constexpr uint32_t k_max_expand_depth = 2048;
     const CompiledGrammar& grammar() const { return *grammar_; }
     // Low-level step used by the mask walk: `out` = `in` after one byte; false (out empty) when
     // rejected. `out` must not alias `in`.
@@ -183,6 +189,8 @@ private:
     StackSet state_;
     std::vector<StackSet> history_;  // the state before each successful accept_bytes
     mutable std::vector<uint32_t> work_;  // scratch stack for expansion
+    mutable uint32_t work_left_ = 0, depth_ = 0;  // one step's expansion budget (see overflowed)
+    mutable bool overflowed_ = false;
 
     // cp == UINT32_MAX: the pending character of a partial_any state (every stack matches it).
     bool advance_cp(const StackSet& in, uint32_t cp, StackSet& out) const;

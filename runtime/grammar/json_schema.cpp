@@ -21,6 +21,8 @@ namespace {
 // Ordered: properties are generated in the order the schema declares them (models expect it).
 using json = nlohmann::ordered_json;
 
+constexpr size_t k_max_properties = 1024;  // per object
+
 // The shared primitives. A string's \u escapes exclude surrogates: a lone surrogate is not a
 // character and JSON parsers (nlohmann among them) reject it.
 constexpr const char* k_primitives = R"(space ::= | " " | "\n" [ \t]{0,20}
@@ -525,6 +527,10 @@ struct SchemaCompiler {
         if (s.contains("properties")) {
             const json& p = s["properties"];
             if (!p.is_object()) return bad(ptr + "/properties", "must be an object mapping names to schemas");
+            if (p.size() > k_max_properties)
+                return bad(ptr + "/properties", "has " + std::to_string(p.size()) + " properties; at most " + std::to_string(k_max_properties) +
+                                                    " are accepted per object (each optional one is a choice at every step); split "
+                                                    "the object or nest related properties");
             for (auto it = p.begin(); it != p.end(); ++it) {
                 const std::string pp = ptr + "/properties/" + escape_pointer_token(it.key());
                 auto v = compile(it.value(), pp);
@@ -631,8 +637,17 @@ namespace {
 Expected<std::shared_ptr<const CompiledGrammar>> compile_gbnf_of_schema(const Expected<std::string>& text) {
     if (!text) return text.error();
     auto g = CompiledGrammar::from_gbnf(text.value());
-    if (!g) return make_error("JSON schema compiled to an invalid grammar (a compiler bug, please report it): ",
-                              g.error().message);
+    if (!g) {
+        // A $ref that reaches itself before any JSON value ({"$ref": "#"}, a <-> b, anyOf/allOf of
+        // itself) compiles to a rule without a way out: the schema's fault, named as such.
+        const std::string& m = g.error().message;
+        if (m.find("can never finish") != std::string::npos || m.find("left-recursive") != std::string::npos)
+            return make_error("schema: a $ref recursion reaches itself before any JSON value, so no document can finish (",
+                              m.find("rule ") == std::string::npos ? m : m.substr(m.find("rule ")), "; rule 's--defs-x' is #/$defs/x, 's' the root); refer to a schema "
+                              "recursively only inside properties or items, with a way out (an optional property, an "
+                              "array that may be empty)");
+        return make_error("JSON schema compiled to an invalid grammar (a compiler bug, please report it): ", m);
+    }
     return g;
 }
 }  // namespace

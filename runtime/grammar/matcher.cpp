@@ -14,7 +14,9 @@ namespace steward {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
     // The start state: every alternative of the root rule expanded down to its first character.
     work_.clear();
+    work_left_ = k_max_expand_work;
     for (uint32_t s : grammar_->alternatives(grammar_->root())) expand(s, state_);
+    if (overflowed_) state_.clear();
 }
 
 GrammarMatcher GrammarMatcher::fork() const {
@@ -40,6 +42,17 @@ void GrammarMatcher::emit(uint32_t top, StackSet& out) const {
 // Expands grammar position `pos` (under the continuation stack work_) until every resulting stack
 // has a CHARS element on top. Left recursion is rejected at compile time, so this terminates.
 void GrammarMatcher::expand(uint32_t pos, StackSet& out) const {
+    if (overflowed_) return;
+    if (work_left_ == 0 || depth_ >= k_max_expand_depth) {
+        overflowed_ = true;
+        return;
+    }
+    work_left_--;
+    struct Depth {
+        uint32_t& d;
+        explicit Depth(uint32_t& d) : d(++d) {}
+        ~Depth() { d--; }
+    } depth(depth_);
     const auto& el = grammar_->elements();
     const GrammarElement g = el[pos];
     switch (g.op) {
@@ -70,6 +83,8 @@ void GrammarMatcher::expand(uint32_t pos, StackSet& out) const {
 
 bool GrammarMatcher::advance_cp(const StackSet& in, uint32_t cp, StackSet& out) const {
     out.clear();
+    work_left_ = k_max_expand_work;
+    overflowed_ = false;
     const auto& el = grammar_->elements();
     const auto& cls = grammar_->char_classes();
     for (size_t i = 0; i + 1 < in.offs.size(); ++i) {
@@ -79,6 +94,10 @@ bool GrammarMatcher::advance_cp(const StackSet& in, uint32_t cp, StackSet& out) 
         if (cp != UINT32_MAX && !cls[el[top].value].contains(cp)) continue;
         work_.assign(in.data.begin() + b, in.data.begin() + e - 1);
         expand(top + 1, out);
+    }
+    if (overflowed_) {  // refused: the step's expansion is past its bound
+        out.clear();
+        return false;
     }
     return !out.empty();
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include "test_paths.h"
 
+#include "grammar/constraint.h"
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"
 
@@ -486,4 +487,43 @@ TEST_CASE("a 100000-value enum compiles to a few parse stacks per byte", "[json_
     CHECK((whole.accept_bytes(v) && whole.is_accepting()));
     GrammarMatcher other(*g);
     CHECK_FALSE((other.accept_bytes("\"value_1000004\"") && other.is_accepting()));
+}
+
+TEST_CASE("recursive $ref: inside properties or items it works; reaching itself before any value is refused naming the recursion", "[json_schema]") {
+    auto ok = [](const char* text) {
+        auto g = CompiledGrammar::from_json_schema(std::string_view(text));
+        INFO(text << " -> " << (g.ok() ? "" : g.error().message));
+        REQUIRE(g.ok());
+        return *g;
+    };
+    CHECK(accepts(ok(R"({"type":"object","properties":{"child":{"$ref":"#"}}})"), R"({"child":{"child":{}}})"));
+    CHECK(accepts(ok(R"({"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"})"), "[[],[[]]]"));
+    for (const char* bad : {R"({"$ref":"#"})", R"({"anyOf":[{"$ref":"#"},{"type":"string"}]})",
+                            R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})",
+                            R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})",
+                            R"({"$defs":{"a":{"oneOf":[{"$ref":"#/$defs/a"},{"type":"integer"}]}},"$ref":"#/$defs/a"})"}) {
+        INFO(bad);
+        auto g = CompiledGrammar::from_json_schema(std::string_view(bad));
+        REQUIRE_FALSE(g.ok());
+        CHECK_THAT(g.error().message, Catch::Contains("a $ref recursion reaches itself before any JSON value"));
+        CHECK_THAT(g.error().message, !Catch::Contains("compiler bug"));
+    }
+}
+
+TEST_CASE("budgets: over-wide objects and multiplying repetitions are refused naming the limit", "[json_schema]") {
+    std::string p = R"({"type":"object","properties":{)";
+    for (int i = 0; i < 30000; i++) p += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+    auto wide = compile_constraint(ConstraintKind::JSON_SCHEMA, p + "}}");
+    REQUIRE_FALSE(wide.ok());
+    CHECK_THAT(wide.error().message, Catch::Contains("/properties") && Catch::Contains("has 30000 properties; at most 1024"));
+    auto nested = compile_constraint(ConstraintKind::GBNF, "root ::= ((([a-z]{0,100}){0,100}){0,100}){0,100}\n");
+    REQUIRE_FALSE(nested.ok());
+    CHECK_THAT(nested.error().message, Catch::Contains("grammar:") && Catch::Contains("262144 parse paths"));
+    // Within the bounds: 1024 optional properties compile, and the object's first step holds them all.
+    std::string fits = R"({"type":"object","properties":{)";
+    for (int i = 0; i < 1024; i++) fits += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+    auto g = compile_constraint(ConstraintKind::JSON_SCHEMA, fits + "}}");
+    REQUIRE(g.ok());
+    CHECK(accepts(*g, R"({"p7": 1, "p1000": 2})"));
+    CHECK_FALSE(accepts(*g, R"({"p1000": 2, "p7": 1})"));  // declared order
 }
