@@ -64,7 +64,9 @@ struct WorkerConnection {
     WorkerActor worker;
     WorkerInfo info;
 };
-Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, double timeout_ms);
+// Through CAF's TLS transport when the actor system was started with [cluster] TLS keys, in plain
+// BASP with cluster.insecure_loopback, else an error naming the keys to set.
+Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, const ClusterConfig& cluster);
 // The front's watch over one remote pool (detached: reconnecting blocks). Heartbeats the worker,
 // writes its load into `live`, and declares the worker lost on a down message of its executor or
 // worker actor or a heartbeat past the timeout: live->lost, then (lost_atom, pool_id, why) to every

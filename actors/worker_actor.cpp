@@ -3,6 +3,7 @@
 // worker's executor and kv_allocator actors as it uses local ones, and watches each remote pool with
 // a monitor (pool_monitor_actor): heartbeats, loss, rejoin.
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -165,7 +166,7 @@ caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
                 return;
             }
             if (st.rejoined) return;  // the config actor builds the new generation; this pool is done
-            auto c = connect_worker(self->system(), st.a.address, st.a.cluster.connect_timeout_ms);
+            auto c = connect_worker(self->system(), st.a.address, st.a.cluster);
             if (c) {
                 bool has_pool = false;
                 for (const RemotePoolInfo& p : c->info.pools) has_pool |= p.pool == st.a.remote_pool;
@@ -195,23 +196,37 @@ WorkerActor spawn_worker(caf::actor_system& sys, std::weak_ptr<SharedState> shar
     return sys.spawn(worker_actor, std::move(shared), std::move(name), version);
 }
 
-Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, double timeout_ms) {
+Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::string& address, const ClusterConfig& cluster) {
+    const double timeout_ms = cluster.connect_timeout_ms;
     std::string host;
     int port = 0;
     if (!split_host_port(address, host, port)) return make_error("worker address '", address, "' is not host:port (port 1..65535)");
     const std::string fix = "; start it with `steward worker -c W.toml --listen " + address + "`, or remove the pool";
+    // TLS when the actor system was started with keys (CAF reads them once, at start).
+    const bool tls = sys.has_openssl_manager() && !sys.config().openssl_certificate.empty();
+    if (!tls && !cluster.insecure_loopback)
+        return make_error("cannot connect to the worker at ", address, ": this front has no TLS keys; give [cluster] tls_cert, tls_key and "
+                          "tls_ca (a certificate of the workers' CA, docs/cluster.md#tls) and restart, or set [cluster] insecure_loopback = true "
+                          "when every worker listens on loopback");
+    const caf::io::middleman_actor mm = tls ? sys.openssl_manager().actor_handle() : sys.middleman().actor_handle();
     // Through the middleman actor with a timeout, not middleman().remote_actor(): that one blocks
     // for as long as a peer that accepted the connection stays silent (not a Steward worker).
     const auto wait = std::chrono::milliseconds((int64_t)timeout_ms);
     caf::scoped_actor self{sys};
     WorkerActor a;
     std::string why;
-    self->request(sys.middleman().actor_handle(), wait, caf::connect_atom::value, host, (uint16_t)port)
+    self->request(mm, wait, caf::connect_atom::value, host, (uint16_t)port)
         .receive([&](const caf::node_id&, caf::strong_actor_ptr& p, const std::set<std::string>&) { a = caf::actor_cast<WorkerActor>(p); },
                  [&](caf::error& e) {
                      why = e == caf::sec::request_timeout
                                ? "it accepted the connection but did not complete CAF's handshake within " +
-                                     std::to_string((long long)timeout_ms) + " ms: is a steward worker listening there?"
+                                     std::to_string((long long)timeout_ms) + " ms: is a steward worker listening there" +
+                                     (tls ? ", and do this front's and the worker's certificates chain to each other's [cluster] tls_ca?" : "?")
+                           : e == caf::sec::disconnect_during_handshake
+                               ? "it closed the connection during CAF's handshake: " +
+                                     std::string(tls ? "does this front's certificate chain to the worker's [cluster] tls_ca, and the worker's to this front's?"
+                                                     : "does the worker require TLS (then give this front [cluster] tls_cert, tls_key and tls_ca)?") +
+                                     " The worker's log says why it refused"
                                : sys.render(e);
                  });
     if (!a) return make_error("cannot reach the worker at ", address, ": ", why.empty() ? "no actor is published there" : why, fix);

@@ -25,6 +25,9 @@ import time
 BUCKETS = ["short_qa", "long_doc", "long_output", "agent", "high_temp", "structured"]
 
 WORKER = """
+[cluster]
+insecure_loopback = true  # every process on loopback (docs/cluster.md#threat-model)
+
 [limits]
 request_timeout_ms = 600000
 max_tokens_default = 64
@@ -64,7 +67,7 @@ def free_port():
 
 def front_config(ports, plugin):
     out = "[limits]\nrequest_timeout_ms = 600000\nmax_tokens_default = 64\n\n[reload]\nwatch = false\n\n"
-    out += "[cluster]\nheartbeat_ms = 100\nheartbeat_timeout_ms = 3000\n\n"
+    out += "[cluster]\ninsecure_loopback = true\nheartbeat_ms = 100\nheartbeat_timeout_ms = 3000\n\n"
     names = []
     for i, p in enumerate(ports):
         names.append(f"w{i + 1}")

@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libcaf-dev libtomlplusplus-dev libspdlog-dev libfmt-dev catch2
       libboost-dev libboost-system-dev libopenblas-dev nlohmann-json3-dev
+      libssl-dev openssl  # the worker gate's TLS (libcaf-dev brings CAF's OpenSSL module); certificates in tests
       libcli11-dev libpcre2-dev curl ccache
       chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference

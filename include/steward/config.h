@@ -236,12 +236,23 @@ struct ReloadConfig {
     int debounce_ms = 100;  // wait this long after a change for the writer to finish
 };
 
-// [cluster]: how a front watches the workers of its remote pools.
+// [cluster]: how a front watches the workers of its remote pools, and how fronts and workers trust
+// each other (docs/cluster.md#threat-model). TLS keys and bounds are read at start (a reload keeps
+// the ones the process started with).
 struct ClusterConfig {
-    double connect_timeout_ms = 5000;    // connecting to a worker and its hello
+    double connect_timeout_ms = 5000;    // connecting to a worker and its hello; on a worker, a front's TLS and BASP handshake
     double heartbeat_ms = 250;           // a heartbeat (load and KV figures) per remote pool
     double heartbeat_timeout_ms = 2000;  // no answer for this long: the worker is lost
     double reconnect_ms = 500;           // a lost worker is tried again this often; it rejoins when it answers
+    // Mutual TLS between fronts and workers, all three or none (PEM, relative to the config's folder):
+    // this process's certificate chain, its unencrypted key, and the CA the peer's certificate must chain to.
+    std::string tls_cert, tls_key, tls_ca;
+    bool insecure_loopback = false;         // no TLS: only with loopback addresses (workers' --listen, fronts' remote)
+    int64_t max_frame_bytes = 64ll << 20;   // worker: a front's BASP frame announcing more closes its connection
+    int max_connections = 64;               // worker: open connections past this are closed at once
+    int64_t max_pending_bytes = 256ll << 20;  // worker: payload of frames in progress, all connections together
+
+    bool tls() const { return !tls_cert.empty(); }
 };
 
 // [server]: `steward serve`'s HTTP server (docs/http-api.md).

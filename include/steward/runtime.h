@@ -118,6 +118,11 @@ public:
     // Makes this runtime a worker: fronts (configs with [[pool]] remote = "host:port") may connect on
     // host:port (0: an ephemeral port) and run requests on its pools, over CAF's network layer.
     // Returns the bound port. A runtime with remote pools of its own cannot be a worker.
+    // The port is a gate (mutual TLS with the config's [cluster] tls_* files, or plaintext with
+    // insecure_loopback on a loopback host only; the [cluster] bounds) in front of CAF's middleman,
+    // which listens on 127.0.0.1 (docs/cluster.md#trust-and-bounds). Errors: no TLS files and no
+    // insecure_loopback, insecure_loopback with a non-loopback host, a TLS file that does not load,
+    // a host that is not an IP address (or localhost), a port that cannot be bound.
     // wire_version: 0 (this build's); tests give another to check that fronts refuse it.
     Expected<int> listen_for_fronts(const std::string& host, int port, uint32_t wire_version = 0);
 

@@ -3,6 +3,7 @@
 #include <steward/runtime.h>
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,18 +20,29 @@
 #include "sim/sim_clock.h"
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
+#include "cluster/worker_gate.h"
 #include "metrics/histogram.h"
 #include "pool/config_check.h"
 #include "pool/pool.h"
+#include "util/strings.h"
 
 namespace steward {
 
 namespace {
 
-caf::actor_system_config& make_cfg(caf::actor_system_config& cfg) {
+caf::actor_system_config& make_cfg(caf::actor_system_config& cfg, const ClusterConfig& cluster) {
     add_message_types(cfg);
     // CAF's network layer: remote pools (a front) and `steward worker` (a worker) talk through it.
     cfg.load<caf::io::middleman>();
+    // With [cluster] TLS keys, a front connects to its workers through CAF's OpenSSL transport, which
+    // presents this certificate and requires the worker's to chain to tls_ca (a worker's own side of
+    // TLS is its gate's, cluster/worker_gate.h). Keys are the start config's: CAF reads them once.
+    if (cluster.tls()) {
+        cfg.load<caf::openssl::manager>();
+        cfg.openssl_certificate = cluster.tls_cert;
+        cfg.openssl_key = cluster.tls_key;
+        cfg.openssl_cafile = cluster.tls_ca;
+    }
     // Request, router and config actors are light; the executors, and the buckets' plugin deciders,
     // have threads of their own. A quarter of the cores (1 to 8) for the rest: on a big host a request
     // actor that tokenizes a long prompt holds one scheduler thread while the others keep routing and
@@ -83,7 +95,8 @@ struct Runtime::Impl {
     bool stopping = false;    // under reload_mu: the destructor has begun, no more generations
     std::unique_ptr<ConfigWatcher> watcher;
     WorkerActor worker;       // published to fronts (listen_for_fronts), or null
-    uint16_t worker_port = 0;
+    uint16_t worker_port = 0;  // CAF's middleman, on loopback: only the gate connects to it
+    std::unique_ptr<WorkerGate> gate;  // the worker's public port
     // Choices of submit_choices not submitted yet, for cancel().
     std::mutex choices_mu;
     std::unordered_map<RequestHandle, std::weak_ptr<ChoiceFanOut>> waiting_choices;
@@ -140,7 +153,7 @@ struct Runtime::Impl {
     // A remote pool of `config`: connect to its worker and describe the pool (not wired yet: build()
     // subscribes it to the cache and spawns its monitor once the generation validated).
     Expected<std::shared_ptr<PoolHandle>> connect_pool(const PoolConfig& pc, const Config& config) {
-        auto c = connect_worker(*sys, pc.remote, config.cluster.connect_timeout_ms);
+        auto c = connect_worker(*sys, pc.remote, config.cluster);
         if (!c) return make_error("pool '", pc.name, "': ", c.error().message);
         std::string names;
         for (RemotePoolInfo& i : c->info.pools) {
@@ -351,8 +364,11 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     // [sim] dilation: every clock of the runtime runs this many simulated seconds per real second
     // (1 without it). Set before any actor reads the clock; a reload keeps it.
     set_time_dilation(config.sim.dilation);
+    if (config.cluster.tls())  // checked here: CAF's TLS layer would abort on a bad file in the middle of a connect
+        if (std::string e = tls_files_error(config.cluster.tls_cert, config.cluster.tls_key, config.cluster.tls_ca); !e.empty())
+            return make_error(config.path, ": ", e);
     auto impl = std::make_unique<Impl>();
-    impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg));
+    impl->sys = std::make_unique<caf::actor_system>(make_cfg(impl->cfg, config.cluster));
     impl->config_path = config.path == "<string>" ? "" : config.path;
     impl->options = std::move(options);
     impl->shared->traces.set_capacity(impl->options.trace_capacity);
@@ -386,7 +402,8 @@ Runtime::~Runtime() {
         for (auto& [id, a] : impl_->shared->inflight) caf::anon_send(a, cancel_atom::value);
     }
     drain();
-    if (impl_->worker) {  // closes the port first: an actor system with a published actor never finishes
+    if (impl_->worker) {  // closes the ports first: an actor system with a published actor never finishes
+        impl_->gate.reset();  // fronts' connections end here; CAF sees each close
         impl_->sys->middleman().unpublish(impl_->worker, impl_->worker_port);
         caf::anon_send_exit(impl_->worker, caf::exit_reason::user_shutdown);
     }
@@ -638,17 +655,45 @@ Expected<int> Runtime::listen_for_fronts(const std::string& host, int port, uint
             return make_error("pool '", ph->cfg.name, "' is itself remote (", ph->worker,
                               "); a worker hosts its pools itself: give it only local pools");
     if (impl_->worker) return make_error("this runtime already listens for fronts");
+    const ClusterConfig& cl = impl_->shared->snapshot()->config->cluster;
     const std::string name = host + ":" + std::to_string(port);
+    if (!cl.tls() && !cl.insecure_loopback)
+        return make_error("listening on ", name, " needs [cluster] tls_cert, tls_key and tls_ca (fronts must present a certificate of "
+                          "that CA; docs/cluster.md#tls), or [cluster] insecure_loopback = true with a loopback --listen address");
+    if (cl.insecure_loopback && !is_loopback_host(host))
+        return make_error("[cluster] insecure_loopback = true allows only a loopback --listen address, and --listen ", name,
+                          " is not one; give [cluster] tls_cert, tls_key and tls_ca instead (docs/cluster.md#tls), or --listen 127.0.0.1:",
+                          std::to_string(port));
     auto w = spawn_worker(*impl_->sys, impl_->shared, name, wire_version ? wire_version : k_wire_version);
-    auto bound = impl_->sys->middleman().publish(w, (uint16_t)port, host.c_str(), true);
+    // CAF's middleman listens on loopback only; the public port is the gate's, which bounds and
+    // authenticates what reaches CAF (docs/cluster.md#threat-model).
+    auto bound = impl_->sys->middleman().publish(w, 0, "127.0.0.1", true);
     if (!bound) {
         caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
-        return make_error("cannot listen on ", name, ": ", impl_->sys->render(bound.error()),
-                          "; pick a free port (--listen HOST:PORT) or stop what holds it");
+        return make_error("cannot publish the worker on loopback: ", impl_->sys->render(bound.error()));
+    }
+    WorkerGateOptions go;
+    go.host = host;
+    go.port = port;
+    go.upstream_port = *bound;
+    go.tls = cl.tls();
+    go.cert = cl.tls_cert;
+    go.key = cl.tls_key;
+    go.ca = cl.tls_ca;
+    go.limits.max_frame_bytes = (uint32_t)cl.max_frame_bytes;
+    go.max_connections = cl.max_connections;
+    go.max_pending_bytes = cl.max_pending_bytes;
+    go.handshake_timeout_ms = cl.connect_timeout_ms;
+    auto gate = WorkerGate::start(go);
+    if (!gate) {
+        impl_->sys->middleman().unpublish(w, *bound);
+        caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+        return gate.error();
     }
     impl_->worker = w;
     impl_->worker_port = *bound;
-    return (int)*bound;
+    impl_->gate = std::move(*gate);
+    return impl_->gate->port();
 }
 
 void Runtime::route_sighup_to_reload() { ConfigWatcher::install_sighup_handler(); }

@@ -357,8 +357,30 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         if (!r.get_in("connect_timeout_ms", cl.connect_timeout_ms, 1, 3.6e6, want) ||
             !r.get_in("heartbeat_ms", cl.heartbeat_ms, 1, 3.6e6, want) ||
             !r.get_in("heartbeat_timeout_ms", cl.heartbeat_timeout_ms, 1, 3.6e6, want) ||
-            !r.get_in("reconnect_ms", cl.reconnect_ms, 1, 3.6e6, want) || !r.finish())
+            !r.get_in("reconnect_ms", cl.reconnect_ms, 1, 3.6e6, want) || !r.get("tls_cert", cl.tls_cert) ||
+            !r.get("tls_key", cl.tls_key) || !r.get("tls_ca", cl.tls_ca) || !r.get("insecure_loopback", cl.insecure_loopback) ||
+            !r.get_in("max_frame_bytes", cl.max_frame_bytes, 65536, 4294967295.0, "in [65536, 4294967295] bytes") ||
+            !r.get_in("max_connections", cl.max_connections, 1, 65536, "in [1, 65536]") ||
+            !r.get_in("max_pending_bytes", cl.max_pending_bytes, 65536, 1e12, "in [65536, 1e12] bytes") || !r.finish())
             return fail(r.err);
+        const std::string at = where(src, t->source()) + ": [cluster] ";
+        if (cl.max_pending_bytes < cl.max_frame_bytes)
+            return fail(at + "max_pending_bytes (" + std::to_string(cl.max_pending_bytes) + ") is below max_frame_bytes (" +
+                        std::to_string(cl.max_frame_bytes) + "): no frame of the largest size could pass; raise it");
+        const int n_tls = !cl.tls_cert.empty() + !cl.tls_key.empty() + !cl.tls_ca.empty();
+        if (n_tls != 0 && n_tls != 3)
+            return fail(at + "tls_cert, tls_key and tls_ca go together (missing:" + (cl.tls_cert.empty() ? " tls_cert" : "") +
+                        (cl.tls_key.empty() ? " tls_key" : "") + (cl.tls_ca.empty() ? " tls_ca" : "") +
+                        "); give all three PEM files (docs/cluster.md#tls)");
+        if (n_tls == 3 && cl.insecure_loopback)
+            return fail(at + "insecure_loopback = true and tls_cert are both set; keep TLS and remove insecure_loopback");
+        for (auto [key, f] : {std::pair<const char*, std::string*>{"tls_cert", &cl.tls_cert}, {"tls_key", &cl.tls_key}, {"tls_ca", &cl.tls_ca}}) {
+            if (f->empty()) continue;
+            if (std::filesystem::path(*f).is_relative() && !base.empty()) *f = (base / *f).string();
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(*f, ec))
+                return fail(at + key + " '" + *f + "' is not a file; give a PEM file (docs/cluster.md#tls says how to make them)");
+        }
         if (cl.heartbeat_timeout_ms <= cl.heartbeat_ms)
             return fail(where(src, t->source()) + ": [cluster] heartbeat_timeout_ms (" + std::to_string((long long)cl.heartbeat_timeout_ms) +
                         ") must be longer than heartbeat_ms (" + std::to_string((long long)cl.heartbeat_ms) +
@@ -489,6 +511,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 int port = 0;
                 if (!split_host_port(p.remote, host, port))
                     return fail(at + "remote must be \"host:port\" with a port in [1, 65535], as the worker's --listen");
+                if (c.cluster.insecure_loopback && !is_loopback_host(host))
+                    return fail(at + "[cluster] insecure_loopback = true allows only loopback workers, and [[pool]] remote = \"" +
+                                p.remote + "\" is not one; give [cluster] tls_cert, tls_key and tls_ca instead (docs/cluster.md#tls)");
                 if (p.remote_pool.empty()) p.remote_pool = p.name;
             } else {
                 if (!p.remote_pool.empty())

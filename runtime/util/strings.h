@@ -35,4 +35,18 @@ inline bool split_host_port(const std::string& s, std::string& host, int& port, 
     return true;
 }
 
+// True for a host that names this machine's loopback only: "localhost", 127.0.0.0/8, "::1" (with or
+// without brackets). A name that resolves elsewhere, or "0.0.0.0", is not.
+inline bool is_loopback_host(std::string h) {
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    if (h == "localhost" || h == "::1" || h == "0:0:0:0:0:0:0:1") return true;
+    if (h.rfind("127.", 0) != 0) return false;
+    int dots = 0;
+    for (char c : h) {
+        if (c == '.') dots++;
+        else if (c < '0' || c > '9') return false;
+    }
+    return dots == 3;
+}
+
 }  // namespace steward

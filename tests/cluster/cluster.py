@@ -43,7 +43,12 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Everything here is on loopback without TLS ([cluster] insecure_loopback); tests/cluster/security.py
+# runs fronts and workers with certificates.
 WORKER_TOML = """
+[cluster]
+insecure_loopback = true
+
 [limits]
 request_timeout_ms = 120000
 max_tokens_default = 16
@@ -87,6 +92,7 @@ host = "127.0.0.1"
 port = {port}
 
 [cluster]
+insecure_loopback = true
 heartbeat_ms = 100
 heartbeat_timeout_ms = 10000
 reconnect_ms = 200
@@ -94,6 +100,7 @@ reconnect_ms = 200
 [[tenant]]
 name = "acme"
 api_keys = ["k-acme"]
+admin = true  # POST /admin/reload (step 7)
 
 [[tenant]]
 name = "globex"
@@ -398,7 +405,7 @@ def main():
         procs.start("w3", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w3}", "--wire-version", "99"], "listening")
         bad = os.path.join(workdir, "front_bad.toml")
         with open(bad, "w") as f:
-            f.write(f'[[pool]]\nname = "w3"\nremote = "127.0.0.1:{w3}"\nremote_pool = "tiny"\n\n'
+            f.write(f'[cluster]\ninsecure_loopback = true\n\n[[pool]]\nname = "w3"\nremote = "127.0.0.1:{w3}"\nremote_pool = "tiny"\n\n'
                     '[[bucket]]\nname = "default"\npool = "w3"\n')
         p = subprocess.run([steward, "run", "-c", bad, "--requests", "1"], capture_output=True, text=True, timeout=120)
         check(p.returncode != 0 and "wire protocol 99" in p.stderr and "same Steward version" in p.stderr,
@@ -411,7 +418,7 @@ def main():
         threading.Thread(target=lambda: [accepted.append(silent.accept()) for _ in range(4)], daemon=True).start()
         quiet = os.path.join(workdir, "front_quiet.toml")
         with open(quiet, "w") as f:
-            f.write(f'[cluster]\nconnect_timeout_ms = 1000\n\n[[pool]]\nname = "q"\nremote = "127.0.0.1:{silent.getsockname()[1]}"\n\n'
+            f.write(f'[cluster]\ninsecure_loopback = true\nconnect_timeout_ms = 1000\n\n[[pool]]\nname = "q"\nremote = "127.0.0.1:{silent.getsockname()[1]}"\n\n'
                     '[[bucket]]\nname = "default"\npool = "q"\n')
         t0 = time.time()
         p = subprocess.run([steward, "run", "-c", quiet, "--requests", "1"], capture_output=True, text=True, timeout=60)
