@@ -165,24 +165,12 @@ private:
         });
     }
     std::optional<ApiError> unsupported_transfer_coding() const {
-        const auto& h = parser_->get();
-        std::string codings;
-        int n_fields = 0;
-        for (const auto& f : h)
-            if (f.name() == http::field::transfer_encoding) {
-                n_fields++;
-                codings.assign(f.value().data(), f.value().size());
-            }
-        if (n_fields == 0) return std::nullopt;
-        const auto trimmed = [](std::string s) {
-            const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-            return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-        };
-        if (n_fields == 1 && beast::iequals(trimmed(codings), "chunked")) return std::nullopt;
-        return ApiError{501,
-                        "Transfer-Encoding '" + (n_fields == 1 ? trimmed(codings) : std::string("(") + std::to_string(n_fields) + " fields)") +
-                            "' is not supported: send the body with Content-Length or 'Transfer-Encoding: chunked' alone",
-                        "invalid_request_error", "", "unsupported_transfer_encoding"};
+        std::vector<std::string> values;
+        for (const auto& f : parser_->get())
+            if (f.name() == http::field::transfer_encoding) values.emplace_back(f.value());
+        auto refusal = transfer_coding_refusal(values);
+        if (!refusal) return std::nullopt;
+        return ApiError{501, *refusal, "invalid_request_error", "", "unsupported_transfer_encoding"};
     }
     void read_body() {
         http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });

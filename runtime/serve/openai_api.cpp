@@ -912,4 +912,19 @@ std::optional<DetokenizeRequest> parse_detokenize_request(std::string_view body,
     return r;
 }
 
+std::optional<std::string> transfer_coding_refusal(const std::vector<std::string>& values) {
+    if (values.empty()) return std::nullopt;
+    const auto trimmed = [](const std::string& v) {
+        const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+        return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+    };
+    const auto lower = [](std::string v) {
+        for (char& c : v) c = (char)std::tolower((unsigned char)c);
+        return v;
+    };
+    if (values.size() == 1 && lower(trimmed(values[0])) == "chunked") return std::nullopt;
+    const std::string what = values.size() == 1 ? "'" + trimmed(values[0]) + "'" : std::to_string(values.size()) + " Transfer-Encoding fields";
+    return "Transfer-Encoding " + what + " is not supported: send the body with Content-Length or 'Transfer-Encoding: chunked' alone";
+}
+
 }  // namespace steward::serve

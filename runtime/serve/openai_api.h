@@ -200,6 +200,12 @@ nlohmann::json usage_json(const std::vector<GenerationResult>& results);
 std::string response_id(bool chat, uint64_t handle);
 uint64_t parse_request_id(std::string_view id);
 
+// HTTP/1.1 framing the server accepts (RFC 9112 6.1): no Transfer-Encoding, or one field holding
+// "chunked" alone (any case, spaces around). Anything else leaves the body's length unknown and is
+// refused: the answer is 501 and the connection closes, so that a body is never read as a request.
+// `values`: every Transfer-Encoding field's value, in order. nullopt: accepted; else the message.
+std::optional<std::string> transfer_coding_refusal(const std::vector<std::string>& values);
+
 // The whole non-streaming response. texts[i] are choice i's token texts (logprobs), may be empty.
 // pool: the pool whose template's tool-call format the chat's choices are parsed in; or per choice
 // (choice_pools[i], the pool that answered it; null: not parsed).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <utility>  // before Boost 1.74's asio, which uses std::exchange without it under C++20
 
 #include <boost/beast/http.hpp>
@@ -52,6 +53,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         if (!parser.is_done()) return 0;
         const auto& req = parser.get();
+        // What the server lets through has a known body length: a request whose framing the rule
+        // accepts is chunked, has a Content-Length, or has no body.
+        std::vector<std::string> te;
+        for (const auto& f : req)
+            if (f.name() == http::field::transfer_encoding) te.emplace_back(f.value());
+        const bool accepted = !steward::serve::transfer_coding_refusal(te);
+        if (accepted && !te.empty() && !parser.chunked()) fail("accepted a transfer coding the parser did not frame", te.front());
+        if (!accepted && te.empty()) fail("refused a request without Transfer-Encoding", "");
         if (req.body().size() > k_body_limit) fail("body over the limit", std::to_string(req.body().size()));
         const std::string target(req.target());
         (void)steward::serve::parse_request_id(target.substr(target.rfind('/') == std::string::npos ? 0 : target.rfind('/') + 1));
