@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-45}"; shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_config fuzz_workload fuzz_plugin_decision
-  fuzz_jinja fuzz_openai_body fuzz_http_request)
+  fuzz_jinja fuzz_openai_body fuzz_http_request fuzz_basp_frame)
 dir="${STEWARD_FUZZ_BUILD:-build-fuzz}"
 launcher=()
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"  # with -g, ccache would otherwise hash the build directory
