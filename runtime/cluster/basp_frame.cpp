@@ -38,10 +38,11 @@ bool BaspFrameReader::accept_header() {
         error_ = "a frame has an unknown BASP operation " + std::to_string(h.operation);
         return false;
     }
-    const uint32_t limit = n_frames_ == 0 ? std::min(limits_.max_handshake_bytes, limits_.max_frame_bytes) : limits_.max_frame_bytes;
+    const uint32_t limit =
+        n_frames_ == 0 ? std::min(limits_.max_handshake_bytes, limits_.max_frame_bytes) : limits_.max_frame_bytes;
     if (h.payload_len > limit) {
-        error_ = std::string(n_frames_ == 0 ? "the handshake" : "a frame") + " announces " + std::to_string(h.payload_len) +
-                 " payload bytes, over the limit of " + std::to_string(limit) +
+        error_ = std::string(n_frames_ == 0 ? "the handshake" : "a frame") + " announces " +
+                 std::to_string(h.payload_len) + " payload bytes, over the limit of " + std::to_string(limit) +
                  (n_frames_ == 0 ? "" : " ([cluster] max_frame_bytes)");
         return false;
     }

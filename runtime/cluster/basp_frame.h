@@ -37,7 +37,7 @@ BaspHeader decode_basp_header(const uint8_t* p);
 
 // One direction of one connection (front -> worker). Not thread-safe: one per connection.
 class BaspFrameReader {
-   public:
+public:
     explicit BaspFrameReader(BaspLimits limits) : limits_(limits) {}
 
     // Takes the next n bytes the peer sent and appends to `out` those that may go on to CAF: the
@@ -54,7 +54,7 @@ class BaspFrameReader {
     uint32_t n_frame_bytes() const { return frame_bytes_; }
     uint64_t n_frames() const { return n_frames_; }
 
-   private:
+private:
     bool accept_header();
 
     BaspLimits limits_;

@@ -21,19 +21,29 @@ namespace {
 constexpr size_t k_buffer_bytes = 64 << 10;
 
 // Touched on the gate's thread only. n_open and n_pending_bytes are the limits' state; the refusal
-// counts rate-limit and number the log lines.
+// counts thin out and number the log lines (worth_logging).
 struct Counters {
     int64_t n_refused_full = 0, n_refused_tls = 0, n_refused_frame = 0, n_refused_timeout = 0, n_open = 0,
             n_pending_bytes = 0;
 };
 
 // A plain socket and a TLS stream, for the one Connection template below.
-tcp::socket& lowest(tcp::socket& s) { return s; }
-tcp::socket& lowest(asio::ssl::stream<tcp::socket>& s) { return s.next_layer(); }
+tcp::socket& lowest(tcp::socket& s) {
+    return s;
+}
+tcp::socket& lowest(asio::ssl::stream<tcp::socket>& s) {
+    return s.next_layer();
+}
+
+// A flood of refused peers must not flood the log: the first 8 refusals of a kind, then the 16th,
+// 32nd, 64th, ... (each line carries the count so far).
+bool worth_logging(int64_t n) {
+    return n <= 8 || (n & (n - 1)) == 0;
+}
 
 template <class Stream>
 class Connection : public std::enable_shared_from_this<Connection<Stream>> {
-   public:
+public:
     Connection(Stream stream, const WorkerGateOptions& o, Counters& c)
         : front_(std::move(stream)),
           caf_(front_.get_executor()),
@@ -55,9 +65,10 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
         deadline_.expires_after(std::chrono::milliseconds((int64_t)o_.handshake_timeout_ms));
         deadline_.async_wait([self](const boost::system::error_code& ec) {
             if (ec || self->reader_.n_frames() > 0 || self->closed_) return;
-            self->c_.n_refused_timeout++;
-            spdlog::warn("worker gate: closed {}: no handshake within {} ms ([cluster] connect_timeout_ms; {} so far)", self->peer_,
-                         (long long)self->o_.handshake_timeout_ms, (long long)self->c_.n_refused_timeout);
+            if (worth_logging(++self->c_.n_refused_timeout))
+                spdlog::warn(
+                    "worker gate: closed {}: no handshake within {} ms ([cluster] connect_timeout_ms; {} so far)",
+                    self->peer_, (long long)self->o_.handshake_timeout_ms, (long long)self->c_.n_refused_timeout);
             self->close();
         });
         boost::system::error_code ec;
@@ -68,11 +79,11 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
         } else {
             front_.async_handshake(asio::ssl::stream_base::server, [self](const boost::system::error_code& ec) {
                 if (ec) {
-                    if (!self->closed_) {
-                        self->c_.n_refused_tls++;
-                        spdlog::warn("worker gate: refused {}: TLS handshake failed ({}); a front needs a certificate of the "
-                                     "worker's [cluster] tls_ca ({} refused so far)",
-                                     self->peer_, ec.message(), (long long)self->c_.n_refused_tls);
+                    if (!self->closed_ && worth_logging(++self->c_.n_refused_tls)) {
+                        spdlog::warn(
+                            "worker gate: refused {}: TLS handshake failed ({}); a front needs a certificate of the "
+                            "worker's [cluster] tls_ca ({} refused so far)",
+                            self->peer_, ec.message(), (long long)self->c_.n_refused_tls);
                     }
                     return self->close();
                 }
@@ -81,13 +92,14 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
         }
     }
 
-   private:
+private:
     void connect_caf() {
         auto self = this->shared_from_this();
         caf_.async_connect(tcp::endpoint(asio::ip::address_v4::loopback(), (unsigned short)o_.upstream_port),
                            [self](const boost::system::error_code& ec) {
                                if (ec) {
-                                   spdlog::warn("worker gate: cannot reach the worker's own middleman: {}", ec.message());
+                                   spdlog::warn("worker gate: cannot reach the worker's own middleman: {}",
+                                                ec.message());
                                    return self->close();
                                }
                                self->read_front();
@@ -107,18 +119,21 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
             self->c_.n_pending_bytes += now - self->charged_;
             self->charged_ = now;
             if (!ok || self->c_.n_pending_bytes > self->o_.max_pending_bytes) {
-                self->c_.n_refused_frame++;
-                spdlog::warn("worker gate: closed {} ({} frames refused so far): {}", self->peer_, (long long)self->c_.n_refused_frame,
-                             ok ? "its frame would take the payload in progress over [cluster] max_pending_bytes (" +
-                                      std::to_string(self->o_.max_pending_bytes) + ")"
-                                : self->reader_.error());
+                if (worth_logging(++self->c_.n_refused_frame))
+                    spdlog::warn(
+                        "worker gate: closed {} ({} frames refused so far): {}", self->peer_,
+                        (long long)self->c_.n_refused_frame,
+                        ok ? "its frame would take the payload in progress over [cluster] max_pending_bytes (" +
+                                 std::to_string(self->o_.max_pending_bytes) + ")"
+                           : self->reader_.error());
                 return self->close();
             }
             if (self->reader_.n_frames() > 0) self->deadline_.cancel();
-            asio::async_write(self->caf_, asio::buffer(self->out_), [self](const boost::system::error_code& ec, size_t) {
-                if (ec) return self->close();
-                self->read_front();
-            });
+            asio::async_write(self->caf_, asio::buffer(self->out_),
+                              [self](const boost::system::error_code& ec, size_t) {
+                                  if (ec) return self->close();
+                                  self->read_front();
+                              });
         });
     }
 
@@ -126,10 +141,11 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
         auto self = this->shared_from_this();
         caf_.async_read_some(asio::buffer(back_), [self](const boost::system::error_code& ec, size_t n) {
             if (ec) return self->close();
-            asio::async_write(self->front_, asio::buffer(self->back_.data(), n), [self](const boost::system::error_code& ec, size_t) {
-                if (ec) return self->close();
-                self->read_caf();
-            });
+            asio::async_write(self->front_, asio::buffer(self->back_.data(), n),
+                              [self](const boost::system::error_code& ec, size_t) {
+                                  if (ec) return self->close();
+                                  self->read_caf();
+                              });
         });
     }
 
@@ -169,11 +185,13 @@ std::string tls_files_error(const std::string& cert, const std::string& key, con
     if (t.use_certificate_chain_file(cert, ec); ec)
         return "[cluster] tls_cert '" + cert + "': cannot load it (" + ec.message() + "); give a PEM certificate chain";
     if (t.use_private_key_file(key, ssl::context::pem, ec); ec)
-        return "[cluster] tls_key '" + key + "': cannot load it (" + ec.message() + "); give the PEM private key of tls_cert, unencrypted";
+        return "[cluster] tls_key '" + key + "': cannot load it (" + ec.message() +
+               "); give the PEM private key of tls_cert, unencrypted";
     if (SSL_CTX_check_private_key(t.native_handle()) != 1)
         return "[cluster] tls_key '" + key + "' is not the key of tls_cert '" + cert + "'; give the pair's key";
     if (t.load_verify_file(ca, ec); ec)
-        return "[cluster] tls_ca '" + ca + "': cannot load it (" + ec.message() + "); give the PEM certificate of the cluster's CA";
+        return "[cluster] tls_ca '" + ca + "': cannot load it (" + ec.message() +
+               "); give the PEM certificate of the cluster's CA";
     return "";
 }
 
@@ -182,8 +200,8 @@ namespace {
 std::unique_ptr<asio::ssl::context> make_tls_server(const WorkerGateOptions& o) {
     namespace ssl = asio::ssl;
     auto t = std::make_unique<ssl::context>(ssl::context::tls_server);
-    t->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                   ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    t->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
     t->use_certificate_chain_file(o.cert);
     t->use_private_key_file(o.key, ssl::context::pem);
     t->load_verify_file(o.ca);
@@ -210,17 +228,18 @@ struct WorkerGate::Impl {
             if (!ec) {
                 if (c.n_open >= o.max_connections) {
                     // Closed before anything is read: a flood of connections costs a socket each, briefly.
-                    c.n_refused_full++;
-                    if ((c.n_refused_full & (c.n_refused_full - 1)) == 0)  // 1, 2, 4, 8, ...: a flood does not flood the log
-                        spdlog::warn("worker gate: refused a connection: {} are open ([cluster] max_connections); {} refused so far",
-                                     (long long)c.n_open, (long long)c.n_refused_full);
+                    if (worth_logging(++c.n_refused_full))
+                        spdlog::warn(
+                            "worker gate: refused a connection: {} are open ([cluster] max_connections); {} refused so "
+                            "far",
+                            (long long)c.n_open, (long long)c.n_refused_full);
                     boost::system::error_code ignored;
                     s.close(ignored);
                 } else {
                     s.set_option(tcp::no_delay(true));
                     if (tls)
-                        std::make_shared<Connection<asio::ssl::stream<tcp::socket>>>(asio::ssl::stream<tcp::socket>(std::move(s), *tls),
-                                                                                      o, c)
+                        std::make_shared<Connection<asio::ssl::stream<tcp::socket>>>(
+                            asio::ssl::stream<tcp::socket>(std::move(s), *tls), o, c)
                             ->start();
                     else
                         std::make_shared<Connection<tcp::socket>>(std::move(s), o, c)->start();
@@ -240,8 +259,11 @@ Expected<std::unique_ptr<WorkerGate>> WorkerGate::start(const WorkerGateOptions&
     }
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(o.host == "localhost" ? "127.0.0.1" : o.host, ec);
-    if (ec && o.host.size() > 2 && o.host.front() == '[') addr = asio::ip::make_address(o.host.substr(1, o.host.size() - 2), ec);
-    if (ec) return make_error("cannot listen on ", o.host, ":", std::to_string(o.port), ": '", o.host, "' is not an IP address; give one (--listen HOST:PORT)");
+    if (ec && o.host.size() > 2 && o.host.front() == '[')
+        addr = asio::ip::make_address(o.host.substr(1, o.host.size() - 2), ec);
+    if (ec)
+        return make_error("cannot listen on ", o.host, ":", std::to_string(o.port), ": '", o.host,
+                          "' is not an IP address; give one (--listen HOST:PORT)");
     tcp::endpoint ep(addr, (unsigned short)o.port);
     impl->acceptor.open(ep.protocol(), ec);
     if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -270,6 +292,8 @@ WorkerGate::~WorkerGate() {
     if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-int WorkerGate::port() const { return impl_->port; }
+int WorkerGate::port() const {
+    return impl_->port;
+}
 
 }  // namespace steward

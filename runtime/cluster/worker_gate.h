@@ -16,11 +16,12 @@
 namespace steward {
 
 struct WorkerGateOptions {
-    std::string host;    // the public address fronts connect to
-    int port = 0;        // 0: an ephemeral one (port() says which)
-    int upstream_port;   // CAF's middleman, published on 127.0.0.1
-    bool tls = false;    // false only for [cluster] insecure_loopback (the caller checks the host)
-    std::string cert, key, ca;  // PEM files: this worker's certificate chain, its key, the CA fronts' certificates must chain to
+    std::string host;       // the public address fronts connect to
+    int port = 0;           // 0: an ephemeral one (port() says which)
+    int upstream_port = 0;  // CAF's middleman, published on 127.0.0.1
+    bool tls = false;       // false only for [cluster] insecure_loopback (the caller checks the host)
+    // PEM files: this worker's certificate chain, its key, the CA fronts' certificates must chain to.
+    std::string cert, key, ca;
     BaspLimits limits;
     int max_connections = 64;                 // past it a new connection is closed at once
     int64_t max_pending_bytes = 256ll << 20;  // payload bytes of frames in progress, all connections together
@@ -33,7 +34,7 @@ struct WorkerGateOptions {
 std::string tls_files_error(const std::string& cert, const std::string& key, const std::string& ca);
 
 class WorkerGate {
-   public:
+public:
     // Binds and starts the gate's thread. Errors: the address cannot be bound, a TLS file cannot be
     // read or does not parse (the message names the file and the key).
     static Expected<std::unique_ptr<WorkerGate>> start(const WorkerGateOptions& o);
@@ -43,7 +44,7 @@ class WorkerGate {
 
     struct Impl;
 
-   private:
+private:
     explicit WorkerGate(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

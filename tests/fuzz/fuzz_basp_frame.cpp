@@ -28,8 +28,10 @@ size_t shadow_accepted(const uint8_t* in, size_t n, const BaspLimits& lim, bool&
     refused = false;
     while (pos + k_basp_header_size <= n) {
         const uint8_t op = in[pos];
-        const uint32_t len = (uint32_t)in[pos + 4] << 24 | (uint32_t)in[pos + 5] << 16 | (uint32_t)in[pos + 6] << 8 | in[pos + 7];
-        const uint32_t limit = n_frames == 0 ? std::min(lim.max_handshake_bytes, lim.max_frame_bytes) : lim.max_frame_bytes;
+        const uint32_t len =
+            (uint32_t)in[pos + 4] << 24 | (uint32_t)in[pos + 5] << 16 | (uint32_t)in[pos + 6] << 8 | in[pos + 7];
+        const uint32_t limit =
+            n_frames == 0 ? std::min(lim.max_handshake_bytes, lim.max_frame_bytes) : lim.max_frame_bytes;
         if ((n_frames == 0 && op != k_basp_client_handshake) || op > k_basp_max_operation || len > limit) {
             refused = true;
             return passed;
@@ -65,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const size_t chunk = std::min<size_t>(n - pos, 1 + (seed >> 16) % 97);
         const size_t before = out.size();
         ok = r.feed(in + pos, chunk, out);
-        if (out.size() - before > chunk + k_basp_header_size) fail("appended more than a read plus a header", std::to_string(out.size() - before));
+        if (out.size() - before > chunk + k_basp_header_size)
+            fail("appended more than a read plus a header", std::to_string(out.size() - before));
         pos += chunk;
         if (!ok) break;
     }
@@ -80,6 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool refused = false;
     const size_t want = shadow_accepted(in, n, lim, refused);
     if (refused == ok) fail("refusal disagrees with the shadow", refused ? "shadow refused" : "shadow accepted");
-    if (out.size() != want) fail("passed a different number of bytes than the shadow", std::to_string(out.size()) + " vs " + std::to_string(want));
+    if (out.size() != want)
+        fail("passed a different number of bytes than the shadow",
+             std::to_string(out.size()) + " vs " + std::to_string(want));
     return 0;
 }

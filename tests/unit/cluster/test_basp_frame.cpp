@@ -1,7 +1,6 @@
 // The worker gate's BASP frame reader: headers decode as CAF writes them; a frame over the limit is
 // refused before any of it is passed on; a stream cut anywhere passes on exactly the same bytes.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <vector>
 
@@ -104,6 +103,7 @@ TEST_CASE("a first frame that is not a client handshake, or an unknown operation
 
 TEST_CASE("loopback hosts are told from the others", "[cluster]") {
     for (const char* h : {"127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"}) CHECK(is_loopback_host(h));
-    for (const char* h : {"0.0.0.0", "10.0.0.5", "127.0.0.1.example.com", "localhost.evil", "", "::", "[::]", "1.127.0.0"})
+    for (const char* h :
+         {"0.0.0.0", "10.0.0.5", "127.0.0.1.example.com", "localhost.evil", "", "::", "[::]", "1.127.0.0"})
         CHECK_FALSE(is_loopback_host(h));
 }

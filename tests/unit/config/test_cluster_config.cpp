@@ -1,7 +1,6 @@
 // [cluster]'s trust keys: TLS files go together and must exist, insecure_loopback only with loopback
 // workers, the bounds' ranges; each error names the key and the fix.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 
@@ -17,7 +16,8 @@ std::string remote_pool(const std::string& address) {
 
 }  // namespace
 
-TEST_CASE("cluster trust keys: defaults, TLS files together, insecure_loopback only with loopback workers", "[config]") {
+TEST_CASE("cluster trust keys: defaults, TLS files together, insecure_loopback only with loopback workers",
+          "[config]") {
     auto d = parse_config(remote_pool("10.0.0.5:7600"), "<string>");
     REQUIRE(d.ok());
     CHECK_FALSE(d->cluster.tls());
@@ -44,14 +44,17 @@ TEST_CASE("cluster trust keys: defaults, TLS files together, insecure_loopback o
     CHECK(t->cluster.tls());
 
     const std::pair<std::string, const char*> bad[] = {
-        {"[cluster]\ninsecure_loopback = true\n" + remote_pool("10.0.0.5:7600"), "insecure_loopback = true allows only loopback"},
+        {"[cluster]\ninsecure_loopback = true\n" + remote_pool("10.0.0.5:7600"),
+         "insecure_loopback = true allows only loopback"},
         {"[cluster]\ntls_cert = \"" + (dir / "c.pem").string() + "\"\n", "missing: tls_key tls_ca"},
         {"[cluster]\n" + tls + "insecure_loopback = true\n", "remove insecure_loopback"},
-        {"[cluster]\ntls_cert = \"/nonexistent/c.pem\"\ntls_key = \"/nonexistent/k.pem\"\ntls_ca = \"/nonexistent/ca.pem\"\n",
+        {"[cluster]\ntls_cert = \"/nonexistent/c.pem\"\ntls_key = \"/nonexistent/k.pem\"\ntls_ca = "
+         "\"/nonexistent/ca.pem\"\n",
          "tls_cert '/nonexistent/c.pem' is not a file"},
         {"[cluster]\nmax_frame_bytes = 100\n", "max_frame_bytes is 100"},
         {"[cluster]\nmax_frame_bytes = 4294967296\n", "max_frame_bytes is 4294967296"},
-        {"[cluster]\nmax_frame_bytes = 1048576\nmax_pending_bytes = 65536\n", "max_pending_bytes (65536) is below max_frame_bytes"},
+        {"[cluster]\nmax_frame_bytes = 1048576\nmax_pending_bytes = 65536\n",
+         "max_pending_bytes (65536) is below max_frame_bytes"},
         {"[cluster]\nmax_connections = 0\n", "max_connections is 0"},
     };
     for (const auto& [text, want] : bad) {
