@@ -3711,6 +3711,9 @@ Expected<Value> Renderer::apply_filter(const std::string& name, const Value& v, 
         return total;
     }
     if (name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
+        // jinja2 yields nothing for a false value (`if seq:` / `if value:`): none, undefined, 0, ''
+        // (functionary's template filters `tools` that may be none).
+        if (!truthy(v)) return make_list({});
         auto items = iterate(v, cur_pos_);
         if (!items) return items.error();
         std::vector<Value> out;
