@@ -63,6 +63,18 @@ void ensure_stepping(ExecutorActor::stateful_pointer<executor_state> self) {
     }
 }
 
+// The scheduler's load as the /metrics gauges read it (running, waiting, per bucket): after every
+// submit, cancel and step, so that a scrape sees each change, the last one (idle) included.
+void publish_load(executor_state& st) {
+    std::vector<Engine::BucketLoad> by_bucket = st.engine->load_by_bucket();  // not stats(): no KV walk per step
+    int n_running = 0, n_waiting = 0;
+    for (const Engine::BucketLoad& b : by_bucket) n_running += b.n_running, n_waiting += b.n_waiting;
+    std::lock_guard<std::mutex> lk(st.live->mu);
+    st.live->stats.n_waiting = n_waiting;
+    st.live->stats.n_running = n_running;
+    st.live->load_by_bucket = std::move(by_bucket);
+}
+
 void push_kv_sample(executor_state& st, double t) {
     const EngineStats es = st.engine->stats();
     {
@@ -186,10 +198,12 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 return;
             }
             st.reply_to[id] = sender;
+            publish_load(st);
             ensure_stepping(self);
         },
         [=](cancel_atom, uint64_t id) {
             self->state.engine->cancel(id);
+            publish_load(self->state);
             ensure_stepping(self);
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
@@ -271,12 +285,15 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));
             if (auto ev = st.engine->take_evictions(); !ev.empty()) {
                 std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
-                for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket);
+                for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket, st.pool);
             }
-            if (t - st.last_kv_sample > 0.05) {  // KV gauges at most every 50 ms
+            // KV gauges at most every 50 ms, and when the pool goes idle (the gauges then hold its
+            // resting state, not the last busy sample).
+            if (t - st.last_kv_sample > 0.05 || !st.engine->has_work()) {
                 st.last_kv_sample = t;
                 push_kv_sample(st, t);
             }
+            publish_load(st);
             ensure_stepping(self);
         },
     };

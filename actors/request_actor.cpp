@@ -7,6 +7,7 @@
 // and stop when the core is done. The prompt of each pool (request/pool_prompts.h) is the one a
 // pool's run, its cache lookup and its output constraint read: a chat is rendered per pool by the
 // caller's hook, so the routed pool's run gets that pool's own rendering.
+#include <chrono>
 #include <cmath>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -382,6 +383,7 @@ void execute(self_ptr self, RequestActions&& actions) {
                 st.answer_pool = t->pool;
                 if (ctx.cb.on_pool) ctx.cb.on_pool(ctx.snap->pools.at(t->pool)->cfg.name);
             }
+            if (ctx.cb.on_logprobs && !t->ids.empty()) ctx.cb.on_logprobs(t->ids, t->logprobs, t->top);
             if (ctx.cb.on_token) ctx.cb.on_token(t->piece, t->ids);
         } else if (auto* p = std::get_if<PoolSample>(&a)) {
             PoolLive& live = *ctx.snap->pools.at(p->pool)->live;
@@ -414,6 +416,12 @@ void execute(self_ptr self, RequestActions&& actions) {
                 st.trace["state"] = "finished";
                 st.trace["finish"] = std::move(fin);
                 publish_trace(self);
+                if (sh.otlp) {  // one line per request, appended under the file's own lock
+                    const double unix_minus_clock =
+                        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                        now_s();
+                    sh.otlp->write(otlp_resource_spans(st.trace, f->record, unix_minus_clock, sh.otlp->trace_id_hi()));
+                }
             }
             if (ctx.cb.on_finish) ctx.cb.on_finish(f->result);
         } else if (auto* q = std::get_if<RecordQuality>(&a)) {
@@ -431,10 +439,12 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     st.ctx = ctx;
     const GenerationRequest& req = ctx->req;
     const Snapshot& snap = *ctx->snap;
+    // -1 (the rest of the context, the HTTP default): the run's limit is its pool's context less its
+    // prompt; routing and classification estimate with the config's default.
     const int32_t max_tokens = req.max_tokens > 0 ? req.max_tokens : snap.config->limits.max_tokens_default;
     st.vocab = make_prompts(*ctx);
     st.routing = std::make_unique<BucketRouting>(*ctx, st.vocab->n_prompt_estimate(), max_tokens);
-    st.core = std::make_unique<RequestFsm>(make_setup(*ctx, max_tokens), *st.vocab, *st.routing);
+    st.core = std::make_unique<RequestFsm>(make_setup(*ctx, req.max_tokens < 0 ? -1 : max_tokens), *st.vocab, *st.routing);
     RouteQuery q;
     q.request_id = ctx->id;
     q.features.hint = req.bucket_hint;

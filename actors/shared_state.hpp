@@ -23,6 +23,7 @@
 #include "plugin/pool_estimates.h"
 #include "pool/pool.h"
 #include "plugin/route.h"
+#include "request/otlp_trace.h"
 #include "request/trace_store.h"
 
 namespace steward {
@@ -111,6 +112,7 @@ struct SharedState {
     ConfigActor config;                      // the runtime's config actor (reloads; a worker's rejoin)
     TimerActor timers;                      // the runtime's timer actor (request and admission deadlines)
     TraceStore traces;                      // the last requests' decision traces
+    std::unique_ptr<OtlpFile> otlp;         // [tracing] otlp_file: every finished request's trace (null: none)
     std::atomic<uint64_t> next_pool_id{1};  // PoolHandle::id
 
     PluginLoader plugins;

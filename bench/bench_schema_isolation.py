@@ -70,7 +70,7 @@ def main():
     os.makedirs("out/bench_isolation", exist_ok=True)
     path = "out/bench_isolation/serve.toml"
     open(path, "w").write(cfg)
-    server = subprocess.Popen([steward, "serve", "-c", path, "--port", str(port)], stdout=subprocess.DEVNULL,
+    server = subprocess.Popen([steward, "serve", "--config", path, "--port", str(port)], stdout=subprocess.DEVNULL,
                               stderr=open("out/bench_isolation/serve.log", "w"))
     try:
         for _ in range(600):

@@ -41,7 +41,7 @@ wait_health() {  # port pid what
 }
 
 # Steward (writes the synthetic model on first start when it is missing).
-"$build/steward" serve -c "$config" --port "$port" >"$out/steward.log" 2>&1 &
+"$build/steward" serve --config "$config" --port "$port" >"$out/steward.log" 2>&1 &
 spid=$!; pids+=("$spid")
 wait_health "$port" "$spid" steward
 "$build/bench_serve" --port "$port" --workload "$wl" --greedy --session-field --name steward --out "$out/steward.json" || true

@@ -22,7 +22,7 @@ grep -q '^model = "sim/llama-8b.toml"' "$tmp/sim-h200-8b.toml" || { echo "bench_
 echo "bench_sim_http: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ${secs} s per run, max_tokens ${max_tokens}"
 for n in $counts; do
   log="$tmp/serve_$n.log"
-  "$build/steward" serve -c "$tmp/sim-h200-8b.toml" --port "$port" >"$log" 2>&1 &
+  "$build/steward" serve --config "$tmp/sim-h200-8b.toml" --port "$port" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
   echo "== $n clients"

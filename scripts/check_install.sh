@@ -7,7 +7,9 @@
 #      steward/policy.h with steward/steward.h in one C translation unit (tests/public_headers.c);
 #   3. copies examples/embed_cpp and examples/embed_c out of the tree, builds each with
 #      find_package(steward) against the prefix only, runs both on a copy of configs/test_tiny.toml
-#      (its model is synthesized next to it on first start) and checks what they print.
+#      (its model is synthesized next to it on first start) and checks what they print;
+#   4. imports the installed Python module (lib/python3/dist-packages/steward) with Debian's
+#      python3 from the prefix alone, and generates and streams through it.
 # Prints every command; exits non-zero at the first failure. STEWARD_KEEP_TMP=1 keeps the
 # temporary directory.
 set -euo pipefail
@@ -92,6 +94,34 @@ if ! (cd "$tmp/run" && env -u STEWARD_PLUGIN_PATH "$tmp/embed_cpp/build/embed_cp
   fail "embed_cpp could not load the installed plugins (output above)"
 fi
 expect "$tmp/embed_plugins.out" "embed_cpp: OK"
+
+step "the installed Python module imports from the prefix, finds the prefix's libsteward and generates"
+pydir="$prefix/lib/python3/dist-packages"
+[ -f "$pydir/steward/__init__.py" ] && [ -f "$pydir/steward/_install.py" ] ||
+  fail "the install tree lacks lib/python3/dist-packages/steward (__init__.py, _install.py)"
+python=/usr/bin/python3  # Debian's
+[ -x "$python" ] || python=python3
+echo "+ PYTHONPATH=$pydir $python (import steward; generate; stream)"
+if ! (cd "$tmp/run" && env -u STEWARD_LIB -u STEWARD_BUILD_DIR PYTHONPATH="$pydir" PYTHONDONTWRITEBYTECODE=1 "$python" - \
+        > "$tmp/python.out" 2>&1 <<'PY'
+import steward
+print(f"python: library {steward.library_path}")
+with steward.Runtime("test_tiny.toml") as rt:
+    r = rt.generate("Once upon a time", max_tokens=16)
+    print(f"python: finish {r.finish_reason}, pool {r.pool}, completion_tokens={r.usage.completion_tokens}")
+    pieces = list(rt.stream("Once upon a time", max_tokens=16))
+    print("python: streamed text matches" if "".join(pieces) == r.text else "python: streamed text differs")
+print("python: OK")
+PY
+); then
+  cat "$tmp/python.out"
+  fail "the installed Python module failed (output above)"
+fi
+cat "$tmp/python.out"
+expect "$tmp/python.out" "python: library $prefix/lib/libsteward.so"
+expect "$tmp/python.out" "python: finish length, pool tiny, completion_tokens=16"
+expect "$tmp/python.out" "python: streamed text matches"
+expect "$tmp/python.out" "python: OK"
 
 # What each must have shown: 16 streamed tokens ending by length, the figures, the metrics.
 expect "$tmp/embed_cpp.out" "finish length, bucket default, pool tiny, upgraded 0, fallback 0"

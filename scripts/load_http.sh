@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-20}"; clients="${2:-64}"; config="${3:-configs/test_tiny.toml}"; models="${4:-short_qa,default}"
 build="${STEWARD_BUILD:-build}"; port="${PORT:-18080}"; max_tokens="${MAX_TOKENS:-32}"
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-"$build/steward" serve -c "$config" --port "$port" >"${TMPDIR:-/tmp}/steward_load_http.log" 2>&1 &
+"$build/steward" serve --config "$config" --port "$port" >"${TMPDIR:-/tmp}/steward_load_http.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done

@@ -10,7 +10,12 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference
       clang libclang-rt-14-dev  # the fuzz tree: Clang and libFuzzer's runtime
-      qemu-user)  # scripts/test.sh runs the default-built steward on an emulated older CPU (Haswell)
+      qemu-user  # scripts/test.sh runs the default-built steward on an emulated older CPU (Haswell)
+      prometheus)  # promtool checks the metrics exposition (vLLM's names too)
+# Node.js and npm run the official OpenAI / Anthropic npm clients against `steward serve`
+# (tests/clients). Debian's packages unless a node with npm is already installed (e.g. NodeSource's,
+# which bundles npm and conflicts with Debian's npm package).
+command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,4 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The client tests' npm packages, at the versions package-lock.json pins (again when the lock changed).
+clients="$(cd "$(dirname "$0")/../tests/clients" && pwd)"
+if ! cmp -s "$clients/package-lock.json" "$clients/node_modules/.steward-lock" 2>/dev/null; then
+  (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.steward-lock)
 fi

@@ -123,6 +123,15 @@ struct PoolConfig {
     // config file), and its text, read when the config is.
     std::string chat_template_file;
     std::string chat_template;
+    // How /v1/embeddings pools this pool's final-norm hidden states: "mean", "last" or "cls" (the
+    // first token); "": the GGUF's <arch>.pooling_type, else "last".
+    std::string pooling;
+    // A chat to a pool with no template (none in its GGUF, no chat_template_file): "" refuses it with
+    // a 400 naming chat_template_file; "chatml" renders ChatML (<|im_start|>role ... <|im_end|>).
+    std::string chat_template_fallback;
+    // The context a request may fill (prompt + output), in tokens; 0: the model's trained context.
+    // At most the trained context (a longer one would run RoPE past what the model learned).
+    int ctx = 0;
     // The pool whose model is this pool's draft model for speculative decoding ("": none). Loaded
     // with this pool (same vocabulary required); its KV comes out of this pool's KV budget.
     std::string draft;
@@ -209,7 +218,11 @@ struct PublicPrefixConfig {
 struct LimitsConfig {
     double request_timeout_ms = 120000;  // deadline from arrival; 0: none
     double session_ttl_ms = 60000;       // KV of an idle session stays pinned this long
+    // A request without max_tokens: the library's (GenerationRequest::max_tokens 0) get this; the
+    // HTTP server's get the rest of the pool's context (vLLM's and llama-server's default) unless
+    // the file sets it (max_tokens_default_set).
     int max_tokens_default = 128;
+    bool max_tokens_default_set = false;
     int max_draft_tokens = 16;           // a speculation policy's budget above this is invalid
 };
 
@@ -270,6 +283,22 @@ struct ServerConfig {
     int trace_requests = 1024;             // decision traces kept (GET /admin/requests/{id})
 };
 
+// [metrics]: what /metrics (Runtime::metrics_prometheus) exports besides the steward_* families.
+struct MetricsExportConfig {
+    // Also export vLLM's names (vllm:num_requests_running, vllm:kv_cache_usage_perc, ...) with its
+    // model_name label (the pool's name), for Grafana dashboards built for vLLM and the Gateway API
+    // Inference Extension's endpoint picker (docs/metrics.md#vllm-names). Hot-reloads.
+    bool vllm_names = false;
+};
+
+// [tracing]: where finished requests' decision traces go besides GET /admin/requests/{id}.
+struct TracingConfig {
+    // Non-empty: each finished request's trace as OTLP/JSON spans (one resourceSpans object per line,
+    // a span per lifecycle stage) appended to this file (relative to the config's folder). Read at
+    // start; a reload keeps the file the runtime started with.
+    std::string otlp_file;
+};
+
 // A whole config file, validated (every cross-reference resolves).
 struct Config {
     std::string path;  // the file it came from ("" for built-in)
@@ -283,6 +312,8 @@ struct Config {
     ReloadConfig reload;
     ClusterConfig cluster;
     SimConfig sim;
+    MetricsExportConfig metrics;
+    TracingConfig tracing;
 
     // The entry of that name; nullptr when there is none. The pointer lives as long as the Config.
     const PoolConfig* find_pool(const std::string& name) const;

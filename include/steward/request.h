@@ -36,7 +36,7 @@ struct GenerationRequest {
     std::string tenant = "default";
     std::string session;              // non-empty: the conversation's KV stays pinned between turns
     std::string bucket_hint;          // e.g. "short_qa"; the config's rules decide
-    int max_tokens = 0;               // 0: the config's limits.max_tokens_default
+    int max_tokens = 0;               // 0: the config's limits.max_tokens_default; -1: the rest of the pool's context
     float temperature = 0.0f;         // 0: greedy
     float top_p = 1.0f;
     int top_k = 0;
@@ -128,6 +128,11 @@ struct RequestCallbacks {
     // The pool whose run the answer comes from, before that run's first on_token (and again should
     // the answer move to another pool, e.g. a retry after its worker was lost). May be null.
     std::function<void(const std::string& pool)> on_pool;
+    // Just before an on_token with ids: each id's log-probability and (with top_logprobs) its
+    // alternatives, as GenerationResult::logprobs / top_logprobs hold them. May be null.
+    std::function<void(const std::vector<int32_t>& ids, const std::vector<float>& logprobs,
+                       const std::vector<std::vector<TokenLogprob>>& top)>
+        on_logprobs;
 };
 
 }  // namespace steward

@@ -54,6 +54,38 @@ struct PoolInfo {
     int64_t kv_bytes = 0;     // the pool's paged KV storage (every block, allocated at start); 0 for simulated and remote pools
 };
 
+// What Runtime::embed computes: one unit-length vector per input, the pool's model's final-norm
+// hidden states pooled as the pool declares (docs/http-api.md#embeddings).
+struct EmbeddingRequest {
+    // The inputs, in order: texts (each tokenized with the pool's tokenizer, BOS as its vocabulary
+    // wants) or token ids (used as given). One of the two, neither input empty.
+    std::vector<std::string> texts;
+    std::vector<std::vector<int32_t>> token_ids;
+    // The pool that embeds; "": the first pool that can (a cpu pool).
+    std::string pool;
+};
+
+// How an embedding ended. Every failure also has a message naming the input, the numbers and the fix.
+enum class EmbedStatus {
+    OK,
+    INVALID_INPUT,            // no input, an empty one, texts and ids both, or an id outside the vocabulary
+    CONTEXT_LENGTH_EXCEEDED,  // an input has more tokens than the pool's context
+    UNKNOWN_POOL,             // no pool of that name
+    UNSUPPORTED_POOL,         // the pool cannot embed: simulated, remote or cuda, or its model's pooling_type
+    FAILED,                   // the runtime stopped, or the model file changed under the forward
+};
+
+struct EmbeddingResult {
+    EmbedStatus status = EmbedStatus::OK;
+    std::string error;                        // "" when OK
+    std::string pool;                         // the pool that embedded (or was asked)
+    std::string pooling;                      // "mean", "cls" or "last"
+    int n_embd = 0;                           // each vector's length: the model's embedding width
+    std::vector<std::vector<float>> vectors;  // [inputs][n_embd], unit length; empty on failure
+    int64_t prompt_tokens = 0;                // the inputs' tokens together
+    bool ok() const { return status == EmbedStatus::OK; }
+};
+
 // A running Steward: its pools, actors and config. Owned by the unique_ptr start() returns.
 class Runtime {
 public:
@@ -63,7 +95,7 @@ public:
     static Expected<std::unique_ptr<Runtime>> start(const std::string& config_path, RuntimeOptions options = {});
     // From a Config value. One read from a file (config.path) reloads from that file as it is on
     // disk: changes made to the value after reading it do not survive a reload (use the options).
-    static Expected<std::unique_ptr<Runtime>> start(const Config& config);
+    static Expected<std::unique_ptr<Runtime>> start(const Config& config, RuntimeOptions options = {});
     // Cancels what is still running (each gets on_finish "cancelled") and stops every actor.
     ~Runtime();
 
@@ -85,6 +117,16 @@ public:
     // Drops a session's pinned KV now (otherwise it expires after limits.session_ttl_ms).
     void end_session(const std::string& session);
 
+    // Embeds req's inputs on the pool's embedding thread (one per pool, started by its first
+    // embedding, with a forward of its own: the pool's `threads` threads, scratch and KV), never on
+    // the caller's thread nor an actor's; it runs beside the pool's engine and never touches its KV
+    // blocks. Inputs are tokenized there too. `done` runs exactly once, on that thread (or on the
+    // caller's, at once, for a request refused before any work: unknown pool, no input); it must
+    // not block for long. Inputs of one call share forwards of up to the pool's max_batch_tokens.
+    void embed_async(EmbeddingRequest req, std::function<void(EmbeddingResult)> done);
+    // Blocking form of embed_async. Never from an embed_async callback (it would wait on its own thread).
+    EmbeddingResult embed(EmbeddingRequest req);
+
     // The per-bucket figures so far: JSON, a text table, Prometheus exposition.
     std::string metrics_json() const;
     std::string metrics_table() const;
@@ -97,6 +139,9 @@ public:
     // name an unknown pool, or ids outside the vocabulary.
     Expected<std::vector<int32_t>> tokenize(const std::string& pool, const std::string& text, bool add_special) const;
     Expected<std::string> detokenize(const std::string& pool, const std::vector<int32_t>& ids) const;
+    // Each id's own bytes as an output spells them (SPM's U+2581 a space, byte tokens their byte;
+    // control tokens ""): logprobs' token texts, which concatenate to the output's text.
+    Expected<std::vector<std::string>> token_pieces(const std::string& pool, const std::vector<int32_t>& ids) const;
     // The decision trace of one of the last trace_capacity requests, as JSON: bucket and why, the
     // route (every pool's cached tokens and estimates, the choice, fallback), admission, runs (pool,
     // upgrade, shadow), finish. "" when unknown, or when `tenant` is not the request's tenant.

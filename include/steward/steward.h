@@ -6,18 +6,20 @@
  * links with the C compiler alone (`cc app.c -lsteward`): libsteward.so records its C++ runtime.
  *
  * Ownership: strings this API returns (steward_generate's text, steward_metrics_json,
- * steward_metrics_prometheus, steward_metrics_table, steward_check_config's summary) belong to the
- * caller and are freed with steward_string_free. Everything passed in is only read during the call
+ * steward_metrics_prometheus, steward_metrics_table, steward_check_config's summary,
+ * steward_detokenize's text) belong to the caller and are freed with steward_string_free; ids
+ * steward_tokenize returns, with steward_ids_free; vectors steward_embed returns, with
+ * steward_floats_free. Everything passed in is only read during the call
  * (a request's strings may be freed as soon as steward_submit returns). A steward_result and the
  * pieces handed to callbacks are views valid only while the callback runs: copy what you keep.
  *
  * Thread-safety: every function may be called from any thread at once, except steward_runtime_free,
  * which must not run concurrently with any other call on the same runtime. Callbacks run on runtime
  * threads; one request's callbacks never run concurrently with each other, but different requests'
- * callbacks may. A callback must return quickly and must not call steward_generate, steward_drain or
- * steward_runtime_free (they wait for callbacks, so they would deadlock); steward_cancel,
- * steward_submit, steward_end_session, steward_config_generation and the steward_metrics_* functions
- * are fine.
+ * callbacks may. A callback must return quickly and must not call steward_generate, steward_drain,
+ * steward_embed or steward_runtime_free (they wait, so they would deadlock); steward_cancel,
+ * steward_submit, steward_submit_ext, steward_end_session, steward_tokenize, steward_detokenize,
+ * steward_config_generation and the steward_metrics_* functions are fine.
  */
 #ifndef STEWARD_H
 #define STEWARD_H
@@ -32,8 +34,13 @@ extern "C" {
 /* Bumped on any change to a struct's layout or a function's meaning.
  * 2: steward_request.ignore_eos; steward_result.finish (steward_result_finish), .upgraded, .fallback;
  *    steward_metrics_prometheus, steward_metrics_table, steward_config_generation,
- *    steward_check_config, steward_runtime_start_with_options, steward_route_sighup_to_reload. */
-#define STEWARD_API_VERSION 2
+ *    steward_check_config, steward_runtime_start_with_options, steward_route_sighup_to_reload.
+ * 3: steward_request_ext (stop strings, grammar / json_schema / json_object, top_logprobs, pool,
+ *    logit_bias, penalties, parse_special, on_logprobs) with steward_submit_ext and steward_generate_ext;
+ *    steward_result.top_logprobs; steward_tokenize, steward_detokenize, steward_ids_free;
+ *    steward_embed, steward_floats_free; steward_request.max_tokens -1 (the rest of the context).
+ *    Every API 2 struct and function is unchanged: a program built against API 2 runs as before. */
+#define STEWARD_API_VERSION 3
 
 typedef enum steward_status {
     STEWARD_OK = 0,
@@ -66,11 +73,11 @@ typedef struct steward_request {
     const char *tenant;          /* NULL or "": "default". Tenants never share KV, except public prefixes */
     const char *session;         /* NULL or "": none. Else the conversation's KV stays pinned between turns */
     const char *bucket_hint;     /* NULL: none; e.g. "short_qa". The config's rules decide */
-    const char *response_format; /* NULL or "": none; "json" (classifies only: the C API has no
-                                    output constraint; the C++ API's grammar, json_schema and
-                                    json_object fields constrain it); anything else:
-                                    STEWARD_ERR_INVALID_ARGUMENT */
-    int32_t max_tokens;          /* 0: the config's limits.max_tokens_default; >= 0 */
+    const char *response_format; /* NULL or "": none; "json": what the config's bucket rules match
+                                    (classification only; the output is constrained by
+                                    steward_request_ext's grammar, json_schema or json_object);
+                                    anything else: STEWARD_ERR_INVALID_ARGUMENT */
+    int32_t max_tokens;          /* 0: the config's limits.max_tokens_default; -1: the rest of the pool's context (API 3); >= -1 */
     float temperature;           /* 0: greedy; >= 0 */
     float top_p;                 /* (0, 1] */
     int32_t top_k;               /* 0: off; >= 0 */
@@ -82,6 +89,69 @@ typedef struct steward_request {
 
 /* The defaults: greedy, top_p 1, add_bos 1, everything else 0/NULL. Thread-safe. */
 steward_request steward_request_default(void);
+
+/* One alternative for an output position: a token id and its log-probability. API 3. */
+typedef struct steward_token_logprob {
+    int32_t id;
+    float logprob; /* <= 0 */
+} steward_token_logprob;
+
+/* An output token's alternatives (steward_result.top_logprobs), most likely first. API 3. */
+typedef struct steward_top_logprobs {
+    const steward_token_logprob *items; /* n_items of them; NULL when n_items is 0 */
+    size_t n_items;                     /* steward_request_ext.top_logprobs (fewer only if the vocabulary is smaller) */
+} steward_top_logprobs;
+
+/* Streamed log-probabilities (steward_request_ext.on_logprobs): called just before an on_token
+ * that has ids, with those n_ids ids, each one's log-probability and, when the request asked for
+ * top_logprobs, each one's alternatives (top NULL otherwise). Views valid only during the call; runs
+ * as the token callback does (never concurrently with the request's other callbacks). API 3. */
+typedef void (*steward_logprobs_cb)(const int32_t *ids, const float *logprobs, const steward_top_logprobs *top,
+                                    size_t n_ids, void *user);
+
+/* A token id and what is added to its logit before sampling (steward_request_ext.logit_bias). API 3. */
+typedef struct steward_logit_bias {
+    int32_t id;  /* of the serving pool's vocabulary; outside it the request finishes with an error */
+    float bias;  /* [-100, 100]: -100 all but bans the id, +100 all but forces it */
+} steward_logit_bias;
+
+/* What a request asks beyond steward_request (the rest of the C++ GenerationRequest): passed with
+ * it to steward_submit_ext / steward_generate_ext. Start from steward_request_ext_default(), which
+ * sets size. Fields are only ever appended, and the library reads the first `size` bytes: a
+ * program built against an older steward.h keeps working (the fields it does not know keep their
+ * defaults); a size larger than the library's (built against a newer header) is
+ * STEWARD_ERR_INVALID_ARGUMENT. The strings and arrays are copied by the call. API 3. */
+typedef struct steward_request_ext {
+    size_t size; /* sizeof(steward_request_ext) as the caller was compiled; steward_request_ext_default() sets it */
+    /* Stop strings (at most 16, each 1-256 bytes): the output ends before the first occurrence of
+     * any, also across tokens, with finish STOP; neither the text nor on_token includes it (text
+     * that might begin one is held back until it cannot). */
+    const char *const *stop;
+    size_t n_stop;
+    /* Structured output, at most one of the three (docs/structured-output.md); the output is
+     * constrained token by token and the request ends (STOP) when the grammar allows nothing more.
+     * grammar: GBNF (llama.cpp's), root rule `root`; json_schema: a JSON Schema as JSON text, the
+     * output one JSON document valid against it; json_object non-zero: one JSON object. NULL or "":
+     * none. An invalid grammar or schema is STEWARD_ERR_INVALID_ARGUMENT naming line:column or the
+     * JSON pointer. */
+    const char *grammar;
+    const char *json_schema;
+    int json_object;
+    int32_t top_logprobs; /* 0-20: per output token, that many alternatives (steward_result.top_logprobs) */
+    /* NULL or "": routed. Else served by this pool: still classified into a bucket (its figures),
+     * but no routing policy, upgrade or shadow runs; an unknown pool finishes with an error naming
+     * the pools. */
+    const char *pool;
+    const steward_logit_bias *logit_bias; /* n_logit_bias entries (at most 1024); may be NULL when 0 */
+    size_t n_logit_bias;
+    float presence_penalty;  /* OpenAI's, [-2, 2]: minus this for every id already output */
+    float frequency_penalty; /* OpenAI's, [-2, 2]: minus this times the id's output count */
+    int parse_special;       /* non-zero: special-token spellings in the prompt (<|im_start|>) are those tokens */
+    steward_logprobs_cb on_logprobs; /* NULL: none. Streamed logprobs, with steward_submit_ext's `user` */
+} steward_request_ext;
+
+/* The defaults: size set, everything else 0/NULL (none of the above). Thread-safe. API 3. */
+steward_request_ext steward_request_ext_default(void);
 
 /* A request's own figures (docs/metrics.md). */
 typedef struct steward_request_metrics {
@@ -109,7 +179,8 @@ typedef enum steward_result_finish {
 } steward_result_finish;
 
 /* A finished request: a view valid only during the finish callback. Strings are NUL-terminated and
- * never NULL (possibly ""). */
+ * never NULL (possibly ""). Fields are only ever appended (the library owns this struct), so a
+ * program built against an older header reads the fields it knows. */
 typedef struct steward_result {
     uint64_t handle;           /* what steward_submit returned */
     steward_status status;     /* STEWARD_OK for finish_reason stop/length, else the matching error */
@@ -126,6 +197,10 @@ typedef struct steward_result {
     steward_result_finish finish; /* the typed finish reason (finish_reason is its name). API 2 */
     int upgraded; /* 1: started on a cheaper pool, answered by a stronger one (cascade). API 2 */
     int fallback; /* 1: a routing plugin's decision was rejected; the bucket's pool served it. API 2 */
+    /* With steward_request_ext.top_logprobs > 0: row i holds output token i's alternatives
+     * (n_top_logprobs == n_tokens); else NULL and 0. API 3 */
+    const steward_top_logprobs *top_logprobs;
+    size_t n_top_logprobs;
 } steward_result;
 
 /* A piece of output text (complete UTF-8 characters only, piece_len bytes, NUL-terminated) and the
@@ -185,12 +260,27 @@ void steward_runtime_free(steward_runtime *rt);
  * be NULL (fire and forget). The request's strings and ids are copied: free them when this returns.
  * *out_handle (when out_handle is not NULL) receives the handle for steward_cancel.
  * Errors (no callback will run): STEWARD_ERR_INVALID_ARGUMENT (rt or req NULL, prompt_ids NULL with
- * n_prompt_ids > 0, prompt NULL with n_prompt_ids 0, a prompt that is not UTF-8, max_tokens < 0, temperature < 0, top_p outside (0, 1], top_k < 0, a
+ * n_prompt_ids > 0, prompt NULL with n_prompt_ids 0, a prompt that is not UTF-8, max_tokens < -1, temperature < 0, top_p outside (0, 1], top_k < 0, a
  * response_format other than NULL, "" or "json"),
  * STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL. Overload, timeout and generation errors are not
  * returned here: they arrive as the result's status. Thread-safe. */
 steward_status steward_submit(steward_runtime *rt, const steward_request *req, steward_token_cb on_token,
                               steward_finish_cb on_finish, void *user, uint64_t *out_handle);
+
+/* steward_submit with the fields of steward_request_ext (ext NULL: none, as steward_submit), and
+ * the reason for a refusal: when err is not NULL and err_len > 0, err holds a NUL-terminated message
+ * naming the field, the value and the rule (truncated to err_len - 1 bytes), "" on success.
+ * Errors (no callback will run): as steward_submit, and STEWARD_ERR_INVALID_ARGUMENT for an ext
+ * whose size is 0 or larger than the library's, stop NULL with n_stop > 0 or a NULL stop string,
+ * logit_bias NULL with n_logit_bias > 0, and any field outside its range above (more than 16 stop
+ * strings or one of 0 or over 256 bytes, top_logprobs outside 0-20, a penalty outside [-2, 2], a
+ * bias outside [-100, 100] or a negative id, two of grammar / json_schema / json_object, a grammar
+ * or schema that does not compile). Compiling a grammar or schema runs on the calling thread
+ * (compiled once: the run reuses it). Thread-safe; callable from a callback (better without a
+ * grammar or schema there: its compile would hold up that runtime thread). API 3. */
+steward_status steward_submit_ext(steward_runtime *rt, const steward_request *req, const steward_request_ext *ext,
+                                  steward_token_cb on_token, steward_finish_cb on_finish, void *user,
+                                  uint64_t *out_handle, char *err, size_t err_len);
 
 /* Cancels a running request; its finish callback comes with "cancelled" (or with its ordinary end,
  * when it finished first). Errors: STEWARD_ERR_INVALID_ARGUMENT (rt NULL), STEWARD_ERR_NOT_FOUND
@@ -207,6 +297,12 @@ steward_status steward_cancel(steward_runtime *rt, uint64_t handle);
  * STEWARD_ERR_INTERNAL. Thread-safe; must not be called from a callback. */
 steward_status steward_generate(steward_runtime *rt, const steward_request *req, char **out_text,
                                 steward_request_metrics *out_metrics, char *err, size_t err_len);
+
+/* steward_generate with the fields of steward_request_ext (ext NULL: none; its on_logprobs is not
+ * called: nothing streams). Returns, errors and thread-safety as steward_generate; an invalid ext as
+ * steward_submit_ext (err says why). API 3. */
+steward_status steward_generate_ext(steward_runtime *rt, const steward_request *req, const steward_request_ext *ext,
+                                    char **out_text, steward_request_metrics *out_metrics, char *err, size_t err_len);
 
 /* Drops a session's pinned KV now (otherwise it expires after limits.session_ttl_ms). Unknown
  * sessions are ignored. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt or session NULL),
@@ -251,6 +347,46 @@ steward_status steward_reload(steward_runtime *rt, uint64_t *out_generation, cha
  * Errors: STEWARD_ERR_INVALID_ARGUMENT (rt NULL), STEWARD_ERR_INTERNAL. Thread-safe; must not be
  * called from a callback. */
 steward_status steward_drain(steward_runtime *rt);
+
+/* Text -> token ids with a pool's tokenizer (pool NULL or "": the config's first pool); add_special
+ * non-zero: BOS when the vocabulary wants it. On success *out_ids holds *out_n ids (NULL when 0) the
+ * caller frees with steward_ids_free. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt, text, out_ids or
+ * out_n NULL, text not UTF-8, an unknown pool: err names it), STEWARD_ERR_OUT_OF_MEMORY,
+ * STEWARD_ERR_INTERNAL; then *out_ids is NULL and *out_n 0. Thread-safe; callable from a callback.
+ * API 3. */
+steward_status steward_tokenize(steward_runtime *rt, const char *pool, const char *text, int add_special,
+                                int32_t **out_ids, size_t *out_n, char *err, size_t err_len);
+
+/* Token ids -> text with a pool's tokenizer (pool NULL or "": the first pool). On success *out_text
+ * is NUL-terminated (*out_len bytes when out_len is not NULL; the text may hold NUL bytes) and the
+ * caller frees it with steward_string_free. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt or out_text
+ * NULL, ids NULL with n_ids > 0, an unknown pool, an id outside the vocabulary: err says which),
+ * STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL; then *out_text is NULL. Thread-safe; callable
+ * from a callback. API 3. */
+steward_status steward_detokenize(steward_runtime *rt, const char *pool, const int32_t *ids, size_t n_ids,
+                                  char **out_text, size_t *out_len, char *err, size_t err_len);
+
+/* Frees ids steward_tokenize returned. NULL is a no-op. Thread-safe. API 3. */
+void steward_ids_free(int32_t *ids);
+
+/* Embeds n_texts texts (Runtime::embed): one unit-length vector each, the pool's model's final-norm
+ * hidden states pooled as the pool declares ([[pool]] pooling, else the GGUF's, else last token;
+ * docs/http-api.md#embeddings), computed on the pool's embedding thread, beside its engine. pool
+ * NULL or "": the first pool that can embed (a cpu pool). On success *out_vectors holds
+ * n_texts x *out_n_embd floats, row i text i's vector, that the caller frees with
+ * steward_floats_free; *out_prompt_tokens (when not NULL) the inputs' tokens together.
+ * Errors: STEWARD_ERR_INVALID_ARGUMENT (rt, texts, out_vectors or out_n_embd NULL, n_texts 0, a
+ * NULL, empty or non-UTF-8 text, a text past the pool's context, an unknown pool, a pool that
+ * cannot embed: simulated, remote or cuda; err names which and why), STEWARD_ERR_GENERATION (the
+ * runtime stopped, or the model changed under the forward), STEWARD_ERR_OUT_OF_MEMORY,
+ * STEWARD_ERR_INTERNAL; then *out_vectors is NULL and *out_n_embd 0. Thread-safe; must not be
+ * called from a callback (it waits for the embedding). API 3. */
+steward_status steward_embed(steward_runtime *rt, const char *pool, const char *const *texts, size_t n_texts,
+                             float **out_vectors, size_t *out_n_embd, int64_t *out_prompt_tokens, char *err,
+                             size_t err_len);
+
+/* Frees vectors steward_embed returned. NULL is a no-op. Thread-safe. API 3. */
+void steward_floats_free(float *p);
 
 /* Frees a string this API returned. NULL is a no-op. Thread-safe. */
 void steward_string_free(char *s);

@@ -20,6 +20,7 @@
 #include "sim/sim_clock.h"
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
+#include "api/embed_service.h"
 #include "cluster/worker_gate.h"
 #include "metrics/histogram.h"
 #include "pool/config_check.h"
@@ -100,6 +101,8 @@ struct Runtime::Impl {
     // Choices of submit_choices not submitted yet, for cancel().
     std::mutex choices_mu;
     std::unordered_map<RequestHandle, std::weak_ptr<ChoiceFanOut>> waiting_choices;
+    // Runtime::embed's threads, one per pool that has embedded (api/embed_service.h).
+    std::unique_ptr<EmbedService> embeds = std::make_unique<EmbedService>();
 
     void submit_as(RequestHandle id, GenerationRequest req, RequestCallbacks cb) {
         auto ctx = std::make_shared<RequestContext>();
@@ -358,7 +361,11 @@ Expected<std::unique_ptr<Runtime>> Runtime::start(const std::string& config_path
     return start_with(*c, std::move(options));
 }
 
-Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config) { return start_with(config, RuntimeOptions{}); }
+Expected<std::unique_ptr<Runtime>> Runtime::start(const Config& config, RuntimeOptions options) {
+    Config c = config;
+    apply_options(c, options);
+    return start_with(c, std::move(options));
+}
 
 Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, RuntimeOptions options) {
     // [sim] dilation: every clock of the runtime runs this many simulated seconds per real second
@@ -372,6 +379,11 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     impl->config_path = config.path == "<string>" ? "" : config.path;
     impl->options = std::move(options);
     impl->shared->traces.set_capacity(impl->options.trace_capacity);
+    if (!config.tracing.otlp_file.empty()) {
+        auto f = OtlpFile::open(config.tracing.otlp_file);
+        if (!f) return f.error();
+        impl->shared->otlp = std::move(*f);
+    }
     impl->shared->cache = spawn_cache(*impl->sys);
     impl->shared->timers = spawn_timer(*impl->sys);
     auto snap = impl->build(config, nullptr);
@@ -402,6 +414,7 @@ Runtime::~Runtime() {
         for (auto& [id, a] : impl_->shared->inflight) caf::anon_send(a, cancel_atom::value);
     }
     drain();
+    impl_->embeds.reset();  // queued embeddings answer FAILED; a running one finishes first
     if (impl_->worker) {  // closes the ports first: an actor system with a published actor never finishes
         impl_->gate.reset();  // fronts' connections end here; CAF sees each close
         impl_->sys->middleman().unpublish(impl_->worker, impl_->worker_port);
@@ -544,6 +557,20 @@ Expected<std::string> Runtime::detokenize(const std::string& pool, const std::ve
     return tok.decode(ids);
 }
 
+Expected<std::vector<std::string>> Runtime::token_pieces(const std::string& pool, const std::vector<int32_t>& ids) const {
+    auto ph = find_pool(*impl_->shared, pool);
+    if (!ph) return ph.error();
+    const Tokenizer& tok = (*ph)->model->tokenizer();
+    std::vector<std::string> out;
+    out.reserve(ids.size());
+    for (int32_t id : ids) {
+        if (id < 0 || id >= tok.n_vocab())
+            return make_error("token id ", id, " is outside pool '", pool, "''s vocabulary of ", tok.n_vocab(), " ids");
+        out.push_back(tok.token_to_bytes(id));
+    }
+    return out;
+}
+
 std::string Runtime::request_trace_json(RequestHandle h, const std::string& tenant) const {
     return impl_->shared->traces.json(h, tenant);
 }
@@ -592,6 +619,17 @@ GenerationResult Runtime::generate(GenerationRequest req) {
     return f.get();
 }
 
+void Runtime::embed_async(EmbeddingRequest req, std::function<void(EmbeddingResult)> done) {
+    impl_->embeds->submit(impl_->shared->snapshot(), std::move(req), std::move(done));
+}
+
+EmbeddingResult Runtime::embed(EmbeddingRequest req) {
+    auto p = std::make_shared<std::promise<EmbeddingResult>>();  // shared: set_value may still run as get() returns
+    auto f = p->get_future();
+    embed_async(std::move(req), [p](EmbeddingResult r) { p->set_value(std::move(r)); });
+    return f.get();
+}
+
 void Runtime::end_session(const std::string& session) {
     // Engine sessions are keyed per tenant (SharedState::session_key); this API names none, so it
     // ends the session of every tenant that has one by this name.
@@ -611,6 +649,27 @@ void refresh_policy_figures(SharedState& sh) {
                                                               c->n_crashed.load(), c->n_restarts.load(), c->n_unavailable.load()});
     sh.metrics->set_policy_figures(std::move(f));
 }
+
+// Every live pool's scheduler load as its executor (or a remote pool's heartbeat) last published
+// it. Read before taking metrics_mu: the pools' locks are never held under it.
+std::vector<PoolLoad> pool_loads(const SharedState& sh) {
+    std::vector<PoolLoad> loads;
+    auto snap = sh.snapshot();
+    if (!snap) return loads;
+    for (const auto& ph : snap->pools) {
+        PoolLoad l;
+        l.pool = ph->cfg.name;
+        l.block_size = ph->cfg.block_size;
+        l.n_blocks = ph->n_blocks;
+        std::lock_guard<std::mutex> lk(ph->live->mu);
+        l.n_running = ph->live->stats.n_running;
+        l.n_waiting = ph->live->stats.n_waiting;
+        for (const Engine::BucketLoad& b : ph->live->load_by_bucket)
+            l.by_bucket.push_back({b.bucket, b.n_running, b.n_waiting});
+        loads.push_back(std::move(l));
+    }
+    return loads;
+}
 }  // namespace
 
 std::string Runtime::metrics_json() const {
@@ -625,8 +684,10 @@ std::string Runtime::metrics_table() const {
 }
 
 std::string Runtime::metrics_prometheus() const {
+    std::vector<PoolLoad> loads = pool_loads(*impl_->shared);
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
     refresh_policy_figures(*impl_->shared);
+    impl_->shared->metrics->set_pool_loads(std::move(loads));
     return impl_->shared->metrics->to_prometheus();
 }
 

@@ -11,6 +11,7 @@
 
 #include "config/config.h"  // check_response_format
 #include "cpu/sampling.h"    // check_sampling
+#include "request/request_check.h"
 #include "util/utf8.h"
 
 struct steward_runtime {
@@ -81,8 +82,9 @@ steward_request_metrics metrics_of(const steward::RequestMetrics& m) {
 steward_status to_request(const steward_request* r, steward::GenerationRequest& out, std::string& msg) {
     if (r->n_prompt_ids > 0 && !r->prompt_ids)
         return msg = "prompt_ids is NULL but n_prompt_ids > 0", STEWARD_ERR_INVALID_ARGUMENT;
-    if (r->max_tokens < 0)
-        return msg = "max_tokens must be >= 0 (0: the config's default)", STEWARD_ERR_INVALID_ARGUMENT;
+    if (r->max_tokens < -1)
+        return msg = "max_tokens must be >= 0 (0: the config's default) or -1 (the rest of the context)",
+               STEWARD_ERR_INVALID_ARGUMENT;
     {
         steward::SamplingParams sp;  // the rule `steward generate` applies too
         sp.temperature = r->temperature, sp.top_p = r->top_p, sp.top_k = r->top_k;
@@ -116,6 +118,90 @@ steward_status to_request(const steward_request* r, steward::GenerationRequest& 
     out.add_bos = r->add_bos != 0;
     out.ignore_eos = r->ignore_eos != 0;
     return STEWARD_OK;
+}
+
+// The fields of steward_request_ext (API 3) onto the C++ request, then the rules every way in
+// shares (check_request: ranges, stop strings, the grammar or schema compiles). ext may be NULL.
+steward_status to_request_ext(const steward_request_ext* ext, steward::GenerationRequest& out,
+                              steward_logprobs_cb& on_logprobs, std::string& msg) {
+    on_logprobs = nullptr;
+    if (ext) {
+        if (ext->size == 0 || ext->size > sizeof(steward_request_ext))
+            return msg = "steward_request_ext.size is " + std::to_string(ext->size) + "; this library (API " +
+                         std::to_string(STEWARD_API_VERSION) + ") takes 1 to " + std::to_string(sizeof(steward_request_ext)) +
+                         ": start from steward_request_ext_default(), and build against the library's steward.h",
+                   STEWARD_ERR_INVALID_ARGUMENT;
+        // A caller built against an older header passes a shorter struct: read what it has, the
+        // rest keeps the defaults.
+        steward_request_ext e = steward_request_ext_default();
+        std::memcpy(&e, ext, ext->size);
+        if (e.n_stop > 0 && !e.stop) return msg = "stop is NULL but n_stop > 0", STEWARD_ERR_INVALID_ARGUMENT;
+        for (size_t i = 0; i < e.n_stop; i++) {
+            if (!e.stop[i]) return msg = "stop[" + std::to_string(i) + "] is NULL", STEWARD_ERR_INVALID_ARGUMENT;
+            out.stop.emplace_back(e.stop[i]);
+        }
+        if (e.n_logit_bias > 0 && !e.logit_bias)
+            return msg = "logit_bias is NULL but n_logit_bias > 0", STEWARD_ERR_INVALID_ARGUMENT;
+        for (size_t i = 0; i < e.n_logit_bias; i++) out.logit_bias.emplace_back(e.logit_bias[i].id, e.logit_bias[i].bias);
+        if (e.grammar) out.grammar = e.grammar;
+        if (e.json_schema) out.json_schema = e.json_schema;
+        out.json_object = e.json_object != 0;
+        out.top_logprobs = e.top_logprobs;
+        if (e.pool) out.pool = e.pool;
+        out.presence_penalty = e.presence_penalty;
+        out.frequency_penalty = e.frequency_penalty;
+        out.parse_special = e.parse_special != 0;
+        on_logprobs = e.on_logprobs;
+    }
+    if (auto ok = steward::check_request(out); !ok) return msg = ok.error().message, STEWARD_ERR_INVALID_ARGUMENT;
+    return STEWARD_OK;
+}
+
+// C rows of per-token alternatives: one flat copy of them (items), rows pointing into it (filled
+// after items is complete: no reallocation under them).
+void top_rows(const std::vector<std::vector<steward::TokenLogprob>>& top, std::vector<steward_top_logprobs>& rows,
+              std::vector<steward_token_logprob>& items) {
+    items.clear();
+    rows.clear();
+    for (const auto& alts : top)
+        for (const steward::TokenLogprob& t : alts) items.push_back({t.id, t.logprob});
+    size_t at = 0;
+    for (const auto& alts : top) {
+        rows.push_back({alts.empty() ? nullptr : items.data() + at, alts.size()});
+        at += alts.size();
+    }
+}
+
+// The C view of a finished request, valid while the C++ result, `rows` and `items` live.
+steward_result result_view(const steward::GenerationResult& r, std::vector<steward_top_logprobs>& rows,
+                           std::vector<steward_token_logprob>& items) {
+    steward_result c;
+    c.handle = r.id;
+    c.status = status_of(r.finish);
+    c.finish_reason = steward::finish_reason_name(r.finish);
+    c.error = r.error.c_str();
+    c.text = r.text.c_str();
+    c.text_len = r.text.size();
+    c.tokens = r.tokens.empty() ? nullptr : r.tokens.data();
+    c.logprobs = r.logprobs.empty() ? nullptr : r.logprobs.data();
+    c.n_tokens = r.tokens.size();
+    c.bucket = r.bucket.c_str();
+    c.pool = r.pool.c_str();
+    c.metrics = metrics_of(r.metrics);
+    c.finish = finish_of(r.finish);
+    c.upgraded = r.upgraded ? 1 : 0;
+    c.fallback = r.fallback ? 1 : 0;
+    top_rows(r.top_logprobs, rows, items);
+    c.top_logprobs = rows.empty() ? nullptr : rows.data();
+    c.n_top_logprobs = rows.size();
+    return c;
+}
+
+// The pool a steward_tokenize / steward_detokenize names: NULL or "" is the live config's first.
+std::string pool_or_first(steward_runtime* rt, const char* pool) {
+    if (pool && *pool) return pool;
+    const auto pools = rt->rt->pools();
+    return pools.empty() ? std::string() : pools.front().name;
 }
 
 // Runs body and turns any C++ exception into a status (and, when there is a buffer, a message
@@ -179,6 +265,13 @@ steward_request steward_request_default(void) {
     return r;
 }
 
+steward_request_ext steward_request_ext_default(void) {
+    steward_request_ext e;
+    std::memset(&e, 0, sizeof e);
+    e.size = sizeof e;
+    return e;
+}
+
 steward_status steward_runtime_start(const char* config_path, steward_runtime** out, char* err, size_t err_len) {
     return steward_runtime_start_with_options(config_path, nullptr, out, err, err_len);
 }
@@ -225,39 +318,51 @@ void steward_runtime_free(steward_runtime* rt) {
 
 steward_status steward_submit(steward_runtime* rt, const steward_request* req, steward_token_cb on_token,
                               steward_finish_cb on_finish, void* user, uint64_t* out_handle) {
+    return steward_submit_ext(rt, req, nullptr, on_token, on_finish, user, out_handle, nullptr, 0);
+}
+
+steward_status steward_submit_ext(steward_runtime* rt, const steward_request* req, const steward_request_ext* ext,
+                                  steward_token_cb on_token, steward_finish_cb on_finish, void* user,
+                                  uint64_t* out_handle, char* err, size_t err_len) {
     if (out_handle) *out_handle = 0;
-    if (!rt || !req) return STEWARD_ERR_INVALID_ARGUMENT;
-    return guarded("steward_submit", nullptr, 0, [&] {
+    if (!rt || !req) {
+        write_err(err, err_len, "steward_submit: rt and req must not be NULL");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    return guarded("steward_submit", err, err_len, [&] {
         steward::GenerationRequest gr;
         std::string msg;
-        if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) return s;
+        steward_logprobs_cb on_logprobs = nullptr;
+        steward_status s = to_request(req, gr, msg);
+        if (s == STEWARD_OK) s = to_request_ext(ext, gr, on_logprobs, msg);
+        if (s != STEWARD_OK) {
+            write_err(err, err_len, "steward_submit: " + msg);
+            return s;
+        }
         steward::RequestCallbacks cb;
         if (on_token)
             cb.on_token = [on_token, user](const std::string& piece, const std::vector<int32_t>& ids) {
                 on_token(piece.c_str(), piece.size(), ids.empty() ? nullptr : ids.data(), ids.size(), user);
             };
+        if (on_logprobs)
+            cb.on_logprobs = [on_logprobs, user](const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                                                 const std::vector<std::vector<steward::TokenLogprob>>& top) {
+                std::vector<steward_top_logprobs> rows;
+                std::vector<steward_token_logprob> items;
+                top_rows(top, rows, items);
+                on_logprobs(ids.data(), lps.size() == ids.size() ? lps.data() : nullptr,
+                            rows.size() == ids.size() ? rows.data() : nullptr, ids.size(), user);
+            };
         if (on_finish)
             cb.on_finish = [on_finish, user](const steward::GenerationResult& r) {
-                steward_result c;
-                c.handle = r.id;
-                c.status = status_of(r.finish);
-                c.finish_reason = steward::finish_reason_name(r.finish);
-                c.error = r.error.c_str();
-                c.text = r.text.c_str();
-                c.text_len = r.text.size();
-                c.tokens = r.tokens.empty() ? nullptr : r.tokens.data();
-                c.logprobs = r.logprobs.empty() ? nullptr : r.logprobs.data();
-                c.n_tokens = r.tokens.size();
-                c.bucket = r.bucket.c_str();
-                c.pool = r.pool.c_str();
-                c.metrics = metrics_of(r.metrics);
-                c.finish = finish_of(r.finish);
-                c.upgraded = r.upgraded ? 1 : 0;
-                c.fallback = r.fallback ? 1 : 0;
+                std::vector<steward_top_logprobs> rows;
+                std::vector<steward_token_logprob> items;
+                const steward_result c = result_view(r, rows, items);
                 on_finish(&c, user);
             };
         const uint64_t h = rt->rt->submit(std::move(gr), std::move(cb));
         if (out_handle) *out_handle = h;
+        write_err(err, err_len, "");
         return STEWARD_OK;
     });
 }
@@ -270,6 +375,11 @@ steward_status steward_cancel(steward_runtime* rt, uint64_t handle) {
 
 steward_status steward_generate(steward_runtime* rt, const steward_request* req, char** out_text,
                                 steward_request_metrics* out_metrics, char* err, size_t err_len) {
+    return steward_generate_ext(rt, req, nullptr, out_text, out_metrics, err, err_len);
+}
+
+steward_status steward_generate_ext(steward_runtime* rt, const steward_request* req, const steward_request_ext* ext,
+                                    char** out_text, steward_request_metrics* out_metrics, char* err, size_t err_len) {
     if (out_text) *out_text = nullptr;
     if (!rt || !req || !out_text) {
         write_err(err, err_len, "steward_generate: rt, req and out_text must not be NULL");
@@ -278,7 +388,10 @@ steward_status steward_generate(steward_runtime* rt, const steward_request* req,
     return guarded("steward_generate", err, err_len, [&] {
         steward::GenerationRequest gr;
         std::string msg;
-        if (steward_status s = to_request(req, gr, msg); s != STEWARD_OK) {
+        steward_logprobs_cb on_logprobs = nullptr;  // a blocking call streams nothing
+        steward_status s = to_request(req, gr, msg);
+        if (s == STEWARD_OK) s = to_request_ext(ext, gr, on_logprobs, msg);
+        if (s != STEWARD_OK) {
             write_err(err, err_len, "steward_generate: " + msg);
             return s;
         }
@@ -360,6 +473,108 @@ steward_status steward_drain(steward_runtime* rt) {
         rt->rt->drain();
         return STEWARD_OK;
     });
+}
+
+steward_status steward_tokenize(steward_runtime* rt, const char* pool, const char* text, int add_special,
+                                int32_t** out_ids, size_t* out_n, char* err, size_t err_len) {
+    if (out_ids) *out_ids = nullptr;
+    if (out_n) *out_n = 0;
+    if (!rt || !text || !out_ids || !out_n) {
+        write_err(err, err_len, "steward_tokenize: rt, text, out_ids and out_n must not be NULL");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    return guarded("steward_tokenize", err, err_len, [&] {
+        const std::string t = text;
+        if (const size_t at = steward::utf8::invalid_at(t); at != std::string::npos) {
+            write_err(err, err_len, "steward_tokenize: text is not valid UTF-8 (byte " + std::to_string(at) + ")");
+            return STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        auto ids = rt->rt->tokenize(pool_or_first(rt, pool), t, add_special != 0);
+        if (!ids) {
+            write_err(err, err_len, "steward_tokenize: " + ids.error().message);
+            return STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        if (!ids->empty()) {
+            auto* p = static_cast<int32_t*>(std::malloc(ids->size() * sizeof(int32_t)));
+            if (!p) throw std::bad_alloc();
+            std::memcpy(p, ids->data(), ids->size() * sizeof(int32_t));
+            *out_ids = p;
+        }
+        *out_n = ids->size();
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    });
+}
+
+steward_status steward_detokenize(steward_runtime* rt, const char* pool, const int32_t* ids, size_t n_ids,
+                                  char** out_text, size_t* out_len, char* err, size_t err_len) {
+    if (out_text) *out_text = nullptr;
+    if (out_len) *out_len = 0;
+    if (!rt || !out_text || (n_ids > 0 && !ids)) {
+        write_err(err, err_len, "steward_detokenize: rt and out_text must not be NULL, nor ids when n_ids > 0");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    return guarded("steward_detokenize", err, err_len, [&] {
+        auto text = rt->rt->detokenize(pool_or_first(rt, pool), std::vector<int32_t>(ids, ids + n_ids));
+        if (!text) {
+            write_err(err, err_len, "steward_detokenize: " + text.error().message);
+            return STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        *out_text = dup_string(*text);
+        if (out_len) *out_len = text->size();
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    });
+}
+
+void steward_ids_free(int32_t* ids) {
+    std::free(ids);
+}
+
+steward_status steward_embed(steward_runtime* rt, const char* pool, const char* const* texts, size_t n_texts,
+                             float** out_vectors, size_t* out_n_embd, int64_t* out_prompt_tokens, char* err,
+                             size_t err_len) {
+    if (out_vectors) *out_vectors = nullptr;
+    if (out_n_embd) *out_n_embd = 0;
+    if (out_prompt_tokens) *out_prompt_tokens = 0;
+    if (!rt || !texts || !out_vectors || !out_n_embd || n_texts == 0) {
+        write_err(err, err_len, "steward_embed: rt, texts, out_vectors and out_n_embd must not be NULL, and n_texts > 0");
+        return STEWARD_ERR_INVALID_ARGUMENT;
+    }
+    return guarded("steward_embed", err, err_len, [&] {
+        steward::EmbeddingRequest req;
+        for (size_t i = 0; i < n_texts; i++) {
+            if (!texts[i]) {
+                write_err(err, err_len, "steward_embed: texts[" + std::to_string(i) + "] is NULL");
+                return STEWARD_ERR_INVALID_ARGUMENT;
+            }
+            req.texts.emplace_back(texts[i]);
+            if (const size_t at = steward::utf8::invalid_at(req.texts.back()); at != std::string::npos) {
+                write_err(err, err_len, "steward_embed: texts[" + std::to_string(i) + "] is not valid UTF-8 (byte " +
+                                            std::to_string(at) + ")");
+                return STEWARD_ERR_INVALID_ARGUMENT;
+            }
+        }
+        if (pool) req.pool = pool;
+        const steward::EmbeddingResult r = rt->rt->embed(std::move(req));
+        if (!r.ok()) {
+            write_err(err, err_len, "steward_embed: " + r.error);
+            return r.status == steward::EmbedStatus::FAILED ? STEWARD_ERR_GENERATION : STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        const size_t n_embd = (size_t)r.n_embd;
+        auto* p = static_cast<float*>(std::malloc(std::max<size_t>(1, r.vectors.size() * n_embd) * sizeof(float)));
+        if (!p) throw std::bad_alloc();
+        for (size_t i = 0; i < r.vectors.size(); i++) std::memcpy(p + i * n_embd, r.vectors[i].data(), n_embd * sizeof(float));
+        *out_vectors = p;
+        *out_n_embd = n_embd;
+        if (out_prompt_tokens) *out_prompt_tokens = r.prompt_tokens;
+        write_err(err, err_len, "");
+        return STEWARD_OK;
+    });
+}
+
+void steward_floats_free(float* p) {
+    std::free(p);
 }
 
 void steward_string_free(char* s) {

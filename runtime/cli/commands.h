@@ -1,7 +1,9 @@
 // The steward CLI's subcommands beyond model tools and generate.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <steward/expected.h>
 
@@ -55,12 +57,31 @@ struct TemplateRenderOptions {
 };
 int cmd_template_render(const TemplateRenderOptions& o);
 
+// steward serve: from a TOML config (--config), or from one model file with llama-server's flags
+// (-m MODEL.gguf, or vLLM's `serve MODEL`): a one-pool config built in memory (serve_config_toml).
 struct ServeOptions {
-    std::string config_path = "configs/default.toml";
-    std::string host;  // empty: [server] host
-    int port = -1;     // < 0: [server] port
+    std::string config_path;  // --config; empty: configs/default.toml when it exists (and no -m)
+    std::string host;         // empty: [server] host
+    int port = -1;            // < 0: [server] port
+    // One model (llama-server's flags); a TOML config is the way to several pools and tenants.
+    std::string model_path;          // -m / --model / the positional MODEL
+    int ctx = -1;                    // -c / --ctx-size / --max-model-len: context per request (0: trained)
+    int parallel = -1;               // -np / --parallel / --max-num-seqs: sequences per step (default 4)
+    int threads = -1;                // -t / --threads (default: all cores)
+    std::string chat_template_file;  // --chat-template-file
+    std::string draft_path;          // -md / --model-draft
+    int draft_max = -1;              // --draft-max: the longest draft (default 16)
+    std::vector<std::string> api_keys;  // --api-key (repeatable)
+    std::string alias;               // --alias / --served-model-name: the model name (default: the file's stem)
+    int n_predict = -2;              // -n / --n-predict: default max_tokens (-1: the rest of the context)
+    bool print_config = false;       // --print-config: print the TOML and exit
 };
 int cmd_serve(const ServeOptions& o);
+// The TOML config `steward serve -m ...` runs (what --print-config prints); an error names a bad flag.
+Expected<std::string> serve_config_toml(const ServeOptions& o);
+// llama-server and vLLM flags that steward serve refuses with a reason (e.g. -ngl): nullopt for any
+// other argument. Checked before parsing so the message names the flag and the way to do it here.
+std::optional<std::string> refused_server_flag(const std::string& arg);
 
 // steward worker: hosts a config's pools for fronts ([[pool]] remote = "host:port") until SIGINT/SIGTERM.
 struct WorkerOptions {

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <steward/runtime.h>
 
@@ -60,6 +61,20 @@ CLI::Option* add_seed_option(CLI::App* app, uint64_t& seed, const std::string& w
 }  // namespace
 
 int main(int argc, char** argv) {
+    // `steward serve` takes llama-server's two-letter flags (-np, -md), which CLI11 cannot name, and
+    // refuses the llama-server / vLLM flags it has no equivalent for with the reason (refused_server_flag).
+    std::vector<std::string> args(argv, argv + argc);
+    if (args.size() > 1 && args[1] == "serve") {
+        for (size_t i = 2; i < args.size(); i++) {
+            if (args[i] == "--") break;
+            if (args[i] == "-np") args[i] = "--parallel";
+            else if (args[i] == "-md") args[i] = "--model-draft";
+            else if (auto why = refused_server_flag(args[i])) return fail(*why);
+        }
+    }
+    std::vector<char*> argv2;
+    for (auto& a : args) argv2.push_back(a.data());
+    argv = argv2.data();
     CLI::App app{"Steward: an LLM serving runtime that decides, per workload bucket, where to spend compute, KV memory and strong-model calls."};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("steward ") + STEWARD_VERSION, "Print the version and exit");
@@ -189,9 +204,24 @@ int main(int argc, char** argv) {
     // ---- steward serve
     auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (docs/http-api.md)");
     ServeOptions so;
-    serve->add_option("-c,--config", so.config_path, "TOML config")->capture_default_str();
-    serve->add_option("--host", so.host, "Listen address (default: [server] host)");
-    serve->add_option("--port", so.port, "Listen port, 0: ephemeral (default: [server] port)");
+    serve->add_option("--config", so.config_path, "TOML config (default: configs/default.toml when there is no -m)");
+    serve->add_option("--host", so.host, "Listen address (default: [server] host; with -m 127.0.0.1)");
+    serve->add_option("--port", so.port, "Listen port, 0: ephemeral (default: [server] port; with -m 8080)");
+    // One model, with llama-server's flags (-np and -md are read as --parallel and --model-draft).
+    serve->add_option("-m,--model", so.model_path, "GGUF model to serve as one pool (llama-server's -m)");
+    serve->add_option("model", so.model_path, "The model as vLLM's `serve MODEL` (same as -m)");
+    serve->add_option("-c,--ctx-size,--max-model-len", so.ctx, "With -m: context per request in tokens (0: the model's trained context)");
+    serve->add_option("--parallel,--max-num-seqs", so.parallel, "With -m (-np): sequences decoded together (default 4)");
+    serve->add_option("-t,--threads", so.threads, "With -m: CPU threads (default: all cores)");
+    serve->add_option("--chat-template-file", so.chat_template_file, "With -m: a Jinja chat template replacing the GGUF's");
+    serve->add_option("--model-draft", so.draft_path, "With -m (-md): a draft model for speculative decoding (same vocabulary)");
+    serve->add_option("--draft-max", so.draft_max, "With -md: the longest draft per step (default 16)");
+    serve->add_option("--api-key", so.api_keys, "With -m: a key clients must send (Authorization: Bearer KEY); repeatable");
+    serve->add_option("--alias,--served-model-name", so.alias, "With -m: the model's name in the API (default: the file's stem)");
+    serve->add_option("-n,--n-predict", so.n_predict, "With -m: max_tokens when a request gives none (default: the rest of the context)");
+    serve->add_flag("--print-config", so.print_config, "With -m: print the equivalent TOML config and exit");
+    serve->add_flag("--jinja")->description("Accepted for llama-server's command lines: chat templates are always Jinja here");
+    serve->add_flag("--metrics,--embeddings,--embedding,--cont-batching")->description("Accepted for llama-server's command lines: always on here");
 
     // ---- steward worker
     auto* worker = app.add_subcommand("worker", "Host a config's pools for fronts on other processes or machines (docs/cluster.md)");

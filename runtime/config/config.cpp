@@ -311,6 +311,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             !r.get_in("max_tokens_default", c.limits.max_tokens_default, 1, 1 << 20, "in [1, 1048576]") ||
             !r.get_in("max_draft_tokens", c.limits.max_draft_tokens, 0, 256, "in [0, 256]") || !r.finish())
             return fail(r.err);
+        c.limits.max_tokens_default_set = r.has("max_tokens_default");
     }
     if (const toml::table* t = top.sub("server")) {
         TableReader r(*t, src, "[server]");
@@ -386,6 +387,16 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                         ") must be longer than heartbeat_ms (" + std::to_string((long long)cl.heartbeat_ms) +
                         "), or every worker would be declared lost between two heartbeats");
     }
+    if (const toml::table* t = top.sub("metrics")) {
+        TableReader r(*t, src, "[metrics]");
+        if (!r.get("vllm_names", c.metrics.vllm_names) || !r.finish()) return fail(r.err);
+    }
+    if (const toml::table* t = top.sub("tracing")) {
+        TableReader r(*t, src, "[tracing]");
+        if (!r.get("otlp_file", c.tracing.otlp_file) || !r.finish()) return fail(r.err);
+        std::string& f = c.tracing.otlp_file;
+        if (!f.empty() && std::filesystem::path(f).is_relative() && !base.empty()) f = (base / f).string();
+    }
     if (const toml::table* t = top.sub("sim")) {
         TableReader r(*t, src, "[sim]");
         if (!r.get_in("dilation", c.sim.dilation, 1e-3, 1e6, "in [0.001, 1e6] simulated seconds per real second") || !r.finish())
@@ -410,6 +421,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
                       r.get_in("max_queue", p.max_queue, 1, (double)k_max_queue, "in [1, 1048576] requests (0 would refuse every request)") &&
                       r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
+                      r.get("pooling", p.pooling) &&
+                      r.get("chat_template_fallback", p.chat_template_fallback) &&
+                      r.get_in("ctx", p.ctx, 0, 1 << 24, "in [0, 16777216] tokens (0: the model's trained context)") &&
                       r.get("draft", p.draft) && r.get("remote", p.remote) && r.get("remote_pool", p.remote_pool) &&
                       r.get_in("price_prompt", p.price_prompt, 0, price_max, "a price >= 0 per million tokens") &&
                       r.get_in("price_output", p.price_output, 0, price_max, "a price >= 0 per million tokens") &&
@@ -495,7 +509,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (p.backend != "sim") return fail(at + "has [pool.sim] but backend = \"" + p.backend + "\"; set backend = \"sim\" or drop [pool.sim]");
                 if (!p.sim) return fail(at + "has backend = \"sim\" but no [pool.sim] table; add one with device = and model = (see configs/sim)");
                 for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype", "gpu_memory_fraction",
-                                      "cuda_graphs"})
+                                      "cuda_graphs", "ctx"})
                     if (r.has(k))
                         return fail(at + "is simulated: '" + k + "' does not apply (the model and KV come from [pool.sim]; its draft is [pool.sim] draft)");
             }
@@ -504,7 +518,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
                 for (const char* k : {"model", "synth", "draft", "backend", "threads", "kv_blocks", "kv_gib", "block_size",
                                       "kv_dtype", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache",
-                                      "gpu_memory_fraction", "cuda_graphs"})
+                                      "gpu_memory_fraction", "cuda_graphs", "ctx"})
                     if (r.has(k))
                         return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
                 std::string host;
@@ -528,8 +542,14 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (!text) return fail(where(src, t.source()) + ": " + text.error().message);
                 p.chat_template = std::move(*text);
             }
+            if (!p.chat_template_fallback.empty() && p.chat_template_fallback != "chatml")
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' chat_template_fallback must be \"chatml\" or omitted "
+                            "(a chat to a pool without a template is then refused), got \"" + p.chat_template_fallback + "\"");
             if (p.backend != "cpu" && p.backend != "cuda" && p.backend != "auto" && p.backend != "sim")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' backend must be \"cpu\", \"cuda\", \"auto\" or \"sim\", got \"" + p.backend + "\"");
+            if (!p.pooling.empty() && p.pooling != "mean" && p.pooling != "last" && p.pooling != "cls")
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' pooling must be \"mean\", \"last\" or \"cls\" " +
+                            "(how /v1/embeddings pools the hidden states), got \"" + p.pooling + "\"");
             if (p.kv_dtype != "f32" && p.kv_dtype != "f16")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_dtype must be \"f32\" or \"f16\"");
             if (p.block_size <= 0 || p.block_size > 256 || (p.block_size & (p.block_size - 1)))

@@ -170,6 +170,15 @@ Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers
 }
 
 Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
+    return run(kv, batch, &logits, nullptr);
+}
+
+Expected<bool> CpuForward::hidden_states(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& hidden) {
+    return run(kv, batch, nullptr, &hidden);
+}
+
+Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>* logits,
+                               std::vector<float>* hidden) {
     const ModelParams& p = model_.params();
     const ModelWeights& W = model_.weights();
     const KvConfig& kc = kv.config();
@@ -184,7 +193,8 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
             refs.push_back({(int)s, i, in.positions.empty() ? in.n_past + i : in.positions[i], in.n_past + i});
     }
     const int n_tok = (int)refs.size();
-    logits.assign((size_t)n_out * p.n_vocab, 0.0f);
+    if (logits) logits->assign((size_t)n_out * p.n_vocab, 0.0f);
+    if (hidden) hidden->clear();
     if (n_tok == 0) return true;
 
     const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
@@ -346,6 +356,11 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
     }
 
+    if (hidden) {  // every token's state after the final norm, no output head
+        hidden->resize((size_t)n_tok * E);  // [n_tok][E]
+        rmsnorm(x, static_cast<const float*>(W.output_norm.data), p.rms_eps, E, n_tok, hidden->data());
+        return true;
+    }
     // ---- output head for the rows that want logits, gathered into xn_ [n_out][E]
     if (n_out == 0) return true;
     int o = 0;
@@ -359,7 +374,7 @@ Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batc
         }
     }
     rmsnorm(tmp_.data(), static_cast<const float*>(W.output_norm.data), p.rms_eps, E, n_out, xn_.data());
-    matmul(W.output, xn_.data(), n_out, logits.data(), pool_);
+    matmul(W.output, xn_.data(), n_out, logits->data(), pool_);
     return true;
 }
 

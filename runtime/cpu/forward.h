@@ -62,6 +62,11 @@ public:
     // block table too short, a block id out of range, a batch over max_tokens, a position past
     // the context) leave the KV untouched and name the sequence and the value.
     Expected<bool> forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits);
+    // The same layers, ending at the final norm instead of the output head: hidden receives
+    // [n_tok][n_embd], every new token's output-normed state (llama.cpp's result_norm), in batch
+    // order; the sequences' LogitsMode is ignored. Validation, KV writes and errors as forward's.
+    // What an embedding pools (cpu/embed.h).
+    Expected<bool> hidden_states(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& hidden);
 
     const Model& model() const { return model_; }
     int n_threads() const { return n_threads_; }
@@ -71,6 +76,10 @@ public:
     ThreadPool& thread_pool() { return pool_; }
 
 private:
+    // forward (logits set) and hidden_states (hidden set): one body, one transformer.
+    Expected<bool> run(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>* logits,
+                       std::vector<float>* hidden);
+
     const Model& model_;
     int n_threads_;
     int max_tokens_;

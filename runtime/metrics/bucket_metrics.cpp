@@ -33,6 +33,10 @@ const std::string& bucket_key(const std::string& b) {
     return b.empty() ? unclassified : b;
 }
 
+std::string pool_key(std::string_view p) {
+    return p.empty() ? std::string("unknown") : std::string(p);
+}
+
 // Per-request mean time per output token: from the gaps when given, else from first/finish times.
 std::optional<double> request_tpot_s(const RequestRecord& r) {
     if (r.n_output_tokens < 2) return std::nullopt;
@@ -402,6 +406,26 @@ void MetricsRegistry::record(const RequestRecord& r) {
     t_last_finish_s_ = std::max(t_last_finish_s_, r.t_finish_s);
     m.add(r, cost, met);
     all_.add(r, cost, met);
+    // Per pool (the vllm:* families): the finishing pool's row, vLLM's phases of the request, and
+    // the tokens an upgraded request computed on the pools before it. A request refused at
+    // admission (overloaded) never reached the pool's engine: vLLM would not have counted it.
+    if (r.finish != FinishReason::OVERLOADED) {
+        PoolRequestMetrics& p = pools_[pool_key(r.pool)];
+        p.m.add(r, cost, met);
+        if (counts_for_e2e(r.finish) && r.t_scheduled_s) {
+            if (r.t_first_token_s) {
+                p.prefill_s.record(*r.t_first_token_s - *r.t_scheduled_s);
+                p.decode_s.record(r.t_finish_s - *r.t_first_token_s);
+            }
+            p.inference_s.record(r.t_finish_s - *r.t_scheduled_s);
+        }
+        for (const PoolUse& u : r.prior_pools) {
+            BucketMetrics& q = pools_[pool_key(u.pool)].m;
+            q.n_prompt_tokens += u.n_prompt_tokens;
+            q.n_cached_tokens += u.n_cached_prompt_tokens;
+            q.n_output_tokens += u.n_output_tokens;
+        }
+    }
     TenantRouteKey key{b, r.pool.empty() ? std::string("none") : r.pool, r.tenant.empty() ? std::string("default") : r.tenant};
     if (tenant_rows_.size() >= k_max_tenant_rows && !tenant_rows_.count(key)) std::get<2>(key) = "other";
     TenantRouteRow& t = tenant_rows_[key];
@@ -420,6 +444,7 @@ void MetricsRegistry::record_kv(const KvSample& s) {
         return;
     }
     all_.kv.add(s);
+    kv_by_pool_[pool_key(s.pool)].add(s);
     if (kv_series_seen_++ % kv_series_stride_ != 0) return;
     kv_series_.push_back({s.t_s, s.pool, s.n_blocks_used, s.n_blocks_total, n_evictions_total_});
     if (kv_series_.size() >= k_max_kv_points) {  // thin: keep every other point, sample half as often
@@ -430,9 +455,11 @@ void MetricsRegistry::record_kv(const KvSample& s) {
     }
 }
 
-void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::string_view bucket) {
+void MetricsRegistry::add_evictions(int64_t n, std::string_view policy, std::string_view bucket,
+                                    std::string_view pool) {
     std::string p(policy.empty() ? "unknown" : policy);
     n_evictions_total_ += n;
+    evictions_by_pool_[{pool_key(pool), p}] += n;
     all_.n_evictions_by_policy[p] += n;
     if (!bucket.empty()) row(bucket).n_evictions_by_policy[p] += n;
 }
@@ -445,6 +472,32 @@ double MetricsRegistry::window_s() const {
     if (window_) return std::max(0.0, window_->second - window_->first);
     if (all_.n_requests == 0) return 0.0;
     return std::max(0.0, t_last_finish_s_ - t_first_arrival_s_);
+}
+
+const PoolRequestMetrics* MetricsRegistry::pool(std::string_view name) const {
+    auto it = pools_.find(name);
+    return it == pools_.end() ? nullptr : &it->second;
+}
+
+const KvGauges* MetricsRegistry::pool_kv(std::string_view name) const {
+    auto it = kv_by_pool_.find(name);
+    return it == kv_by_pool_.end() ? nullptr : &it->second;
+}
+
+int64_t MetricsRegistry::admission_waiting(std::string_view pool) const {
+    int64_t n = 0;
+    if (auto it = admission_.find(pool); it != admission_.end())
+        for (const TenantAdmission& t : it->second) n += t.n_waiting;
+    return n;
+}
+
+std::vector<std::string> MetricsRegistry::gauge_pools() const {
+    std::vector<std::string> out;
+    if (!loads_.empty())
+        for (const PoolLoad& l : loads_) out.push_back(pool_key(l.pool));
+    else
+        for (const auto& [pool, kv] : kv_by_pool_) out.push_back(pool);
+    return out;
 }
 
 const BucketMetrics* MetricsRegistry::bucket(std::string_view name) const {
@@ -1048,26 +1101,188 @@ std::string MetricsRegistry::to_prometheus() const {
         for (const TenantAdmission& t : tenants)
             out += "steward_kv_admission_waiting_requests{" + alabel(pool, t) + "} " + std::to_string(t.n_waiting) + "\n";
 
-    family("steward_kv_cache_evicted_blocks_total", "counter", "Cached unreferenced KV blocks reclaimed, per policy.");
-    for (const auto& [policy, n] : all_.n_evictions_by_policy)
-        out += "steward_kv_cache_evicted_blocks_total{policy=\"" + prometheus_label_value(policy) + "\"} " +
-               std::to_string(n) + "\n";
-    const KvGauges& kv = all_.kv;
-    if (kv.n_samples > 0) {
-        double usage =
-            kv.last.n_blocks_total > 0 ? (double)kv.last.n_blocks_used / (double)kv.last.n_blocks_total : 0.0;
-        family("steward_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use (0-1).");
-        out += "steward_kv_cache_usage_ratio " + prometheus_number(usage) + "\n";
-        family("steward_kv_cache_fragmentation_ratio", "gauge",
-               "Fraction of allocated token slots not holding a token (0-1).");
-        out += "steward_kv_cache_fragmentation_ratio " + prometheus_number(kv.last.fragmentation) + "\n";
-        family("steward_kv_cache_used_blocks", "gauge", "KV blocks referenced by running or pinned sequences.");
-        out += "steward_kv_cache_used_blocks " + std::to_string(kv.last.n_blocks_used) + "\n";
-        family("steward_kv_cache_capacity_blocks", "gauge", "KV blocks in the pool.");
-        out += "steward_kv_cache_capacity_blocks " + std::to_string(kv.last.n_blocks_total) + "\n";
-        family("steward_kv_cache_branches", "gauge", "Live forked sequences sharing blocks copy-on-write.");
-        out += "steward_kv_cache_branches " + std::to_string(kv.last.n_branches) + "\n";
+    // The schedulers' load: per pool, and per pool and bucket (a remote pool's only as its total).
+    auto poollabel = [](const std::string& pool) { return "pool=\"" + prometheus_label_value(pool) + "\""; };
+    family("steward_requests_running", "gauge", "Sequences in the pool's running batch.");
+    for (const PoolLoad& l : loads_)
+        out += "steward_requests_running{" + poollabel(pool_key(l.pool)) + "} " + std::to_string(l.n_running) + "\n";
+    family("steward_requests_waiting", "gauge",
+           "Requests waiting on the pool: in its engine's queue (not yet scheduled, or preempted) or for a KV "
+           "reservation.");
+    for (const PoolLoad& l : loads_)
+        out += "steward_requests_waiting{" + poollabel(pool_key(l.pool)) + "} " +
+               std::to_string(l.n_waiting + admission_waiting(l.pool)) + "\n";
+    family("steward_bucket_requests_running", "gauge", "Sequences in the pool's running batch, per bucket.");
+    for (const PoolLoad& l : loads_)
+        for (const PoolLoad::Bucket& b : l.by_bucket)
+            out += "steward_bucket_requests_running{" + label(bucket_key(b.bucket)) + "," +
+                   poollabel(pool_key(l.pool)) + "} " + std::to_string(b.n_running) + "\n";
+    family("steward_bucket_requests_waiting", "gauge",
+           "Sequences in the pool's engine queue (not yet scheduled, or preempted), per bucket.");
+    for (const PoolLoad& l : loads_)
+        for (const PoolLoad::Bucket& b : l.by_bucket)
+            out += "steward_bucket_requests_waiting{" + label(bucket_key(b.bucket)) + "," +
+                   poollabel(pool_key(l.pool)) + "} " + std::to_string(b.n_waiting) + "\n";
+
+    family("steward_kv_cache_evicted_blocks_total", "counter",
+           "Cached unreferenced KV blocks reclaimed, per pool and policy.");
+    for (const auto& [key, n] : evictions_by_pool_)
+        out += "steward_kv_cache_evicted_blocks_total{" + poollabel(key.first) + ",policy=\"" +
+               prometheus_label_value(key.second) + "\"} " + std::to_string(n) + "\n";
+    std::vector<std::pair<std::string, const KvGauges*>> kvs;  // the listed pools that sampled
+    for (const std::string& p : gauge_pools())
+        if (const KvGauges* g = pool_kv(p); g && g->n_samples > 0) kvs.emplace_back(p, g);
+    if (!kvs.empty()) {
+        auto kv_gauge = [&](const char* name, const char* help, auto value_of) {
+            family(name, "gauge", help);
+            for (const auto& [p, g] : kvs)
+                out +=
+                    std::string(name) + "{" + poollabel(p) + "} " + prometheus_number((double)value_of(g->last)) + "\n";
+        };
+        kv_gauge("steward_kv_cache_usage_ratio", "Fraction of the pool's KV blocks in use (0-1).",
+                 [](const KvSample& k) {
+                     return k.n_blocks_total > 0 ? (double)k.n_blocks_used / (double)k.n_blocks_total : 0.0;
+                 });
+        kv_gauge("steward_kv_cache_fragmentation_ratio", "Fraction of allocated token slots not holding a token (0-1).",
+                 [](const KvSample& k) { return k.fragmentation; });
+        kv_gauge("steward_kv_cache_used_blocks", "KV blocks referenced by running or pinned sequences.",
+                 [](const KvSample& k) { return k.n_blocks_used; });
+        kv_gauge("steward_kv_cache_capacity_blocks", "KV blocks in the pool.",
+                 [](const KvSample& k) { return k.n_blocks_total; });
+        kv_gauge("steward_kv_cache_branches", "Live forked sequences sharing blocks copy-on-write.",
+                 [](const KvSample& k) { return k.n_branches; });
     }
+    if (cfg_.vllm_names) out += vllm_prometheus();
+    return out;
+}
+
+// vLLM's bounds, so that a dashboard's le-labelled panels (heatmaps) read the same buckets: TTFT as
+// steward's (already vLLM's), inter-token latency and TPOT, and the request phases.
+namespace {
+constexpr double k_vllm_itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                        0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+constexpr double k_vllm_request_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+                                            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}  // namespace
+
+// Only what Steward measures, each under the meaning vLLM gives the name (docs/metrics.md's table);
+// one series per pool: model_name is the pool (what a client names in "model"), engine is "0" (a
+// pool is one engine). Gauges list the loaded pools (set_pool_loads, else those with KV samples);
+// request figures the pools that finished or worked on a request.
+std::string MetricsRegistry::vllm_prometheus() const {
+    std::string out;
+    auto family = [&](const char* name, const char* type, const char* help) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    };
+    auto label = [](const std::string& pool) {
+        return "engine=\"0\",model_name=\"" + prometheus_label_value(pool) + "\"";
+    };
+    std::vector<std::string> gauge_pools = this->gauge_pools();
+    auto load_of = [&](const std::string& pool) -> const PoolLoad* {
+        for (const PoolLoad& l : loads_)
+            if (pool_key(l.pool) == pool) return &l;
+        return nullptr;
+    };
+    auto gauge = [&](const char* name, const char* help, auto value_of) {
+        family(name, "gauge", help);
+        for (const std::string& p : gauge_pools)
+            out += std::string(name) + "{" + label(p) + "} " + prometheus_number(value_of(p)) + "\n";
+    };
+    gauge("vllm:num_requests_running", "Number of requests in model execution batches.", [&](const std::string& p) {
+        const PoolLoad* l = load_of(p);
+        return l ? (double)l->n_running : 0.0;
+    });
+    // vLLM's waiting queue holds every accepted request not running, those short of KV blocks too:
+    // Steward's engine queue and its KV admission queue together.
+    gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", [&](const std::string& p) {
+        const PoolLoad* l = load_of(p);
+        return (double)((l ? l->n_waiting : 0) + admission_waiting(p));
+    });
+    auto usage = [&](const std::string& p) {
+        const KvGauges* g = pool_kv(p);
+        if (!g || g->n_samples == 0 || g->last.n_blocks_total <= 0) return 0.0;  // not stepped yet: nothing in use
+        return (double)g->last.n_blocks_used / (double)g->last.n_blocks_total;
+    };
+    gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+    gauge("vllm:gpu_cache_usage_perc",
+          "KV-cache usage. 1 means 100 percent usage (vLLM's older name, whatever the pool runs on).", usage);
+    family("vllm:cache_config_info", "gauge", "Information of the pool's KV cache (block_size, num_gpu_blocks).");
+    for (const std::string& p : gauge_pools)
+        if (const PoolLoad* l = load_of(p); l && l->block_size > 0)
+            out += "vllm:cache_config_info{block_size=\"" + std::to_string(l->block_size) + "\"," + label(p) +
+                   ",num_gpu_blocks=\"" + std::to_string(l->n_blocks) + "\"} 1\n";
+
+    auto counter = [&](const char* name, const char* help, auto value_of) {
+        family(name, "counter", help);
+        for (const auto& [p, m] : pools_)
+            out += std::string(name) + "{" + label(p) + "} " + prometheus_number((double)value_of(m)) + "\n";
+    };
+    counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+            [](const PoolRequestMetrics& m) { return m.m.n_prompt_tokens; });
+    counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+            [](const PoolRequestMetrics& m) { return m.m.n_output_tokens; });
+    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
+            [](const PoolRequestMetrics& m) { return m.m.n_prompt_tokens; });
+    counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+            [](const PoolRequestMetrics& m) { return m.m.n_cached_tokens; });
+    counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+            [](const PoolRequestMetrics& m) { return m.m.n_preemptions; });
+    // vLLM's finish reasons: stop, length, abort (cancelled or timed out), error. A request refused
+    // at admission (overloaded) never reached an engine, as in vLLM, where it is never scheduled.
+    family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+    for (const auto& [p, m] : pools_) {
+        const auto& f = m.m.n_by_finish;
+        for (auto [reason, n] : {std::pair<const char*, int64_t>{"stop", f[(size_t)FinishReason::STOP]},
+                                 {"length", f[(size_t)FinishReason::LENGTH]},
+                                 {"abort", f[(size_t)FinishReason::CANCELLED] + f[(size_t)FinishReason::TIMEOUT]},
+                                 {"error", f[(size_t)FinishReason::ERROR]}})
+            out += "vllm:request_success_total{" + label(p) + ",finished_reason=\"" + reason + "\"} " +
+                   std::to_string(n) + "\n";
+    }
+    counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+            [](const PoolRequestMetrics& m) { return m.m.n_drafts; });
+    counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+            [](const PoolRequestMetrics& m) { return m.m.n_draft_tokens; });
+    counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+            [](const PoolRequestMetrics& m) { return m.m.n_accepted_tokens; });
+    family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft's positions.");
+    for (const auto& [p, m] : pools_)
+        for (int i = 0; i < m.m.n_spec_positions(); i++)
+            out += "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + label(p) + ",position=\"" +
+                   std::to_string(i) + "\"} " + std::to_string(m.m.n_accepted_at[(size_t)i]) + "\n";
+
+    auto histogram = [&](const char* name, const char* help, auto hist_of, std::span<const double> bounds) {
+        family(name, "histogram", help);
+        for (const auto& [p, m] : pools_) out += prometheus_histogram(hist_of(m), name, label(p), bounds);
+    };
+    histogram(
+        "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.ttft_s; }, k_ttft_bounds);
+    histogram(
+        "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.itl_s; }, k_vllm_itl_bounds);
+    histogram(
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds (vLLM's older name of the inter-token latency).",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.itl_s; }, k_vllm_itl_bounds);
+    histogram(
+        "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.tpot_s; }, k_vllm_itl_bounds);
+    histogram(
+        "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.e2e_s; }, k_vllm_request_bounds);
+    histogram(
+        "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.m.queue_s; }, k_vllm_request_bounds);
+    histogram(
+        "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.inference_s; }, k_vllm_request_bounds);
+    histogram(
+        "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.prefill_s; }, k_vllm_request_bounds);
+    histogram(
+        "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+        [](const PoolRequestMetrics& m) -> const Histogram& { return m.decode_s; }, k_vllm_request_bounds);
     return out;
 }
 

@@ -97,6 +97,23 @@ struct MetricsConfig {
     std::map<std::string, PoolPrice, std::less<>> prices;  // per pool; a pool not listed costs 0
     std::optional<KvShape> kv;                             // without it the KV GiB figures are null
     std::map<std::string, BucketSlo, std::less<>> slo;     // per bucket; goodput is null without one
+    bool vllm_names = false;  // [metrics] vllm_names: to_prometheus also writes the vllm:* families
+};
+
+// The live load of one pool's scheduler at the moment the exposition is written: sequences in the
+// engine's batch (running) and in its queue (waiting: not yet scheduled, or preempted), in all and
+// per bucket, and the KV geometry vLLM's cache_config_info carries. Requests waiting for a KV
+// reservation before the engine are the admission figures' (set_admission), not these.
+struct PoolLoad {
+    struct Bucket {
+        std::string bucket;
+        int32_t n_running = 0, n_waiting = 0;
+    };
+    std::string pool;
+    int32_t n_running = 0, n_waiting = 0;
+    std::vector<Bucket> by_bucket;  // empty: not split (a remote pool: its worker's heartbeat has totals only)
+    int32_t block_size = 0;         // tokens per KV block; 0: unknown
+    int64_t n_blocks = 0;           // KV blocks of the pool; 0: unknown
 };
 
 // Time-weighted KV gauges of one row: each sample holds until the next. With every sample at one
@@ -218,6 +235,16 @@ struct BucketMetrics {
     int n_spec_positions() const;          // positions with a draft token (the last used + 1)
 };
 
+// One pool's request figures, for the vllm:* families (model_name = the pool): its finished
+// requests as a row, plus the phases vLLM splits a request's time into. Tokens a request computed on
+// a pool before an upgrade moved it count on that pool (PoolUse).
+struct PoolRequestMetrics {
+    BucketMetrics m;
+    Histogram prefill_s;    // first scheduled -> first token
+    Histogram decode_s;     // first token -> finish
+    Histogram inference_s;  // first scheduled -> finish
+};
+
 // Where a bucket's speculation gain comes from (the "without" TPOT it divides).
 enum class SpecGainSource { NONE, BASELINE, PLAIN_REQUESTS, ESTIMATE };
 const char* spec_gain_source_name(SpecGainSource s);  // "none", "baseline", "plain_requests", "estimate"
@@ -266,8 +293,17 @@ public:
     void record(const RequestRecord& r);
     // A bucket-tagged sample updates that bucket's row only; an untagged one the "all" row.
     void record_kv(const KvSample& s);
-    // Counted in "all" and, when bucket is non-empty, in that bucket.
-    void add_evictions(int64_t n, std::string_view policy = "lru", std::string_view bucket = {});
+    // Counted in "all" and, when bucket is non-empty, in that bucket; and per pool ("" reads "unknown").
+    void add_evictions(int64_t n, std::string_view policy = "lru", std::string_view bucket = {},
+                       std::string_view pool = {});
+    // Every pool's scheduler load now, replacing the previous (the owner refreshes it before writing
+    // the exposition, as the policy figures). The gauge families list these pools.
+    void set_pool_loads(std::vector<PoolLoad> loads) { loads_ = std::move(loads); }
+    const std::vector<PoolLoad>& pool_loads() const { return loads_; }
+    // A pool's request figures (nullptr if it finished none and did no upgraded work).
+    const PoolRequestMetrics* pool(std::string_view name) const;
+    // A pool's KV gauges from its untagged samples (nullptr before its first).
+    const KvGauges* pool_kv(std::string_view name) const;
     // The wall-time window for throughput and goodput. Without it: first arrival to last finish.
     void set_window(double t_begin_s, double t_end_s);
     // A shadowed request's agreement with the strongest pool, for the route (pool) it was answered on.
@@ -315,8 +351,12 @@ public:
     // Text exposition format 0.0.4, Prometheus naming: steward_ prefix, the base unit last
     // (_seconds, _tokens, _blocks, _ratio for 0-1), _total on counters only; names follow vLLM's
     // where one exists. Request figures carry a bucket label (no "all" series: Prometheus sums
-    // labels itself); KV gauges come from the untagged samples and carry no label.
+    // labels itself); KV gauges come from the untagged samples and carry the pool's; the running and
+    // waiting gauges come from set_pool_loads. With config().vllm_names the vllm:* families follow.
     std::string to_prometheus() const;
+    // vLLM's families (docs/metrics.md#vllm-names), one series per pool labelled model_name and
+    // engine="0": what Steward measures under vLLM's names, types, units and histogram bounds.
+    std::string vllm_prometheus() const;
 
 private:
     BucketMetrics& row(std::string_view bucket);
@@ -335,6 +375,14 @@ private:
     std::map<std::string, double, std::less<>> spec_baseline_;  // bucket -> TPOT without speculation, s
     std::vector<KvPoint> kv_series_;
     uint64_t kv_series_seen_ = 0, kv_series_stride_ = 1;
+    std::map<std::string, PoolRequestMetrics, std::less<>> pools_;              // by the pool that did the work
+    std::map<std::string, KvGauges, std::less<>> kv_by_pool_;                   // untagged samples, by pool
+    std::map<std::pair<std::string, std::string>, int64_t> evictions_by_pool_;  // (pool, policy) -> blocks
+    std::vector<PoolLoad> loads_;
+    // The pools the gauge families list: the loaded ones (set_pool_loads) when known, else every
+    // pool that sampled its KV.
+    std::vector<std::string> gauge_pools() const;
+    int64_t admission_waiting(std::string_view pool) const;  // Σ over tenants of the pool's KV admission queue
     int64_t n_evictions_total_ = 0;
     std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
     std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained

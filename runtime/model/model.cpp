@@ -108,6 +108,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (!(p.rms_eps > 0) || !(p.rope_freq_base > 0))
         return make_error("'", path, "': rms epsilon and rope freq_base must be positive");
     p.rope_type = rope_type_for(p.arch);
+    if (auto v = f.get_int(p.arch + ".pooling_type"); v && *v >= 0 && *v < (1 << 16)) p.pooling_type = (int)*v;
 
     auto tok = Tokenizer::from_gguf(f);
     if (!tok) return make_error("'", path, "': tokenizer: ", tok.error().message);

@@ -30,6 +30,9 @@ struct ModelParams {
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
     RopeType rope_type = RopeType::NORM;
+    // <arch>.pooling_type as written (llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last, 4 rank);
+    // -1 when absent. How embeddings pool a sequence (cpu/embed.h embedding_pooling).
+    int pooling_type = -1;
 };
 
 // A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
@@ -73,6 +76,10 @@ public:
     static Expected<std::unique_ptr<Model>> from_gguf(std::unique_ptr<GgufFile> file);
 
     const ModelParams& params() const { return params_; }
+    // Serves at most n tokens of context (a pool's ctx): n_ctx_train becomes min(n, trained).
+    void limit_context(int n) {
+        if (n > 0 && n < params_.n_ctx_train) params_.n_ctx_train = n;
+    }
     const ModelWeights& weights() const { return weights_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     const GgufFile& file() const { return *file_; }

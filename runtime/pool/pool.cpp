@@ -107,7 +107,7 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
       << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
       << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft << '|'
-      << p.kv_size_set << '|' << p.gpu_memory_fraction << '|' << p.cuda_graphs;
+      << p.kv_size_set << '|' << p.gpu_memory_fraction << '|' << p.cuda_graphs << '|' << p.ctx;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     if (p.sim) {  // a simulated pool: its device, shapes and generator (the files' contents, as read)
         const SimPoolConfig& s = *p.sim;
@@ -282,6 +282,13 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
     p.key = pool_key(pc, config);
     auto m = Model::load(pc.model);
     if (!m) return make_error("pool '", pc.name, "': ", m.error().message);
+    if (pc.ctx > 0) {
+        if (pc.ctx > (*m)->params().n_ctx_train)
+            return make_error("pool '", pc.name, "': ctx ", std::to_string(pc.ctx), " is longer than the model's trained context of ",
+                              std::to_string((*m)->params().n_ctx_train), " tokens (", pc.model, "); give ctx <= ",
+                              std::to_string((*m)->params().n_ctx_train), " or 0 (the trained context)");
+        (*m)->limit_context(pc.ctx);
+    }
     p.model = std::shared_ptr<Model>(std::move(m.value()));
     auto backend = resolve_backend(pc);
     if (!backend) return backend.error();
@@ -330,6 +337,13 @@ Expected<bool> size_device_kv(Pool& p, const Config& config, bool log) {
     return true;
 }
 
+// ChatML, for [[pool]] chat_template_fallback = "chatml": each message as
+// <|im_start|>role\ncontent<|im_end|>\n, then <|im_start|>assistant\n.
+extern const char* const k_chatml_template;
+const char* const k_chatml_template =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 PromptPool prompt_pool(const Pool& p) {
     PromptPool out;
     out.name = p.cfg.name;
@@ -339,6 +353,9 @@ PromptPool prompt_pool(const Pool& p) {
     } else if (auto t = p.model->file().get_string("tokenizer.chat_template")) {
         out.chat_template = std::string(*t);
         out.template_source = "GGUF tokenizer.chat_template";
+    } else if (p.cfg.chat_template_fallback == "chatml") {
+        out.chat_template = k_chatml_template;
+        out.template_source = "chat_template_fallback chatml";
     } else {
         out.template_source = "none";
     }
@@ -461,6 +478,7 @@ MetricsConfig metrics_config(const Config& config, const std::vector<const Pool*
         mc.kv = ks;
     }
     for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};
+    mc.vllm_names = config.metrics.vllm_names;
     return mc;
 }
 

@@ -23,6 +23,9 @@ namespace steward {
 struct PoolLive {
     std::mutex mu;
     PoolLiveStats stats;
+    // The engine's running and waiting sequences per bucket (stats' n_running / n_waiting split), as
+    // of its last submit, cancel or step; the /metrics gauges read it. Empty for a remote pool.
+    std::vector<Engine::BucketLoad> load_by_bucket;
     std::atomic<bool> lost{false};  // a remote pool whose worker is lost (its monitor sets it; never reset)
 };
 
@@ -60,6 +63,8 @@ uint64_t vocabulary_fingerprint(const Tokenizer& tok);
 // from, and the BOS / EOS texts. Runtime::pools() and the request path read it here, so both name
 // the same template.
 PromptPool prompt_pool(const Pool& p);
+// The ChatML template a pool without one renders with under [[pool]] chat_template_fallback = "chatml".
+extern const char* const k_chatml_template;
 
 // A remote pool on the front: `front`'s name, prices and quality, the worker's engine fields, and a
 // model built from the header (params and tokenizer, no weights). key = pool_key(front, config).

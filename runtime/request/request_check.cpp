@@ -29,7 +29,8 @@ Expected<bool> check_request(const GenerationRequest& req) {
     auto c = constraint_of(req);
     if (!c) return c.error();
     if (auto g = compile_constraint(*c); !g) return g.error();  // cached: the run's compile is a hit
-    if (req.max_tokens < 0) return make_error("max_tokens is ", req.max_tokens, "; it must be >= 0 (0: the config's default)");
+    if (req.max_tokens < -1)
+        return make_error("max_tokens is ", req.max_tokens, "; it must be >= 0 (0: the config's default) or -1 (the rest of the context)");
     return true;
 }
 

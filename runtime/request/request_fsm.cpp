@@ -88,7 +88,7 @@ RequestActions RequestFsm::on_run_lost(RunRole role, const RunEnd& end, int32_t 
     RequestActions out;
     Run& r = run(role);
     if (done_ || !r.active) return out;
-    const int32_t left = setup_.max_tokens - (int32_t)r.tokens.size();
+    const int32_t left = setup_.max_tokens < 0 ? 1 : setup_.max_tokens - (int32_t)r.tokens.size();
     if (retry_pool < 0 || retry_pool >= (int32_t)setup_.pools.size() || role == RunRole::SHADOW || role != answer_ ||
         answered_ || cancel_requested_ || left <= 0) {
         end_run(role, end, now, out);
@@ -186,17 +186,23 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     e.tenant = setup_.tenant_id;
     e.salt = setup_.salt;
     e.prompt = vocab_.prompt_ids(pool);
-    e.max_tokens = setup_.max_tokens;
-    // The prompt alone fills the pool's context: nothing could be generated. Refused here, where the
-    // pool's own prompt is first known (a chat is rendered and counted for the pool it runs on),
-    // with its length in the record (n_prompt_tokens) so that a caller can tell this refusal apart.
+    // The prompt alone fills the pool's context (nothing could be generated), or the prompt and
+    // max_tokens together exceed it. Refused here, where the pool's own prompt is first known (a
+    // chat is rendered and counted for the pool it runs on), with its length in the record
+    // (n_prompt_tokens) so that a caller can tell this refusal apart. max_tokens -1: the rest.
     const int32_t n_ctx = pool >= 0 && pool < (int32_t)setup_.pools.size() ? setup_.pools[pool].n_ctx : 0;
     const int32_t n_prompt = (int32_t)e.prompt.size();
-    if (n_ctx > 0 && n_prompt >= n_ctx) {
+    e.max_tokens = setup_.max_tokens >= 0 ? setup_.max_tokens : std::max<int32_t>(n_ctx - n_prompt, 0);
+    if (n_ctx > 0 && (n_prompt >= n_ctx || (int64_t)n_prompt + e.max_tokens > n_ctx)) {
         RunEnd f;
         f.reason = FinishReason::ERROR;
-        f.error = "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " + std::to_string(n_ctx) +
-                  " tokens of pool '" + setup_.pools[pool].name + "': shorten it";
+        const std::string pool_s = " tokens of pool '" + setup_.pools[pool].name + "'";
+        f.error = n_prompt >= n_ctx
+                      ? "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " + std::to_string(n_ctx) +
+                            pool_s + ": shorten it"
+                      : "the prompt (" + std::to_string(n_prompt) + " tokens) and max_tokens (" + std::to_string(e.max_tokens) +
+                            ") together exceed the context of " + std::to_string(n_ctx) + pool_s +
+                            ": lower max_tokens to at most " + std::to_string(n_ctx - n_prompt) + " or shorten the prompt";
         f.n_prompt_tokens = n_prompt + r.n_carried;  // end_run takes a retry's carried tokens off again
         f.t_s = now;
         deferred_.emplace_back(role, f);
@@ -246,7 +252,11 @@ void RequestFsm::stream(double now, RequestActions& out) {
     for (size_t i = n_streamed_; i < r.tokens.size(); i++) {
         result_.tokens.push_back(r.tokens[i]);
         result_.logprobs.push_back(r.logprobs[i]);
-        if (i < r.top_logprobs.size()) result_.top_logprobs.push_back(r.top_logprobs[i]);
+        st.logprobs.push_back(r.logprobs[i]);
+        if (i < r.top_logprobs.size()) {
+            result_.top_logprobs.push_back(r.top_logprobs[i]);
+            st.top.push_back(r.top_logprobs[i]);
+        }
         token_times_.push_back(now);
         decoded += decoder_->push(r.tokens[i]);
     }
@@ -330,7 +340,12 @@ void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) 
             if (!o.stopped) rest += stop_.flush();  // held back, and no stop string came
         }
         g.text += rest;
-        if (!rest.empty()) out.push_back(StreamText{rest, {}, run(answer_).pool});
+        if (!rest.empty()) {
+            StreamText st;
+            st.piece = std::move(rest);
+            st.pool = run(answer_).pool;
+            out.push_back(std::move(st));
+        }
     }
     // Finished when the caller is told, on the clock its tokens were stamped with (the executor's
     // finish stamp is earlier than the actor's receipt of the last tokens, so e2e < TTFT could read).

@@ -103,9 +103,11 @@ struct CancelRun {
     int32_t pool = 0;
     uint64_t engine_id = 0;
 };
-struct StreamText {  // to the caller's on_token
+struct StreamText {  // to the caller's on_token (and on_logprobs)
     std::string piece;
     std::vector<int32_t> ids;
+    std::vector<float> logprobs;                     // one per id
+    std::vector<std::vector<TokenLogprob>> top;      // per id, when the request asked for alternatives
     int32_t pool = -1;  // the answer run's pool (the caller's on_pool hears of a change before the piece)
 };
 struct PoolSample {  // a run ended: fold into the pool's live figures (moving averages)

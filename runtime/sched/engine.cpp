@@ -906,6 +906,25 @@ void Engine::retire(const std::vector<std::pair<uint64_t, FinishReason>>& done, 
     }
 }
 
+std::vector<Engine::BucketLoad> Engine::load_by_bucket() const {
+    std::map<std::string_view, BucketLoad> by;
+    auto at = [&](uint64_t id) -> BucketLoad* {
+        auto it = seqs_.find(id);
+        if (it == seqs_.end()) return nullptr;
+        BucketLoad& l = by[it->second->req.bucket];
+        l.bucket = it->second->req.bucket;
+        return &l;
+    };
+    for (uint64_t id : running_)
+        if (BucketLoad* l = at(id)) l->n_running++;
+    for (uint64_t id : waiting_)
+        if (BucketLoad* l = at(id)) l->n_waiting++;
+    std::vector<BucketLoad> out;
+    out.reserve(by.size());
+    for (auto& [b, l] : by) out.push_back(std::move(l));
+    return out;
+}
+
 EngineStats Engine::stats() const {
     EngineStats st = stats_;
     st.n_waiting = (int)waiting_.size();

@@ -221,6 +221,13 @@ public:
     std::vector<EngineEvent> step(double now_s);
     bool has_work() const { return !waiting_.empty() || !running_.empty() || !cancelled_.empty(); }
     EngineStats stats() const;
+    // Sequences running and waiting (queued or preempted) per bucket of their request, in bucket
+    // order; the totals are stats()'s n_running and n_waiting. Thread: the owner.
+    struct BucketLoad {
+        std::string bucket;
+        int32_t n_running = 0, n_waiting = 0;
+    };
+    std::vector<BucketLoad> load_by_bucket() const;
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     // What the forwards run on ("cpu", "cuda (device)"; "sim" for a simulated pool).

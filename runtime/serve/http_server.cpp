@@ -19,7 +19,10 @@
 #include <thread>
 #include <unordered_set>
 
+#include "serve/anthropic_api.h"
+#include "serve/embeddings_api.h"
 #include "serve/openai_api.h"
+#include "serve/responses_api.h"
 
 namespace steward::serve {
 
@@ -52,6 +55,9 @@ struct HttpServer::Impl {
     net::io_context ioc;  // before the sockets: destroyed after them
     tcp::acceptor acceptor;
     net::thread_pool blocking{1};  // Runtime::reload waits on the runtime: never on an I/O thread
+    // /v1/responses' stored responses (previous_response_id, GET /v1/responses/{id}), per tenant.
+    std::shared_ptr<ResponseStore> responses =
+        std::make_shared<ResponseStore>(k_max_stored_responses, k_max_stored_response_bytes, k_stored_response_ttl);
     std::vector<std::thread> threads;
 
     // Runtime requests whose last callback has not returned yet: stop() cancels them and waits, so
@@ -79,6 +85,8 @@ struct Exchange {
     // renderer keeps each pool's rendering (and refusal) for the answer. A completion's prompt is
     // the same text everywhere: `pool` is the one whose tokenizer checked its length.
     std::shared_ptr<ChatRenderer> renderer;
+    // /v1/responses and /v1/messages: the same chat, answered in their own shapes (n is 1).
+    std::shared_ptr<ChatDialect> dialect;
     std::optional<PoolInfo> pool;
     std::vector<RequestHandle> handles;
     std::vector<GenerationResult> results;
@@ -87,6 +95,16 @@ struct Exchange {
     // output parser, made at its first piece in that pool's tool-call format.
     std::vector<std::string> answer_pools;
     std::vector<std::optional<StreamOutput>> outputs;
+    // Streaming with logprobs: per choice, the tokens heard of (on_logprobs) and not yet in a chunk,
+    // and the bytes of text streamed so far (a completion's text_offset).
+    struct PendingLogprobs {
+        std::vector<int32_t> ids;
+        std::vector<float> logprobs;
+        std::vector<std::vector<TokenLogprob>> top;
+    };
+    std::vector<PendingLogprobs> pending_lp;
+    std::vector<size_t> streamed_bytes;
+    int n_total = 1;       // choices: the batch's prompts x n
     uint64_t id_seed = 0;  // tool-call ids
     int n_done = 0;
     // n > 1: choice 0 runs first; the others are submitted at its first token, when its prompt's full
@@ -217,11 +235,14 @@ private:
     }
     void send_error(const ApiError& e, std::vector<std::pair<std::string, std::string>> headers = {}) {
         if (e.status == 429) headers.emplace_back("Retry-After", "1");
-        send((http::status)e.status, error_body(e), "application/json", std::move(headers));
+        const std::string body = anthropic_ ? anthropic_error_body(e) : error_body(e);
+        send((http::status)e.status, body, "application/json", std::move(headers));
     }
+    bool anthropic_ = false;  // this request is Anthropic's (/v1/messages): its errors take that shape
     void send_error_and_close(const ApiError& e) {
         req_ = {};
         req_.version(11);
+        anthropic_ = false;  // the request was never read: OpenAI's shape
         send((http::status)e.status, error_body(e), "application/json", {}, true);
     }
 
@@ -335,13 +356,18 @@ private:
         const auto auth_field = req_[http::field::authorization];
         const std::string_view auth(auth_field.data(), auth_field.size());
         const std::string_view bearer = "Bearer ";
-        if (auth.substr(0, bearer.size()) == bearer) {
-            const std::string_view key = auth.substr(bearer.size());
+        // Anthropic's clients send the key as x-api-key: the same keys, the same tenants.
+        const auto x_api_key = req_["x-api-key"];
+        std::string_view key(x_api_key.data(), x_api_key.size());
+        if (auth.substr(0, bearer.size()) == bearer) key = auth.substr(bearer.size());
+        if (!key.empty())
             for (const auto& t : cfg->tenants)
                 for (const auto& k : t.api_keys)
                     if (k == key) return tenant_ = t.name, admin_ = t.admin, true;
-        }
-        send_error({401, auth.empty() ? "no API key: send 'Authorization: Bearer <key>'" : "the API key is not valid",
+        send_error({401,
+                    auth.empty() && key.empty()
+                        ? "no API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+                        : "the API key is not valid",
                     "authentication_error", "", "invalid_api_key"},
                    {{"WWW-Authenticate", "Bearer"}});
         return false;
@@ -351,6 +377,7 @@ private:
         const std::string target(req_.target());
         const std::string path = target.substr(0, target.find('?'));
         const http::verb m = req_.method();
+        anthropic_ = path == "/v1/messages";
         struct Route {
             const char* path;
             http::verb method;
@@ -360,7 +387,12 @@ private:
         static const Route routes[] = {
             {"/v1/chat/completions", http::verb::post, &Session::on_chat, false},
             {"/v1/completions", http::verb::post, &Session::on_completion, false},
+            {"/v1/embeddings", http::verb::post, &Session::on_embeddings, false},
             {"/v1/models", http::verb::get, &Session::on_models, false},
+            {"/v1/models/", http::verb::get, &Session::on_model, true},
+            {"/v1/responses", http::verb::post, &Session::on_responses, false},
+            {"/v1/responses/", http::verb::get, &Session::on_response_get, true},
+            {"/v1/messages", http::verb::post, &Session::on_messages, false},
             {"/health", http::verb::get, &Session::on_health, false},
             {"/tokenize", http::verb::post, &Session::on_tokenize, false},
             {"/detokenize", http::verb::post, &Session::on_detokenize, false},
@@ -393,6 +425,17 @@ private:
         send_json(http::status::ok, {{"status", "ok"}});
     }
     void on_models() { send_json(http::status::ok, models_list(rt().pools(), *rt().config(), unix_now())); }
+    // GET /v1/models/{id}: that entry of the list (an id may hold '/'), else 404 model_not_found.
+    void on_model() {
+        const std::string target(req_.target());
+        const std::string id = target.substr(strlen("/v1/models/"), target.find('?') - strlen("/v1/models/"));
+        const json list = models_list(rt().pools(), *rt().config(), unix_now());
+        for (const json& e : list["data"])
+            if (e["id"] == id) return send_json(http::status::ok, e);
+        ApiError err;
+        resolve_model(id, rt().pools(), *rt().config(), err);  // its 404 names the models there are
+        send_error(err);
+    }
     // A tenant's key reads the aggregate series and its own tenant's; an admin key reads all.
     void on_metrics() {
         send(http::status::ok, admin_ ? rt().metrics_prometheus() : rt().metrics_prometheus_for_tenant(tenant_),
@@ -473,6 +516,45 @@ private:
         send(http::status::ok, trace, "application/json");
     }
 
+    // Embeddings run on the pool's embedding thread (Runtime::embed_async), never on this I/O
+    // thread; the answer is posted back to the connection's strand. Counted like a runtime request's
+    // last callback, so that stop() waits for it before the io_context goes.
+    void on_embeddings() {
+        ApiError err;
+        auto parsed = parse_embeddings_request(req_.body(), err);
+        if (!parsed) return send_error(err);
+        const auto pools = rt().pools();
+        auto target = resolve_model(parsed->model, pools, *rt().config(), err);
+        if (!target) return send_error(err);
+        EmbeddingRequest er;
+        er.pool = target->pool;  // "": the runtime takes the first pool that can embed
+        if (er.pool.empty() && !target->bucket_hint.empty())
+            for (const auto& b : rt().config()->buckets)
+                if (b.name == target->bucket_hint) er.pool = b.pool;
+        auto req = std::make_shared<EmbeddingsRequest>(std::move(*parsed));
+        er.texts = std::move(req->texts);
+        er.token_ids = std::move(req->token_ids);
+        std::weak_ptr<Session> weak = shared_from_this();
+        HttpServer::Impl* srv = &srv_;
+        {
+            std::lock_guard<std::mutex> lk(srv->inflight_mu);
+            srv->n_inflight_callbacks++;
+        }
+        rt().embed_async(std::move(er), [weak, srv, req](EmbeddingResult r) {
+            if (auto self = weak.lock())
+                net::post(self->stream_.get_executor(), [self, req, r = std::move(r)] { self->on_embedded(*req, r); });
+            std::lock_guard<std::mutex> lk(srv->inflight_mu);
+            srv->n_inflight_callbacks--;
+            srv->inflight_cv.notify_all();
+        });
+    }
+    void on_embedded(const EmbeddingsRequest& req, const EmbeddingResult& r) {
+        if (closing_) return;
+        if (!r.ok()) return send_error(embeddings_error(r));
+        if (auto e = dimensions_error(req, r)) return send_error(*e);
+        send(http::status::ok, embeddings_body(req, r), "application/json", {{"x-steward-pool", r.pool}});
+    }
+
     void on_chat() { generate(true); }
     void on_completion() { generate(false); }
 
@@ -480,8 +562,52 @@ private:
         ApiError err;
         auto parsed = parse_openai_request(req_.body(), chat, err);
         if (!parsed) return send_error(err);
+        generate(std::move(*parsed), nullptr);
+    }
+
+    // POST /v1/responses: a chat continuing the tenant's stored conversation (previous_response_id),
+    // answered as a Response (serve/responses_api.h).
+    void on_responses() {
+        ApiError err;
+        auto parsed = parse_responses_request(req_.body(), err);
+        if (!parsed) return send_error(err);
+        std::shared_ptr<const ConversationTurn> previous;
+        if (!parsed->previous_response_id.empty()) {
+            auto stored = srv_.responses->get(tenant_, parsed->previous_response_id);
+            if (!stored) return send_error(response_not_found(parsed->previous_response_id, "previous_response_id"));
+            previous = stored->turn;
+        }
+        const std::string id = new_response_id();
+        continue_conversation(*parsed, previous.get(), id);
+        OpenAiRequest chat = parsed->chat;
+        auto answer =
+            std::make_shared<ResponsesAnswer>(std::move(*parsed), id, unix_now(), srv_.responses, tenant_, previous);
+        generate(std::move(chat), std::move(answer));
+    }
+    // GET /v1/responses/{id}: a stored response of this tenant, as it was answered.
+    void on_response_get() {
+        const std::string target(req_.target());
+        const std::string id = target.substr(strlen("/v1/responses/"), target.find('?') - strlen("/v1/responses/"));
+        auto stored = srv_.responses->get(tenant_, id);
+        if (!stored) return send_error(response_not_found(id, "response_id"));
+        send_json(http::status::ok, stored->response);
+    }
+    // POST /v1/messages: Anthropic's Messages API (serve/anthropic_api.h); errors in its shape.
+    void on_messages() {
+        ApiError err;
+        auto parsed = parse_anthropic_request(req_.body(), err);
+        if (!parsed) return send_error(err);
+        OpenAiRequest chat = parsed->chat;
+        generate(std::move(chat), std::make_shared<AnthropicAnswer>(std::move(*parsed), new_message_id()));
+    }
+
+    // Runs a parsed request; `dialect` (a chat) answers it in another API's shape.
+    void generate(OpenAiRequest parsed, std::shared_ptr<ChatDialect> dialect) {
+        ApiError err;
+        const bool chat = parsed.chat;
         auto ex = std::make_shared<Exchange>();
-        ex->req = std::move(*parsed);
+        ex->req = std::move(parsed);
+        ex->dialect = std::move(dialect);
         ex->created = unix_now();
         const auto pools = rt().pools();
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
@@ -505,7 +631,8 @@ private:
         streaming_ = ex->req.stream;
         pending_.clear();
         finish_after_write_ = false;
-        const int n = ex->req.n;
+        const int n = ex->req.n * ex->req.n_prompts();
+        ex->n_total = n;
         ex->results.resize(n);
         ex->done.assign(n, false);
         // Tool-call ids: a per-thread generator seeded once (a std::random_device per request opens
@@ -514,6 +641,8 @@ private:
         ex->id_seed = ids_rng() ^ ((uint64_t)ex->created << 20);
         ex->answer_pools.resize(n);
         ex->outputs.resize(n);
+        ex->pending_lp.resize(n);
+        ex->streamed_bytes.assign(n, 0);
         watch();
         ex->target = *target;
         submit_choices(ex);
@@ -523,13 +652,23 @@ private:
 
     // Submits the exchange's n choices: the runtime runs choice 0 first and the rest once its prompt
     // is cached (Runtime::submit_choices). Runs on this connection's strand: callbacks post to it.
+    // A batch of prompts: each prompt's n choices in turn, choice k of prompt p at p x n + k.
     void submit_choices(const std::shared_ptr<Exchange>& ex) {
-        GenerationRequest g = ex->renderer ? to_generation_request(ex->req, ex->target, tenant_, ex->renderer)
-                                           : to_generation_request(ex->req, ex->target, tenant_, std::string());
+        for (int p = 0; p < ex->req.n_prompts(); p++) submit_prompt(ex, p);
+    }
+    void submit_prompt(const std::shared_ptr<Exchange>& ex, int prompt) {
+        const OpenAiRequest one = ex->req.n_prompts() > 1 ? ex->req.for_prompt(prompt) : OpenAiRequest{};
+        const OpenAiRequest& req = ex->req.n_prompts() > 1 ? one : ex->req;
+        GenerationRequest g = ex->renderer ? to_generation_request(req, ex->target, tenant_, ex->renderer)
+                                           : to_generation_request(req, ex->target, tenant_, std::string());
+        // No max_tokens: the rest of the context (vLLM's, llama-server's), or the file's default.
+        if (g.max_tokens == 0 && !rt().config()->limits.max_tokens_default_set) g.max_tokens = -1;
+        const int base = prompt * ex->req.n;
         std::weak_ptr<Session> weak = shared_from_this();
         const bool stream = streaming_;
         HttpServer::Impl* srv = &srv_;
-        auto callbacks = [weak, ex, stream, srv](int i) {
+        auto callbacks = [weak, ex, stream, srv, base](int choice) {
+            const int i = base + choice;
             RequestCallbacks cb;
             // Posted before the answer's first piece (the runtime calls on_pool first; the strand keeps the order).
             if (stream) {
@@ -540,6 +679,17 @@ private:
                     if (auto self = weak.lock())
                         net::post(self->stream_.get_executor(), [self, ex, i, piece] { self->on_piece(ex, i, piece); });
                 };
+                if (ex->req.logprobs)
+                    cb.on_logprobs = [weak, ex, i](const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                                                   const std::vector<std::vector<TokenLogprob>>& top) {
+                        if (auto self = weak.lock())
+                            net::post(self->stream_.get_executor(), [ex, i, ids, lps, top] {
+                                auto& p = ex->pending_lp[i];
+                                p.ids.insert(p.ids.end(), ids.begin(), ids.end());
+                                p.logprobs.insert(p.logprobs.end(), lps.begin(), lps.end());
+                                p.top.insert(p.top.end(), top.begin(), top.end());
+                            });
+                    };
             }
             {
                 std::lock_guard<std::mutex> lk(srv->inflight_mu);
@@ -555,9 +705,10 @@ private:
             };
             return cb;
         };
-        ex->handles = rt().submit_choices(std::move(g), ex->req.n, callbacks);
+        const auto handles = rt().submit_choices(std::move(g), ex->req.n, callbacks);
+        ex->handles.insert(ex->handles.end(), handles.begin(), handles.end());
         std::lock_guard<std::mutex> lk(srv_.inflight_mu);
-        for (RequestHandle h : ex->handles)
+        for (RequestHandle h : handles)
             if (!srv_.finished_before_listed.erase(h)) srv_.inflight.insert(h);
     }
 
@@ -618,8 +769,9 @@ private:
     void open_stream(Exchange& ex) {
         ex.headers_sent = true;
         send_stream_headers(ex);
+        if (ex.dialect) return queue_stream(ex.dialect->stream_open());
         if (ex.req.chat)
-            for (int k = 0; k < ex.req.n; k++)
+            for (int k = 0; k < ex.n_total; k++)
                 queue_stream(sse_event(stream_chunk(ex.req, ex.handles[0], ex.created, k, {{"role", "assistant"}, {"content", ""}}, nullptr)));
     }
 
@@ -644,18 +796,65 @@ private:
             if (ex.renderer)
                 if (auto e = ex.renderer->error(r.pool)) return *e;
             for (const PoolInfo& p : rt().pools())
-                if (p.name == r.pool && p.n_ctx > 0 && r.metrics.prompt_tokens >= p.n_ctx)
+                if (p.name == r.pool && p.n_ctx > 0 &&
+                    (r.metrics.prompt_tokens >= p.n_ctx ||
+                     (ex.req.max_tokens > 0 && (int64_t)r.metrics.prompt_tokens + ex.req.max_tokens > p.n_ctx)))
                     return {400, r.error, "invalid_request_error", ex.req.chat ? "messages" : "prompt",
                             "context_length_exceeded"};
         }
         return error_for_result(r);
     }
 
+    // The logprobs of the tokens not yet in a chunk (null without logprobs, or none pending); taken.
+    json take_logprobs(Exchange& ex, int i) {
+        if (!ex.req.logprobs || ex.pending_lp[i].ids.empty()) return nullptr;
+        Exchange::PendingLogprobs p = std::move(ex.pending_lp[i]);
+        ex.pending_lp[i] = {};
+        const auto pool = answer_pool(ex, ex.answer_pools[i]);
+        const std::string name = !ex.answer_pools[i].empty() ? ex.answer_pools[i] : pool ? pool->name : std::string();
+        auto text_of = [&](int32_t id) {
+            auto t = rt().token_pieces(name, {id});
+            return TokenText{id, t ? t->at(0) : std::string()};
+        };
+        std::vector<TokenText> texts;
+        std::vector<std::vector<TokenText>> tops;
+        for (int32_t id : p.ids) texts.push_back(text_of(id));
+        for (const auto& alts : p.top) {
+            tops.emplace_back();
+            for (const auto& a : alts) tops.back().push_back(text_of(a.id));
+        }
+        json lp = stream_logprobs(ex.req, p.logprobs, p.top, texts, tops, ex.streamed_bytes[i]);
+        for (const auto& t : texts) ex.streamed_bytes[i] += t.text.size();
+        return lp;
+    }
+
     void on_piece(const std::shared_ptr<Exchange>& ex, int i, const std::string& piece) {
         if (ex->closed || closing_) return;
         if (!ex->headers_sent) open_stream(*ex);
-        for (const json& d : output(*ex, i).feed(piece))
-            queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
+        for (const json& d : output(*ex, i).feed(piece)) {
+            if (ex->dialect) {
+                // An empty chunk would end the chunked body: only what the dialect has to say.
+                if (std::string s = ex->dialect->stream_delta(d); !s.empty()) queue_stream(s);
+                continue;
+            }
+            queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr, take_logprobs(*ex, i))));
+        }
+    }
+
+    // The stop string that ended a choice ("" none): read from its tokens' text past the answer's.
+    std::string stop_of(const Exchange& ex, const GenerationResult& r) {
+        if (ex.req.stop.empty() || r.finish != FinishReason::STOP) return "";
+        auto full = rt().detokenize(r.pool, r.tokens);
+        return full ? matched_stop(r.text, *full, ex.req.stop) : "";
+    }
+    // /v1/responses, /v1/messages: the one choice, parsed as a chat's, in the dialect's shape.
+    void answer_dialect(Exchange& ex) {
+        const GenerationResult& r = ex.results[0];
+        const auto pool = answer_pool(ex, r.pool);
+        const ChoiceOutput out = parse_choice_output(ex.req, pool ? &*pool : nullptr, r.text, ex.handles[0] * 16);
+        auto headers = id_header(ex);
+        headers.emplace_back("x-steward-pool", r.pool);
+        send_json(http::status::ok, ex.dialect->answer(r, out, stop_of(ex, r)), std::move(headers));
     }
 
     void on_finish(const std::shared_ptr<Exchange>& ex, int i, const GenerationResult& r) {
@@ -664,21 +863,22 @@ private:
         ex->n_done++;
         if (ex->closed || closing_) return maybe_release();
         if (streaming_) return on_stream_finish(ex, i);
-        if (ex->n_done < ex->req.n) return;
+        if (ex->n_done < ex->n_total) return;
         ex->closed = true;
         ex_.reset();
         for (const auto& res : ex->results)
             if (!res.ok()) return send_error(error_of(*ex, res), id_header(*ex));
+        if (ex->dialect) return answer_dialect(*ex);
         // Token texts for logprobs, detokenized one id at a time (a token's own spelling).
-        std::vector<std::vector<TokenText>> texts(ex->req.n);
-        std::vector<std::vector<std::vector<TokenText>>> tops(ex->req.n);
+        std::vector<std::vector<TokenText>> texts(ex->n_total);
+        std::vector<std::vector<std::vector<TokenText>>> tops(ex->n_total);
         if (ex->req.logprobs)
-            for (int k = 0; k < ex->req.n; k++) {
+            for (int k = 0; k < ex->n_total; k++) {
                 const auto& res = ex->results[k];
                 const std::string pool = !res.pool.empty() ? res.pool : ex->pool ? ex->pool->name : std::string();
-                auto text_of = [&](int32_t id) {
-                    auto t = rt().detokenize(pool, {id});
-                    return TokenText{id, t ? *t : std::string()};
+                auto text_of = [&](int32_t id) {  // the token's own bytes: the texts concatenate to the output
+                    auto t = rt().token_pieces(pool, {id});
+                    return TokenText{id, t ? t->at(0) : std::string()};
                 };
                 for (int32_t id : res.tokens) texts[k].push_back(text_of(id));
                 for (const auto& alts : res.top_logprobs) {
@@ -687,9 +887,9 @@ private:
                 }
             }
         // Each choice's output is parsed in the tool-call format of the pool that answered it.
-        std::vector<std::optional<PoolInfo>> answered(ex->req.n);
-        std::vector<const PoolInfo*> choice_pools(ex->req.n, nullptr);
-        for (int k = 0; k < ex->req.n; k++)
+        std::vector<std::optional<PoolInfo>> answered(ex->n_total);
+        std::vector<const PoolInfo*> choice_pools(ex->n_total, nullptr);
+        for (int k = 0; k < ex->n_total; k++)
             if ((answered[k] = answer_pool(*ex, ex->results[k].pool))) choice_pools[k] = &*answered[k];
         auto headers = id_header(*ex);
         headers.emplace_back("x-steward-pool", ex->results[0].pool);  // the pool that answered (choice 0)
@@ -709,19 +909,25 @@ private:
         }
         if (!ex->headers_sent) open_stream(*ex);
         if (closing_) return;
-        if (r.ok()) {
+        if (r.ok() && ex->dialect) {
+            std::string s;
+            for (const json& d : output(*ex, i).finish()) s += ex->dialect->stream_delta(d);
+            queue_stream(s + ex->dialect->stream_finish(r, stop_of(*ex, r)));
+        } else if (!r.ok() && ex->dialect) {
+            queue_stream(ex->dialect->stream_error(error_of(*ex, r)));
+        } else if (r.ok()) {
             StreamOutput& o = output(*ex, i);
             for (const json& d : o.finish())
-                queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
+                queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr, take_logprobs(*ex, i))));
             queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, nullptr,
-                                                openai_finish_reason(r.finish, o.saw_tool_calls()))));
+                                                openai_finish_reason(r.finish, o.saw_tool_calls()), take_logprobs(*ex, i))));
         } else {
             queue_stream(sse_event(json::parse(error_body(error_of(*ex, r)))));
         }
-        if (closing_ || ex->n_done < ex->req.n) return;
+        if (closing_ || ex->n_done < ex->n_total) return;
         ex->closed = true;
         if (ex->req.include_usage) queue_stream(sse_event(stream_usage_chunk(ex->req, ex->handles[0], ex->created, ex->results)));
-        queue_stream(std::string(k_sse_done));
+        if (!ex->dialect) queue_stream(std::string(k_sse_done));  // OpenAI's chat and completions only
         if (closing_) return;
         if (req_.version() >= 11) pending_ += "0\r\n\r\n";
         finish_after_write_ = true;

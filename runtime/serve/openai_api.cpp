@@ -232,12 +232,36 @@ bool parse_prompt(const json& body, OpenAiRequest& r, ApiError& err) {
         return true;
     }
     if (it->is_array()) {
-        if (it->size() == 1 && (*it)[0].is_string()) {
-            r.prompt = (*it)[0].get<std::string>();
+        if (it->size() > (size_t)k_max_prompts && (it->front().is_string() || it->front().is_array()))
+            return fail(err, 400, "'prompt' holds " + std::to_string(it->size()) + " prompts; at most " + std::to_string(k_max_prompts) +
+                                      " go in one request: split the batch", "prompt", "invalid_value");
+        if (!it->empty() && (it->front().is_string() || it->front().is_array())) {
+            // A batch: strings, or arrays of token ids; each is a prompt of its own.
+            for (size_t k = 0; k < it->size(); k++) {
+                const json& v = (*it)[k];
+                const std::string at = "'prompt[" + std::to_string(k) + "]'";
+                if (it->front().is_string()) {
+                    if (!v.is_string())
+                        return fail(err, 400, at + " is " + type_name(v) + "; a batch holds strings only, or token-id arrays only", "prompt", "invalid_type");
+                    r.batch_prompts.push_back(v.get<std::string>());
+                    continue;
+                }
+                if (!v.is_array() || v.empty())
+                    return fail(err, 400, at + " must be a non-empty array of token ids like the first, not " + (v.is_array() ? std::string("an empty array") : type_name(v)), "prompt", "invalid_type");
+                std::vector<int32_t> ids;
+                for (const auto& t : v) {
+                    if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > (uint64_t)INT32_MAX) ||
+                        t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+                        return fail(err, 400, at + " holds " + dump(t) + ", which is no token id (ids are 0 to the vocabulary's size - 1)", "prompt", "invalid_value");
+                    ids.push_back((int32_t)t.get<int64_t>());
+                }
+                r.batch_ids.push_back(std::move(ids));
+            }
+            if (!r.batch_prompts.empty()) r.prompt = r.batch_prompts[0];
+            if (!r.batch_ids.empty()) r.prompt_ids = r.batch_ids[0], r.prompt_is_ids = true;
+            if (r.n_prompts() == 1) r.batch_prompts.clear(), r.batch_ids.clear();  // one prompt: no batch
             return true;
         }
-        if (!it->empty() && (*it)[0].is_string())
-            return fail(err, 400, "'prompt' holds " + std::to_string(it->size()) + " strings; batched prompts are not supported: send one request each", "prompt", "invalid_value");
         for (const auto& v : *it) {
             if (!v.is_number_integer())
                 return fail(err, 400, std::string("'prompt' as an array must hold token ids (non-negative integers); it holds ") + type_name(v), "prompt", "invalid_type");
@@ -251,6 +275,19 @@ bool parse_prompt(const json& body, OpenAiRequest& r, ApiError& err) {
     }
     return fail(err, 400, std::string("'prompt' must be a string or an array of token ids, not ") + type_name(*it), "prompt", "invalid_type");
 }
+
+}  // namespace
+
+OpenAiRequest OpenAiRequest::for_prompt(int p) const {
+    OpenAiRequest r = *this;
+    r.batch_prompts.clear();
+    r.batch_ids.clear();
+    if (p < (int)batch_prompts.size()) r.prompt = batch_prompts[(size_t)p];
+    if (p < (int)batch_ids.size()) r.prompt_ids = batch_ids[(size_t)p];
+    return r;
+}
+
+namespace {
 
 std::string message_text(const ojson& m) {
     auto c = m.find("content");
@@ -312,6 +349,12 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
               f.str("user", r.user) && f.str("session", r.session) && f.boolean("stream", r.stream) &&
               f.boolean("ignore_eos", r.ignore_eos);
     if (!ok) return std::nullopt;
+    if (r.n_prompts() > 1 && r.n_prompts() * r.n > k_max_batch_choices) {
+        fail(err, 400, std::to_string(r.n_prompts()) + " prompts x n " + std::to_string(r.n) + " are " +
+                           std::to_string(r.n_prompts() * r.n) + " choices; at most " + std::to_string(k_max_batch_choices) +
+                           " go in one request: split the batch or lower n", "n", "invalid_value");
+        return std::nullopt;
+    }
     if (chat) {
         // The template sees messages and tools with their keys in the order sent (tojson shows it),
         // as transformers' Python dicts keep it; json sorts keys, so read them again ordered.
@@ -319,6 +362,14 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
         if (o.is_object()) {
             if (auto m = o.find("messages"); m != o.end()) r.messages = *m;
             if (auto t = o.find("tools"); r.tools && t != o.end()) r.tools = *t;
+            if (auto rf = o.find("reasoning_format"); rf != o.end() && !rf->is_null()) {
+                if (!rf->is_string() || (*rf != "auto" && *rf != "deepseek" && *rf != "none")) {
+                    fail(err, 400, "'reasoning_format' must be \"auto\", \"deepseek\" (the think block goes to reasoning_content) or \"none\" (it stays in content)",
+                         "reasoning_format", "invalid_value");
+                    return std::nullopt;
+                }
+                r.reasoning_format = rf->get<std::string>();
+            }
             if (auto k = o.find("chat_template_kwargs"); k != o.end() && !k->is_null()) {
                 if (!k->is_object()) {
                     fail(err, 400, std::string("'chat_template_kwargs' must be an object, not ") + type_name(*j.find("chat_template_kwargs")),
@@ -510,12 +561,18 @@ std::optional<ModelTarget> resolve_model(const std::string& model, const std::ve
 
 json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64_t created) {
     json data = json::array();
-    auto entry = [&](const std::string& id, const char* kind) {
+    auto entry = [&](const std::string& id, const char* kind) -> json& {
         data.push_back({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "steward"}, {"steward_kind", kind}});
+        return data.back();
     };
-    entry(k_routed_model, "routed");
-    for (const auto& p : pools) entry(p.name, "pool");
-    for (const auto& b : config.buckets) entry(b.name, "bucket");
+    // Pools first: a client that takes the first entry gets a model, not a route.
+    for (const auto& p : pools) {
+        json& e = entry(p.name, "pool");
+        e["root"] = p.model_path;
+        if (p.n_ctx > 0) e["max_model_len"] = p.n_ctx;  // vLLM's field
+    }
+    entry(k_routed_model, "routed")["steward_route"] = "the config's buckets and routing pick the pool";
+    for (const auto& b : config.buckets) entry(b.name, "bucket")["steward_route"] = "bucket '" + b.name + "': its routing picks the pool";
     return {{"object", "list"}, {"data", data}};
 }
 
@@ -556,11 +613,9 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
         if (!r) return make_error("the chat template of pool '", pool.name, "' failed on these messages: ", r.error().message);
         return r;
     }
-    // A model without a template (e.g. a synthetic one): ChatML.
-    std::string s;
-    for (const auto& m : messages) s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + message_text(m) + "<|im_end|>\n";
-    s += "<|im_start|>assistant\n";
-    return s;
+    return make_error("pool '", pool.name, "' has no chat template (its GGUF has no tokenizer.chat_template): give it one with ",
+                      "[[pool]] chat_template_file = \"FILE.jinja\" (steward serve --chat-template-file FILE), or render ChatML ",
+                      "with [[pool]] chat_template_fallback = \"chatml\"; /v1/completions takes a raw prompt");
 }
 
 PoolRendering render_for_pool(const OpenAiRequest& req, const PoolInfo& pool) {
@@ -575,7 +630,8 @@ PoolRendering render_for_pool(const OpenAiRequest& req, const PoolInfo& pool) {
     }
     auto text = render_prompt(pool, r);
     if (!text) {
-        out.error = ApiError{400, text.error().message, "invalid_request_error", "messages", "template_error"};
+        out.error = ApiError{400, text.error().message, "invalid_request_error", "messages",
+                             pool.chat_template.empty() ? "chat_template_missing" : "template_error"};
         return out;
     }
     out.text = std::move(*text);
@@ -665,8 +721,29 @@ json tool_call_json(const std::string& id, const std::string& name, const std::s
 
 }  // namespace
 
-ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& text, uint64_t id_seed) {
+namespace {
+
+// A chat to a pool whose template thinks, and reasoning_format not "none": its output's think block
+// is reasoning_content. opened: the rendered prompt ends inside the block (DeepSeek-R1's "<think>\n").
+bool reasoning_on(const OpenAiRequest& req, const PoolInfo* pool) {
+    return req.chat && req.reasoning_format != "none" && pool && thinking_template(pool->chat_template);
+}
+bool reasoning_opened(const OpenAiRequest& req, const PoolInfo& pool) {
+    auto p = render_prompt(pool, req);
+    return p && prompt_opens_think(*p);
+}
+
+}  // namespace
+
+ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool, const std::string& whole, uint64_t id_seed) {
     ChoiceOutput out;
+    std::string text = whole;
+    if (reasoning_on(req, pool)) {
+        ReasoningSplit s = split_reasoning(whole, reasoning_opened(req, *pool));
+        out.reasoning = std::move(s.reasoning);
+        out.has_reasoning = s.had_reasoning;
+        text = std::move(s.content);
+    }
     const ToolCallFormat f = tool_format_of(req, pool);
     if (f == ToolCallFormat::none) {
         out.content = text;
@@ -680,6 +757,7 @@ ChoiceOutput parse_choice_output(const OpenAiRequest& req, const PoolInfo* pool,
 
 StreamOutput::StreamOutput(const OpenAiRequest& req, const PoolInfo* pool, uint64_t id_seed) : chat_(req.chat) {
     if (const ToolCallFormat f = tool_format_of(req, pool); f != ToolCallFormat::none) parser_.emplace(f, id_seed);
+    if (reasoning_on(req, pool)) reasoning_.emplace(reasoning_opened(req, *pool));
 }
 
 std::vector<json> StreamOutput::deltas(std::vector<ToolCallDelta> d) {
@@ -697,15 +775,36 @@ std::vector<json> StreamOutput::deltas(std::vector<ToolCallDelta> d) {
     return out;
 }
 
-std::vector<json> StreamOutput::feed(const std::string& piece) {
+std::vector<json> StreamOutput::content(const std::string& piece) {
     if (parser_) return deltas(parser_->feed(piece));
     if (piece.empty()) return {};
     return {chat_ ? json{{"content", piece}} : json(piece)};
 }
 
+std::vector<json> StreamOutput::feed(const std::string& piece) {
+    if (!reasoning_) return content(piece);
+    std::vector<json> out;
+    for (auto& [is_reasoning, text] : reasoning_->feed(piece)) {
+        if (is_reasoning) {
+            out.push_back(json{{"reasoning_content", std::move(text)}});
+            continue;
+        }
+        for (json& d : content(text)) out.push_back(std::move(d));
+    }
+    return out;
+}
+
 std::vector<json> StreamOutput::finish() {
-    if (parser_) return deltas(parser_->finish());
-    return {};
+    std::vector<json> out;
+    if (reasoning_)
+        for (auto& [is_reasoning, text] : reasoning_->finish()) {
+            if (is_reasoning) out.push_back(json{{"reasoning_content", std::move(text)}});
+            else
+                for (json& d : content(text)) out.push_back(std::move(d));
+        }
+    if (parser_)
+        for (json& d : deltas(parser_->finish())) out.push_back(std::move(d));
+    return out;
 }
 
 const char* openai_finish_reason(FinishReason r, bool tool_calls) {
@@ -733,9 +832,11 @@ ApiError error_for_result(const GenerationResult& r) {
     return e;
 }
 
-json usage_json(const std::vector<GenerationResult>& results) {
+json usage_json(const std::vector<GenerationResult>& results, int per_prompt) {
     int prompt = 0, cached = 0, completion = 0;
-    if (!results.empty()) prompt = results[0].metrics.prompt_tokens, cached = results[0].metrics.cached_tokens;
+    if (per_prompt <= 0) per_prompt = std::max<int>(1, (int)results.size());
+    for (size_t k = 0; k < results.size(); k += (size_t)per_prompt)
+        prompt += results[k].metrics.prompt_tokens, cached += results[k].metrics.cached_tokens;
     for (const auto& r : results) completion += r.metrics.completion_tokens;
     return {{"prompt_tokens", prompt},
             {"completion_tokens", completion},
@@ -812,6 +913,7 @@ json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t crea
             const PoolInfo* pool = i < choice_pools.size() ? choice_pools[i] : nullptr;
             ChoiceOutput out = parse_choice_output(req, pool, r.text, handle * 16 + i);
             json message = {{"role", "assistant"}, {"content", out.content}};
+            if (out.has_reasoning) message["reasoning_content"] = out.reasoning;
             const bool has_tools = !out.tool_calls.empty();
             if (has_tools) {
                 message["tool_calls"] = out.tool_calls;
@@ -822,29 +924,39 @@ json completion_response(const OpenAiRequest& req, uint64_t handle, int64_t crea
                                {"logprobs", req.logprobs ? chat_logprobs(r, texts, tops) : json(nullptr)},
                                {"finish_reason", openai_finish_reason(r.finish, has_tools)}});
         } else {
-            const std::string prefix = req.echo && !req.prompt_is_ids ? req.prompt : "";
+            const size_t p = i / (size_t)std::max(1, req.n);  // the batch's prompt of this choice
+            const std::string prefix =
+                req.echo && !req.prompt_is_ids ? (p < req.batch_prompts.size() ? req.batch_prompts[p] : req.prompt) : "";
             choices.push_back({{"index", i},
                                {"text", prefix + r.text},
                                {"logprobs", req.logprobs ? completion_logprobs(r, texts, tops, prefix.size()) : json(nullptr)},
                                {"finish_reason", openai_finish_reason(r.finish, false)}});
         }
     }
-    const std::string model = !results.empty() && !results[0].pool.empty() ? results[0].pool : req.model;
     return {{"id", response_id(req.chat, handle)},
             {"object", req.chat ? "chat.completion" : "text_completion"},
             {"created", created},
-            {"model", req.model.empty() ? model : req.model},
+            {"model", req.model.empty() ? std::string(k_routed_model) : req.model},  // the name asked for
             {"system_fingerprint", "steward"},
             {"choices", choices},
-            {"usage", usage_json(results)}};
+            {"usage", usage_json(results, req.n)}};
+}
+
+json stream_logprobs(const OpenAiRequest& req, const std::vector<float>& logprobs,
+                     const std::vector<std::vector<TokenLogprob>>& top, const std::vector<TokenText>& texts,
+                     const std::vector<std::vector<TokenText>>& top_texts, size_t text_offset0) {
+    GenerationResult r;
+    r.logprobs = logprobs;
+    r.top_logprobs = top;
+    return req.chat ? chat_logprobs(r, texts, top_texts) : completion_logprobs(r, texts, top_texts, text_offset0);
 }
 
 json stream_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, int index, const json& delta_or_text,
-                  const char* finish_reason) {
+                  const char* finish_reason, const json& logprobs) {
     json choice = {{"index", index}};
     if (req.chat) choice["delta"] = delta_or_text.is_null() ? json::object() : delta_or_text;
     else choice["text"] = delta_or_text.is_null() ? json("") : delta_or_text;
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = logprobs;
     choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
     return {{"id", response_id(req.chat, handle)},
             {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
@@ -859,7 +971,7 @@ json stream_usage_chunk(const OpenAiRequest& req, uint64_t handle, int64_t creat
             {"created", created},
             {"model", req.model.empty() ? std::string(k_routed_model) : req.model},
             {"choices", json::array()},
-            {"usage", usage_json(results)}};
+            {"usage", usage_json(results, req.n)}};
 }
 
 std::string sse_event(const json& j) { return "data: " + dump(j) + "\n\n"; }

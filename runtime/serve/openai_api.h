@@ -19,6 +19,7 @@
 #include <steward/request.h>
 #include <steward/runtime.h>
 
+#include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
 namespace steward::serve {
@@ -43,6 +44,13 @@ struct OpenAiRequest {
     std::string prompt;                // completion: text
     std::vector<int32_t> prompt_ids;   // completion: token ids (prompt given as an array of integers)
     bool prompt_is_ids = false;
+    // completion: a batch ("prompt": ["a", "b"] or [[1, 2], [3]]): every prompt (prompt / prompt_ids
+    // hold the first). Choice index = prompt index x n + choice, as OpenAI numbers them.
+    std::vector<std::string> batch_prompts;
+    std::vector<std::vector<int32_t>> batch_ids;
+    int n_prompts() const { return std::max<int>(1, (int)std::max(batch_prompts.size(), batch_ids.size())); }
+    // This request for prompt p of the batch alone (p = 0 without a batch).
+    OpenAiRequest for_prompt(int p) const;
     int max_tokens = 0;                // 0: the config's default
     float temperature = 1.0f;
     float top_p = 1.0f;
@@ -71,6 +79,9 @@ struct OpenAiRequest {
     std::string tool_choice_name;
     // chat: extra variables for the chat template (vLLM's extension), e.g. {"enable_thinking": false}
     nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+    // chat: llama-server's reasoning_format: "auto" / "deepseek" split a thinking template's
+    // <think>...</think> into message.reasoning_content (serve/reasoning.h); "none" leaves it in content.
+    std::string reasoning_format = "auto";
 };
 
 // Limits on what one request may ask (the runtime's own bounds, checked here to answer 400 early).
@@ -78,6 +89,8 @@ inline constexpr int k_max_n = 16;
 inline constexpr int k_max_stop = 16;
 inline constexpr size_t k_max_stop_bytes = 256;
 inline constexpr int k_max_json_depth = 64;
+inline constexpr int k_max_prompts = 32;        // prompts in one /v1/completions batch
+inline constexpr int k_max_batch_choices = 64;  // prompts x n
 
 // Parses a body (chat = /v1/chat/completions); nullopt with err filled when it is refused. Malformed JSON, nesting deeper than
 // k_max_json_depth, a wrong type or an out-of-range value is a 400 whose param names the field;
@@ -99,12 +112,13 @@ struct ModelTarget {
 inline constexpr const char* k_routed_model = "steward";
 std::optional<ModelTarget> resolve_model(const std::string& model, const std::vector<PoolInfo>& pools,
                                          const Config& config, ApiError& err);
-// GET /v1/models: "steward" (routed) first, then every pool, then every bucket.
+// GET /v1/models: every pool first (steward_kind "pool", root: its model file, max_model_len: its
+// context), then the routes: "steward" (steward_kind "routed") and every bucket ("bucket").
 nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& config, int64_t created);
 
 // The chat prompt for a pool: its template rendered over the messages (and tools), with the
-// generation prompt; a pool without a template renders ChatML
-// (<|im_start|>role\ncontent<|im_end|>\n ... <|im_start|>assistant\n).
+// generation prompt. A pool without a template (PoolInfo::chat_template empty; [[pool]]
+// chat_template_fallback = "chatml" gives it ChatML's) is an error naming chat_template_file.
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
 
 // With tool_choice "required" or a named function: `grammar` becomes the pool's tool-call grammar
@@ -155,6 +169,8 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
 // A finished choice's text split into content and tool calls (all of it content without tools in a
 // chat request, with tool_choice "none", or when the pool's template has no tool-call format).
 struct ChoiceOutput {
+    std::string reasoning;  // reasoning_content (a thinking template's <think> block); has_reasoning: there was one
+    bool has_reasoning = false;
     std::string content;
     nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{id, type, function{name, arguments}}]
 };
@@ -174,7 +190,9 @@ public:
 
 private:
     std::vector<nlohmann::json> deltas(std::vector<ToolCallDelta> d);
+    std::vector<nlohmann::json> content(const std::string& piece);
     bool chat_;
+    std::optional<ReasoningStream> reasoning_;  // a thinking template's chat: <think> ... </think> first
     std::optional<ToolCallParser> parser_;  // chat with tools and a known format
     bool saw_tool_calls_ = false;
 };
@@ -193,7 +211,8 @@ ApiError error_for_result(const GenerationResult& r);
 
 // usage: prompt tokens once (the n choices share it), completion tokens summed, cached tokens of
 // the first choice.
-nlohmann::json usage_json(const std::vector<GenerationResult>& results);
+// A batch of prompts (per_prompt choices each, in order): each prompt's tokens counted once.
+nlohmann::json usage_json(const std::vector<GenerationResult>& results, int per_prompt = 0);
 
 // The id a response carries: "chatcmpl-<handle>" / "cmpl-<handle>"; parse_request_id accepts
 // those and a bare handle (GET /admin/requests/{id}), 0 when it is neither.
@@ -222,7 +241,14 @@ nlohmann::json completion_response(const OpenAiRequest& req, uint64_t handle, in
 // One SSE chunk (without "data: "): a delta for choice `index` (chat) or text (completion), and a
 // finish_reason when non-null.
 nlohmann::json stream_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created, int index,
-                            const nlohmann::json& delta_or_text, const char* finish_reason);
+                            const nlohmann::json& delta_or_text, const char* finish_reason,
+                            const nlohmann::json& logprobs = nullptr);
+// A streamed chunk's logprobs (RequestCallbacks::on_logprobs's tokens since the last chunk): chat's
+// {"content": [{token, logprob, bytes, top_logprobs}]}, a completion's {tokens, token_logprobs,
+// top_logprobs, text_offset} with offsets from text_offset0 (the choice's text so far).
+nlohmann::json stream_logprobs(const OpenAiRequest& req, const std::vector<float>& logprobs,
+                               const std::vector<std::vector<TokenLogprob>>& top, const std::vector<TokenText>& texts,
+                               const std::vector<std::vector<TokenText>>& top_texts, size_t text_offset0);
 // The final usage chunk (stream_options.include_usage): empty choices.
 nlohmann::json stream_usage_chunk(const OpenAiRequest& req, uint64_t handle, int64_t created,
                                   const std::vector<GenerationResult>& results);

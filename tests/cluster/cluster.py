@@ -266,7 +266,7 @@ def main():
     try:
         procs.start("w1", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w1}"], "listening")
         procs.start("w2", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{w2}"], "listening")
-        procs.start("front", [steward, "serve", "-c", fcfg], "listening")
+        procs.start("front", [steward, "serve", "--config", fcfg], "listening")
         for _ in range(300):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)

@@ -194,7 +194,7 @@ def main():
 
         # 2. An authenticated front works.
         w = procs.start("worker", [steward, "worker", "-c", wcfg, "--listen", f"127.0.0.1:{wport}"], "listening")
-        procs.start("front", [steward, "serve", "-c", fcfg], "listening")
+        procs.start("front", [steward, "serve", "--config", fcfg], "listening")
         for _ in range(300):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)

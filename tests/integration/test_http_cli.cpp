@@ -83,7 +83,7 @@ pool = "tiny"
         ::dup2(out_pipe[1], 1);
         ::dup2(out_pipe[1], 2);
         ::close(out_pipe[0]);
-        ::execl(STEWARD_BINARY, STEWARD_BINARY, "serve", "-c", cfg.c_str(), (char*)nullptr);
+        ::execl(STEWARD_BINARY, STEWARD_BINARY, "serve", "--config", cfg.c_str(), (char*)nullptr);
         ::_exit(127);
     }
     ::close(out_pipe[1]);

@@ -71,6 +71,7 @@ max_connections = {}
 max_stream_buffer_bytes = {}
 
 [[pool]]
+chat_template_fallback = "chatml"
 name = "tiny"
 model = "{}/tiny.gguf"
 threads = 1
@@ -89,6 +90,7 @@ ctx = 512
 seed = 7
 
 [[pool]]
+chat_template_fallback = "chatml"
 name = "slow"
 model = "{}/slow.gguf"
 threads = 1
@@ -394,7 +396,10 @@ TEST_CASE("every refused request answers its status and OpenAI's error object na
     check_error(chat({{"messages", msgs}, {"n", 0}}), 400, "n", "invalid_value");
     check_error(chat({{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}), 400, "response_format",
                 "unsupported_response_format", "json_schema");
-    check_error(post(s.port, "/v1/completions", {{"prompt", {"a", "b"}}}), 400, "prompt", "invalid_value", "batched");
+    check_error(post(s.port, "/v1/completions", {{"prompt", {"a", 7}}}), 400, "prompt", "invalid_type", "prompt[1]");
+    check_error(post(s.port, "/v1/completions", {{"prompt", std::vector<std::string>(33, "a")}}), 400, "prompt", "invalid_value",
+                "at most 32");
+    check_error(post(s.port, "/v1/completions", {{"prompt", {"a", "b", "c", "d", "e"}}, {"n", 16}}), 400, "n", "invalid_value", "80 choices");
     check_error(post(s.port, "/v1/completions", {{"prompt", "x"}, {"logprobs", true}}), 400, "logprobs", "invalid_type");
     const Reply unknown = chat({{"model", "gpt-9"}, {"messages", msgs}});
     check_error(unknown, 404, "model", "model_not_found", "gpt-9");
@@ -831,6 +836,7 @@ namespace {
 // <tool_call> tags; its system block alone is ~900 tokens of the synthetic vocabulary, hence 4k context).
 const std::string k_hermes_pool = fmt::format(R"(
 [[pool]]
+chat_template_fallback = "chatml"
 name = "hermes"
 model = "{}/hermes.gguf"
 threads = 1

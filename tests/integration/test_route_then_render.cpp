@@ -70,6 +70,7 @@ std::string config_toml() {
                                           std::tuple{"b", 4, "chat_template_file = \"" + b_template_path() + "\"\n"}})
         pools += fmt::format(R"(
 [[pool]]
+chat_template_fallback = "chatml"
 name = "{}"
 model = "{}/{}.gguf"
 threads = 1
@@ -187,7 +188,7 @@ TEST_CASE("a chat to the routed model is rendered with the template of the pool 
     CHECK(ra.j()["usage"]["prompt_tokens"].get<size_t>() == n_tokens(*s.rt, "a", chatml("hello")));
     const json ta = trace_of(s.port, ra);
     CHECK(ta["route"]["pool"] == "a");
-    CHECK(ta["route"]["template"] == "pool 'a' none");
+    CHECK(ta["route"]["template"] == "pool 'a' chat_template_fallback chatml");
 }
 
 TEST_CASE("tool_choice required routed to a pool with a tool-call format gets that pool's grammar and parser", "[http][route_render][tools]") {

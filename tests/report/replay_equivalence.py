@@ -48,7 +48,7 @@ def main():
         emb = [json.loads(l) for l in f if l.strip()]
 
     log = open(os.path.join(workdir, "serve.log"), "w")
-    server = subprocess.Popen([steward, "serve", "-c", config], stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([steward, "serve", "--config", config], stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(300):
             try:

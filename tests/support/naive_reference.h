@@ -113,6 +113,17 @@ public:
         return logits;
     }
 
+    // As eval, but returns each token's final-norm hidden state (the output norm applied, not the
+    // output head: llama.cpp's result_norm, what an embedding pools): [n_tokens][n_embd].
+    std::vector<double> eval_hidden(std::span<const int32_t> tokens, int n_past) {
+        std::vector<double> hidden;
+        for (size_t i = 0; i < tokens.size(); i++) {
+            eval(tokens.subspan(i, 1), n_past + (int)i);
+            hidden.insert(hidden.end(), hidden_.begin(), hidden_.end());
+        }
+        return hidden;
+    }
+
 private:
     struct Layer {
         std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
@@ -231,7 +242,8 @@ private:
             std::vector<double> d = matvec(L.w_down, g);
             for (int i = 0; i < n_embd; i++) x[i] += d[i];
         }
-        return matvec(output_, rmsnorm(x, output_norm_));
+        hidden_ = rmsnorm(x, output_norm_);
+        return matvec(output_, hidden_);
     }
 
     ModelParams p_;
@@ -241,6 +253,7 @@ private:
     std::vector<double> output_;       // [n_vocab][n_embd]
     std::vector<Layer> layers_;
     std::vector<std::vector<double>> k_, v_;  // [n_layer][n_past][n_head_kv * head_dim]
+    std::vector<double> hidden_;              // [n_embd] the last step's final-norm state
     int n_past_ = 0;
 };
 

@@ -55,7 +55,8 @@ inline bool parse_value(const std::string& s, double& v) {
 
 // Checks, besides the line grammar: every sample belongs to the family its # TYPE line (which comes
 // first, once) declares, and a family's lines are contiguous; names are steward_* without colons
-// (reserved for recording rules) and without non-base units (_ms, _perc, _percent, _kib ...);
+// (reserved for recording rules) and without non-base units (_ms, _perc, _percent, _kib ...), or
+// vLLM's vllm:* names as vLLM spells them;
 // counters end in _total and are >= 0; gauges do not end in _total; histograms have, per label set,
 // _bucket series with strictly increasing le, non-decreasing cumulative counts, le="+Inf" equal to
 // _count, and _sum; no series appears twice; label values use only the \\ \" \n escapes.
@@ -83,11 +84,15 @@ inline PrometheusExposition check_prometheus_text(const std::string& text, const
         current = family;
     };
     auto check_family_name = [&](int n, const std::string& family, const std::string& type) {
-        if (family.find(':') != std::string::npos) error(n, family + ": colons are for recording rules");
-        if (family.rfind(prefix, 0) != 0) error(n, family + ": does not start with " + prefix);
+        // vLLM's own names ([metrics] vllm_names), exported as vLLM writes them so that its
+        // dashboards read them: a colon and _perc included. The type rules below still hold.
+        const bool vllm = family.rfind("vllm:", 0) == 0;
+        if (!vllm && family.find(':') != std::string::npos) error(n, family + ": colons are for recording rules");
+        if (!vllm && family.rfind(prefix, 0) != 0) error(n, family + ": does not start with " + prefix);
         for (const char* bad : {"_ms", "_milliseconds", "_microseconds", "_perc", "_percent", "_kib", "_mib", "_gib",
                                 "_kb", "_mb", "_gb", "_minutes", "_hours"}) {
             const std::string b = bad;
+            if (vllm) break;
             if (ends_with(family, b) || family.find(b + "_") != std::string::npos)
                 error(n, family + ": " + b.substr(1) + " is not a base unit");
         }

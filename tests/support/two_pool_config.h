@@ -39,6 +39,7 @@ inline std::string pool_toml(const std::string& name, const std::string& model, 
                              double price_output, double quality, const std::string& synth) {
     return fmt::format(R"(
 [[pool]]
+chat_template_fallback = "chatml"
 name = "{}"
 model = "{}"
 threads = 1

@@ -251,3 +251,22 @@ pool = "w2"
         CHECK_THAT(r.error().message, Catch::Contains(b.expect) && Catch::Contains("front.toml"));
     }
 }
+
+TEST_CASE("[metrics] vllm_names and [tracing] otlp_file are read and checked", "[config]") {
+    auto c =
+        parse_config(std::string("[metrics]\nvllm_names = true\n[tracing]\notlp_file = \"t/spans.jsonl\"\n") + kMinimal,
+                     "/etc/steward/x.toml");
+    REQUIRE(c.ok());
+    CHECK(c->metrics.vllm_names);
+    CHECK(c->tracing.otlp_file == "/etc/steward/t/spans.jsonl");  // relative to the config file
+    auto off = parse_config(kMinimal, "x.toml");
+    REQUIRE(off.ok());
+    CHECK_FALSE(off->metrics.vllm_names);
+    CHECK(off->tracing.otlp_file.empty());
+    auto not_bool = parse_config(std::string("[metrics]\nvllm_names = 1\n") + kMinimal, "x.toml");
+    REQUIRE_FALSE(not_bool.ok());
+    CHECK(not_bool.error().message.find("vllm_names") != std::string::npos);
+    auto unknown = parse_config(std::string("[metrics]\nvllm = true\n") + kMinimal, "x.toml");
+    REQUIRE_FALSE(unknown.ok());
+    CHECK(unknown.error().message.find("unknown key 'vllm'") != std::string::npos);
+}

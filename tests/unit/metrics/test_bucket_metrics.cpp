@@ -340,12 +340,12 @@ TEST_CASE("the Prometheus text parses line by line with vLLM-aligned names", "[m
     CHECK(values["steward_prefix_cache_query_tokens_total{bucket=\"short_qa\"}"] == 384);
     CHECK(values["steward_prefix_cache_hit_tokens_total{bucket=\"short_qa\"}"] == 128);
     CHECK(values["steward_prefix_cache_hit_tokens_total{bucket=\"long_doc\"}"] == 512);
-    CHECK(values["steward_kv_cache_usage_ratio"] == Approx(0.2));
+    CHECK(values["steward_kv_cache_usage_ratio{pool=\"unknown\"}"] == Approx(0.2));
     CHECK(values["steward_preemptions_total{bucket=\"long_doc\"}"] == 1);
     CHECK(values["steward_request_success_total{bucket=\"short_qa\",finished_reason=\"length\"}"] == 1);
     CHECK(values["steward_request_failure_total{bucket=\"short_qa\",finished_reason=\"overloaded\"}"] == 1);
     CHECK(values["steward_route_requests_total{bucket=\"short_qa\",pool=\"small\"}"] == 3);
-    CHECK(values["steward_kv_cache_evicted_blocks_total{policy=\"lru\"}"] == 7);
+    CHECK(values["steward_kv_cache_evicted_blocks_total{pool=\"unknown\",policy=\"lru\"}"] == 7);
     CHECK(values["steward_spec_decode_num_drafts_total{bucket=\"short_qa\"}"] == 0);
     CHECK(values["steward_time_to_first_token_seconds_count{bucket=\"short_qa\"}"] == 3);
     CHECK(values["steward_time_to_first_token_seconds_sum{bucket=\"short_qa\"}"] == Approx(0.45));

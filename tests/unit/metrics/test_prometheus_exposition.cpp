@@ -115,7 +115,7 @@ TEST_CASE("Every family of the registry's exposition conforms, with label values
     CHECK(e.values["steward_prompt_tokens_total{bucket=\"b\\\\\\\"x\\ny\"}"] == 80);
     CHECK(e.values["steward_config_reloads_total{result=\"error\"}"] == 1);
     CHECK(e.values["steward_kv_admission_refused_requests_total{limit=\"tenant_quota\",pool=\"p\\\"1\",tenant=\"ten\\\"ant\"}"] == 1);
-    CHECK(e.values["steward_kv_cache_capacity_blocks"] == 64);
+    CHECK(e.values["steward_kv_cache_capacity_blocks{pool=\"unknown\"}"] == 64);
     CHECK(e.values["steward_time_to_first_token_seconds_count{bucket=\"plain\"}"] == 3);
     bool saw_awkward = false;
     for (const auto& s : e.series)
@@ -171,4 +171,85 @@ TEST_CASE("The speculation families conform and carry vLLM's counters per bucket
     CHECK(e.values.count("steward_spec_decode_gain{bucket=\"long_output\",source=\"estimate\"}") == 1);
     CHECK(e.values["steward_spec_decode_num_drafts_total{bucket=\"high_temp\"}"] == 0);
     CHECK(e.values.count("steward_spec_decode_num_draft_tokens_per_pos_total{bucket=\"high_temp\",position=\"0\"}") == 0);
+}
+
+TEST_CASE("vLLM names carry each pool's figures under model_name", "[metrics][vllm]") {
+    MetricsConfig cfg;
+    cfg.vllm_names = true;
+    MetricsRegistry m(cfg);
+    // Pool "a" finishes stop, length, cancelled, timeout and error; an upgrade from "b" leaves its
+    // tokens on "b"; an overloaded request never reached an engine.
+    const FinishReason reasons[] = {FinishReason::STOP,    FinishReason::LENGTH, FinishReason::CANCELLED,
+                                    FinishReason::TIMEOUT, FinishReason::ERROR,  FinishReason::OVERLOADED};
+    for (int i = 0; i < 6; ++i) {
+        RequestRecord r;
+        r.bucket = "chat";
+        r.pool = "a";
+        r.t_arrival_s = i;
+        r.t_scheduled_s = i + 0.1;
+        r.t_first_token_s = i + 0.4;
+        r.t_finish_s = i + 1.0;
+        r.itl_s = {0.2, 0.4};
+        r.n_prompt_tokens = 10;
+        r.n_cached_prompt_tokens = 4;
+        r.n_output_tokens = 3;
+        r.n_preemptions = i == 1;
+        r.finish = reasons[i];
+        if (i == 0) r.prior_pools.push_back({"b", 10, 2, 5});
+        m.record(r);
+    }
+    m.record_kv(KvSample{1.0, "", 16, 64, 0.0, 0, "a"});
+    m.record_kv(KvSample{1.0, "", 8, 32, 0.0, 0, "b"});
+    m.add_evictions(3, "lru", "chat", "a");
+    TenantAdmission waiting;
+    waiting.tenant = "t";
+    waiting.n_waiting = 2;
+    m.set_admission("a", {waiting});
+    m.set_pool_loads({PoolLoad{"a", 3, 1, {{"chat", 2, 1}, {"", 1, 0}}, 16, 64}, PoolLoad{"b", 0, 0, {}, 32, 32}});
+
+    const std::string text = m.to_prometheus();
+    auto e = check_prometheus_text(text);
+    INFO(errors_of(e) << text);
+    REQUIRE(e.errors.empty());
+    const std::string a = "engine=\"0\",model_name=\"a\"", b = "engine=\"0\",model_name=\"b\"";
+    // Gauges: the scheduler's load; waiting adds the KV admission queue, as vLLM's queue holds both.
+    CHECK(e.values["vllm:num_requests_running{" + a + "}"] == 3);
+    CHECK(e.values["vllm:num_requests_waiting{" + a + "}"] == 3);
+    CHECK(e.values["steward_requests_waiting{pool=\"a\"}"] == 3);
+    CHECK(e.values["steward_bucket_requests_running{bucket=\"chat\",pool=\"a\"}"] == 2);
+    CHECK(e.values["steward_bucket_requests_running{bucket=\"unclassified\",pool=\"a\"}"] == 1);
+    CHECK(e.values["steward_bucket_requests_waiting{bucket=\"chat\",pool=\"a\"}"] == 1);
+    CHECK(e.values["vllm:kv_cache_usage_perc{" + a + "}"] == 0.25);
+    CHECK(e.values["vllm:gpu_cache_usage_perc{" + b + "}"] == 0.25);
+    CHECK(e.values["steward_kv_cache_used_blocks{pool=\"b\"}"] == 8);
+    CHECK(e.values["steward_kv_cache_evicted_blocks_total{policy=\"lru\",pool=\"a\"}"] == 3);
+    CHECK(e.values["vllm:cache_config_info{block_size=\"16\"," + a + ",num_gpu_blocks=\"64\"}"] == 1);
+    // Counters: every request that reached the engine (not the overloaded one); the upgrade's
+    // earlier work on its own pool.
+    CHECK(e.values["vllm:prompt_tokens_total{" + a + "}"] == 50);
+    CHECK(e.values["vllm:prompt_tokens_total{" + b + "}"] == 10);
+    CHECK(e.values["vllm:prefix_cache_hits_total{" + b + "}"] == 2);
+    CHECK(e.values["vllm:generation_tokens_total{" + b + "}"] == 5);
+    CHECK(e.values["vllm:num_preemptions_total{" + a + "}"] == 1);
+    CHECK(e.values["vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"a\"}"] == 1);
+    CHECK(e.values["vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"a\"}"] == 1);
+    CHECK(e.values["vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"a\"}"] == 2);
+    CHECK(e.values["vllm:request_success_total{engine=\"0\",finished_reason=\"error\",model_name=\"a\"}"] == 1);
+    // Histograms on vLLM's bounds: e2e, queue and the phases over requests that were served or
+    // ended by the caller or a deadline (not errors), TTFT over those with a token.
+    CHECK(e.values["vllm:time_to_first_token_seconds_count{" + a + "}"] == 5);
+    CHECK(e.values["vllm:e2e_request_latency_seconds_count{" + a + "}"] == 4);
+    CHECK(e.values["vllm:request_prefill_time_seconds_sum{" + a + "}"] == Approx(4 * 0.3));
+    CHECK(e.values["vllm:request_decode_time_seconds_sum{" + a + "}"] == Approx(4 * 0.6));
+    CHECK(e.values["vllm:request_inference_time_seconds_bucket{engine=\"0\",le=\"0.8\",model_name=\"a\"}"] == 0);
+    CHECK(e.values["vllm:request_inference_time_seconds_bucket{engine=\"0\",le=\"1\",model_name=\"a\"}"] == 4);
+    CHECK(e.values["vllm:inter_token_latency_seconds_count{" + a + "}"] == 10);
+    CHECK(e.values["vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"0.3\",model_name=\"a\"}"] == 5);
+    CHECK(e.values["vllm:time_per_output_token_seconds_count{" + a + "}"] == 10);
+    CHECK(e.types["vllm:request_time_per_output_token_seconds"] == "histogram");
+
+    // Off by default: no vllm: family.
+    MetricsRegistry plain;
+    plain.record_kv(KvSample{1.0, "", 16, 64, 0.0, 0, "a"});
+    CHECK(plain.to_prometheus().find("vllm:") == std::string::npos);
 }

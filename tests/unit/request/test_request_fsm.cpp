@@ -270,13 +270,37 @@ TEST_CASE("a prompt that fills its pool's context fails there, naming both lengt
     RequestSetup st = setup();
     st.pools[0].n_ctx = 4;
     st.pools[1].n_ctx = 4;
+    st.max_tokens = 1;
     {
         RequestFsm fsm(st, vocab, routing);
         RouteDecision r;
-        r.pool = 0;  // 3 tokens < 4: runs
+        r.pool = 0;  // 3 tokens + max_tokens 1 <= 4: runs
         const RequestActions out = fsm.on_route(r, 100.0);
         REQUIRE(all_of<SubmitRun>(out).size() == 1);
         CHECK(all_of<FinishRequest>(out).empty());
+    }
+    {
+        RequestSetup two = st;
+        two.max_tokens = 2;  // 3 + 2 > 4: refused, naming the three numbers and the fix
+        RequestFsm fsm(two, vocab, routing);
+        RouteDecision r;
+        r.pool = 0;
+        const RequestActions out = fsm.on_route(r, 100.0);
+        CHECK(all_of<SubmitRun>(out).empty());
+        REQUIRE(all_of<FinishRequest>(out).size() == 1);
+        CHECK(all_of<FinishRequest>(out)[0].result.error ==
+              "the prompt (3 tokens) and max_tokens (2) together exceed the context of 4 tokens of pool 'cheap': lower max_tokens "
+              "to at most 1 or shorten the prompt");
+    }
+    {
+        RequestSetup rest = st;
+        rest.max_tokens = -1;  // the rest of the context: 4 - 3
+        RequestFsm fsm(rest, vocab, routing);
+        RouteDecision r;
+        r.pool = 0;
+        const RequestActions out = fsm.on_route(r, 100.0);
+        REQUIRE(all_of<SubmitRun>(out).size() == 1);
+        CHECK(all_of<SubmitRun>(out)[0].run.max_tokens == 1);
     }
     RequestFsm fsm(st, vocab, routing);
     RouteDecision r;

@@ -4,6 +4,7 @@
 
 #include "grammar/grammar.h"
 #include "serve/openai_api.h"
+#include "pool/pool.h"
 
 using namespace steward;
 using namespace steward::serve;
@@ -148,17 +149,33 @@ TEST_CASE("the model field routes, pins a pool, names a bucket, or is not found"
     CHECK_THAT(err.message, Catch::Contains("steward, a, b, chat"));
     const json list = models_list({a, b}, cfg, 0);
     REQUIRE(list["data"].size() == 4);
-    CHECK(list["data"][0]["id"] == "steward");
+    // Pools first (a client taking the first entry gets a model), then the routes.
+    CHECK(list["data"][0]["id"] == "a");
+    CHECK(list["data"][0]["steward_kind"] == "pool");
+    CHECK(list["data"][1]["id"] == "b");
+    CHECK(list["data"][2]["id"] == "steward");
+    CHECK(list["data"][2]["steward_kind"] == "routed");
+    CHECK(list["data"][3]["steward_kind"] == "bucket");
 }
 
-TEST_CASE("without a template engine a chat renders as ChatML with the generation prompt", "[serve][openai]") {
+TEST_CASE("no template: refused; the chatml fallback renders ChatML", "[serve][openai]") {
     ApiError err;
     auto r = parse_openai_request(
         R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                          {"role": "assistant", "content": null}]})",
         true, err);
     REQUIRE(r);
-    auto p = render_prompt(PoolInfo{}, *r);
+    PoolInfo none;
+    none.name = "plain";
+    auto refused = render_prompt(none, *r);
+    REQUIRE(!refused);
+    CHECK_THAT(refused.error().message, Catch::Contains("chat_template_file") && Catch::Contains("plain"));
+    const PoolRendering pr = render_for_pool(*r, none);
+    REQUIRE(pr.error);
+    CHECK(pr.error->code == "chat_template_missing");
+    PoolInfo chatml;
+    chatml.chat_template = k_chatml_template;
+    auto p = render_prompt(chatml, *r);
     REQUIRE(p);
     CHECK(*p == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
 }
