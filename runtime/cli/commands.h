@@ -74,6 +74,7 @@ struct ServeOptions {
     std::vector<std::string> api_keys;  // --api-key (repeatable)
     std::string alias;               // --alias / --served-model-name: the model name (default: the file's stem)
     int n_predict = -2;              // -n / --n-predict: default max_tokens (-1: the rest of the context)
+    std::string pooling;             // --pooling mean|cls|last: /v1/embeddings' pooling (default: the GGUF's, else last)
     bool print_config = false;       // --print-config: print the TOML and exit
 };
 int cmd_serve(const ServeOptions& o);

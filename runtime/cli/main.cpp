@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
     serve->add_option("--api-key", so.api_keys, "With -m: a key clients must send (Authorization: Bearer KEY); repeatable");
     serve->add_option("--alias,--served-model-name", so.alias, "With -m: the model's name in the API (default: the file's stem)");
     serve->add_option("-n,--n-predict", so.n_predict, "With -m: max_tokens when a request gives none (default: the rest of the context)");
+    serve->add_option("--pooling", so.pooling, "With -m: /v1/embeddings' pooling, mean, cls or last (default: the GGUF's, else last)");
     serve->add_flag("--print-config", so.print_config, "With -m: print the equivalent TOML config and exit");
     serve->add_flag("--jinja")->description("Accepted for llama-server's command lines: chat templates are always Jinja here");
     serve->add_flag("--metrics,--embeddings,--embedding,--cont-batching")->description("Accepted for llama-server's command lines: always on here");

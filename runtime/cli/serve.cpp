@@ -146,6 +146,7 @@ Expected<std::string> serve_config_toml(const ServeOptions& o) {
     t += "# KV for " + std::to_string(parallel) + " sequences of the whole context (" + std::to_string(ctx) + " tokens each)\n";
     t += "kv_blocks = " + std::to_string(kv_blocks) + "\nblock_size = " + std::to_string(block) + "\n";
     if (!o.chat_template_file.empty()) t += "chat_template_file = " + toml_str(absolute(o.chat_template_file)) + "\n";
+    if (!o.pooling.empty()) t += "pooling = " + toml_str(o.pooling) + "\n";  // the config checks the value
     if (!o.draft_path.empty()) t += "draft = " + toml_str(name + "-draft") + "\n";
     if (!o.draft_path.empty()) {
         t += "\n# The draft model (-md): a pool of its own, which the target loads again as its drafter.\n";
@@ -177,9 +178,10 @@ int cmd_serve(const ServeOptions& o) {
     if (from_model && !o.config_path.empty())
         return cli_fail("serve: give a model (-m) or a config (--config), not both; a config names its models in [[pool]]");
     const bool model_flags = o.ctx >= 0 || o.parallel > 0 || o.threads > 0 || !o.chat_template_file.empty() || !o.draft_path.empty() ||
-                             o.draft_max > 0 || !o.api_keys.empty() || !o.alias.empty() || o.n_predict != -2 || o.print_config;
+                             o.draft_max > 0 || !o.api_keys.empty() || !o.alias.empty() || o.n_predict != -2 || o.print_config ||
+                             !o.pooling.empty();
     if (!from_model && model_flags)
-        return cli_fail("serve: -c, -np, -t, --chat-template-file, -md, --draft-max, --api-key, --alias, -n and --print-config "
+        return cli_fail("serve: -c, -np, -t, --chat-template-file, -md, --draft-max, --api-key, --alias, -n, --pooling and --print-config "
                         "build a config from a model: add -m MODEL.gguf (with --config, set them in the file)");
     std::string config_path = o.config_path;
     if (!from_model && config_path.empty()) {
