@@ -806,23 +806,31 @@ private:
     }
 
     // The logprobs of the tokens not yet in a chunk (null without logprobs, or none pending); taken.
+    // Logprobs' token texts: each id's own bytes (the texts concatenate to the output), and each
+    // alternative's; one tokenizer lookup per list. An unknown pool gives empty texts.
+    void token_texts(const std::string& pool, const std::vector<int32_t>& ids, const std::vector<std::vector<TokenLogprob>>& top,
+                     std::vector<TokenText>& texts, std::vector<std::vector<TokenText>>& tops) {
+        auto spell = [&](const std::vector<int32_t>& list, std::vector<TokenText>& out) {
+            auto pieces = rt().token_pieces(pool, list);
+            for (size_t j = 0; j < list.size(); j++) out.push_back({list[j], pieces ? (*pieces)[j] : std::string()});
+        };
+        spell(ids, texts);
+        for (const auto& alts : top) {
+            std::vector<int32_t> alt_ids;
+            for (const auto& a : alts) alt_ids.push_back(a.id);
+            spell(alt_ids, tops.emplace_back());
+        }
+    }
+
     json take_logprobs(Exchange& ex, int i) {
         if (!ex.req.logprobs || ex.pending_lp[i].ids.empty()) return nullptr;
         Exchange::PendingLogprobs p = std::move(ex.pending_lp[i]);
         ex.pending_lp[i] = {};
         const auto pool = answer_pool(ex, ex.answer_pools[i]);
         const std::string name = !ex.answer_pools[i].empty() ? ex.answer_pools[i] : pool ? pool->name : std::string();
-        auto text_of = [&](int32_t id) {
-            auto t = rt().token_pieces(name, {id});
-            return TokenText{id, t ? t->at(0) : std::string()};
-        };
         std::vector<TokenText> texts;
         std::vector<std::vector<TokenText>> tops;
-        for (int32_t id : p.ids) texts.push_back(text_of(id));
-        for (const auto& alts : p.top) {
-            tops.emplace_back();
-            for (const auto& a : alts) tops.back().push_back(text_of(a.id));
-        }
+        token_texts(name, p.ids, p.top, texts, tops);
         json lp = stream_logprobs(ex.req, p.logprobs, p.top, texts, tops, ex.streamed_bytes[i]);
         for (const auto& t : texts) ex.streamed_bytes[i] += t.text.size();
         return lp;
@@ -869,22 +877,14 @@ private:
         for (const auto& res : ex->results)
             if (!res.ok()) return send_error(error_of(*ex, res), id_header(*ex));
         if (ex->dialect) return answer_dialect(*ex);
-        // Token texts for logprobs, detokenized one id at a time (a token's own spelling).
+        // Token texts for logprobs (each token's own spelling).
         std::vector<std::vector<TokenText>> texts(ex->n_total);
         std::vector<std::vector<std::vector<TokenText>>> tops(ex->n_total);
         if (ex->req.logprobs)
             for (int k = 0; k < ex->n_total; k++) {
                 const auto& res = ex->results[k];
                 const std::string pool = !res.pool.empty() ? res.pool : ex->pool ? ex->pool->name : std::string();
-                auto text_of = [&](int32_t id) {  // the token's own bytes: the texts concatenate to the output
-                    auto t = rt().token_pieces(pool, {id});
-                    return TokenText{id, t ? t->at(0) : std::string()};
-                };
-                for (int32_t id : res.tokens) texts[k].push_back(text_of(id));
-                for (const auto& alts : res.top_logprobs) {
-                    tops[k].emplace_back();
-                    for (const auto& a : alts) tops[k].back().push_back(text_of(a.id));
-                }
+                token_texts(pool, res.tokens, res.top_logprobs, texts[k], tops[k]);
             }
         // Each choice's output is parsed in the tool-call format of the pool that answered it.
         std::vector<std::optional<PoolInfo>> answered(ex->n_total);
