@@ -69,7 +69,7 @@ GenerationRequest request(const std::string& tenant, int n_prompt, int max_token
 
 }  // namespace
 
-TEST_CASE("a request over its tenant's KV quota finishes overloaded naming the quota; others are served", "[runtime][admission]") {
+TEST_CASE("a request over its tenant's KV quota finishes overloaded naming the quota, others are served", "[runtime][admission]") {
     auto rt = start();
     const GenerationResult over = rt->generate(request("small", 10, 100));  // 7 blocks > 4
     CHECK(over.finish == FinishReason::OVERLOADED);

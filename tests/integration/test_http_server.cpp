@@ -351,14 +351,15 @@ TEST_CASE("a second identical request shows its prompt served from the cache", "
     CHECK(second.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() > 0);
 }
 
-TEST_CASE("/v1/models lists the routed name, the pools and the buckets; /health, /metrics and tokenize answer", "[http]") {
+TEST_CASE("/v1/models lists the routed name, the pools and the buckets, /health, /metrics and tokenize answer", "[http]") {
     auto s = serve_with();
     const Reply m = request(s.port, http::verb::get, "/v1/models");
     REQUIRE(m.status == 200);
     std::vector<std::string> ids;
     const json models = m.j();
     for (const auto& e : models["data"]) ids.push_back(e["id"]);
-    CHECK(ids == std::vector<std::string>{"steward", "tiny", "slow", "slow_b", "default"});
+    // Pools first (a client taking the first entry gets a model), then the routed name and the buckets.
+    CHECK(ids == std::vector<std::string>{"tiny", "slow", "steward", "slow_b", "default"});
     CHECK(request(s.port, http::verb::get, "/health").status == 200);
     const Reply metrics = request(s.port, http::verb::get, "/metrics");
     CHECK(metrics.status == 200);
@@ -417,7 +418,7 @@ TEST_CASE("every refused request answers its status and OpenAI's error object na
     check_error(request(s.port, http::verb::get, "/admin/requests/cmpl-987654"), 404, "id", "not_found");
 }
 
-TEST_CASE("structured output: a bad schema or grammar is a 400 naming where; json_schema and grammar outputs parse", "[http][grammar]") {
+TEST_CASE("structured output: a bad schema or grammar is a 400 naming where, json_schema and grammar outputs parse", "[http][grammar]") {
     auto s = serve_with();
     const auto chat = [&](json body) { return post(s.port, "/v1/chat/completions", body); };
     const json msgs = {{{"role", "user"}, {"content", "give me JSON"}}};
@@ -465,7 +466,7 @@ TEST_CASE("structured output: a bad schema or grammar is a 400 naming where; jso
     CHECK(gdoc["ok"].is_boolean());
 }
 
-TEST_CASE("with api keys a request needs a tenant's key: missing or wrong is 401; a quota refusal is 429 with Retry-After", "[http][tenants]") {
+TEST_CASE("with api keys a request needs a tenant's key: missing or wrong is 401, a quota refusal is 429 with Retry-After", "[http][tenants]") {
     auto s = serve_with(R"(
 [[tenant]]
 name = "small"
@@ -672,7 +673,7 @@ TEST_CASE("presence and frequency penalties change a greedy output that repeats 
     }
 }
 
-TEST_CASE("connections past max_connections are closed at once; the others are served", "[http][limits]") {
+TEST_CASE("connections past max_connections are closed at once, the others are served", "[http][limits]") {
     auto s = serve_with("", test_server_config(), 2);
     net::io_context io;
     tcp::socket a = connect(io, s.port), b = connect(io, s.port);
@@ -1168,7 +1169,7 @@ TEST_CASE("requests pipelined before a half-close are all answered in order", "[
     CHECK(ec == net::error::eof);
 }
 
-TEST_CASE("admin scope: only an admin key reloads; /metrics shows a tenant its own series and the aggregates", "[http][tenants]") {
+TEST_CASE("admin scope: only an admin key reloads, /metrics shows a tenant its own series and the aggregates", "[http][tenants]") {
     auto s = serve_with(R"(
 [[tenant]]
 name = "acme"

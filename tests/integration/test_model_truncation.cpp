@@ -70,7 +70,7 @@ std::vector<int32_t> prompt_ids(int n, int salt) {
 
 }  // namespace
 
-TEST_CASE("a model file truncated while served fails its requests with an error naming it; a reload of the rewritten file serves again",
+TEST_CASE("a model file truncated while served fails its requests with an error naming it, a reload of the rewritten file serves again",
           "[fault][truncation]") {
     if (!mapping_guard_active()) {
         WARN("skipped: the SIGBUS handler that guards model mappings is not installed (a sanitizer runtime "

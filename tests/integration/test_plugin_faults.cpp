@@ -126,7 +126,7 @@ namespace {
 volatile int g_release_spin = 0;  // the spinning router's flag: released at the test's end
 }
 
-TEST_CASE("a router stuck in an endless loop costs one budget, then answers the safe default at once; other buckets "
+TEST_CASE("a router stuck in an endless loop costs one budget, then answers the safe default at once, other buckets "
           "are served",
           "[plugin_faults]") {
     g_release_spin = 0;
@@ -164,7 +164,7 @@ release_flag = {}
     g_release_spin = 1;  // lets the abandoned call return, so its thread ends
 }
 
-TEST_CASE("an eviction plugin that sleeps inside an engine step falls back to LRU at its budget; every request finishes",
+TEST_CASE("an eviction plugin that sleeps inside an engine step falls back to LRU at its budget, every request finishes",
           "[plugin_faults]") {
     TwoPoolOptions o;
     o.kv_blocks = 12;  // tight: requests evict each other's cached blocks

@@ -153,7 +153,7 @@ TEST_CASE("a reload with a bad file changes nothing and reports file:line:column
     CHECK(res.metrics.config_generation == 1);
 }
 
-TEST_CASE("a plugin rebuilt at the same path decides new requests after a reload; in-flight ones finish on the old",
+TEST_CASE("a plugin rebuilt at the same path decides new requests after a reload, in-flight ones finish on the old",
           "[reload]") {
     namespace fs = std::filesystem;
     const fs::path lib = two_pool_dir() / "my_router.so";

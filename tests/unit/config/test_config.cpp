@@ -75,7 +75,7 @@ TEST_CASE("bad configs are refused with file:line:column, the key and the fix", 
     }
 }
 
-TEST_CASE("bucket rules classify requests by hint, shape, tools, format and tenant; the first match wins", "[config]") {
+TEST_CASE("bucket rules classify requests by hint, shape, tools, format and tenant, the first match wins", "[config]") {
     auto c = parse_config(std::string(kMinimal) + R"(
 [[tenant]]
 name = "acme"

@@ -489,7 +489,7 @@ TEST_CASE("a 100000-value enum compiles to a few parse stacks per byte", "[json_
     CHECK_FALSE((other.accept_bytes("\"value_1000004\"") && other.is_accepting()));
 }
 
-TEST_CASE("recursive $ref: inside properties or items it works; reaching itself before any value is refused naming the recursion", "[json_schema]") {
+TEST_CASE("recursive $ref: inside properties or items it works, reaching itself before any value is refused naming the recursion", "[json_schema]") {
     auto ok = [](const char* text) {
         auto g = CompiledGrammar::from_json_schema(std::string_view(text));
         INFO(text << " -> " << (g.ok() ? "" : g.error().message));

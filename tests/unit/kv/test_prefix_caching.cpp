@@ -171,7 +171,7 @@ TEST_CASE("Block hashes do not collide and a one-bit change flips about half the
     REQUIRE(mean < 33.0);
 }
 
-TEST_CASE("Blocks inside a whole public prefix hash alike for every tenant; later ones never", "[kv]") {
+TEST_CASE("Blocks inside a whole public prefix hash alike for every tenant, later ones never", "[kv]") {
     const int bs = 4;
     const Tokens pub = iota_tokens(10, 500);  // 2.5 blocks: two public blocks, the third straddles
     const std::vector<Tokens> publics{pub};

@@ -205,7 +205,7 @@ TEST_CASE("built-in plugins decide the same in a plugin host as in-process, for 
     }
 }
 
-TEST_CASE("a router that segfaults on its 5th decision in its plugin host costs that decision the bucket's pool; the "
+TEST_CASE("a router that segfaults on its 5th decision in its plugin host costs that decision the bucket's pool, the "
           "host is reaped and restarted, and the restarted host decides again",
           "[plugin_process]") {
     auto counters = std::make_shared<PolicyCounters>();
@@ -319,7 +319,7 @@ TEST_CASE("create() in a plugin host: a crash is refused naming it, an unknown p
     CHECK_THAT(remote.error().message, Catch::Contains("unknown parameter 'lambda_typo'"));
 }
 
-TEST_CASE("[plugins] isolation and a policy table's isolation are parsed; another value is refused naming the key and "
+TEST_CASE("[plugins] isolation and a policy table's isolation are parsed, another value is refused naming the key and "
           "the allowed values",
           "[plugin_process]") {
     const std::string pools = R"(
@@ -350,7 +350,7 @@ isolation = "in_process"
                                         Catch::Contains("\"in_process\"") && Catch::Contains("\"process\""));
 }
 
-TEST_CASE("every truncation of a call's frame is refused by the decoder, never read past; an answer of the wrong size "
+TEST_CASE("every truncation of a call's frame is refused by the decoder, never read past, an answer of the wrong size "
           "is garbage",
           "[plugin_process]") {
     PluginCall c;

@@ -111,7 +111,7 @@ TEST_CASE("a pool's KV block count is kv_gib over 2*L*T*H_kv*D_head*bytes, or kv
     CHECK(none.error().message.find("kv_gib") != std::string::npos);
 }
 
-TEST_CASE("backend = \"cuda\" where no device is usable is a config error naming the fix; \"auto\" loads on the CPU",
+TEST_CASE("backend = \"cuda\" where no device is usable is a config error naming the fix, \"auto\" loads on the CPU",
           "[pool]") {
     PoolText p;
     p.model = "backend.gguf";

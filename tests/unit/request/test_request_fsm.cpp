@@ -243,7 +243,7 @@ TEST_CASE("a cancel before the route finishes the request as cancelled without s
     CHECK(fsm.on_cancel().empty());
 }
 
-TEST_CASE("a prompt that cannot be encoded fails its run with a clear error; the shadow still runs", "[request_fsm]") {
+TEST_CASE("a prompt that cannot be encoded fails its run with a clear error, the shadow still runs", "[request_fsm]") {
     FakeVocab vocab;
     vocab.prompts[0] = {};
     FakeRouting routing;

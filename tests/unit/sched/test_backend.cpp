@@ -262,7 +262,7 @@ TEST_CASE("a draft model's forwards run on a backend of its own, shaped by the d
     CHECK(e.stats().n_drafts > 0);
 }
 
-TEST_CASE("a backend that cannot be made is the engine's error; a self-draft's failure leaves its requests undrafted", "[engine][backend]") {
+TEST_CASE("a backend that cannot be made is the engine's error, a self-draft's failure leaves its requests undrafted", "[engine][backend]") {
     EngineOptions o = options(std::make_shared<Log>());
     o.backend = [](const Model&, const KvConfig& kv, int, int, int) -> Expected<std::unique_ptr<ForwardBackend>> {
         return make_error("out of device memory for ", std::to_string(kv.n_blocks), " blocks");
@@ -293,7 +293,7 @@ TEST_CASE("a backend that cannot be made is the engine's error; a self-draft's f
     CHECK(e.stats().n_drafts == 0);
 }
 
-TEST_CASE("a backend's forward error fails the batch's requests with its words, a copy error loses nothing queued; the engine keeps serving", "[engine][backend]") {
+TEST_CASE("a backend's forward error fails the batch's requests with its words, a copy error loses nothing queued, the engine keeps serving", "[engine][backend]") {
     SECTION("a forward") {
         auto log = std::make_shared<Log>();
         log->fail_forward_at = 3;

@@ -508,7 +508,7 @@ std::vector<int32_t> plain_prompt(int n, int first) {
 
 }  // namespace
 
-TEST_CASE("a short prompt queued behind a long prompt's chunks gets its first token first; FCFS keeps arrival order", "[engine]") {
+TEST_CASE("a short prompt queued behind a long prompt's chunks gets its first token first, FCFS keeps arrival order", "[engine]") {
     for (bool srpt : {true, false}) {
         INFO("prefill_srpt " << srpt);
         EngineOptions o;

@@ -158,7 +158,7 @@ TEST_CASE("the model field routes, pins a pool, names a bucket, or is not found"
     CHECK(list["data"][3]["steward_kind"] == "bucket");
 }
 
-TEST_CASE("no template: refused; the chatml fallback renders ChatML", "[serve][openai]") {
+TEST_CASE("no template: refused, the chatml fallback renders ChatML", "[serve][openai]") {
     ApiError err;
     auto r = parse_openai_request(
         R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
@@ -180,7 +180,7 @@ TEST_CASE("no template: refused; the chatml fallback renders ChatML", "[serve][o
     CHECK(*p == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST_CASE("request ids round-trip through the response id; anything else is 0", "[serve][openai]") {
+TEST_CASE("request ids round-trip through the response id, anything else is 0", "[serve][openai]") {
     CHECK(response_id(true, 42) == "chatcmpl-42");
     CHECK(response_id(false, 42) == "cmpl-42");
     CHECK(parse_request_id("chatcmpl-42") == 42);
@@ -191,7 +191,7 @@ TEST_CASE("request ids round-trip through the response id; anything else is 0", 
     CHECK(parse_request_id("9a") == 0);
 }
 
-TEST_CASE("usage counts the shared prompt once and every choice's output; chunks have OpenAI's shape", "[serve][openai]") {
+TEST_CASE("usage counts the shared prompt once and every choice's output, chunks have OpenAI's shape", "[serve][openai]") {
     GenerationResult a, b;
     a.metrics.prompt_tokens = b.metrics.prompt_tokens = 10;
     a.metrics.cached_tokens = 8;
@@ -223,7 +223,7 @@ TEST_CASE("usage counts the shared prompt once and every choice's output; chunks
     CHECK(e.message == "queue full");
 }
 
-TEST_CASE("response_format json_schema / json_object and grammar become the request's constraint; json ones classify as json", "[serve][grammar]") {
+TEST_CASE("response_format json_schema / json_object and grammar become the request's constraint, json ones classify as json", "[serve][grammar]") {
     ApiError err;
     auto r = parse_openai_request(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
         "json_schema": {"name": "n", "strict": true, "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "boolean"}}}}}})",
@@ -257,7 +257,7 @@ TEST_CASE("response_format json_schema / json_object and grammar become the requ
     CHECK(err.param == "grammar");
 }
 
-TEST_CASE("tool_choice: required and a named function set the pool's tool-call grammar; none leaves calls as content", "[serve][openai][tools]") {
+TEST_CASE("tool_choice: required and a named function set the pool's tool-call grammar, none leaves calls as content", "[serve][openai][tools]") {
     const std::string tools = R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"integer","minimum":0,"maximum":9}},"required":["x"]}}}])";
     const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
     PoolInfo hermes;

@@ -132,7 +132,7 @@ TEST_CASE("Responses: what is not served is a 400 naming it", "[responses]") {
     }
 }
 
-TEST_CASE("previous turns precede input; instructions are not carried", "[responses]") {
+TEST_CASE("previous turns precede input, instructions are not carried", "[responses]") {
     auto first = std::make_shared<ConversationTurn>();
     first->session = "responses/resp_a";
     first->messages = ojson::parse(R"([{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}])");

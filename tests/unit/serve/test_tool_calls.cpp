@@ -236,7 +236,7 @@ TEST_CASE("Mistral [TOOL_CALLS] arrays become calls and keep the model's 9-chara
     }
 }
 
-TEST_CASE("Llama 3 JSON outputs and <|python_tag|> calls become calls; other outputs stay content", "[serve]") {
+TEST_CASE("Llama 3 JSON outputs and <|python_tag|> calls become calls, other outputs stay content", "[serve]") {
     const auto f = ToolCallFormat::llama3_json;
     SECTION("the whole output is one call, with \"parameters\" as Llama 3.1's template asks") {
         auto out = parse(f, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");

@@ -86,7 +86,7 @@ TEST_CASE("attention's FLOPs follow the keys each new token attends, counted by 
     }
 }
 
-TEST_CASE("the roofline: decode at batch 1 is bound by weight bytes, a long prefill by FLOPs; each bound scales with its peak", "[sim]") {
+TEST_CASE("the roofline: decode at batch 1 is bound by weight bytes, a long prefill by FLOPs, each bound scales with its peak", "[sim]") {
     const SimPoolConfig p = shipped("h100.toml", "llama-8b.toml");
     const std::vector<SimSeqWork> decode{{1, 100, 1}};
     const std::vector<SimSeqWork> prefill{{4096, 0, 1}};
@@ -159,7 +159,7 @@ TEST_CASE("the dilated clock stays monotonic when its dilation changes", "[sim]"
     CHECK(time_dilation() == before);
 }
 
-TEST_CASE("the GEMM ramp slows small compute-bound steps by (N + h) / N; decode rows take their own attention efficiency",
+TEST_CASE("the GEMM ramp slows small compute-bound steps by (N + h) / N, decode rows take their own attention efficiency",
           "[sim]") {
     const SimModelConfig m = toy();
     SimDeviceConfig d = dev();

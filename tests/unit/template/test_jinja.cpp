@@ -74,7 +74,7 @@ TEST_CASE("filters and string methods compute what Python computes", "[template]
     CHECK(render("{{ 'héllo'|length }}{{ [3,1,2]|sort|list }}{{ ['a','A','b']|unique|list }}") == "5[1, 2, 3]['a', 'b']");
 }
 
-TEST_CASE("undefined values are falsy and render empty; using one as an object is an error", "[template]") {
+TEST_CASE("undefined values are falsy and render empty, using one as an object is an error", "[template]") {
     CHECK(render("[{{ missing }}]{% if not missing %}f{% endif %}{{ missing is defined }}{{ d.nokey is defined }}",
                  {{"d", ordered_json::object()}}) == "[]fFalseFalse");
     CHECK(starts_with(render("{{ missing.attr }}"), "ERROR: line 1, column 11: 'missing' is undefined"));

@@ -170,7 +170,7 @@ const std::vector<unsigned char> k_edge_bytes = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0
 
 }  // namespace
 
-TEST_CASE("utf8::encode writes iconv's UTF-8 for every scalar value; surrogates as their three bytes", "[utf8]") {
+TEST_CASE("utf8::encode writes iconv's UTF-8 for every scalar value, surrogates as their three bytes", "[utf8]") {
     Reference& ref = reference();
     size_t n_bad = 0, n_scalar = 0;
     std::string got;
