@@ -85,6 +85,7 @@ void push_kv_sample(executor_state& st, double t) {
         st.live->stats.n_kv_blocks_total = es.kv.n_blocks_total;
         st.live->stats.kv_fragmentation = es.kv.fragmentation;
         st.live->stats.n_kv_branches = (double)es.kv.n_branches;
+        st.live->stats.tiers = es.tiers;
     }
     KvSample s;
     s.t_s = t;
@@ -221,8 +222,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 // Sent after this actor's last event batch, so the index forgets the pool for good.
                 self->attach_functor([cache, pool_id](const caf::error&) { caf::anon_send(cache, kv_drop_atom::value, pool_id); });
             }
-            KvEventBatch now{pool_id, {}};
-            for (BlockHash h : st.engine->cached_block_hashes()) now.events.push_back(KvEvent{KvEventKind::STORED, h});
+            KvEventBatch now{pool_id, st.engine->cached_block_events()};
             if (!now.events.empty()) self->send(cache, kv_events_atom::value, std::move(now));
         },
         [=](kv_unsub_atom, CacheActor cache) {

@@ -61,9 +61,11 @@ using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, dou
 // The kind travels as an int32_t (CAF 0.17 cannot inspect an enum class).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KvEvent& x) {
-    int32_t kind = static_cast<int32_t>(x.kind);
-    return f(caf::meta::type_name("KvEvent"), x.hash, kind, caf::meta::load_callback([&]() -> caf::error {
+    int32_t kind = static_cast<int32_t>(x.kind), tier = static_cast<int32_t>(x.tier);
+    return f(caf::meta::type_name("KvEvent"), x.hash, kind, tier, caf::meta::load_callback([&]() -> caf::error {
+                 if (kind < 0 || kind > 1 || tier < 0 || tier > 2) return caf::sec::invalid_argument;
                  x.kind = static_cast<KvEventKind>(kind);
+                 x.tier = static_cast<KvTier>(tier);
                  return caf::none;
              }));
 }
@@ -214,7 +216,8 @@ typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunFigures& x) {
     return f(caf::meta::type_name("RunFigures"), x.n_prompt_tokens, x.n_cached_prompt_tokens, x.n_cached_cross_tenant,
-             x.n_cached_public, x.n_recomputed_tokens, x.n_preemptions, x.n_drafts, x.n_draft_tokens,
+             x.n_cached_public, x.n_cached_host_tokens, x.n_cached_disk_tokens, x.n_promotions, x.promote_s,
+             x.n_recomputed_tokens, x.n_preemptions, x.n_drafts, x.n_draft_tokens,
              x.n_accepted_tokens, x.n_rollbacks, x.n_spec_branches, x.n_draft_tokens_at, x.n_accepted_at, x.draft_s,
              x.verify_s, x.n_spec_fallbacks, x.n_masked, x.n_forced, x.mask_s);
 }

@@ -5,6 +5,8 @@
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
 //                          [--no-kernels] (skips the per-type kernel table)
+//   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
+//                          [--kv-ctx 384] [--threads 1,2] (decode tokens/s after a kv-ctx-token prefill)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -272,8 +274,41 @@ std::optional<SynthSpec> synth_spec_for(const std::string& d) {
     return s;
 }
 
+// Decode tokens/s (best of reps) of kDecodeTokens greedy steps after a ctx-token prefill: the KV
+// type shows in the attention reads, which grow with the context.
+double bench_decode_at(CpuForward& fwd, KvStorage& kv, const std::vector<int32_t>& table, int ctx, int reps) {
+    const ModelParams& p = fwd.model().params();
+    const std::vector<int32_t> toks = prompt_tokens(p, ctx);
+    std::vector<float> logits;
+    for (int b = 0; b < ctx; b += kPromptTokens) {
+        SeqInput in;
+        in.n_past = b;
+        in.tokens = std::span<const int32_t>(toks.data() + b, std::min(kPromptTokens, ctx - b));
+        in.block_table = table;
+        fwd.forward(kv, std::span<const SeqInput>(&in, 1), logits).value();
+    }
+    double best = 0;
+    for (int r = 0; r <= reps; r++) {  // rep 0 warms up
+        int32_t next = 300;
+        SeqInput in;
+        in.block_table = table;
+        auto t0 = clk::now();
+        for (int i = 0; i < kDecodeTokens; i++) {
+            in.n_past = ctx + i;
+            in.tokens = std::span<const int32_t>(&next, 1);
+            fwd.forward(kv, std::span<const SeqInput>(&in, 1), logits).value();
+            next = argmax(std::span<const float>(logits.data(), p.n_vocab));
+        }
+        if (r > 0) best = std::max(best, kDecodeTokens / secs(t0, clk::now()));
+    }
+    return best;
+}
+
 struct Options {
     std::vector<std::string> dtypes{"f32", "f16", "q8_0", "q4_k_m", "q6_k"};
+    std::vector<std::string> kv_types;  // --kv-types: the KV cache comparison instead of the weight-type table
+    std::string model;                  // --model: the file of the KV comparison
+    int kv_ctx = 384;
     std::vector<int> threads{1, 2};
     std::string threads_s = "1,2";
     std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
@@ -319,13 +354,59 @@ int main(int argc, char** argv) {
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
         else if (a == "--peer") o.peer = true;
         else if (a == "--no-kernels") o.kernels = false;
+        else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
+        else if (a == "--kv-ctx" && i + 1 < argc) o.kv_ctx = std::max(0, std::atoi(argv[++i]));
+        else if (a == "--model" && i + 1 < argc) o.model = argv[++i];
         else if (a == "--peer-script" && i + 1 < argc) o.peer_script = argv[++i];
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels]\n");
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels]\n"
+                         "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
+    }
+    if (!o.kv_types.empty()) {  // the KV cache types side by side, one file
+        const std::string path = o.model.empty() ? model_file(o, "f32") : o.model;
+        auto model = Model::load(path);
+        if (!model) {
+            std::fprintf(stderr, "bench_model: %s\n", model.error().message.c_str());
+            return 1;
+        }
+        const ModelParams& p = (*model)->params();
+        const int ctx = std::min(o.kv_ctx, p.n_ctx_train - kDecodeTokens);
+        std::printf("bench_model --kv-types: %s (dim %d, %d layers, %d/%d heads, head dim %d); decode %d tokens after a %d-token "
+                    "prefill, best of %d\n", path.c_str(), p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.head_dim, kDecodeTokens,
+                    ctx, o.reps);
+        std::printf("cpu: %s; kernel level %s\n", cpu_features().model_name.c_str(), cpu_level_name(cpu_level()));
+        std::printf("%-6s %10s", "kv", "bytes/tok");
+        for (int nt : o.threads) std::printf(" %7s%-2d", "decode t", nt);
+        std::printf("\n");
+        const int bs = 16, n_blocks = (ctx + kDecodeTokens + bs - 1) / bs;
+        std::vector<int32_t> table(n_blocks);
+        for (int b = 0; b < n_blocks; b++) table[b] = b;
+        for (const std::string& name : o.kv_types) {
+            const auto t = parse_kv_dtype(name);
+            if (!t) {
+                std::printf("%-6s (not a KV type: %s)\n", name.c_str(), kKvDtypeNames);
+                continue;
+            }
+            const KvConfig kc = KvStorage::config_for(p, n_blocks, bs, *t);
+            if (auto ok = check_kv_types(kc, false); !ok) {
+                std::printf("%-6s n/a: %s\n", name.c_str(), ok.error().message.c_str());
+                continue;
+            }
+            KvStorage kv(kc);
+            std::printf("%-6s %10lld", name.c_str(), (long long)kv_bytes_per_token(kc));
+            for (int nt : o.threads) {
+                CpuForward fwd(**model, nt, kPromptTokens);
+                std::printf(" %9.1f", bench_decode_at(fwd, kv, table, ctx, o.reps));
+                std::fflush(stdout);
+            }
+            std::printf("\n");
+        }
+        std::printf("units: decode tokens/s; bytes/tok: K and V of one token over every layer\n");
+        return 0;
     }
     std::filesystem::create_directories(o.model_dir);
     std::printf("bench_model: synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000), "

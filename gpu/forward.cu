@@ -422,8 +422,8 @@ struct GpuForward::Impl {
             if (D.k_norm) STEWARD_TRY(gpu::rmsnorm(k, D.k_norm, p.rms_eps, HD, n_tok * NKV, k, st));
             STEWARD_TRY(gpu::rope(q, pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
             STEWARD_TRY(gpu::rope(k, pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
-            STEWARD_TRY(gpu::kv_write(k, v, dev_ints + L.o_slot, n_tok, KVD, kc.dtype, kv.k_layer(l), kv.v_layer(l), st));
-            STEWARD_TRY(gpu::attention(q, kv.k_layer(l), kv.v_layer(l), kc.dtype, bs, NH, NKV, HD, scale, ab, n_tok, att, st));
+            STEWARD_TRY(gpu::kv_write(k, v, dev_ints + L.o_slot, n_tok, KVD, kc.dtype_k, kc.dtype_v, kv.k_layer(l), kv.v_layer(l), st));
+            STEWARD_TRY(gpu::attention(q, kv.k_layer(l), kv.v_layer(l), kc.dtype_k, kc.dtype_v, bs, NH, NKV, HD, scale, ab, n_tok, att, st));
             STEWARD_TRY(mm(D.wo, att, tmp));  // [n_tok][E]
             STEWARD_TRY(gpu::add(x, tmp, (int64_t)n_tok * E, st));
             // -- feed-forward block
@@ -603,11 +603,13 @@ GpuKv::GpuKv(const KvConfig& cfg) : cfg_(cfg) {
 
 Expected<std::unique_ptr<GpuKv>> GpuKv::create(const KvConfig& cfg) {
     std::unique_ptr<GpuKv> kv(new GpuKv(cfg));
-    const size_t half = (size_t)(kv_bytes(cfg) / 2);
-    CUDA_TRY(cudaMalloc(&kv->k_, std::max<size_t>(half, 1)));
-    CUDA_TRY(cudaMalloc(&kv->v_, std::max<size_t>(half, 1)));
-    CUDA_TRY(cudaMemset(kv->k_, 0, half));
-    CUDA_TRY(cudaMemset(kv->v_, 0, half));
+    if (auto ok = check_kv_types(cfg, true); !ok) return ok.error();
+    const int64_t n_slots = (int64_t)cfg.n_layer * cfg.n_blocks * cfg.block_size;
+    const size_t kbytes = (size_t)(n_slots * cfg.k_slot_bytes()), vbytes = (size_t)(n_slots * cfg.v_slot_bytes());
+    CUDA_TRY(cudaMalloc(&kv->k_, std::max<size_t>(kbytes, 1)));
+    CUDA_TRY(cudaMalloc(&kv->v_, std::max<size_t>(vbytes, 1)));
+    CUDA_TRY(cudaMemset(kv->k_, 0, kbytes));
+    CUDA_TRY(cudaMemset(kv->v_, 0, vbytes));
     // cudaMemset runs on the legacy stream, which the forwards' non-blocking stream does not wait
     // for: finish it here, or a first forward's KV writes could be zeroed behind it. The legacy
     // stream alone, not the device: another engine's forward may be capturing a decode graph.
@@ -635,25 +637,53 @@ GpuKv::~GpuKv() {
 }
 
 void* GpuKv::k_layer(int l) const {
-    return static_cast<uint8_t*>(k_) + kv_bytes(KvConfig{1, cfg_.n_blocks, cfg_.block_size, cfg_.n_head_kv, cfg_.head_dim, cfg_.dtype}) / 2 * l;
+    return static_cast<uint8_t*>(k_) + (int64_t)cfg_.n_blocks * cfg_.block_size * cfg_.k_slot_bytes() * l;
 }
 void* GpuKv::v_layer(int l) const {
-    return static_cast<uint8_t*>(v_) + kv_bytes(KvConfig{1, cfg_.n_blocks, cfg_.block_size, cfg_.n_head_kv, cfg_.head_dim, cfg_.dtype}) / 2 * l;
+    return static_cast<uint8_t*>(v_) + (int64_t)cfg_.n_blocks * cfg_.block_size * cfg_.v_slot_bytes() * l;
 }
 
 Expected<bool> GpuKv::download(KvStorage& out) const {
-    const size_t half = (size_t)(kv_bytes(cfg_) / 2);
-    if (out.bytes() != (int64_t)half * 2) return make_error("GpuKv::download: host KV of ", out.bytes(), " bytes, expected ", (int64_t)half * 2);
-    CUDA_TRY(cudaMemcpy(out.k_slot(0, 0, 0), k_, half, cudaMemcpyDeviceToHost));
-    CUDA_TRY(cudaMemcpy(out.v_slot(0, 0, 0), v_, half, cudaMemcpyDeviceToHost));
+    const int64_t n_slots = (int64_t)cfg_.n_layer * cfg_.n_blocks * cfg_.block_size;
+    const size_t kbytes = (size_t)(n_slots * cfg_.k_slot_bytes()), vbytes = (size_t)(n_slots * cfg_.v_slot_bytes());
+    if (out.bytes() != (int64_t)(kbytes + vbytes) || out.k_slot_bytes() != cfg_.k_slot_bytes())
+        return make_error("GpuKv::download: host KV of ", out.bytes(), " bytes, expected ", (int64_t)(kbytes + vbytes));
+    CUDA_TRY(cudaMemcpy(out.k_slot(0, 0, 0), k_, kbytes, cudaMemcpyDeviceToHost));
+    CUDA_TRY(cudaMemcpy(out.v_slot(0, 0, 0), v_, vbytes, cudaMemcpyDeviceToHost));
     return true;
 }
 
 Expected<bool> GpuKv::upload(const KvStorage& in) {
-    const size_t half = (size_t)(kv_bytes(cfg_) / 2);
-    if (in.bytes() != (int64_t)half * 2) return make_error("GpuKv::upload: host KV of ", in.bytes(), " bytes, expected ", (int64_t)half * 2);
-    CUDA_TRY(cudaMemcpy(k_, in.k_slot(0, 0, 0), half, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemcpy(v_, in.v_slot(0, 0, 0), half, cudaMemcpyHostToDevice));
+    const int64_t n_slots = (int64_t)cfg_.n_layer * cfg_.n_blocks * cfg_.block_size;
+    const size_t kbytes = (size_t)(n_slots * cfg_.k_slot_bytes()), vbytes = (size_t)(n_slots * cfg_.v_slot_bytes());
+    if (in.bytes() != (int64_t)(kbytes + vbytes) || in.k_slot_bytes() != cfg_.k_slot_bytes())
+        return make_error("GpuKv::upload: host KV of ", in.bytes(), " bytes, expected ", (int64_t)(kbytes + vbytes));
+    CUDA_TRY(cudaMemcpy(k_, in.k_slot(0, 0, 0), kbytes, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(v_, in.v_slot(0, 0, 0), vbytes, cudaMemcpyHostToDevice));
+    return true;
+}
+
+Expected<bool> GpuKv::export_block(int block, uint8_t* dst) const {
+    if (block < 0 || block >= cfg_.n_blocks) return make_error("GpuKv::export_block: block ", block, " of ", cfg_.n_blocks);
+    const size_t kb = (size_t)cfg_.block_size * (size_t)cfg_.k_slot_bytes(), vb = (size_t)cfg_.block_size * (size_t)cfg_.v_slot_bytes();
+    for (int l = 0; l < cfg_.n_layer; l++) {
+        CUDA_TRY(cudaMemcpy(dst, static_cast<const uint8_t*>(k_layer(l)) + kb * (size_t)block, kb, cudaMemcpyDeviceToHost));
+        dst += kb;
+        CUDA_TRY(cudaMemcpy(dst, static_cast<const uint8_t*>(v_layer(l)) + vb * (size_t)block, vb, cudaMemcpyDeviceToHost));
+        dst += vb;
+    }
+    return true;
+}
+
+Expected<bool> GpuKv::import_block(int block, const uint8_t* src) {
+    if (block < 0 || block >= cfg_.n_blocks) return make_error("GpuKv::import_block: block ", block, " of ", cfg_.n_blocks);
+    const size_t kb = (size_t)cfg_.block_size * (size_t)cfg_.k_slot_bytes(), vb = (size_t)cfg_.block_size * (size_t)cfg_.v_slot_bytes();
+    for (int l = 0; l < cfg_.n_layer; l++) {
+        CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(k_layer(l)) + kb * (size_t)block, src, kb, cudaMemcpyHostToDevice));
+        src += kb;
+        CUDA_TRY(cudaMemcpy(static_cast<uint8_t*>(v_layer(l)) + vb * (size_t)block, src, vb, cudaMemcpyHostToDevice));
+        src += vb;
+    }
     return true;
 }
 
@@ -667,15 +697,14 @@ Expected<bool> GpuKv::copy_slots(std::span<const int32_t> src_table, std::span<c
         h[i] = src_table[src_slots[i] / bs] * bs + src_slots[i] % bs;
         h[n + i] = dst_table[dst_slots[i] / bs] * bs + dst_slots[i] % bs;
     }
-    const int kvd = cfg_.n_head_kv * cfg_.head_dim, eb = cfg_.dtype == KvDtype::F16 ? 2 : 4;
-    const size_t tmp_bytes = (size_t)2 * n * kvd * eb;
+    const size_t tmp_bytes = (size_t)n * (size_t)(cfg_.k_slot_bytes() + cfg_.v_slot_bytes());
     STEWARD_TRY(grow_device(idx_, idx_cap_, h.size()));
     STEWARD_TRY(grow_device(tmp_, tmp_cap_, tmp_bytes));
     // On the legacy stream, waited for before returning: the forwards (their own stream) have all
     // finished by the time the engine copies, and the next forward starts after this returns.
     CUDA_TRY(cudaMemcpy(idx_, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
     for (int l = 0; l < cfg_.n_layer; l++)
-        if (auto r = gpu::kv_copy_slots(idx_, idx_ + n, n, kvd, cfg_.dtype, k_layer(l), v_layer(l), tmp_, nullptr); !r) {
+        if (auto r = gpu::kv_copy_slots(idx_, idx_ + n, n, cfg_.k_slot_bytes(), cfg_.v_slot_bytes(), k_layer(l), v_layer(l), tmp_, nullptr); !r) {
             cudaStreamSynchronize(nullptr);  // the layers before it were queued
             return r.error();
         }

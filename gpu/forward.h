@@ -36,6 +36,13 @@ public:
     // Copies the whole pool to / from a host KvStorage of the same config (tests).
     Expected<bool> download(KvStorage& out) const;
     Expected<bool> upload(const KvStorage& in);
+    // One block's bytes, every layer K then V (KvStorage::export_block's layout), to / from host
+    // memory of block_payload_bytes() (the KV tiers' demotion and promotion). Synchronous.
+    int64_t block_payload_bytes() const {
+        return (int64_t)cfg_.n_layer * cfg_.block_size * (cfg_.k_slot_bytes() + cfg_.v_slot_bytes());
+    }
+    Expected<bool> export_block(int block, uint8_t* dst) const;
+    Expected<bool> import_block(int block, const uint8_t* src);
     // KvStorage::copy_slots on the device: every layer's logical slots src_slots[i] of src_table to
     // dst_slots[i] of dst_table, as if all sources were read first.
     Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,

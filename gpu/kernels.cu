@@ -5,9 +5,11 @@
 #include <cfloat>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "gpu/cuda_check.h"
 #include "gpu/kernels.h"
+#include "kv/fp8_e4m3.h"
 
 namespace steward::gpu {
 
@@ -165,39 +167,65 @@ __global__ void dequant_q4_k_kernel(const uint8_t* blocks, uint16_t* out) {
 
 // ---- KV
 
+// The KV element types on the device, one C++ type each: F32 float, F16 uint16_t (bits), BF16 and
+// FP8 E4M3 as tagged bits (kv/fp8_e4m3.h's conversion, the CPU twin, compiled here as is).
+struct Bf16 {
+    uint16_t bits;
+};
+struct Fp8 {
+    uint8_t bits;
+};
+
 template <typename T>
 __device__ T from_float(float v);
 template <>
 __device__ float from_float<float>(float v) { return v; }
 template <>
 __device__ uint16_t from_float<uint16_t>(float v) { return float_to_half_bits(v); }
+template <>
+__device__ Bf16 from_float<Bf16>(float v) {  // round to nearest even, as f32_to_bf16
+    const uint32_t x = __float_as_uint(v);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return Bf16{(uint16_t)((x >> 16) | 0x40)};
+    return Bf16{(uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+template <>
+__device__ Fp8 from_float<Fp8>(float v) { return Fp8{fp8_e4m3_from_f32(v)}; }
 
-template <typename T>
-__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int kvd, T* kl, T* vl) {
+// Calls f with a null pointer of the device type of t (F32, F16, BF16, FP8); false for the others.
+template <typename F>
+bool with_kv_type(KvDtype t, F&& f) {
+    switch (t) {
+        case KvDtype::F32: f((float*)nullptr); return true;
+        case KvDtype::F16: f((uint16_t*)nullptr); return true;
+        case KvDtype::BF16: f((Bf16*)nullptr); return true;
+        case KvDtype::FP8_E4M3: f((Fp8*)nullptr); return true;
+        default: return false;
+    }
+}
+
+template <typename TK, typename TV>
+__global__ void kv_write_kernel(const float* k, const float* v, const int32_t* slots, int kvd, TK* kl, TV* vl) {
     const int t = blockIdx.x;
     const int64_t dst = (int64_t)slots[t] * kvd;
     for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
-        kl[dst + i] = from_float<T>(k[(int64_t)t * kvd + i]);
-        vl[dst + i] = from_float<T>(v[(int64_t)t * kvd + i]);
+        kl[dst + i] = from_float<TK>(k[(int64_t)t * kvd + i]);
+        vl[dst + i] = from_float<TV>(v[(int64_t)t * kvd + i]);
     }
 }
 
-// Moves slot rows between the pool and tmp ([2][n][kvd]: K rows then V rows).
-template <typename T>
-__global__ void kv_slots_to_tmp(const int32_t* slots, int n, int kvd, const T* kl, const T* vl, T* tmp) {
+// Moves slot rows (kb bytes of K, vb of V) between the pool and tmp ([n][kb] K rows, then [n][vb]).
+__global__ void kv_slots_to_tmp(const int32_t* slots, int n, int kb, int vb, const uint8_t* kl, const uint8_t* vl,
+                                uint8_t* tmp) {
     const int i = blockIdx.x;
-    for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
-        tmp[(int64_t)i * kvd + c] = kl[(int64_t)slots[i] * kvd + c];
-        tmp[((int64_t)n + i) * kvd + c] = vl[(int64_t)slots[i] * kvd + c];
-    }
+    for (int c = threadIdx.x; c < kb; c += blockDim.x) tmp[(int64_t)i * kb + c] = kl[(int64_t)slots[i] * kb + c];
+    for (int c = threadIdx.x; c < vb; c += blockDim.x)
+        tmp[(int64_t)n * kb + (int64_t)i * vb + c] = vl[(int64_t)slots[i] * vb + c];
 }
-template <typename T>
-__global__ void kv_tmp_to_slots(const int32_t* slots, int n, int kvd, T* kl, T* vl, const T* tmp) {
+__global__ void kv_tmp_to_slots(const int32_t* slots, int n, int kb, int vb, uint8_t* kl, uint8_t* vl, const uint8_t* tmp) {
     const int i = blockIdx.x;
-    for (int c = threadIdx.x; c < kvd; c += blockDim.x) {
-        kl[(int64_t)slots[i] * kvd + c] = tmp[(int64_t)i * kvd + c];
-        vl[(int64_t)slots[i] * kvd + c] = tmp[((int64_t)n + i) * kvd + c];
-    }
+    for (int c = threadIdx.x; c < kb; c += blockDim.x) kl[(int64_t)slots[i] * kb + c] = tmp[(int64_t)i * kb + c];
+    for (int c = threadIdx.x; c < vb; c += blockDim.x)
+        vl[(int64_t)slots[i] * vb + c] = tmp[(int64_t)n * kb + (int64_t)i * vb + c];
 }
 
 // ---- attention: one block per (token, query head). Scores for every slot of the sequence go to
@@ -210,9 +238,13 @@ template <>
 __device__ float kv_elem<float>(const float* p, int i) { return p[i]; }
 template <>
 __device__ float kv_elem<uint16_t>(const uint16_t* p, int i) { return half_bits_to_float(p[i]); }
+template <>
+__device__ float kv_elem<Bf16>(const Bf16* p, int i) { return __uint_as_float((uint32_t)p[i].bits << 16); }
+template <>
+__device__ float kv_elem<Fp8>(const Fp8* p, int i) { return fp8_e4m3_to_f32(p[i].bits); }
 
-template <typename T>
-__global__ void attention_kernel(const float* q, const T* kl, const T* vl, int block_size, int n_head, int n_head_kv,
+template <typename TK, typename TV>
+__global__ void attention_kernel(const float* q, const TK* kl, const TV* vl, int block_size, int n_head, int n_head_kv,
                                  int head_dim, float scale, AttnBatch b, float* out) {
     extern __shared__ float sm[];
     float* qs = sm;             // [head_dim]
@@ -234,7 +266,7 @@ __global__ void attention_kernel(const float* q, const T* kl, const T* vl, int b
             if (lane == 0) sc[slot] = -INFINITY;
             continue;
         }
-        const T* kp = kl + ((int64_t)bt[slot / block_size] * block_size + slot % block_size) * kvd + (int64_t)g * head_dim;
+        const TK* kp = kl + ((int64_t)bt[slot / block_size] * block_size + slot % block_size) * kvd + (int64_t)g * head_dim;
         float dot = 0;
         for (int d = lane; d < head_dim; d += 32) dot += qs[d] * kv_elem(kp, d);
         dot = warp_sum(dot);
@@ -258,7 +290,7 @@ __global__ void attention_kernel(const float* q, const T* kl, const T* vl, int b
         for (int k = 0; k < n_slots; k++) {
             const float p = sc[k];
             if (p == 0.0f) continue;
-            const T* vp = vl + ((int64_t)bt[k / block_size] * block_size + k % block_size) * kvd + (int64_t)g * head_dim;
+            const TV* vp = vl + ((int64_t)bt[k / block_size] * block_size + k % block_size) * kvd + (int64_t)g * head_dim;
             acc += p * kv_elem(vp, d);
         }
         oh[d] = acc * inv;
@@ -493,33 +525,31 @@ Expected<bool> gemm(cublasHandle_t h, GgmlType wtype, const void* W, int64_t n_r
     return true;
 }
 
-Expected<bool> kv_write(const float* k, const float* v, const int32_t* slots, int n_tok, int kvd, KvDtype dtype,
-                        void* k_layer, void* v_layer, cudaStream_t s) {
+Expected<bool> kv_write(const float* k, const float* v, const int32_t* slots, int n_tok, int kvd, KvDtype dtype_k,
+                        KvDtype dtype_v, void* k_layer, void* v_layer, cudaStream_t s) {
     if (n_tok == 0) return true;
-    if (dtype == KvDtype::F16)
-        kv_write_kernel<<<n_tok, kThreads, 0, s>>>(k, v, slots, kvd, static_cast<uint16_t*>(k_layer),
-                                                   static_cast<uint16_t*>(v_layer));
-    else
-        kv_write_kernel<<<n_tok, kThreads, 0, s>>>(k, v, slots, kvd, static_cast<float*>(k_layer),
-                                                   static_cast<float*>(v_layer));
+    const bool known = with_kv_type(dtype_k, [&](auto* tk) {
+        using TK = std::remove_pointer_t<decltype(tk)>;
+        with_kv_type(dtype_v, [&](auto* tv) {
+            using TV = std::remove_pointer_t<decltype(tv)>;
+            kv_write_kernel<<<n_tok, kThreads, 0, s>>>(k, v, slots, kvd, static_cast<TK*>(k_layer), static_cast<TV*>(v_layer));
+        });
+    });
+    if (!known || !with_kv_type(dtype_v, [](auto*) {}))
+        return make_error("gpu kv_write: KV types ", kv_dtype_name(dtype_k), " / ", kv_dtype_name(dtype_v),
+                          " have no CUDA kernels (f32, f16, bf16, fp8)");
     CUDA_TRY_LAUNCH();
     return true;
 }
 
-Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int kvd, KvDtype dtype, void* k_layer,
-                             void* v_layer, void* tmp, cudaStream_t s) {
+Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int64_t k_slot_bytes, int64_t v_slot_bytes,
+                             void* k_layer, void* v_layer, void* tmp, cudaStream_t s) {
     if (n == 0) return true;
-    if (dtype == KvDtype::F16) {
-        auto *kl = static_cast<uint16_t*>(k_layer), *vl = static_cast<uint16_t*>(v_layer);
-        kv_slots_to_tmp<<<n, kThreads, 0, s>>>(src, n, kvd, kl, vl, static_cast<uint16_t*>(tmp));
-        CUDA_TRY_LAUNCH();
-        kv_tmp_to_slots<<<n, kThreads, 0, s>>>(dst, n, kvd, kl, vl, static_cast<const uint16_t*>(tmp));
-    } else {
-        auto *kl = static_cast<float*>(k_layer), *vl = static_cast<float*>(v_layer);
-        kv_slots_to_tmp<<<n, kThreads, 0, s>>>(src, n, kvd, kl, vl, static_cast<float*>(tmp));
-        CUDA_TRY_LAUNCH();
-        kv_tmp_to_slots<<<n, kThreads, 0, s>>>(dst, n, kvd, kl, vl, static_cast<const float*>(tmp));
-    }
+    auto *kl = static_cast<uint8_t*>(k_layer), *vl = static_cast<uint8_t*>(v_layer), *t = static_cast<uint8_t*>(tmp);
+    const int kb = (int)k_slot_bytes, vb = (int)v_slot_bytes;
+    kv_slots_to_tmp<<<n, kThreads, 0, s>>>(src, n, kb, vb, kl, vl, t);
+    CUDA_TRY_LAUNCH();
+    kv_tmp_to_slots<<<n, kThreads, 0, s>>>(dst, n, kb, vb, kl, vl, t);
     CUDA_TRY_LAUNCH();
     return true;
 }
@@ -541,8 +571,19 @@ const AttnSmem& attn_smem() {
             CUDA_TRY(cudaGetDevice(&dev));
             CUDA_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
             const int usable = std::max(0, smem_max - 1024);
-            CUDA_TRY(cudaFuncSetAttribute(attention_kernel<uint16_t>, cudaFuncAttributeMaxDynamicSharedMemorySize, usable));
-            CUDA_TRY(cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, usable));
+            cudaError_t err = cudaSuccess;
+            for (KvDtype k : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::FP8_E4M3})
+                for (KvDtype v : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::FP8_E4M3})
+                    with_kv_type(k, [&](auto* tk) {
+                        with_kv_type(v, [&](auto* tv) {
+                            using TK = std::remove_pointer_t<decltype(tk)>;
+                            using TV = std::remove_pointer_t<decltype(tv)>;
+                            const cudaError_t e = cudaFuncSetAttribute(attention_kernel<TK, TV>,
+                                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, usable);
+                            if (err == cudaSuccess) err = e;
+                        });
+                    });
+            CUDA_TRY(err);
             return usable;
         };
         auto got = probe();
@@ -561,7 +602,7 @@ Expected<int> attention_max_slots(int head_dim) {
     return std::max(0, a.max_bytes / (int)sizeof(float) - head_dim);
 }
 
-Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype, int block_size,
+Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype_k, KvDtype dtype_v, int block_size,
                          int n_head, int n_head_kv, int head_dim, float scale, const AttnBatch& b, int n_tok,
                          float* out, cudaStream_t s) {
     if (n_tok == 0) return true;
@@ -572,12 +613,18 @@ Expected<bool> attention(const float* q, const void* k_layer, const void* v_laye
         return make_error("gpu attention: ", b.max_slots, " slots need ", (int64_t)smem, " bytes of shared memory, over the device's ",
                           a.max_bytes + 1024, "; shorten the context (max about ", a.max_bytes / 4 - head_dim, " slots)");
     const dim3 grid((unsigned)n_tok, (unsigned)n_head);
-    if (dtype == KvDtype::F16)
-        attention_kernel<uint16_t><<<grid, 128, smem, s>>>(q, static_cast<const uint16_t*>(k_layer), static_cast<const uint16_t*>(v_layer),
-                                                           block_size, n_head, n_head_kv, head_dim, scale, b, out);
-    else
-        attention_kernel<float><<<grid, 128, smem, s>>>(q, static_cast<const float*>(k_layer), static_cast<const float*>(v_layer),
-                                                        block_size, n_head, n_head_kv, head_dim, scale, b, out);
+    bool known_v = false;
+    const bool known_k = with_kv_type(dtype_k, [&](auto* tk) {
+        known_v = with_kv_type(dtype_v, [&](auto* tv) {
+            using TK = std::remove_pointer_t<decltype(tk)>;
+            using TV = std::remove_pointer_t<decltype(tv)>;
+            attention_kernel<TK, TV><<<grid, 128, smem, s>>>(q, static_cast<const TK*>(k_layer), static_cast<const TV*>(v_layer),
+                                                             block_size, n_head, n_head_kv, head_dim, scale, b, out);
+        });
+    });
+    if (!known_k || !known_v)
+        return make_error("gpu attention: KV types ", kv_dtype_name(dtype_k), " / ", kv_dtype_name(dtype_v),
+                          " have no CUDA kernels (f32, f16, bf16, fp8)");
     CUDA_TRY_LAUNCH();
     return true;
 }

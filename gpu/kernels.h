@@ -50,12 +50,15 @@ Expected<bool> gemm(cublasHandle_t h, GgmlType wtype, const void* W, int64_t n_r
 // Twin: the KV write of cpu/forward.cpp. k, v: [n_tok][kvd] F32; slots: [n_tok] physical slot
 // indices (block * block_size + slot in block); k_layer, v_layer: one layer of the pool,
 // [n_blocks * block_size][kvd] in dtype.
-Expected<bool> kv_write(const float* k, const float* v, const int32_t* slots, int n_tok, int kvd, KvDtype dtype,
-                        void* k_layer, void* v_layer, cudaStream_t s);
+// dtype_k, dtype_v: F32, F16, BF16 or FP8_E4M3 (kv/fp8_e4m3.h's rounding, saturating at +-448);
+// the block types are refused (an error).
+Expected<bool> kv_write(const float* k, const float* v, const int32_t* slots, int n_tok, int kvd, KvDtype dtype_k,
+                        KvDtype dtype_v, void* k_layer, void* v_layer, cudaStream_t s);
 // Twin: KvStorage::copy_slots for one layer: dst slot i <- src slot i as if all sources were read
-// first (physical slot indices; tmp holds [n][kvd] elements of dtype, twice: K and V).
-Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int kvd, KvDtype dtype, void* k_layer,
-                             void* v_layer, void* tmp, cudaStream_t s);
+// first (physical slot indices; a slot is k_slot_bytes of K and v_slot_bytes of V; tmp holds
+// n * (k_slot_bytes + v_slot_bytes) bytes).
+Expected<bool> kv_copy_slots(const int32_t* src, const int32_t* dst, int n, int64_t k_slot_bytes, int64_t v_slot_bytes,
+                             void* k_layer, void* v_layer, void* tmp, cudaStream_t s);
 
 // What the attention kernel reads about a batch (device arrays, built by the forward).
 struct AttnBatch {
@@ -79,7 +82,7 @@ struct AttnBatch {
 // The most slots (n_past + n_new) one sequence may span in `attention` on the current device: its
 // scores live in shared memory.
 Expected<int> attention_max_slots(int head_dim);
-Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype, int block_size,
+Expected<bool> attention(const float* q, const void* k_layer, const void* v_layer, KvDtype dtype_k, KvDtype dtype_v, int block_size,
                          int n_head, int n_head_kv, int head_dim, float scale, const AttnBatch& b, int n_tok,
                          float* out, cudaStream_t s);
 

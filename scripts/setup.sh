@@ -7,6 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libboost-dev libboost-system-dev libopenblas-dev nlohmann-json3-dev
       libssl-dev openssl  # the worker gate's TLS (libcaf-dev brings CAF's OpenSSL module); certificates in tests
       libcli11-dev libpcre2-dev curl ccache
+      zlib1g-dev  # the KV tiers' block files carry zlib's CRC-32
       chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference
       clang libclang-rt-14-dev  # the fuzz tree: Clang and libFuzzer's runtime

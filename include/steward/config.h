@@ -90,6 +90,14 @@ struct SimConfig {
     double dilation = 1;
 };
 
+// [pool.kv_tiers]: where cached KV blocks the pool evicts go instead of being lost (docs/kv-tiers.md).
+struct KvTiersConfig {
+    double host_gib = 0;   // host-memory tier budget (0: none)
+    double disk_gib = 0;   // disk tier budget (0: none)
+    std::string disk_dir;  // the disk tier's private directory (one per pool; relative: to the config file)
+    bool enabled() const { return host_gib > 0 || disk_gib > 0; }
+};
+
 // One [[pool]]: a model with its own KV cache, batcher and prices.
 struct PoolConfig {
     std::string name;
@@ -108,7 +116,9 @@ struct PoolConfig {
     // (vLLM's enforce_eager)
     bool cuda_graphs = true;
     int block_size = 16;
-    std::string kv_dtype = "f32";   // f32 | f16
+    std::string kv_dtype = "f32";   // f32 | f16 | bf16 | q8_0 | q4_0 | fp8 (cuda): K and V both (docs/kv-cache-types.md)
+    std::string kv_type_k;          // K's type, same names; empty: kv_dtype
+    std::string kv_type_v;          // V's type, same names; empty: kv_dtype
     int max_batch = 32;             // sequences per step
     int max_batch_tokens = 512;     // token budget per step (chunked prefill fills the rest; bench_sched)
     int max_queue = 256;            // waiting requests before 'overloaded'
@@ -141,6 +151,8 @@ struct PoolConfig {
     // config ("": this pool's name).
     std::string remote;
     std::string remote_pool;
+    // [pool.kv_tiers] (none: evicted blocks are gone).
+    KvTiersConfig kv_tiers;
 };
 
 // One parameter of a policy plugin: the TOML scalar as written.

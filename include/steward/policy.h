@@ -345,6 +345,11 @@ typedef struct steward_evict_request {
     const char* bucket;               /* the bucket of the request that needs the block */
     const char* tenant;               /* its tenant's name; "" unknown */
     const char* const* tenant_names;  /* [ctx->n_tenants]: the name of ctx->tenants[i]; "" unknown */
+    /* Added after the first ABI 2 release (read it only when STEWARD_HAS_FIELD(req, steward_evict_request,
+     * tier)): where the candidates are. 0: the pool's own KV blocks; 1: its host-memory KV tier; 2: its
+     * disk KV tier ([pool.kv_tiers]; a tier's victim moves down a tier or is dropped, never lost silently:
+     * the pool's victim is demoted into the host tier). In a tier, cands[i].block is -1. */
+    int32_t tier;
 } steward_evict_request;
 
 typedef struct steward_eviction_table {

@@ -44,8 +44,8 @@ std::string cannot_embed(const PoolHandle& p) {
 class EmbedService::PoolWorker {
 public:
     using Job = std::function<void(CpuEmbedder*)>;
-    PoolWorker(std::shared_ptr<Model> model, int n_threads, int max_tokens, KvDtype dtype)
-        : model_(std::move(model)), n_threads_(n_threads), max_tokens_(max_tokens), dtype_(dtype), thread_([this] {
+    PoolWorker(std::shared_ptr<Model> model, int n_threads, int max_tokens, KvTypes types)
+        : model_(std::move(model)), n_threads_(n_threads), max_tokens_(max_tokens), types_(types), thread_([this] {
               loop();
           }) {}
     ~PoolWorker() {
@@ -81,7 +81,7 @@ private:
             lk.unlock();
             // The forward (its threads and scratch) is made at the first job, on this thread.
             if (!stopping && !embedder_)
-                embedder_ = std::make_unique<CpuEmbedder>(*model_, n_threads_, max_tokens_, dtype_);
+                embedder_ = std::make_unique<CpuEmbedder>(*model_, n_threads_, max_tokens_, types_.k, types_.v);
             job(stopping ? nullptr : embedder_.get());
             lk.lock();
             busy_ = false;
@@ -90,7 +90,7 @@ private:
 
     std::shared_ptr<Model> model_;
     int n_threads_, max_tokens_;
-    KvDtype dtype_;
+    KvTypes types_;
     std::unique_ptr<CpuEmbedder> embedder_;  // the thread's own
     std::mutex mu_;
     std::condition_variable cv_;
@@ -166,7 +166,7 @@ void EmbedService::submit(const std::shared_ptr<Snapshot>& snap, EmbeddingReques
         auto& slot = workers_[ph->model.get()];
         if (!slot)
             slot = std::make_unique<PoolWorker>(ph->model, ph->cfg.threads, ph->cfg.max_batch_tokens,
-                                                kv_dtype_of(ph->cfg));
+                                                kv_types_of(ph->cfg));
         w = slot.get();
     }
     // The job holds the model, not the pool's handle (whose last release stops the pool's actors).

@@ -519,7 +519,8 @@ std::vector<PoolInfo> Runtime::pools() const {
         i.model_bytes = (int64_t)ph->model->file().mapped_size();
         // KV this process holds: none for a simulated pool (bookkeeping only) or a worker's.
         if (!ph->cfg.sim && ph->cfg.remote.empty())
-            i.kv_bytes = kv_bytes(KvStorage::config_for(mp, ph->n_blocks, ph->cfg.block_size, kv_dtype_of(ph->cfg)));
+            i.kv_bytes = kv_bytes(KvStorage::config_for(mp, ph->n_blocks, ph->cfg.block_size, kv_types_of(ph->cfg).k,
+                                                          kv_types_of(ph->cfg).v));
         out.push_back(std::move(i));
     }
     return out;
@@ -664,6 +665,7 @@ std::vector<PoolLoad> pool_loads(const SharedState& sh) {
         std::lock_guard<std::mutex> lk(ph->live->mu);
         l.n_running = ph->live->stats.n_running;
         l.n_waiting = ph->live->stats.n_waiting;
+        l.tiers = ph->live->stats.tiers;
         for (const Engine::BucketLoad& b : ph->live->load_by_bucket)
             l.by_bucket.push_back({b.bucket, b.n_running, b.n_waiting});
         loads.push_back(std::move(l));
@@ -673,13 +675,17 @@ std::vector<PoolLoad> pool_loads(const SharedState& sh) {
 }  // namespace
 
 std::string Runtime::metrics_json() const {
+    std::vector<PoolLoad> loads = pool_loads(*impl_->shared);
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
     refresh_policy_figures(*impl_->shared);
+    impl_->shared->metrics->set_pool_loads(std::move(loads));
     return impl_->shared->metrics->to_json().dump(2);
 }
 
 std::string Runtime::metrics_table() const {
+    std::vector<PoolLoad> loads = pool_loads(*impl_->shared);
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
+    impl_->shared->metrics->set_pool_loads(std::move(loads));
     return impl_->shared->metrics->to_table();
 }
 

@@ -45,6 +45,17 @@ public:
     virtual Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
                                       std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) = 0;
 
+    // One block's KV bytes, every layer, K then V (KvStorage::export_block's layout), to / from a host
+    // buffer of block_payload_bytes(): what the KV tiers (kv/kv_tier.h) keep of an evicted block and
+    // write back at promotion. 0 bytes: the backend holds no KV bytes (the simulator) and has no tiers.
+    virtual int64_t block_payload_bytes() const { return 0; }
+    virtual Expected<bool> export_block(int /*block*/, std::span<uint8_t> /*out*/) {
+        return make_error(describe(), " holds no KV bytes to export");
+    }
+    virtual Expected<bool> import_block(int /*block*/, std::span<const uint8_t> /*in*/) {
+        return make_error(describe(), " holds no KV bytes to import");
+    }
+
     virtual const KvConfig& kv_config() const = 0;
     virtual int64_t kv_storage_bytes() const { return kv_bytes(kv_config()); }
     virtual int max_tokens() const = 0;  // tokens of one batch

@@ -28,4 +28,20 @@ BackendFactory cpu_backend_factory() {
     };
 }
 
+Expected<bool> CpuBackend::export_block(int block, std::span<uint8_t> out) {
+    if (block < 0 || block >= kv_.config().n_blocks || (int64_t)out.size() != kv_.block_payload_bytes())
+        return make_error("export_block: block ", std::to_string(block), " of ", std::to_string(kv_.config().n_blocks),
+                          " into ", std::to_string(out.size()), " bytes (expected ", std::to_string(kv_.block_payload_bytes()), ")");
+    kv_.export_block(block, out.data());
+    return true;
+}
+
+Expected<bool> CpuBackend::import_block(int block, std::span<const uint8_t> in) {
+    if (block < 0 || block >= kv_.config().n_blocks || (int64_t)in.size() != kv_.block_payload_bytes())
+        return make_error("import_block: block ", std::to_string(block), " of ", std::to_string(kv_.config().n_blocks),
+                          " from ", std::to_string(in.size()), " bytes (expected ", std::to_string(kv_.block_payload_bytes()), ")");
+    kv_.import_block(block, in.data());
+    return true;
+}
+
 }  // namespace steward

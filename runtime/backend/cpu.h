@@ -21,6 +21,9 @@ public:
     Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override;
     Expected<bool> copy_slots(std::span<const int32_t> src_table, std::span<const int32_t> src_slots,
                               std::span<const int32_t> dst_table, std::span<const int32_t> dst_slots) override;
+    int64_t block_payload_bytes() const override { return kv_.block_payload_bytes(); }
+    Expected<bool> export_block(int block, std::span<uint8_t> out) override;
+    Expected<bool> import_block(int block, std::span<const uint8_t> in) override;
     const KvConfig& kv_config() const override { return kv_.config(); }
     int max_tokens() const override { return fwd_.max_tokens(); }
     int n_layers() const override { return fwd_.n_layers(); }

@@ -44,6 +44,17 @@ public:
         }
         return r;
     }
+    int64_t block_payload_bytes() const override { return kv_->block_payload_bytes(); }
+    Expected<bool> export_block(int block, std::span<uint8_t> out) override {
+        if ((int64_t)out.size() != kv_->block_payload_bytes())
+            return make_error("export_block: ", out.size(), " bytes for a block of ", kv_->block_payload_bytes());
+        return kv_->export_block(block, out.data());
+    }
+    Expected<bool> import_block(int block, std::span<const uint8_t> in) override {
+        if ((int64_t)in.size() != kv_->block_payload_bytes())
+            return make_error("import_block: ", in.size(), " bytes for a block of ", kv_->block_payload_bytes());
+        return kv_->import_block(block, in.data());
+    }
     Expected<bool> copy_block_slots(int src_block, int dst_block, int n_slots) override {
         if (n_slots <= 0) return true;
         std::vector<int32_t> slots((size_t)n_slots);

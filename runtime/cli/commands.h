@@ -33,6 +33,8 @@ struct RunOptions {
     // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN.
     std::string compare;
     std::string mix;                     // "short_qa=2,agent=0": bucket weights (parse_workload_mix)
+    double tool_pause_ms = 0;            // agent tool pauses (0: the standard 50-300 ms)
+    int agent_turns = 0;                 // turns per agent session (0: the standard 3 or 4)
     double volatile_share = 0.2;         // of short_qa, long_output, high_temp prompts
     std::string volatile_at = "early";   // early (after the public system prompt) | late (at the end)
 };
@@ -74,6 +76,12 @@ struct ServeOptions {
     std::vector<std::string> api_keys;  // --api-key (repeatable)
     std::string alias;               // --alias / --served-model-name: the model name (default: the file's stem)
     int n_predict = -2;              // -n / --n-predict: default max_tokens (-1: the rest of the context)
+    std::string cache_type_k;        // -ctk / --cache-type-k: [[pool]] kv_type_k (f32, f16, bf16, q8_0, q4_0)
+    double cache_ram_mib = -1;       // --cache-ram (llama-server): [pool.kv_tiers] host_gib, in MiB; -1: none
+    double kv_offload_gib = -1;      // --kv-offloading-size (vLLM): the same in GiB; -1: none
+    std::string kv_disk_dir;         // --kv-disk-dir: [pool.kv_tiers] disk_dir
+    double kv_disk_gib = -1;         // --kv-disk-gib: [pool.kv_tiers] disk_gib (default 10 with a dir)
+    std::string cache_type_v;        // -ctv / --cache-type-v: [[pool]] kv_type_v
     std::string pooling;             // --pooling mean|cls|last: /v1/embeddings' pooling (default: the GGUF's, else last)
     bool print_config = false;       // --print-config: print the TOML and exit
 };

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <steward/runtime.h>
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
             if (args[i] == "--") break;
             if (args[i] == "-np") args[i] = "--parallel";
             else if (args[i] == "-md") args[i] = "--model-draft";
+            else if (args[i] == "-ctk") args[i] = "--cache-type-k";
+            else if (args[i] == "-ctv") args[i] = "--cache-type-v";
             else if (auto why = refused_server_flag(args[i])) return fail(*why);
         }
     }
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
     float temp = 0.8f, top_p = 1.0f;
     uint64_t seed = 0;
     bool print_ids = false, kv_f16 = false;
+    std::string kv_type_k, kv_type_v;
     gen->add_option("-m,--model", model_path, "GGUF model path")->required();
     gen->add_option("-p,--prompt", prompt, "Prompt text (empty: start from BOS alone)");
     gen->add_option("-n,--n-predict", n_predict, "Tokens to generate")->capture_default_str();
@@ -130,6 +134,8 @@ int main(int argc, char** argv) {
     add_seed_option(gen, seed, "Sampling seed");
     gen->add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
     gen->add_flag("--kv-f16", kv_f16, "Store the KV cache in F16");
+    gen->add_option("--cache-type-k", kv_type_k, "The KV cache's K type: f32, f16, bf16, q8_0, q4_0 (overrides --kv-f16)");
+    gen->add_option("--cache-type-v", kv_type_v, "The KV cache's V type: f32, f16, bf16, q8_0, q4_0 (overrides --kv-f16)");
     gen->add_flag("--ids", print_ids, "Also print the generated token ids on one line");
 
     // ---- steward run
@@ -147,12 +153,15 @@ int main(int argc, char** argv) {
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
     run->add_option("--compare", ro.compare,
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
-                    "speculation=PLUGIN, no_routing, eviction=PLUGIN; per bucket side by side with ratios to the baseline");
+                    "speculation=PLUGIN, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE; per bucket side by side with ratios to the baseline");
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
     run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0");
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
     run->add_flag("--sequential", ro.sequential, "One request at a time in file order, arrival times ignored");
     run->add_option("--outputs", ro.outputs_path, "Write every request's output and token counts to this JSONL file");
+    run->add_option("--agent-turns", ro.agent_turns, "Turns per agent session of the generated workload (0: 3 or 4)")->capture_default_str();
+    run->add_option("--tool-pause-ms", ro.tool_pause_ms, "Agent tool pauses of the generated workload: each uniform in [0.5, 1.5] x this (0: 50-300 ms)")
+        ->capture_default_str();
     run->add_option("--volatile-share", ro.volatile_share,
                     "Share of short_qa, long_output and high_temp prompts with a volatile line (request id, timestamp)")
         ->capture_default_str();
@@ -197,6 +206,9 @@ int main(int argc, char** argv) {
     brep->add_flag("--session-field", rep_session_field, "--url: send agent turns' session (Steward's extension)");
     brep->add_option("--name", rep_name, "--url: the run's name in the table and JSON")->capture_default_str();
     brep->add_option("--model", rep_model, "--url: the model field sent (unless --steward-fields names a bucket)")->capture_default_str();
+    bgen->add_option("--agent-turns", bo.agent_turns, "Turns per agent session (0: 3 or 4)")->capture_default_str();
+    bgen->add_option("--tool-pause-ms", bo.tool_pause_ms, "Agent tool pauses: each uniform in [0.5, 1.5] x this (0: 50-300 ms)")
+        ->capture_default_str();
     bgen->add_option("--volatile-share", bo.volatile_share, "Share of short_qa, long_output and high_temp prompts with a volatile line")
         ->capture_default_str();
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
@@ -219,6 +231,12 @@ int main(int argc, char** argv) {
     serve->add_option("--api-key", so.api_keys, "With -m: a key clients must send (Authorization: Bearer KEY); repeatable");
     serve->add_option("--alias,--served-model-name", so.alias, "With -m: the model's name in the API (default: the file's stem)");
     serve->add_option("-n,--n-predict", so.n_predict, "With -m: max_tokens when a request gives none (default: the rest of the context)");
+    serve->add_option("--cache-type-k", so.cache_type_k, "With -m (-ctk): the KV cache's K type, f32, f16, bf16, q8_0 or q4_0 (default f32)");
+    serve->add_option("--cache-type-v", so.cache_type_v, "With -m (-ctv): the KV cache's V type, same names (default f32)");
+    serve->add_option("--cache-ram", so.cache_ram_mib, "With -m: a host-memory KV tier of this many MiB (llama-server's flag; docs/kv-tiers.md)");
+    serve->add_option("--kv-offloading-size", so.kv_offload_gib, "With -m: a host-memory KV tier of this many GiB (vLLM's flag)");
+    serve->add_option("--kv-disk-dir", so.kv_disk_dir, "With -m: a disk KV tier in this private directory (created 0700), kept across restarts");
+    serve->add_option("--kv-disk-gib", so.kv_disk_gib, "With --kv-disk-dir: the disk tier's budget in GiB (default 10)");
     serve->add_option("--pooling", so.pooling, "With -m: /v1/embeddings' pooling, mean, cls or last (default: the GGUF's, else last)");
     serve->add_flag("--print-config", so.print_config, "With -m: print the equivalent TOML config and exit");
     serve->add_flag("--jinja")->description("Accepted for llama-server's command lines: chat templates are always Jinja here");
@@ -323,7 +341,15 @@ int main(int argc, char** argv) {
         const Model& model = **m;
         const Tokenizer& tok = model.tokenizer();
         std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() || prompt.empty());
-        Generator g(model, n_threads, kv_f16 ? KvDtype::F16 : KvDtype::F32);
+        KvDtype tk = kv_f16 ? KvDtype::F16 : KvDtype::F32, tv = tk;
+        for (auto [flag, name, type] : {std::tuple{"--cache-type-k", &kv_type_k, &tk}, std::tuple{"--cache-type-v", &kv_type_v, &tv}}) {
+            if (name->empty()) continue;
+            const auto t = parse_kv_dtype(*name);
+            if (!t || *t == KvDtype::FP8_E4M3)
+                return fail(std::string(flag) + " " + *name + " is not a CPU KV cache type; use f32, f16, bf16, q8_0 or q4_0");
+            *type = *t;
+        }
+        Generator g(model, n_threads, tk, 16, tv);
         StreamDecoder dec(tok);
         std::vector<int32_t> out_ids;
         std::fputs(prompt.c_str(), stdout);

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cpu/cpu_features.h"
+#include "kv/kv_storage.h"
 #include "model/gguf.h"
 #include "serve/tool_calls.h"
 
@@ -85,6 +86,21 @@ int cmd_model_info(const std::string& path) {
                 human_bytes(4.0 * (double)kv_elems).c_str(), human_bytes(2.0 * (double)kv_elems).c_str(), (long long)(2 * kv_elems),
                 (long long)n_layer,
                 (long long)n_head_kv, (long long)head_dim, (long long)n_ctx, human_bytes(2.0 * (double)kv_elems * (double)n_ctx).c_str());
+    // The same per KV cache type ([[pool]] kv_type_k / kv_type_v, docs/kv-cache-types.md): K and V
+    // both of that type (a mixed pair is the mean of the two lines).
+    std::printf("KV per token by cache type (K and V both; a %lld-token context in brackets):\n", (long long)n_ctx);
+    for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::Q8_0, KvDtype::Q4_0}) {
+        if (!kv_dtype_fits(t, (int)n_head_kv, (int)head_dim)) {
+            std::printf("  %-5s n/a: head dim %lld x %lld KV heads fits no blocks of %d (needs head dim %% %d == 0, or head "
+                        "dim dividing %d with KV heads x head dim %% %d == 0)\n",
+                        kv_dtype_name(t), (long long)head_dim, (long long)n_head_kv, kv_dtype_block_elems(t),
+                        kv_dtype_block_elems(t), kv_dtype_block_elems(t), kv_dtype_block_elems(t));
+            continue;
+        }
+        const int64_t b = 2 * n_layer * kv_row_bytes(t, n_head_kv * head_dim);
+        std::printf("  %-5s %lld bytes (%s) [%s]\n", kv_dtype_name(t), (long long)b, human_bytes((double)b).c_str(),
+                    human_bytes((double)b * (double)n_ctx).c_str());
+    }
     std::printf("decode reads  %s of weights per token (%lld bytes: every matrix once, one embedding row)\n",
                 human_bytes((double)bytes_per_token).c_str(), (long long)bytes_per_token);
     std::printf("cpu kernels   %s on %s (supported: %s; STEWARD_CPU_LEVEL lowers it)\n", cpu_level_name(cpu_level()),

@@ -21,6 +21,7 @@
 
 #include <steward/runtime.h>
 
+#include "kv/kv_storage.h"
 #include "report/html_report.h"
 #include "report/prefix_diagnosis.h"
 #include "sim/sim_clock.h"
@@ -77,6 +78,8 @@ Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
     gp.seed = o.seed;
     gp.burst = o.burst;
     gp.volatile_share = o.volatile_share;
+    gp.tool_pause_ms = o.tool_pause_ms;
+    gp.agent_turns = o.agent_turns;
     if (o.n_tenants < 1 || o.n_tenants > 4) return make_error("--tenants is ", o.n_tenants, "; give 1 to 4 tenants");
     gp.n_tenants = o.n_tenants;
     if (!o.mix.empty()) {
@@ -398,6 +401,20 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
         for (auto& b : c.buckets) b.routing.reset();
         return c;
     }
+    if (v == "kv_tiers=off") {  // evicted blocks are gone, as without [pool.kv_tiers]
+        bool any = false;
+        for (auto& p : c.pools) any = any || p.kv_tiers.enabled(), p.kv_tiers = KvTiersConfig{};
+        if (!any) return make_error("--compare kv_tiers=off: no pool of the config has [pool.kv_tiers]");
+        return c;
+    }
+    if (v.rfind("kv_type=", 0) == 0 && v.size() > 8) {  // every local pool's K and V cache type
+        const std::string t = v.substr(8);
+        if (!parse_kv_dtype(t))
+            return make_error("--compare ", v, ": '", t, "' is not a KV cache type; use f32, f16, bf16, q8_0 or q4_0");
+        for (auto& p : c.pools)
+            if (p.remote.empty() && !p.sim) p.kv_dtype = p.kv_type_k = p.kv_type_v = t;
+        return c;
+    }
     if (v.rfind("speculation=", 0) == 0 && v.size() > 12) {  // one policy on every bucket, e.g. a fixed k everywhere
         for (auto& b : c.buckets) {
             b.speculation = PolicySpec{};
@@ -417,7 +434,8 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
     }
     return make_error("--compare: unknown variant '", v,
                       "'; give baseline, no_prefix_cache, no_speculation, global_speculation, speculation=PLUGIN (e.g. "
-                      "speculation=fixed), no_routing or eviction=PLUGIN (e.g. eviction=lru), comma-separated");
+                      "speculation=fixed), no_routing, eviction=PLUGIN (e.g. eviction=lru), kv_tiers=off or kv_type=TYPE "
+                      "(e.g. kv_type=q8_0), comma-separated");
 }
 
 // --compare: the workload through each variant in turn (a fresh runtime each, the same requests at
@@ -448,7 +466,8 @@ int run_compare(const RunOptions& o, const Workload& wl) {
     const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}},   {"ttft_p99", {"ttft_ms", "p99"}},
                                    {"tpot_mean", {"tpot_ms", "mean"}}, {"tpot_p99", {"tpot_ms", "p99"}},
                                    {"e2e_p99", {"e2e_ms", "p99"}},
-                                   {"tok/s", {"throughput_tok_s"}},    {"hit_rate", {"prefix_cache", "hit_rate"}}};
+                                   {"tok/s", {"throughput_tok_s"}},    {"hit_rate", {"prefix_cache", "hit_rate"}},
+                                   {"saved_prefill_tok", {"prefix_cache", "saved_prefill_tokens"}}};
     auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
         const nlohmann::json* j = &m;
         // A bucket's figures are under "buckets"; every request's under "all".

@@ -5,6 +5,7 @@
 // config is one pool built in memory from llama-server's flags (serve_config_toml).
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <chrono>
@@ -92,8 +93,9 @@ std::optional<std::string> refused_server_flag(const std::string& arg) {
         {{"-fa", "--flash-attn"}, "the backend picks its attention kernels; drop the flag"},
         {{"-b", "--batch-size", "-ub", "--ubatch-size", "--max-num-batched-tokens"},
          "the step's token budget is a config's [[pool]] max_batch_tokens (steward serve --print-config, then edit it)"},
-        {{"-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "--kv-cache-dtype"},
-         "the KV cache type is a config's [[pool]] kv_dtype (f32 or f16)"},
+        {{"--kv-cache-dtype"},
+         "give the KV cache types as llama-server does, -ctk TYPE -ctv TYPE (f32, f16, bf16, q8_0, q4_0), or a config's "
+         "[[pool]] kv_type_k / kv_type_v (fp8 with backend = \"cuda\")"},
         {{"--lora", "--lora-scaled", "--lora-base"}, "LoRA adapters are not supported"},
         {{"-sm", "--split-mode", "-ts", "--tensor-split", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size"},
          "a model runs on one device; several machines serve as workers (steward worker, docs/cluster.md)"},
@@ -147,7 +149,27 @@ Expected<std::string> serve_config_toml(const ServeOptions& o) {
     t += "kv_blocks = " + std::to_string(kv_blocks) + "\nblock_size = " + std::to_string(block) + "\n";
     if (!o.chat_template_file.empty()) t += "chat_template_file = " + toml_str(absolute(o.chat_template_file)) + "\n";
     if (!o.pooling.empty()) t += "pooling = " + toml_str(o.pooling) + "\n";  // the config checks the value
+    // llama-server's -ctk / -ctv names; its other cache types (q4_1, q5_0, q5_1, iq4_nl) have no kernels here.
+    for (auto [flag, key, value] : {std::tuple{"-ctk", "kv_type_k", &o.cache_type_k}, std::tuple{"-ctv", "kv_type_v", &o.cache_type_v}}) {
+        if (value->empty()) continue;
+        std::string v = *value;
+        for (char& ch : v) ch = (char)std::tolower((unsigned char)ch);
+        if (v != "f32" && v != "f16" && v != "bf16" && v != "q8_0" && v != "q4_0")
+            return make_error(flag, " ", *value, ": not a KV cache type Steward has; use f32, f16, bf16, q8_0 or q4_0 (docs/kv-cache-types.md)");
+        t += std::string(key) + " = " + toml_str(v) + "\n";
+    }
     if (!o.draft_path.empty()) t += "draft = " + toml_str(name + "-draft") + "\n";
+    // KV tiers: llama-server's --cache-ram (MiB) or vLLM's --kv-offloading-size (GiB), and a disk tier.
+    if (o.cache_ram_mib >= 0 && o.kv_offload_gib >= 0)
+        return make_error("--cache-ram and --kv-offloading-size both size the host KV tier; give one");
+    const double host_gib = o.cache_ram_mib >= 0 ? o.cache_ram_mib / 1024.0 : o.kv_offload_gib;
+    if (o.kv_disk_gib >= 0 && o.kv_disk_dir.empty()) return make_error("--kv-disk-gib needs --kv-disk-dir DIR (a private directory for the KV files)");
+    if (host_gib > 0 || !o.kv_disk_dir.empty()) {
+        t += "[pool.kv_tiers]\n";
+        if (host_gib > 0) t += "host_gib = " + std::to_string(host_gib) + "\n";
+        if (!o.kv_disk_dir.empty())
+            t += "disk_gib = " + std::to_string(o.kv_disk_gib >= 0 ? o.kv_disk_gib : 10.0) + "\ndisk_dir = " + toml_str(absolute(o.kv_disk_dir)) + "\n";
+    }
     if (!o.draft_path.empty()) {
         t += "\n# The draft model (-md): a pool of its own, which the target loads again as its drafter.\n";
         t += "[[pool]]\nname = " + toml_str(name + "-draft") + "\nmodel = " + toml_str(absolute(o.draft_path)) + "\n";
@@ -179,9 +201,11 @@ int cmd_serve(const ServeOptions& o) {
         return cli_fail("serve: give a model (-m) or a config (--config), not both; a config names its models in [[pool]]");
     const bool model_flags = o.ctx >= 0 || o.parallel > 0 || o.threads > 0 || !o.chat_template_file.empty() || !o.draft_path.empty() ||
                              o.draft_max > 0 || !o.api_keys.empty() || !o.alias.empty() || o.n_predict != -2 || o.print_config ||
-                             !o.pooling.empty();
+                             !o.pooling.empty() || !o.cache_type_k.empty() || !o.cache_type_v.empty() || o.cache_ram_mib >= 0 ||
+                             o.kv_offload_gib >= 0 || !o.kv_disk_dir.empty() || o.kv_disk_gib >= 0;
     if (!from_model && model_flags)
-        return cli_fail("serve: -c, -np, -t, --chat-template-file, -md, --draft-max, --api-key, --alias, -n, --pooling and --print-config "
+        return cli_fail("serve: -c, -np, -t, --chat-template-file, -md, --draft-max, --api-key, --alias, -n, --pooling, -ctk, -ctv, --cache-ram, "
+                        "--kv-offloading-size, --kv-disk-dir, --kv-disk-gib and --print-config "
                         "build a config from a model: add -m MODEL.gguf (with --config, set them in the file)");
     std::string config_path = o.config_path;
     if (!from_model && config_path.empty()) {

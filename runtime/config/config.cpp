@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -417,6 +418,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get_in("kv_blocks", p.kv_blocks, 0, (double)k_max_kv_blocks, "in [0, 16777216] (0: from kv_gib)") &&
                       r.get_in("kv_gib", p.kv_gib, 0, 1 << 20, "in [0, 1048576] GiB") &&
                       r.get("block_size", p.block_size) && r.get("kv_dtype", p.kv_dtype) &&
+                      r.get("kv_type_k", p.kv_type_k) && r.get("kv_type_v", p.kv_type_v) &&
                       r.get_in("max_batch", p.max_batch, 1, (double)k_max_batch, "in [1, 4096] sequences") &&
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
                       r.get_in("max_queue", p.max_queue, 1, (double)k_max_queue, "in [1, 1048576] requests (0 would refuse every request)") &&
@@ -502,14 +504,30 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     return fail(at + "tp = " + std::to_string(sc.tp) + " needs the device profile's link_gbps (the all-reduce bandwidth)");
                 p.sim = sc;
             }
+            if (const toml::table* kt = r.sub("kv_tiers")) {
+                TableReader kr(*kt, src, "[pool.kv_tiers]");
+                KvTiersConfig& k = p.kv_tiers;
+                if (!kr.get_in("host_gib", k.host_gib, 0, 1 << 20, "in [0, 1048576] GiB (0: no host tier)") ||
+                    !kr.get_in("disk_gib", k.disk_gib, 0, 1 << 24, "in [0, 16777216] GiB (0: no disk tier)") ||
+                    !kr.get("disk_dir", k.disk_dir) || !kr.finish())
+                    return fail(kr.err);
+                const std::string at = where(src, kt->source()) + ": [pool.kv_tiers] of pool '" + p.name + "': ";
+                if (k.disk_gib > 0 && k.disk_dir.empty())
+                    return fail(at + "disk_gib needs disk_dir = \"DIR\" (a private directory for this pool's KV files; created 0700)");
+                if (k.disk_gib <= 0 && !k.disk_dir.empty())
+                    return fail(at + "disk_dir without disk_gib; set disk_gib = N (GiB of KV files) or drop disk_dir");
+                if (!k.enabled()) return fail(at + "set host_gib and/or disk_gib (both 0 means no tiers: drop the table)");
+                if (!k.disk_dir.empty() && std::filesystem::path(k.disk_dir).is_relative() && !base.empty())
+                    k.disk_dir = (base / k.disk_dir).lexically_normal().string();
+            }
             if (!r.finish()) return fail(r.err);
             if (p.name.empty()) return fail(where(src, t.source()) + ": [[pool]] needs a name");
             if (p.backend == "sim" || p.sim) {
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' ";
                 if (p.backend != "sim") return fail(at + "has [pool.sim] but backend = \"" + p.backend + "\"; set backend = \"sim\" or drop [pool.sim]");
                 if (!p.sim) return fail(at + "has backend = \"sim\" but no [pool.sim] table; add one with device = and model = (see configs/sim)");
-                for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype", "gpu_memory_fraction",
-                                      "cuda_graphs", "ctx"})
+                for (const char* k : {"model", "synth", "draft", "remote", "threads", "kv_gib", "kv_dtype", "kv_type_k",
+                                      "kv_type_v", "gpu_memory_fraction", "cuda_graphs", "ctx"})
                     if (r.has(k))
                         return fail(at + "is simulated: '" + k + "' does not apply (the model and KV come from [pool.sim]; its draft is [pool.sim] draft)");
             }
@@ -517,7 +535,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 // The worker's config has the model and the engine fields; here only the routing side.
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
                 for (const char* k : {"model", "synth", "draft", "backend", "threads", "kv_blocks", "kv_gib", "block_size",
-                                      "kv_dtype", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache",
+                                      "kv_dtype", "kv_type_k", "kv_type_v", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache",
                                       "gpu_memory_fraction", "cuda_graphs", "ctx"})
                     if (r.has(k))
                         return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
@@ -550,12 +568,34 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             if (!p.pooling.empty() && p.pooling != "mean" && p.pooling != "last" && p.pooling != "cls")
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' pooling must be \"mean\", \"last\" or \"cls\" " +
                             "(how /v1/embeddings pools the hidden states), got \"" + p.pooling + "\"");
-            if (p.kv_dtype != "f32" && p.kv_dtype != "f16")
-                return fail(where(src, t.source()) + ": pool '" + p.name + "' kv_dtype must be \"f32\" or \"f16\"");
+            for (auto [key, value] : {std::pair<const char*, std::string*>{"kv_dtype", &p.kv_dtype},
+                                      {"kv_type_k", &p.kv_type_k}, {"kv_type_v", &p.kv_type_v}}) {
+                if (value->empty() && key != std::string("kv_dtype")) continue;  // follows kv_dtype
+                // kv/kv_storage.h's names (parse_kv_dtype); config/ stays below kv/, so spelled here.
+                std::string name = *value;
+                std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return (char)std::tolower(ch); });
+                if (name == "fp8_e4m3") name = "fp8";
+                const std::set<std::string> kv_types{"f32", "f16", "bf16", "q8_0", "q4_0", "fp8"};
+                if (!kv_types.count(name))
+                    return fail(where(src, t.source()) + ": pool '" + p.name + "' " + key + " = \"" + *value +
+                                "\" is not a KV cache type; use one of f32, f16, bf16, q8_0, q4_0, fp8 (docs/kv-cache-types.md)");
+                if (name == "fp8" && p.backend != "cuda")
+                    return fail(where(src, t.source()) + ": pool '" + p.name + "' " + key + " = \"" + *value +
+                                "\" needs backend = \"cuda\" (the CPU forward has no fp8 kernels); use q8_0 on the CPU");
+                *value = name;  // one spelling, for the pool's key
+            }
             if (p.block_size <= 0 || p.block_size > 256 || (p.block_size & (p.block_size - 1)))
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' block_size must be a power of two up to 256");
             if (p.kv_blocks < 0 || (p.kv_blocks == 0 && !(p.kv_gib > 0) && !p.sim))
                 return fail(where(src, t.source()) + ": pool '" + p.name + "' needs kv_blocks > 0 or kv_gib > 0");
+            if (p.kv_tiers.enabled() && (p.sim || !p.remote.empty()))
+                return fail(where(src, t.source()) + ": pool '" + p.name + "' has [pool.kv_tiers], but " +
+                            (p.sim ? "a simulated pool holds no KV bytes to keep" : "a remote pool's KV lives on its worker (set the tiers in the worker's config)") +
+                            "; drop the table");
+            for (const PoolConfig& q : c.pools)
+                if (!p.kv_tiers.disk_dir.empty() && q.kv_tiers.disk_dir == p.kv_tiers.disk_dir)
+                    return fail(where(src, t.source()) + ": pools '" + q.name + "' and '" + p.name + "' share the KV disk_dir \"" +
+                                p.kv_tiers.disk_dir + "\"; give each pool its own directory");
             if (c.find_pool(p.name)) return fail(where(src, t.source()) + ": pool '" + p.name + "' is defined twice");
             c.pools.push_back(p);
         }

@@ -36,7 +36,8 @@ namespace {
 // Every function of kernels_api.inc and quant_dot_api.inc.
 #define STEWARD_CPU_KERNELS(X)                                                                          \
     X(gemm_min_tokens) X(matmul) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) X(dot_f32)       \
-    X(dot_f16) X(axpy_f32) X(axpy_f16) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)    \
+    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0)     \
+    X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
     X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast)
 
@@ -124,6 +125,12 @@ float dot_f32(const float* a, const float* b, int n) { return kernels().dot_f32(
 float dot_f16(const float* a, const uint16_t* b, int n) { return kernels().dot_f16(a, b, n); }
 void axpy_f32(float a, const float* x, float* y, int n) { kernels().axpy_f32(a, x, y, n); }
 void axpy_f16(float a, const uint16_t* x, float* y, int n) { kernels().axpy_f16(a, x, y, n); }
+float dot_bf16(const float* a, const uint16_t* b, int n) { return kernels().dot_bf16(a, b, n); }
+float dot_q8_0(const float* a, const void* b, int n) { return kernels().dot_q8_0(a, b, n); }
+float dot_q4_0(const float* a, const void* b, int n) { return kernels().dot_q4_0(a, b, n); }
+void axpy_bf16(float a, const uint16_t* x, float* y, int n) { kernels().axpy_bf16(a, x, y, n); }
+void axpy_q8_0(float a, const void* x, float* y, int n) { kernels().axpy_q8_0(a, x, y, n); }
+void axpy_q4_0(float a, const void* x, float* y, int n) { kernels().axpy_q4_0(a, x, y, n); }
 void to_f16(const float* x, uint16_t* y, int n) { kernels().to_f16(x, y, n); }
 void from_f16(const uint16_t* x, float* y, int n) { kernels().from_f16(x, y, n); }
 

@@ -103,8 +103,9 @@ std::vector<float> pool_hidden(std::span<const float> hidden, int n_tok, int n_e
     return out;
 }
 
-CpuEmbedder::CpuEmbedder(const Model& model, int n_threads, int max_tokens, KvDtype kv_dtype)
-    : fwd_(model, n_threads, std::max(1, max_tokens)), kv_dtype_(kv_dtype) {}
+CpuEmbedder::CpuEmbedder(const Model& model, int n_threads, int max_tokens, KvDtype kv_dtype,
+                         std::optional<KvDtype> kv_dtype_v)
+    : fwd_(model, n_threads, std::max(1, max_tokens)), kv_dtype_(kv_dtype), kv_dtype_v_(kv_dtype_v.value_or(kv_dtype)) {}
 
 Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std::vector<int32_t>> inputs,
                                                              Pooling pooling) {
@@ -131,7 +132,7 @@ Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std
         if (j == i) {
             // Longer than one forward: chunks over its own KV, each attending to those before.
             const auto& in = inputs[i];
-            KvStorage kv(KvStorage::config_for(p, blocks_for((int64_t)in.size()), kEmbedBlockSize, kv_dtype_));
+            KvStorage kv(KvStorage::config_for(p, blocks_for((int64_t)in.size()), kEmbedBlockSize, kv_dtype_, kv_dtype_v_));
             std::vector<int32_t> table((size_t)blocks_for((int64_t)in.size()));
             for (size_t b = 0; b < table.size(); b++) table[b] = (int32_t)b;
             PoolAccumulator acc{pooling, out[i], E};
@@ -153,7 +154,7 @@ Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std
         // One forward over inputs [i, j): each its own blocks of one KV, made for this forward.
         int n_blocks = 0;
         for (size_t k = i; k < j; k++) n_blocks += blocks_for((int64_t)inputs[k].size());
-        KvStorage kv(KvStorage::config_for(p, n_blocks, kEmbedBlockSize, kv_dtype_));
+        KvStorage kv(KvStorage::config_for(p, n_blocks, kEmbedBlockSize, kv_dtype_, kv_dtype_v_));
         std::vector<int32_t> ids((size_t)n_blocks);  // sequence k's table is a run of these
         for (int b = 0; b < n_blocks; b++) ids[(size_t)b] = b;
         std::vector<SeqInput> batch;

@@ -44,8 +44,10 @@ void l2_normalize(std::span<float> v);
 // One call at a time (it owns its scratch); the model must outlive it.
 class CpuEmbedder {
 public:
-    // n_threads <= 0: all cores. max_tokens bounds one forward's tokens (scratch size).
-    CpuEmbedder(const Model& model, int n_threads, int max_tokens, KvDtype kv_dtype = KvDtype::F32);
+    // n_threads <= 0: all cores. max_tokens bounds one forward's tokens (scratch size). kv_dtype is
+    // the KV's K type and, unless kv_dtype_v is given, its V type.
+    CpuEmbedder(const Model& model, int n_threads, int max_tokens, KvDtype kv_dtype = KvDtype::F32,
+                std::optional<KvDtype> kv_dtype_v = std::nullopt);
 
     // One unit-length vector of n_embd floats per input, in order. Errors (an empty input, a token
     // outside the vocabulary, an input past the model's context) name the input and the value.
@@ -55,7 +57,7 @@ public:
 
 private:
     CpuForward fwd_;
-    KvDtype kv_dtype_;
+    KvDtype kv_dtype_, kv_dtype_v_;
     std::vector<float> hidden_;  // [n_tok][n_embd] of the last forward
 };
 

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "cpu/kernels.h"
+#include "model/quantize.h"
+#include "model/quants.h"
 
 namespace steward {
 
@@ -68,6 +70,89 @@ void norm_heads(float* x, const WeightView& gain, float eps, int hd, int n_heads
     rmsnorm(x, static_cast<const float*>(gain.data), eps, hd, n_tok * n_heads, x);
 }
 
+// One row of n values (whole blocks for Q8_0 / Q4_0) into the KV's element type. Q8_0 and Q4_0 use
+// ggml's quantizers, so a row holds what llama.cpp's cache of that type would (llama.cpp quantizes K
+// with the same q8_0 as weights). The forward stores a whole slot row (n_head_kv * head_dim values)
+// at once, so with head dim 16 or 8 one block holds 2 or 4 heads' values. FP8 never reaches here
+// (check_batch refuses it).
+void kv_store_row(KvDtype t, const float* x, uint8_t* dst, int n) {
+    switch (t) {
+        case KvDtype::F32: std::memcpy(dst, x, (size_t)n * 4); return;
+        case KvDtype::F16: to_f16(x, reinterpret_cast<uint16_t*>(dst), n); return;
+        case KvDtype::BF16:
+            for (int i = 0; i < n; i++) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]);
+            return;
+        case KvDtype::Q8_0: quantize_row_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst), n); return;
+        case KvDtype::Q4_0: quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst), n); return;
+        case KvDtype::FP8_E4M3: break;
+    }
+}
+
+// One KV row back to F32 (the prefill gather). The types that have only an axpy kernel take it with
+// a = 1 over zeros: 1 * d * q + 0 is d * q exactly, the dequantized value.
+void kv_load_row(KvDtype t, const uint8_t* src, float* y, int n) {
+    switch (t) {
+        case KvDtype::F32: std::memcpy(y, src, (size_t)n * 4); return;
+        case KvDtype::F16: from_f16(reinterpret_cast<const uint16_t*>(src), y, n); return;
+        default: break;
+    }
+    std::fill(y, y + n, 0.0f);
+    if (t == KvDtype::BF16) axpy_bf16(1.0f, reinterpret_cast<const uint16_t*>(src), y, n);
+    if (t == KvDtype::Q8_0) axpy_q8_0(1.0f, src, y, n);
+    if (t == KvDtype::Q4_0) axpy_q4_0(1.0f, src, y, n);
+}
+
+// Code j of a block (value = d * code).
+inline int kv_code(const BlockQ8_0& b, int j) { return b.qs[j]; }
+inline int kv_code(const BlockQ4_0& b, int j) { return (j < 16 ? b.qs[j] & 0x0f : b.qs[j - 16] >> 4) - 8; }
+
+// Values [off, off + n) of the blocks from b on, to F32: d * code, the dequantized value (what the
+// axpy kernels give with a = 1).
+template <class Block>
+void kv_load_span(const Block* b, int off, float* y, int n) {
+    for (; n > 0; b++, off = 0) {
+        const float d = f16_to_f32(b->d);
+        const int m = std::min(n, 32 - off);
+        for (int j = 0; j < m; j++) y[j] = d * (float)kv_code(*b, off + j);
+        y += m, n -= m;
+    }
+}
+
+// Values [first, first + n) of a slot row back to F32, for any head row of any type: for the block
+// types a head row shorter than a block (head dim 16, 8) starts inside block first / 32.
+void kv_load(KvDtype t, const uint8_t* slot, int64_t first, float* y, int n) {
+    const int be = kv_dtype_block_elems(t);
+    if (be == 1) return kv_load_row(t, slot + kv_row_bytes(t, first), y, n);
+    const int off = (int)(first % be);
+    if (off == 0 && n % be == 0) return kv_load_row(t, slot + kv_row_bytes(t, first), y, n);
+    if (t == KvDtype::Q8_0) return kv_load_span(reinterpret_cast<const BlockQ8_0*>(slot) + first / be, off, y, n);
+    kv_load_span(reinterpret_cast<const BlockQ4_0*>(slot) + first / be, off, y, n);
+}
+
+// q . row and y += a * row over one KV head row, per type (the F32 and F16 cases first: the branch
+// is the same every call of a step, so it predicts).
+inline float kv_dot(KvDtype t, const float* q, const uint8_t* row, int n) {
+    switch (t) {
+        case KvDtype::F32: return dot_f32(q, reinterpret_cast<const float*>(row), n);
+        case KvDtype::F16: return dot_f16(q, reinterpret_cast<const uint16_t*>(row), n);
+        case KvDtype::BF16: return dot_bf16(q, reinterpret_cast<const uint16_t*>(row), n);
+        case KvDtype::Q8_0: return dot_q8_0(q, row, n);
+        case KvDtype::Q4_0: return dot_q4_0(q, row, n);
+        case KvDtype::FP8_E4M3: break;
+    }
+    return 0.0f;
+}
+inline void kv_axpy(KvDtype t, float a, const uint8_t* row, float* y, int n) {
+    switch (t) {
+        case KvDtype::F32: axpy_f32(a, reinterpret_cast<const float*>(row), y, n); return;
+        case KvDtype::F16: axpy_f16(a, reinterpret_cast<const uint16_t*>(row), y, n); return;
+        case KvDtype::BF16: axpy_bf16(a, reinterpret_cast<const uint16_t*>(row), y, n); return;
+        case KvDtype::Q8_0: axpy_q8_0(a, row, y, n); return;
+        case KvDtype::Q4_0: axpy_q4_0(a, row, y, n); return;
+        case KvDtype::FP8_E4M3: return;
+    }
+}
+
 // Below this many new tokens a sequence's attention goes token by token (decode, speculation);
 // at or above it, as matrix products over keys gathered once (prefill chunks).
 constexpr int kAttnBlockMin = 8;
@@ -81,20 +166,13 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
                   const std::vector<int>& vis_off) {
     thread_local std::vector<float> keys, vals, sc, row;
     const int n_new = e - b, bs = kv.config().block_size;
-    const bool f16kv = kv.config().dtype == KvDtype::F16;
+    const KvDtype tk = kv.config().dtype_k, tv = kv.config().dtype_v;
     keys.resize((size_t)n_slots * hd);  // [n_slots][hd]
     vals.resize((size_t)n_slots * hd);  // [n_slots][hd]
+    const int64_t first = (int64_t)g * hd;  // the head's values start at this element of the slot row
     for (int s = 0; s < n_slots; s++) {
-        const int64_t off = (int64_t)g * hd * kv.elem_bytes();
-        const uint8_t* kp = kv.k_slot(l, block_table[s / bs], s % bs) + off;
-        const uint8_t* vp = kv.v_slot(l, block_table[s / bs], s % bs) + off;
-        if (f16kv) {
-            from_f16(reinterpret_cast<const uint16_t*>(kp), keys.data() + (size_t)s * hd, hd);
-            from_f16(reinterpret_cast<const uint16_t*>(vp), vals.data() + (size_t)s * hd, hd);
-        } else {
-            std::memcpy(keys.data() + (size_t)s * hd, kp, (size_t)hd * 4);
-            std::memcpy(vals.data() + (size_t)s * hd, vp, (size_t)hd * 4);
-        }
+        kv_load(tk, kv.k_slot(l, block_table[s / bs], s % bs), first, keys.data() + (size_t)s * hd, hd);
+        kv_load(tv, kv.v_slot(l, block_table[s / bs], s % bs), first, vals.data() + (size_t)s * hd, hd);
     }
     sc.resize((size_t)n_new * n_slots);  // [n_new][n_slots]
     row.resize((size_t)n_slots);
@@ -129,6 +207,7 @@ Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers
                           ") does not match the model's (layers run ", std::to_string(n_layers), ", kv heads ",
                           std::to_string(p.n_head_kv), ", head dim ", std::to_string(p.head_dim),
                           "); size the KV storage for this forward");
+    if (auto ok = check_kv_types(kc, false); !ok) return ok.error();
     int n_out = 0;
     int64_t n_tok = 0;
     for (size_t s = 0; s < batch.size(); s++) {
@@ -199,7 +278,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
 
     const int E = p.n_embd, HD = p.head_dim, NH = p.n_head, NKV = p.n_head_kv;
     const int QD = NH * HD, KVD = NKV * HD;
-    const bool f16kv = kc.dtype == KvDtype::F16;
+    const KvDtype tk = kc.dtype_k, tv = kc.dtype_v;
 
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
     const int half = p.n_rot / 2;
@@ -276,15 +355,11 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             const SeqInput& in = batch[refs[t].seq];
             const int slot = refs[t].slot;
             const int blk = in.block_table[slot / bs];
-            uint8_t* kd = kv.k_slot(l, blk, slot % bs);
-            uint8_t* vd = kv.v_slot(l, blk, slot % bs);
-            if (f16kv) {
-                to_f16(k_.data() + (int64_t)t * KVD, reinterpret_cast<uint16_t*>(kd), KVD);
-                to_f16(v_.data() + (int64_t)t * KVD, reinterpret_cast<uint16_t*>(vd), KVD);
-            } else {
-                std::memcpy(kd, k_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
-                std::memcpy(vd, v_.data() + (int64_t)t * KVD, (size_t)KVD * 4);
-            }
+            // The slot row is whole blocks (check_kv_types): a block type quantizes its KVD values in
+            // one call, block by block (head by head when head_dim % 32 == 0; with head dim 16 or 8
+            // a block holds 2 or 4 heads).
+            kv_store_row(tk, k_.data() + (int64_t)t * KVD, kv.k_slot(l, blk, slot % bs), KVD);
+            kv_store_row(tv, v_.data() + (int64_t)t * KVD, kv.v_slot(l, blk, slot % bs), KVD);
         }
         // Attention. Sequences with many new tokens: one work item per (sequence, KV head), as
         // matrix products (attend_block). The other tokens: one work item per (token, KV head)
@@ -304,9 +379,14 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const int n_single = (int)single_toks.size();
         const int per_tok = n_single == 0 ? 1 : std::clamp((4 * pool_.n_threads() + n_single - 1) / n_single, 1, NKV);
         const int GH = (NKV + per_tok - 1) / per_tok, n_ranges = (NKV + GH - 1) / GH;
-        const int64_t eb = kv.elem_bytes();
+        // Head rows that are whole blocks (or one-value types) are read in place by the type's
+        // dot / axpy kernel; head rows inside a block (q8_0 / q4_0 with head dim 16 or 8) are
+        // dequantized, the range's heads of a slot at once, into F32 first.
+        const bool kwhole = kv.k_rows_whole(), vwhole = kv.v_rows_whole();
+        const int64_t krb = kwhole ? kv.k_row_bytes() : 0, vrb = vwhole ? kv.v_row_bytes() : 0;  // bytes of one head row
         pool_.parallel_for((int64_t)n_single * n_ranges, [&](int64_t it) {
             thread_local std::vector<float> sc;  // [heads of the range][n_slots] scores over the visible slots
+            thread_local std::vector<float> rows;  // [KV heads of the range][HD]: one slot's rows in F32
             const int t = single_toks[it / n_ranges];
             const int g0 = (int)(it % n_ranges) * GH, g1 = std::min(NKV, g0 + GH), nh = (g1 - g0) * gqa;
             const SeqInput& in = batch[refs[t].seq];
@@ -317,13 +397,19 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             std::fill(out0, out0 + (int64_t)nh * HD, 0.0f);
             if (slots.empty()) return;
             sc.resize((size_t)(nh * n_s));
+            const int n_rv = (g1 - g0) * HD;  // values of the range's KV heads in a slot row
+            if (!kwhole || !vwhole) rows.resize((size_t)n_rv);
             for (int64_t k = 0; k < n_s; k++) {
                 const int s = slots[k];
-                const uint8_t* kp = kv.k_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g0 * HD * eb;
-                for (int h = 0; h < nh; h++) {  // query head h of the range reads KV head h / gqa
-                    const uint8_t* kh = kp + (int64_t)(h / gqa) * HD * eb;
-                    sc[h * n_s + k] = scale * (f16kv ? dot_f16(q0 + h * HD, reinterpret_cast<const uint16_t*>(kh), HD)
-                                                     : dot_f32(q0 + h * HD, reinterpret_cast<const float*>(kh), HD));
+                const uint8_t* ks = kv.k_slot(l, in.block_table[s / bs], s % bs);
+                if (kwhole) {
+                    const uint8_t* kp = ks + g0 * krb;
+                    for (int h = 0; h < nh; h++)  // query head h of the range reads KV head h / gqa
+                        sc[h * n_s + k] = scale * kv_dot(tk, q0 + h * HD, kp + (h / gqa) * krb, HD);
+                } else {
+                    kv_load(tk, ks, (int64_t)g0 * HD, rows.data(), n_rv);
+                    for (int h = 0; h < nh; h++)
+                        sc[h * n_s + k] = scale * dot_f32(q0 + h * HD, rows.data() + (h / gqa) * HD, HD);
                 }
             }
             for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
@@ -333,14 +419,13 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             }
             for (int64_t k = 0; k < n_s; k++) {
                 const int s = slots[k];
-                const uint8_t* vp = kv.v_slot(l, in.block_table[s / bs], s % bs) + (int64_t)g0 * HD * eb;
-                for (int h = 0; h < nh; h++) {
-                    const uint8_t* vh = vp + (int64_t)(h / gqa) * HD * eb;
-                    const float a = sc[h * n_s + k];
-                    if (f16kv)
-                        axpy_f16(a, reinterpret_cast<const uint16_t*>(vh), out0 + h * HD, HD);
-                    else
-                        axpy_f32(a, reinterpret_cast<const float*>(vh), out0 + h * HD, HD);
+                const uint8_t* vs = kv.v_slot(l, in.block_table[s / bs], s % bs);
+                if (vwhole) {
+                    const uint8_t* vp = vs + g0 * vrb;
+                    for (int h = 0; h < nh; h++) kv_axpy(tv, sc[h * n_s + k], vp + (h / gqa) * vrb, out0 + h * HD, HD);
+                } else {
+                    kv_load(tv, vs, (int64_t)g0 * HD, rows.data(), n_rv);
+                    for (int h = 0; h < nh; h++) axpy_f32(sc[h * n_s + k], rows.data() + (h / gqa) * HD, out0 + h * HD, HD);
                 }
             }
         });

@@ -7,10 +7,12 @@
 
 namespace steward {
 
-Generator::Generator(const Model& model, int n_threads, KvDtype kv_dtype, int block_size)
+Generator::Generator(const Model& model, int n_threads, KvDtype kv_dtype, int block_size,
+                     std::optional<KvDtype> kv_dtype_v)
     : model_(model),
       fwd_(model, n_threads, 512),
       kv_dtype_(kv_dtype),
+      kv_dtype_v_(kv_dtype_v.value_or(kv_dtype)),
       block_size_(block_size) {}
 
 Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_predict, const SamplingParams& sp,
@@ -30,7 +32,8 @@ Expected<GenerateStats> Generator::generate(std::vector<int32_t> prompt, int n_p
     if (auto ok = check_sampling(sp); !ok) return ok.error();
     const int n_blocks = (int)(((int64_t)prompt.size() + n_predict + block_size_ - 1) / block_size_);
     if (!kv_ || kv_->config().n_blocks < n_blocks) {
-        const KvConfig kc = KvStorage::config_for(p, n_blocks, block_size_, kv_dtype_);
+        const KvConfig kc = KvStorage::config_for(p, n_blocks, block_size_, kv_dtype_, kv_dtype_v_);
+        if (auto ok = check_kv_types(kc, false); !ok) return ok.error();
         if (auto m = check_memory((double)kv_bytes(kc), "the KV of " + std::to_string((int64_t)prompt.size() + n_predict) + " tokens",
                                   "shorten the prompt or lower -n");
             !m)

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cpu/forward.h"
@@ -20,7 +21,9 @@ struct GenerateStats {
 class Generator {
 public:
     // n_threads: 0 for all cores; the caller checks it (check_threads in config/limits.h).
-    Generator(const Model& model, int n_threads, KvDtype kv_dtype = KvDtype::F32, int block_size = 16);
+    // kv_dtype is the KV's K type and, unless kv_dtype_v is given, its V type.
+    Generator(const Model& model, int n_threads, KvDtype kv_dtype = KvDtype::F32, int block_size = 16,
+              std::optional<KvDtype> kv_dtype_v = std::nullopt);
     // Prompt ids (may be empty only if the model has BOS: then BOS alone starts it). on_token is
     // called for every generated id; returning false stops. Stops at an end-of-generation token
     // (not passed to on_token) or after n_predict tokens. The KV is sized for prompt + n_predict
@@ -33,7 +36,7 @@ public:
 private:
     const Model& model_;
     CpuForward fwd_;
-    KvDtype kv_dtype_;
+    KvDtype kv_dtype_, kv_dtype_v_;
     int block_size_;
     std::unique_ptr<KvStorage> kv_;  // [n_blocks] for the longest request so far
     std::vector<int32_t> table_;

@@ -107,6 +107,10 @@ std::optional<int32_t> BlockPool::allocate() {
         }
         evictable_remove(block);
         hash_to_block_.erase(blocks_[block].hash);
+        if (record_evicted_) {
+            const Block& v = blocks_[block];
+            evicted_.push_back({block, v.hash, v.tenant, v.is_public, v.depth, v.n_hits});
+        }
         if (record_events_) events_.push_back({KvEventKind::REMOVED, blocks_[block].hash});
         ++stats_.n_evictions;
     } else {

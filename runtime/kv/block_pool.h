@@ -50,6 +50,7 @@ struct EvictionContext {
     double block_bytes = 0;   // bytes of KV one block holds (0: unknown)
     std::span<const TenantBlocks> tenants;
     const std::vector<std::string>* tenant_names = nullptr;  // by tenant id (may be shorter; null: unknown)
+    KvTier tier = KvTier::POOL;  // where the candidates are: the pool's blocks or a tier's (kv/kv_tier.h)
 };
 
 // Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
@@ -62,6 +63,17 @@ public:
     // k_no_victim declines every candidate: allocate() fails (counted in n_declined), as when no block is free.
     static constexpr size_t k_no_victim = SIZE_MAX;
     virtual size_t choose_victim(const EvictionContext& ctx, std::span<const EvictionCandidate> candidates) = 0;
+};
+
+// A cached block the pool evicted, as it was just before: what a KV tier needs to keep it (its bytes
+// stay intact in KV storage until the block's new owner writes it).
+struct EvictedBlock {
+    int32_t block = -1;
+    BlockHash hash = 0;
+    int32_t tenant = -1;
+    bool is_public = false;
+    int32_t depth = 0;
+    int64_t n_hits = 0;
 };
 
 // A snapshot of one block's bookkeeping (tests, metrics, policies).
@@ -137,6 +149,10 @@ public:
     // until take_events() hands them over (off by default: pools nobody indexes pay nothing).
     void set_record_events(bool on) { record_events_ = on; }
     std::vector<KvEvent> take_events() { return std::exchange(events_, {}); }
+    // Evicted blocks: while on, every cached block allocate() reclaims is recorded until take_evicted()
+    // hands them over (the KV tiers demote them; off by default).
+    void set_record_evicted(bool on) { record_evicted_ = on; }
+    std::vector<EvictedBlock> take_evicted() { return std::exchange(evicted_, {}); }
 
     int32_t n_total() const { return static_cast<int32_t>(blocks_.size()); }
     int32_t n_free() const { return n_total() - n_used_; }  // ref count 0: uncached free + evictable
@@ -201,6 +217,8 @@ private:
     BlockPoolStats stats_;
     bool record_events_ = false;
     std::vector<KvEvent> events_;
+    bool record_evicted_ = false;
+    std::vector<EvictedBlock> evicted_;
 };
 
 }  // namespace steward

@@ -110,6 +110,61 @@ int KvManager::get_computed_blocks(SeqId seq) {
     return n_hit;
 }
 
+std::optional<BlockHash> KvManager::next_prompt_block_hash(SeqId seq) {
+    SeqKv& s = get(seq);
+    STEWARD_KV_CHECK(s.n_computed == static_cast<int>(s.blocks.size()) * block_size_,
+                     "tier promotion on a sequence holding more than its cached chain");
+    refresh_hashes(s);
+    const int n = s.n_tokens();
+    const size_t max_blocks = n > 0 ? static_cast<size_t>((n - 1) / block_size_) : 0;
+    if (s.blocks.size() >= max_blocks) return std::nullopt;
+    return s.block_hashes[s.blocks.size()];
+}
+
+// One more block on the cached chain: the counts get_computed_blocks keeps, for one block.
+void KvManager::count_promoted(SeqKv& s, int32_t writer, bool is_public) {
+    int n_cross = 0, n_public = 0;
+    if (writer != s.tenant) (is_public ? n_public : n_cross) = block_size_;
+    s.n_computed += block_size_;
+    s.n_cached_tokens += block_size_;
+    s.n_cached_cross_tenant_tokens += n_cross;
+    s.n_cached_public_tokens += n_public;
+    counters_.n_tenant_boundary_hit_tokens += n_cross;
+    counters_.n_public_cross_tenant_hit_tokens += n_public;
+    counters_.n_prefix_hit_tokens += block_size_;
+    counters_.per_tenant[s.tenant].n_hit_tokens += block_size_;
+}
+
+bool KvManager::pin_next_cached(SeqId seq) {
+    const auto h = next_prompt_block_hash(seq);
+    if (!h) return false;
+    const auto block = pool_.find_cached(*h);
+    if (!block) return false;
+    SeqKv& s = get(seq);
+    pool_.ref(*block);
+    s.blocks.push_back(*block);
+    const BlockInfo info = pool_.info(*block);
+    count_promoted(s, info.tenant, info.is_public);
+    return true;
+}
+
+std::optional<int32_t> KvManager::adopt_next_block(SeqId seq, int32_t tenant, bool is_public) {
+    const auto h = next_prompt_block_hash(seq);
+    STEWARD_KV_CHECK(h.has_value(), "adopt_next_block past the prompt's full blocks");
+    STEWARD_KV_CHECK(!pool_.peek_cached(*h), "adopt_next_block of a hash the pool holds (pin_next_cached first)");
+    const auto block = pool_.allocate();
+    if (!block) {
+        ++counters_.n_alloc_failures;
+        return std::nullopt;
+    }
+    SeqKv& s = get(seq);
+    const int32_t depth = static_cast<int32_t>(s.blocks.size());
+    pool_.publish(*block, *h, tenant, is_public, depth);
+    s.blocks.push_back(*block);
+    count_promoted(s, tenant, is_public);
+    return block;
+}
+
 void KvManager::append_tokens(SeqId seq, std::span<const int32_t> tokens) {
     SeqKv& s = get(seq);
     s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());

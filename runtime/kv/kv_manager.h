@@ -92,6 +92,9 @@ public:
     void set_record_kv_events(bool on) { pool_.set_record_events(on); }
     std::vector<KvEvent> take_kv_events() { return pool_.take_events(); }
     std::vector<BlockHash> cached_hashes() const { return pool_.cached_hashes(); }
+    // See BlockPool::set_record_evicted / take_evicted: cached blocks reclaimed, for the KV tiers.
+    void set_record_evicted(bool on) { pool_.set_record_evicted(on); }
+    std::vector<EvictedBlock> take_evicted() { return pool_.take_evicted(); }
 
     // A new sequence of `tenant` knowing `prompt`, holding no KV yet. Ids are never reused.
     // salt: the tenant's prefix-cache salt (from the config); 0 derives one from the tenant id.
@@ -102,6 +105,18 @@ public:
     // Counts queries and hits (per tenant, and on the sequence: n_cached_tokens and its cross-tenant
     // and public shares). Only on a sequence holding no blocks.
     int get_computed_blocks(SeqId seq);
+    // Promotion from a KV tier, after get_computed_blocks: the hash of the sequence's next prompt block
+    // past its cached chain (within get_computed_blocks' limit: never the block holding the last
+    // token), or nullopt when there is none. Only while the sequence holds nothing but cached blocks.
+    std::optional<BlockHash> next_prompt_block_hash(SeqId seq);
+    // Extends the cached chain by that next block when the pool holds it now (pinned, counted as a
+    // hit as in get_computed_blocks); false when it does not.
+    bool pin_next_cached(SeqId seq);
+    // Extends the cached chain by a fresh block published under the next hash, written by `tenant`
+    // (public: inside a declared-public prefix), counted as a prefix hit: the caller must fill its KV
+    // (every layer) before any forward reads it. The new block id, or nullopt when no block is free
+    // (nothing changed). Evictions it causes are recorded as allocate_slots'.
+    std::optional<int32_t> adopt_next_block(SeqId seq, int32_t tenant, bool is_public);
     // Adds known tokens (sampled, drafted) to the sequence; no KV is allocated.
     void append_tokens(SeqId seq, std::span<const int32_t> tokens);
     // Fresh blocks allocate_slots(seq, n_new) would take: new table entries plus copy-on-write replacements.
@@ -142,6 +157,7 @@ private:
     SeqKv& get(SeqId seq);
     bool needs_cow(int32_t block) const;
     void refresh_hashes(SeqKv& s) const;
+    void count_promoted(SeqKv& s, int32_t writer, bool is_public);
 
     BlockPool pool_;
     int block_size_;

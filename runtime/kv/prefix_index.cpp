@@ -26,10 +26,15 @@ std::vector<BlockHash> lookup_block_hashes(std::span<const int32_t> prompt, int 
 void PrefixIndex::apply(PoolId pool, std::span<const KvEvent> events) {
     auto& held = pools_[pool];
     for (const KvEvent& e : events) {
-        if (e.kind == KvEventKind::STORED)
-            held.insert(e.hash);
-        else
-            held.erase(e.hash);
+        const int t = static_cast<int>(e.tier);
+        if (t < 0 || t > 2) continue;  // not a tier this index knows (a newer peer's): ignored
+        const auto bit = static_cast<uint8_t>(1u << t);
+        if (e.kind == KvEventKind::STORED) {
+            held[e.hash] |= bit;
+        } else if (auto it = held.find(e.hash); it != held.end()) {
+            it->second &= static_cast<uint8_t>(~bit);
+            if (it->second == 0) held.erase(it);
+        }
     }
     n_events_ += static_cast<int64_t>(events.size());
 }
@@ -47,9 +52,30 @@ int PrefixIndex::n_leading_blocks(PoolId pool, std::span<const BlockHash> chain)
     return n;
 }
 
+int PrefixIndex::cached_tokens(PoolId pool, std::span<const BlockHash> chain, int block_size, TierWeights w) const {
+    auto it = pools_.find(pool);
+    if (it == pools_.end()) return 0;
+    double n = 0;
+    for (BlockHash h : chain) {
+        auto b = it->second.find(h);
+        if (b == it->second.end()) break;
+        const uint8_t m = b->second;
+        n += (m & 1u) ? 1.0 : (m & 2u) ? w.host : w.disk;
+    }
+    return static_cast<int>(n * block_size);
+}
+
 bool PrefixIndex::holds(PoolId pool, BlockHash hash) const {
     auto it = pools_.find(pool);
     return it != pools_.end() && it->second.count(hash) != 0;
+}
+
+std::optional<KvTier> PrefixIndex::tier_of(PoolId pool, BlockHash hash) const {
+    auto it = pools_.find(pool);
+    if (it == pools_.end()) return std::nullopt;
+    auto b = it->second.find(hash);
+    if (b == it->second.end()) return std::nullopt;
+    return (b->second & 1u) ? KvTier::POOL : (b->second & 2u) ? KvTier::HOST : KvTier::DISK;
 }
 
 int64_t PrefixIndex::n_blocks(PoolId pool) const {

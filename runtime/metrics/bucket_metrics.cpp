@@ -184,6 +184,12 @@ void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
     n_preemptions += r.n_preemptions;
     n_cross_tenant_hits += r.n_cached_cross_tenant;
     n_public_hits += r.n_cached_public;
+    n_tier_host_tokens += r.n_cached_host_tokens;
+    n_tier_disk_tokens += r.n_cached_disk_tokens;
+    if (r.n_promotions > 0) {
+        n_promotions += r.n_promotions;
+        promote_s.record(r.promote_s);
+    }
     TenantCache& t = tenants[r.tenant];
     ++t.n_requests;
     t.n_queries += r.n_prompt_tokens;
@@ -640,7 +646,13 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"miss_penalty_by_length_class", classes},
           {"cross_tenant_hits_tokens", m.n_cross_tenant_hits},
           {"public_hits_tokens", m.n_public_hits},
-          {"tenants", tenants}}},
+          {"tenants", tenants},
+          {"tier_hits_tokens", {{"pool", m.n_cached_tokens - m.n_tier_host_tokens - m.n_tier_disk_tokens},
+                                {"host", m.n_tier_host_tokens},
+                                {"disk", m.n_tier_disk_tokens}}},
+          {"promotions", m.n_promotions},
+          {"promotion_ms_p50", num(m.promote_s.quantile(0.50) * 1e3)},
+          {"promotion_ms_p99", num(m.promote_s.quantile(0.99) * 1e3)}}},
         {"kv",
          {{"gib_formula", num(cfg_.kv ? cfg_.kv->total_gib() : k_nan)},
           {"gib_in_use_peak", num(has_kv ? (double)kv.n_blocks_used_peak * block_gib : k_nan)},
@@ -725,9 +737,27 @@ nlohmann::json MetricsRegistry::to_json() const {
     for (const KvPoint& k : kv_series_)
         series.push_back({{"t_s", k.t_s - t0}, {"pool", k.pool}, {"blocks_used", k.n_blocks_used},
                           {"blocks_total", k.n_blocks_total}, {"evictions", k.evictions}});
+    // KV tiers per pool: what each tier holds and did (docs/kv-tiers.md); the pool's own KV is "kv".
+    nlohmann::json tiers = nlohmann::json::object();
+    for (const PoolLoad& l : loads_) {
+        if (!l.tiers) continue;
+        const KvTierStats& t = *l.tiers;
+        nlohmann::json& pj = tiers[l.pool] = nlohmann::json::object();
+        for (KvTier k : {KvTier::HOST, KvTier::DISK}) {
+            const KvTierCounters& c = t.tier[(int)k];
+            pj[kv_tier_name(k)] = {{"blocks", c.n_blocks},     {"gib", (double)c.bytes / k_gib}, {"demotions", c.n_stores},
+                                   {"evictions", c.n_removals}, {"lookups", c.n_lookups},       {"hits", c.n_hits}};
+        }
+        pj["disk_reads"] = t.n_disk_reads;
+        pj["disk_writes"] = t.n_disk_writes;
+        pj["disk_read_gib"] = (double)t.disk_read_bytes / k_gib;
+        pj["disk_write_gib"] = (double)t.disk_write_bytes / k_gib;
+        pj["dropped_files"] = t.n_dropped_files;
+        pj["write_errors"] = t.n_write_errors;
+    }
     return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
             {"policies", policies}, {"admission", admission}, {"grammar_cache", grammar_cache},
-            {"kv_series", series}};
+            {"kv_series", series}, {"kv_tiers", tiers}};
 }
 
 std::string MetricsRegistry::to_table() const {
@@ -785,7 +815,47 @@ std::string MetricsRegistry::to_table() const {
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
     out += line(row_cells("all", all_));
-    return out + spec_table() + structured_table();
+    return out + spec_table() + structured_table() + tiers_table();
+}
+
+// Printed only when some pool has KV tiers: per pool and tier, what it holds and did; then per
+// bucket the prompt tokens each tier gave back and the promotions' time.
+std::string MetricsRegistry::tiers_table() const {
+    bool any = false;
+    for (const PoolLoad& l : loads_) any = any || l.tiers.has_value();
+    if (!any) return {};
+    std::string out = "\n";
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%-12s %-5s %9s %9s %9s %9s %9s %9s %8s %8s %8s\n", "kv_tiers", "tier", "blocks", "GiB",
+                  "demoted", "evicted", "lookups", "hits", "reads", "writes", "dropped");
+    out += buf;
+    for (const PoolLoad& l : loads_) {
+        if (!l.tiers) continue;
+        for (KvTier k : {KvTier::HOST, KvTier::DISK}) {
+            const KvTierCounters& c = l.tiers->tier[(int)k];
+            const bool disk = k == KvTier::DISK;
+            std::snprintf(buf, sizeof buf, "%-12s %-5s %9lld %9.4f %9lld %9lld %9lld %9lld %8s %8s %8s\n", l.pool.c_str(),
+                          kv_tier_name(k), (long long)c.n_blocks, (double)c.bytes / k_gib, (long long)c.n_stores,
+                          (long long)c.n_removals, (long long)c.n_lookups, (long long)c.n_hits,
+                          disk ? std::to_string(l.tiers->n_disk_reads).c_str() : "-",
+                          disk ? std::to_string(l.tiers->n_disk_writes).c_str() : "-",
+                          disk ? std::to_string(l.tiers->n_dropped_files).c_str() : "-");
+            out += buf;
+        }
+    }
+    std::snprintf(buf, sizeof buf, "%-12s %10s %10s %10s %10s %12s %12s\n", "tier_hits", "pool_tok", "host_tok", "disk_tok",
+                  "promotions", "promo_p50_ms", "promo_p99_ms");
+    out += buf;
+    auto row = [&](const std::string& name, const BucketMetrics& m) {
+        std::snprintf(buf, sizeof buf, "%-12s %10lld %10lld %10lld %10lld %12s %12s\n", name.c_str(),
+                      (long long)(m.n_cached_tokens - m.n_tier_host_tokens - m.n_tier_disk_tokens),
+                      (long long)m.n_tier_host_tokens, (long long)m.n_tier_disk_tokens, (long long)m.n_promotions,
+                      fmt(m.promote_s.quantile(0.50) * 1e3, "%.3f").c_str(), fmt(m.promote_s.quantile(0.99) * 1e3, "%.3f").c_str());
+        out += buf;
+    };
+    for (const std::string& name : bucket_names()) row(name, buckets_.find(name)->second);
+    row("all", all_);
+    return out;
 }
 
 // Printed only when some request was constrained (response_format / grammar). mask_us: mean mask
@@ -963,6 +1033,12 @@ std::string MetricsRegistry::to_prometheus() const {
             [](const BucketMetrics& m) { return m.n_cross_tenant_hits; });
     counter("steward_prefix_cache_public_hit_tokens_total", "Hit tokens on another tenant's declared-public blocks.",
             [](const BucketMetrics& m) { return m.n_public_hits; });
+    counter("steward_kv_tier_host_hit_tokens_total", "Cached prompt tokens promoted from the host-memory KV tier.",
+            [](const BucketMetrics& m) { return m.n_tier_host_tokens; });
+    counter("steward_kv_tier_disk_hit_tokens_total", "Cached prompt tokens promoted from the disk KV tier.",
+            [](const BucketMetrics& m) { return m.n_tier_disk_tokens; });
+    histogram("steward_kv_promotion_seconds", "Wall time of a request's promotion of its prompt blocks from the KV tiers, seconds.",
+              &BucketMetrics::promote_s, k_itl_bounds);
     counter("steward_preemptions_total", "Preemptions for lack of KV blocks.",
             [](const BucketMetrics& m) { return m.n_preemptions; });
     counter("steward_recomputed_tokens_total", "Tokens computed again after preemption.",
@@ -1123,6 +1199,47 @@ std::string MetricsRegistry::to_prometheus() const {
         for (const PoolLoad::Bucket& b : l.by_bucket)
             out += "steward_bucket_requests_waiting{" + label(bucket_key(b.bucket)) + "," +
                    poollabel(pool_key(l.pool)) + "} " + std::to_string(b.n_waiting) + "\n";
+
+    // KV tiers (docs/kv-tiers.md): per pool and tier, then the disk's I/O.
+    auto tierlabel = [&](const PoolLoad& l, KvTier k) { return poollabel(pool_key(l.pool)) + ",tier=\"" + kv_tier_name(k) + "\""; };
+    auto tier_family = [&](const char* name, const char* type, const char* help, auto value_of) {
+        bool any = false;
+        for (const PoolLoad& l : loads_) any = any || l.tiers.has_value();
+        if (!any) return;
+        family(name, type, help);
+        for (const PoolLoad& l : loads_)
+            if (l.tiers)
+                for (KvTier k : {KvTier::HOST, KvTier::DISK})
+                    out += std::string(name) + "{" + tierlabel(l, k) + "} " +
+                           prometheus_number((double)value_of(l.tiers->tier[(int)k])) + "\n";
+    };
+    tier_family("steward_kv_tier_blocks", "gauge", "KV blocks a tier below the pool holds.",
+                [](const KvTierCounters& c) { return c.n_blocks; });
+    tier_family("steward_kv_tier_bytes", "gauge", "Bytes of KV a tier below the pool holds.",
+                [](const KvTierCounters& c) { return c.bytes; });
+    tier_family("steward_kv_tier_demoted_blocks_total", "counter", "KV blocks stored into a tier (demoted from above).",
+                [](const KvTierCounters& c) { return c.n_stores; });
+    tier_family("steward_kv_tier_evicted_blocks_total", "counter", "KV blocks a tier evicted (to the tier below, or dropped).",
+                [](const KvTierCounters& c) { return c.n_removals; });
+    tier_family("steward_kv_tier_hits_total", "counter", "Promotions answered from a tier (blocks).",
+                [](const KvTierCounters& c) { return c.n_hits; });
+    {
+        bool any = false;
+        for (const PoolLoad& l : loads_) any = any || l.tiers.has_value();
+        if (any) {
+            auto disk_family = [&](const char* name, const char* help, auto value_of) {
+                family(name, "counter", help);
+                for (const PoolLoad& l : loads_)
+                    if (l.tiers) out += std::string(name) + "{" + poollabel(pool_key(l.pool)) + "} " + prometheus_number((double)value_of(*l.tiers)) + "\n";
+            };
+            disk_family("steward_kv_disk_reads_total", "KV block files read (promotions from disk).",
+                        [](const KvTierStats& t) { return t.n_disk_reads; });
+            disk_family("steward_kv_disk_writes_total", "KV block files written.", [](const KvTierStats& t) { return t.n_disk_writes; });
+            disk_family("steward_kv_disk_dropped_files_total",
+                        "KV block files deleted unserved: a failed checksum or header, another model, layout or salt set.",
+                        [](const KvTierStats& t) { return t.n_dropped_files; });
+        }
+    }
 
     family("steward_kv_cache_evicted_blocks_total", "counter",
            "Cached unreferenced KV blocks reclaimed, per pool and policy.");

@@ -15,6 +15,7 @@
 #include <steward/finish_reason.h>
 
 #include "kv/admission.h"
+#include "kv/kv_tier.h"
 #include "metrics/histogram.h"
 #include "metrics/run_figures.h"
 
@@ -114,6 +115,7 @@ struct PoolLoad {
     std::vector<Bucket> by_bucket;  // empty: not split (a remote pool: its worker's heartbeat has totals only)
     int32_t block_size = 0;         // tokens per KV block; 0: unknown
     int64_t n_blocks = 0;           // KV blocks of the pool; 0: unknown
+    std::optional<KvTierStats> tiers;  // the pool's KV tiers (kv/kv_tier.h); none: no [pool.kv_tiers]
 };
 
 // Time-weighted KV gauges of one row: each sample holds until the next. With every sample at one
@@ -173,6 +175,10 @@ struct BucketMetrics {
     int64_t n_preemptions = 0;
     int64_t n_cross_tenant_hits = 0;  // tokens
     int64_t n_public_hits = 0;        // tokens
+    // KV tiers: cached prompt tokens promoted from host memory / disk, the promotions (requests that
+    // took at least one block from a tier) and each promotion's wall time.
+    int64_t n_tier_host_tokens = 0, n_tier_disk_tokens = 0, n_promotions = 0;
+    Histogram promote_s;
     std::map<std::string, TenantCache, std::less<>> tenants;
     std::map<int, LengthClassTtft> length_classes;  // key k: prompts of [2^k, 2^(k+1)) tokens
 
@@ -386,6 +392,7 @@ private:
     int64_t n_evictions_total_ = 0;
     std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
     std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained
+    std::string tiers_table() const;       // to_table's KV tiers section; "" when no pool has tiers
     static nlohmann::json structured_json(const BucketMetrics& m);
     nlohmann::json spec_json(const BucketMetrics& m) const;
     std::optional<double> spec_baseline_of(const BucketMetrics& m) const;  // set_spec_baseline's, for m's row

@@ -18,6 +18,11 @@ struct RunFigures {
     int64_t n_cached_cross_tenant = 0;   // of those, on blocks another tenant wrote outside any
                                          // declared-public prefix: a boundary breach, must be 0
     int64_t n_cached_public = 0;         // of those, on another tenant's declared-public blocks
+    // Of n_cached_prompt_tokens, those promoted back from a KV tier (host memory, disk), and the
+    // promotions' count (0 or 1 per admission) and wall seconds.
+    int64_t n_cached_host_tokens = 0, n_cached_disk_tokens = 0;
+    int64_t n_promotions = 0;
+    double promote_s = 0.0;
     int64_t n_recomputed_tokens = 0;     // tokens computed again after preemptions
     int64_t n_preemptions = 0;           // times its KV was dropped to make room
     // Speculative decoding (vLLM's num_drafts / num_draft_tokens / num_accepted_tokens):

@@ -200,6 +200,8 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t n_blocks) {
 
 }  // namespace
 
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) { quantize_q4_0(x, y, n / kQK); }
+
 bool quantize_supported(GgmlType type) {
     switch (type) {
         case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q8_0:

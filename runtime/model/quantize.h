@@ -23,6 +23,12 @@ bool quantize_supported(GgmlType type);
 // not finite or too large for an F16 scale.
 Expected<bool> quantize_row(GgmlType type, const float* x, int64_t n, void* out);
 
+// ggml's Q4_0 quantizer (quantize_row_q4_0_ref) over n floats, n a multiple of 32: per block
+// d = (the value of largest magnitude) / -8, q = x / d + 8 rounded, at most 15. No checks (the KV
+// cache's writer; quantize_row is the checked entry).
+struct BlockQ4_0;
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
+
 // How llama-quantize assigns types per tensor. NONE: every matrix the one type.
 enum class QuantMix { NONE, Q4_K_M, Q5_K_M };
 

@@ -399,7 +399,7 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
             for (size_t i = 0; i < ctx.tenants.size(); i++) c.tenant_names[i] = c.tenant_name_store[i].c_str();
             c.requesting_tenant = name_of(ctx.requesting_tenant);
             c.erq = steward_evict_request{sizeof(steward_evict_request), c.params->bucket.c_str(), c.requesting_tenant.c_str(),
-                                          c.tenant_names.data()};
+                                          c.tenant_names.data(), (int32_t)ctx.tier};
         }
         c.victim = 0;
         counters_->n_calls++;

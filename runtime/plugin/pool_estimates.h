@@ -1,6 +1,8 @@
 // What a routing policy sees of each pool: configured prices and size, and live estimates (latency,
 // queue, errors, measured quality) turned into a steward_pool_view for one request.
 #pragma once
+#include "kv/kv_tier.h"
+#include <optional>
 #include <steward/policy.h>
 
 #include <string>
@@ -29,6 +31,7 @@ struct PoolLiveStats {
     int n_inflight = 0;      // runs requests have sent to the pool and not seen end (the front's own count)
     int n_blocks_inflight = 0;  // their prompts' KV blocks (what a run holds once prefilled; Dynamo's active blocks)
     bool available = true;   // false while draining, or while a remote pool's worker is lost
+    std::optional<KvTierStats> tiers;  // the pool's KV tiers' figures (none: no [pool.kv_tiers])
 };
 
 // quality_measured: agreement with the strongest pool on this bucket's shadowed requests (NaN: none,

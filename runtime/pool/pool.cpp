@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "config/limits.h"
+#include "kv/block_hash.h"
 #include "kv/kv_storage.h"
+#include "kv/kv_tier.h"
 #include "model/synth.h"
 #include "sim/cost_model.h"
 #include "sim/sim_model.h"
@@ -105,9 +107,10 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     // the runtime when it rejoins, whatever the key).
     if (!p.remote.empty()) return "remote|" + p.name + "|" + p.remote + "|" + p.remote_pool;
     o << p.name << '|' << p.model << '|' << p.backend << '|' << p.threads << '|' << p.kv_blocks << '|' << p.kv_gib << '|'
-      << p.block_size << '|' << p.kv_dtype << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
+      << p.block_size << '|' << p.kv_dtype << '|' << p.kv_type_k << '|' << p.kv_type_v << '|' << p.max_batch << '|' << p.max_batch_tokens << '|' << p.max_queue << '|'
       << p.prefix_cache << '|' << c.limits.session_ttl_ms << '|' << p.kv_overcommit << '|' << p.draft << '|'
-      << p.kv_size_set << '|' << p.gpu_memory_fraction << '|' << p.cuda_graphs << '|' << p.ctx;
+      << p.kv_size_set << '|' << p.gpu_memory_fraction << '|' << p.cuda_graphs << '|' << p.ctx << '|'
+      << p.kv_tiers.host_gib << ',' << p.kv_tiers.disk_gib << ',' << p.kv_tiers.disk_dir;
     for (const auto& pp : c.public_prefixes) o << '|' << pp.text;
     if (p.sim) {  // a simulated pool: its device, shapes and generator (the files' contents, as read)
         const SimPoolConfig& s = *p.sim;
@@ -132,10 +135,14 @@ std::string pool_key(const PoolConfig& p, const Config& c) {
     return o.str();
 }
 
-KvDtype kv_dtype_of(const PoolConfig& p) { return p.kv_dtype == "f16" ? KvDtype::F16 : KvDtype::F32; }
+KvTypes kv_types_of(const PoolConfig& p) {
+    auto type = [&](const std::string& name) { return parse_kv_dtype(name.empty() ? p.kv_dtype : name).value_or(KvDtype::F32); };
+    return {type(p.kv_type_k), type(p.kv_type_v)};
+}
 
 Expected<int> kv_block_count(const PoolConfig& pc, const ModelParams& mp, bool host_memory) {
-    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
+    const KvTypes kt = kv_types_of(pc);
+    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kt.k, kt.v));
     double n = pc.kv_blocks;
     if (pc.kv_blocks <= 0) {
         n = std::floor(pc.kv_gib * (double)(1ull << 30) / block_bytes);
@@ -206,7 +213,8 @@ Expected<int> cuda_kv_block_count(const Pool& p, const Config& config, bool log)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers < mp.n_layer)
             fwd += GpuForward::device_bytes(*p.model, step_tokens, b.speculation_self_layers, false);  // shares the weights
     const int64_t reserve = 512ll << 20;
-    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kv_dtype_of(pc)));
+    const KvTypes kt = kv_types_of(pc);
+    const double block_bytes = (double)kv_bytes(KvStorage::config_for(mp, 1, pc.block_size, kt.k, kt.v));
     const double room = (double)*free_b * pc.gpu_memory_fraction - (double)fwd - (double)reserve;
     const double n = std::min(std::floor(room / block_bytes), (double)k_max_kv_blocks);
     if (n < 1)
@@ -304,6 +312,12 @@ Expected<Pool> load_pool(const PoolConfig& pc, const Config& config) {
         p.draft_model = std::shared_ptr<Model>(std::move(dm.value()));
     }
     const ModelParams& mp = p.model->params();
+    const KvTypes kt = kv_types_of(pc);
+    for (const Model* m : {p.model.get(), p.draft_model.get()})
+        if (m)
+            if (auto ok = check_kv_types(KvStorage::config_for(m->params(), 1, pc.block_size, kt.k, kt.v), p.backend == "cuda"); !ok)
+                return make_error("pool '", pc.name, "' (kv_type_k ", kv_dtype_name(kt.k), ", kv_type_v ", kv_dtype_name(kt.v), ", backend ",
+                                  p.backend, "): ", ok.error().message);
     for (const BucketConfig& b : config.buckets)
         if (b.pool == pc.name && b.speculation && b.speculation_source == "self" && b.speculation_self_layers >= mp.n_layer)
             return make_error("bucket '", b.name, "': [bucket.speculation] self_layers = ", std::to_string(b.speculation_self_layers),
@@ -401,7 +415,8 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     EngineOptions eo;
     eo.n_blocks = p.n_blocks;
     eo.block_size = pc.block_size;
-    eo.kv_dtype = kv_dtype_of(pc);
+    eo.kv_dtype_k = kv_types_of(pc).k;
+    eo.kv_dtype_v = kv_types_of(pc).v;
     eo.max_batch = pc.max_batch;
     eo.max_batch_tokens = pc.max_batch_tokens;
     eo.max_queue = pc.max_queue;
@@ -450,10 +465,73 @@ std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& p, const Config&
     return pubs;
 }
 
+uint64_t model_file_fingerprint(const std::string& path) {
+    // The size and 16 spread 64 KiB samples (the first holds the header and metadata): a rewritten,
+    // requantized or replaced file changes it; reading all of a multi-GiB file at every start would not pay.
+    std::vector<uint8_t> buf;
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) return 0;
+    auto mix = [&](uint64_t h, const void* data, size_t n) {
+        const auto* b = static_cast<const uint8_t*>(data);
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        return h;
+    };
+    uint64_t h = mix(0xcbf29ce484222325ull, &size, sizeof size);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return h;
+    constexpr size_t chunk = 64 << 10;
+    buf.resize(chunk);
+    for (int i = 0; i < 16; i++) {
+        const uintmax_t off = size <= chunk ? 0 : (size - chunk) / 15 * (uintmax_t)i;
+        if (std::fseek(f, (long)off, SEEK_SET) != 0) break;
+        const size_t n = std::fread(buf.data(), 1, chunk, f);
+        h = mix(h, buf.data(), n);
+        if (size <= chunk) break;
+    }
+    std::fclose(f);
+    return h;
+}
+
+Expected<std::shared_ptr<KvTiers>> open_kv_tiers(const Pool& p, const Config& config) {
+    const KvTiersConfig& kt = p.cfg.kv_tiers;
+    const ModelParams& mp = p.model->params();
+    const KvTypes types = kv_types_of(p.cfg);
+    const KvConfig one = KvStorage::config_for(mp, 1, p.cfg.block_size, types.k, types.v);
+    KvTierIdentity id;
+    id.payload_bytes = (int64_t)mp.n_layer * p.cfg.block_size * (one.k_slot_bytes() + one.v_slot_bytes());
+    std::ostringstream layout;
+    layout << model_file_fingerprint(p.cfg.model) << '|' << p.cfg.block_size << '|' << kv_dtype_name(types.k) << '|'
+           << kv_dtype_name(types.v) << '|' << mp.n_layer << '|' << mp.n_head_kv << '|' << mp.head_dim << '|' << id.payload_bytes;
+    id.layout = splitmix64(fnv1a_64(std::span<const uint8_t>((const uint8_t*)layout.str().data(), layout.str().size())));
+    std::ostringstream salts;  // the configured salts: a tenant's derived salt depends on its name only
+    for (const TenantConfig& t : config.tenants)
+        if (t.salt) salts << t.name << '=' << t.salt << ';';
+    id.salts = splitmix64(fnv1a_64(std::span<const uint8_t>((const uint8_t*)salts.str().data(), salts.str().size())));
+    KvTierOptions o;
+    o.host_bytes = (int64_t)(kt.host_gib * (double)(1ull << 30));
+    o.disk_bytes = (int64_t)(kt.disk_gib * (double)(1ull << 30));
+    o.disk_dir = kt.disk_dir;
+    auto tiers = KvTiers::open(o, id);
+    if (!tiers) return make_error("pool '", p.cfg.name, "' [pool.kv_tiers]: ", tiers.error().message);
+    return std::shared_ptr<KvTiers>(std::move(*tiers));
+}
+
 Expected<std::unique_ptr<Engine>> make_engine(const Pool& p, const Config& config) {
     std::unique_ptr<Engine> engine;
+    EngineOptions eo = engine_options(p, config);
+    if (p.cfg.kv_tiers.enabled()) {
+        auto tiers = open_kv_tiers(p, config);
+        if (!tiers) return tiers.error();
+        eo.kv_tiers = std::move(*tiers);
+        const KvTierStats& st = eo.kv_tiers->stats();
+        spdlog::info("pool '{}': KV tiers host {:.2f} GiB, disk {:.2f} GiB{}{}: {} blocks found on disk, {} files dropped",
+                     p.cfg.name, p.cfg.kv_tiers.host_gib, p.cfg.kv_tiers.disk_gib,
+                     p.cfg.kv_tiers.disk_dir.empty() ? "" : " in ", p.cfg.kv_tiers.disk_dir,
+                     st.tier[(int)KvTier::DISK].n_blocks, st.n_dropped_files);
+    }
     try {
-        engine = std::make_unique<Engine>(*p.model, engine_options(p, config));
+        engine = std::make_unique<Engine>(*p.model, eo);
     } catch (const std::exception& e) {  // the backend's (device memory) or the draft's
         return make_error("pool '", p.cfg.name, "': ", e.what());
     }
@@ -474,7 +552,11 @@ MetricsConfig metrics_config(const Config& config, const std::vector<const Pool*
         ks.block_size = p.cfg.block_size;
         ks.n_kv_heads = mp.n_head_kv;
         ks.head_dim = mp.head_dim;
-        ks.bytes_per_elem = kv_dtype_of(p.cfg) == KvDtype::F16 ? 2 : 4;
+        // The mean bytes of a K and a V element, so that the 2 * L * T * H * D * bytes formula gives
+        // k_slot_bytes + v_slot_bytes per layer and slot for any pair of types (q8_0: 34 / 32).
+        const KvTypes kt = kv_types_of(p.cfg);
+        const KvConfig one = KvStorage::config_for(mp, 1, p.cfg.block_size, kt.k, kt.v);
+        ks.bytes_per_elem = (double)(one.k_slot_bytes() + one.v_slot_bytes()) / (2.0 * mp.n_head_kv * mp.head_dim);
         mc.kv = ks;
     }
     for (const BucketConfig& b : config.buckets) mc.slo[b.name] = BucketSlo{b.slo_ttft_ms, b.slo_tpot_ms};

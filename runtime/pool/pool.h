@@ -80,8 +80,13 @@ Expected<bool> ensure_models(const Config& config);
 // empty cache); prices and the quality prior are not in it.
 std::string pool_key(const PoolConfig& pool, const Config& config);
 
-// The KV element type a pool's config names.
-KvDtype kv_dtype_of(const PoolConfig& pool);
+// The KV element types a pool's config names: kv_type_k and kv_type_v, each kv_dtype when unset
+// (names as kv/kv_storage.h parse_kv_dtype; the config loader has checked them, others read as F32).
+struct KvTypes {
+    KvDtype k = KvDtype::F32;
+    KvDtype v = KvDtype::F32;
+};
+KvTypes kv_types_of(const PoolConfig& pool);
 
 // KV blocks of a pool: kv_blocks when set, else as many as kv_gib holds, a block being
 // 2 (K and V) * n_layer * block_size * n_head_kv * head_dim * bytes per element.
@@ -106,6 +111,11 @@ Expected<bool> size_device_kv(Pool& pool, const Config& config, bool log = true)
 // model and the self-draft layer counts its buckets name: the engine splits the KV blocks between
 // target and drafts, shared_kv_blocks).
 EngineOptions engine_options(const Pool& pool, const Config& config);
+// A cheap fingerprint of a model file (its size and 16 spread samples): part of every KV tier key.
+uint64_t model_file_fingerprint(const std::string& path);
+// The pool's [pool.kv_tiers], opened for its model, block size, KV types and tenant salts (make_engine
+// does this). Errors: the disk directory's (not private, not creatable).
+Expected<std::shared_ptr<KvTiers>> open_kv_tiers(const Pool& pool, const Config& config);
 
 // A request's speculation on a pool (bucket = its bucket, has_draft = the pool's engine has a draft
 // model): off without a [bucket.speculation]; else source as configured ("" -> draft when the pool

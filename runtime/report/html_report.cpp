@@ -715,6 +715,38 @@ std::string html_report(const json& report) {
                                 "fragmentation %", "evictions", "preemptions", "recomputed tokens"},
                                t));
     }
+    // KV tiers (pools with [pool.kv_tiers]): per pool and tier what it holds and did, then per bucket
+    // the prompt tokens each tier gave back and the promotions' time.
+    if (const json* kt = at(metrics, {"kv_tiers"}); kt && kt->is_object() && !kt->empty()) {
+        std::vector<std::vector<std::string>> pools, buckets;
+        for (const auto& [pool, pj] : kt->items())
+            for (const char* tier : {"host", "disk"})
+                pools.push_back({pool, tier, fmt_count(number(pj, {tier, "blocks"})), fmt(number(pj, {tier, "gib"}), "%.4f"),
+                                 fmt_count(number(pj, {tier, "demotions"})), fmt_count(number(pj, {tier, "evictions"})),
+                                 fmt_count(number(pj, {tier, "lookups"})), fmt_count(number(pj, {tier, "hits"})),
+                                 std::string(tier) == "disk" ? fmt_count(number(pj, {"disk_reads"})) : "-",
+                                 std::string(tier) == "disk" ? fmt_count(number(pj, {"disk_writes"})) : "-",
+                                 std::string(tier) == "disk" ? fmt_count(number(pj, {"dropped_files"})) : "-"});
+        std::vector<std::pair<std::string, std::vector<double>>> bars;
+        for (const auto& [name, r] : rows) {
+            const double pool = number(*r, {"prefix_cache", "tier_hits_tokens", "pool"}),
+                         host = number(*r, {"prefix_cache", "tier_hits_tokens", "host"}),
+                         disk = number(*r, {"prefix_cache", "tier_hits_tokens", "disk"});
+            buckets.push_back({name, fmt_count(pool), fmt_count(host), fmt_count(disk),
+                               fmt_count(number(*r, {"prefix_cache", "promotions"})),
+                               fmt(number(*r, {"prefix_cache", "promotion_ms_p50"}), "%.3f"),
+                               fmt(number(*r, {"prefix_cache", "promotion_ms_p99"}), "%.3f")});
+            bars.push_back({name, {pool, host, disk}});
+        }
+        h += section("kv_tiers", "KV tiers",
+                     table({"pool", "tier", "blocks", "GiB", "demoted", "evicted", "lookups", "hits", "disk reads",
+                            "disk writes", "dropped files"},
+                           pools) +
+                         svg_bars("Cached prompt tokens per tier, per bucket", {"pool", "host", "disk"}, bars, "tokens") +
+                         table({"bucket", "pool tokens", "host tokens", "disk tokens", "promotions", "promotion ms p50",
+                                "promotion ms p99"},
+                               buckets));
+    }
 
     // The JSON behind the page. '<' (and so "</script>" and "<!--") only occurs inside JSON strings,
     // where \u003c means the same character.

@@ -4,6 +4,8 @@
 // (its KV is dropped and recomputed later, as vLLM's recompute preemption).
 #include "sched/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -66,7 +68,8 @@ EngineOptions with_draft_share(const Model& model, EngineOptions opt) {
     for (int l : opt.self_draft_layers)
         if (l >= 1 && l < model.params().n_layer) self_layers += l;
     if (!opt.draft_model && self_layers == 0) return opt;
-    opt.n_blocks = shared_kv_blocks(model, opt.draft_model, self_layers, opt.n_blocks, opt.block_size, opt.kv_dtype);
+    opt.n_blocks = shared_kv_blocks(model, opt.draft_model, self_layers, opt.n_blocks, opt.block_size, opt.kv_dtype_k,
+                                    opt.kv_dtype_v);
     return opt;
 }
 }  // namespace
@@ -90,6 +93,126 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
     mgr_.set_block_bytes((double)be_->kv_storage_bytes() / opt_.n_blocks);
     mgr_.set_tenant_names(&tenant_names_);
     mgr_.set_record_kv_events(opt.kv_events);
+    if (opt_.kv_tiers) {
+        const int64_t payload = be_->block_payload_bytes();
+        if (payload <= 0)
+            throw std::invalid_argument("KV tiers need a backend holding KV bytes; " + be_->describe() +
+                                        " holds none (remove [pool.kv_tiers] from a simulated pool)");
+        if (payload != opt_.kv_tiers->identity().payload_bytes)
+            throw std::invalid_argument("KV tiers opened for blocks of " + std::to_string(opt_.kv_tiers->identity().payload_bytes) +
+                                        " bytes, but this pool's blocks hold " + std::to_string(payload));
+        tiers_ = opt_.kv_tiers;
+        tier_buf_.resize((size_t)payload);
+        mgr_.set_record_evicted(true);
+        tiers_->set_record_events(opt.kv_events);
+    }
+}
+
+Engine::~Engine() {
+    try {
+        persist_kv();
+    } catch (const std::exception& e) {
+        spdlog::warn("KV tiers: writing the pool's cached blocks to disk at shutdown failed: {}", e.what());
+    }
+}
+
+int64_t Engine::persist_kv() {
+    if (!tiers_ || tiers_->options().disk_bytes <= 0) return 0;
+    int64_t n = 0;
+    for (BlockHash h : mgr_.cached_hashes()) {
+        const auto block = mgr_.pool().peek_cached(h);
+        if (!block) continue;
+        const BlockInfo info = mgr_.pool().info(*block);
+        if (!be_->export_block(*block, tier_buf_)) continue;
+        tiers_->persist({h, info.tenant, info.is_public, info.depth, info.n_hits}, tier_buf_);
+        ++n;
+    }
+    for (const auto& [h, tier] : tiers_->held()) {
+        if (tier != KvTier::HOST) continue;
+        KvTier from = KvTier::HOST;
+        if (auto meta = tiers_->take(h, tier_buf_, &from)) {
+            tiers_->persist(*meta, tier_buf_);
+            ++n;
+        }
+    }
+    return n;
+}
+
+void Engine::demote_evicted(EvictionPolicy* policy, int32_t tenant) {
+    if (!tiers_) return;
+    for (const EvictedBlock& e : mgr_.take_evicted()) {
+        kv_copy(be_->export_block(e.block, tier_buf_));
+        EvictionContext ctx;
+        ctx.requesting_tenant = tenant;
+        ctx.block_size = opt_.block_size;
+        ctx.block_bytes = (double)tier_buf_.size();
+        ctx.tenant_names = &tenant_names_;
+        tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, tier_buf_, policy, &ctx);
+    }
+}
+
+// Past the pool's cached chain, the prompt's next full blocks are looked up in the tiers and copied
+// back into fresh pool blocks, one at a time, until a block is in no tier (or the pool is full: the
+// block goes back to its tier). The request waits for its own blocks only: this runs at its admission.
+void Engine::promote(Seq& s) {
+    if (!tiers_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    int n_host = 0, n_disk = 0;
+    while (auto h = mgr_.next_prompt_block_hash(s.kv)) {
+        if (mgr_.pin_next_cached(s.kv)) continue;
+        if (!tiers_->peek(*h)) break;
+        KvTier from = KvTier::HOST;
+        const auto meta = tiers_->take(*h, tier_buf_, &from);
+        if (!meta) break;  // a file that failed its checks: dropped, the rest is computed
+        // The hash carries the tenant's salt, so a non-public block reached by it is this tenant's
+        // (tenant ids are per process: the stored one may be another's after a restart).
+        const auto block = mgr_.adopt_next_block(s.kv, meta->is_public ? meta->tenant : s.req.tenant, meta->is_public);
+        if (!block) {
+            tiers_->demote(*meta, tier_buf_);
+            break;
+        }
+        // Its allocation may have evicted another block: that one's bytes leave first. tier_buf_
+        // holds the promoted bytes, so the demotion goes through a copy.
+        if (auto ev = mgr_.take_evicted(); !ev.empty()) {
+            std::vector<uint8_t> keep = tier_buf_;
+            for (const EvictedBlock& e : ev) {
+                kv_copy(be_->export_block(e.block, tier_buf_));
+                tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, tier_buf_);
+            }
+            tier_buf_ = std::move(keep);
+        }
+        kv_copy(be_->import_block(*block, tier_buf_));
+        (from == KvTier::DISK ? n_disk : n_host)++;
+    }
+    if (n_host + n_disk == 0) return;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s.first_scheduled_s < 0) {  // the request's figures are its first admission's (see Seq::fig)
+        s.fig.n_cached_host_tokens = (int64_t)n_host * opt_.block_size;
+        s.fig.n_cached_disk_tokens = (int64_t)n_disk * opt_.block_size;
+        s.fig.n_promotions = 1;
+        s.fig.promote_s = dt;
+    }
+    stats_.n_promotions++;
+    stats_.n_promoted_host_blocks += n_host;
+    stats_.n_promoted_disk_blocks += n_disk;
+    stats_.promote_s += dt;
+}
+
+std::vector<KvEvent> Engine::take_kv_events() {
+    std::vector<KvEvent> ev = mgr_.take_kv_events();
+    if (tiers_) {
+        std::vector<KvEvent> t = tiers_->take_events();
+        ev.insert(ev.end(), t.begin(), t.end());
+    }
+    return ev;
+}
+
+std::vector<KvEvent> Engine::cached_block_events() const {
+    std::vector<KvEvent> ev;
+    for (BlockHash h : mgr_.cached_hashes()) ev.push_back({KvEventKind::STORED, h, KvTier::POOL});
+    if (tiers_)
+        for (const auto& [h, t] : tiers_->held()) ev.push_back({KvEventKind::STORED, h, t});
+    return ev;
 }
 
 void Engine::kv_copy(const Expected<bool>& r) {
@@ -97,7 +220,7 @@ void Engine::kv_copy(const Expected<bool>& r) {
 }
 
 std::unique_ptr<ForwardBackend> Engine::make_backend(const Model& m, int n_layers, const std::string& what) {
-    auto be = opt_.backend(m, kv_config_for_layers(m, opt_.n_blocks, opt_.block_size, opt_.kv_dtype, n_layers),
+    auto be = opt_.backend(m, kv_config_for_layers(m, opt_.n_blocks, opt_.block_size, opt_.kv_dtype_k, opt_.kv_dtype_v, n_layers),
                            std::max(opt_.max_batch_tokens, opt_.max_batch), n_layers, opt_.n_threads);
     if (!be) throw std::runtime_error(what + be.error().message);
     return std::move(*be);
@@ -412,7 +535,9 @@ void Engine::attach(Seq& s) {
     if (!s.kv) {
         s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens, s.req.salt);
         if (opt_.prefix_cache) {
-            reused = mgr_.get_computed_blocks(s.kv);
+            mgr_.get_computed_blocks(s.kv);
+            promote(s);
+            reused = mgr_.seq(s.kv).n_cached_tokens;
             n_cross = mgr_.seq(s.kv).n_cached_cross_tenant_tokens;
             n_public = mgr_.seq(s.kv).n_cached_public_tokens;
         }
@@ -510,6 +635,7 @@ bool Engine::alloc_slots(Seq& s, int n, bool must_evict) {
     const int64_t evicted_before = mgr_.n_evictions();
     auto copies = mgr_.allocate_slots(s.kv, n);
     mgr_.set_active_eviction(nullptr, -1);
+    demote_evicted(must_evict ? nullptr : s.req.eviction.get(), s.req.tenant);
     if (const int64_t d = mgr_.n_evictions() - evicted_before; d > 0)
         evictions_[{s.req.bucket, s.req.eviction && !must_evict ? s.req.eviction_name : std::string("lru")}] += d;
     if (!copies) return false;
@@ -931,6 +1057,7 @@ EngineStats Engine::stats() const {
     st.n_running = (int)running_.size();
     st.n_sessions = (int)sessions_.size();
     st.kv = mgr_.stats();
+    if (tiers_) st.tiers = tiers_->stats();
     st.draft_ms_per_token_ngram = draft_ms_per_token_[(int)SpecSource::NGRAM];
     st.draft_ms_per_token_model = draft_ms_per_token_[(int)SpecSource::DRAFT];
     st.verify_ms = verify_ms_;

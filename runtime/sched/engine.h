@@ -29,6 +29,7 @@
 #include "grammar/grammar.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "kv/kv_tier.h"
 #include "metrics/run_figures.h"
 #include "sched/spec_policy.h"
 #include "sched/speculate.h"
@@ -39,7 +40,8 @@ namespace steward {
 struct EngineOptions {
     int n_blocks = 256;
     int block_size = 16;
-    KvDtype kv_dtype = KvDtype::F32;
+    KvDtype kv_dtype_k = KvDtype::F32;  // the KV cache's K and V types (kv/kv_storage.h)
+    KvDtype kv_dtype_v = KvDtype::F32;
     int max_batch = 32;          // sequences per step
     int max_batch_tokens = 512;  // token budget per step; prefill is chunked to fit
     int max_queue = 256;         // waiting requests; past it submit() refuses (overloaded)
@@ -50,6 +52,12 @@ struct EngineOptions {
     // arrival (false: FCFS, what the engine did before; bench_sched compares the two).
     bool prefill_srpt = true;
     bool kv_events = false;  // record block stored / removed events for take_kv_events (a cache actor)
+    // KV tiers below the pool (kv/kv_tier.h; null: none). Cached blocks the pool evicts are demoted
+    // into them with their bytes; a prompt's blocks missing from the pool but held by a tier are
+    // promoted back at admission (counted as cached tokens); at destruction every cached block is
+    // written to the disk tier. Its identity's payload_bytes must be the backend's block size (the
+    // constructor throws std::invalid_argument otherwise); a backend without KV bytes (sim) refuses.
+    std::shared_ptr<KvTiers> kv_tiers;
     // A draft model for requests with spec.source DRAFT (not owned; outlives the engine). It must
     // share the target's vocabulary (check_draft_model; the Engine constructor throws
     // std::invalid_argument naming the mismatch otherwise). Its KV comes out of the same budget: the
@@ -185,6 +193,11 @@ struct EngineStats {
     double verify_ms = -1, verify_ms_per_token = -1;
     int n_waiting = 0, n_running = 0, n_sessions = 0;
     KvManagerStats kv;
+    // KV tiers (none without EngineOptions::kv_tiers): the tiers' own figures, and the promotions
+    // (sequences that took at least one block from a tier), their blocks per tier and their time.
+    std::optional<KvTierStats> tiers;
+    int64_t n_promotions = 0, n_promoted_host_blocks = 0, n_promoted_disk_blocks = 0;
+    double promote_s = 0;
     // Simulated pools: the device time of every step (target and draft forwards, in simulated
     // seconds), and the steps whose host work took longer than their cost / dilation (the
     // simulation ran slow there: lower [sim] dilation when they are many).
@@ -207,6 +220,11 @@ void apply_mask(std::span<const uint64_t> words, std::span<float> row);
 class Engine {
 public:
     Engine(const Model& model, const EngineOptions& opt);
+    // With a disk tier: writes every cached block of the pool (and of the host tier) to it, so that a
+    // restart finds them.
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
 
     // Validates and queues. Errors (returned, nothing queued): an empty prompt, prompt + max_tokens
     // past the model's context, a request that needs more KV blocks than the whole pool holds, a
@@ -252,9 +270,15 @@ public:
     // Evictions since the last call, per (bucket, policy) of the request that needed the blocks.
     std::vector<EvictionCount> take_evictions();
     // Block stored / removed events since the last call, in order (empty unless options().kv_events).
-    std::vector<KvEvent> take_kv_events() { return mgr_.take_kv_events(); }
+    // With KV tiers, the tiers' events follow the pool's (each tier's in its own order).
+    std::vector<KvEvent> take_kv_events();
+    // Writes the pool's cached blocks and the host tier's to the disk tier now (what the destructor
+    // does); returns the blocks written. 0 without a disk tier.
+    int64_t persist_kv();
     // The block hashes findable in the prefix cache now: a new subscriber's starting state.
     std::vector<BlockHash> cached_block_hashes() const { return mgr_.cached_hashes(); }
+    // The same with the tiers' blocks: each hash with the tier holding it (a subscriber's start).
+    std::vector<KvEvent> cached_block_events() const;
 
 private:
     struct Seq {
@@ -316,6 +340,10 @@ private:
     // Slots for n more tokens of s (blocks reclaimed by its bucket's eviction policy; must_evict: by
     // LRU regardless, for a request nothing else can make room for); false without room.
     bool alloc_slots(Seq& s, int n, bool must_evict = false);
+    // KV tiers: the blocks the pool just evicted, exported and demoted (before anything writes them);
+    // and a newly attached sequence's prompt blocks promoted from the tiers past its cached chain.
+    void demote_evicted(EvictionPolicy* policy, int32_t tenant);
+    void promote(Seq& s);
     void finish(uint64_t id, FinishReason why, const std::string& err, double now_s, std::vector<EngineEvent>& events);
     void fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events);
     // Speculation (sched/speculate.cpp): the draft of a decoding sequence for this step (at most
@@ -368,6 +396,8 @@ private:
     std::map<const CompiledGrammar*, std::shared_ptr<const TokenMasker>> maskers_;
     std::vector<uint64_t> mask_words_;
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
+    std::shared_ptr<KvTiers> tiers_;   // opt_.kv_tiers
+    std::vector<uint8_t> tier_buf_;    // one block's bytes, on their way to or from a tier
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
     // Speculation's measurements: acceptance per position per bucket (std::map: stable addresses),
     // the forward time fitted against its token count (running means of n, t, n*n, n*t), the mean

@@ -117,8 +117,9 @@ SpecResult verify_draft(const SpecDraft& draft, std::span<const float> rows, int
     return r;
 }
 
-KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers) {
-    KvConfig c = KvStorage::config_for(m.params(), n_blocks, block_size, dtype);
+KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype_k, KvDtype dtype_v,
+                               int n_layers) {
+    KvConfig c = KvStorage::config_for(m.params(), n_blocks, block_size, dtype_k, dtype_v);
     c.n_layer = forward_layers(m.params(), n_layers);
     return c;
 }
@@ -380,9 +381,10 @@ void DraftModel::release(SeqId* seq) {
 }
 
 int32_t shared_kv_blocks(const Model& target, const Model* draft, int self_layers, int32_t n_blocks, int block_size,
-                         KvDtype dtype) {
-    const double tb = (double)kv_bytes(KvStorage::config_for(target.params(), 1, block_size, dtype));
-    const double db = draft ? (double)kv_bytes(KvStorage::config_for(draft->params(), 1, block_size, dtype)) : 0.0;
+                         KvDtype dtype_k, KvDtype dtype_v) {
+    const double tb = (double)kv_bytes(KvStorage::config_for(target.params(), 1, block_size, dtype_k, dtype_v));
+    const double db =
+        draft ? (double)kv_bytes(KvStorage::config_for(draft->params(), 1, block_size, dtype_k, dtype_v)) : 0.0;
     const double sb = tb * self_layers / target.params().n_layer;  // a self-draft block: its layers' share
     return std::max<int32_t>(1, (int32_t)((double)n_blocks * tb / (tb + db + sb)));
 }

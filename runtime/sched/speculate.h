@@ -171,13 +171,14 @@ private:
 
 // The KV shape of a forward of n_layers layers (0: all; forward_layers) of m, target or draft:
 // n_blocks blocks of block_size.
-KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype, int n_layers);
+KvConfig kv_config_for_layers(const Model& m, int n_blocks, int block_size, KvDtype dtype_k, KvDtype dtype_v,
+                               int n_layers);
 
 // The split of one pool's KV budget when a draft model (or null) and self-drafts of self_layers
 // layers in all join it: n_blocks target blocks' worth of bytes are shared so that each gets the same
 // block count (every target slot has a draft slot), i.e. the target keeps its bytes per block over
 // the sum of everyone's (a self-draft's block is self_layers / n_layer of a target block). Pure.
 int32_t shared_kv_blocks(const Model& target, const Model* draft, int self_layers, int32_t n_blocks, int block_size,
-                         KvDtype dtype);
+                         KvDtype dtype_k, KvDtype dtype_v);
 
 }  // namespace steward

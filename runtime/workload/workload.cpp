@@ -608,6 +608,10 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
     if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
     if (auto w = bucket_weights(p); !w) return w.error();
+    if (p.agent_turns < 0 || p.agent_turns > 64)
+        return make_error("--agent-turns is ", p.agent_turns, "; give 0 (the standard 3 or 4) or 1 to 64 turns per agent session");
+    if (!std::isfinite(p.tool_pause_ms) || p.tool_pause_ms < 0 || p.tool_pause_ms > 3600e3)
+        return make_error("--tool-pause-ms is ", p.tool_pause_ms, "; give 0 (the standard 50-300 ms) up to 3600000 ms");
     if (!std::isfinite(p.volatile_share) || p.volatile_share < 0 || p.volatile_share > 1)
         return make_error("--volatile-share is ", p.volatile_share, "; give a share in [0, 1] of the prompts that carry the volatile line");
     return true;
@@ -646,6 +650,10 @@ Workload generate_workload(const WorkloadGenParams& p) {
     for (size_t i = cover.size(); i > 1; --i) std::swap(cover[i - 1], cover[(size_t)rng.range(0, (int)i - 1)]);
     size_t n_covered = 0;
 
+    auto tool_pause = [&]() {
+        if (p.tool_pause_ms <= 0) return (double)rng.range(50, 300);
+        return p.tool_pause_ms * (0.5 + rng.range(0, 1000) / 1000.0);
+    };
     auto volatile_line = [&](int i, double at_ms) {
         long long s = (long long)(at_ms / 1000.0);
         char buf[96];
@@ -676,7 +684,7 @@ Workload generate_workload(const WorkloadGenParams& p) {
             r.tools = true;
             --owed;
             if (next->turn < next->n_turns) {
-                r.tool_pause_ms = rng.range(50, 300);
+                r.tool_pause_ms = tool_pause();
                 next->ready_ms = now + r.tool_pause_ms + k_agent_turn_allowance_ms;
                 ++next->turn;
             } else {
@@ -688,7 +696,8 @@ Workload generate_workload(const WorkloadGenParams& p) {
 
         int bucket = n_covered < cover.size() ? cover[n_covered++] : (int)rng.pick(weights_of_mix);
         int n_turns = bucket == AGENT ? rng.range(3, 4) : 0;
-        if (bucket == AGENT && owed + n_turns > n - i) n_turns = 3;
+        if (bucket == AGENT && p.agent_turns > 0) n_turns = p.agent_turns;
+        if (bucket == AGENT && owed + n_turns > n - i) n_turns = p.agent_turns > 0 ? std::max(1, n - i - owed) : 3;
         if (bucket == AGENT && owed + n_turns > n - i) {
             std::vector<double> weights = weights_of_mix;
             weights[AGENT] = 0.0;
@@ -726,7 +735,7 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.tools = true;
                 r.segments = {head, {"tools-" + r.tenant, "task: " + rng.words(scaled(32, scale) - 1) + "\n"}};
                 r.max_tokens = scaled(rng.range(16, 32), scale);
-                r.tool_pause_ms = rng.range(50, 300);
+                r.tool_pause_ms = tool_pause();
                 pending.push_back({session, r.tenant, 2, n_turns, now + r.tool_pause_ms + k_agent_turn_allowance_ms});
                 owed += n_turns - 1;
                 break;

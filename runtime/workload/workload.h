@@ -148,6 +148,11 @@ struct WorkloadGenParams {
     // the standard workload's), or at the very end of the prompt (late: nothing shared follows it).
     double volatile_share = 0.2;
     bool volatile_late = false;
+    // Agent sessions' tool pauses (between a turn and the next): 0, the standard 50-300 ms; else each
+    // uniform in [0.5, 1.5] x this many milliseconds (long pauses: sessions whose KV outlives the pool).
+    double tool_pause_ms = 0;
+    // Turns of an agent session: 0, the standard 3 or 4; else this many (long sessions), in [1, 64].
+    int agent_turns = 0;
     // The bucket mix: relative weights by bucket name (short_qa, long_doc, long_output, agent,
     // high_temp, structured); a bucket not named keeps its standard weight, 0 leaves it out. Empty:
     // the standard mix (33/15/12/7/13/20%).
@@ -157,7 +162,7 @@ struct WorkloadGenParams {
 Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec);
 Workload generate_workload(const WorkloadGenParams& p);
 // The generator's limits: n_requests in [1, 1,000,000], rate finite in (0, 100,000] req/s, scale
-// finite in (0, 64], volatile_share in [0, 1], mix weights finite, >= 0, of the six buckets, not all
+// finite in (0, 64], volatile_share in [0, 1], tool_pause_ms in [0, 3,600,000], mix weights finite, >= 0, of the six buckets, not all
 // zero. The error names the flag (--requests, --rate, --scale, --volatile-share, --mix) and the range.
 Expected<bool> check_workload_gen(const WorkloadGenParams& p);
 

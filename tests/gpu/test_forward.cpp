@@ -144,7 +144,7 @@ TEST_CASE("GpuForward gives the CPU forward's logits: prefill over shuffled bloc
         // The KV the GPU wrote is the CPU's (same slots; values to the tolerance).
         KvStorage back(kc);
         REQUIRE((*gkv)->download(back).ok());
-        const int n = (int)(ckv.bytes() / 2 / ckv.elem_bytes());
+        const int n = (int)(ckv.k_slot_bytes() / kv_row_bytes(sh.kv, 1) * kc.n_layer * kc.n_blocks * kc.block_size);
         std::vector<float> kc32(n), kg32(n);
         if (sh.kv == KvDtype::F16) {
             from_f16(reinterpret_cast<const uint16_t*>(ckv.k_slot(0, 0, 0)), kc32.data(), n);
@@ -203,7 +203,7 @@ TEST_CASE("GpuForward refuses what CpuForward refuses, naming the value, and lea
 }
 
 TEST_CASE("GpuKv::copy_slots compacts a path as KvStorage::copy_slots does", "[gpu_forward]") {
-    const KvConfig kc{2, 5, 4, 2, 16, KvDtype::F32};
+    const KvConfig kc{2, 5, 4, 2, 16, KvDtype::F32, KvDtype::F32};
     KvStorage kv(kc);
     const auto vals = steward::test::random_floats((size_t)kv.bytes() / 4, 8);
     std::memcpy(kv.k_slot(0, 0, 0), vals.data(), (size_t)kv.bytes() / 2);

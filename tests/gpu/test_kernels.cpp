@@ -13,6 +13,7 @@
 #include "gpu/cublas_loader.h"
 #include "gpu/kernels.h"
 #include "gpu_test_util.h"
+#include "kv/fp8_e4m3.h"
 #include "kv/kv_storage.h"
 #include "model/ggml_types.h"
 #include "model/quantize.h"
@@ -176,15 +177,36 @@ struct AttnCase {
     KvDtype dtype;
 };
 
+int kv_elem_bytes(KvDtype t) { return (int)kv_row_bytes(t, 1); }
+
+// The host twin of the device's KV element conversions: n floats into a row of type t, and back.
+void kv_store(KvDtype t, const float* x, uint8_t* p, int n) {
+    for (int i = 0; i < n; i++) {
+        if (t == KvDtype::F16) reinterpret_cast<uint16_t*>(p)[i] = f32_to_f16(x[i]);
+        else if (t == KvDtype::BF16) reinterpret_cast<uint16_t*>(p)[i] = f32_to_bf16(x[i]);
+        else if (t == KvDtype::FP8_E4M3) p[i] = fp8_e4m3_from_f32(x[i]);
+        else std::memcpy(p + 4 * i, x + i, 4);
+    }
+}
+void kv_load(KvDtype t, const uint8_t* p, float* out, int n) {
+    for (int i = 0; i < n; i++) {
+        if (t == KvDtype::F16) out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+        else if (t == KvDtype::BF16) out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+        else if (t == KvDtype::FP8_E4M3) out[i] = fp8_e4m3_to_f32(p[i]);
+        else std::memcpy(out + i, p + 4 * i, 4);
+    }
+}
+
 }  // namespace
 
-TEST_CASE("gpu kv_write + attention match the reference over shuffled block tables, GQA, causal and tree masks, F32 and F16 KV",
+TEST_CASE("gpu kv_write + attention match the reference over shuffled block tables, GQA, causal and tree masks, every KV type",
           "[gpu_kernels]") {
     for (AttnCase c : {AttnCase{4, 4, 64, 16, KvDtype::F32}, AttnCase{8, 2, 64, 16, KvDtype::F32},
-                       AttnCase{8, 2, 128, 8, KvDtype::F16}, AttnCase{6, 1, 32, 32, KvDtype::F16}}) {
-        INFO("heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.hd << " bs " << c.bs << " f16 " << (c.dtype == KvDtype::F16));
+                       AttnCase{8, 2, 128, 8, KvDtype::F16}, AttnCase{6, 1, 32, 32, KvDtype::F16},
+                       AttnCase{8, 2, 64, 16, KvDtype::BF16}, AttnCase{8, 2, 64, 16, KvDtype::FP8_E4M3}}) {
+        INFO("heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.hd << " bs " << c.bs << " kv " << kv_dtype_name(c.dtype));
         const int n_blocks = 40, kvd = c.n_head_kv * c.hd, qd = c.n_head * c.hd;
-        KvStorage kv({1, n_blocks, c.bs, c.n_head_kv, c.hd, c.dtype});
+        KvStorage kv({1, n_blocks, c.bs, c.n_head_kv, c.hd, c.dtype, c.dtype});
         // Three sequences: a decode step, a prefill chunk (causal), a tree of 5 under a mask.
         struct Seq { int n_past, n_new; std::vector<uint8_t> mask; };
         const std::vector<Seq> seqs = {{37, 1, {}}, {5, 20, {}},
@@ -202,14 +224,13 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
         }
         REQUIRE(next <= n_blocks);
         // Old slots: random K/V written on the host; new tokens' K/V through kv_write.
-        const auto old = random_floats((size_t)kv.bytes() / kv.elem_bytes(), 9);
+        const auto old = random_floats((size_t)kv.bytes() / kv_elem_bytes(c.dtype), 9);
         {
             size_t at = 0;
             for (int b = 0; b < n_blocks; b++)
                 for (int sl = 0; sl < c.bs; sl++)
                     for (uint8_t* p : {kv.k_slot(0, b, sl), kv.v_slot(0, b, sl)}) {
-                        if (c.dtype == KvDtype::F16) to_f16(old.data() + at, reinterpret_cast<uint16_t*>(p), kvd);
-                        else std::memcpy(p, old.data() + at, (size_t)kvd * 4);
+                        kv_store(c.dtype, old.data() + at, p, kvd);
                         at += kvd;
                     }
         }
@@ -233,24 +254,18 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
                 // The host twin of the KV write (what cpu/forward.cpp does).
                 uint8_t* kd = kv.k_slot(0, tables[s][slot / c.bs], slot % c.bs);
                 uint8_t* vd = kv.v_slot(0, tables[s][slot / c.bs], slot % c.bs);
-                if (c.dtype == KvDtype::F16) {
-                    to_f16(knew.data() + (size_t)t * kvd, reinterpret_cast<uint16_t*>(kd), kvd);
-                    to_f16(vnew.data() + (size_t)t * kvd, reinterpret_cast<uint16_t*>(vd), kvd);
-                } else {
-                    std::memcpy(kd, knew.data() + (size_t)t * kvd, (size_t)kvd * 4);
-                    std::memcpy(vd, vnew.data() + (size_t)t * kvd, (size_t)kvd * 4);
-                }
+                kv_store(c.dtype, knew.data() + (size_t)t * kvd, kd, kvd);
+                kv_store(c.dtype, vnew.data() + (size_t)t * kvd, vd, kvd);
             }
         }
         // Device: the old contents, then kv_write of the new tokens; must equal the host pool.
-        KvStorage before({1, n_blocks, c.bs, c.n_head_kv, c.hd, c.dtype});
+        KvStorage before({1, n_blocks, c.bs, c.n_head_kv, c.hd, c.dtype, c.dtype});
         {
             size_t at = 0;
             for (int b = 0; b < n_blocks; b++)
                 for (int sl = 0; sl < c.bs; sl++)
                     for (uint8_t* p : {before.k_slot(0, b, sl), before.v_slot(0, b, sl)}) {
-                        if (c.dtype == KvDtype::F16) to_f16(old.data() + at, reinterpret_cast<uint16_t*>(p), kvd);
-                        else std::memcpy(p, old.data() + at, (size_t)kvd * 4);
+                        kv_store(c.dtype, old.data() + at, p, kvd);
                         at += kvd;
                     }
         }
@@ -261,7 +276,7 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
         DeviceBuf<float> dkn(knew), dvn(vnew), dq(q), dout((size_t)n_tok * qd);
         DeviceBuf<int32_t> dslots(slots), dts(tok_seq), dti(tok_i), dnp(n_past), dnn(n_new), dbo(bt_off), dmo(mask_off), dbt(bt);
         DeviceBuf<uint8_t> dmask(mask);
-        REQUIRE(gpu::kv_write(dkn.p, dvn.p, dslots.p, n_tok, kvd, c.dtype, dk.p, dv.p, nullptr).ok());
+        REQUIRE(gpu::kv_write(dkn.p, dvn.p, dslots.p, n_tok, kvd, c.dtype, c.dtype, dk.p, dv.p, nullptr).ok());
         const auto gk = dk.get(), gv = dv.get();
         CHECK(std::memcmp(gk.data(), kv.k_slot(0, 0, 0), half) == 0);
         CHECK(std::memcmp(gv.data(), kv.v_slot(0, 0, 0), half) == 0);
@@ -269,12 +284,11 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
         gpu::AttnBatch ab{dts.p, dti.p, dnp.p, dnn.p, dbo.p, dmo.p, dbt.p, dmask.p, 0};
         for (const Seq& s : seqs) ab.max_slots = std::max(ab.max_slots, s.n_past + s.n_new);
         const float scale = 1.0f / std::sqrt((float)c.hd);
-        REQUIRE(gpu::attention(dq.p, dk.p, dv.p, c.dtype, c.bs, c.n_head, c.n_head_kv, c.hd, scale, ab, n_tok, dout.p, nullptr).ok());
+        REQUIRE(gpu::attention(dq.p, dk.p, dv.p, c.dtype, c.dtype, c.bs, c.n_head, c.n_head_kv, c.hd, scale, ab, n_tok, dout.p, nullptr).ok());
 
         std::vector<float> want((size_t)n_tok * qd, 0.0f), kf(c.hd), vf(c.hd);
         auto row = [&](const uint8_t* p, float* out) {
-            if (c.dtype == KvDtype::F16) from_f16(reinterpret_cast<const uint16_t*>(p), out, c.hd);
-            else std::memcpy(out, p, (size_t)c.hd * 4);
+            kv_load(c.dtype, p, out, c.hd);
         };
         for (int tt = 0; tt < n_tok; tt++) {
             const Seq& s = seqs[tok_seq[tt]];
@@ -287,7 +301,7 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
                 for (int sl = 0; sl < s.n_past + s.n_new; sl++) {
                     const int j = sl - s.n_past;
                     if (sl >= s.n_past && !(s.mask.empty() ? j <= i : s.mask[(size_t)i * s.n_new + j] != 0)) continue;
-                    row(kv.k_slot(0, tab[sl / c.bs], sl % c.bs) + (size_t)g * c.hd * kv.elem_bytes(), kf.data());
+                    row(kv.k_slot(0, tab[sl / c.bs], sl % c.bs) + (size_t)g * c.hd * kv_elem_bytes(c.dtype), kf.data());
                     double d = 0;
                     for (int e = 0; e < c.hd; e++) d += (double)q[((size_t)tt * c.n_head + h) * c.hd + e] * kf[e];
                     sc.push_back(d * scale);
@@ -297,7 +311,7 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
                 double sum = 0;
                 for (double& x : sc) sum += (x = std::exp(x - mx));
                 for (size_t k = 0; k < vis.size(); k++) {
-                    row(kv.v_slot(0, tab[vis[k] / c.bs], vis[k] % c.bs) + (size_t)g * c.hd * kv.elem_bytes(), vf.data());
+                    row(kv.v_slot(0, tab[vis[k] / c.bs], vis[k] % c.bs) + (size_t)g * c.hd * kv_elem_bytes(c.dtype), vf.data());
                     for (int e = 0; e < c.hd; e++) want[((size_t)tt * c.n_head + h) * c.hd + e] += (float)(sc[k] / sum * vf[e]);
                 }
             }
@@ -307,7 +321,7 @@ TEST_CASE("gpu kv_write + attention match the reference over shuffled block tabl
 }
 
 TEST_CASE("gpu kv_copy_slots moves slots as KvStorage::copy_slots does, overlapping sources and destinations", "[gpu_kernels]") {
-    const KvConfig cfg{1, 6, 4, 2, 32, KvDtype::F16};
+    const KvConfig cfg{1, 6, 4, 2, 32, KvDtype::F16, KvDtype::F16};
     KvStorage kv(cfg);
     const auto vals = random_floats((size_t)kv.bytes() / 2, 4);
     to_f16(vals.data(), reinterpret_cast<uint16_t*>(kv.k_slot(0, 0, 0)), (int)(vals.size() / 2));
@@ -325,7 +339,7 @@ TEST_CASE("gpu kv_copy_slots moves slots as KvStorage::copy_slots does, overlapp
         pd.push_back(table[dst[i] / 4] * 4 + dst[i] % 4);
     }
     DeviceBuf<int32_t> dps(ps), dpd(pd);
-    REQUIRE(gpu::kv_copy_slots(dps.p, dpd.p, (int)ps.size(), 64, KvDtype::F16, dk.p, dv.p, tmp.p, nullptr).ok());
+    REQUIRE(gpu::kv_copy_slots(dps.p, dpd.p, (int)ps.size(), 128, 128, dk.p, dv.p, tmp.p, nullptr).ok());
     const auto gk = dk.get(), gv = dv.get();
     CHECK(std::memcmp(gk.data(), kv.k_slot(0, 0, 0), half) == 0);
     CHECK(std::memcmp(gv.data(), kv.v_slot(0, 0, 0), half) == 0);

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "process_temp_dir.h"
+#include "serve_process.h"
 
 namespace {
 
@@ -75,47 +76,11 @@ pool = "tiny"
 )",
                          temp_dir().string());
     }
-    int out_pipe[2];
-    REQUIRE(::pipe(out_pipe) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        ::dup2(out_pipe[1], 1);
-        ::dup2(out_pipe[1], 2);
-        ::close(out_pipe[0]);
-        ::execl(STEWARD_BINARY, STEWARD_BINARY, "serve", "--config", cfg.c_str(), (char*)nullptr);
-        ::_exit(127);
-    }
-    ::close(out_pipe[1]);
-    FILE* out = ::fdopen(out_pipe[0], "r");
-    REQUIRE(out);
-    int port = 0;
-    bool ready = false;
-    std::string log;
-    char line[1024];
-    while (!ready && std::fgets(line, sizeof line, out)) {
-        log += line;
-        const std::string l = line;
-        if (const size_t at = l.find("listening on http://127.0.0.1:"); at != std::string::npos)
-            port = std::stoi(l.substr(at + std::string("listening on http://127.0.0.1:").size()));
-        ready = l.find("steward serve: ready") != std::string::npos;
-    }
-    INFO(log);
-    REQUIRE(port > 0);
-    REQUIRE(ready);
-    const std::string health = http_get(port, "/health");
+    steward_test::ServeProcess s(cfg);
+    const std::string health = http_get(s.port, "/health");
     CHECK(health.rfind("HTTP/1.0 200", 0) == 0);
     CHECK(health.find("{\"status\":\"ok\"}") != std::string::npos);
-    const std::string models = http_get(port, "/v1/models");
+    const std::string models = http_get(s.port, "/v1/models");
     CHECK(models.find("\"id\":\"tiny\"") != std::string::npos);
-    REQUIRE(::kill(pid, SIGTERM) == 0);
-    std::string after;
-    while (std::fgets(line, sizeof line, out)) after += line;  // until the process exits
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    INFO(after);
-    INFO("signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-    std::fclose(out);
+    s.stop();  // SIGTERM: exits 0
 }

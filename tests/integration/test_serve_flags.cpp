@@ -36,6 +36,24 @@ TEST_CASE("serve -m --print-config holds the flags", "[cli][serve_flags]") {
     CHECK(cfg->tenants[0].api_keys == std::vector<std::string>{"k1", "k2"});
 }
 
+TEST_CASE("serve -m KV tier flags become the pool's kv_tiers", "[cli][serve_flags][kv_tiers]") {
+    auto r = run_steward("serve -m " + real_model() + " --cache-ram 512 --kv-disk-dir /tmp/steward-kv-x --kv-disk-gib 3 --print-config");
+    REQUIRE(r.rc == 0);
+    auto cfg = steward::parse_config(r.out, "printed");
+    REQUIRE(cfg);
+    CHECK(cfg->pools[0].kv_tiers.host_gib == Approx(0.5));
+    CHECK(cfg->pools[0].kv_tiers.disk_gib == Approx(3));
+    CHECK(cfg->pools[0].kv_tiers.disk_dir == "/tmp/steward-kv-x");
+    r = run_steward("serve -m " + real_model() + " --kv-offloading-size 2 --print-config");
+    REQUIRE(r.rc == 0);
+    cfg = steward::parse_config(r.out, "printed");
+    REQUIRE(cfg);
+    CHECK(cfg->pools[0].kv_tiers.host_gib == Approx(2));
+    r = run_steward("serve -m " + real_model() + " --kv-disk-gib 3 --print-config");
+    CHECK(r.rc != 0);
+    CHECK_THAT(r.out, Catch::Contains("--kv-disk-dir"));
+}
+
 TEST_CASE("serve refuses what it cannot honour, by name", "[cli][serve_flags]") {
     const std::string m = " -m " + real_model();
     auto r = run_steward("serve" + m + " -ngl 99");

@@ -267,8 +267,8 @@ std::vector<uint8_t> snapshot(const KvStorage& kv) {
     for (int l = 0; l < c.n_layer; l++)
         for (int b = 0; b < c.n_blocks; b++)
             for (int s = 0; s < c.block_size; s++) {
-                out.insert(out.end(), kv.k_slot(l, b, s), kv.k_slot(l, b, s) + kv.slot_bytes());
-                out.insert(out.end(), kv.v_slot(l, b, s), kv.v_slot(l, b, s) + kv.slot_bytes());
+                out.insert(out.end(), kv.k_slot(l, b, s), kv.k_slot(l, b, s) + kv.k_slot_bytes());
+                out.insert(out.end(), kv.v_slot(l, b, s), kv.v_slot(l, b, s) + kv.v_slot_bytes());
             }
     return out;
 }

@@ -20,7 +20,7 @@ KvConfig small_config(KvDtype dtype) {
     c.block_size = 4;
     c.n_head_kv = 2;
     c.head_dim = 8;
-    c.dtype = dtype;
+    c.set_dtype(dtype);
     return c;
 }
 
@@ -30,9 +30,9 @@ void fill_random(KvStorage& kv, std::mt19937_64& rng) {
     for (int l = 0; l < c.n_layer; l++)
         for (int b = 0; b < c.n_blocks; b++)
             for (int s = 0; s < c.block_size; s++)
-                for (int64_t i = 0; i < kv.slot_bytes(); i++) {
-                    kv.k_slot(l, b, s)[i] = (uint8_t)rng();
-                    kv.v_slot(l, b, s)[i] = (uint8_t)rng();
+                for (int64_t i = 0; i < std::max(kv.k_slot_bytes(), kv.v_slot_bytes()); i++) {
+                    if (i < kv.k_slot_bytes()) kv.k_slot(l, b, s)[i] = (uint8_t)rng();
+                    if (i < kv.v_slot_bytes()) kv.v_slot(l, b, s)[i] = (uint8_t)rng();
                 }
 }
 
@@ -40,8 +40,8 @@ void fill_random(KvStorage& kv, std::mt19937_64& rng) {
 std::vector<uint8_t> slot_bytes(const KvStorage& kv, int block, int slot) {
     std::vector<uint8_t> out;
     for (int l = 0; l < kv.config().n_layer; l++) {
-        out.insert(out.end(), kv.k_slot(l, block, slot), kv.k_slot(l, block, slot) + kv.slot_bytes());
-        out.insert(out.end(), kv.v_slot(l, block, slot), kv.v_slot(l, block, slot) + kv.slot_bytes());
+        out.insert(out.end(), kv.k_slot(l, block, slot), kv.k_slot(l, block, slot) + kv.k_slot_bytes());
+        out.insert(out.end(), kv.v_slot(l, block, slot), kv.v_slot(l, block, slot) + kv.v_slot_bytes());
     }
     return out;
 }

@@ -226,3 +226,27 @@ TEST_CASE("An engine without kv_events records nothing", "[kv]") {
     CHECK(e.kv_manager().pool().n_cached() > 0);
     CHECK(e.take_kv_events().empty());
 }
+
+TEST_CASE("The index keeps each hash's tiers and weighs tier hits below pool hits", "[kv][kv_tiers]") {
+    PrefixIndex idx;
+    const std::vector<BlockHash> chain = {11, 12, 13, 14};
+    idx.apply(1, std::vector<KvEvent>{{KvEventKind::STORED, 11, KvTier::POOL},
+                                      {KvEventKind::STORED, 12, KvTier::HOST},
+                                      {KvEventKind::STORED, 13, KvTier::DISK}});
+    CHECK(idx.n_leading_blocks(1, chain) == 3);  // a tier hit continues the chain
+    // 16 (pool) + 0.8 * 16 (host) + 0.5 * 16 (disk) = 36.8 -> 36
+    CHECK(idx.cached_tokens(1, chain, 16) == 36);
+    CHECK(idx.cached_tokens(1, chain, 16, TierWeights{1.0, 1.0}) == 48);
+    CHECK(idx.tier_of(1, 12) == KvTier::HOST);
+    // Promotion: host removed, pool stored; the disk copy of 13 stays beside a pool copy.
+    idx.apply(1, std::vector<KvEvent>{{KvEventKind::REMOVED, 12, KvTier::HOST},
+                                      {KvEventKind::STORED, 12, KvTier::POOL},
+                                      {KvEventKind::STORED, 13, KvTier::POOL}});
+    CHECK(idx.tier_of(1, 12) == KvTier::POOL);
+    CHECK(idx.cached_tokens(1, chain, 16) == 48);
+    idx.apply(1, std::vector<KvEvent>{{KvEventKind::REMOVED, 13, KvTier::POOL}});
+    CHECK(idx.tier_of(1, 13) == KvTier::DISK);  // still on disk
+    idx.apply(1, std::vector<KvEvent>{{KvEventKind::REMOVED, 13, KvTier::DISK}});
+    CHECK_FALSE(idx.holds(1, 13));
+    CHECK(idx.n_blocks(1) == 2);
+}

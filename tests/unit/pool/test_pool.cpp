@@ -162,7 +162,8 @@ TEST_CASE("a loaded pool's engine options and metrics KV shape come from its con
     const EngineOptions eo = engine_options(*pool, c);
     CHECK(eo.n_blocks == 32);
     CHECK(eo.block_size == 16);
-    CHECK(eo.kv_dtype == KvDtype::F16);
+    CHECK(eo.kv_dtype_k == KvDtype::F16);
+    CHECK(eo.kv_dtype_v == KvDtype::F16);
     CHECK(eo.max_batch == 5);
     CHECK(eo.max_batch_tokens == 64);
     CHECK(eo.max_queue == 9);
