@@ -166,7 +166,10 @@ void Engine::promote(Seq& s) {
         if (!meta) break;  // a file that failed its checks: dropped, the rest is computed
         // The hash carries the tenant's salt, so a non-public block reached by it is this tenant's
         // (tenant ids are per process: the stored one may be another's after a restart).
-        const auto block = mgr_.adopt_next_block(s.kv, meta->is_public ? meta->tenant : s.req.tenant, meta->is_public);
+        const int32_t writer = meta->is_public ? meta->tenant : s.req.tenant;
+        auto block = mgr_.adopt_next_block(s.kv, writer, meta->is_public);
+        // A full pool: idle sessions' pinned KV goes first (to the tiers, as the admission does).
+        while (!block && free_one_session()) block = mgr_.adopt_next_block(s.kv, writer, meta->is_public);
         if (!block) {
             tiers_->demote(*meta, tier_buf_);
             break;

@@ -630,7 +630,9 @@ void Engine::commit_spec(Seq& s, const SpecDraft& d, const SpecResult& r, std::s
         mgr_.append_tokens(s.kv, std::span<const int32_t>(toks.data(), (size_t)n_keep));
         // The truncation freed at least the blocks this takes, so it finds room; if not, the path's
         // tokens stay known but not computed and the next step computes them (correct, slower).
-        if (auto copies = mgr_.allocate_slots(s.kv, n_keep)) {
+        auto copies = mgr_.allocate_slots(s.kv, n_keep);
+        demote_evicted(nullptr, s.req.tenant);  // blocks it reclaimed leave for the KV tiers before any copy
+        if (copies) {
             for (const BlockCopy& c : *copies)
                 kv_copy(be_->copy_block_slots(c.src_block, c.dst_block, c.n_slots));
             kv_copy(be_->copy_slots(old_table, src, mgr_.seq(s.kv).blocks, dst));
