@@ -468,29 +468,23 @@ std::vector<std::vector<int32_t>> public_prefix_ids(const Pool& p, const Config&
 uint64_t model_file_fingerprint(const std::string& path) {
     // The size and 16 spread 64 KiB samples (the first holds the header and metadata): a rewritten,
     // requantized or replaced file changes it; reading all of a multi-GiB file at every start would not pay.
-    std::vector<uint8_t> buf;
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(path, ec);
     if (ec) return 0;
-    auto mix = [&](uint64_t h, const void* data, size_t n) {
-        const auto* b = static_cast<const uint8_t*>(data);
-        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-        return h;
-    };
-    uint64_t h = mix(0xcbf29ce484222325ull, &size, sizeof size);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return h;
-    constexpr size_t chunk = 64 << 10;
-    buf.resize(chunk);
-    for (int i = 0; i < 16; i++) {
-        const uintmax_t off = size <= chunk ? 0 : (size - chunk) / 15 * (uintmax_t)i;
-        if (std::fseek(f, (long)off, SEEK_SET) != 0) break;
-        const size_t n = std::fread(buf.data(), 1, chunk, f);
-        h = mix(h, buf.data(), n);
-        if (size <= chunk) break;
+    std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(&size), reinterpret_cast<const uint8_t*>(&size) + sizeof size);
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+        constexpr size_t chunk = 64 << 10;
+        for (int i = 0; i < 16; i++) {
+            const uintmax_t off = size <= chunk ? 0 : (size - chunk) / 15 * (uintmax_t)i;
+            if (std::fseek(f, (long)off, SEEK_SET) != 0) break;
+            const size_t at = bytes.size();
+            bytes.resize(at + chunk);
+            bytes.resize(at + std::fread(bytes.data() + at, 1, chunk, f));
+            if (size <= chunk) break;
+        }
+        std::fclose(f);
     }
-    std::fclose(f);
-    return h;
+    return splitmix64(fnv1a_64(bytes));
 }
 
 Expected<std::shared_ptr<KvTiers>> open_kv_tiers(const Pool& p, const Config& config) {
@@ -499,7 +493,7 @@ Expected<std::shared_ptr<KvTiers>> open_kv_tiers(const Pool& p, const Config& co
     const KvTypes types = kv_types_of(p.cfg);
     const KvConfig one = KvStorage::config_for(mp, 1, p.cfg.block_size, types.k, types.v);
     KvTierIdentity id;
-    id.payload_bytes = (int64_t)mp.n_layer * p.cfg.block_size * (one.k_slot_bytes() + one.v_slot_bytes());
+    id.payload_bytes = kv_bytes(one);  // one block: every layer's K and V
     std::ostringstream layout;
     layout << model_file_fingerprint(p.cfg.model) << '|' << p.cfg.block_size << '|' << kv_dtype_name(types.k) << '|'
            << kv_dtype_name(types.v) << '|' << mp.n_layer << '|' << mp.n_head_kv << '|' << mp.head_dim << '|' << id.payload_bytes;

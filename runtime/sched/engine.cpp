@@ -103,6 +103,7 @@ Engine::Engine(const Model& model, const EngineOptions& opt)
                                         " bytes, but this pool's blocks hold " + std::to_string(payload));
         tiers_ = opt_.kv_tiers;
         tier_buf_.resize((size_t)payload);
+        evict_buf_.resize((size_t)payload);
         mgr_.set_record_evicted(true);
         tiers_->set_record_events(opt.kv_events);
     }
@@ -141,13 +142,13 @@ int64_t Engine::persist_kv() {
 void Engine::demote_evicted(EvictionPolicy* policy, int32_t tenant) {
     if (!tiers_) return;
     for (const EvictedBlock& e : mgr_.take_evicted()) {
-        kv_copy(be_->export_block(e.block, tier_buf_));
+        kv_copy(be_->export_block(e.block, evict_buf_));
         EvictionContext ctx;
         ctx.requesting_tenant = tenant;
         ctx.block_size = opt_.block_size;
-        ctx.block_bytes = (double)tier_buf_.size();
+        ctx.block_bytes = (double)evict_buf_.size();
         ctx.tenant_names = &tenant_names_;
-        tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, tier_buf_, policy, &ctx);
+        tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, evict_buf_, policy, &ctx);
     }
 }
 
@@ -174,16 +175,9 @@ void Engine::promote(Seq& s) {
             tiers_->demote(*meta, tier_buf_);
             break;
         }
-        // Its allocation may have evicted another block: that one's bytes leave first. tier_buf_
-        // holds the promoted bytes, so the demotion goes through a copy.
-        if (auto ev = mgr_.take_evicted(); !ev.empty()) {
-            std::vector<uint8_t> keep = tier_buf_;
-            for (const EvictedBlock& e : ev) {
-                kv_copy(be_->export_block(e.block, tier_buf_));
-                tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, tier_buf_);
-            }
-            tier_buf_ = std::move(keep);
-        }
+        // Its allocation may have evicted another block: that one's bytes leave first (through
+        // evict_buf_: tier_buf_ holds the promoted bytes).
+        demote_evicted(nullptr, s.req.tenant);
         kv_copy(be_->import_block(*block, tier_buf_));
         (from == KvTier::DISK ? n_disk : n_host)++;
     }

@@ -398,6 +398,7 @@ private:
     std::map<std::pair<std::string, std::string>, int64_t> evictions_;  // (bucket, policy) -> n
     std::shared_ptr<KvTiers> tiers_;   // opt_.kv_tiers
     std::vector<uint8_t> tier_buf_;    // one block's bytes, on their way to or from a tier
+    std::vector<uint8_t> evict_buf_;   // an evicted block's bytes on their way down (demote_evicted)
     std::vector<std::string> tenant_names_;  // by tenant id, for eviction policies (mgr_ points at it)
     // Speculation's measurements: acceptance per position per bucket (std::map: stable addresses),
     // the forward time fitted against its token count (running means of n, t, n*n, n*t), the mean

@@ -78,7 +78,7 @@ EngineOptions tier_options(std::shared_ptr<KvTiers> tiers) {
 std::shared_ptr<KvTiers> open_tiers(int64_t host_bytes, int64_t disk_bytes, const std::string& dir) {
     KvTierIdentity id;
     const KvConfig one = KvStorage::config_for(tier_model().params(), 1, 16, KvDtype::F32);
-    id.payload_bytes = (int64_t)one.n_layer * 16 * (one.k_slot_bytes() + one.v_slot_bytes());
+    id.payload_bytes = kv_bytes(one);  // one block
     id.layout = 0x1234;
     id.salts = 0x5678;
     KvTierOptions o;
