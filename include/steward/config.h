@@ -210,6 +210,14 @@ struct BucketConfig {
     BucketSimConfig sim;  // [bucket.sim]
 };
 
+// One [[tenant.tool_cache]]: a tool whose results Steward caches for the tenant (docs/reuse.md).
+struct ToolCacheConfig {
+    std::string tool;               // the function's name
+    double ttl_s = 300;             // a result older than this is never served
+    std::string scope = "session";  // "session", "tenant" (the caller's labels) or "public" (every tenant that declares it public)
+    std::vector<std::string> key;   // the argument fields forming the key; empty: all of them
+};
+
 // One [[tenant]]: tenants never share KV blocks except inside public prefixes.
 struct TenantConfig {
     std::string name;
@@ -218,6 +226,12 @@ struct TenantConfig {
     double kv_quota = -1;  // share of each pool's KV blocks for eviction policies (tenant_fair); < 0: none
     // Its keys may also POST /admin/* and read every tenant's series on /metrics (docs/http-api.md).
     bool admin = false;
+    // Permission labels (docs/reuse.md): every request of the tenant carries `labels`; a request's
+    // own "labels" field may add labels matching `allowed_labels` ("user:*": any label starting
+    // "user:"). A document's acl is covered by any one label in common.
+    std::vector<std::string> labels;
+    std::vector<std::string> allowed_labels;
+    std::vector<ToolCacheConfig> tool_cache;  // [[tenant.tool_cache]]
 };
 
 // One [[public_prefix]] (or RuntimeOptions::extra_public_prefixes): text every tenant may share.

@@ -80,6 +80,20 @@ struct GenerationRequest {
     std::function<PoolPrompt(const PromptPool& pool)> render;
 };
 
+// What reuse beyond the prefix did for one request (docs/reuse.md), recorded per bucket with
+// Runtime::record_reuse by the layer that resolves documents and tool results (the HTTP server).
+struct ReuseCounts {
+    int64_t document_hits = 0;               // documents a request referenced and was served
+    int64_t document_saved_prefill_tokens = 0;  // prompt tokens of those documents found cached
+    int64_t document_refused_permission = 0; // references refused (403: labels do not cover the acl)
+    int64_t document_expired = 0;            // references to an expired document (404)
+    int64_t tool_hits = 0;                   // calls answered from the tool-result cache (resolved or hinted)
+    int64_t tool_round_trips_saved = 0;      // calls resolved in the same request (no client round trip)
+    int64_t tool_resolved_tokens_saved = 0;  // prompt tokens the continuations found cached (no re-prefill)
+    int64_t tool_stale_refused = 0;          // cached results too old to serve
+    std::vector<double> tool_age_at_use_s;   // each hit's age
+};
+
 // One alternative for an output position: a token id and its log-probability.
 struct TokenLogprob {
     int32_t id = 0;

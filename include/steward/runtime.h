@@ -128,6 +128,9 @@ public:
     EmbeddingResult embed(EmbeddingRequest req);
 
     // The per-bucket figures so far: JSON, a text table, Prometheus exposition.
+    // Adds a request's reuse figures (documents, tool results) to `bucket`'s row ("" counts as
+    // "unclassified") and the "all" row: report, JSON `reuse`, HTML and Prometheus steward_reuse_*.
+    void record_reuse(const std::string& bucket, const ReuseCounts& counts);
     std::string metrics_json() const;
     std::string metrics_table() const;
     std::string metrics_prometheus() const;

@@ -674,6 +674,11 @@ std::vector<PoolLoad> pool_loads(const SharedState& sh) {
 }
 }  // namespace
 
+void Runtime::record_reuse(const std::string& bucket, const ReuseCounts& counts) {
+    std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
+    impl_->shared->metrics->record_reuse(bucket, counts);
+}
+
 std::string Runtime::metrics_json() const {
     std::vector<PoolLoad> loads = pool_loads(*impl_->shared);
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);

@@ -30,8 +30,12 @@ struct RunOptions {
     bool ignore_eos = false;             // every request generates its max_tokens (benchmarks)
     std::string outputs_path;            // JSONL of every request's output and token counts
     // Ablations in one run: comma-separated variants (baseline first, added when missing):
-    // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN.
+    // no_prefix_cache, no_speculation, global_speculation, no_routing, eviction=PLUGIN, no_reuse.
     std::string compare;
+    // Reuse off in the runner (docs/reuse.md): documents inlined where each request's documents_at
+    // says, in its order, and no agent tool call resolved from the runner's cache.
+    bool no_reuse = false;
+    bool agent_tools = false;            // generated agent turns carry repeated idempotent tool calls
     std::string mix;                     // "short_qa=2,agent=0": bucket weights (parse_workload_mix)
     double tool_pause_ms = 0;            // agent tool pauses (0: the standard 50-300 ms)
     int agent_turns = 0;                 // turns per agent session (0: the standard 3 or 4)

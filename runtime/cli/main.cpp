@@ -153,9 +153,14 @@ int main(int argc, char** argv) {
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
     run->add_option("--compare", ro.compare,
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
-                    "speculation=PLUGIN, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE; per bucket side by side with ratios to the baseline");
+                    "speculation=PLUGIN, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE, no_reuse; per bucket side by side with ratios to the baseline");
+    run->add_flag("--no-reuse", ro.no_reuse,
+                  "Reuse off in the runner: documents inlined where each request lists them (documents_at), no agent tool "
+                  "call resolved from cached results (docs/reuse.md)");
+    run->add_flag("--agent-tools", ro.agent_tools,
+                  "Agent turns of the generated workload carry repeated idempotent tool calls (get_weather, read_file, search)");
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
-    run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0");
+    run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0 (rag=1 adds the rag bucket)");
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
     run->add_flag("--sequential", ro.sequential, "One request at a time in file order, arrival times ignored");
     run->add_option("--outputs", ro.outputs_path, "Write every request's output and token counts to this JSONL file");
@@ -180,7 +185,7 @@ int main(int argc, char** argv) {
     add_seed_option(bgen, bo.seed, "Workload seed");
     bgen->add_flag("--burst", bo.burst, "Bursty arrivals");
     bgen->add_option("--tenants", bo.n_tenants, "Tenants (1-4)")->capture_default_str();
-    bgen->add_option("--mix", bo.mix, "Bucket weights, e.g. short_qa=2,agent=0 (others keep the standard mix's)");
+    bgen->add_option("--mix", bo.mix, "Bucket weights, e.g. short_qa=2,agent=0,rag=1 (others keep the standard mix's; rag's is 0)");
     auto* brep = bench_cmd->add_subcommand(
         "replay", "Play a workload file against the embedded runtime (default) or an OpenAI-compatible server (--url), "
                   "honouring arrival times and agent turns; per-bucket table, per-request records");
@@ -201,6 +206,7 @@ int main(int argc, char** argv) {
     brep->add_flag("--greedy", rpo.greedy, "Every request at temperature 0");
     brep->add_flag("--sequential", rpo.sequential, "One request at a time in file order, arrival times ignored");
     brep->add_flag("--ignore-eos", rpo.ignore_eos, "Every request generates its max_tokens (comparing servers)");
+    brep->add_flag("--no-reuse", rpo.no_reuse, "Embedded: reuse off in the runner (documents as listed, no tool call resolved)");
     brep->add_flag("--steward-fields", rep_steward_fields,
                    "--url: the bucket hint as the model and JSON mode for \"json\" requests (a Steward server)");
     brep->add_flag("--session-field", rep_session_field, "--url: send agent turns' session (Steward's extension)");
@@ -212,6 +218,7 @@ int main(int argc, char** argv) {
     bgen->add_option("--volatile-share", bo.volatile_share, "Share of short_qa, long_output and high_temp prompts with a volatile line")
         ->capture_default_str();
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
+    bgen->add_flag("--agent-tools", bo.agent_tools, "Agent turns carry repeated idempotent tool calls (get_weather, read_file, search)");
 
     // ---- steward serve
     auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (docs/http-api.md)");
@@ -292,6 +299,7 @@ int main(int argc, char** argv) {
         h.ignore_eos = rpo.ignore_eos;
         h.steward_fields = rep_steward_fields;
         h.session_field = rep_session_field;
+        if (rpo.no_reuse) return cli_fail("--no-reuse is for the embedded runtime; with --url the server decides what it reuses");
         h.progress = true;
         if (!rpo.outputs_path.empty()) return cli_fail("--outputs is for the embedded runtime; with --url, -o writes every request's record and output");
         return http_replay(h);

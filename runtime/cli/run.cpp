@@ -24,6 +24,7 @@
 #include "kv/kv_storage.h"
 #include "report/html_report.h"
 #include "report/prefix_diagnosis.h"
+#include "reuse/tool_cache.h"
 #include "sim/sim_clock.h"
 #include "util/strings.h"
 #include "workload/workload.h"
@@ -80,6 +81,7 @@ Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
     gp.volatile_share = o.volatile_share;
     gp.tool_pause_ms = o.tool_pause_ms;
     gp.agent_turns = o.agent_turns;
+    gp.agent_tools = o.agent_tools;
     if (o.n_tenants < 1 || o.n_tenants > 4) return make_error("--tenants is ", o.n_tenants, "; give 1 to 4 tenants");
     gp.n_tenants = o.n_tenants;
     if (!o.mix.empty()) {
@@ -99,8 +101,10 @@ int cmd_bench_gen(const RunOptions& o) {
     if (!gp) return cli_fail(gp.error().message);
     const Workload wl = generate_workload(*gp);
     if (auto e = write_workload_file(wl, o.save_workload)) return cli_fail(e->message);
-    std::printf("wrote %zu requests (%zu shared segments) to %s\n", wl.requests.size(), wl.segments.size(),
-                o.save_workload.c_str());
+    std::string docs;
+    if (!wl.documents.empty()) docs = ", " + std::to_string(wl.documents.size()) + " documents";
+    std::printf("wrote %zu requests (%zu shared segments%s) to %s\n", wl.requests.size(), wl.segments.size(),
+                docs.c_str(), o.save_workload.c_str());
     return 0;
 }
 
@@ -110,7 +114,7 @@ struct RunResult {
     double wall_s = 0;
     nlohmann::json metrics;
 };
-int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, RunResult& result);
+int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, bool reuse, RunResult& result);
 int run_compare(const RunOptions& o, const Workload& wl);
 }  // namespace
 
@@ -131,7 +135,7 @@ int cmd_run(const RunOptions& o) {
     Runtime::route_sighup_to_reload();  // kill -HUP reloads the config while the run goes on
     if (o.compare.empty()) {
         RunResult r;
-        return run_one(o, wl, nullptr, false, r);
+        return run_one(o, wl, nullptr, false, !o.no_reuse, r);
     }
     return run_compare(o, wl);
 }
@@ -140,7 +144,11 @@ namespace {
 
 // One replay of wl through a runtime started from o.config_path, or from *cfg (an ablation's
 // variant). quiet: only the figures (result), no table, diagnosis, outputs or report files.
-int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, RunResult& result) {
+// reuse (docs/reuse.md, the runner's side of it): a request's documents go at the canonical place
+// (sorted by name, right after the leading shared segments) rather than where documents_at says,
+// and an agent turn whose tool_call result the runner has cached (learned from an earlier turn of the
+// tenant) is resolved: sent as soon as the previous turn finished, without the tool pause.
+int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool quiet, bool reuse, RunResult& result) {
     // Segments the workload declares public become public prefixes. They are start options, not
     // edits of a loaded Config, so that a reload (SIGHUP, a save) applies them again and keeps
     // every unchanged pool and its cache.
@@ -166,8 +174,11 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     Runtime& runtime = **rt;
     {
         const auto cfg = runtime.config();
-        std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets\n", o.config_path.c_str(),
-                     wl.requests.size(), cfg->pools.size(), cfg->buckets.size());
+        const bool reusable = !wl.documents.empty() ||
+                              std::any_of(wl.requests.begin(), wl.requests.end(), [](const WorkloadRequest& r) { return r.tool_call.has_value(); });
+        std::fprintf(stderr, "steward run: config %s, %zu requests, %zu pools, %zu buckets%s\n", o.config_path.c_str(),
+                     wl.requests.size(), cfg->pools.size(), cfg->buckets.size(),
+                     reusable ? (reuse ? ", reuse on" : ", reuse off") : "");
     }
 
     Progress prog;
@@ -183,6 +194,9 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     // Keyed by (tenant, session): two tenants using one session id are two conversations, and
     // neither's text may be appended to the other's prompt.
     std::map<std::pair<std::string, std::string>, SessionState> sessions;
+    // Tool results the runner learned from the conversations it sent (reuse on): tenant-scoped, keyed
+    // by every argument, fresh for the call's ttl_s on the run's (simulated) clock.
+    reuse::ToolResultCache tool_cache;
     std::atomic<int> in_flight{0};
     const double dilation = time_dilation();  // [sim] dilation, set by Runtime::start
     if (dilation != 1)
@@ -227,14 +241,24 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
         std::vector<int32_t> ids;
         std::string output, finish, error;
         RequestMetrics metrics;
-        bool upgraded = false, fallback = false;
+        bool upgraded = false, fallback = false, ok = false;
+        // Reuse: the documents' block in text ([doc_begin, doc_end), empty without documents), and
+        // whether the turn's tool call was resolved from the runner's cache.
+        size_t n_documents = 0, doc_begin = 0, doc_end = 0;
+        bool resolved = false;
+        double tool_age_s = 0;
     };
     std::vector<Sent> sent(wl.requests.size());
     size_t n_submitted = 0;
     for (const WorkloadRequest& r : wl.requests) {
         // Arrival times are simulated time: with [sim] dilation D the replay runs D times faster.
         const clk::time_point at = t0 + std::chrono::microseconds((int64_t)(r.arrival_ms * 1e3 / dilation));
-        std::string text = r.prompt_kind == PromptKind::IDS ? "" : wl.prompt_text(r);
+        PlacedPrompt placed;
+        if (r.prompt_kind != PromptKind::IDS)
+            placed = wl.place_prompt(r, reuse ? DocumentPlacement::CANONICAL : DocumentPlacement::AS_LISTED);
+        std::string text = std::move(placed.text);
+        bool resolved = false;
+        double tool_age_s = 0;
         {
             std::unique_lock<std::mutex> lk(mu);
             if (!r.session.empty()) {
@@ -243,8 +267,26 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                 const auto key = std::make_pair(r.tenant, r.session);
                 cv.wait(lk, [&] { return !sessions[key].busy; });
                 SessionState& s = sessions[key];
-                if (!o.sequential) cv.wait_until(lk, std::max(at, s.ready));
+                // Its tool call: resolved from the cache when a fresh result is there (no pause: the
+                // client's round trip is saved), else learned from the conversation as it is sent.
+                std::optional<reuse::ToolCachePolicy> policy;
+                reuse::ToolCaller caller{r.tenant, 0, r.session, {}};
+                nlohmann::json args;
+                auto run_clock_s = [&] { return std::chrono::duration<double>(clk::now() - t0).count() * dilation; };
+                if (reuse && r.tool_call) {
+                    policy = reuse::ToolCachePolicy{r.tool_call->tool, r.tool_call->ttl_s, reuse::ToolScope::TENANT, {}};
+                    args = nlohmann::json::parse(r.tool_call->arguments, nullptr, false);
+                    if (auto hit = tool_cache.lookup(*policy, caller, args, run_clock_s())) {
+                        resolved = true;
+                        tool_age_s = hit->age_s;
+                    }
+                }
+                if (!o.sequential && !resolved) cv.wait_until(lk, std::max(at, s.ready), [] { return false; });
+                if (policy && !resolved) tool_cache.store(*policy, caller, args, r.prompt, run_clock_s());
+                const size_t before = text.size();
                 text = conversations.open_turn(r.tenant, r.session, text);
+                placed.doc_begin += text.size() - before;
+                placed.doc_end += text.size() - before;
                 s.busy = true;
             } else if (!o.sequential) {
                 cv.wait_until(lk, at, [] { return false; });
@@ -259,6 +301,11 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
         sent[slot].tenant = r.tenant;
         if (r.prompt_kind == PromptKind::IDS) sent[slot].ids = r.prompt_ids;
         else sent[slot].text = text;
+        sent[slot].n_documents = r.prompt_kind == PromptKind::IDS ? 0 : r.documents.size();
+        sent[slot].doc_begin = placed.doc_begin;
+        sent[slot].doc_end = placed.doc_end;
+        sent[slot].resolved = resolved;
+        sent[slot].tool_age_s = tool_age_s;
         cb.on_finish = [&, session, tenant, pause_ms, slot](const GenerationResult& res) {
             {
                 std::lock_guard<std::mutex> lk(mu);
@@ -270,6 +317,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                 sent[slot].upgraded = res.upgraded;
                 sent[slot].fallback = res.fallback;
                 sent[slot].error = res.error;
+                sent[slot].ok = res.ok();
                 if (!session.empty()) {
                     SessionState& s = sessions[{tenant, session}];
                     conversations.close_turn(tenant, session, res.text);
@@ -298,6 +346,30 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
 
     result.failed = prog.failed;
     result.wall_s = std::chrono::duration<double>(clk::now() - t0).count();
+    // The reuse figures of each request, in its bucket (docs/reuse.md#figures). A document's saved
+    // prefill tokens are measured: the prompt tokenized (by the pool that answered) up to and through
+    // the documents' block, the request's cached tokens clamped to that span.
+    for (size_t i = 0; i < n_submitted; i++) {
+        const Sent& s = sent[i];
+        if (!s.ok || s.pool.empty()) continue;
+        ReuseCounts c;
+        if (s.n_documents > 0 && s.doc_end > s.doc_begin) {
+            c.document_hits = (int64_t)s.n_documents;
+            auto before = runtime.tokenize(s.pool, s.text.substr(0, s.doc_begin), true);
+            auto through = runtime.tokenize(s.pool, s.text.substr(0, s.doc_end), true);
+            if (before && through) {
+                const int64_t n_before = (int64_t)before->size(), span = std::max<int64_t>(0, (int64_t)through->size() - n_before);
+                c.document_saved_prefill_tokens = std::clamp<int64_t>(s.metrics.cached_tokens - n_before, 0, span);
+            }
+        }
+        if (s.resolved) {
+            c.tool_hits = 1;
+            c.tool_round_trips_saved = 1;
+            c.tool_resolved_tokens_saved = s.metrics.cached_tokens;
+            c.tool_age_at_use_s.push_back(s.tool_age_s);
+        }
+        if (c.document_hits || c.tool_hits) runtime.record_reuse(s.bucket, c);
+    }
     result.metrics = nlohmann::json::parse(runtime.metrics_json());
     if (quiet) return prog.failed == 0 ? 0 : 3;
     const std::string table = runtime.metrics_table();
@@ -376,6 +448,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
 Expected<Config> variant_config(const Config& base, const std::string& v) {
     Config c = base;
     if (v == "baseline") return c;
+    if (v == "no_reuse") return c;  // a runner option (documents as listed, no tool results resolved): run_compare
     if (v == "no_prefix_cache") {
         for (auto& p : c.pools) p.prefix_cache = false;
         return c;
@@ -434,8 +507,8 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
     }
     return make_error("--compare: unknown variant '", v,
                       "'; give baseline, no_prefix_cache, no_speculation, global_speculation, speculation=PLUGIN (e.g. "
-                      "speculation=fixed), no_routing, eviction=PLUGIN (e.g. eviction=lru), kv_tiers=off or kv_type=TYPE "
-                      "(e.g. kv_type=q8_0), comma-separated");
+                      "speculation=fixed), no_routing, eviction=PLUGIN (e.g. eviction=lru), kv_tiers=off, kv_type=TYPE "
+                      "(e.g. kv_type=q8_0) or no_reuse, comma-separated");
 }
 
 // --compare: the workload through each variant in turn (a fresh runtime each, the same requests at
@@ -455,19 +528,27 @@ int run_compare(const RunOptions& o, const Workload& wl) {
     int rc = 0;
     for (size_t i = 0; i < names.size(); i++) {
         std::fprintf(stderr, "steward run --compare: %s (%zu of %zu)\n", names[i].c_str(), i + 1, names.size());
-        const int r = run_one(o, wl, &configs[i], true, results[i]);
+        // no_reuse is the runner's: the same config, documents inlined as listed, no tool result resolved.
+        const bool reuse = !o.no_reuse && names[i] != "no_reuse";
+        const int r = run_one(o, wl, &configs[i], true, reuse, results[i]);
         if (r == 1) return r;  // could not start: the message is out
         rc = std::max(rc, r);
     }
     struct Fig {
         const char* name;
         std::vector<const char*> path;
+        bool only_when_some = false;  // a row only when some variant has it above 0 (the reuse figures)
     };
     const std::vector<Fig> figs = {{"ttft_p50", {"ttft_ms", "p50"}},   {"ttft_p99", {"ttft_ms", "p99"}},
                                    {"tpot_mean", {"tpot_ms", "mean"}}, {"tpot_p99", {"tpot_ms", "p99"}},
                                    {"e2e_p99", {"e2e_ms", "p99"}},
                                    {"tok/s", {"throughput_tok_s"}},    {"hit_rate", {"prefix_cache", "hit_rate"}},
-                                   {"saved_prefill_tok", {"prefix_cache", "saved_prefill_tokens"}}};
+                                   {"saved_prefill_tok", {"prefix_cache", "saved_prefill_tokens"}},
+                                   {"doc_hits", {"reuse", "documents", "hits"}, true},
+                                   {"doc_saved_tok", {"reuse", "documents", "saved_prefill_tokens"}, true},
+                                   {"tool_hits", {"reuse", "tools", "hits"}, true},
+                                   {"trips_saved", {"reuse", "tools", "round_trips_saved"}, true},
+                                   {"tool_saved_tok", {"reuse", "tools", "resolved_tokens_saved"}, true}};
     auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
         const nlohmann::json* j = &m;
         // A bucket's figures are under "buckets"; every request's under "all".
@@ -494,6 +575,9 @@ int run_compare(const RunOptions& o, const Workload& wl) {
     buckets.push_back("all");  // last, as the table does
     for (const std::string& b : buckets)
         for (const Fig& f : figs) {
+            if (f.only_when_some &&
+                std::none_of(results.begin(), results.end(), [&](const RunResult& r) { return value(r.metrics, b, f) > 0; }))
+                continue;
             std::printf("%-12s %-10s", b.c_str(), f.name);
             const double v0 = value(results[0].metrics, b, f);
             for (size_t i = 0; i < names.size(); i++) {

@@ -639,9 +639,38 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             TenantConfig tc;
             TableReader r(*n.as_table(), src, "[[tenant]]");
             if (!r.get("name", tc.name) || !r.get("salt", tc.salt) || !r.get("api_keys", tc.api_keys) || !r.get("admin", tc.admin) ||
-                !r.get_in("kv_quota", tc.kv_quota, 1e-9, 1, "a share of the pool's KV, in (0, 1]") || !r.finish())
+                !r.get_in("kv_quota", tc.kv_quota, 1e-9, 1, "a share of the pool's KV, in (0, 1]") ||
+                !r.get("labels", tc.labels) || !r.get("allowed_labels", tc.allowed_labels))
                 return fail(r.err);
             const std::string at = where(src, n.source()) + ": tenant '" + tc.name + "' ";
+            for (const auto* list : {&tc.labels, &tc.allowed_labels})
+                for (const auto& l : *list) {
+                    const bool ok = !l.empty() && l.size() <= 128 &&
+                                    std::all_of(l.begin(), l.end(), [](char ch) { return ch > 0x20 && ch < 0x7f; });
+                    if (!ok)
+                        return fail(at + "has the label \"" + l + "\"; a label is 1-128 printable ASCII characters without spaces (e.g. \"team:legal\", \"user:*\")");
+                }
+            if (const toml::node* tn = n.as_table()->get("tool_cache")) {
+                r.sub("tool_cache");
+                const toml::array* ta = tn->as_array();
+                if (!ta || !ta->is_array_of_tables())
+                    return fail(where(src, tn->source()) + ": tenant '" + tc.name + "' tool_cache must be an array of tables: [[tenant.tool_cache]] tool = \"NAME\", ttl_s = 300, scope = \"session\"");
+                for (const auto& e : *ta) {
+                    ToolCacheConfig tcc;
+                    TableReader er(*e.as_table(), src, "[[tenant.tool_cache]]");
+                    if (!er.get("tool", tcc.tool) || !er.get_in("ttl_s", tcc.ttl_s, 1e-3, 1e9, "seconds, > 0") ||
+                        !er.get("scope", tcc.scope) || !er.get("key", tcc.key) || !er.finish())
+                        return fail(er.err);
+                    const std::string eat = where(src, e.source()) + ": tenant '" + tc.name + "' [[tenant.tool_cache]] ";
+                    if (tcc.tool.empty()) return fail(eat + "needs tool = \"NAME\" (the function's name)");
+                    if (tcc.scope != "session" && tcc.scope != "tenant" && tcc.scope != "public")
+                        return fail(eat + "scope is \"" + tcc.scope + "\"; use \"session\", \"tenant\" or \"public\"");
+                    for (const auto& o : tc.tool_cache)
+                        if (o.tool == tcc.tool) return fail(eat + "declares tool '" + tcc.tool + "' twice; keep one entry per tool");
+                    tc.tool_cache.push_back(tcc);
+                }
+            }
+            if (!r.finish()) return fail(r.err);
             if (tc.name.empty()) return fail(where(src, n.source()) + ": [[tenant]] needs a name");
             if (c.find_tenant(tc.name)) return fail(at + "is defined twice; give each [[tenant]] a unique name");
             c.tenants.push_back(tc);

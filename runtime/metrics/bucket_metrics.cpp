@@ -294,6 +294,62 @@ void MetricsRegistry::record_quality(std::string_view bucket, std::string_view p
     }
 }
 
+void BucketMetrics::add_reuse(const ReuseCounts& c) {
+    reuse.document_hits += c.document_hits;
+    reuse.document_saved_prefill_tokens += c.document_saved_prefill_tokens;
+    reuse.document_refused_permission += c.document_refused_permission;
+    reuse.document_expired += c.document_expired;
+    reuse.tool_hits += c.tool_hits;
+    reuse.tool_round_trips_saved += c.tool_round_trips_saved;
+    reuse.tool_resolved_tokens_saved += c.tool_resolved_tokens_saved;
+    reuse.tool_stale_refused += c.tool_stale_refused;
+    for (double a : c.tool_age_at_use_s) reuse.tool_age_s.record(std::max(0.0, a));
+}
+
+void MetricsRegistry::record_reuse(std::string_view bucket, const ReuseCounts& c) {
+    all_.add_reuse(c);
+    row(bucket).add_reuse(c);
+}
+
+nlohmann::json MetricsRegistry::reuse_json(const BucketMetrics& m) {
+    const auto& r = m.reuse;
+    auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    return {{"documents",
+             {{"hits", r.document_hits},
+              {"saved_prefill_tokens", r.document_saved_prefill_tokens},
+              {"refused_permission", r.document_refused_permission},
+              {"expired", r.document_expired}}},
+            {"tools",
+             {{"hits", r.tool_hits},
+              {"round_trips_saved", r.tool_round_trips_saved},
+              {"resolved_tokens_saved", r.tool_resolved_tokens_saved},
+              {"age_at_use_p50_s", num(r.tool_age_s.quantile(0.50))},
+              {"age_at_use_p99_s", num(r.tool_age_s.quantile(0.99))},
+              {"stale_refused", r.tool_stale_refused}}}};
+}
+
+// Printed only when some request reused a document or a tool result (or was refused one).
+std::string MetricsRegistry::reuse_table() const {
+    if (!all_.reuse.any()) return {};
+    std::string out = "\n";
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%-12s %8s %10s %8s %8s %8s %8s %10s %9s %8s\n", "reuse", "doc_hits", "doc_saved",
+                  "doc_403", "doc_exp", "tool_hit", "trips", "tool_saved", "age_p50_s", "stale");
+    out += buf;
+    auto line = [&](const std::string& name, const BucketMetrics& m) {
+        const auto& r = m.reuse;
+        std::snprintf(buf, sizeof buf, "%-12s %8lld %10lld %8lld %8lld %8lld %8lld %10lld %9s %8lld\n", name.c_str(),
+                      (long long)r.document_hits, (long long)r.document_saved_prefill_tokens,
+                      (long long)r.document_refused_permission, (long long)r.document_expired, (long long)r.tool_hits,
+                      (long long)r.tool_round_trips_saved, (long long)r.tool_resolved_tokens_saved,
+                      fmt(r.tool_age_s.quantile(0.5), "%.2f").c_str(), (long long)r.tool_stale_refused);
+        out += buf;
+    };
+    for (const std::string& name : bucket_names()) line(name, buckets_.find(name)->second);
+    line("all", all_);
+    return out;
+}
+
 void MetricsRegistry::record_reload(bool ok, uint64_t generation, const std::string& error) {
     (ok ? n_reload_ok_ : n_reload_failed_)++;
     generation_ = generation;
@@ -681,6 +737,7 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"quality_by_route", quality}}},
         {"speculation", spec_json(m)},
         {"structured", structured_json(m)},
+        {"reuse", reuse_json(m)},
     };
 }
 
@@ -815,7 +872,7 @@ std::string MetricsRegistry::to_table() const {
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
     out += line(row_cells("all", all_));
-    return out + spec_table() + structured_table() + tiers_table();
+    return out + spec_table() + structured_table() + tiers_table() + reuse_table();
 }
 
 // Printed only when some pool has KV tiers: per pool and tier, what it holds and did; then per
@@ -1037,6 +1094,26 @@ std::string MetricsRegistry::to_prometheus() const {
             [](const BucketMetrics& m) { return m.n_tier_host_tokens; });
     counter("steward_kv_tier_disk_hit_tokens_total", "Cached prompt tokens promoted from the disk KV tier.",
             [](const BucketMetrics& m) { return m.n_tier_disk_tokens; });
+    counter("steward_reuse_document_hits_total", "Document references served (docs/reuse.md).",
+            [](const BucketMetrics& m) { return m.reuse.document_hits; });
+    counter("steward_reuse_document_saved_prefill_tokens_total", "Prompt tokens of referenced documents found cached.",
+            [](const BucketMetrics& m) { return m.reuse.document_saved_prefill_tokens; });
+    counter("steward_reuse_document_refused_permission_total", "Document references refused: the caller's labels do not cover the acl.",
+            [](const BucketMetrics& m) { return m.reuse.document_refused_permission; });
+    counter("steward_reuse_document_expired_total", "Document references to an expired document.",
+            [](const BucketMetrics& m) { return m.reuse.document_expired; });
+    counter("steward_reuse_tool_hits_total", "Tool calls answered from the tool-result cache.",
+            [](const BucketMetrics& m) { return m.reuse.tool_hits; });
+    counter("steward_reuse_tool_round_trips_saved_total", "Tool calls resolved in the same request.",
+            [](const BucketMetrics& m) { return m.reuse.tool_round_trips_saved; });
+    counter("steward_reuse_tool_resolved_tokens_saved_total", "Prompt tokens the resolved continuations found cached.",
+            [](const BucketMetrics& m) { return m.reuse.tool_resolved_tokens_saved; });
+    counter("steward_reuse_tool_stale_refused_total", "Cached tool results too old to serve.",
+            [](const BucketMetrics& m) { return m.reuse.tool_stale_refused; });
+    family("steward_reuse_tool_age_seconds", "histogram", "Age of the cached tool results used, seconds.");
+    for (const std::string& b : names)
+        out += prometheus_histogram(buckets_.find(b)->second.reuse.tool_age_s, "steward_reuse_tool_age_seconds", label(b),
+                                    k_e2e_bounds);
     histogram("steward_kv_promotion_seconds", "Wall time of a request's promotion of its prompt blocks from the KV tiers, seconds.",
               &BucketMetrics::promote_s, k_itl_bounds);
     counter("steward_preemptions_total", "Preemptions for lack of KV blocks.",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <steward/finish_reason.h>
+#include <steward/request.h>
 
 #include "kv/admission.h"
 #include "kv/kv_tier.h"
@@ -222,6 +223,18 @@ struct BucketMetrics {
     KvGauges kv;
     std::map<std::string, int64_t, std::less<>> n_evictions_by_policy;
 
+    // Reuse beyond the prefix (docs/reuse.md): ReuseCounts summed, the tool hits' ages as a histogram.
+    struct Reuse {
+        int64_t document_hits = 0, document_saved_prefill_tokens = 0, document_refused_permission = 0,
+                document_expired = 0;
+        int64_t tool_hits = 0, tool_round_trips_saved = 0, tool_resolved_tokens_saved = 0, tool_stale_refused = 0;
+        Histogram tool_age_s;
+        bool any() const {
+            return document_hits || document_refused_permission || document_expired || tool_hits || tool_stale_refused;
+        }
+    } reuse;
+    void add_reuse(const ReuseCounts& c);
+
     // cost: the request's cost; met_slo: whether it met its bucket's SLO (only with has_slo).
     void add(const RequestRecord& r, double cost, bool met_slo);
 
@@ -314,6 +327,8 @@ public:
     void set_window(double t_begin_s, double t_end_s);
     // A shadowed request's agreement with the strongest pool, for the route (pool) it was answered on.
     void record_quality(std::string_view bucket, std::string_view pool, double agreement, bool exact);
+    // A request's reuse figures, in `bucket`'s row ("" : "unclassified") and "all".
+    void record_reuse(std::string_view bucket, const ReuseCounts& c);
     // A config reload: ok or not, and the live generation after it.
     void record_reload(bool ok, uint64_t generation, const std::string& error = {});
     // Prices and SLOs of a new config generation (accumulated figures are kept).
@@ -393,6 +408,8 @@ private:
     std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
     std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained
     std::string tiers_table() const;       // to_table's KV tiers section; "" when no pool has tiers
+    std::string reuse_table() const;       // to_table's reuse section; "" when no request reused a document or tool result
+    static nlohmann::json reuse_json(const BucketMetrics& m);
     static nlohmann::json structured_json(const BucketMetrics& m);
     nlohmann::json spec_json(const BucketMetrics& m) const;
     std::optional<double> spec_baseline_of(const BucketMetrics& m) const;  // set_spec_baseline's, for m's row

@@ -748,6 +748,29 @@ std::string html_report(const json& report) {
                                buckets));
     }
 
+    // Reuse beyond the prefix (documents, tool results): per bucket, when any request reused one.
+    {
+        std::vector<std::vector<std::string>> t;
+        bool any = false;
+        for (const auto& [name, r] : rows) {
+            const double dh = number(*r, {"reuse", "documents", "hits"}), th = number(*r, {"reuse", "tools", "hits"}),
+                         d403 = number(*r, {"reuse", "documents", "refused_permission"}),
+                         dexp = number(*r, {"reuse", "documents", "expired"}),
+                         stale = number(*r, {"reuse", "tools", "stale_refused"});
+            any = any || dh > 0 || th > 0 || d403 > 0 || dexp > 0 || stale > 0;
+            t.push_back({name, fmt_count(dh), fmt_count(number(*r, {"reuse", "documents", "saved_prefill_tokens"})),
+                         fmt_count(d403), fmt_count(dexp), fmt_count(th),
+                         fmt_count(number(*r, {"reuse", "tools", "round_trips_saved"})),
+                         fmt_count(number(*r, {"reuse", "tools", "resolved_tokens_saved"})),
+                         fmt(number(*r, {"reuse", "tools", "age_at_use_p50_s"}), "%.1f"), fmt_count(stale)});
+        }
+        if (any)
+            h += section("reuse", "Reuse: documents and tool results",
+                         table({"bucket", "document hits", "document tokens saved", "refused (403)", "expired",
+                                "tool hits", "round trips saved", "continuation tokens cached", "age p50 s", "stale refused"},
+                               t));
+    }
+
     // The JSON behind the page. '<' (and so "</script>" and "<!--") only occurs inside JSON strings,
     // where \u003c means the same character.
     std::string js = report.dump(-1, ' ', false, json::error_handler_t::replace), safe;

@@ -23,6 +23,7 @@
 #include "serve/embeddings_api.h"
 #include "serve/openai_api.h"
 #include "serve/responses_api.h"
+#include "serve/reuse_api.h"
 
 namespace steward::serve {
 
@@ -42,6 +43,12 @@ int64_t unix_now() {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// Seconds on the monotonic clock: documents' TTLs and tool results' ages.
+double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Rounds of cached tool results one request may resolve before the answer goes to the client.
+constexpr int k_max_tool_rounds = 4;
+
 }  // namespace
 
 class Session;
@@ -59,6 +66,9 @@ struct HttpServer::Impl {
     std::shared_ptr<ResponseStore> responses =
         std::make_shared<ResponseStore>(k_max_stored_responses, k_max_stored_response_bytes, k_stored_response_ttl);
     std::vector<std::thread> threads;
+    // Reuse beyond the prefix (docs/reuse.md): each tenant's documents and the tool-result cache.
+    reuse::DocumentStore documents;
+    reuse::ToolResultCache tool_results;
 
     // Runtime requests whose last callback has not returned yet: stop() cancels them and waits, so
     // that no callback posts into a destroyed io_context.
@@ -113,6 +123,13 @@ struct Exchange {
     int64_t created = 0;
     bool headers_sent = false;  // streaming: the 200 and SSE headers are out
     bool closed = false;        // answered, or the connection went away
+    // Reuse (docs/reuse.md): who asks (tenant, salt, session, labels), the tool calls answered from
+    // the cache in earlier rounds of this request, and the output tokens of those rounds.
+    reuse::ToolCaller caller;
+    std::vector<CachedCall> resolved;
+    int tool_rounds = 0;
+    int prior_completion_tokens = 0;
+    ReuseCounts reuse;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -397,13 +414,16 @@ private:
             {"/tokenize", http::verb::post, &Session::on_tokenize, false},
             {"/detokenize", http::verb::post, &Session::on_detokenize, false},
             {"/metrics", http::verb::get, &Session::on_metrics, false},
+            {"/v1/documents", http::verb::get, &Session::on_documents_list, false},
+            {"/v1/documents/", http::verb::unknown, &Session::on_document, true},
+            {"/v1/tool_results", http::verb::put, &Session::on_tool_result_put, false},
             {"/admin/reload", http::verb::post, &Session::on_reload, false},
             {"/admin/requests/", http::verb::get, &Session::on_trace, true},
         };
         for (const Route& r : routes) {
             const bool match = r.prefix ? path.rfind(r.path, 0) == 0 && path.size() > strlen(r.path) : path == r.path;
             if (!match) continue;
-            if (m != r.method)
+            if (r.method != http::verb::unknown && m != r.method)
                 return send_error({405, std::string(req_.method_string()) + " is not allowed on " + path + "; use " +
                                             std::string(http::to_string(r.method)),
                                    "invalid_request_error", "", "method_not_allowed"},
@@ -491,6 +511,77 @@ private:
         auto text = rt().detokenize(pool->name, r->tokens);
         if (!text) return send_error({400, text.error().message, "invalid_request_error", "tokens", "invalid_token"});
         send_json(http::status::ok, {{"content", *text}});
+    }
+
+    // ---- documents and tool results (docs/reuse.md): each tenant sees its own only.
+    void on_documents_list() {
+        json data = json::array();
+        const double now = mono_now();
+        for (const auto& d : srv_.documents.list(tenant_, now)) data.push_back(document_json(d, now, false));
+        send_json(http::status::ok, {{"object", "list"}, {"data", data}});
+    }
+    // PUT /v1/documents/{id} registers (or replaces), GET reads it, DELETE removes it.
+    void on_document() {
+        const std::string target(req_.target());
+        const std::string id = target.substr(strlen("/v1/documents/"), target.find('?') - strlen("/v1/documents/"));
+        const double now = mono_now();
+        const http::verb m = req_.method();
+        if (m == http::verb::put || m == http::verb::post) {
+            ApiError err;
+            auto put = parse_document_put(req_.body(), err);
+            if (!put) return send_error(err);
+            reuse::DocumentRefusal refusal;
+            auto r = srv_.documents.put(tenant_, id, std::move(*put), now, refusal);
+            if (!r) return send_error(document_error(refusal));
+            auto doc = srv_.documents.get(tenant_, id, now);
+            json j = doc ? document_json(*doc, now, false) : json{{"id", id}, {"version", r->version}};
+            j["replaced_version"] = r->replaced ? json(r->replaced) : json(nullptr);
+            return send_json(r->replaced ? http::status::ok : http::status::created, j);
+        }
+        if (m == http::verb::get) {
+            auto doc = srv_.documents.get(tenant_, id, now);
+            if (!doc)
+                return send_error({404, "no document '" + id + "' (unknown, expired or deleted): register it with PUT /v1/documents/" + id,
+                                   "not_found_error", "id", "document_not_found"});
+            // Its text only to a caller whose labels cover the acl.
+            ApiError err;
+            std::vector<std::string> requested;
+            if (auto l = req_["x-steward-labels"]; !l.empty()) {
+                std::string v(l.data(), l.size());
+                for (size_t a = 0; a <= v.size();) {
+                    size_t b = v.find(',', a);
+                    if (b == std::string::npos) b = v.size();
+                    if (b > a) requested.push_back(v.substr(a, b - a));
+                    a = b + 1;
+                }
+            }
+            auto labels = caller_labels(*rt().config(), tenant_, requested, err);
+            if (!labels) return send_error(err);
+            return send_json(http::status::ok, document_json(*doc, now, reuse::labels_cover(doc->acl, *labels)));
+        }
+        if (m == http::verb::delete_) {
+            if (!srv_.documents.remove(tenant_, id))
+                return send_error({404, "no document '" + id + "' to delete", "not_found_error", "id", "document_not_found"});
+            return send_json(http::status::ok, {{"id", id}, {"object", "document"}, {"deleted", true}});
+        }
+        send_error({405, std::string(req_.method_string()) + " is not allowed on /v1/documents/{id}; use PUT, GET or DELETE",
+                    "invalid_request_error", "", "method_not_allowed"},
+                   {{"Allow", "PUT, GET, DELETE"}});
+    }
+    // PUT /v1/tool_results: a result for a cacheable tool's call, as a conversation would teach it.
+    void on_tool_result_put() {
+        ApiError err;
+        auto cfg = rt().config();
+        auto put = parse_tool_result_put(req_.body(), *cfg, tenant_, err);
+        if (!put) return send_error(err);
+        auto labels = caller_labels(*cfg, tenant_, put->labels, err);
+        if (!labels) return send_error(err);
+        const reuse::ToolCaller caller{tenant_, cfg->tenant_salt(tenant_), put->session, *labels};
+        if (!srv_.tool_results.store(put->policy, caller, put->arguments, put->result, mono_now()))
+            return send_error({400, "the result was not stored: the arguments lack a key field of the tool's policy, or the result is over 256 KiB",
+                               "invalid_request_error", "arguments", "not_stored"});
+        send_json(http::status::ok, {{"object", "tool_result"}, {"tool", put->policy.tool},
+                                     {"scope", reuse::tool_scope_name(put->policy.scope)}, {"stored", true}});
     }
 
     void on_reload() {
@@ -612,6 +703,7 @@ private:
         const auto pools = rt().pools();
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
+        if (chat && !prepare_reuse(*ex, *target)) return;
         if (chat) {
             // Route, then render: the runtime classifies and routes the chat (the bucket's rules and
             // routing policy), then asks the renderer for the prompt of the pool it chose, rendered
@@ -648,6 +740,113 @@ private:
         submit_choices(ex);
         // A stop() that raced with this submit has already cancelled what it saw: catch the rest.
         if (srv_.stopped) cancel_exchange();
+    }
+
+    // Reuse for a chat (docs/reuse.md): the caller's labels, what the conversation teaches the tool
+    // cache, and the referenced documents resolved (a refusal is the answer: 403, 404 or 409,
+    // counted in the bucket the model names, else "unclassified").
+    bool prepare_reuse(Exchange& ex, const ModelTarget& target) {
+        auto cfg = rt().config();
+        ApiError err;
+        auto labels = caller_labels(*cfg, tenant_, ex.req.labels, err);
+        if (!labels) {
+            send_error(err);
+            return false;
+        }
+        const double now = mono_now();
+        ex.caller = {tenant_, cfg->tenant_salt(tenant_), ex.req.session, *labels};
+        learn_tool_results(ex.req, *cfg, ex.caller, srv_.tool_results, now);
+        if (ex.req.documents.empty()) return true;
+        reuse::DocumentRefusal refusal;
+        auto docs = srv_.documents.resolve(tenant_, *labels, ex.req.documents, now, refusal);
+        if (!docs) {
+            ReuseCounts c;
+            c.document_refused_permission = refusal.status == 403;
+            c.document_expired = refusal.code == "document_expired";
+            if (c.document_refused_permission || c.document_expired) rt().record_reuse(target.bucket_hint, c);
+            send_error(document_error(refusal));
+            return false;
+        }
+        ex.req.resolved_documents = std::move(*docs);
+        ex.reuse.document_hits = (int64_t)ex.req.resolved_documents.size();
+        return true;
+    }
+
+    // The prompt tokens of the documents a finished chat found cached: the rendered prompt's
+    // tokens up to the documents and through them, against the request's cached tokens.
+    int64_t document_tokens_cached(const Exchange& ex, const GenerationResult& r) {
+        if (ex.req.resolved_documents.empty() || !ex.renderer || r.pool.empty()) return 0;
+        const auto text = ex.renderer->text(r.pool);
+        if (!text) return 0;
+        const auto span = documents_span(*text, ex.req.resolved_documents);
+        if (!span) return 0;
+        auto before = rt().tokenize(r.pool, text->substr(0, span->first), true);
+        auto through = rt().tokenize(r.pool, text->substr(0, span->second), true);
+        if (!before || !through) return 0;
+        const int64_t cached = r.metrics.cached_tokens, b = (int64_t)before->size(), e = (int64_t)through->size();
+        return std::clamp<int64_t>(cached - b, 0, std::max<int64_t>(0, e - b));
+    }
+
+    // A finished chat choice whose output calls cacheable tools (tool_cache "hint" or "resolve").
+    // resolve, with every call's result cached and fresh: the calls and results are streamed (or
+    // kept for the answer), and the chat continues in this request with them appended; true then
+    // (the choice is not finished). Otherwise false, with hint's annotations kept in ex.resolved.
+    std::vector<CachedCall> hinted_;
+    bool resolve_tools(const std::shared_ptr<Exchange>& ex, int i, const GenerationResult& r) {
+        hinted_.clear();
+        if (!ex->req.chat || ex->req.tool_cache == "off" || !r.ok() || ex->n_total != 1 || ex->dialect) return false;
+        const auto pool = answer_pool(*ex, r.pool);
+        const ChoiceOutput out = parse_choice_output(ex->req, pool ? &*pool : nullptr, r.text, ex->id_seed * 16 + (uint64_t)i);
+        if (out.tool_calls.empty()) return false;
+        auto calls = lookup_calls(out.tool_calls, *rt().config(), tenant_, ex->req, ex->caller, srv_.tool_results, mono_now());
+        bool all = !calls.empty();
+        for (const auto& c : calls) {
+            all = all && c.hit.has_value();
+            ex->reuse.tool_stale_refused += c.stale;
+        }
+        if (ex->req.tool_cache == "hint" || !all || ex->tool_rounds >= k_max_tool_rounds) {
+            for (const auto& c : calls)
+                if (c.hit) {
+                    ex->reuse.tool_hits++;
+                    ex->reuse.tool_age_at_use_s.push_back(c.hit->age_s);
+                }
+            hinted_ = std::move(calls);
+            return false;
+        }
+        // Resolve: the client sees the calls and their cached results; the chat goes on.
+        for (const auto& c : calls) {
+            ex->reuse.tool_hits++;
+            ex->reuse.tool_round_trips_saved++;
+            ex->reuse.tool_age_at_use_s.push_back(c.hit->age_s);
+        }
+        if (streaming_) {
+            if (!ex->headers_sent) open_stream(*ex);
+            for (const json& d : output(*ex, i).finish())
+                queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr, take_logprobs(*ex, i))));
+            for (const auto& c : calls) {
+                json d = tool_result_delta(c);
+                queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr)));
+            }
+        }
+        ex->prior_completion_tokens += r.metrics.completion_tokens;
+        ex->tool_rounds++;
+        ex->req = continue_with_results(ex->req, out.content, calls);
+        ex->renderer = std::make_shared<ChatRenderer>(ex->req);
+        ex->outputs[i].reset();
+        ex->resolved.insert(ex->resolved.end(), calls.begin(), calls.end());
+        const size_t n_handles = ex->handles.size();
+        submit_prompt(ex, 0);
+        // The answer keeps the request's first id; the continuation's handle is cancelled with it.
+        (void)n_handles;
+        return true;
+    }
+
+    // The reuse figures of a finished exchange, once, in the bucket that answered.
+    void record_reuse(Exchange& ex, const GenerationResult& r) {
+        if (ex.tool_rounds > 0) ex.reuse.tool_resolved_tokens_saved += r.metrics.cached_tokens;
+        ex.reuse.document_saved_prefill_tokens = document_tokens_cached(ex, r);
+        const ReuseCounts& c = ex.reuse;
+        if (c.document_hits || c.tool_hits || c.tool_stale_refused) rt().record_reuse(r.bucket, c);
     }
 
     // Submits the exchange's n choices: the runtime runs choice 0 first and the rest once its prompt
@@ -865,7 +1064,11 @@ private:
         send_json(http::status::ok, ex.dialect->answer(r, out, stop_of(ex, r)), std::move(headers));
     }
 
-    void on_finish(const std::shared_ptr<Exchange>& ex, int i, const GenerationResult& r) {
+    void on_finish(const std::shared_ptr<Exchange>& ex, int i, const GenerationResult& r0) {
+        if (!ex->closed && !closing_ && resolve_tools(ex, i, r0)) return;
+        GenerationResult r = r0;
+        if (ex->prior_completion_tokens) r.metrics.completion_tokens += ex->prior_completion_tokens;
+        if (ex->req.chat && i == 0) record_reuse(*ex, r);
         ex->results[i] = r;
         ex->done[i] = true;
         ex->n_done++;
@@ -893,8 +1096,27 @@ private:
             if ((answered[k] = answer_pool(*ex, ex->results[k].pool))) choice_pools[k] = &*answered[k];
         auto headers = id_header(*ex);
         headers.emplace_back("x-steward-pool", ex->results[0].pool);  // the pool that answered (choice 0)
-        send_json(http::status::ok, completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, choice_pools),
-                  std::move(headers));
+        json body = completion_response(ex->req, ex->handles[0], ex->created, ex->results, texts, tops, choice_pools);
+        annotate_reuse(*ex, body);
+        send_json(http::status::ok, body, std::move(headers));
+    }
+
+    // A chat's answer with reuse (docs/reuse.md): the tool calls resolved from the cache in earlier
+    // rounds (message.steward_resolved_tool_calls) and, with tool_cache "hint", each call with a
+    // cached result carries it (tool_calls[k].cached_result).
+    void annotate_reuse(const Exchange& ex, json& body) {
+        if (!body.contains("choices") || body["choices"].empty()) return;
+        json& msg = body["choices"][0]["message"];
+        if (!ex.resolved.empty()) {
+            json list = json::array();
+            for (const auto& c : ex.resolved) list.push_back(resolved_call_json(c));
+            msg["steward_resolved_tool_calls"] = std::move(list);
+        }
+        if (msg.contains("tool_calls") && msg["tool_calls"].is_array())
+            for (size_t k = 0; k < hinted_.size() && k < msg["tool_calls"].size(); k++)
+                if (hinted_[k].hit)
+                    msg["tool_calls"][k]["cached_result"] = {{"content", hinted_[k].hit->result}, {"cached", true},
+                                                             {"age_s", hinted_[k].hit->age_s}};
     }
 
     void on_stream_finish(const std::shared_ptr<Exchange>& ex, int i) {
@@ -919,6 +1141,16 @@ private:
             StreamOutput& o = output(*ex, i);
             for (const json& d : o.finish())
                 queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, d, nullptr, take_logprobs(*ex, i))));
+            // tool_cache "hint": each call with a cached result gets it in a delta of its own.
+            for (size_t k = 0; k < hinted_.size(); k++)
+                if (hinted_[k].hit)
+                    queue_stream(sse_event(stream_chunk(
+                        ex->req, ex->handles[0], ex->created, i,
+                        {{"tool_calls", json::array({{{"index", (int)k},
+                                                      {"cached_result", {{"content", hinted_[k].hit->result},
+                                                                         {"cached", true},
+                                                                         {"age_s", hinted_[k].hit->age_s}}}}})}},
+                        nullptr)));
             queue_stream(sse_event(stream_chunk(ex->req, ex->handles[0], ex->created, i, nullptr,
                                                 openai_finish_reason(r.finish, o.saw_tool_calls()), take_logprobs(*ex, i))));
         } else {

@@ -192,8 +192,10 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
         if (c != m.end() && !c->is_null() && !c->is_string()) {
             if (!c->is_array()) return fail(err, 400, "'" + at + ".content' must be a string or an array of parts, not " + type_name(*c), at + ".content", "invalid_type");
             for (const auto& part : *c) {
+                // A registered document by reference (docs/reuse.md): taken out by parse_reuse_fields.
+                if (part.is_object() && part.value("type", "") == "document") continue;
                 if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-                    return fail(err, 400, "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...}: other parts (images, audio) are not supported", at + ".content", "invalid_value");
+                    return fail(err, 400, "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...} or {\"type\": \"document\", \"id\": ...}: other parts (images, audio) are not supported", at + ".content", "invalid_value");
             }
         }
     }
@@ -221,6 +223,104 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
         }
         if (!t->empty()) r.tools = ojson::parse(t->dump());
     }
+    return true;
+}
+
+// One document reference ({"id": ..., "version": ...}) at `at`.
+bool parse_document_ref(const json& d, const std::string& at, std::vector<reuse::DocumentRef>& out, ApiError& err) {
+    if (!d.is_object()) return fail(err, 400, "'" + at + "' must be an object {\"id\": ..., \"version\": ...}, not " + type_name(d), at, "invalid_type");
+    auto id = d.find("id");
+    if (id == d.end() || !id->is_string() || id->get<std::string>().empty())
+        return fail(err, 400, "'" + at + ".id' must be a registered document's id (PUT /v1/documents/{id})", at + ".id",
+                    id == d.end() ? "missing_field" : "invalid_value");
+    reuse::DocumentRef ref{id->get<std::string>(), std::nullopt};
+    if (auto v = d.find("version"); v != d.end() && !v->is_null()) {
+        if (!v->is_number_unsigned() || v->get<uint64_t>() == 0)
+            return fail(err, 400, "'" + at + ".version' must be a positive integer (or omitted: the current version)", at + ".version", "invalid_value");
+        ref.version = v->get<uint64_t>();
+    }
+    if (out.size() >= 64) return fail(err, 400, "at most 64 documents go in one request", at, "invalid_value");
+    out.push_back(std::move(ref));
+    return true;
+}
+
+// The reuse extensions of a chat (docs/reuse.md): "documents", document content parts (removed
+// from the messages, whose template sees text only), "labels", "tool_cache" and the tools'
+// "cache" declarations.
+bool parse_reuse_fields(const json& body, OpenAiRequest& r, ApiError& err) {
+    if (auto d = body.find("documents"); d != body.end() && !d->is_null()) {
+        if (!d->is_array()) return fail(err, 400, std::string("'documents' must be an array of {\"id\", \"version\"}, not ") + type_name(*d), "documents", "invalid_type");
+        for (size_t i = 0; i < d->size(); i++)
+            if (!parse_document_ref((*d)[i], "documents[" + std::to_string(i) + "]", r.documents, err)) return false;
+    }
+    for (size_t i = 0; i < r.messages.size(); i++) {
+        auto c = r.messages[i].find("content");
+        if (c == r.messages[i].end() || !c->is_array()) continue;
+        ojson kept = ojson::array();
+        for (size_t k = 0; k < c->size(); k++) {
+            const ojson& part = (*c)[k];
+            if (part.value("type", "") != "document") {
+                kept.push_back(part);
+                continue;
+            }
+            if (!parse_document_ref(json::parse(part.dump()), "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]",
+                                    r.documents, err))
+                return false;
+        }
+        *c = std::move(kept);
+    }
+    if (auto l = body.find("labels"); l != body.end() && !l->is_null()) {
+        if (!l->is_array()) return fail(err, 400, std::string("'labels' must be an array of strings, not ") + type_name(*l), "labels", "invalid_type");
+        for (const auto& v : *l) {
+            if (!v.is_string()) return fail(err, 400, "'labels' must hold strings only", "labels", "invalid_type");
+            if (auto why = reuse::label_problem(v.get<std::string>())) return fail(err, 400, "'labels': " + *why, "labels", "invalid_value");
+            r.labels.push_back(v.get<std::string>());
+        }
+        if (r.labels.size() > 64) return fail(err, 400, "'labels' holds more than 64 labels", "labels", "invalid_value");
+    }
+    if (auto t = body.find("tool_cache"); t != body.end() && !t->is_null()) {
+        if (!t->is_string() || (*t != "off" && *t != "hint" && *t != "resolve"))
+            return fail(err, 400, "'tool_cache' must be \"off\", \"hint\" (a call to a cached tool carries its cached result) or \"resolve\" (Steward answers it from the cache and continues)",
+                        "tool_cache", "invalid_value");
+        r.tool_cache = t->get<std::string>();
+    }
+    if (auto tools = body.find("tools"); tools != body.end() && tools->is_array())
+        for (size_t i = 0; i < tools->size(); i++) {
+            const json& tool = (*tools)[i];
+            auto cache = tool.find("cache");
+            if (cache == tool.end() || cache->is_null()) continue;
+            const std::string at = "tools[" + std::to_string(i) + "].cache";
+            if (!cache->is_object()) return fail(err, 400, "'" + at + "' must be an object {\"ttl_s\", \"scope\", \"key\"}", at, "invalid_type");
+            reuse::ToolCachePolicy p;
+            p.tool = tool["function"]["name"].get<std::string>();
+            if (auto ttl = cache->find("ttl_s"); ttl != cache->end()) {
+                if (!ttl->is_number() || !(ttl->get<double>() > 0) || ttl->get<double>() > 1e9)
+                    return fail(err, 400, "'" + at + ".ttl_s' must be a number of seconds > 0", at + ".ttl_s", "invalid_value");
+                p.ttl_s = ttl->get<double>();
+            }
+            if (auto sc = cache->find("scope"); sc != cache->end()) {
+                auto scope = sc->is_string() ? reuse::parse_tool_scope(sc->get<std::string>()) : std::nullopt;
+                if (!scope) return fail(err, 400, "'" + at + ".scope' must be \"session\" or \"tenant\"", at + ".scope", "invalid_value");
+                if (*scope == reuse::ToolScope::PUBLIC)
+                    return fail(err, 400, "'" + at + ".scope' \"public\" is declared by the operator only ([[tenant.tool_cache]] scope = \"public\"): a request may not share results with other tenants",
+                                at + ".scope", "invalid_value");
+                p.scope = *scope;
+            }
+            if (auto k = cache->find("key"); k != cache->end()) {
+                if (!k->is_array()) return fail(err, 400, "'" + at + ".key' must be an array of argument names", at + ".key", "invalid_type");
+                for (const auto& f : *k) {
+                    if (!f.is_string()) return fail(err, 400, "'" + at + ".key' must hold argument names (strings)", at + ".key", "invalid_type");
+                    p.key.push_back(f.get<std::string>());
+                }
+            }
+            r.tool_policies[p.tool] = std::move(p);
+        }
+    // The template sees the tools as OpenAI defines them: the extension stays out of the prompt.
+    if (r.tools)
+        for (auto& tool : *r.tools)
+            if (tool.is_object()) tool.erase("cache");
+    if (r.tool_cache != "off" && r.n > 1)
+        return fail(err, 400, "'tool_cache' \"" + r.tool_cache + "\" takes n = 1 (one conversation continues)", "tool_cache", "invalid_value");
     return true;
 }
 
@@ -379,6 +479,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
                 r.chat_template_kwargs = *k;
             }
         }
+        if (!parse_reuse_fields(j, r, err)) return std::nullopt;
     }
     if (const json* s = f.find("seed")) {
         if (!s->is_number_integer()) {
@@ -594,11 +695,44 @@ Expected<std::shared_ptr<const CompiledTemplate>> compiled_template(const std::s
 
 }  // namespace
 
+std::string documents_block(const std::vector<std::shared_ptr<const reuse::Document>>& docs) {
+    std::string s;
+    for (const auto& d : docs) {
+        if (!s.empty()) s += "\n";
+        s += "<document id=\"" + d->id + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
+    }
+    return s;
+}
+
+std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,
+                                                        const std::vector<std::shared_ptr<const reuse::Document>>& docs) {
+    if (docs.empty()) return std::nullopt;
+    const size_t b = prompt.find(docs.front()->text);
+    if (b == std::string::npos) return std::nullopt;
+    const size_t e = prompt.find(docs.back()->text, b);
+    if (e == std::string::npos) return std::nullopt;
+    return std::make_pair(b, e + docs.back()->text.size());
+}
+
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req) {
     // Text parts of a content array become one string: real templates expect content as text.
     ojson messages = req.messages;
     for (auto& m : messages)
         if (auto c = m.find("content"); c != m.end() && c->is_array()) *c = message_text(m);
+    // Referenced documents (docs/reuse.md) go at one canonical place, whatever message listed them:
+    // a template that takes `documents` (transformers' RAG convention) renders them itself; for the
+    // rest they follow the system prompt (appended to a leading system message, else one of their
+    // own). The same system prompt and documents then make the same prefix, so their KV is shared.
+    const bool template_takes_documents = pool.chat_template.find("documents") != std::string::npos;
+    if (!req.resolved_documents.empty() && !template_takes_documents) {
+        const std::string block = documents_block(req.resolved_documents);
+        if (!messages.empty() && messages[0].value("role", "") == "system") {
+            std::string c = messages[0].contains("content") && messages[0]["content"].is_string() ? messages[0]["content"].get<std::string>() : "";
+            messages[0]["content"] = c.empty() ? block : c + "\n\n" + block;
+        } else {
+            messages.insert(messages.begin(), ojson{{"role", "system"}, {"content", block}});
+        }
+    }
     if (!pool.chat_template.empty()) {
         auto t = compiled_template(pool.chat_template);
         if (!t) return make_error("the chat template of pool '", pool.name, "' does not parse: ", t.error().message);
@@ -609,6 +743,12 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
         in.bos_token = pool.bos_token;
         in.eos_token = pool.eos_token;
         in.extra = req.chat_template_kwargs;
+        if (!req.resolved_documents.empty() && template_takes_documents) {
+            ojson docs = ojson::array();
+            for (const auto& d : req.resolved_documents)
+                docs.push_back({{"id", d->id}, {"title", d->id}, {"version", d->version}, {"text", d->text}});
+            in.extra["documents"] = std::move(docs);
+        }
         auto r = render_chat_template(**t, in);
         if (!r) return make_error("the chat template of pool '", pool.name, "' failed on these messages: ", r.error().message);
         return r;
@@ -663,6 +803,13 @@ std::optional<PoolInfo> ChatRenderer::pool(const std::string& name) const {
     auto it = by_pool_.find(name);
     if (it == by_pool_.end()) return std::nullopt;
     return it->second.first;
+}
+
+std::optional<std::string> ChatRenderer::text(const std::string& name) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_pool_.find(name);
+    if (it == by_pool_.end() || it->second.second.error) return std::nullopt;
+    return it->second.second.text;
 }
 
 std::optional<ApiError> ChatRenderer::error(const std::string& name) const {

@@ -19,6 +19,8 @@
 #include <steward/request.h>
 #include <steward/runtime.h>
 
+#include "reuse/document_store.h"
+#include "reuse/tool_cache.h"
 #include "serve/reasoning.h"
 #include "serve/tool_calls.h"
 
@@ -82,6 +84,17 @@ struct OpenAiRequest {
     // chat: llama-server's reasoning_format: "auto" / "deepseek" split a thinking template's
     // <think>...</think> into message.reasoning_content (serve/reasoning.h); "none" leaves it in content.
     std::string reasoning_format = "auto";
+    // Reuse beyond the prefix (chat; docs/reuse.md). documents: the "documents" field's references
+    // and the messages' {"type": "document"} content parts (removed from the messages), in order.
+    // labels: the caller's own permission labels (the tenant's key must allow them). tool_cache:
+    // "off", "hint" (a call to a cached tool carries the cached result) or "resolve" (answered in
+    // the same request). tool_policies: tools declaring {"cache": {...}}, by name.
+    std::vector<reuse::DocumentRef> documents;
+    std::vector<std::string> labels;
+    std::string tool_cache = "off";
+    std::map<std::string, reuse::ToolCachePolicy> tool_policies;
+    // Set by the server once the references resolved: rendered after the system prompt (render_prompt).
+    std::vector<std::shared_ptr<const reuse::Document>> resolved_documents;
 };
 
 // Limits on what one request may ask (the runtime's own bounds, checked here to answer 400 early).
@@ -120,6 +133,14 @@ nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& con
 // generation prompt. A pool without a template (PoolInfo::chat_template empty; [[pool]]
 // chat_template_fallback = "chatml" gives it ChatML's) is an error naming chat_template_file.
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
+// The referenced documents as the prompt holds them (when the template does not take a `documents`
+// variable): each as <document id="ID" version="V">\nTEXT\n</document>, in canonical order, after
+// the system prompt (appended to a leading system message, else a system message of their own).
+std::string documents_block(const std::vector<std::shared_ptr<const reuse::Document>>& docs);
+// Where the documents lie in a rendered prompt: [begin, end) byte offsets from the first document's
+// text to the last one's end; nullopt without documents or when the template did not render them.
+std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,
+                                                        const std::vector<std::shared_ptr<const reuse::Document>>& docs);
 
 // With tool_choice "required" or a named function: `grammar` becomes the pool's tool-call grammar
 // (serve/tool_calls.h tool_call_gbnf: exactly one call in the template's format, its arguments
@@ -149,6 +170,8 @@ public:
     // The pool as it was rendered for (name, template, BOS / EOS: what parse_choice_output and
     // StreamOutput read), nullopt when it never was.
     std::optional<PoolInfo> pool(const std::string& name) const;
+    // The prompt text rendered for `name`, nullopt when it never was (or refused).
+    std::optional<std::string> text(const std::string& name) const;
     // Why `name`'s rendering refused the chat, nullopt when it did not (or never ran).
     std::optional<ApiError> error(const std::string& name) const;
 

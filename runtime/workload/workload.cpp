@@ -31,14 +31,62 @@ const WorkloadSegment* Workload::find_segment(std::string_view name) const {
     return nullptr;
 }
 
-std::string Workload::prompt_text(const WorkloadRequest& r) const {
-    switch (r.prompt_kind) {
-        case PromptKind::TEXT: return r.prompt;
-        case PromptKind::IDS: return {};
-        case PromptKind::SEGMENTS: break;
-    }
+const WorkloadDocument* Workload::find_document(std::string_view name) const {
+    for (const WorkloadDocument& d : documents)
+        if (d.name == name) return &d;
+    return nullptr;
+}
+
+std::string workload_documents_block(const Workload& w, const std::vector<std::string>& names) {
+    // The format of runtime/serve's documents_block (docs/reuse.md), so that a replay through the
+    // runner and a chat through the server put the same text in the prompt.
     std::string s;
-    for (const PromptPart& p : r.segments) {
+    for (const std::string& name : names) {
+        const WorkloadDocument* d = w.find_document(name);
+        if (!d) throw std::out_of_range("workload document '" + name + "' is not defined");
+        if (!s.empty()) s += "\n";
+        s += "<document id=\"" + d->name + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
+    }
+    return s;
+}
+
+PlacedPrompt Workload::place_prompt(const WorkloadRequest& r, DocumentPlacement where) const {
+    PlacedPrompt out;
+    if (r.prompt_kind == PromptKind::IDS) return out;
+    std::vector<std::string> names = r.documents;
+    if (where == DocumentPlacement::CANONICAL) {
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+    }
+    const std::string block = names.empty() ? std::string() : workload_documents_block(*this, names);
+    auto insert_block = [&](std::string& s) {
+        if (block.empty()) return;
+        if (!s.empty() && s.back() != '\n') s += '\n';
+        out.doc_begin = s.size();
+        s += block;
+        s += '\n';
+        out.doc_end = s.size();
+    };
+    std::string& s = out.text;
+    if (r.prompt_kind == PromptKind::TEXT) {
+        const bool after = where == DocumentPlacement::AS_LISTED && r.documents_at >= 1;
+        if (!after) insert_block(s);
+        s += r.prompt;
+        if (after) insert_block(s);
+        if (block.empty()) out.doc_begin = out.doc_end = s.size();
+        return out;
+    }
+    // SEGMENTS: before which entry the block goes. 0 (and CANONICAL): after the leading entries
+    // that name a shared segment.
+    const size_t n = r.segments.size();
+    size_t lead = 0;
+    while (lead < n && !r.segments[lead].shared.empty()) ++lead;
+    size_t at = lead;
+    if (where == DocumentPlacement::AS_LISTED && r.documents_at >= 1) at = std::min<size_t>((size_t)r.documents_at, n);
+    for (size_t i = 0; i <= n; ++i) {
+        if (i == at) insert_block(s);
+        if (i == n) break;
+        const PromptPart& p = r.segments[i];
         if (!p.shared.empty()) {
             const WorkloadSegment* seg = find_segment(p.shared);
             if (!seg) throw std::out_of_range("workload segment '" + p.shared + "' is not defined");
@@ -46,7 +94,12 @@ std::string Workload::prompt_text(const WorkloadRequest& r) const {
         }
         s += p.text;
     }
-    return s;
+    if (block.empty()) out.doc_begin = out.doc_end = s.size();
+    return out;
+}
+
+std::string Workload::prompt_text(const WorkloadRequest& r) const {
+    return place_prompt(r, DocumentPlacement::CANONICAL).text;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,6 +235,65 @@ std::optional<PromptPart> parse_part(const json& v, const Workload& w, LineCheck
     return p;
 }
 
+constexpr size_t k_max_request_documents = 16;
+
+// A document's name: 1-256 characters of [A-Za-z0-9._:-] (the ids of docs/reuse.md).
+bool valid_document_name(const std::string& s) {
+    if (s.empty() || s.size() > 256) return false;
+    return std::all_of(s.begin(), s.end(), [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+               ch == '_' || ch == ':' || ch == '-';
+    });
+}
+
+// tool_call: {"tool": "...", "arguments": {...}, "result": "...", "ttl_s": 600}; the result becomes
+// the request's TEXT prompt (the turn's content).
+void parse_tool_call(const json& v, LineChecker& c, WorkloadRequest& r) {
+    if (!v.is_object()) {
+        c.fail("tool_call is " + shown(v) +
+               "; it must be an object {\"tool\": \"<name>\", \"arguments\": {...}, \"result\": \"...\", \"ttl_s\": 600}");
+        return;
+    }
+    WorkloadToolCall tc;
+    if (!v.contains("tool")) {
+        c.fail("tool_call.tool is missing; add the tool's name, e.g. \"tool\": \"get_weather\"");
+        return;
+    }
+    if (!v.at("tool").is_string() || v.at("tool").get_ref<const std::string&>().empty()) {
+        c.fail("tool_call.tool is " + shown(v.at("tool")) + "; it must be the tool's name, a non-empty string");
+        return;
+    }
+    tc.tool = v.at("tool").get<std::string>();
+    if (v.contains("arguments")) {
+        if (!v.at("arguments").is_object()) {
+            c.fail("tool_call.arguments is " + shown(v.at("arguments")) +
+                   "; it must be a JSON object of the call's arguments, e.g. {\"city\": \"Paris\"}");
+            return;
+        }
+        tc.arguments = v.at("arguments").dump();  // nlohmann::json's objects sort their keys: canonical
+    }
+    if (!v.contains("result")) {
+        c.fail("tool_call.result is missing; add the tool's result: it is the turn's new content");
+        return;
+    }
+    if (!v.at("result").is_string()) {
+        c.fail("tool_call.result is " + shown(v.at("result")) + "; it must be a string: the tool's result, the turn's new content");
+        return;
+    }
+    if (v.contains("ttl_s")) {
+        const json& t = v.at("ttl_s");
+        const double x = t.is_number() ? t.get<double>() : std::numeric_limits<double>::quiet_NaN();
+        if (!t.is_number() || !std::isfinite(x) || x <= 0 || x > 1e9) {
+            c.fail("tool_call.ttl_s is " + shown(t) + "; it must be a number in (0, 1e9]: the seconds the result may be reused");
+            return;
+        }
+        tc.ttl_s = x;
+    }
+    r.prompt_kind = PromptKind::TEXT;
+    r.prompt = v.at("result").get<std::string>();
+    r.tool_call = std::move(tc);
+}
+
 std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, int line, Error& err) {
     LineChecker c(j, line);
     WorkloadRequest r;
@@ -202,10 +314,20 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
         c.fail("session \"" + r.session + "\" has no turn; add \"turn\": 1 (then 2, 3, ... for later turns)");
 
     int n_prompts = (int)c.has("prompt") + (int)c.has("prompt_ids") + (int)c.has("segments");
-    if (!c.failed() && n_prompts == 0)
+    if (!c.failed() && c.has("tool_call")) {
+        if (n_prompts > 0)
+            c.fail("tool_call is given with a prompt; a tool call's result is the turn's content: drop prompt, "
+                   "prompt_ids and segments, or drop tool_call");
+        else if (r.session.empty() || r.turn < 2)
+            c.fail("tool_call is on a request that is not a later turn of a session; a tool call's result is the new "
+                   "content of turn 2, 3, ... of a session: add \"session\" and \"turn\" >= 2, or drop tool_call");
+        else
+            parse_tool_call(c.at("tool_call"), c, r);
+    } else if (!c.failed() && n_prompts == 0) {
         c.fail(
             "prompt is missing; give one of prompt (text), prompt_ids (token ids) or segments "
-            "(a shared segment plus text)");
+            "(a shared segment plus text), or tool_call (a later agent turn)");
+    }
     if (!c.failed() && n_prompts > 1)
         c.fail("more than one of prompt, prompt_ids, segments is given; keep exactly one");
     if (!c.failed() && c.has("prompt")) {
@@ -247,6 +369,40 @@ std::optional<WorkloadRequest> parse_request(const json& j, const Workload& w, i
         }
     }
 
+    if (!c.failed() && c.has("documents")) {
+        const json& d = c.at("documents");
+        if (!d.is_array() || d.empty() || d.size() > k_max_request_documents) {
+            c.fail("documents is " + shown(d) +
+                   "; it must be an array of 1 to 16 names of documents defined in header lines "
+                   "{\"document\": \"<name>\", \"text\": \"...\"}");
+        } else if (r.prompt_kind == PromptKind::IDS) {
+            c.fail("documents is given with prompt_ids; documents are inlined as text: give prompt or segments, or "
+                   "drop documents");
+        } else {
+            for (size_t i = 0; i < d.size() && !c.failed(); ++i) {
+                const std::string where = "documents[" + std::to_string(i) + "]";
+                if (!d[i].is_string() || d[i].get_ref<const std::string&>().empty()) {
+                    c.fail(where + " is " + shown(d[i]) + "; it must be the name of a document defined in a header line");
+                    break;
+                }
+                const std::string name = d[i].get<std::string>();
+                if (!w.find_document(name))
+                    c.fail(where + " names document \"" + name + "\", which is not defined; add a header line "
+                           "{\"document\": \"" + name + "\", \"text\": \"...\"} at the top of the file or fix the name");
+                else if (std::find(r.documents.begin(), r.documents.end(), name) != r.documents.end())
+                    c.fail("documents lists \"" + name + "\" twice; list each document once");
+                else
+                    r.documents.push_back(name);
+            }
+        }
+    }
+    if (auto v = c.integer("documents_at", false, 0, std::numeric_limits<int>::max(),
+                           "an integer >= 0: the segments entry the documents stand before (0: right after the "
+                           "leading shared segments)")) {
+        r.documents_at = (int)*v;
+        if (!c.failed() && !c.has("documents"))
+            c.fail("documents_at is given without documents; add documents or drop documents_at");
+    }
     if (auto v = c.integer("max_tokens", true, 1, std::numeric_limits<int>::max(),
                            "an integer >= 1: the most tokens to generate"))
         r.max_tokens = (int)*v;
@@ -336,6 +492,24 @@ Expected<Workload> parse_workload(std::string_view jsonl) {
             w.segments.push_back({*name, *text});
             continue;
         }
+        if (j.contains("document")) {
+            LineChecker c(j, line_no);
+            auto name = c.string("document", true, true, "the document's name");
+            if (!c.failed() && !valid_document_name(*name))
+                c.fail("document is " + shown(j.at("document")) +
+                       "; a document's name is 1-256 characters of letters, digits and . _ : -");
+            auto text = c.string("text", true, true, "the document's text");
+            auto version = c.integer("version", false, 1, std::numeric_limits<int64_t>::max(),
+                                     "an integer >= 1: the document's version (default 1)");
+            if (!c.failed() && !w.requests.empty())
+                c.fail("document \"" + *name +
+                       "\" comes after the first request line; move document lines to the top of the file");
+            if (!c.failed() && w.find_document(*name))
+                c.fail("document \"" + *name + "\" is defined twice; give each document a unique name");
+            if (c.failed()) return c.error();
+            w.documents.push_back({*name, *text, version.value_or(1)});
+            continue;
+        }
         Error err;
         auto r = parse_request(j, w, line_no, err);
         if (!r) return err;
@@ -386,6 +560,13 @@ std::string write_workload(const Workload& w) {
         j["text"] = s.text;
         out += j.dump() + "\n";
     }
+    for (const WorkloadDocument& d : w.documents) {
+        ojson j;
+        j["document"] = d.name;
+        j["text"] = d.text;
+        if (d.version != 1) j["version"] = d.version;
+        out += j.dump() + "\n";
+    }
     for (const WorkloadRequest& r : w.requests) {
         ojson j;
         j["arrival_ms"] = r.arrival_ms;
@@ -396,7 +577,18 @@ std::string write_workload(const Workload& w) {
             j["turn"] = r.turn;
         }
         switch (r.prompt_kind) {
-            case PromptKind::TEXT: j["prompt"] = r.prompt; break;
+            case PromptKind::TEXT:
+                if (r.tool_call) {
+                    ojson tc;
+                    tc["tool"] = r.tool_call->tool;
+                    tc["arguments"] = ojson::parse(r.tool_call->arguments);
+                    tc["result"] = r.prompt;
+                    if (r.tool_call->ttl_s != 600.0) tc["ttl_s"] = r.tool_call->ttl_s;
+                    j["tool_call"] = tc;
+                } else {
+                    j["prompt"] = r.prompt;
+                }
+                break;
             case PromptKind::IDS: j["prompt_ids"] = r.prompt_ids; break;
             case PromptKind::SEGMENTS: {
                 ojson parts = ojson::array();
@@ -409,6 +601,10 @@ std::string write_workload(const Workload& w) {
                 j["segments"] = parts;
                 break;
             }
+        }
+        if (!r.documents.empty()) {
+            j["documents"] = r.documents;
+            if (r.documents_at != 0) j["documents_at"] = r.documents_at;
         }
         j["max_tokens"] = r.max_tokens;
         if (r.temperature != 0.0) j["temperature"] = r.temperature;
@@ -514,15 +710,53 @@ private:
     std::mt19937_64 rng_;
 };
 
-enum Bucket { SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED, N_BUCKETS };
-constexpr const char* k_bucket_names[N_BUCKETS] = {"short_qa", "long_doc",  "long_output",
-                                                   "agent",    "high_temp", "structured"};
+enum Bucket { SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED, RAG, N_BUCKETS };
+constexpr const char* k_bucket_names[N_BUCKETS] = {"short_qa", "long_doc",   "long_output", "agent",
+                                                   "high_temp", "structured", "rag"};
 // Share of new draws (agent sessions then add 2-3 more lines each: ~20% of lines are agent turns).
-const std::vector<double> k_bucket_weights = {0.33, 0.15, 0.12, 0.07, 0.13, 0.20};
+// rag is last and at 0: a zero weight never takes a draw, so the standard workload stays as it was.
+const std::vector<double> k_bucket_weights = {0.33, 0.15, 0.12, 0.07, 0.13, 0.20, 0.0};
 const std::vector<double> k_tenant_weights = {0.4, 0.3, 0.2, 0.1};
 constexpr const char* k_tenants[4] = {"tenant-a", "tenant-b", "tenant-c", "tenant-d"};
 constexpr int n_docs = 3;
 constexpr int n_schemas = 2;
+// The rag bucket's shared document set (header lines doc-0..doc-11) and its popularity law: the
+// document of rank k (doc-(k-1)) is drawn with probability ∝ 1/k^s, without replacement per request.
+constexpr int k_rag_documents = 12;
+constexpr double k_rag_zipf_s = 1.1;
+// The agent tools' calls (agent_tools): per tool its argument name and values, the tools drawn by
+// weight, the values with Zipf popularity (exponent k_tool_zipf_s).
+struct ToolSpec {
+    const char* tool;
+    const char* arg;
+    std::vector<const char*> values;
+};
+const std::vector<ToolSpec> k_tools = {
+    {"get_weather", "city", {"Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Perth"}},
+    {"read_file",
+     "path",
+     {"src/main.cpp", "src/util.h", "README.md", "docs/api.md", "config.toml", "tests/test_main.cpp", "Makefile",
+      "src/server.cpp"}},
+    {"search",
+     "query",
+     {"cache eviction policy", "kv block size", "speculative decoding", "prefix cache hit rate", "tool result reuse",
+      "tenant quota", "json schema output", "agent session memory", "document retrieval", "request routing"}},
+};
+const std::vector<double> k_tool_weights = {0.5, 0.3, 0.2};
+constexpr double k_tool_zipf_s = 1.1;
+
+// 1/k^s for k = 1..n.
+std::vector<double> zipf_weights(int n, double s) {
+    std::vector<double> w((size_t)n);
+    for (int k = 1; k <= n; ++k) w[(size_t)k - 1] = 1.0 / std::pow((double)k, s);
+    return w;
+}
+
+uint64_t fnv1a(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+    return h;
+}
 // How long the generator assumes an agent turn runs before its pause starts (the runner waits for
 // the real finish anyway; this only spreads turns out over the arrival process).
 constexpr double k_agent_turn_allowance_ms = 500.0;
@@ -589,7 +823,7 @@ Expected<std::vector<double>> bucket_weights(const WorkloadGenParams& p) {
         const auto* it = std::find_if(std::begin(k_bucket_names), std::end(k_bucket_names),
                                       [&](const char* n) { return name == n; });
         if (it == std::end(k_bucket_names))
-            return make_error("--mix names bucket '", name, "'; give short_qa, long_doc, long_output, agent, high_temp or structured");
+            return make_error("--mix names bucket '", name, "'; give short_qa, long_doc, long_output, agent, high_temp, structured or rag");
         if (!std::isfinite(v) || v < 0) return make_error("--mix ", name, "=", v, "; a weight is a number >= 0");
         w[(size_t)(it - std::begin(k_bucket_names))] = v;
     }
@@ -645,8 +879,21 @@ Workload generate_workload(const WorkloadGenParams& p) {
     const auto checked = bucket_weights(p);
     const std::vector<double> weights_of_mix = checked ? checked.value() : k_bucket_weights;
     std::vector<int> cover;
-    for (int b : {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED})
+    for (int b : {SHORT_QA, LONG_DOC, LONG_OUTPUT, AGENT, HIGH_TEMP, STRUCTURED, RAG})
         if (weights_of_mix[(size_t)b] > 0) cover.push_back(b);
+    // The rag bucket's documents, from a stream of their own (the other draws stay as they are).
+    if (weights_of_mix[RAG] > 0) {
+        GenRng drng(p.seed ^ 0x7261672d646f6373ull);  // "rag-docs"
+        for (int d = 0; d < k_rag_documents; ++d)
+            w.documents.push_back({"doc-" + std::to_string(d), drng.words(scaled(drng.range(192, 320), scale)), 1});
+    }
+    const std::vector<double> rag_popularity = zipf_weights(k_rag_documents, k_rag_zipf_s);
+    // A tool call's result: a function of (seed, tool, arguments) alone, so a repeated call gets the
+    // same result wherever it comes.
+    auto tool_result = [&](const WorkloadToolCall& tc) {
+        GenRng trng(p.seed ^ fnv1a(tc.tool + '\x1f' + tc.arguments));
+        return "tool result: " + trng.words(scaled(trng.range(32, 96), scale) - 2) + "\n";
+    };
     for (size_t i = cover.size(); i > 1; --i) std::swap(cover[i - 1], cover[(size_t)rng.range(0, (int)i - 1)]);
     size_t n_covered = 0;
 
@@ -679,7 +926,17 @@ Workload generate_workload(const WorkloadGenParams& p) {
             r.session = next->session;
             r.turn = next->turn;
             r.prompt_kind = PromptKind::TEXT;
-            r.prompt = "tool result: " + rng.words(scaled(rng.range(32, 96), scale) - 2) + "\n";
+            if (p.agent_tools) {  // a repeated idempotent call: tool by weight, argument by Zipf popularity
+                const ToolSpec& t = k_tools[rng.pick(k_tool_weights)];
+                const size_t a = rng.pick(zipf_weights((int)t.values.size(), k_tool_zipf_s));
+                WorkloadToolCall tc;
+                tc.tool = t.tool;
+                tc.arguments = nlohmann::json{{t.arg, t.values[a]}}.dump();
+                r.prompt = tool_result(tc);
+                r.tool_call = std::move(tc);
+            } else {
+                r.prompt = "tool result: " + rng.words(scaled(rng.range(32, 96), scale) - 2) + "\n";
+            }
             r.max_tokens = scaled(rng.range(16, 32), scale);
             r.tools = true;
             --owed;
@@ -753,6 +1010,22 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.max_tokens = scaled(rng.range(48, 96), scale);
                 r.response_json = true;
                 break;
+            case RAG: {
+                // 2-3 of the shared documents, by popularity, without replacement.
+                std::vector<double> left = rag_popularity;
+                const int k = rng.range(2, 3);
+                for (int j = 0; j < k; ++j) {
+                    const size_t d = rng.pick(left);
+                    left[d] = 0.0;
+                    r.documents.push_back("doc-" + std::to_string(d));
+                }
+                r.segments = {head, {sys_tenant, ""}, {"", "question: " + rng.words(scaled(rng.range(16, 32), scale) - 1) + "?"}};
+                r.max_tokens = scaled(rng.range(16, 32), scale);
+                // Inlined as listed (reuse off): right after the system prompts (0), between them (1),
+                // before the question (2) or after it (3).
+                r.documents_at = rng.range(0, 3);
+                break;
+            }
         }
         if (is_volatile && p.volatile_late) r.segments.back().text += "\n" + volatile_line(i, now);
         w.requests.push_back(std::move(r));

@@ -1,5 +1,6 @@
 // Workload files (JSONL, one request a line; docs/workloads.md): parse, write, and generate the
-// standard mixed workload of the six buckets, seeded and deterministic across platforms.
+// standard mixed workload of the six buckets (and the optional rag bucket), seeded and deterministic
+// across platforms.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -14,8 +15,9 @@ namespace steward {
 
 // The file format, stable across versions (unknown fields are ignored, so it can grow):
 //
-// Header lines (before any request line) define shared segments:
+// Header lines (before any request line) define shared segments and documents:
 //   {"segment": "doc-2", "text": "..."}
+//   {"document": "doc-3", "text": "...", "version": 1}   name: 1-256 of [A-Za-z0-9._:-]; version >= 1
 // Request lines:
 //   arrival_ms      number in [0, 1e9], required  offset from the start of the run (1e9 ms: ~11.6 days)
 //   tenant          string, default "default"
@@ -28,11 +30,23 @@ namespace steward {
 //                                           paused for its tool_pause_ms. A session is scoped by its
 //                                           tenant (two tenants' "s1" are two conversations); its
 //                                           turns come in file order, 1, 2, 3, ..., none missing.
-//   exactly one of:
+//   exactly one of prompt, prompt_ids, segments, tool_call:
 //   prompt          string
 //   prompt_ids      array of integers in [0, 2^31)
 //   segments        an object or array of objects {"shared": "<segment>", "text": "..."} (either or
 //                   both; shared comes first): the prompt is their concatenation, as-is
+//   tool_call       instead of a prompt, on a later turn of a session (turn >= 2): an object
+//                   {"tool": "get_weather", "arguments": {...}, "result": "...", "ttl_s": 600}. The
+//                   turn's new content is `result`, the result of this idempotent call, which the client
+//                   ran during the previous turn's tool pause. ttl_s in (0, 1e9], default 600: how long
+//                   the runner may reuse the result for the same (tenant, tool, arguments).
+//   documents       array of 1-16 names of documents defined in header lines, each once: the runner
+//                   inlines them into the prompt (one block, docs/workloads.md). Not with prompt_ids.
+//   documents_at    integer >= 0, default 0: where the documents stand when inlined as listed (reuse
+//                   off): 0 right after the leading parts that name a shared segment; k >= 1 before
+//                   segments entry k (k clamped to the number of entries: at the end). For a prompt
+//                   (text): 0 before the text, >= 1 after it. With reuse on (steward run's default)
+//                   they go at 0, sorted by name, whatever documents_at says.
 //   max_tokens      integer >= 1, required
 //   temperature     number >= 0, default 0 (greedy)
 //   top_p           number in (0, 1], default 1
@@ -59,6 +73,23 @@ struct PromptPart {
 
 enum class PromptKind { TEXT, IDS, SEGMENTS };
 
+// A document a request may reference by name (inlined into its prompt as a block).
+struct WorkloadDocument {
+    std::string name;
+    std::string text;
+    int64_t version = 1;
+    bool operator==(const WorkloadDocument&) const = default;
+};
+
+// The idempotent tool call whose result is a later agent turn's new content (the turn's prompt,
+// WorkloadRequest::prompt, holds the result).
+struct WorkloadToolCall {
+    std::string tool;
+    std::string arguments = "{}";  // the arguments object's canonical JSON: keys sorted at every depth, no whitespace
+    double ttl_s = 600;            // (0, 1e9]: how long the result may be reused
+    bool operator==(const WorkloadToolCall&) const = default;
+};
+
 struct WorkloadRequest {
     double arrival_ms = 0.0;
     std::string tenant = "default";
@@ -77,19 +108,45 @@ struct WorkloadRequest {
     bool response_json = false;  // response_format "json"
     double tool_pause_ms = 0.0;
     std::string public_prefix;  // empty when none
+    std::vector<std::string> documents;  // names of defined documents, each once; empty when none
+    int documents_at = 0;                // where they stand when inlined as listed (see the format)
+    std::optional<WorkloadToolCall> tool_call;  // set: a TEXT prompt holding the call's result
     bool operator==(const WorkloadRequest&) const = default;
 };
 
+// Where a request's documents go when its prompt is rendered as text.
+enum class DocumentPlacement {
+    CANONICAL,  // sorted by name, right after the leading parts that name a shared segment (reuse on)
+    AS_LISTED,  // in the request's order, at documents_at (reuse off)
+};
+
+// A prompt rendered as text with its documents: [doc_begin, doc_end) is the documents' block
+// (empty, doc_begin == doc_end, when the request has none).
+struct PlacedPrompt {
+    std::string text;
+    size_t doc_begin = 0, doc_end = 0;
+};
+
 struct Workload {
-    std::vector<WorkloadSegment> segments;  // in file order; names unique
-    std::vector<WorkloadRequest> requests;  // in file order
+    std::vector<WorkloadSegment> segments;    // in file order; names unique
+    std::vector<WorkloadDocument> documents;  // in file order; names unique
+    std::vector<WorkloadRequest> requests;    // in file order
     bool operator==(const Workload&) const = default;
 
-    const WorkloadSegment* find_segment(std::string_view name) const;  // nullptr if not defined
+    const WorkloadSegment* find_segment(std::string_view name) const;    // nullptr if not defined
+    const WorkloadDocument* find_document(std::string_view name) const;  // nullptr if not defined
     // The prompt as text: TEXT as is, SEGMENTS concatenated (segment text, then part text); empty
-    // for IDS. Throws std::out_of_range for a segment not defined (parse_workload rules that out).
+    // for IDS. The documents go where `where` says, as one block: each document as
+    // <document id="NAME" version="V">\nTEXT\n</document>, joined by "\n", the block followed by
+    // "\n" (and preceded by one when the text before it does not end in one). Throws
+    // std::out_of_range for a segment or document not defined (parse_workload rules that out).
+    PlacedPrompt place_prompt(const WorkloadRequest& r, DocumentPlacement where) const;
+    // place_prompt(r, CANONICAL).text: what a reuse-aware server renders.
     std::string prompt_text(const WorkloadRequest& r) const;
 };
+
+// The documents' block (the format of place_prompt) of the named documents in the order given.
+std::string workload_documents_block(const Workload& w, const std::vector<std::string>& names);
 
 // Parses a whole JSONL file's contents. Errors name the line (1-based), the field, the value and the
 // fix, e.g. "workload line 7: max_tokens is -3; it must be an integer >= 1". Thread-safe (pure).
@@ -97,8 +154,9 @@ Expected<Workload> parse_workload(std::string_view jsonl);
 // Reads and parses a file (a regular file of at most 1 GiB: a FIFO or device is refused without
 // blocking); errors also name the path.
 Expected<Workload> read_workload_file(const std::string& path);
-// JSONL that parse_workload reads back equal: segment lines first, then one line per request with
-// its fields in the order of the format above; defaults are left out. Thread-safe (pure).
+// JSONL that parse_workload reads back equal: segment lines first, then document lines, then one
+// line per request with its fields in the order of the format above; defaults are left out.
+// Thread-safe (pure).
 std::string write_workload(const Workload& w);
 // Writes write_workload's text to a file; an Error names the path when it cannot.
 std::optional<Error> write_workload_file(const Workload& w, const std::string& path);
@@ -128,6 +186,14 @@ private:
 //               32-96 with a pause of 50-300 ms (unscaled) after each turn but the last; out 16-32; greedy
 //   high_temp   public system 64 + tenant system 64 + prompt 64; out 48-96; T 1.0-1.3, top_p 0.95
 //   structured  public system 64 + one of 2 shared schemas 128 + prompt 64; out 48-96; greedy, json
+//   rag         (weight 0 in the standard mix) public system 64 + tenant system 64 + 2-3 documents of
+//               a shared set of 12 (doc-0..doc-11, 192-320 each, header lines written only when the
+//               bucket is used) drawn without replacement with Zipf popularity P(doc-k) ∝ 1/(k+1)^1.1
+//               + question 16-32; documents_at uniform in {0, 1, 2, 3}; out 16-32; greedy
+// With agent_tools, every agent turn after the first is a tool_call: one of get_weather (6 cities),
+// read_file (8 paths), search (10 queries), the tool drawn 50/30/20% and its argument with Zipf
+// popularity (1/k^1.1), so calls repeat across a tenant's sessions; the result (32-96 words) is a
+// function of (seed, tool, arguments) alone, so a repeated call has the same result.
 // Arrivals are Poisson at `rate` (with burst: bursts of 4-12 requests 1/(20·rate) apart on average,
 // spaced so the mean rate stays `rate`). Every request line takes the next arrival: a later agent
 // turn takes the first arrival after its previous turn's arrival + pause + an allowance for the turn
@@ -154,15 +220,18 @@ struct WorkloadGenParams {
     // Turns of an agent session: 0, the standard 3 or 4; else this many (long sessions), in [1, 64].
     int agent_turns = 0;
     // The bucket mix: relative weights by bucket name (short_qa, long_doc, long_output, agent,
-    // high_temp, structured); a bucket not named keeps its standard weight, 0 leaves it out. Empty:
-    // the standard mix (33/15/12/7/13/20%).
+    // high_temp, structured, rag); a bucket not named keeps its standard weight, 0 leaves it out.
+    // Empty: the standard mix (33/15/12/7/13/20%, rag 0).
     std::map<std::string, double> mix;
+    // Agent turns after the first carry repeated idempotent tool calls (tool_call) instead of
+    // free-form tool results. false: the standard workload, unchanged.
+    bool agent_tools = false;
 };
 // "short_qa=2,agent=0" into WorkloadGenParams::mix; the error names the entry and the fix.
 Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec);
 Workload generate_workload(const WorkloadGenParams& p);
 // The generator's limits: n_requests in [1, 1,000,000], rate finite in (0, 100,000] req/s, scale
-// finite in (0, 64], volatile_share in [0, 1], tool_pause_ms in [0, 3,600,000], mix weights finite, >= 0, of the six buckets, not all
+// finite in (0, 64], volatile_share in [0, 1], tool_pause_ms in [0, 3,600,000], mix weights finite, >= 0, of the seven buckets, not all
 // zero. The error names the flag (--requests, --rate, --scale, --volatile-share, --mix) and the range.
 Expected<bool> check_workload_gen(const WorkloadGenParams& p);
 
