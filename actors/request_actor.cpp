@@ -467,6 +467,9 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
                 {"request", {{"prompt_tokens", q.features.prompt_tokens}, {"max_tokens", max_tokens}, {"temperature", req.temperature},
                              {"bucket_hint", req.bucket_hint}, {"session", req.session}, {"pool", req.pool},
                              {"stop", req.stop.size()}}}};
+    // What the caller reused for it (documents, cached tool results; docs/reuse.md).
+    if (!req.reuse_trace.empty())
+        if (auto r = nlohmann::ordered_json::parse(req.reuse_trace, nullptr, false); r.is_object()) st.trace["reuse"] = std::move(r);
     if (st.vocab->per_pool()) {
         const int32_t from = st.vocab->estimate_pool();
         st.trace["request"]["prompt_tokens_from"] =

@@ -28,6 +28,12 @@ struct PoolPrompt {
     std::string error;    // non-empty: that pool cannot serve the request; a run routed there finishes ERROR with it
 };
 
+// A registered document a request references (Runtime::put_document; docs/reuse.md).
+struct DocumentReference {
+    std::string id;
+    uint64_t version = 0;  // 0: the current one; another than the current is refused
+};
+
 // What to generate, for Runtime::submit / generate. The defaults are a greedy request of the
 // config's default length for tenant "default".
 struct GenerationRequest {
@@ -78,6 +84,16 @@ struct GenerationRequest {
     // per pool of the request's config generation; it must be thread-safe, return quickly and not
     // call the runtime's waiting members (generate, drain, ~Runtime).
     std::function<PoolPrompt(const PromptPool& pool)> render;
+    // Registered documents (docs/reuse.md) the prompt uses: the runtime puts them, sorted by id, each
+    // once, before `prompt` (a text prompt; no render callback: a chat's renderer places them
+    // itself), so requests naming the same documents share their KV. A reference the caller's
+    // `labels` do not cover (the document's acl), an unknown or expired one, or an old version
+    // finishes the request with ERROR naming the document.
+    std::vector<DocumentReference> documents;
+    std::vector<std::string> labels;
+    // What reuse the caller did for this request (a JSON object, e.g. the documents and cached tool
+    // results it used): shown in its decision trace under "reuse". "" none.
+    std::string reuse_trace;
 };
 
 // What reuse beyond the prefix did for one request (docs/reuse.md), recorded per bucket with

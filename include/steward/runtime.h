@@ -128,6 +128,18 @@ public:
     EmbeddingResult embed(EmbeddingRequest req);
 
     // The per-bucket figures so far: JSON, a text table, Prometheus exposition.
+    // Documents (docs/reuse.md): registers tenant's document `id` (a new version of it when it
+    // exists), the version stored; an error names the problem (a version not above the current one,
+    // bounds, an invalid id, label or text). GenerationRequest::documents references it.
+    struct DocumentSpec {
+        std::string text;
+        uint64_t version = 0;  // 0: the current + 1
+        double ttl_s = 0;      // 0: never expires
+        std::vector<std::string> acl;  // permission labels, any one of which covers it; empty: the whole tenant
+    };
+    Expected<uint64_t> put_document(const std::string& tenant, const std::string& id, DocumentSpec doc);
+    // Removes it; false when there was none.
+    bool remove_document(const std::string& tenant, const std::string& id);
     // Adds a request's reuse figures (documents, tool results) to `bucket`'s row ("" counts as
     // "unclassified") and the "all" row: report, JSON `reuse`, HTML and Prometheus steward_reuse_*.
     void record_reuse(const std::string& bucket, const ReuseCounts& counts);
@@ -175,6 +187,7 @@ public:
     Expected<int> listen_for_fronts(const std::string& host, int port, uint32_t wire_version = 0);
 
     struct Impl;  // the runtime's internals (opaque to embedders)
+    Impl& internals() { return *impl_; }  // for the runtime's own layers (e.g. api/reuse_stores.h)
 
 private:
     explicit Runtime(std::unique_ptr<Impl> impl);

@@ -309,6 +309,18 @@ steward_status steward_generate_ext(steward_runtime *rt, const steward_request *
  * STEWARD_ERR_INTERNAL. Thread-safe; callable from a callback. */
 steward_status steward_end_session(steward_runtime *rt, const char *session);
 
+/* Registers tenant's document `id` (docs/reuse.md; a new version when it exists): its text, version (0:
+ * the current + 1), ttl_s (0: never expires) and acl (n_acl permission labels; 0: the whole tenant).
+ * *out_version (may be NULL) gets the version stored. Errors: STEWARD_ERR_INVALID_ARGUMENT (a NULL
+ * argument, or the store refused: a version not above the current one, an invalid id, label or
+ * text, a bound; err says which), STEWARD_ERR_INTERNAL. Thread-safe. */
+steward_status steward_put_document(steward_runtime *rt, const char *tenant, const char *id, const char *text,
+                                    uint64_t version, double ttl_s, const char *const *acl, size_t n_acl,
+                                    uint64_t *out_version, char *err, size_t err_len);
+/* Removes tenant's document `id`. Errors: STEWARD_ERR_INVALID_ARGUMENT (a NULL argument),
+ * STEWARD_ERR_NOT_FOUND (no such document). Thread-safe. */
+steward_status steward_remove_document(steward_runtime *rt, const char *tenant, const char *id);
+
 /* The per-bucket figures so far as JSON (Runtime::metrics_json: "all" and "buckets" rows), NUL-terminated;
  * the caller frees *out_json with steward_string_free. Errors: STEWARD_ERR_INVALID_ARGUMENT (rt or
  * out_json NULL), STEWARD_ERR_OUT_OF_MEMORY, STEWARD_ERR_INTERNAL (then *out_json is NULL).

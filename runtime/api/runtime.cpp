@@ -21,6 +21,7 @@
 #include "actors/shared_state.hpp"
 #include "api/config_watcher.h"
 #include "api/embed_service.h"
+#include "api/reuse_stores.h"
 #include "cluster/worker_gate.h"
 #include "metrics/histogram.h"
 #include "pool/config_check.h"
@@ -103,8 +104,48 @@ struct Runtime::Impl {
     std::unordered_map<RequestHandle, std::weak_ptr<ChoiceFanOut>> waiting_choices;
     // Runtime::embed's threads, one per pool that has embedded (api/embed_service.h).
     std::unique_ptr<EmbedService> embeds = std::make_unique<EmbedService>();
+    // Reuse beyond the prefix (docs/reuse.md, api/reuse_stores.h).
+    reuse::DocumentStore documents;
+    reuse::ToolResultCache tool_results;
+
+    // A request's documents (GenerationRequest::documents), resolved for its tenant and labels and
+    // put before its text prompt, sorted by id, as one block; the reuse trace names them. The
+    // refusal's message otherwise (403 / 404 / 409 in the HTTP API's terms).
+    std::optional<std::string> place_documents(GenerationRequest& req) {
+        if (req.documents.empty()) return std::nullopt;
+        if (req.render) return std::string("documents with a render callback: the renderer places them (docs/reuse.md)");
+        if (!req.prompt_ids.empty()) return std::string("documents need a text prompt (prompt_ids given): the documents are text");
+        std::vector<reuse::DocumentRef> refs;
+        for (const auto& d : req.documents)
+            refs.push_back({d.id, d.version ? std::optional<uint64_t>(d.version) : std::nullopt});
+        reuse::DocumentRefusal refusal;
+        auto docs = documents.resolve(req.tenant, req.labels, refs, reuse_clock_s(), refusal);
+        if (!docs) return refusal.message;
+        std::string block;
+        nlohmann::json used = nlohmann::json::array();
+        for (const auto& d : *docs) {
+            if (!block.empty()) block += "\n";
+            block += "<document id=\"" + d->id + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
+            used.push_back({{"id", d->id}, {"version", d->version}});
+        }
+        req.prompt = block + "\n\n" + req.prompt;
+        nlohmann::json trace = req.reuse_trace.empty() ? nlohmann::json::object() : nlohmann::json::parse(req.reuse_trace, nullptr, false);
+        if (!trace.is_object()) trace = nlohmann::json::object();
+        trace["documents"] = std::move(used);
+        req.reuse_trace = trace.dump();
+        req.documents.clear();
+        return std::nullopt;
+    }
 
     void submit_as(RequestHandle id, GenerationRequest req, RequestCallbacks cb) {
+        if (auto refused = place_documents(req)) {
+            GenerationResult r;
+            r.id = id;
+            r.finish = FinishReason::ERROR;
+            r.error = *refused;
+            if (cb.on_finish) cb.on_finish(r);
+            return;
+        }
         auto ctx = std::make_shared<RequestContext>();
         ctx->id = id;
         ctx->req = std::move(req);
@@ -673,6 +714,20 @@ std::vector<PoolLoad> pool_loads(const SharedState& sh) {
     return loads;
 }
 }  // namespace
+
+reuse::DocumentStore& runtime_documents(Runtime& rt) { return rt.internals().documents; }
+reuse::ToolResultCache& runtime_tool_results(Runtime& rt) { return rt.internals().tool_results; }
+double reuse_clock_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+Expected<uint64_t> Runtime::put_document(const std::string& tenant, const std::string& id, DocumentSpec doc) {
+    reuse::DocumentRefusal refusal;
+    auto r = impl_->documents.put(tenant, id, {std::move(doc.text), doc.version, doc.ttl_s, std::move(doc.acl)},
+                                  reuse_clock_s(), refusal);
+    if (!r) return make_error(refusal.message);
+    return r->version;
+}
+
+bool Runtime::remove_document(const std::string& tenant, const std::string& id) { return impl_->documents.remove(tenant, id); }
 
 void Runtime::record_reuse(const std::string& bucket, const ReuseCounts& counts) {
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);

@@ -411,6 +411,35 @@ steward_status steward_end_session(steward_runtime* rt, const char* session) {
     });
 }
 
+steward_status steward_put_document(steward_runtime* rt, const char* tenant, const char* id, const char* text,
+                                    uint64_t version, double ttl_s, const char* const* acl, size_t n_acl,
+                                    uint64_t* out_version, char* err, size_t err_len) {
+    if (!rt || !tenant || !id || !text || (n_acl > 0 && !acl)) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded("steward_put_document", err, err_len, [&] {
+        steward::Runtime::DocumentSpec d;
+        d.text = text;
+        d.version = version;
+        d.ttl_s = ttl_s;
+        for (size_t i = 0; i < n_acl; i++) {
+            if (!acl[i]) return STEWARD_ERR_INVALID_ARGUMENT;
+            d.acl.push_back(acl[i]);
+        }
+        auto v = rt->rt->put_document(tenant, id, std::move(d));
+        if (!v) {
+            write_err(err, err_len, v.error().message);
+            return STEWARD_ERR_INVALID_ARGUMENT;
+        }
+        if (out_version) *out_version = *v;
+        return STEWARD_OK;
+    });
+}
+
+steward_status steward_remove_document(steward_runtime* rt, const char* tenant, const char* id) {
+    if (!rt || !tenant || !id) return STEWARD_ERR_INVALID_ARGUMENT;
+    return guarded("steward_remove_document", nullptr, 0,
+                   [&] { return rt->rt->remove_document(tenant, id) ? STEWARD_OK : STEWARD_ERR_NOT_FOUND; });
+}
+
 steward_status steward_reload(steward_runtime* rt, uint64_t* out_generation, char* err, size_t err_len) {
     if (!rt) return STEWARD_ERR_INVALID_ARGUMENT;
     return guarded("steward_reload", err, err_len, [&] {

@@ -24,6 +24,7 @@
 #include "serve/openai_api.h"
 #include "serve/responses_api.h"
 #include "serve/reuse_api.h"
+#include "api/reuse_stores.h"
 
 namespace steward::serve {
 
@@ -43,8 +44,8 @@ int64_t unix_now() {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Seconds on the monotonic clock: documents' TTLs and tool results' ages.
-double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// Seconds on the reuse stores' clock: documents' TTLs and tool results' ages.
+double mono_now() { return reuse_clock_s(); }
 
 // Rounds of cached tool results one request may resolve before the answer goes to the client.
 constexpr int k_max_tool_rounds = 4;
@@ -66,9 +67,6 @@ struct HttpServer::Impl {
     std::shared_ptr<ResponseStore> responses =
         std::make_shared<ResponseStore>(k_max_stored_responses, k_max_stored_response_bytes, k_stored_response_ttl);
     std::vector<std::thread> threads;
-    // Reuse beyond the prefix (docs/reuse.md): each tenant's documents and the tool-result cache.
-    reuse::DocumentStore documents;
-    reuse::ToolResultCache tool_results;
 
     // Runtime requests whose last callback has not returned yet: stop() cancels them and waits, so
     // that no callback posts into a destroyed io_context.
@@ -517,7 +515,7 @@ private:
     void on_documents_list() {
         json data = json::array();
         const double now = mono_now();
-        for (const auto& d : srv_.documents.list(tenant_, now)) data.push_back(document_json(d, now, false));
+        for (const auto& d : runtime_documents(rt()).list(tenant_, now)) data.push_back(document_json(d, now, false));
         send_json(http::status::ok, {{"object", "list"}, {"data", data}});
     }
     // PUT /v1/documents/{id} registers (or replaces), GET reads it, DELETE removes it.
@@ -531,15 +529,15 @@ private:
             auto put = parse_document_put(req_.body(), err);
             if (!put) return send_error(err);
             reuse::DocumentRefusal refusal;
-            auto r = srv_.documents.put(tenant_, id, std::move(*put), now, refusal);
+            auto r = runtime_documents(rt()).put(tenant_, id, std::move(*put), now, refusal);
             if (!r) return send_error(document_error(refusal));
-            auto doc = srv_.documents.get(tenant_, id, now);
+            auto doc = runtime_documents(rt()).get(tenant_, id, now);
             json j = doc ? document_json(*doc, now, false) : json{{"id", id}, {"version", r->version}};
             j["replaced_version"] = r->replaced ? json(r->replaced) : json(nullptr);
             return send_json(r->replaced ? http::status::ok : http::status::created, j);
         }
         if (m == http::verb::get) {
-            auto doc = srv_.documents.get(tenant_, id, now);
+            auto doc = runtime_documents(rt()).get(tenant_, id, now);
             if (!doc)
                 return send_error({404, "no document '" + id + "' (unknown, expired or deleted): register it with PUT /v1/documents/" + id,
                                    "not_found_error", "id", "document_not_found"});
@@ -560,7 +558,7 @@ private:
             return send_json(http::status::ok, document_json(*doc, now, reuse::labels_cover(doc->acl, *labels)));
         }
         if (m == http::verb::delete_) {
-            if (!srv_.documents.remove(tenant_, id))
+            if (!runtime_documents(rt()).remove(tenant_, id))
                 return send_error({404, "no document '" + id + "' to delete", "not_found_error", "id", "document_not_found"});
             return send_json(http::status::ok, {{"id", id}, {"object", "document"}, {"deleted", true}});
         }
@@ -577,7 +575,7 @@ private:
         auto labels = caller_labels(*cfg, tenant_, put->labels, err);
         if (!labels) return send_error(err);
         const reuse::ToolCaller caller{tenant_, cfg->tenant_salt(tenant_), put->session, *labels};
-        if (!srv_.tool_results.store(put->policy, caller, put->arguments, put->result, mono_now()))
+        if (!runtime_tool_results(rt()).store(put->policy, caller, put->arguments, put->result, mono_now()))
             return send_error({400, "the result was not stored: the arguments lack a key field of the tool's policy, or the result is over 256 KiB",
                                "invalid_request_error", "arguments", "not_stored"});
         send_json(http::status::ok, {{"object", "tool_result"}, {"tool", put->policy.tool},
@@ -755,10 +753,10 @@ private:
         }
         const double now = mono_now();
         ex.caller = {tenant_, cfg->tenant_salt(tenant_), ex.req.session, *labels};
-        learn_tool_results(ex.req, *cfg, ex.caller, srv_.tool_results, now);
+        learn_tool_results(ex.req, *cfg, ex.caller, runtime_tool_results(rt()), now);
         if (ex.req.documents.empty()) return true;
         reuse::DocumentRefusal refusal;
-        auto docs = srv_.documents.resolve(tenant_, *labels, ex.req.documents, now, refusal);
+        auto docs = runtime_documents(rt()).resolve(tenant_, *labels, ex.req.documents, now, refusal);
         if (!docs) {
             ReuseCounts c;
             c.document_refused_permission = refusal.status == 403;
@@ -798,7 +796,7 @@ private:
         const auto pool = answer_pool(*ex, r.pool);
         const ChoiceOutput out = parse_choice_output(ex->req, pool ? &*pool : nullptr, r.text, ex->id_seed * 16 + (uint64_t)i);
         if (out.tool_calls.empty()) return false;
-        auto calls = lookup_calls(out.tool_calls, *rt().config(), tenant_, ex->req, ex->caller, srv_.tool_results, mono_now());
+        auto calls = lookup_calls(out.tool_calls, *rt().config(), tenant_, ex->req, ex->caller, runtime_tool_results(rt()), mono_now());
         bool all = !calls.empty();
         for (const auto& c : calls) {
             all = all && c.hit.has_value();
@@ -860,6 +858,25 @@ private:
         const OpenAiRequest& req = ex->req.n_prompts() > 1 ? one : ex->req;
         GenerationRequest g = ex->renderer ? to_generation_request(req, ex->target, tenant_, ex->renderer)
                                            : to_generation_request(req, ex->target, tenant_, std::string());
+        // What reuse did for it, for its decision trace: the documents it renders, the cached tool
+        // results an earlier round of this request resolved.
+        if (!ex->req.resolved_documents.empty() || !ex->resolved.empty()) {
+            json t = json::object();
+            if (!ex->req.resolved_documents.empty()) {
+                t["documents"] = json::array();
+                for (const auto& d : ex->req.resolved_documents) t["documents"].push_back({{"id", d->id}, {"version", d->version}});
+            }
+            if (!ex->resolved.empty()) {
+                t["tool_results"] = json::array();
+                for (const auto& c : ex->resolved)
+                    t["tool_results"].push_back({{"tool_call_id", c.call.value("id", "")},
+                                                 {"name", c.call.contains("function") ? c.call["function"].value("name", "") : ""},
+                                                 {"age_s", c.hit ? c.hit->age_s : 0.0},
+                                                 {"scope", c.hit ? reuse::tool_scope_name(c.hit->scope) : ""}});
+                t["round"] = ex->tool_rounds;
+            }
+            g.reuse_trace = t.dump();
+        }
         // No max_tokens: the rest of the context (vLLM's, llama-server's), or the file's default.
         if (g.max_tokens == 0 && !rt().config()->limits.max_tokens_default_set) g.max_tokens = -1;
         const int base = prompt * ex->req.n;

@@ -172,6 +172,17 @@ TEST_CASE("a document shared by two chats of a tenant is prefilled once, whereve
     const int n_prefix = (int)t.j()["tokens"].size();
     REQUIRE(n_prefix > 200);
     CHECK(cached2 >= n_prefix / 16 * 16 - 16);  // every full block through the document (one block of slack)
+    {
+        // Its decision trace names the document it used.
+        const Reply again = post(s.port, "/v1/chat/completions", chat2, key("key-alice"));
+        REQUIRE(again.status == 200);
+        const std::string id = again.j()["id"].get<std::string>();
+        const Reply tr = request(s.port, http_client::http::verb::get, "/admin/requests/" + id, "", key("key-alice"));
+        INFO(tr.body);
+        REQUIRE(tr.status == 200);
+        CHECK(tr.j()["reuse"]["documents"][0]["id"] == "policy");
+        CHECK(tr.j()["reuse"]["documents"][0]["version"] == 1);
+    }
 
     // A caller of the tenant without the label: 403 naming the document, never its text.
     json no_label = chat2;
@@ -224,16 +235,16 @@ TEST_CASE("a document shared by two chats of a tenant is prefilled once, whereve
 
     const json m = json::parse(s.rt->metrics_json());
     const json& d = m["all"]["reuse"]["documents"];
-    CHECK(d["hits"] == 3);  // chat1, chat2, current
+    CHECK(d["hits"] == 4);  // chat1, chat2 (twice), current
     CHECK(d["refused_permission"] == 1);
     CHECK(d["expired"] == 1);
-    // chat2's cached tokens inside the document's text (chat1 had none; the new version's are outside it).
+    // chat2's cached tokens inside the document's text, twice (chat1 had none; the new version's are outside it).
     const Reply td = post(s.port, "/tokenize", {{"model", "chat"}, {"content", k_policy_v1}, {"add_special", false}}, key("key-alice"));
     const int n_doc = (int)td.j()["tokens"].size();
-    CHECK(d["saved_prefill_tokens"].get<int>() >= n_doc - 20);
-    CHECK(d["saved_prefill_tokens"].get<int>() <= n_doc + 4);
+    CHECK(d["saved_prefill_tokens"].get<int>() >= 2 * (n_doc - 20));  // chat2, twice
+    CHECK(d["saved_prefill_tokens"].get<int>() <= 2 * (n_doc + 4));
     const Reply prom = request(s.port, http_client::http::verb::get, "/metrics", "", key("key-alice"));
-    CHECK(prom.body.find("steward_reuse_document_hits_total{bucket=\"default\"} 3") != std::string::npos);
+    CHECK(prom.body.find("steward_reuse_document_hits_total{bucket=\"default\"} 4") != std::string::npos);
 }
 
 namespace {
@@ -381,4 +392,40 @@ TEST_CASE("a tool result past its TTL is never served, and PUT /v1/tool_results 
     json pub = chat;
     pub["tools"][0]["cache"] = {{"scope", "public"}};
     check_error(post(s.port, "/v1/chat/completions", pub, key("key-alice")), 400, "tools[0].cache.scope", "invalid_value", "operator");
+}
+
+TEST_CASE("the C++ API registers documents and a text prompt shares their KV", "[reuse][documents]") {
+    auto s = serve_reuse();
+    Runtime& rt = *s.rt;
+    std::string text;
+    for (int i = 0; i < 40; i++) text += "Clause " + std::to_string(i) + " of the contract says the parties agree. ";
+    auto v = rt.put_document("alice", "contract", {text, 0, 0, {"team:legal"}});
+    REQUIRE(v.ok());
+    CHECK(*v == 1);
+    CHECK(!rt.put_document("alice", "contract", {text, 1, 0, {}}).ok());  // not above the current version
+    GenerationRequest g;
+    g.tenant = "alice";
+    g.pool = "chat";
+    g.max_tokens = 2;
+    g.labels = {"team:legal"};
+    g.documents = {{"contract", 0}};
+    g.prompt = "Question one?";
+    const GenerationResult a = rt.generate(g);
+    REQUIRE(a.ok());
+    g.prompt = "Another question entirely?";
+    const GenerationResult b = rt.generate(g);
+    REQUIRE(b.ok());
+    auto n_doc = rt.tokenize("chat", text, false);
+    REQUIRE(n_doc.ok());
+    CHECK(b.metrics.cached_tokens >= (int)n_doc->size() - 16);
+    const json trace = json::parse(rt.request_trace_json(b.id, "alice"));
+    CHECK(trace["reuse"]["documents"][0]["id"] == "contract");
+    // Without the label: refused, naming the document.
+    g.labels.clear();
+    const GenerationResult c = rt.generate(g);
+    CHECK(c.finish == FinishReason::ERROR);
+    CHECK(c.error.find("'contract'") != std::string::npos);
+    CHECK(c.error.find("Clause") == std::string::npos);
+    CHECK(rt.remove_document("alice", "contract"));
+    CHECK(!rt.remove_document("alice", "contract"));
 }
