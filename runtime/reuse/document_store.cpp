@@ -213,6 +213,7 @@ std::vector<Document> DocumentStore::list(const std::string& tenant, double now)
             drop_locked(t->second, it, "expired");
         } else {
             Document d = *it->second;
+            d.bytes = d.text.size();
             d.text.clear();  // metadata only
             out.push_back(std::move(d));
         }

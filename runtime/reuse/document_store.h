@@ -30,6 +30,7 @@ struct Document {
     double ttl_s = 0;             // 0: never expires
     double registered_at = 0;     // the clock's seconds at the PUT
     std::vector<std::string> acl; // sorted, unique; empty: every caller of the tenant
+    size_t bytes = 0;             // the text's size (list() leaves the text out)
     bool expired(double now) const { return ttl_s > 0 && now >= registered_at + ttl_s; }
 };
 

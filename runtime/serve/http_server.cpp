@@ -530,7 +530,15 @@ private:
             if (!put) return send_error(err);
             reuse::DocumentRefusal refusal;
             auto r = runtime_documents(rt()).put(tenant_, id, std::move(*put), now, refusal);
-            if (!r) return send_error(document_error(refusal));
+            if (!r) {
+                ApiError e = document_error(refusal);
+                // The field at fault in the PUT (the store's messages name it).
+                e.param = refusal.message.find("document id") != std::string::npos ? "id"
+                          : refusal.message.find("text") != std::string::npos    ? "text"
+                          : refusal.message.find("acl") != std::string::npos || refusal.message.find("label") != std::string::npos ? "acl"
+                          : refusal.status == 409 ? "version" : "";
+                return send_error(e);
+            }
             auto doc = runtime_documents(rt()).get(tenant_, id, now);
             json j = doc ? document_json(*doc, now, false) : json{{"id", id}, {"version", r->version}};
             j["replaced_version"] = r->replaced ? json(r->replaced) : json(nullptr);
@@ -701,7 +709,7 @@ private:
         const auto pools = rt().pools();
         auto target = resolve_model(ex->req.model, pools, *rt().config(), err);
         if (!target) return send_error(err);
-        if (chat && !prepare_reuse(*ex, *target)) return;
+        if (!prepare_reuse(*ex, *target)) return;
         if (chat) {
             // Route, then render: the runtime classifies and routes the chat (the bucket's rules and
             // routing policy), then asks the renderer for the prompt of the pool it chose, rendered
@@ -765,16 +773,25 @@ private:
             send_error(document_error(refusal));
             return false;
         }
+        if (!chat_or_text(ex.req)) {
+            send_error({400, "documents need a text prompt: 'prompt' is token ids; send it as text", "invalid_request_error",
+                        "documents", "invalid_value"});
+            return false;
+        }
         ex.req.resolved_documents = std::move(*docs);
         ex.reuse.document_hits = (int64_t)ex.req.resolved_documents.size();
         return true;
     }
 
+    static bool chat_or_text(const OpenAiRequest& r) { return r.chat || (!r.prompt_is_ids && r.n_prompts() == 1); }
+
     // The prompt tokens of the documents a finished chat found cached: the rendered prompt's
     // tokens up to the documents and through them, against the request's cached tokens.
     int64_t document_tokens_cached(const Exchange& ex, const GenerationResult& r) {
-        if (ex.req.resolved_documents.empty() || !ex.renderer || r.pool.empty()) return 0;
-        const auto text = ex.renderer->text(r.pool);
+        if (ex.req.resolved_documents.empty() || r.pool.empty()) return 0;
+        // A completion's prompt is the runtime's: the documents' block, a blank line, the prompt.
+        const auto text = ex.renderer ? ex.renderer->text(r.pool)
+                                      : std::optional<std::string>(documents_block(ex.req.resolved_documents) + "\n\n" + ex.req.prompt);
         if (!text) return 0;
         const auto span = documents_span(*text, ex.req.resolved_documents);
         if (!span) return 0;
@@ -858,6 +875,7 @@ private:
         const OpenAiRequest& req = ex->req.n_prompts() > 1 ? one : ex->req;
         GenerationRequest g = ex->renderer ? to_generation_request(req, ex->target, tenant_, ex->renderer)
                                            : to_generation_request(req, ex->target, tenant_, std::string());
+        g.labels = ex->caller.labels;  // the runtime resolves a completion's documents with them
         // What reuse did for it, for its decision trace: the documents it renders, the cached tool
         // results an earlier round of this request resolved.
         if (!ex->req.resolved_documents.empty() || !ex->resolved.empty()) {
@@ -1085,7 +1103,7 @@ private:
         if (!ex->closed && !closing_ && resolve_tools(ex, i, r0)) return;
         GenerationResult r = r0;
         if (ex->prior_completion_tokens) r.metrics.completion_tokens += ex->prior_completion_tokens;
-        if (ex->req.chat && i == 0) record_reuse(*ex, r);
+        if (i == 0) record_reuse(*ex, r);
         ex->results[i] = r;
         ex->done[i] = true;
         ex->n_done++;

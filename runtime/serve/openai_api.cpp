@@ -480,6 +480,8 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
             }
         }
         if (!parse_reuse_fields(j, r, err)) return std::nullopt;
+    } else if (!parse_reuse_fields(j, r, err)) {  // documents and labels (the runtime puts the documents before the prompt)
+        return std::nullopt;
     }
     if (const json* s = f.find("seed")) {
         if (!s->is_number_integer()) {
@@ -831,6 +833,9 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     GenerationRequest g;
     if (req.prompt_is_ids) g.prompt_ids = req.prompt_ids;
     else g.prompt = req.chat ? rendered_prompt : req.prompt;
+    // A completion's documents: the runtime puts them before its text prompt (GenerationRequest::documents).
+    if (!req.chat)
+        for (const auto& d : req.resolved_documents) g.documents.push_back({d->id, d->version});
     g.tenant = tenant;
     g.session = req.session;
     g.ignore_eos = req.ignore_eos;

@@ -83,7 +83,7 @@ json document_json(const reuse::Document& d, double now, bool with_text) {
               {"ttl_s", d.ttl_s},
               {"expires_in_s", d.ttl_s > 0 ? json(std::max(0.0, d.registered_at + d.ttl_s - now)) : json(nullptr)},
               {"acl", d.acl},
-              {"bytes", d.text.size()}};
+              {"bytes", d.text.empty() ? d.bytes : d.text.size()}};
     if (with_text) j["text"] = d.text;
     return j;
 }
