@@ -20,7 +20,10 @@ status=0
 for cpu_level in Haswell:avx2 Nehalem:scalar; do
   cpu=${cpu_level%%:*}; level=${cpu_level##*:}
   rc=0
-  qemu-x86_64 -cpu "$cpu" "$build/steward" generate -m "$tmp/m.gguf" -p "$prompt" -n 12 --temp 0 --ids -t 1 \
+  # OpenBLAS (the prefill GEMM) picks its kernels from CPUID too, but under qemu-user on some hosts
+  # (an AMD EPYC) it reads Haswell for the emulated Nehalem and faults: this checks Steward's own code,
+  # so OpenBLAS is told the emulated CPU (on a real Nehalem it finds it itself).
+  OPENBLAS_CORETYPE="$cpu" qemu-x86_64 -cpu "$cpu" "$build/steward" generate -m "$tmp/m.gguf" -p "$prompt" -n 12 --temp 0 --ids -t 1 \
     >"$tmp/$cpu.out" 2>"$tmp/$cpu.err" || rc=$?
   got=$(tail -1 "$tmp/$cpu.out")
   if [ "$rc" -ne 0 ]; then
