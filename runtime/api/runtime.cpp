@@ -121,14 +121,9 @@ struct Runtime::Impl {
         reuse::DocumentRefusal refusal;
         auto docs = documents.resolve(req.tenant, req.labels, refs, reuse_clock_s(), refusal);
         if (!docs) return refusal.message;
-        std::string block;
         nlohmann::json used = nlohmann::json::array();
-        for (const auto& d : *docs) {
-            if (!block.empty()) block += "\n";
-            block += "<document id=\"" + d->id + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
-            used.push_back({{"id", d->id}, {"version", d->version}});
-        }
-        req.prompt = block + "\n\n" + req.prompt;
+        for (const auto& d : *docs) used.push_back({{"id", d->id}, {"version", d->version}});
+        req.prompt = reuse::documents_block(*docs) + "\n\n" + req.prompt;
         nlohmann::json trace = req.reuse_trace.empty() ? nlohmann::json::object() : nlohmann::json::parse(req.reuse_trace, nullptr, false);
         if (!trace.is_object()) trace = nlohmann::json::object();
         trace["documents"] = std::move(used);

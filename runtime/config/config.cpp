@@ -1,6 +1,7 @@
 // TOML -> Config with complete validation. Unknown keys are errors (a typo must not silently
 // fall back to a default), reported with their file:line:column.
 #include "config/config.h"
+#include "reuse/document_store.h"
 #include "util/strings.h"
 
 #include <toml++/toml.h>
@@ -645,9 +646,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
             const std::string at = where(src, n.source()) + ": tenant '" + tc.name + "' ";
             for (const auto* list : {&tc.labels, &tc.allowed_labels})
                 for (const auto& l : *list) {
-                    const bool ok = !l.empty() && l.size() <= 128 &&
-                                    std::all_of(l.begin(), l.end(), [](char ch) { return ch > 0x20 && ch < 0x7f; });
-                    if (!ok)
+                    if (reuse::label_problem(l))
                         return fail(at + "has the label \"" + l + "\"; a label is 1-128 printable ASCII characters without spaces (e.g. \"team:legal\", \"user:*\")");
                 }
             if (const toml::node* tn = n.as_table()->get("tool_cache")) {

@@ -33,6 +33,15 @@ std::string bytes_str(size_t bytes) {
 
 }  // namespace
 
+std::string documents_block(const std::vector<std::shared_ptr<const Document>>& docs) {
+    std::string s;
+    for (const auto& d : docs) {
+        if (!s.empty()) s += "\n";
+        s += "<document id=\"" + d->id + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
+    }
+    return s;
+}
+
 std::string canonical_labels(std::vector<std::string> labels) {
     std::sort(labels.begin(), labels.end());
     labels.erase(std::unique(labels.begin(), labels.end()), labels.end());

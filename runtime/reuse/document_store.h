@@ -64,6 +64,10 @@ struct Invalidation {
     const char* why = "";  // "replaced", "expired", "deleted"
 };
 
+// The documents as a prompt holds them (docs/reuse.md): each as
+// <document id="ID" version="V">\nTEXT\n</document>, joined by newlines, in the order given.
+std::string documents_block(const std::vector<std::shared_ptr<const Document>>& docs);
+
 // A label set's canonical form: sorted, unique, joined with '\n' (labels hold no newline).
 std::string canonical_labels(std::vector<std::string> labels);
 // A label is 1-128 bytes of printable ASCII without spaces or newlines. nullopt: valid; else why.

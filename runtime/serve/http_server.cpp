@@ -25,6 +25,7 @@
 #include "serve/responses_api.h"
 #include "serve/reuse_api.h"
 #include "api/reuse_stores.h"
+#include "util/strings.h"
 
 namespace steward::serve {
 
@@ -44,8 +45,6 @@ int64_t unix_now() {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Seconds on the reuse stores' clock: documents' TTLs and tool results' ages.
-double mono_now() { return reuse_clock_s(); }
 
 // Rounds of cached tool results one request may resolve before the answer goes to the client.
 constexpr int k_max_tool_rounds = 4;
@@ -514,7 +513,7 @@ private:
     // ---- documents and tool results (docs/reuse.md): each tenant sees its own only.
     void on_documents_list() {
         json data = json::array();
-        const double now = mono_now();
+        const double now = reuse_clock_s();
         for (const auto& d : runtime_documents(rt()).list(tenant_, now)) data.push_back(document_json(d, now, false));
         send_json(http::status::ok, {{"object", "list"}, {"data", data}});
     }
@@ -522,7 +521,7 @@ private:
     void on_document() {
         const std::string target(req_.target());
         const std::string id = target.substr(strlen("/v1/documents/"), target.find('?') - strlen("/v1/documents/"));
-        const double now = mono_now();
+        const double now = reuse_clock_s();
         const http::verb m = req_.method();
         if (m == http::verb::put || m == http::verb::post) {
             ApiError err;
@@ -551,16 +550,8 @@ private:
                                    "not_found_error", "id", "document_not_found"});
             // Its text only to a caller whose labels cover the acl.
             ApiError err;
-            std::vector<std::string> requested;
-            if (auto l = req_["x-steward-labels"]; !l.empty()) {
-                std::string v(l.data(), l.size());
-                for (size_t a = 0; a <= v.size();) {
-                    size_t b = v.find(',', a);
-                    if (b == std::string::npos) b = v.size();
-                    if (b > a) requested.push_back(v.substr(a, b - a));
-                    a = b + 1;
-                }
-            }
+            const auto l = req_["x-steward-labels"];
+            const std::vector<std::string> requested = split_list(std::string_view(l.data(), l.size()));
             auto labels = caller_labels(*rt().config(), tenant_, requested, err);
             if (!labels) return send_error(err);
             return send_json(http::status::ok, document_json(*doc, now, reuse::labels_cover(doc->acl, *labels)));
@@ -583,7 +574,7 @@ private:
         auto labels = caller_labels(*cfg, tenant_, put->labels, err);
         if (!labels) return send_error(err);
         const reuse::ToolCaller caller{tenant_, cfg->tenant_salt(tenant_), put->session, *labels};
-        if (!runtime_tool_results(rt()).store(put->policy, caller, put->arguments, put->result, mono_now()))
+        if (!runtime_tool_results(rt()).store(put->policy, caller, put->arguments, put->result, reuse_clock_s()))
             return send_error({400, "the result was not stored: the arguments lack a key field of the tool's policy, or the result is over 256 KiB",
                                "invalid_request_error", "arguments", "not_stored"});
         send_json(http::status::ok, {{"object", "tool_result"}, {"tool", put->policy.tool},
@@ -759,7 +750,7 @@ private:
             send_error(err);
             return false;
         }
-        const double now = mono_now();
+        const double now = reuse_clock_s();
         ex.caller = {tenant_, cfg->tenant_salt(tenant_), ex.req.session, *labels};
         learn_tool_results(ex.req, *cfg, ex.caller, runtime_tool_results(rt()), now);
         if (ex.req.documents.empty()) return true;
@@ -791,7 +782,7 @@ private:
         if (ex.req.resolved_documents.empty() || r.pool.empty()) return 0;
         // A completion's prompt is the runtime's: the documents' block, a blank line, the prompt.
         const auto text = ex.renderer ? ex.renderer->text(r.pool)
-                                      : std::optional<std::string>(documents_block(ex.req.resolved_documents) + "\n\n" + ex.req.prompt);
+                                      : std::optional<std::string>(reuse::documents_block(ex.req.resolved_documents) + "\n\n" + ex.req.prompt);
         if (!text) return 0;
         const auto span = documents_span(*text, ex.req.resolved_documents);
         if (!span) return 0;
@@ -813,7 +804,7 @@ private:
         const auto pool = answer_pool(*ex, r.pool);
         const ChoiceOutput out = parse_choice_output(ex->req, pool ? &*pool : nullptr, r.text, ex->id_seed * 16 + (uint64_t)i);
         if (out.tool_calls.empty()) return false;
-        auto calls = lookup_calls(out.tool_calls, *rt().config(), tenant_, ex->req, ex->caller, runtime_tool_results(rt()), mono_now());
+        auto calls = lookup_calls(out.tool_calls, *rt().config(), tenant_, ex->req, ex->caller, runtime_tool_results(rt()), reuse_clock_s());
         bool all = !calls.empty();
         for (const auto& c : calls) {
             all = all && c.hit.has_value();
@@ -849,10 +840,8 @@ private:
         ex->renderer = std::make_shared<ChatRenderer>(ex->req);
         ex->outputs[i].reset();
         ex->resolved.insert(ex->resolved.end(), calls.begin(), calls.end());
-        const size_t n_handles = ex->handles.size();
-        submit_prompt(ex, 0);
         // The answer keeps the request's first id; the continuation's handle is cancelled with it.
-        (void)n_handles;
+        submit_prompt(ex, 0);
         return true;
     }
 

@@ -697,15 +697,6 @@ Expected<std::shared_ptr<const CompiledTemplate>> compiled_template(const std::s
 
 }  // namespace
 
-std::string documents_block(const std::vector<std::shared_ptr<const reuse::Document>>& docs) {
-    std::string s;
-    for (const auto& d : docs) {
-        if (!s.empty()) s += "\n";
-        s += "<document id=\"" + d->id + "\" version=\"" + std::to_string(d->version) + "\">\n" + d->text + "\n</document>";
-    }
-    return s;
-}
-
 std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,
                                                         const std::vector<std::shared_ptr<const reuse::Document>>& docs) {
     if (docs.empty()) return std::nullopt;
@@ -727,7 +718,7 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
     // own). The same system prompt and documents then make the same prefix, so their KV is shared.
     const bool template_takes_documents = pool.chat_template.find("documents") != std::string::npos;
     if (!req.resolved_documents.empty() && !template_takes_documents) {
-        const std::string block = documents_block(req.resolved_documents);
+        const std::string block = reuse::documents_block(req.resolved_documents);
         if (!messages.empty() && messages[0].value("role", "") == "system") {
             std::string c = messages[0].contains("content") && messages[0]["content"].is_string() ? messages[0]["content"].get<std::string>() : "";
             messages[0]["content"] = c.empty() ? block : c + "\n\n" + block;

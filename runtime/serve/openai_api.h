@@ -133,10 +133,6 @@ nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& con
 // generation prompt. A pool without a template (PoolInfo::chat_template empty; [[pool]]
 // chat_template_fallback = "chatml" gives it ChatML's) is an error naming chat_template_file.
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
-// The referenced documents as the prompt holds them (when the template does not take a `documents`
-// variable): each as <document id="ID" version="V">\nTEXT\n</document>, in canonical order, after
-// the system prompt (appended to a leading system message, else a system message of their own).
-std::string documents_block(const std::vector<std::shared_ptr<const reuse::Document>>& docs);
 // Where the documents lie in a rendered prompt: [begin, end) byte offsets from the first document's
 // text to the last one's end; nullopt without documents or when the template did not render them.
 std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,

@@ -34,6 +34,16 @@ bool label_allowed(const std::string& label, const TenantConfig& t) {
     return false;
 }
 
+// A tool call's function arguments as an object: OpenAI's JSON text, or an object as some clients
+// send it; discarded (or not an object) otherwise.
+template <class J>
+json call_arguments(const J& fn) {
+    auto a = fn.find("arguments");
+    if (a == fn.end()) return json(nullptr);
+    if (a->is_string()) return json::parse(a->template get<std::string>(), nullptr, false);
+    return a->is_object() ? json::parse(a->dump()) : json(nullptr);
+}
+
 }  // namespace
 
 std::optional<reuse::DocumentStore::Put> parse_document_put(std::string_view body, ApiError& err) {
@@ -142,11 +152,7 @@ int learn_tool_results(const OpenAiRequest& req, const Config& config, const reu
                 const std::string id = c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : "";
                 const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "";
                 if (id.empty() || name.empty()) continue;
-                json args;
-                if (f.contains("arguments") && f["arguments"].is_string())
-                    args = json::parse(f["arguments"].get<std::string>(), nullptr, false);
-                else if (f.contains("arguments") && f["arguments"].is_object())
-                    args = json::parse(f["arguments"].dump());
+                json args = call_arguments(f);
                 if (args.is_discarded() || !args.is_object()) continue;
                 calls[id] = {name, std::move(args)};
             }
@@ -241,9 +247,7 @@ std::vector<CachedCall> lookup_calls(const json& tool_calls, const Config& confi
         CachedCall cc{c, std::nullopt, false};
         const std::string name = c.contains("function") ? c["function"].value("name", "") : "";
         auto policy = tool_policy(config, tenant, req, name);
-        json args = c.contains("function") && c["function"].contains("arguments") && c["function"]["arguments"].is_string()
-                        ? json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false)
-                        : json();
+        json args = c.contains("function") && c["function"].is_object() ? call_arguments(c["function"]) : json();
         if (policy && !args.is_discarded() && args.is_object()) cc.hit = cache.lookup(*policy, caller, args, now, &cc.stale);
         out.push_back(std::move(cc));
     }
