@@ -86,6 +86,9 @@ void push_kv_sample(executor_state& st, double t) {
         st.live->stats.kv_fragmentation = es.kv.fragmentation;
         st.live->stats.n_kv_branches = (double)es.kv.n_branches;
         st.live->stats.tiers = es.tiers;
+        st.live->stats.n_kv_priority_blocks = es.kv.n_blocks_priority;
+        st.live->stats.n_kv_priority_evictions = es.kv.n_priority_evictions;
+        st.live->stats.n_kv_reuse_invalidated = es.kv.n_reuse_invalidated + (es.tiers ? es.tiers->n_invalidated : 0);
     }
     KvSample s;
     s.t_s = t;
@@ -208,6 +211,13 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             ensure_stepping(self);
         },
         [=](session_atom, const std::string& session) { self->state.engine->end_session(session); },
+        [=](invalidate_atom, const std::vector<uint64_t>& keys) {
+            const int n = self->state.engine->invalidate_reuse(keys);
+            if (n > 0) {
+                spdlog::debug("pool '{}': {} KV blocks of changed documents dropped", self->state.pool, n);
+                push_kv_sample(self->state, now_s());
+            }
+        },
         [=](kv_events_atom, CacheActor cache, uint64_t pool_id) {
             auto& st = self->state;
             // Events recorded since the last step go to the present subscribers first; the new one

@@ -43,6 +43,7 @@ using timer_tick_atom = caf::atom_constant<caf::atom("timertick")>;      // time
 using hello_atom = caf::atom_constant<caf::atom("hello")>;          // front -> worker: describe your pools
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;  // front -> worker: alive? your load
 using kv_unsub_atom = caf::atom_constant<caf::atom("kv_unsub")>;    // front -> remote executor: stop the events
+using invalidate_atom = caf::atom_constant<caf::atom("invalid")>;   // runtime -> executor: a document changed
 using watch_atom = caf::atom_constant<caf::atom("watch")>;          // request -> pool monitor: tell me if the worker is lost
 using unwatch_atom = caf::atom_constant<caf::atom("unwatch")>;
 using lost_atom = caf::atom_constant<caf::atom("wlost")>;           // pool monitor -> request: the worker is lost
@@ -192,7 +193,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineRequest& x) {
     return f(caf::meta::type_name("EngineRequest"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens,
              x.sampling, x.priority, x.arrival_s, x.deadline_s, x.session, x.stop_at_eos, x.kv_quota_blocks, x.bucket,
-             x.bucket_index, x.generation, x.grammar_kind, x.grammar_text);
+             x.bucket_index, x.generation, x.grammar_kind, x.grammar_text, x.reuse_priority_tokens, x.reuse_keyed_from,
+             x.reuse_keys);
 }
 
 // executor_actor -> request_actor: the tokens one step produced (one message per request per step).
@@ -255,10 +257,11 @@ typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
 }
 
 // The executor's interface (one per pool, spawn_executor): runs to start, runs to cancel, kept
-// sessions to end, KV event subscribers to add and drop, and its own step ticks. A message it does
+// sessions to end, document keys whose KV to drop (reuse::document_key), KV event subscribers to add and drop, and its own step ticks. A message it does
 // not take fails to compile at the sender.
 using ExecutorActor = caf::typed_actor<caf::reacts_to<submit_atom, EngineRequest>, caf::reacts_to<cancel_atom, uint64_t>,
                                        caf::reacts_to<session_atom, std::string>,
+                                       caf::reacts_to<invalidate_atom, std::vector<uint64_t>>,
                                        caf::reacts_to<kv_events_atom, CacheActor, uint64_t>,
                                        caf::reacts_to<kv_unsub_atom, CacheActor>, caf::reacts_to<step_atom>>;
 

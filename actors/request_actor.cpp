@@ -34,7 +34,7 @@ std::unique_ptr<PoolPrompts> make_prompts(const RequestContext& ctx) {
     // A prompt given as is needs only the pools' names (its errors name them), not their templates.
     for (const auto& ph : ctx.snap->pools)
         targets.push_back({ctx.req.render ? prompt_pool(*ph) : PromptPool{ph->cfg.name}, &ph->model->tokenizer()});
-    return std::make_unique<PoolPrompts>(ctx.req, std::move(targets));
+    return std::make_unique<PoolPrompts>(ctx.req, std::move(targets), ctx.documents_chars);
 }
 
 // The bucket's routing policy of the request's generation.
@@ -155,6 +155,7 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     s.max_tokens = max_tokens;
     s.sampling = sampling_of(req);
     s.stop = req.stop;
+    s.reuse_keys = ctx.reuse_keys;
     s.ignore_eos = req.ignore_eos;
     s.arrival_s = ctx.arrival_s;
     const double timeout = c.limits.request_timeout_ms;

@@ -158,6 +158,10 @@ struct RequestContext {
     double arrival_s = 0;
     std::shared_ptr<SharedState> shared;
     std::shared_ptr<Snapshot> snap;  // the config generation the request started with
+    // Its documents (docs/reuse.md), as the runtime resolved them: reuse::document_key of each, and
+    // for a text prompt the leading bytes of req.prompt that hold them (0: a renderer says where).
+    std::vector<uint64_t> reuse_keys;
+    size_t documents_chars = 0;
 };
 
 }  // namespace steward

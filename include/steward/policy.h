@@ -350,6 +350,11 @@ typedef struct steward_evict_request {
      * disk KV tier ([pool.kv_tiers]; a tier's victim moves down a tier or is dropped, never lost silently:
      * the pool's victim is demoted into the host tier). In a tier, cands[i].block is -1. */
     int32_t tier;
+    /* Added later still (read it only when STEWARD_HAS_FIELD(req, steward_evict_request,
+     * reuse_priority)): [n] per candidate, 1 when the block holds referenced documents or the prompt
+     * before them (docs/reuse.md: their KV is kept warm), else 0. The default LRU takes blocks at 1
+     * only when no block at 0 is left; a plugin that ignores it treats them like any other. */
+    const int32_t* reuse_priority;
 } steward_evict_request;
 
 typedef struct steward_eviction_table {

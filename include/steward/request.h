@@ -26,6 +26,12 @@ struct PoolPrompt {
     std::string grammar;  // non-empty: GBNF constraining the output on that pool (e.g. a tool call in its
                           // template's format); it replaces the request's grammar / json_schema / json_object
     std::string error;    // non-empty: that pool cannot serve the request; a run routed there finishes ERROR with it
+    // Where in `text` the request's documents are (GenerationRequest::documents, placed by the
+    // renderer): bytes [documents_begin, documents_end). Their KV, and the prompt's before them, gets
+    // reuse priority in the pool; blocks from documents_begin on are dropped when a document changes
+    // (docs/reuse.md). Equal: none.
+    size_t documents_begin = 0;
+    size_t documents_end = 0;
 };
 
 // A registered document a request references (Runtime::put_document; docs/reuse.md).
@@ -85,10 +91,11 @@ struct GenerationRequest {
     // call the runtime's waiting members (generate, drain, ~Runtime).
     std::function<PoolPrompt(const PromptPool& pool)> render;
     // Registered documents (docs/reuse.md) the prompt uses: the runtime puts them, sorted by id, each
-    // once, before `prompt` (a text prompt; no render callback: a chat's renderer places them
-    // itself), so requests naming the same documents share their KV. A reference the caller's
-    // `labels` do not cover (the document's acl), an unknown or expired one, or an old version
-    // finishes the request with ERROR naming the document.
+    // once, before `prompt` (a text prompt), so requests naming the same documents share their KV;
+    // with a render callback the renderer places them itself and says where (PoolPrompt::
+    // documents_begin / documents_end). Either way their KV gets reuse priority and is dropped when
+    // one of them changes. A reference the caller's `labels` do not cover (the document's acl), an
+    // unknown or expired one, or an old version finishes the request with ERROR naming the document.
     std::vector<DocumentReference> documents;
     std::vector<std::string> labels;
     // What reuse the caller did for this request (a JSON object, e.g. the documents and cached tool

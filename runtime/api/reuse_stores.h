@@ -12,6 +12,9 @@ namespace steward {
 
 reuse::DocumentStore& runtime_documents(Runtime& rt);
 reuse::ToolResultCache& runtime_tool_results(Runtime& rt);
+// After a document operation on runtime_documents: the KV of documents that stopped being servable
+// (a new version, a TTL past, a DELETE) is dropped from every pool and its tiers.
+void sweep_documents(Runtime& rt);
 // Seconds on the clock the stores are kept with (monotonic): TTLs and ages.
 double reuse_clock_s();
 

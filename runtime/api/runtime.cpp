@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
+#include <pthread.h>
 #include <unordered_map>
 #include <sstream>
 #include <thread>
@@ -107,23 +109,83 @@ struct Runtime::Impl {
     // Reuse beyond the prefix (docs/reuse.md, api/reuse_stores.h).
     reuse::DocumentStore documents;
     reuse::ToolResultCache tool_results;
+    // The documents' sweeper: once a second while documents exist, expired ones are dropped and
+    // their KV with them (sweep_documents), so an expiry frees its blocks without any traffic.
+    std::mutex sweep_mu;
+    std::condition_variable sweep_cv;
+    bool sweep_stop = false;
+    std::thread sweeper;
+    double last_expire_s = 0;  // under sweep_mu
 
-    // A request's documents (GenerationRequest::documents), resolved for its tenant and labels and
-    // put before its text prompt, sorted by id, as one block; the reuse trace names them. The
-    // refusal's message otherwise (403 / 404 / 409 in the HTTP API's terms).
-    std::optional<std::string> place_documents(GenerationRequest& req) {
+    // Documents that stopped being servable (a new version, a TTL past, a DELETE): their KV blocks
+    // are dropped from every pool and its tiers (Engine::invalidate_reuse, by reuse::document_key).
+    // Called after every document operation, by each request that names documents and by the
+    // sweeper; a full expiry pass at most four times a second.
+    void sweep_documents() {
+        const double now = reuse_clock_s();
+        {
+            std::lock_guard<std::mutex> lk(sweep_mu);
+            if (!sweeper.joinable() && !sweep_stop)
+                sweeper = std::thread([this] {
+                    pthread_setname_np(pthread_self(), "steward-docs");
+                    std::unique_lock<std::mutex> lk2(sweep_mu);
+                    while (!sweep_stop) {
+                        sweep_cv.wait_for(lk2, std::chrono::seconds(1));
+                        if (sweep_stop) break;
+                        lk2.unlock();
+                        sweep_documents();
+                        lk2.lock();
+                    }
+                });
+            if (now - last_expire_s >= 0.25) {
+                last_expire_s = now;
+                documents.expire(now);
+            }
+        }
+        const auto gone = documents.take_invalidations();
+        if (gone.empty()) return;
+        std::vector<uint64_t> keys;
+        for (const auto& g : gone) keys.push_back(reuse::document_key(g.tenant, g.id, g.version));
+        if (auto snap = shared->snapshot())
+            for (const auto& p : snap->pools)
+                if (p->executor) caf::anon_send(p->executor, invalidate_atom::value, keys);
+    }
+    ~Impl() { stop_sweeper(); }
+    void stop_sweeper() {
+        {
+            std::lock_guard<std::mutex> lk(sweep_mu);
+            sweep_stop = true;
+        }
+        sweep_cv.notify_all();
+        if (sweeper.joinable()) sweeper.join();
+    }
+
+    // A request's documents (GenerationRequest::documents), resolved for its tenant and labels:
+    // their keys (reuse::document_key), so that their KV is kept and dropped with them; put before
+    // a text prompt, sorted by id, as one block (*chars: its bytes), or left to the render callback
+    // (which says where it placed them); the reuse trace names them. The refusal's message
+    // otherwise (403 / 404 / 409 in the HTTP API's terms).
+    std::optional<std::string> place_documents(GenerationRequest& req, std::vector<uint64_t>& keys, size_t& chars) {
         if (req.documents.empty()) return std::nullopt;
-        if (req.render) return std::string("documents with a render callback: the renderer places them (docs/reuse.md)");
-        if (!req.prompt_ids.empty()) return std::string("documents need a text prompt (prompt_ids given): the documents are text");
+        if (!req.render && !req.prompt_ids.empty())
+            return std::string("documents need a text prompt (prompt_ids given): the documents are text");
         std::vector<reuse::DocumentRef> refs;
         for (const auto& d : req.documents)
             refs.push_back({d.id, d.version ? std::optional<uint64_t>(d.version) : std::nullopt});
         reuse::DocumentRefusal refusal;
         auto docs = documents.resolve(req.tenant, req.labels, refs, reuse_clock_s(), refusal);
         if (!docs) return refusal.message;
+        for (const auto& d : *docs) keys.push_back(reuse::document_key(req.tenant, d->id, d->version));
+        sweep_documents();
+        if (req.render) {  // the renderer placed them (PoolPrompt::documents_begin / end)
+            req.documents.clear();
+            return std::nullopt;
+        }
         nlohmann::json used = nlohmann::json::array();
         for (const auto& d : *docs) used.push_back({{"id", d->id}, {"version", d->version}});
-        req.prompt = reuse::documents_block(*docs) + "\n\n" + req.prompt;
+        const std::string block = reuse::documents_block(*docs);
+        chars = block.size();
+        req.prompt = block + "\n\n" + req.prompt;
         nlohmann::json trace = req.reuse_trace.empty() ? nlohmann::json::object() : nlohmann::json::parse(req.reuse_trace, nullptr, false);
         if (!trace.is_object()) trace = nlohmann::json::object();
         trace["documents"] = std::move(used);
@@ -133,7 +195,9 @@ struct Runtime::Impl {
     }
 
     void submit_as(RequestHandle id, GenerationRequest req, RequestCallbacks cb) {
-        if (auto refused = place_documents(req)) {
+        std::vector<uint64_t> reuse_keys;
+        size_t documents_chars = 0;
+        if (auto refused = place_documents(req, reuse_keys, documents_chars)) {
             GenerationResult r;
             r.id = id;
             r.finish = FinishReason::ERROR;
@@ -146,6 +210,8 @@ struct Runtime::Impl {
         ctx->req = std::move(req);
         ctx->cb = std::move(cb);
         ctx->arrival_s = now_s();
+        ctx->reuse_keys = std::move(reuse_keys);
+        ctx->documents_chars = documents_chars;
         ctx->shared = shared;
         ctx->snap = shared->snapshot();  // the generation this request starts (and finishes) with
         std::lock_guard<std::mutex> lk(shared->inflight_mu);
@@ -444,6 +510,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
 
 Runtime::~Runtime() {
     if (!impl_) return;
+    impl_->stop_sweeper();  // it sends to executors: stopped before anything is torn down
     impl_->watcher.reset();  // no reload may start from here on
     {
         std::lock_guard<std::mutex> lk(impl_->shared->inflight_mu);
@@ -702,6 +769,9 @@ std::vector<PoolLoad> pool_loads(const SharedState& sh) {
         l.n_running = ph->live->stats.n_running;
         l.n_waiting = ph->live->stats.n_waiting;
         l.tiers = ph->live->stats.tiers;
+        l.n_kv_priority_blocks = ph->live->stats.n_kv_priority_blocks;
+        l.n_kv_priority_evictions = ph->live->stats.n_kv_priority_evictions;
+        l.n_kv_reuse_invalidated = ph->live->stats.n_kv_reuse_invalidated;
         for (const Engine::BucketLoad& b : ph->live->load_by_bucket)
             l.by_bucket.push_back({b.bucket, b.n_running, b.n_waiting});
         loads.push_back(std::move(l));
@@ -719,10 +789,17 @@ Expected<uint64_t> Runtime::put_document(const std::string& tenant, const std::s
     auto r = impl_->documents.put(tenant, id, {std::move(doc.text), doc.version, doc.ttl_s, std::move(doc.acl)},
                                   reuse_clock_s(), refusal);
     if (!r) return make_error(refusal.message);
+    impl_->sweep_documents();
     return r->version;
 }
 
-bool Runtime::remove_document(const std::string& tenant, const std::string& id) { return impl_->documents.remove(tenant, id); }
+bool Runtime::remove_document(const std::string& tenant, const std::string& id) {
+    const bool removed = impl_->documents.remove(tenant, id);
+    impl_->sweep_documents();
+    return removed;
+}
+
+void sweep_documents(Runtime& rt) { rt.internals().sweep_documents(); }
 
 void Runtime::record_reuse(const std::string& bucket, const ReuseCounts& counts) {
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);

@@ -27,42 +27,57 @@ void BlockPool::check_block(int32_t block) const {
 
 void BlockPool::evictable_push_back(int32_t block) {
     Block& b = blocks_[block];
+    const int q = queue_of(b);
     b.in_evictable = true;
-    b.prev = lru_tail_;
+    b.prev = lru_tail_[q];
     b.next = -1;
-    if (lru_tail_ >= 0)
-        blocks_[lru_tail_].next = block;
+    if (lru_tail_[q] >= 0)
+        blocks_[lru_tail_[q]].next = block;
     else
-        lru_head_ = block;
-    lru_tail_ = block;
+        lru_head_[q] = block;
+    lru_tail_[q] = block;
     ++n_evictable_;
 }
 
 void BlockPool::evictable_remove(int32_t block) {
     Block& b = blocks_[block];
+    const int q = queue_of(b);
     if (b.prev >= 0)
         blocks_[b.prev].next = b.next;
     else
-        lru_head_ = b.next;
+        lru_head_[q] = b.next;
     if (b.next >= 0)
         blocks_[b.next].prev = b.prev;
     else
-        lru_tail_ = b.prev;
+        lru_tail_[q] = b.prev;
     b.in_evictable = false;
     b.prev = b.next = -1;
     --n_evictable_;
 }
 
+void BlockPool::uncache_free(int32_t block) {
+    Block& b = blocks_[block];
+    if (b.in_evictable) evictable_remove(block);
+    if (b.reuse_priority > 0) --n_priority_;
+    hash_to_block_.erase(b.hash);
+    if (record_events_) events_.push_back({KvEventKind::REMOVED, b.hash});
+    b = Block{};
+    uncached_free_.push_back(block);
+}
+
 int32_t BlockPool::choose_victim() {
     EvictionPolicy* policy = active_policy_ ? active_policy_ : policy_.get();
-    if (!policy) return lru_head_;
-    // A policy sees the whole queue; O(n_evictable) per eviction is the price of letting a plugin weigh
-    // hit counts or tenants. The default path above stays O(1).
+    // The default: the least recently used block without reuse priority; only when none is left, the
+    // least recently used with it (a document's blocks outlive one-off prompts, not each other).
+    const int32_t lru = lru_head_[0] >= 0 ? lru_head_[0] : lru_head_[1];
+    if (!policy) return lru;
+    // A policy sees both queues merged by recency; O(n_evictable) per eviction is the price of letting
+    // a plugin weigh hit counts, tenants or reuse priority. The default path above stays O(1).
     std::vector<EvictionCandidate> candidates;
     candidates.reserve(n_evictable_);
-    for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) {
+    for (int32_t b : evictable_lru()) {
         const Block& m = blocks_[b];
-        candidates.push_back({b, m.hash, m.tenant, m.is_public, m.last_access_tick, m.n_hits, m.depth});
+        candidates.push_back({b, m.hash, m.tenant, m.is_public, m.last_access_tick, m.n_hits, m.depth, m.reuse_priority});
     }
     // What each tenant holds (cached or in use), by writer.
     std::unordered_map<int32_t, int32_t> held;
@@ -88,7 +103,7 @@ int32_t BlockPool::choose_victim() {
     if (i == EvictionPolicy::k_no_victim) return -1;
     if (i >= candidates.size()) {
         ++stats_.n_invalid_victims;
-        return lru_head_;
+        return lru;
     }
     return candidates[i].block;
 }
@@ -107,9 +122,13 @@ std::optional<int32_t> BlockPool::allocate() {
         }
         evictable_remove(block);
         hash_to_block_.erase(blocks_[block].hash);
+        if (blocks_[block].reuse_priority > 0) {
+            ++stats_.n_priority_evictions;
+            --n_priority_;
+        }
         if (record_evicted_) {
             const Block& v = blocks_[block];
-            evicted_.push_back({block, v.hash, v.tenant, v.is_public, v.depth, v.n_hits});
+            evicted_.push_back({block, v.hash, v.tenant, v.is_public, v.depth, v.n_hits, v.reuse_priority, v.reuse_keys});
         }
         if (record_events_) events_.push_back({KvEventKind::REMOVED, blocks_[block].hash});
         ++stats_.n_evictions;
@@ -147,7 +166,9 @@ void BlockPool::unref(int32_t block) {
     b.last_access_tick = ++tick_;
     if (b.ref_count > 0) return;
     --n_used_;
-    if (b.has_hash)
+    if (b.has_hash && b.doomed)
+        uncache_free(block);  // invalidated while in use: its hash goes with its last reference
+    else if (b.has_hash)
         evictable_push_back(block);
     else
         uncached_free_.push_back(block);
@@ -172,6 +193,39 @@ std::optional<int32_t> BlockPool::find_cached(BlockHash hash) {
         evictable_push_back(*found);
     }
     return found;
+}
+
+void BlockPool::mark_reuse(int32_t block, int32_t priority, const ReuseKeys& keys) {
+    check_block(block);
+    Block& b = blocks_[block];
+    STEWARD_KV_CHECK(b.ref_count > 0 && b.has_hash, "mark_reuse of a block that is not cached and referenced");
+    if (b.doomed) return;
+    if (b.reuse_priority <= 0 && priority > 0) ++n_priority_;
+    b.reuse_priority = std::max(b.reuse_priority, priority);
+    if (!b.reuse_keys && keys && !keys->empty()) b.reuse_keys = keys;
+}
+
+int32_t BlockPool::invalidate_reuse(std::span<const uint64_t> keys) {
+    if (keys.empty()) return 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_total(); ++i) {
+        Block& b = blocks_[i];
+        if (!b.has_hash || b.doomed || !b.reuse_keys) continue;
+        bool hit = false;
+        for (uint64_t k : *b.reuse_keys)
+            hit = hit || std::find(keys.begin(), keys.end(), k) != keys.end();
+        if (!hit) continue;
+        ++n;
+        ++stats_.n_invalidated;
+        if (b.ref_count == 0) {
+            uncache_free(i);
+        } else {
+            b.doomed = true;
+            if (b.reuse_priority > 0) --n_priority_;
+            b.reuse_priority = 0;
+        }
+    }
+    return n;
 }
 
 int32_t BlockPool::publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public, int32_t depth) {
@@ -230,13 +284,22 @@ BlockInfo BlockPool::info(int32_t block) const {
     out.last_access_tick = b.last_access_tick;
     out.n_hits = b.n_hits;
     out.depth = b.depth;
+    out.reuse_priority = b.reuse_priority;
+    out.reuse_keys = b.reuse_keys;
+    out.doomed = b.doomed;
     return out;
 }
 
 std::vector<int32_t> BlockPool::evictable_lru() const {
     std::vector<int32_t> out;
     out.reserve(n_evictable_);
-    for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) out.push_back(b);
+    int32_t a = lru_head_[0], p = lru_head_[1];
+    while (a >= 0 || p >= 0) {
+        const bool take_a = p < 0 || (a >= 0 && blocks_[a].last_access_tick < blocks_[p].last_access_tick);
+        int32_t& from = take_a ? a : p;
+        out.push_back(from);
+        from = blocks_[from].next;
+    }
     return out;
 }
 
@@ -275,17 +338,27 @@ std::string BlockPool::check_invariants() const {
     for (const Block& b : blocks_) n_uncached_free += (b.ref_count == 0 && !b.has_hash);
     if (n_uncached_free != static_cast<int32_t>(uncached_free_.size()))
         return "a free uncached block is missing from its stack";
-    int32_t n_listed = 0, prev = -1;
-    for (int32_t b = lru_head_; b >= 0; b = blocks_[b].next) {
-        if (++n_listed > n_total()) return "evictable queue has a cycle";
-        if (!blocks_[b].in_evictable) return at("evictable queue holds a block not flagged evictable", b);
-        if (blocks_[b].prev != prev) return at("evictable queue back link broken", b);
-        if (prev >= 0 && blocks_[prev].last_access_tick >= blocks_[b].last_access_tick)
-            return at("evictable queue out of LRU order", b);
-        prev = b;
+    int32_t n_listed = 0;
+    for (int q = 0; q < 2; ++q) {
+        int32_t prev = -1;
+        for (int32_t b = lru_head_[q]; b >= 0; b = blocks_[b].next) {
+            if (++n_listed > n_total()) return "evictable queue has a cycle";
+            if (!blocks_[b].in_evictable) return at("evictable queue holds a block not flagged evictable", b);
+            if (queue_of(blocks_[b]) != q) return at("evictable block in the queue of the other reuse priority", b);
+            if (blocks_[b].prev != prev) return at("evictable queue back link broken", b);
+            if (prev >= 0 && blocks_[prev].last_access_tick >= blocks_[b].last_access_tick)
+                return at("evictable queue out of LRU order", b);
+            prev = b;
+        }
+        if (prev != lru_tail_[q]) return "evictable queue tail is wrong";
     }
-    if (prev != lru_tail_) return "evictable queue tail is wrong";
     if (n_listed != n_evictable_ || n_listed != n_should_be_evictable) return "evictable count mismatch";
+    int32_t n_priority = 0;
+    for (const Block& b : blocks_) n_priority += b.has_hash && b.reuse_priority > 0;
+    if (n_priority != n_priority_) return "reuse priority count mismatch";
+    for (int32_t i = 0; i < n_total(); ++i)
+        if (blocks_[i].doomed && (blocks_[i].ref_count == 0 || !blocks_[i].has_hash))
+            return at("an invalidated block outlived its last reference", i);
     return "";
 }
 

@@ -32,7 +32,13 @@ struct EvictionCandidate {
     int64_t last_access_tick = 0;  // pool tick of the last allocate/ref/unref/find_cached touching it
     int64_t n_hits = 0;            // find_cached hits since it was published
     int32_t depth = 0;             // the block's index in the sequence that published it
+    int32_t reuse_priority = 0;    // 1: the system prompt and documents of a request that referenced
+                                   // documents (docs/reuse.md); the default LRU takes these last
 };
+
+// The reuse keys of a cached block (reuse::document_key of the documents its tokens follow), shared by
+// the blocks of one sequence. invalidate_reuse drops the blocks holding a key.
+using ReuseKeys = std::shared_ptr<const std::vector<uint64_t>>;
 
 // Blocks a tenant holds (cached or in use, by writer) and its quota, for eviction policies.
 struct TenantBlocks {
@@ -54,7 +60,7 @@ struct EvictionContext {
 };
 
 // Chooses which evictable block to reclaim. The hook for eviction plugins; the default (no policy set)
-// is LRU. Called only from BlockPool::allocate, on the pool's thread.
+// is LRU among blocks without reuse priority, then LRU among those with it. Called only from BlockPool::allocate, on the pool's thread.
 class EvictionPolicy {
 public:
     virtual ~EvictionPolicy() = default;
@@ -74,6 +80,8 @@ struct EvictedBlock {
     bool is_public = false;
     int32_t depth = 0;
     int64_t n_hits = 0;
+    int32_t reuse_priority = 0;
+    ReuseKeys reuse_keys;
 };
 
 // A snapshot of one block's bookkeeping (tests, metrics, policies).
@@ -85,6 +93,9 @@ struct BlockInfo {
     int64_t last_access_tick = 0;
     int64_t n_hits = 0;
     int32_t depth = 0;
+    int32_t reuse_priority = 0;
+    ReuseKeys reuse_keys;
+    bool doomed = false;  // invalidated while referenced: uncached when its last reference goes
 };
 
 struct BlockPoolStats {
@@ -97,6 +108,8 @@ struct BlockPoolStats {
     int64_t n_publish_dedupes = 0;  // publish() calls whose hash already mapped to another block
     int64_t n_invalid_victims = 0;  // eviction policy answers out of range (replaced by LRU)
     int64_t n_declined = 0;         // allocate() calls failed because the policy declined every candidate
+    int64_t n_invalidated = 0;      // cached blocks invalidate_reuse() uncached (now or at their last unref)
+    int64_t n_priority_evictions = 0;  // evictions of blocks with reuse priority
 };
 
 // Not thread-safe: one owner (the kv_allocator actor, or a test) calls it. Every block id argument must
@@ -127,6 +140,15 @@ public:
     // same hash is a no-op; under a different hash it aborts (cached blocks are immutable).
     // `depth` is the block's index in its sequence (what cost-aware policies weigh).
     int32_t publish(int32_t block, BlockHash hash, int32_t tenant, bool is_public, int32_t depth = 0);
+    // The reuse standing of referenced cached `block` (docs/reuse.md): its priority is raised to
+    // `priority` (never lowered here) and it takes `keys` when it holds none. The KV manager calls it
+    // when a sequence that referenced documents publishes or reuses the block.
+    void mark_reuse(int32_t block, int32_t priority, const ReuseKeys& keys);
+    // A document changed (new version, expired, deleted): every cached block holding one of `keys`
+    // stops being findable. An evictable one is uncached now (a REMOVED event); a referenced one
+    // loses its priority and is uncached when its last reference goes. Returns the blocks affected.
+    // O(blocks in the pool).
+    int32_t invalidate_reuse(std::span<const uint64_t> keys);
 
     // nullptr restores the default LRU choice.
     void set_eviction_policy(std::unique_ptr<EvictionPolicy> policy);
@@ -165,11 +187,12 @@ public:
         for (const auto& [h, b] : hash_to_block_) v.push_back(h);
         return v;
     }
+    int32_t n_priority() const { return n_priority_; }  // cached blocks with reuse priority
     int32_t n_evictable() const { return n_evictable_; }                              // ref count 0 and holding a hash
     int32_t ref_count(int32_t block) const;
     bool is_cached(int32_t block) const;  // holds a hash (referenced or evictable)
     BlockInfo info(int32_t block) const;
-    // Evictable blocks, least recently used first.
+    // Evictable blocks, least recently used first (both priority classes, merged by tick).
     std::vector<int32_t> evictable_lru() const;
     const BlockPoolStats& stats() const { return stats_; }
     int64_t tick() const { return tick_; }
@@ -188,7 +211,10 @@ private:
         int64_t last_access_tick = 0;
         int64_t n_hits = 0;
         int32_t depth = 0;
-        // Intrusive doubly linked evictable queue (LRU at head); -1 ends it.
+        int32_t reuse_priority = 0;  // > 0: in the priority queue while evictable
+        ReuseKeys reuse_keys;
+        bool doomed = false;
+        // Intrusive doubly linked evictable queue of its class (LRU at head); -1 ends it.
         bool in_evictable = false;
         int32_t prev = -1;
         int32_t next = -1;
@@ -197,13 +223,17 @@ private:
     void check_block(int32_t block) const;
     void evictable_push_back(int32_t block);
     void evictable_remove(int32_t block);
-    int32_t choose_victim();  // a block of the evictable queue; -1 when the policy declined
+    int32_t choose_victim();  // a block of the evictable queues; -1 when the policy declined
+    static int queue_of(const Block& b) { return b.reuse_priority > 0 ? 1 : 0; }
+    void uncache_free(int32_t block);  // an evictable block leaves the queue and its hash: uncached free
 
     std::vector<Block> blocks_;
     std::vector<int32_t> uncached_free_;  // stack; popped from the back, seeded so block 0 comes first
-    int32_t lru_head_ = -1;
-    int32_t lru_tail_ = -1;
+    // Two evictable queues: [0] blocks without reuse priority, [1] with it; each LRU at its head.
+    int32_t lru_head_[2] = {-1, -1};
+    int32_t lru_tail_[2] = {-1, -1};
     int32_t n_evictable_ = 0;
+    int32_t n_priority_ = 0;
     int32_t n_used_ = 0;
     std::unordered_map<BlockHash, int32_t> hash_to_block_;
     std::unique_ptr<EvictionPolicy> policy_;

@@ -161,8 +161,40 @@ std::optional<int32_t> KvManager::adopt_next_block(SeqId seq, int32_t tenant, bo
     const int32_t depth = static_cast<int32_t>(s.blocks.size());
     pool_.publish(*block, *h, tenant, is_public, depth);
     s.blocks.push_back(*block);
+    mark_reuse(s, depth);
     count_promoted(s, tenant, is_public);
     return block;
+}
+
+void KvManager::set_reuse(SeqId seq, int priority_len, int keyed_from, ReuseKeys keys) {
+    SeqKv& s = get(seq);
+    s.priority_len = std::max(priority_len, 0);
+    s.keyed_from = std::max(keyed_from, 0);
+    s.reuse_keys = keys && !keys->empty() ? std::move(keys) : nullptr;
+}
+
+void KvManager::mark_reuse(const SeqKv& s, int b) {
+    if (s.priority_len <= 0 && !s.reuse_keys) return;
+    const int end = (b + 1) * block_size_;  // the block's tokens end here
+    const int32_t priority = end <= s.priority_len ? 1 : 0;
+    static const ReuseKeys none;
+    const ReuseKeys& keys = end > s.keyed_from ? s.reuse_keys : none;
+    if (priority > 0 || keys) pool_.mark_reuse(s.blocks[b], priority, keys);
+}
+
+int KvManager::invalidate_reuse(std::span<const uint64_t> keys) {
+    if (keys.empty()) return 0;
+    for (auto& [id, s] : seqs_) {
+        if (!s.reuse_keys) continue;
+        for (uint64_t k : *s.reuse_keys)
+            if (std::find(keys.begin(), keys.end(), k) != keys.end()) {
+                s.priority_len = 0;
+                s.keyed_from = 0;
+                s.reuse_keys = nullptr;
+                break;
+            }
+    }
+    return pool_.invalidate_reuse(keys);
 }
 
 void KvManager::append_tokens(SeqId seq, std::span<const int32_t> tokens) {
@@ -251,12 +283,17 @@ int KvManager::publish_full_blocks(SeqId seq) {
         const int32_t block = s.blocks[b];
         // Already cached: found in the cache, published before or by a fork sibling, or under a hash from
         // before the public boundary moved. Cached blocks are immutable, so it keeps the hash it has.
-        if (pool_.is_cached(block)) continue;
+        if (pool_.is_cached(block)) {
+            mark_reuse(s, b);
+            continue;
+        }
         const int32_t holder = pool_.publish(block, s.block_hashes[b], s.tenant, b < s.hashes_public_blocks, b);
-        if (holder == block)
+        if (holder == block) {
             ++n_mapped;
-        else
+            mark_reuse(s, b);
+        } else {
             ++counters_.n_publish_dedupes;
+        }
     }
     return n_mapped;
 }
@@ -330,6 +367,9 @@ KvManagerStats KvManager::stats() const {
     out.n_seqs = static_cast<int32_t>(seqs_.size());
     out.n_branches = 0;
     for (const auto& [id, s] : seqs_) out.n_branches += s.is_fork;
+    out.n_blocks_priority = pool_.n_priority();
+    out.n_priority_evictions = pool_.stats().n_priority_evictions;
+    out.n_reuse_invalidated = pool_.stats().n_invalidated;
     return out;
 }
 

@@ -37,6 +37,11 @@ struct SeqKv {
     int n_cached_cross_tenant_tokens = 0;  // on blocks another tenant wrote, not public (a breach: 0)
     int n_cached_public_tokens = 0;        // on declared-public blocks another tenant wrote
     bool is_fork = false;         // created by fork(): counts as a branch while alive
+    // Reuse beyond the prefix (docs/reuse.md; set_reuse): full blocks within the first priority_len
+    // tokens get reuse priority; full blocks ending past keyed_from tokens carry reuse_keys.
+    int priority_len = 0;
+    int keyed_from = 0;
+    ReuseKeys reuse_keys;
     int n_tokens() const { return static_cast<int>(tokens.size()); }
 
     // Hashing state, advanced lazily by the manager.
@@ -69,6 +74,10 @@ struct KvManagerStats {
     int32_t n_branches = 0;        // live sequences created by fork()
     int64_t n_cow_blocks = 0;      // blocks replaced by copy-on-write
     int64_t n_alloc_failures = 0;  // allocate_slots calls answered nullopt
+    // Reuse beyond the prefix (docs/reuse.md).
+    int32_t n_blocks_priority = 0;      // cached blocks with reuse priority (documents and what precedes them)
+    int64_t n_priority_evictions = 0;   // of those, evicted (the pool had nothing else to take)
+    int64_t n_reuse_invalidated = 0;    // cached blocks dropped because a document changed
 };
 
 // Not thread-safe: one owner (the pool's Engine, on its executor's thread, or a test). Unknown sequence ids
@@ -117,6 +126,15 @@ public:
     // (every layer) before any forward reads it. The new block id, or nullopt when no block is free
     // (nothing changed). Evictions it causes are recorded as allocate_slots'.
     std::optional<int32_t> adopt_next_block(SeqId seq, int32_t tenant, bool is_public);
+    // The sequence's documents (docs/reuse.md): its full blocks within the first priority_len tokens
+    // (the system prompt and the documents) get reuse priority, and those ending past keyed_from
+    // tokens (where the documents start) carry `keys` (reuse::document_key of each), so that
+    // invalidate_reuse finds them. Applied as its blocks are published or found cached.
+    void set_reuse(SeqId seq, int priority_len, int keyed_from, ReuseKeys keys);
+    // A document changed: every cached block holding one of `keys` stops being findable (see
+    // BlockPool::invalidate_reuse), and live sequences holding one stop marking their blocks. Returns
+    // the blocks affected.
+    int invalidate_reuse(std::span<const uint64_t> keys);
     // Adds known tokens (sampled, drafted) to the sequence; no KV is allocated.
     void append_tokens(SeqId seq, std::span<const int32_t> tokens);
     // Fresh blocks allocate_slots(seq, n_new) would take: new table entries plus copy-on-write replacements.
@@ -158,6 +176,7 @@ private:
     bool needs_cow(int32_t block) const;
     void refresh_hashes(SeqKv& s) const;
     void count_promoted(SeqKv& s, int32_t writer, bool is_public);
+    void mark_reuse(const SeqKv& s, int b);  // block index b of s: its reuse standing in the pool
 
     BlockPool pool_;
     int block_size_;

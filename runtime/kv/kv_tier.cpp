@@ -34,10 +34,11 @@ namespace {
 
 constexpr char k_magic[8] = {'S', 'T', 'K', 'V', 'B', 'L', 'K', '1'};
 constexpr uint32_t k_version = 1;
-// Offsets in the header (kv_tier.h). Bytes 52..55 and 76..91 are reserved (zero: a reader refuses
-// anything else, so one header has one encoding); the header CRC covers 0..91.
+// Offsets in the header (kv_tier.h). Bytes 76..91 are reserved (zero: a reader refuses anything
+// else, so one header has one encoding); the header CRC covers 0..91. Bytes 52..55 hold the reuse
+// priority (0 or 1; zero in files written before it had a meaning).
 constexpr size_t o_version = 8, o_header_bytes = 12, o_layout = 16, o_salts = 24, o_hash = 32, o_tenant = 40,
-                 o_is_public = 44, o_depth = 48, o_reserved_a = 52, o_n_hits = 56, o_payload_bytes = 64,
+                 o_is_public = 44, o_depth = 48, o_reuse_priority = 52, o_n_hits = 56, o_payload_bytes = 64,
                  o_payload_crc = 72, o_reserved_b = 76, o_header_crc = 92;
 
 void put_u32(uint8_t* p, uint32_t v) {
@@ -88,6 +89,7 @@ std::vector<uint8_t> encode_tier_header(const TierFileHeader& h) {
     put_u32(&b[o_tenant], (uint32_t)h.meta.tenant);
     put_u32(&b[o_is_public], h.meta.is_public ? 1u : 0u);
     put_u32(&b[o_depth], (uint32_t)h.meta.depth);
+    put_u32(&b[o_reuse_priority], h.meta.reuse_priority > 0 ? 1u : 0u);
     put_u64(&b[o_n_hits], (uint64_t)h.meta.n_hits);
     put_u64(&b[o_payload_bytes], (uint64_t)h.payload_bytes);
     put_u32(&b[o_payload_crc], h.payload_crc32);
@@ -109,7 +111,7 @@ Expected<TierFileHeader> parse_tier_header(std::span<const uint8_t> bytes) {
     if (const uint32_t crc = crc32_of(bytes.first(o_header_crc)), want = get_u32(p + o_header_crc); crc != want)
         return make_error("kv tier file: header CRC-32 ", crc, " differs from the stored ", want, " (corrupted)");
     for (size_t i = 0; i < o_header_crc; i++) {
-        const bool reserved = (i >= o_reserved_a && i < o_n_hits) || i >= o_reserved_b;
+        const bool reserved = i >= o_reserved_b;
         if (reserved && p[i] != 0)
             return make_error("kv tier file: reserved header byte ", i, " is ", (int)p[i], ", expected 0");
     }
@@ -123,6 +125,9 @@ Expected<TierFileHeader> parse_tier_header(std::span<const uint8_t> bytes) {
     h.meta.is_public = is_public == 1;
     h.meta.depth = (int32_t)get_u32(p + o_depth);
     if (h.meta.depth < 0) return make_error("kv tier file: negative depth ", h.meta.depth);
+    const uint32_t priority = get_u32(p + o_reuse_priority);
+    if (priority > 1) return make_error("kv tier file: reuse_priority ", priority, ", expected 0 or 1");
+    h.meta.reuse_priority = (int32_t)priority;
     h.meta.n_hits = (int64_t)get_u64(p + o_n_hits);
     if (h.meta.n_hits < 0) return make_error("kv tier file: negative n_hits ", h.meta.n_hits);
     h.payload_bytes = (int64_t)get_u64(p + o_payload_bytes);
@@ -256,17 +261,23 @@ struct KvTiers::Impl {
     }
 
     // The victim of a tier's LRU list: the policy's pick among its blocks, least recently used first;
-    // LRU when there is no policy or it declines or answers out of range (a tier must always make room,
-    // unlike the pool, whose caller can wait: here the block being demoted has nowhere else to go).
+    // without a policy the least recently used block without reuse priority (the first with it when
+    // every block has it: a walk past the priority blocks at the head); LRU when the policy declines
+    // or answers out of range (a tier must always make room, unlike the pool, whose caller can wait:
+    // here the block being demoted has nowhere else to go).
     template <typename Map>
     BlockHash choose_victim(const Map& map, const std::list<BlockHash>& lru, KvTier tier, EvictionPolicy* policy,
                             const EvictionContext* ctx) {
-        if (!policy) return lru.front();
+        if (!policy) {
+            for (BlockHash h : lru)
+                if (map.at(h).meta.reuse_priority == 0) return h;
+            return lru.front();
+        }
         std::vector<EvictionCandidate> cands;
         cands.reserve(lru.size());
         for (BlockHash h : lru) {
             const auto& b = map.at(h);
-            cands.push_back({-1, h, b.meta.tenant, b.meta.is_public, b.tick, b.meta.n_hits, b.meta.depth});
+            cands.push_back({-1, h, b.meta.tenant, b.meta.is_public, b.tick, b.meta.n_hits, b.meta.depth, b.meta.reuse_priority});
         }
         // The pool's context (tenants, quotas, names) with the tier's clock: the candidates' ticks are
         // the tier's.
@@ -306,6 +317,13 @@ struct KvTiers::Impl {
         erase_disk(h);
         stats.n_dropped_files++;
         event(KvEventKind::REMOVED, h, KvTier::DISK);
+    }
+
+    static bool holds_key(const TierBlockMeta& m, std::span<const uint64_t> keys) {
+        if (!m.reuse_keys) return false;
+        for (uint64_t k : *m.reuse_keys)
+            if (std::find(keys.begin(), keys.end(), k) != keys.end()) return true;
+        return false;
     }
 
     void touch(std::list<BlockHash>& lru, std::list<BlockHash>::iterator& it, int64_t& t) {
@@ -676,6 +694,28 @@ std::optional<TierBlockMeta> KvTiers::take(BlockHash hash, std::span<uint8_t> ou
     m.stats.tier[D].n_hits++;
     if (from) *from = KvTier::DISK;
     return h->meta;
+}
+
+int KvTiers::invalidate_reuse(std::span<const uint64_t> keys) {
+    Impl& m = *impl_;
+    if (keys.empty()) return 0;
+    std::vector<BlockHash> host_drop, disk_drop;
+    for (const auto& [h, b] : m.host)
+        if (Impl::holds_key(b.meta, keys)) host_drop.push_back(h);
+    for (const auto& [h, b] : m.disk)
+        if (Impl::holds_key(b.meta, keys)) disk_drop.push_back(h);
+    for (BlockHash h : host_drop) {
+        m.erase_host(h);
+        m.event(KvEventKind::REMOVED, h, KvTier::HOST);
+    }
+    for (BlockHash h : disk_drop) {
+        m.unlink_file(h);
+        m.erase_disk(h);
+        m.event(KvEventKind::REMOVED, h, KvTier::DISK);
+    }
+    const int n = (int)(host_drop.size() + disk_drop.size());
+    m.stats.n_invalidated += n;
+    return n;
 }
 
 void KvTiers::set_record_events(bool on) {

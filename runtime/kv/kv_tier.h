@@ -44,6 +44,8 @@ struct TierBlockMeta {
     bool is_public = false;  // inside a declared-public prefix
     int32_t depth = 0;       // its index in the sequence that published it
     int64_t n_hits = 0;      // prefix-cache hits so far
+    int32_t reuse_priority = 0;  // 1: a document's block (docs/reuse.md); kept in the disk file
+    ReuseKeys reuse_keys;        // the documents it follows (in memory only: a restart forgets them)
 };
 
 struct KvTierOptions {
@@ -68,6 +70,7 @@ struct KvTierStats {
     int64_t disk_read_bytes = 0, disk_write_bytes = 0;
     int64_t n_dropped_files = 0;  // files deleted at open or at read: bad header, checksum, layout, salts
     int64_t n_write_errors = 0;   // disk writes that failed (the block is then only lost, never wrong)
+    int64_t n_invalidated = 0;    // blocks dropped by invalidate_reuse (host and disk)
 };
 
 // The KV tiers of one pool.
@@ -102,6 +105,10 @@ public:
     // and a warning logged): the caller recomputes, never reads wrong bytes.
     std::optional<TierBlockMeta> take(BlockHash hash, std::span<uint8_t> out, KvTier* from = nullptr);
 
+    // A document changed (BlockPool::invalidate_reuse): every block of either tier holding one of
+    // `keys` is dropped (a disk block's file deleted). Returns the blocks dropped.
+    int invalidate_reuse(std::span<const uint64_t> keys);
+
     // KV events per tier (kv/kv_event.h, with tier set), recorded while on, handed over by take_events.
     void set_record_events(bool on);
     std::vector<KvEvent> take_events();
@@ -122,7 +129,7 @@ private:
 // ---- the disk tier's file format (exposed for the fuzz target and tests)
 // A file is a 96-byte header then payload_bytes of block bytes. Header, little-endian:
 //   magic "STKVBLK1" (8) | version u32 = 1 | header_bytes u32 = 96 | layout u64 | salts u64 | hash u64 |
-//   tenant i32 | is_public u32 | depth i32 | reserved u32 = 0 | n_hits i64 | payload_bytes i64 |
+//   tenant i32 | is_public u32 | depth i32 | reuse_priority u32 (0 or 1) | n_hits i64 | payload_bytes i64 |
 //   payload_crc32 u32 | reserved (16 bytes, zero) | header_crc32 u32 (of the 92 bytes before it)
 struct TierFileHeader {
     uint64_t layout = 0, salts = 0;

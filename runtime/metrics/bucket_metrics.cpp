@@ -812,9 +812,15 @@ nlohmann::json MetricsRegistry::to_json() const {
         pj["dropped_files"] = t.n_dropped_files;
         pj["write_errors"] = t.n_write_errors;
     }
+    // Documents' KV per pool (docs/reuse.md): priority blocks held, evicted, invalidated.
+    nlohmann::json reuse_kv = nlohmann::json::object();
+    for (const PoolLoad& l : loads_)
+        reuse_kv[l.pool] = {{"priority_blocks", l.n_kv_priority_blocks},
+                            {"priority_evictions", l.n_kv_priority_evictions},
+                            {"invalidated_blocks", l.n_kv_reuse_invalidated}};
     return {{"window_s", window_s()}, {"all", row_json(all_)}, {"buckets", buckets}, {"config", config},
             {"policies", policies}, {"admission", admission}, {"grammar_cache", grammar_cache},
-            {"kv_series", series}, {"kv_tiers", tiers}};
+            {"kv_series", series}, {"kv_tiers", tiers}, {"reuse_kv", reuse_kv}};
 }
 
 std::string MetricsRegistry::to_table() const {
@@ -1316,6 +1322,23 @@ std::string MetricsRegistry::to_prometheus() const {
                         "KV block files deleted unserved: a failed checksum or header, another model, layout or salt set.",
                         [](const KvTierStats& t) { return t.n_dropped_files; });
         }
+    }
+
+    if (!loads_.empty()) {
+        auto reuse_family = [&](const char* name, const char* type, const char* help, auto value_of) {
+            family(name, type, help);
+            for (const PoolLoad& l : loads_)
+                out += std::string(name) + "{" + poollabel(pool_key(l.pool)) + "} " + std::to_string(value_of(l)) + "\n";
+        };
+        reuse_family("steward_reuse_kv_priority_blocks", "gauge",
+                     "Cached KV blocks with reuse priority: referenced documents and the prompt before them (docs/reuse.md).",
+                     [](const PoolLoad& l) { return l.n_kv_priority_blocks; });
+        reuse_family("steward_reuse_kv_priority_evictions_total", "counter",
+                     "KV blocks with reuse priority evicted (the pool held nothing else to reclaim).",
+                     [](const PoolLoad& l) { return l.n_kv_priority_evictions; });
+        reuse_family("steward_reuse_kv_invalidated_blocks_total", "counter",
+                     "KV blocks (pool and tiers) dropped because a document got a new version, expired or was deleted.",
+                     [](const PoolLoad& l) { return l.n_kv_reuse_invalidated; });
     }
 
     family("steward_kv_cache_evicted_blocks_total", "counter",

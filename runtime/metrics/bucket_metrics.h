@@ -117,6 +117,9 @@ struct PoolLoad {
     int32_t block_size = 0;         // tokens per KV block; 0: unknown
     int64_t n_blocks = 0;           // KV blocks of the pool; 0: unknown
     std::optional<KvTierStats> tiers;  // the pool's KV tiers (kv/kv_tier.h); none: no [pool.kv_tiers]
+    // Documents' KV (docs/reuse.md): cached blocks with reuse priority now; of those, evicted; blocks
+    // (pool and tiers) dropped because a document changed.
+    int64_t n_kv_priority_blocks = 0, n_kv_priority_evictions = 0, n_kv_reuse_invalidated = 0;
 };
 
 // Time-weighted KV gauges of one row: each sample holds until the next. With every sample at one

@@ -226,6 +226,7 @@ void PluginCall::encode_inputs(PluginOp op, WireWriter& w) const {
                 w.str(erq.bucket);
                 w.str(erq.tenant);
                 for (uint32_t i = 0; i < ecx.n_tenants; i++) w.str(erq.tenant_names ? erq.tenant_names[i] : "");
+                w.array(erq.reuse_priority, erq.reuse_priority ? (uint32_t)cands.size() : 0u);
             }
             w.pod(victim);
             break;
@@ -278,9 +279,12 @@ bool PluginCall::decode_inputs(PluginOp op, WireReader& r) {
                 for (size_t i = 0; i < tenants.size(); i++)
                     if (!r.str(tenant_name_store[i])) return false;
                 for (size_t i = 0; i < tenants.size(); i++) tenant_names[i] = tenant_name_store[i].c_str();
+                if (!r.array(reuse_priority)) return false;
+                if (!reuse_priority.empty() && reuse_priority.size() != cands.size()) return false;
                 erq.bucket = evict_bucket.c_str();
                 erq.tenant = requesting_tenant.c_str();
                 erq.tenant_names = tenant_names.data();
+                erq.reuse_priority = reuse_priority.empty() ? nullptr : reuse_priority.data();
             }
             return r.pod(victim) && !cands.empty();
         }

@@ -119,6 +119,7 @@ struct PluginCall {
     // eviction
     std::vector<steward_evict_candidate> cands;
     std::vector<steward_evict_tenant> tenants;
+    std::vector<int32_t> reuse_priority;  // what erq.reuse_priority points at, per candidate
     std::vector<std::string> tenant_name_store;
     std::vector<const char*> tenant_names;
     std::string requesting_tenant, evict_bucket;

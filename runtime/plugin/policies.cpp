@@ -383,6 +383,8 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
             const EvictionCandidate& e = candidates[i];
             c.cands[i] = {e.block, e.tenant, e.is_public ? 1 : 0, e.depth, e.last_access_tick, e.n_hits};
         }
+        c.reuse_priority.resize(candidates.size());
+        for (size_t i = 0; i < candidates.size(); i++) c.reuse_priority[i] = candidates[i].reuse_priority;
         c.tenants.resize(ctx.tenants.size());
         for (size_t i = 0; i < ctx.tenants.size(); i++)
             c.tenants[i] = {ctx.tenants[i].tenant, ctx.tenants[i].n_held, ctx.tenants[i].quota_blocks};
@@ -399,7 +401,7 @@ size_t PluginEvictionPolicy::choose_victim(const EvictionContext& ctx, std::span
             for (size_t i = 0; i < ctx.tenants.size(); i++) c.tenant_names[i] = c.tenant_name_store[i].c_str();
             c.requesting_tenant = name_of(ctx.requesting_tenant);
             c.erq = steward_evict_request{sizeof(steward_evict_request), c.params->bucket.c_str(), c.requesting_tenant.c_str(),
-                                          c.tenant_names.data(), (int32_t)ctx.tier};
+                                          c.tenant_names.data(), (int32_t)ctx.tier, c.reuse_priority.data()};
         }
         c.victim = 0;
         counters_->n_calls++;

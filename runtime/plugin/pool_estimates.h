@@ -32,6 +32,9 @@ struct PoolLiveStats {
     int n_blocks_inflight = 0;  // their prompts' KV blocks (what a run holds once prefilled; Dynamo's active blocks)
     bool available = true;   // false while draining, or while a remote pool's worker is lost
     std::optional<KvTierStats> tiers;  // the pool's KV tiers' figures (none: no [pool.kv_tiers])
+    // Documents' KV (docs/reuse.md): cached blocks with reuse priority now, those evicted, and the
+    // blocks (pool and tiers) dropped because a document changed.
+    int64_t n_kv_priority_blocks = 0, n_kv_priority_evictions = 0, n_kv_reuse_invalidated = 0;
 };
 
 // quality_measured: agreement with the strongest pool on this bucket's shadowed requests (NaN: none,

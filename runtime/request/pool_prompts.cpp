@@ -16,8 +16,8 @@ struct PoolDecoder : TextDecoder {
 
 }  // namespace
 
-PoolPrompts::PoolPrompts(const GenerationRequest& req, std::vector<PromptTarget> pools)
-    : req_(req), pools_(std::move(pools)), entries_(pools_.size()), texts_(pools_.size()) {}
+PoolPrompts::PoolPrompts(const GenerationRequest& req, std::vector<PromptTarget> pools, size_t documents_chars)
+    : req_(req), documents_chars_(documents_chars), pools_(std::move(pools)), entries_(pools_.size()), texts_(pools_.size()) {}
 
 PoolPrompts::Entry& PoolPrompts::entry(int32_t pool) {
     Entry& e = entries_.at((size_t)pool);
@@ -53,8 +53,13 @@ PoolPrompts::Entry& PoolPrompts::entry(int32_t pool) {
             e.grammar = std::move(p.grammar);
         }
         text = std::move(p.text);
+        if (p.documents_begin < p.documents_end && p.documents_end <= text.size()) {
+            e.doc_begin = p.documents_begin;
+            e.doc_end = p.documents_end;
+        }
     } else {
         text = req_.prompt;
+        if (documents_chars_ > 0 && documents_chars_ <= text.size()) e.doc_end = documents_chars_;
     }
     // Tokenized once: a pool with the same tokenizer and the same text takes the ids already made.
     const Tokenizer& tok = tokenizer(pool);
@@ -79,6 +84,26 @@ PoolPrompts::Entry& PoolPrompts::entry(int32_t pool) {
 std::vector<int32_t> PoolPrompts::prompt_ids(int32_t pool) { return entry(pool).ids; }
 
 std::string PoolPrompts::prompt_error(int32_t pool) { return entry(pool).error; }
+
+// The tokens of the text before the documents and through them. A token may straddle either edge
+// (BPE merges across it), so both ends move one token earlier: the keyed part may start a token
+// early (a block holding any of the documents' tokens carries their keys), and the priority part
+// never reaches past them.
+std::pair<int32_t, int32_t> PoolPrompts::documents_span(int32_t pool) {
+    Entry& e = entry(pool);
+    if (e.doc_tokens.first >= 0) return e.doc_tokens;
+    e.doc_tokens = {0, 0};
+    if (!e.error.empty() || e.doc_end <= e.doc_begin) return e.doc_tokens;
+    const std::string& text = texts_.at((size_t)pool);
+    const Tokenizer& tok = tokenizer(pool);
+    const bool bos = req_.add_bos && tok.add_bos_default();
+    auto count = [&](size_t chars) { return (int32_t)tok.encode(text.substr(0, chars), bos, req_.parse_special).size(); };
+    const int32_t before = e.doc_begin > 0 ? count(e.doc_begin) : (bos ? 1 : 0);
+    const int32_t through = std::min<int32_t>(count(e.doc_end) - 1, (int32_t)e.ids.size());
+    const int32_t from = std::max<int32_t>(before - 1, 0);
+    if (through > from) e.doc_tokens = {from, through};
+    return e.doc_tokens;
+}
 
 std::unique_ptr<TextDecoder> PoolPrompts::text_decoder(int32_t pool) { return std::make_unique<PoolDecoder>(tokenizer(pool)); }
 

@@ -26,11 +26,14 @@ struct PromptTarget {
 class PoolPrompts : public RequestVocab {
 public:
     // `req` must outlive this object.
-    PoolPrompts(const GenerationRequest& req, std::vector<PromptTarget> pools);
+    // documents_chars: the leading bytes of a text prompt that hold its documents (the runtime placed
+    // them; 0: none, or a render hook says where).
+    PoolPrompts(const GenerationRequest& req, std::vector<PromptTarget> pools, size_t documents_chars = 0);
 
     std::vector<int32_t> prompt_ids(int32_t pool) override;
     std::string prompt_error(int32_t pool) override;
     std::unique_ptr<TextDecoder> text_decoder(int32_t pool) override;
+    std::pair<int32_t, int32_t> documents_span(int32_t pool) override;
 
     // The prompt's length as routing sees it before the pool is known (the bucket rules'
     // prompt_tokens): the count in the first pool whose prompt encodes. Exact for a text prompt
@@ -56,11 +59,14 @@ private:
         int32_t n_encoded = 0;  // ids the text encoded to (ids may add a BOS for an empty one)
         std::string grammar;  // the rendering's (GBNF), "" none
         std::string error;    // why ids is empty
+        size_t doc_begin = 0, doc_end = 0;  // the documents' bytes in the text (equal: none)
+        std::pair<int32_t, int32_t> doc_tokens{-1, -1};  // documents_span, once asked
     };
     Entry& entry(int32_t pool);
     const Tokenizer& tokenizer(int32_t pool) const { return *pools_.at((size_t)pool).tokenizer; }
 
     const GenerationRequest& req_;
+    size_t documents_chars_ = 0;
     std::vector<PromptTarget> pools_;
     std::vector<Entry> entries_;
     std::vector<std::string> texts_;  // per pool: the rendered text (pools with one tokenizer share its ids)

@@ -222,6 +222,16 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     e.tenant_name = setup_.tenant;
     if (setup_.kv_quota >= 0 && pool >= 0 && pool < (int32_t)setup_.pools.size())
         e.kv_quota_blocks = (int32_t)(setup_.kv_quota * setup_.pools[pool].n_blocks);
+    // Its documents: the prompt up to their end keeps reuse priority; blocks from their start on
+    // carry their keys (a changed document drops them).
+    if (!setup_.reuse_keys.empty()) {
+        const auto [from, to] = vocab_.documents_span(pool);
+        if (to > from) {
+            e.reuse_keyed_from = from;
+            e.reuse_priority_tokens = to;
+            e.reuse_keys = setup_.reuse_keys;
+        }
+    }
     if (e.prompt.empty()) {
         // Ended once the event's other actions are out (a shadow is still submitted first).
         RunEnd f;

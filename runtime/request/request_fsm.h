@@ -60,6 +60,7 @@ struct RequestSetup {
     double kv_quota = -1;              // the tenant's share of a pool's blocks; < 0: none
     std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteDecision indexes them)
     std::vector<std::string> stop;     // stop strings: the answer ends (STOP) before the first one
+    std::vector<uint64_t> reuse_keys;  // its documents' keys (reuse::document_key); empty: none
 };
 
 // Turns one run's ids into text, never half a UTF-8 character (StreamDecoder over the pool's
@@ -80,6 +81,9 @@ public:
     virtual std::vector<int32_t> prompt_ids(int32_t pool) = 0;
     virtual std::string prompt_error(int32_t /*pool*/) { return "empty prompt and the vocabulary has no BOS token"; }
     virtual std::unique_ptr<TextDecoder> text_decoder(int32_t pool) = 0;
+    // Where the prompt's documents are in pool `pool`'s ids (docs/reuse.md): {first token of the
+    // documents, first token past them}, conservatively rounded inwards; {0, 0}: none.
+    virtual std::pair<int32_t, int32_t> documents_span(int32_t /*pool*/) { return {0, 0}; }
 };
 
 // The bucket's routing policy, as the request sees it after the route decision.

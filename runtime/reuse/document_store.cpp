@@ -42,6 +42,23 @@ std::string documents_block(const std::vector<std::shared_ptr<const Document>>& 
     return s;
 }
 
+uint64_t document_key(const std::string& tenant, const std::string& id, uint64_t version) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&](const void* p, size_t n) {
+        for (size_t i = 0; i < n; i++) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+    };
+    const unsigned char sep = 0;
+    mix(tenant.data(), tenant.size());
+    mix(&sep, 1);
+    mix(id.data(), id.size());
+    mix(&sep, 1);
+    for (int i = 0; i < 8; i++) {
+        const unsigned char b = (unsigned char)(version >> (8 * i));
+        mix(&b, 1);
+    }
+    return h;
+}
+
 std::string canonical_labels(std::vector<std::string> labels) {
     std::sort(labels.begin(), labels.end());
     labels.erase(std::unique(labels.begin(), labels.end()), labels.end());

@@ -68,6 +68,10 @@ struct Invalidation {
 // <document id="ID" version="V">\nTEXT\n</document>, joined by newlines, in the order given.
 std::string documents_block(const std::vector<std::shared_ptr<const Document>>& docs);
 
+// The key of one version of a tenant's document: what its cached KV blocks carry, so that a new
+// version, an expiry or a DELETE drops them (KvManager::invalidate_reuse). FNV-1a over the three.
+uint64_t document_key(const std::string& tenant, const std::string& id, uint64_t version);
+
 // A label set's canonical form: sorted, unique, joined with '\n' (labels hold no newline).
 std::string canonical_labels(std::vector<std::string> labels);
 // A label is 1-128 bytes of printable ASCII without spaces or newlines. nullopt: valid; else why.

@@ -125,7 +125,7 @@ int64_t Engine::persist_kv() {
         if (!block) continue;
         const BlockInfo info = mgr_.pool().info(*block);
         if (!be_->export_block(*block, tier_buf_)) continue;
-        tiers_->persist({h, info.tenant, info.is_public, info.depth, info.n_hits}, tier_buf_);
+        tiers_->persist({h, info.tenant, info.is_public, info.depth, info.n_hits, info.reuse_priority, info.reuse_keys}, tier_buf_);
         ++n;
     }
     for (const auto& [h, tier] : tiers_->held()) {
@@ -148,7 +148,7 @@ void Engine::demote_evicted(EvictionPolicy* policy, int32_t tenant) {
         ctx.block_size = opt_.block_size;
         ctx.block_bytes = (double)evict_buf_.size();
         ctx.tenant_names = &tenant_names_;
-        tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits}, evict_buf_, policy, &ctx);
+        tiers_->demote({e.hash, e.tenant, e.is_public, e.depth, e.n_hits, e.reuse_priority, e.reuse_keys}, evict_buf_, policy, &ctx);
     }
 }
 
@@ -524,6 +524,7 @@ void Engine::attach(Seq& s) {
                 sessions_.erase(it);
                 mgr_.truncate(s.kv, common);
                 mgr_.append_tokens(s.kv, std::span<const int32_t>(s.all_tokens).subspan(common));
+                set_reuse(s);
                 reused = common;
             }
         }
@@ -531,6 +532,7 @@ void Engine::attach(Seq& s) {
     int n_cross = 0, n_public = 0;  // a session's own KV is the tenant's: neither
     if (!s.kv) {
         s.kv = mgr_.add_seq(s.req.tenant, s.all_tokens, s.req.salt);
+        set_reuse(s);
         if (opt_.prefix_cache) {
             mgr_.get_computed_blocks(s.kv);
             promote(s);
@@ -546,6 +548,18 @@ void Engine::attach(Seq& s) {
     } else {
         s.fig.n_recomputed_tokens -= std::min(s.fig.n_recomputed_tokens, (int64_t)reused);
     }
+}
+
+void Engine::set_reuse(Seq& s) {
+    if (s.req.reuse_priority_tokens <= 0 && s.req.reuse_keys.empty()) return;
+    mgr_.set_reuse(s.kv, s.req.reuse_priority_tokens, s.req.reuse_keyed_from,
+                   std::make_shared<const std::vector<uint64_t>>(s.req.reuse_keys));
+}
+
+int Engine::invalidate_reuse(std::span<const uint64_t> keys) {
+    int n = mgr_.invalidate_reuse(keys);
+    if (tiers_) n += tiers_->invalidate_reuse(keys);
+    return n;
 }
 
 void Engine::finish(uint64_t id, FinishReason why, const std::string& err, double now_s,

@@ -116,6 +116,12 @@ struct EngineRequest {
     // Structured output as asked: a ConstraintKind (grammar/constraint.h) and its text (0: none).
     int32_t grammar_kind = 0;
     std::string grammar_text;
+    // Referenced documents (docs/reuse.md; KvManager::set_reuse): full prompt blocks within the first
+    // reuse_priority_tokens get reuse priority; those ending past reuse_keyed_from carry reuse_keys
+    // (reuse::document_key of each document), which invalidate_reuse drops.
+    int32_t reuse_priority_tokens = 0;
+    int32_t reuse_keyed_from = 0;
+    std::vector<uint64_t> reuse_keys;
 
     // ---- resolved on the pool, not carried:
     // The bucket's eviction policy: reclaims cached blocks when this request needs room (null: LRU).
@@ -267,6 +273,9 @@ public:
     void set_public_prefixes(std::vector<std::vector<int32_t>> p) { mgr_.set_public_prefixes(std::move(p)); }
     // Drops a kept session's KV now.
     void end_session(const std::string& session);
+    // A document changed (a new version, a TTL past, a DELETE): the pool's and the tiers' blocks
+    // keyed by one of `keys` are dropped (KvManager / KvTiers::invalidate_reuse). Returns how many.
+    int invalidate_reuse(std::span<const uint64_t> keys);
     // Evictions since the last call, per (bucket, policy) of the request that needed the blocks.
     std::vector<EvictionCount> take_evictions();
     // Block stored / removed events since the last call, in order (empty unless options().kv_events).
@@ -344,6 +353,7 @@ private:
     // and a newly attached sequence's prompt blocks promoted from the tiers past its cached chain.
     void demote_evicted(EvictionPolicy* policy, int32_t tenant);
     void promote(Seq& s);
+    void set_reuse(Seq& s);  // the request's documents, on its sequence (KvManager::set_reuse)
     void finish(uint64_t id, FinishReason why, const std::string& err, double now_s, std::vector<EngineEvent>& events);
     void fail_running(const std::string& what, double now_s, std::vector<EngineEvent>& events);
     // Speculation (sched/speculate.cpp): the draft of a decoding sequence for this step (at most

@@ -538,6 +538,7 @@ private:
                           : refusal.status == 409 ? "version" : "";
                 return send_error(e);
             }
+            sweep_documents(rt());  // a replaced version's KV goes now
             auto doc = runtime_documents(rt()).get(tenant_, id, now);
             json j = doc ? document_json(*doc, now, false) : json{{"id", id}, {"version", r->version}};
             j["replaced_version"] = r->replaced ? json(r->replaced) : json(nullptr);
@@ -559,6 +560,7 @@ private:
         if (m == http::verb::delete_) {
             if (!runtime_documents(rt()).remove(tenant_, id))
                 return send_error({404, "no document '" + id + "' to delete", "not_found_error", "id", "document_not_found"});
+            sweep_documents(rt());  // its KV goes now
             return send_json(http::status::ok, {{"id", id}, {"object", "document"}, {"deleted", true}});
         }
         send_error({405, std::string(req_.method_string()) + " is not allowed on /v1/documents/{id}; use PUT, GET or DELETE",

@@ -700,8 +700,12 @@ Expected<std::shared_ptr<const CompiledTemplate>> compiled_template(const std::s
 std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,
                                                         const std::vector<std::shared_ptr<const reuse::Document>>& docs) {
     if (docs.empty()) return std::nullopt;
-    const size_t b = prompt.find(docs.front()->text);
-    if (b == std::string::npos) return std::nullopt;
+    const size_t t = prompt.find(docs.front()->text);
+    if (t == std::string::npos) return std::nullopt;
+    // From the block's header (<document id=.. version=..>: it names the version) when the documents
+    // are rendered as reuse::documents_block; a template's own rendering: from the first text.
+    size_t b = prompt.rfind("<document id=\"" + docs.front()->id + "\"", t);
+    if (b == std::string::npos) b = t;
     const size_t e = prompt.find(docs.back()->text, b);
     if (e == std::string::npos) return std::nullopt;
     return std::make_pair(b, e + docs.back()->text.size());
@@ -788,7 +792,13 @@ PoolPrompt ChatRenderer::render(const PromptPool& p) {
         it = by_pool_.insert_or_assign(p.name, std::make_pair(std::move(info), std::move(r))).first;
     }
     const PoolRendering& r = it->second.second;
-    return PoolPrompt{r.text, r.grammar, r.error ? r.error->message : std::string()};
+    PoolPrompt out{r.text, r.grammar, r.error ? r.error->message : std::string()};
+    if (!r.error)
+        if (const auto span = documents_span(r.text, req_.resolved_documents)) {
+            out.documents_begin = span->first;
+            out.documents_end = span->second;
+        }
+    return out;
 }
 
 std::optional<PoolInfo> ChatRenderer::pool(const std::string& name) const {
@@ -825,8 +835,9 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
     if (req.prompt_is_ids) g.prompt_ids = req.prompt_ids;
     else g.prompt = req.chat ? rendered_prompt : req.prompt;
     // A completion's documents: the runtime puts them before its text prompt (GenerationRequest::documents).
-    if (!req.chat)
-        for (const auto& d : req.resolved_documents) g.documents.push_back({d->id, d->version});
+    // The documents: the runtime puts them before a completion's text prompt; a chat's renderer
+    // has placed them (PoolPrompt::documents_begin / end). Either way the runtime keys their KV.
+    for (const auto& d : req.resolved_documents) g.documents.push_back({d->id, d->version});
     g.tenant = tenant;
     g.session = req.session;
     g.ignore_eos = req.ignore_eos;

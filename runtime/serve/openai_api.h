@@ -133,8 +133,9 @@ nlohmann::json models_list(const std::vector<PoolInfo>& pools, const Config& con
 // generation prompt. A pool without a template (PoolInfo::chat_template empty; [[pool]]
 // chat_template_fallback = "chatml" gives it ChatML's) is an error naming chat_template_file.
 Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& req);
-// Where the documents lie in a rendered prompt: [begin, end) byte offsets from the first document's
-// text to the last one's end; nullopt without documents or when the template did not render them.
+// Where the documents lie in a rendered prompt: [begin, end) byte offsets from the first document
+// (its <document ...> header, or its text when the template rendered them its own way) to the last
+// one's end; nullopt without documents or when the template did not render them.
 std::optional<std::pair<size_t, size_t>> documents_span(const std::string& prompt,
                                                         const std::vector<std::shared_ptr<const reuse::Document>>& docs);
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -238,11 +239,15 @@ TEST_CASE("a document shared by two chats of a tenant is prefilled once, whereve
     CHECK(d["hits"] == 4);  // chat1, chat2 (twice), current
     CHECK(d["refused_permission"] == 1);
     CHECK(d["expired"] == 1);
-    // chat2's cached tokens inside the document's text, twice (chat1 had none; the new version's are outside it).
+    // chat2's cached tokens inside the document's block, twice (chat1 had none; the new version's are outside it).
     const Reply td = post(s.port, "/tokenize", {{"model", "chat"}, {"content", k_policy_v1}, {"add_special", false}}, key("key-alice"));
     const int n_doc = (int)td.j()["tokens"].size();
     CHECK(d["saved_prefill_tokens"].get<int>() >= 2 * (n_doc - 20));  // chat2, twice
-    CHECK(d["saved_prefill_tokens"].get<int>() <= 2 * (n_doc + 4));
+    // At most the whole block as rendered (docs/reuse.md: from its <document ...> header through the text).
+    const Reply tblk = post(s.port, "/tokenize",
+                            {{"model", "chat"}, {"content", "<document id=\"policy\" version=\"1\">\n" + k_policy_v1}, {"add_special", false}},
+                            key("key-alice"));
+    CHECK(d["saved_prefill_tokens"].get<int>() <= 2 * ((int)tblk.j()["tokens"].size() + 4));
     const Reply prom = request(s.port, http_client::http::verb::get, "/metrics", "", key("key-alice"));
     CHECK(prom.body.find("steward_reuse_document_hits_total{bucket=\"default\"} 4") != std::string::npos);
 }
@@ -428,4 +433,95 @@ TEST_CASE("the C++ API registers documents and a text prompt shares their KV", "
     CHECK(c.error.find("Clause") == std::string::npos);
     CHECK(rt.remove_document("alice", "contract"));
     CHECK(!rt.remove_document("alice", "contract"));
+}
+
+namespace {
+
+// The pool's documents' KV figures (docs/reuse.md#kv-priority-and-invalidation), polled until
+// `done` holds (the invalidation reaches the pool as a message) or 10 s pass.
+json reuse_kv(Runtime& rt, const std::function<bool(const json&)>& done = {}) {
+    json k;
+    for (int i = 0; i < 200; i++) {
+        k = json::parse(rt.metrics_json())["reuse_kv"]["chat"];
+        if (!done || done(k)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return k;
+}
+
+}  // namespace
+
+TEST_CASE("a document's KV outlives a flood of one-off prompts, and a new version, an expiry or a DELETE drops it",
+          "[reuse][documents][kv]") {
+    auto s = serve_reuse();
+    Runtime& rt = *s.rt;
+    std::string text;
+    for (int i = 0; i < 40; i++) text += "Section " + std::to_string(i) + " of the handbook sets the rule. ";
+    REQUIRE(rt.put_document("alice", "handbook", {text, 0, 0, {}}).ok());
+    auto n_doc = rt.tokenize("chat", text, false);
+    REQUIRE(n_doc.ok());
+    GenerationRequest g;
+    g.tenant = "alice";
+    g.pool = "chat";
+    g.max_tokens = 1;
+    g.documents = {{"handbook", 0}};
+    g.prompt = "First question?";
+    REQUIRE(rt.generate(g).ok());
+    // The same text as a plain prompt: the same size of KV, without the priority.
+    GenerationRequest plain = g;
+    plain.documents.clear();
+    plain.prompt = "A copy. " + text;
+    REQUIRE(rt.generate(plain).ok());
+    const json before = reuse_kv(rt);
+    CHECK(before["priority_blocks"].get<int>() >= (int)n_doc->size() / 16 - 1);
+
+    // One-off prompts of 1.5 pools' worth of tokens (the pool holds 256 blocks of 16).
+    int64_t flooded = 0;
+    for (int i = 0; flooded < 256 * 16 * 3 / 2; i++) {
+        GenerationRequest f = plain;
+        f.prompt.clear();
+        for (int w = 0; w < 120; w++) f.prompt += "r" + std::to_string(i) + "w" + std::to_string(w) + " ";
+        auto n = rt.tokenize("chat", f.prompt, true);
+        REQUIRE(n.ok());
+        REQUIRE(n->size() < 2000);
+        flooded += (int64_t)n->size();
+        REQUIRE(rt.generate(f).ok());
+    }
+    const GenerationResult plain_again = rt.generate(plain);
+    REQUIRE(plain_again.ok());
+    CHECK(plain_again.metrics.cached_tokens < 32);  // the plain copy went, least recently used
+    g.prompt = "Second question?";
+    const GenerationResult doc_again = rt.generate(g);
+    REQUIRE(doc_again.ok());
+    CHECK(doc_again.metrics.cached_tokens >= (int)n_doc->size() - 16);  // the document's stayed
+    const json flood = reuse_kv(rt);
+    CHECK(flood["priority_evictions"] == 0);
+
+    // A new version: the old version's blocks are dropped (from the document's first token on).
+    const int64_t invalidated0 = flood["invalidated_blocks"].get<int64_t>();
+    REQUIRE(rt.put_document("alice", "handbook", {"A much shorter handbook.", 0, 0, {}}).ok());
+    const json replaced = reuse_kv(rt, [&](const json& k) { return k["invalidated_blocks"].get<int64_t>() > invalidated0; });
+    CHECK(replaced["invalidated_blocks"].get<int64_t>() - invalidated0 >= (int64_t)n_doc->size() / 16 - 1);
+    CHECK(replaced["priority_blocks"].get<int>() <= 2);  // at most the blocks before the document
+    g.prompt = "First question?";
+
+    // An expiry drops the blocks without any request (the sweeper), and so does a DELETE.
+    std::string notice;
+    for (int i = 0; i < 20; i++) notice += "Notice " + std::to_string(i) + ": the office moves. ";
+    REQUIRE(rt.put_document("alice", "notice", {notice, 0, 0.8, {}}).ok());
+    GenerationRequest n = g;
+    n.documents = {{"notice", 0}};
+    REQUIRE(rt.generate(n).ok());
+    const int64_t invalidated1 = reuse_kv(rt)["invalidated_blocks"].get<int64_t>();
+    const json expired = reuse_kv(rt, [&](const json& k) { return k["invalidated_blocks"].get<int64_t>() > invalidated1; });
+    CHECK(expired["invalidated_blocks"].get<int64_t>() > invalidated1);
+    REQUIRE(rt.put_document("alice", "memo", {notice + " Memo.", 0, 0, {}}).ok());
+    n.documents = {{"memo", 0}};
+    REQUIRE(rt.generate(n).ok());
+    const int64_t invalidated2 = reuse_kv(rt)["invalidated_blocks"].get<int64_t>();
+    CHECK(rt.remove_document("alice", "memo"));
+    const json deleted = reuse_kv(rt, [&](const json& k) { return k["invalidated_blocks"].get<int64_t>() > invalidated2; });
+    CHECK(deleted["invalidated_blocks"].get<int64_t>() > invalidated2);
+    const Reply prom = request(s.port, http_client::http::verb::get, "/metrics", "", key("key-alice"));
+    CHECK(prom.body.find("steward_reuse_kv_invalidated_blocks_total{pool=\"chat\"}") != std::string::npos);
 }
