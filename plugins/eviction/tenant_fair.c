@@ -1,6 +1,7 @@
 /* eviction/tenant_fair: a KV quota per tenant. When a tenant holds more than its quota, its least
  * recently used block goes first (the tenant furthest over quota, by held/quota); otherwise plain
- * LRU. A tenant's public (shared-prefix) blocks go only after its private ones.
+ * LRU. A tenant's public (shared-prefix) blocks go only after its private ones, and within each, its
+ * blocks with reuse priority (referenced documents, docs/reuse.md) after the others.
  * Param default_share (in (0, 1], default 1/number of tenants): the quota, as a share of the pool,
  * of a tenant with no configured quota_blocks. */
 #include "plugin_util.h"
@@ -44,22 +45,32 @@ static double over_ratio(const steward_policy* self, const steward_evict_context
     return 0.0;
 }
 
-/* The tenant's least recently used private candidate, else its least recently used public one. */
-static uint32_t tenant_lru(const steward_evict_candidate* cands, uint32_t n, int32_t tenant) {
-    uint32_t first_public = n;
-    for (uint32_t i = 0; i < n; ++i) {
-        if (cands[i].tenant != tenant) continue;
-        if (!cands[i].is_public) return i;
-        if (first_public == n) first_public = i;
-    }
-    return first_public;
+/* A candidate's rank within its tenant: private before public, without reuse priority before with. */
+static int rank_of(const steward_evict_candidate* c, const int32_t* priority, uint32_t i) {
+    return (c->is_public ? 2 : 0) + (priority && priority[i] > 0 ? 1 : 0);
 }
 
-static int tf_choose_victim(steward_policy* self, const steward_evict_context* ctx,
-                            const steward_evict_candidate* cands, uint32_t n, uint32_t* victim) {
+/* The tenant's least recently used candidate of the lowest rank. */
+static uint32_t tenant_lru(const steward_evict_candidate* cands, const int32_t* priority, uint32_t n, int32_t tenant) {
+    uint32_t best = n;
+    for (uint32_t i = 0; i < n; ++i) {
+        if (cands[i].tenant != tenant) continue;
+        if (best == n || rank_of(&cands[i], priority, i) < rank_of(&cands[best], priority, best)) best = i;
+    }
+    return best;
+}
+
+static int tf_choose_victim_v2(steward_policy* self, const steward_evict_context* ctx, const steward_evict_request* req,
+                               const steward_evict_candidate* cands, uint32_t n, uint32_t* victim) {
+    const int32_t* priority =
+        req && STEWARD_HAS_FIELD(req, steward_evict_request, reuse_priority) ? req->reuse_priority : NULL;
     /* The tenant with candidates furthest over quota; among equals, the one whose block comes first
-     * (least recently used). One pass; the tenant lookup is linear in the (few) tenants. */
-    int32_t worst = cands[0].tenant; /* nobody over quota: LRU, i.e. cands[0]'s tenant */
+     * (least recently used). One pass; the tenant lookup is linear in the (few) tenants. Nobody over
+     * quota: LRU, i.e. the tenant of the first candidate without reuse priority (else cands[0]'s). */
+    uint32_t first = 0;
+    while (priority && first < n && priority[first] > 0) ++first;
+    if (first == n) first = 0;
+    int32_t worst = cands[first].tenant;
     double worst_ratio = over_ratio(self, ctx, worst);
     if (worst_ratio < 1.0) worst_ratio = 1.0; /* "over" means a ratio above 1 */
     for (uint32_t i = 0; i < n; ++i) {
@@ -70,8 +81,13 @@ static int tf_choose_victim(steward_policy* self, const steward_evict_context* c
             worst_ratio = r;
         }
     }
-    *victim = tenant_lru(cands, n, worst);
+    *victim = tenant_lru(cands, priority, n, worst);
     return STEWARD_PLUGIN_OK;
+}
+
+static int tf_choose_victim(steward_policy* self, const steward_evict_context* ctx,
+                            const steward_evict_candidate* cands, uint32_t n, uint32_t* victim) {
+    return tf_choose_victim_v2(self, ctx, NULL, cands, n, victim);
 }
 
 static const steward_eviction_table table = {
@@ -80,6 +96,7 @@ static const steward_eviction_table table = {
     .create = tf_create,
     .destroy = tf_destroy,
     .choose_victim = tf_choose_victim,
+    .choose_victim_v2 = tf_choose_victim_v2,
 };
 
 SP_DEFINE_ENTRY(STEWARD_POLICY_EVICTION, "tenant_fair",

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include <steward/runtime.h>
@@ -181,6 +182,23 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
                      reusable ? (reuse ? ", reuse on" : ", reuse off") : "");
     }
 
+    // With reuse, the workload's documents are registered with the runtime for each tenant that
+    // references them, and each request names its documents (GenerationRequest::documents) and says
+    // where its prompt holds them: their KV gets reuse priority (docs/reuse.md#kv-priority-and-invalidation).
+    if (reuse) {
+        std::set<std::pair<std::string, std::string>> registered;
+        for (const WorkloadRequest& r : wl.requests) {
+            if (r.prompt_kind == PromptKind::IDS) continue;
+            for (const std::string& name : r.documents) {
+                if (!registered.insert({r.tenant, name}).second) continue;
+                const WorkloadDocument* d = wl.find_document(name);
+                if (!d) continue;  // place_prompt names it below
+                auto v = runtime.put_document(r.tenant, name, {d->text, (uint64_t)std::max<int64_t>(d->version, 1), 0, {}});
+                if (!v) return cli_fail("workload document '" + name + "': " + v.error().message);
+            }
+        }
+    }
+
     Progress prog;
     prog.total = (int)wl.requests.size();
     std::mutex mu;
@@ -338,7 +356,21 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
             in_flight--;
             cv.notify_all();
         };
-        runtime.submit(make_request(r, text), std::move(cb));
+        GenerationRequest g = make_request(r, text);
+        if (reuse && r.prompt_kind != PromptKind::IDS && !r.documents.empty() && placed.doc_end > placed.doc_begin) {
+            for (const std::string& name : r.documents)
+                if (const WorkloadDocument* d = wl.find_document(name))
+                    g.documents.push_back({name, (uint64_t)std::max<int64_t>(d->version, 1)});
+            // The prompt is placed already: the hook hands it over as is, with where the documents are.
+            g.render = [text, b = placed.doc_begin, e = placed.doc_end](const PromptPool&) {
+                PoolPrompt p;
+                p.text = text;
+                p.documents_begin = b;
+                p.documents_end = e;
+                return p;
+            };
+        }
+        runtime.submit(std::move(g), std::move(cb));
     }
     runtime.drain();
     ticker.join();

@@ -199,6 +199,32 @@ uint32_t victim(Evictor& e, const std::vector<steward_evict_candidate>& cands,
     return v;
 }
 
+// choose_victim_v2 with a request carrying the candidates' reuse priority (null: a host from
+// before the field, its size short of it).
+uint32_t victim_v2(Evictor& e, const std::vector<steward_evict_candidate>& cands, const std::vector<int32_t>* priority,
+                   const std::vector<steward_evict_tenant>& tenants = {}) {
+    REQUIRE(e.self != nullptr);
+    REQUIRE(e.table->choose_victim_v2 != nullptr);
+    steward_evict_context ctx{};
+    ctx.now_tick = 1000;
+    ctx.n_blocks_total = 100;
+    ctx.block_size = 16;
+    ctx.block_bytes = 16.0 * 2 * 32 * 1024 * 2;
+    ctx.requesting_tenant = -1;
+    ctx.tenants = tenants.data();
+    ctx.n_tenants = uint32_t(tenants.size());
+    std::vector<const char*> names(tenants.size(), "");
+    steward_evict_request req{};
+    req.tenant_names = names.data();
+    req.size = priority ? (uint32_t)sizeof(steward_evict_request) : (uint32_t)offsetof(steward_evict_request, reuse_priority);
+    req.bucket = "b";
+    req.tenant = "";
+    req.reuse_priority = priority ? priority->data() : nullptr;
+    uint32_t v = 12345;
+    REQUIRE(e.table->choose_victim_v2(e.self, &ctx, &req, cands.data(), uint32_t(cands.size()), &v) == STEWARD_PLUGIN_OK);
+    return v;
+}
+
 int32_t budget(Speculator& s) {
     REQUIRE(s.self != nullptr);
     int64_t hist[3] = {1, 2, 3};
@@ -569,6 +595,38 @@ TEST_CASE("lru evicts the first candidate", "[plugins]") {
     CHECK(victim(e, {cand(1, 3, 9)}) == 0);
 }
 
+TEST_CASE("lru keeps blocks with reuse priority until no other is left, and is plain LRU for an older host", "[plugins][reuse]") {
+    Evictor e(builtin_path("eviction", "lru"));
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
+    const std::vector<steward_evict_candidate> c = {cand(1, 0, 0), cand(1, 1, 0), cand(1, 2, 0)};
+    const std::vector<int32_t> first_kept = {1, 0, 0}, all_kept = {1, 1, 1}, none = {0, 0, 0};
+    CHECK(victim_v2(e, c, &first_kept) == 1);
+    CHECK(victim_v2(e, c, &all_kept) == 0);
+    CHECK(victim_v2(e, c, &none) == 0);
+    CHECK(victim_v2(e, c, nullptr) == 0);
+}
+
+TEST_CASE("cost_aware weighs reuse priority by priority_weight", "[plugins][reuse]") {
+    // Scores at the defaults (see the test above): depth 0 cold 17.28, depth 3 with 1 hit 49.92.
+    // With priority on the first, x (1 + 4) = 86.4: the second is cheaper now.
+    const std::vector<steward_evict_candidate> c = {cand(1, 0, 0), cand(1, 3, 1)};
+    const std::vector<int32_t> first_kept = {1, 0};
+    Evictor e(builtin_path("eviction", "cost_aware"));
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
+    CHECK(victim_v2(e, c, nullptr) == 0);
+    CHECK(victim_v2(e, c, &first_kept) == 1);
+    // priority_weight 2: 17.28 x 3 = 51.84 > 49.92, still the second; 1: 34.56 < 49.92, the first.
+    Evictor w2(builtin_path("eviction", "cost_aware"), {{"priority_weight", 2.0}});
+    REQUIRE(w2.rc == STEWARD_PLUGIN_OK);
+    CHECK(victim_v2(w2, c, &first_kept) == 1);
+    Evictor w1(builtin_path("eviction", "cost_aware"), {{"priority_weight", 1.0}});
+    REQUIRE(w1.rc == STEWARD_PLUGIN_OK);
+    CHECK(victim_v2(w1, c, &first_kept) == 0);
+    Evictor bad(builtin_path("eviction", "cost_aware"), {{"priority_weight", -1.0}});
+    CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
+    CHECK(contains(bad.err, "priority_weight"));
+}
+
 TEST_CASE("lfu evicts the block with the fewest hits, the least recently used among equals", "[plugins]") {
     Evictor e(builtin_path("eviction", "lfu"));
     REQUIRE(e.rc == STEWARD_PLUGIN_OK);
@@ -617,6 +675,21 @@ TEST_CASE("tenant_fair evicts the least recently used private block of the tenan
     CHECK(victim(e, {cand(2, 0, 0), cand(1, 0, 0, 1)}, tenants) == 1);
     // An over-quota tenant with no candidate cannot give one back: LRU among the others.
     CHECK(victim(e, {cand(2, 0, 0), cand(1, 0, 0)}, {{1, 40, 50}, {2, 30, 50}, {3, 90, 10}}) == 0);
+}
+
+TEST_CASE("tenant_fair takes a tenant's blocks with reuse priority after its other private ones", "[plugins][reuse]") {
+    Evictor e(builtin_path("eviction", "tenant_fair"));
+    REQUIRE(e.rc == STEWARD_PLUGIN_OK);
+    const std::vector<steward_evict_tenant> tenants = {{1, 60, -1}, {2, 30, -1}};  // tenant 1 over its 50
+    const std::vector<steward_evict_candidate> c = {cand(2, 0, 0), cand(1, 0, 0), cand(1, 1, 0), cand(1, 2, 0, 1)};
+    const std::vector<int32_t> p1 = {0, 1, 0, 0}, p12 = {0, 1, 1, 0}, all = {1, 1, 1, 1};
+    CHECK(victim_v2(e, c, nullptr, tenants) == 1);  // an older host: the tenant's LRU private block
+    CHECK(victim_v2(e, c, &p1, tenants) == 2);      // its private block without priority
+    CHECK(victim_v2(e, c, &p12, tenants) == 1);     // both private ones have it: the LRU of them, before the public one
+    CHECK(victim_v2(e, c, &all, tenants) == 1);
+    // Nobody over quota: LRU among the blocks without priority (tenant 2's block has it here).
+    const std::vector<int32_t> first = {1, 0, 0, 0};
+    CHECK(victim_v2(e, c, &first, {{1, 40, -1}, {2, 30, -1}}) == 1);
 }
 
 TEST_CASE("tenant_fair's default_share sets the quota of tenants without one", "[plugins]") {
