@@ -449,7 +449,8 @@ typedef enum steward_spec_source {
     STEWARD_SPEC_SOURCE_NONE = 0,
     STEWARD_SPEC_SOURCE_NGRAM = 1, /* prompt lookup: no model, drafting is ~free */
     STEWARD_SPEC_SOURCE_DRAFT = 2, /* a draft model: one draft forward per draft token (per tree depth) */
-    STEWARD_SPEC_SOURCE_SELF = 3   /* the target's first layers: as DRAFT, sharing the target's weights */
+    STEWARD_SPEC_SOURCE_SELF = 3,  /* the target's first layers: as DRAFT, sharing the target's weights */
+    STEWARD_SPEC_SOURCE_SUFFIX = 4 /* suffix decoding: no model, the tenant's recent outputs; drafting is ~free */
 } steward_spec_source;
 
 typedef struct steward_speculation_table {

@@ -125,7 +125,7 @@ static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, 
     double t1 = t0 - cv * (seq->batch_size > 1 ? (double)(seq->batch_size - 1) : 0.0);
     if (t1 < 0.1 * t0) t1 = 0.1 * t0;
     const double cd = t0_host > 0 && cd_host >= 0 ? cd_host
-                      : source == STEWARD_SPEC_SOURCE_NGRAM ? 0.0
+                      : source == STEWARD_SPEC_SOURCE_NGRAM || source == STEWARD_SPEC_SOURCE_SUFFIX ? 0.0
                                                             : self->draft_share * t1;
     const double others = seq->batch_size > 1 ? (double)(seq->batch_size - 1) : 0.0;
     double e = 1.0, run = 1.0;

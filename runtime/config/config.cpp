@@ -769,11 +769,11 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 if (is_spec) {
                     const std::string at = where(src, pt->source()) + ": [bucket.speculation] of bucket '" + b.name + "': ";
                     const std::string& so = b.speculation_source;
-                    if (!so.empty() && so != "ngram" && so != "draft" && so != "self")
+                    if (!so.empty() && so != "ngram" && so != "draft" && so != "self" && so != "suffix")
                         return fail(where(src, pt->get("source")->source()) + ": [bucket.speculation] source of bucket '" + b.name +
                                     "' is \"" + so + "\"; use \"draft\" (the pool's draft model), \"self\" (the target's "
-                                    "first self_layers layers) or \"ngram\" (prompt lookup), or omit it (draft where the "
-                                    "pool has one, else ngram)");
+                                    "first self_layers layers), \"ngram\" (prompt lookup) or \"suffix\" (suffix decoding over "
+                                    "the tenant's recent outputs), or omit it (draft where the pool has one, else ngram)");
                     if (so == "self" && b.speculation_self_layers < 1)
                         return fail(at + "source = \"self\" needs self_layers = N (the target's first N layers draft)");
                     if (so != "self" && pt->contains("self_layers"))
@@ -782,8 +782,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     if (tr != "chain" && tr != "fixed" && tr != "dynamic")
                         return fail(at + "tree is \"" + tr + "\"; use \"chain\", \"fixed\" (tree_branch children per node, "
                                     "tree_depth deep) or \"dynamic\" (EAGLE-2: grown where the draft is surest)");
-                    if (tr != "chain" && so == "ngram")
-                        return fail(at + "an n-gram draft is a chain; drop tree or use source = \"draft\" or \"self\"");
+                    if (tr != "chain" && (so == "ngram" || so == "suffix"))
+                        return fail(at + "an " + (so == "ngram" ? std::string("n-gram") : std::string("suffix")) +
+                                    " draft is a chain; drop tree or use source = \"draft\" or \"self\"");
                 }
                 if (spec.plugin.empty())
                     return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +

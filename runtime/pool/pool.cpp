@@ -445,10 +445,12 @@ SpecSettings spec_settings_for(const BucketConfig& b, const Config& c, bool has_
     if (b.speculation_source == "self" && b.speculation_self_layers < n_target_layers) {
         s.source = SpecSource::SELF;
         s.self_layers = b.speculation_self_layers;
+    } else if (b.speculation_source == "suffix") {
+        s.source = SpecSource::SUFFIX;
     } else {
         s.source = b.speculation_source == "ngram" || !has_draft ? SpecSource::NGRAM : SpecSource::DRAFT;
     }
-    if (s.source != SpecSource::NGRAM) {
+    if (s.source != SpecSource::NGRAM && s.source != SpecSource::SUFFIX) {
         s.tree = b.speculation_tree == "fixed" ? SpecTree::FIXED : b.speculation_tree == "dynamic" ? SpecTree::DYNAMIC : SpecTree::CHAIN;
         s.tree_branch = b.speculation_tree_branch;
         s.tree_depth = b.speculation_tree_depth;

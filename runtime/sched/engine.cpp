@@ -23,7 +23,7 @@
 namespace steward {
 
 // Engine::draft_ms_per_token_ keeps one entry per SpecSource.
-static_assert((int)SpecSource::SELF == 3, "draft_ms_per_token_[4] is indexed by SpecSource");
+static_assert((int)SpecSource::SUFFIX == 4, "draft_ms_per_token_[5] is indexed by SpecSource");
 static_assert(k_spec_positions == k_max_spec_tokens, "RunFigures counts every draft position");
 
 namespace {
@@ -565,6 +565,10 @@ int Engine::invalidate_reuse(std::span<const uint64_t> keys) {
 void Engine::finish(uint64_t id, FinishReason why, const std::string& err, double now_s,
                     std::vector<EngineEvent>& events) {
     Seq& s = *seqs_.at(id);
+    // A suffix-decoding request's finished output joins its tenant and bucket's corpus.
+    if (s.req.spec.source == SpecSource::SUFFIX && s.n_generated > 0 && (why == FinishReason::STOP || why == FinishReason::LENGTH))
+        suffix_corpus_.add({s.req.tenant, s.req.bucket},
+                           std::span<const int32_t>(s.all_tokens).last(std::min<size_t>((size_t)s.n_generated, s.all_tokens.size())));
     EngineEvent e = make_event(s);
     e.finished = true;
     e.finish = why;
@@ -884,8 +888,9 @@ void Engine::price_sim_drafts(const StepPlan& plan) {
         if (s.n_generated > 0) decoding.push_back({1, (int)s.all_tokens.size(), 1});
         const int n = plan[k].draft.k();
         if (n == 0) continue;
-        work.push_back({k, (int)s.req.spec.source, s.req.spec.self_layers, (int)s.all_tokens.size() - 1,
-                        s.sim_draft_computed, n});
+        // A suffix draft is priced as an n-gram one: no model runs.
+        const SpecSource src = s.req.spec.source == SpecSource::SUFFIX ? SpecSource::NGRAM : s.req.spec.source;
+        work.push_back({k, (int)src, s.req.spec.self_layers, (int)s.all_tokens.size() - 1, s.sim_draft_computed, n});
     }
     if (work.empty()) return;
     std::array<double, 4> per_token_ms{-1, -1, -1, -1};

@@ -424,7 +424,10 @@ private:
     };
     TimeFit forward_fit_;
     double verify_ms_ = -1;
-    double draft_ms_per_token_[4] = {-1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF)
+    double draft_ms_per_token_[5] = {-1, -1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF, SUFFIX)
+    // Suffix decoding's corpus: the recent outputs of the requests that draft with it, per tenant and
+    // bucket (never shared across tenants), memory-bounded (spec/suffix.h).
+    SuffixCorpus suffix_corpus_;
     // The draft length the speculation policy allows s this step (spec.k without a policy).
     int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
     // After a verification of n_proposed draft tokens: the acceptance the policy reads next step.

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "spec/ngram.h"
+#include "spec/suffix.h"
 
 namespace steward {
 
@@ -31,11 +32,15 @@ Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, 
         return make_error("speculation self_layers ", std::to_string(s.self_layers), " is outside [1, ",
                           std::to_string(n_target_layers - 1), "] for a target of ", std::to_string(n_target_layers),
                           " layers; the self-draft runs the target's first self_layers layers, fewer than all of them");
+    if (s.source == SpecSource::SUFFIX && (s.suffix_min_match < 1 || s.suffix_min_match > 16 || !(s.suffix_min_prob >= 0) ||
+                                           s.suffix_min_prob > 1))
+        return make_error("speculation suffix min_match ", std::to_string(s.suffix_min_match), " / min_prob ",
+                          std::to_string(s.suffix_min_prob), " is invalid; it needs 1 <= min_match <= 16 and 0 <= min_prob <= 1");
     if (s.tree != SpecTree::CHAIN) {
-        if (s.source == SpecSource::NGRAM)
+        if (s.source == SpecSource::NGRAM || s.source == SpecSource::SUFFIX)
             return make_error(
-                "speculation tree asked with source 'ngram'; n-gram drafts are chains: use tree 'chain', "
-                "or source 'draft' / 'self' for a tree");
+                "speculation tree asked with source '", s.source == SpecSource::NGRAM ? "ngram" : "suffix",
+                "'; its drafts are chains: use tree 'chain', or source 'draft' / 'self' for a tree");
         if (s.tree_branch < 1 || s.tree_branch > k_max_tree_branch)
             return make_error("speculation tree_branch ", std::to_string(s.tree_branch), " is outside [1, ",
                               std::to_string(k_max_tree_branch), "]; pick the children per node in that range");
@@ -69,6 +74,19 @@ SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s
     if (k <= 0) return d;
     d.tokens = ngram_propose(all_tokens, NgramParams{s.ngram_min_n, s.ngram_max_n, k});
     if ((int)d.tokens.size() > k) d.tokens.resize((size_t)k);
+    return d;
+}
+
+SpecDraft draft_suffix(std::span<const int32_t> all_tokens, const std::deque<SuffixCorpus::Text>* corpus,
+                       const SpecSettings& s, int k) {
+    SpecDraft d;
+    d.kind = DraftKind::CHOSEN;
+    if (k <= 0) return d;
+    SuffixParams p;
+    p.min_match = s.suffix_min_match;
+    p.min_prob = s.suffix_min_prob;
+    p.k = k;
+    d.tokens = suffix_propose(all_tokens, corpus, p).tokens;
     return d;
 }
 
@@ -436,7 +454,8 @@ SpecDraft Engine::draft_for(Seq& s, int max_k) {
     // chain's length and a tree's depth stop there; a tree's width only costs the step's budget.
     const int ctx = model_.params().n_ctx_train;
     const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
-    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && !sim_;  // the sim drafts chains
+    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && spec.source != SpecSource::SUFFIX &&
+                      !sim_;  // the sim drafts chains
     const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
     const int depth = std::min(spec.tree_depth, n_out);
     if (k <= 0 || n_out <= 0) return {};
@@ -457,8 +476,10 @@ SpecDraft Engine::draft_for(Seq& s, int max_k) {
     SpecDraft d;
     if (sim_) {
         d.tokens = sim_->propose(s.req.id, s.all_tokens.size(), k, s.sim_alpha, s.sim_rng);
-    } else if (spec.source == SpecSource::NGRAM) {
-        d = draft_ngram(s.all_tokens, spec, k);
+    } else if (spec.source == SpecSource::NGRAM || spec.source == SpecSource::SUFFIX) {
+        d = spec.source == SpecSource::NGRAM
+                ? draft_ngram(s.all_tokens, spec, k)
+                : draft_suffix(s.all_tokens, suffix_corpus_.texts({s.req.tenant, s.req.bucket}), spec, k);
         if (gm) {  // cut at the first token the grammar rejects (it could never be accepted)
             size_t n = 0;
             while (n < d.tokens.size() && dc.accept(d.tokens[n])) n++;

@@ -3,6 +3,7 @@
 // in step with the target), and turning the target's verification rows into the tokens to append.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -17,13 +18,16 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "spec/acceptance.h"
+#include "spec/suffix.h"
 #include "spec/token_tree.h"
 
 namespace steward {
 
 // NGRAM: prompt lookup. DRAFT: the engine's draft model. SELF: the target's first self_layers
 // layers, then its final norm and output head (Draft & Verify, LayerSkip), sharing its weights.
-enum class SpecSource { NONE, NGRAM, DRAFT, SELF };  // the values of steward_spec_source (policy.h)
+// SUFFIX: suffix decoding over the request's own text and its tenant and bucket's recent outputs
+// (spec/suffix.h).
+enum class SpecSource { NONE, NGRAM, DRAFT, SELF, SUFFIX };  // the values of steward_spec_source (policy.h)
 
 // The draft's shape. A tree is verified in the same ONE target forward as a chain (positions =
 // depth, the ancestor mask); it buys acceptance where the draft's first choice is often wrong but
@@ -45,7 +49,9 @@ struct SpecSettings {
     int ngram_min_n = 1;  // NGRAM: tail lengths tried, longest first (ngram.h)
     int ngram_max_n = 3;
     int self_layers = 0;              // SELF: the target layers that draft, [1, the target's n_layer)
-    SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; n-gram drafts are chains
+    SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; n-gram and suffix drafts are chains
+    int suffix_min_match = 2;         // SUFFIX: tail tokens a match needs (spec/suffix.h SuffixParams)
+    double suffix_min_prob = 0.1;     // SUFFIX: the draft stops below this estimated path probability
     int tree_branch = 2;              // FIXED and DYNAMIC: [1, k_max_tree_branch]
     int tree_depth = 4;               // FIXED and DYNAMIC: deepest draft token, [1, k_max_spec_tokens]
     bool enabled() const { return source != SpecSource::NONE && k > 0; }
@@ -84,6 +90,10 @@ struct SpecDraft {
 
 // The n-gram draft of up to k tokens over the prompt and output so far (CHOSEN). Pure.
 SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s, int k);
+// A suffix-decoding chain (spec/suffix.h) over the sequence's tokens and `corpus` (its tenant and
+// bucket's recent outputs; may be null), at most k tokens, as DraftKind::CHOSEN.
+SpecDraft draft_suffix(std::span<const int32_t> all_tokens, const std::deque<SuffixCorpus::Text>* corpus,
+                       const SpecSettings& s, int k);
 
 // What a verification gives: the accepted draft tokens (a path from the root), then the target's
 // own token (the replacement of the first rejected one, or the bonus after a leaf).

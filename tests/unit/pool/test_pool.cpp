@@ -314,6 +314,14 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
     CHECK(spec_settings_for(c->buckets[0], *c, true, 2).source == SpecSource::DRAFT);
     CHECK(spec_settings_for(c->buckets[0], *c, false, 2).source == SpecSource::NGRAM);
     CHECK(spec_settings_for(c->buckets[1], *c, false, 6).tree == SpecTree::CHAIN);
+    // Suffix decoding: the same with or without a draft model.
+    auto sx = parse_config("[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[[bucket]]\nname = \"agent\"\npool = \"t\"\n"
+                           "[bucket.speculation]\nplugin = \"adaptive\"\nsource = \"suffix\"\n",
+                           "x.toml");
+    REQUIRE(sx.ok());
+    CHECK(spec_settings_for(sx->buckets[0], *sx, true, 6).source == SpecSource::SUFFIX);
+    CHECK(spec_settings_for(sx->buckets[0], *sx, false, 6).source == SpecSource::SUFFIX);
+    CHECK(spec_settings_for(sx->buckets[0], *sx, false, 6).tree == SpecTree::CHAIN);
     // Refusals name the field and the fix.
     const std::string head = "[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[[bucket]]\nname = \"b\"\npool = \"t\"\n"
                              "[bucket.speculation]\nplugin = \"fixed\"\n";
@@ -323,6 +331,8 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
         {"source = \"self\"\nself_layers = 0\n", "self_layers"},
         {"tree = \"bush\"\n", "\"dynamic\""},
         {"source = \"ngram\"\ntree = \"fixed\"\n", "n-gram draft is a chain"},
+        {"source = \"suffix\"\ntree = \"dynamic\"\n", "suffix draft is a chain"},
+        {"source = \"lookahead\"\n", "\"suffix\" (suffix decoding"},
         {"tree = \"fixed\"\ntree_branch = 9\n", "tree_branch"},
         {"tree = \"fixed\"\ntree_depth = 17\n", "tree_depth"},
     };

@@ -174,13 +174,13 @@ auto no_tweak = [](size_t, EngineRequest&) {};
 
 }  // namespace
 
-TEST_CASE("greedy output is identical with n-gram and draft-model speculation on and off, alone and batched with plain sequences", "[speculate]") {
+TEST_CASE("greedy output is identical with n-gram, suffix and draft-model speculation on and off, alone and batched with plain sequences", "[speculate]") {
     const auto prompts = repeating_prompts(16, 3);
     const int max_tokens = 20;
     const auto off = run(base_options(false), prompts, max_tokens, 16, [](size_t) { return SpecSettings{}; }, no_tweak);
-    for (auto src : {SpecSource::NGRAM, SpecSource::DRAFT}) {
+    for (auto src : {SpecSource::NGRAM, SpecSource::SUFFIX, SpecSource::DRAFT}) {
         const bool d = src == SpecSource::DRAFT;
-        INFO((d ? "draft model" : "n-gram"));
+        INFO((d ? "draft model" : src == SpecSource::SUFFIX ? "suffix" : "n-gram"));
         for (int k : {1, 4}) {
             INFO("k = " << k);
             // Alone: one request at a time, every one speculating.
@@ -349,9 +349,16 @@ TEST_CASE("sampled speculation keeps the target's distribution of the first spec
         return c;
     };
     const auto off = second(run(base_options(false), prompts, 3, 64, [](size_t) { return SpecSettings{}; }, tweak_seeds(1000)));
-    for (auto src : {SpecSource::NGRAM, SpecSource::DRAFT}) {
-        INFO((src == SpecSource::DRAFT ? "draft model (SAMPLED)" : "n-gram (CHOSEN)"));
-        const auto res = run(base_options(src == SpecSource::DRAFT), prompts, 3, 64, [&](size_t) { return spec(src, 2); }, tweak_seeds(100000));
+    for (auto src : {SpecSource::NGRAM, SpecSource::SUFFIX, SpecSource::DRAFT}) {
+        INFO((src == SpecSource::DRAFT ? "draft model (SAMPLED)" : src == SpecSource::SUFFIX ? "suffix (CHOSEN)" : "n-gram (CHOSEN)"));
+        // Suffix: one-token matches, so the second token finds the other requests' outputs that
+        // followed the same first token (the tenant's corpus fills as requests finish).
+        auto settings = [&](size_t) {
+            SpecSettings st = spec(src, 2);
+            st.suffix_min_match = 1;
+            return st;
+        };
+        const auto res = run(base_options(src == SpecSource::DRAFT), prompts, 3, 64, settings, tweak_seeds(100000));
         CHECK(res.stats.n_drafts > 0);
         const auto on = second(res);
         std::set<int32_t> ids;
