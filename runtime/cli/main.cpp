@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     run->add_flag("-v,--verbose", ro.verbose, "Print every failed request");
     run->add_option("--compare", ro.compare,
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
-                    "speculation=PLUGIN, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE, no_reuse; per bucket side by side with ratios to the baseline");
+                    "speculation=PLUGIN, spec_source=SRC, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE, no_reuse; per bucket side by side with ratios to the baseline");
     run->add_flag("--no-reuse", ro.no_reuse,
                   "Reuse off in the runner: documents inlined where each request lists them (documents_at), no agent tool "
                   "call resolved from cached results (docs/reuse.md)");

@@ -529,6 +529,20 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
         }
         return c;
     }
+    if (v.rfind("spec_source=", 0) == 0 && v.size() > 12) {  // every speculating bucket drafts from one source
+        const std::string src = v.substr(12);
+        if (src != "ngram" && src != "suffix" && src != "draft" && src != "self")
+            return make_error("--compare ", v, ": '", src, "' is not a draft source; use ngram, suffix, draft or self");
+        bool any = false;
+        for (auto& b : c.buckets)
+            if (b.speculation) {
+                any = true;
+                b.speculation_source = src;
+                if (src == "ngram" || src == "suffix") b.speculation_tree = "chain";
+            }
+        if (!any) return make_error("--compare ", v, ": no bucket of the config speculates");
+        return c;
+    }
     if (v.rfind("eviction=", 0) == 0 && v.size() > 9) {
         for (auto& b : c.buckets) {
             b.eviction = PolicySpec{};
@@ -539,7 +553,8 @@ Expected<Config> variant_config(const Config& base, const std::string& v) {
     }
     return make_error("--compare: unknown variant '", v,
                       "'; give baseline, no_prefix_cache, no_speculation, global_speculation, speculation=PLUGIN (e.g. "
-                      "speculation=fixed), no_routing, eviction=PLUGIN (e.g. eviction=lru), kv_tiers=off, kv_type=TYPE "
+                      "speculation=fixed), spec_source=SRC (ngram, suffix, draft or self), no_routing, eviction=PLUGIN (e.g. eviction=lru), "
+                      "kv_tiers=off, kv_type=TYPE "
                       "(e.g. kv_type=q8_0) or no_reuse, comma-separated");
 }
 

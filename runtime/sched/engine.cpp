@@ -565,10 +565,6 @@ int Engine::invalidate_reuse(std::span<const uint64_t> keys) {
 void Engine::finish(uint64_t id, FinishReason why, const std::string& err, double now_s,
                     std::vector<EngineEvent>& events) {
     Seq& s = *seqs_.at(id);
-    // A suffix-decoding request's finished output joins its tenant and bucket's corpus.
-    if (s.req.spec.source == SpecSource::SUFFIX && s.n_generated > 0 && (why == FinishReason::STOP || why == FinishReason::LENGTH))
-        suffix_corpus_.add({s.req.tenant, s.req.bucket},
-                           std::span<const int32_t>(s.all_tokens).last(std::min<size_t>((size_t)s.n_generated, s.all_tokens.size())));
     EngineEvent e = make_event(s);
     e.finished = true;
     e.finish = why;
@@ -1042,6 +1038,11 @@ void Engine::update(const StepPlan& plan, double now_s, std::vector<EngineEvent>
 void Engine::retire(const std::vector<std::pair<uint64_t, FinishReason>>& done, double now_s) {
     for (auto [id, why] : done) {
         Seq& s = *seqs_.at(id);
+        // A suffix-decoding request's finished text (its prompt's end and its output: the corpus
+        // keeps the last max_text tokens) joins its tenant and bucket's corpus, so that a later
+        // request that repeats the prompt matches from its first output token on.
+        if (s.req.spec.source == SpecSource::SUFFIX && s.n_generated > 0 && (why == FinishReason::STOP || why == FinishReason::LENGTH))
+            suffix_corpus_.add({s.req.tenant, s.req.bucket}, s.all_tokens);
         release(s, true, now_s);
         running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
         seqs_.erase(id);

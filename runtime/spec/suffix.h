@@ -40,14 +40,15 @@ struct SuffixLimits {
     int32_t max_text = 4096;           // tokens kept of one output (its last ones)
 };
 
-// Recent outputs per tenant and bucket, each with an index from its min_match-token windows to the
+// Recent texts (a finished request's prompt end and output) per tenant and bucket, each with an index from its min_match-token windows to the
 // positions that follow them. Memory-bounded by SuffixLimits.
 class SuffixCorpus {
 public:
     explicit SuffixCorpus(SuffixLimits limits = {}, int32_t min_match = 2);
 
-    // A finished request's output (its last max_text tokens), newest of its key. Outputs shorter than
-    // min_match + 1 tokens are not kept (nothing could follow a match in them).
+    // A finished request's text (its last max_text tokens: the output and the end of its prompt),
+    // newest of its key. Texts shorter than min_match + 1 tokens are not kept (nothing could follow
+    // a match in them).
     void add(const SuffixKey& key, std::span<const int32_t> output);
     // Forgets a tenant's outputs (every bucket).
     void drop_tenant(int32_t tenant);

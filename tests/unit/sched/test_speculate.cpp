@@ -652,3 +652,62 @@ TEST_CASE("sampled tree speculation keeps the target's distribution of the first
         }
     }
 }
+
+namespace {
+
+struct OneRun {
+    std::vector<int32_t> out;
+    int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted = 0;
+};
+
+// One greedy request of `tenant` and `bucket` through `e`, alone, speculating with suffix decoding.
+OneRun run_suffix(Engine& e, uint64_t id, int32_t tenant, const std::string& bucket, const std::vector<int32_t>& prompt) {
+    EngineRequest r;
+    r.id = id;
+    r.tenant = tenant;
+    r.bucket = bucket;
+    r.prompt = prompt;
+    r.max_tokens = 40;
+    r.stop_at_eos = false;
+    r.spec = spec(SpecSource::SUFFIX, 8);
+    REQUIRE(e.submit(r).ok());
+    OneRun o;
+    double t = 0;
+    while (e.has_work())
+        for (auto& ev : e.step(t += 0.001)) {
+            for (int32_t tok : ev.tokens) o.out.push_back(tok);
+            if (ev.finished) {
+                REQUIRE(ev.finish == FinishReason::LENGTH);
+                o.n_drafts = ev.n_drafts;
+                o.n_draft_tokens = ev.n_draft_tokens;
+                o.n_accepted = ev.n_accepted_tokens;
+            }
+        }
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("suffix drafts follow the tenant's own earlier requests of the bucket, never another tenant's", "[speculate][suffix]") {
+    const std::vector<int32_t> prompt = repeating_prompts(1, 31)[0];
+    Engine e(*models().target, base_options(false));
+    const OneRun a1 = run_suffix(e, 1, 1, "agent", prompt);
+    const OneRun b1 = run_suffix(e, 2, 2, "agent", prompt);      // another tenant, the same prompt
+    const OneRun a2 = run_suffix(e, 3, 1, "agent", prompt);      // the tenant again
+    const OneRun a_other = run_suffix(e, 4, 1, "other", prompt); // the tenant in another bucket
+    CHECK(a2.out == a1.out);
+    CHECK(b1.out == a1.out);
+    // Repeating its own request, the tenant drafts its earlier output: nearly every draft token holds.
+    CHECK(a2.n_accepted > a1.n_accepted);
+    CHECK(a2.n_accepted >= 30);
+    // Tenant 2 (and tenant 1 in another bucket) drafted exactly as on an engine that never saw tenant
+    // 1's text: the same drafts, the same acceptance.
+    for (const OneRun* other : {&b1, &a_other}) {
+        Engine fresh(*models().target, base_options(false));
+        const OneRun f = run_suffix(fresh, 1, other == &b1 ? 2 : 1, other == &b1 ? "agent" : "other", prompt);
+        CHECK(other->out == f.out);
+        CHECK(other->n_drafts == f.n_drafts);
+        CHECK(other->n_draft_tokens == f.n_draft_tokens);
+        CHECK(other->n_accepted == f.n_accepted);
+    }
+}

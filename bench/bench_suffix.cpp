@@ -1,0 +1,203 @@
+// Suffix decoding against n-gram and no speculation, in one run, on one model file: a tenant's
+// requests that repeat themselves as agent traffic does (the same prompt again, or with one word
+// edited), one at a time, greedy. Per source: TPOT mean and P99 (ms), the mean accepted length
+// (tokens per verifying step, the target's own included), the measured TPOT gain against no
+// speculation, and whether every output equals no speculation's (lossless).
+//   bench_suffix [--model ../shared/testdata/real/TinyStories-656K.f32.gguf] [--n 24] [--prompts 6]
+//                [--repeat 0.5] [--max-tokens 200] [--k 8] [--threads 1] [--seed 1]
+// --repeat: the share of requests after the first round that repeat an earlier prompt exactly; the
+// rest repeat one with a word changed.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "sched/engine.h"
+
+using namespace steward;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+    std::string model = "../shared/testdata/real/TinyStories-656K.f32.gguf";
+    int n = 24, prompts = 6, max_tokens = 200, k = 8, threads = 1;
+    double repeat = 0.5;
+    uint64_t seed = 1;
+};
+
+std::string cpu_model() {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown CPU";
+}
+
+struct Result {
+    std::vector<std::vector<int32_t>> outputs;
+    std::vector<double> tpot_ms;  // per request: decode time / (tokens - 1)
+    int64_t n_steps_verified = 0, n_accepted = 0, n_drafts = 0;
+};
+
+Result run(const Model& m, const Options& o, const std::vector<std::vector<int32_t>>& prompts, SpecSource src) {
+    EngineOptions eo;
+    eo.n_blocks = 1024;
+    eo.block_size = 16;
+    eo.max_batch = 4;
+    eo.max_batch_tokens = 512;
+    eo.n_threads = o.threads;
+    Engine eng(m, eo);
+    Result r;
+    for (size_t i = 0; i < prompts.size(); i++) {
+        EngineRequest q;
+        q.id = i + 1;
+        q.prompt = prompts[i];
+        q.max_tokens = o.max_tokens;
+        q.stop_at_eos = false;
+        q.bucket = "agent";
+        if (src != SpecSource::NONE) q.spec = SpecSettings{src, o.k};
+        if (auto ok = eng.submit(std::move(q)); !ok) {
+            std::fprintf(stderr, "bench_suffix: submit: %s\n", ok.error().message.c_str());
+            std::exit(1);
+        }
+        std::vector<int32_t> out;
+        std::vector<double> times;
+        auto t0 = clk::now();
+        while (eng.has_work()) {
+            for (EngineEvent& ev : eng.step(std::chrono::duration<double>(clk::now() - t0).count())) {
+                const double t = std::chrono::duration<double>(clk::now() - t0).count();
+                for (int32_t tok : ev.tokens) out.push_back(tok), times.push_back(t);
+                if (ev.finished) {
+                    r.n_drafts += ev.n_drafts;
+                    r.n_accepted += ev.n_accepted_tokens;
+                }
+            }
+        }
+        if (times.size() >= 2) r.tpot_ms.push_back((times.back() - times.front()) * 1e3 / (double)(times.size() - 1));
+        r.outputs.push_back(std::move(out));
+    }
+    return r;
+}
+
+double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? NAN : s / (double)v.size();
+}
+double p99(std::vector<double> v) {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    return v[(size_t)std::min<double>((double)v.size() - 1, std::ceil(0.99 * (double)v.size()) - 1)];
+}
+// A 95% interval of the ratio of means a / b by the delta method over the requests' TPOTs.
+std::pair<double, double> ratio_ci(const std::vector<double>& a, const std::vector<double>& b) {
+    auto var = [](const std::vector<double>& v, double m) {
+        double s = 0;
+        for (double x : v) s += (x - m) * (x - m);
+        return v.size() > 1 ? s / (double)(v.size() - 1) / (double)v.size() : 0.0;
+    };
+    const double ma = mean(a), mb = mean(b), r = ma / mb;
+    const double se = r * std::sqrt(var(a, ma) / (ma * ma) + var(b, mb) / (mb * mb));
+    return {r - 1.96 * se, r + 1.96 * se};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        auto next = [&]() -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "bench_suffix: %s needs a value\n", argv[i]);
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (!std::strcmp(argv[i], "--model")) o.model = next();
+        else if (!std::strcmp(argv[i], "--n")) o.n = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--prompts")) o.prompts = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--repeat")) o.repeat = std::atof(next());
+        else if (!std::strcmp(argv[i], "--max-tokens")) o.max_tokens = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--k")) o.k = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--threads")) o.threads = std::atoi(next());
+        else if (!std::strcmp(argv[i], "--seed")) o.seed = std::strtoull(next(), nullptr, 10);
+        else {
+            std::fprintf(stderr,
+                         "usage: bench_suffix [--model PATH] [--n N] [--prompts P] [--repeat S] [--max-tokens N] [--k K] "
+                         "[--threads N] [--seed N]\n");
+            return 2;
+        }
+    }
+    if (o.n < 1 || o.prompts < 1 || o.k < 1 || o.k > k_max_spec_tokens || o.repeat < 0 || o.repeat > 1) {
+        std::fprintf(stderr, "bench_suffix: --n and --prompts >= 1, --k in [1, %d], --repeat in [0, 1]\n", k_max_spec_tokens);
+        return 2;
+    }
+    auto model = Model::load(o.model);
+    if (!model) {
+        std::fprintf(stderr, "bench_suffix: %s\n", model.error().message.c_str());
+        return 1;
+    }
+    const Model& m = **model;
+    // The tenant's prompts: story openings, then each later request one of them again, exactly
+    // (--repeat) or with one name changed.
+    static const char* openings[] = {
+        "Once upon a time, there was a little girl named Lily. She loved to play in the park",
+        "One day, a boy named Tom found a big red ball in his garden",
+        "There was a small cat who lived in a house by the sea",
+        "Sara and her mom went to the store to buy some food",
+        "A little bird wanted to fly high in the sky",
+        "Ben had a toy car. He liked to play with it every day",
+        "The sun was shining and the children went outside to play",
+        "Mia saw a big dog in the street and she was scared",
+    };
+    static const char* names[] = {"Lily", "Tom", "Sara", "Ben", "Mia", "Max", "Anna", "Sam"};
+    std::mt19937_64 rng(o.seed);
+    std::vector<std::string> texts;
+    for (int i = 0; i < o.n; i++) {
+        if (i < o.prompts) {
+            texts.push_back(openings[i % 8]);
+            continue;
+        }
+        std::string t = texts[rng() % (uint64_t)o.prompts];
+        if (std::uniform_real_distribution<double>(0, 1)(rng) >= o.repeat) {
+            for (const char* nm : names)
+                if (size_t at = t.find(nm); at != std::string::npos) {
+                    t.replace(at, std::strlen(nm), names[rng() % 8]);
+                    break;
+                }
+            if (t == texts.back()) t += " again";
+        }
+        texts.push_back(t);
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : texts) prompts.push_back(m.tokenizer().encode(t, m.tokenizer().add_bos_default()));
+
+    std::printf("bench_suffix: %s, %d requests (%d prompts, repeat %.2f), %d tokens each, greedy, k %d, %d thread(s)\n",
+                o.model.c_str(), o.n, o.prompts, o.repeat, o.max_tokens, o.k, o.threads);
+    std::printf("CPU: %s\n\n", cpu_model().c_str());
+    const Result none = run(m, o, prompts, SpecSource::NONE);
+    const Result ngram = run(m, o, prompts, SpecSource::NGRAM);
+    const Result suffix = run(m, o, prompts, SpecSource::SUFFIX);
+    std::printf("%-8s %12s %12s %14s %14s %20s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "accepted_len", "gain_measured",
+                "gain_95%_interval", "lossless");
+    auto row = [&](const char* name, const Result& r) {
+        const double acc = r.n_drafts > 0 ? 1.0 + (double)r.n_accepted / (double)r.n_drafts : 1.0;
+        const auto [lo, hi] = ratio_ci(none.tpot_ms, r.tpot_ms);
+        std::printf("%-8s %12.3f %12.3f %14.2f %13.2fx %9.2f - %-8.2f %9s\n", name, mean(r.tpot_ms), p99(r.tpot_ms),
+                    acc, mean(none.tpot_ms) / mean(r.tpot_ms), lo, hi, r.outputs == none.outputs ? "yes" : "NO");
+    };
+    row("none", none);
+    row("ngram", ngram);
+    row("suffix", suffix);
+    std::printf("\naccepted_len: tokens per verifying step (accepted drafts + the target's own); gain: none's TPOT mean / "
+                "the source's, interval by the delta method over requests.\n");
+    return suffix.outputs == none.outputs && ngram.outputs == none.outputs ? 0 : 1;
+}
