@@ -145,6 +145,8 @@ public:
     void record_reuse(const std::string& bucket, const ReuseCounts& counts);
     std::string metrics_json() const;
     std::string metrics_table() const;
+    // wide: every column (the default keeps each line within 120 characters; docs/metrics.md).
+    std::string metrics_table(bool wide) const;
     std::string metrics_prometheus() const;
     // The exposition one tenant may read: the aggregate series and that tenant's own, no other's.
     std::string metrics_prometheus_for_tenant(const std::string& tenant) const;

@@ -814,11 +814,13 @@ std::string Runtime::metrics_json() const {
     return impl_->shared->metrics->to_json().dump(2);
 }
 
-std::string Runtime::metrics_table() const {
+std::string Runtime::metrics_table() const { return metrics_table(false); }
+
+std::string Runtime::metrics_table(bool wide) const {
     std::vector<PoolLoad> loads = pool_loads(*impl_->shared);
     std::lock_guard<std::mutex> lk(impl_->shared->metrics_mu);
     impl_->shared->metrics->set_pool_loads(std::move(loads));
-    return impl_->shared->metrics->to_table();
+    return impl_->shared->metrics->to_table(wide);
 }
 
 std::string Runtime::metrics_prometheus() const {

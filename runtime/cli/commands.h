@@ -35,6 +35,7 @@ struct RunOptions {
     // Reuse off in the runner (docs/reuse.md): documents inlined where each request's documents_at
     // says, in its order, and no agent tool call resolved from the runner's cache.
     bool no_reuse = false;
+    bool wide = false;  // the report table's every column (the default stays within 120 characters)
     bool agent_tools = false;            // generated agent turns carry repeated idempotent tool calls
     std::string mix;                     // "short_qa=2,agent=0": bucket weights (parse_workload_mix)
     double tool_pause_ms = 0;            // agent tool pauses (0: the standard 50-300 ms)

@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
     run->add_option("--compare", ro.compare,
                     "Ablations in one run, comma-separated: baseline, no_prefix_cache, no_speculation, global_speculation, "
                     "speculation=PLUGIN, spec_source=SRC, no_routing, eviction=PLUGIN, kv_tiers=off, kv_type=TYPE, no_reuse; per bucket side by side with ratios to the baseline");
+    run->add_flag("--wide", ro.wide, "The report table with every column (the default keeps lines within 120 characters)");
     run->add_flag("--no-reuse", ro.no_reuse,
                   "Reuse off in the runner: documents inlined where each request lists them (documents_at), no agent tool "
                   "call resolved from cached results (docs/reuse.md)");

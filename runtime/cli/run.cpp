@@ -404,7 +404,7 @@ int run_one(const RunOptions& o, const Workload& wl, const Config* cfg, bool qui
     }
     result.metrics = nlohmann::json::parse(runtime.metrics_json());
     if (quiet) return prog.failed == 0 ? 0 : 3;
-    const std::string table = runtime.metrics_table();
+    const std::string table = runtime.metrics_table(o.wide);
     std::printf("\n%s\n", table.c_str());
     if (!o.outputs_path.empty()) {  // one line per request in workload order
         std::ofstream f = open_output(o.outputs_path);

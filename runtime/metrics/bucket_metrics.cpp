@@ -456,9 +456,16 @@ void MetricsRegistry::record(const RequestRecord& r) {
     if (slo != cfg_.slo.end()) {
         m.has_slo = all_.has_slo = true;
         auto tpot = request_tpot_s(r);
-        met = finish_reason_ok(r.finish) && r.t_first_token_s &&
-              (slo->second.ttft_ms <= 0 || (*r.t_first_token_s - r.t_arrival_s) * 1e3 <= slo->second.ttft_ms) &&
-              (slo->second.tpot_ms <= 0 || !tpot || *tpot * 1e3 <= slo->second.tpot_ms);
+        const bool ok = finish_reason_ok(r.finish) && r.t_first_token_s;
+        const bool ttft_met = ok && (slo->second.ttft_ms <= 0 || (*r.t_first_token_s - r.t_arrival_s) * 1e3 <= slo->second.ttft_ms);
+        const bool tpot_met = ok && (slo->second.tpot_ms <= 0 || !tpot || *tpot * 1e3 <= slo->second.tpot_ms);
+        met = ttft_met && tpot_met;
+        // Attainment per target: a failed request misses both.
+        for (BucketMetrics* x : {&m, &all_}) {
+            x->n_slo_requests++;
+            if (slo->second.ttft_ms > 0) x->n_slo_ttft_asked++, x->n_slo_ttft_met += ttft_met;
+            if (slo->second.tpot_ms > 0) x->n_slo_tpot_asked++, x->n_slo_tpot_met += tpot_met;
+        }
     }
     if (all_.n_requests == 0) {
         t_first_arrival_s_ = r.t_arrival_s;
@@ -582,7 +589,8 @@ double MetricsRegistry::throughput_tok_s(const BucketMetrics& m) const {
 }
 
 double MetricsRegistry::goodput_req_s(const BucketMetrics& m) const {
-    return m.has_slo ? ratio((double)m.n_met_slo, window_s()) : k_nan;
+    // Null without a target (a bucket listed with 0 for both has none).
+    return m.has_slo && m.n_slo_ttft_asked + m.n_slo_tpot_asked > 0 ? ratio((double)m.n_met_slo, window_s()) : k_nan;
 }
 
 std::optional<double> MetricsRegistry::spec_baseline_of(const BucketMetrics& m) const {
@@ -691,6 +699,7 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
         {"queue_ms", dist_ms(m.queue_s)},
         {"throughput_tok_s", num(throughput_tok_s(m))},
         {"goodput_req_s", num(goodput_req_s(m))},
+        {"slo", slo_json(m)},
         {"cost_total", m.cost_total},
         {"cost_per_request", num(m.cost_per_request())},
         {"prefix_cache",
@@ -754,9 +763,24 @@ nlohmann::json MetricsRegistry::structured_json(const BucketMetrics& m) {
             {"mask_us_per_token_p99_of_requests", num(m.mask_per_row_s.quantile(0.99) * 1e6)}};
 }
 
+// SLO attainment (docs/metrics.md): the share of the requests with a target that met it, per target
+// and for both (goodput's numerator); null where no request had that target.
+nlohmann::json MetricsRegistry::slo_json(const BucketMetrics& m) {
+    auto share = [](int64_t met, int64_t asked) { return asked > 0 ? nlohmann::json((double)met / (double)asked) : nlohmann::json(nullptr); };
+    return {{"ttft_attainment", share(m.n_slo_ttft_met, m.n_slo_ttft_asked)},
+            {"tpot_attainment", share(m.n_slo_tpot_met, m.n_slo_tpot_asked)},
+            {"attainment", share(m.n_met_slo, m.n_slo_requests)}};
+}
+
 nlohmann::json MetricsRegistry::to_json() const {
     nlohmann::json buckets = nlohmann::json::object();
-    for (const std::string& name : bucket_names()) buckets[name] = row_json(buckets_.find(name)->second);
+    for (const std::string& name : bucket_names()) {
+        nlohmann::json& row = buckets[name] = row_json(buckets_.find(name)->second);
+        // The bucket's targets beside its attainment (0: no target on that figure).
+        const auto slo = cfg_.slo.find(name);
+        row["slo"]["ttft_ms"] = slo == cfg_.slo.end() ? 0.0 : slo->second.ttft_ms;
+        row["slo"]["tpot_ms"] = slo == cfg_.slo.end() ? 0.0 : slo->second.tpot_ms;
+    }
     nlohmann::json policies = nlohmann::json::array();
     for (const PolicyFigure& p : policies_)
         policies.push_back({{"bucket", p.bucket}, {"kind", p.kind}, {"plugin", p.plugin}, {"decisions", p.n_calls},
@@ -823,20 +847,25 @@ nlohmann::json MetricsRegistry::to_json() const {
             {"kv_series", series}, {"kv_tiers", tiers}, {"reuse_kv", reuse_kv}};
 }
 
-std::string MetricsRegistry::to_table() const {
+std::string MetricsRegistry::to_table(bool wide) const {
     struct Column {
-        const char* header;
+        const char* header;  // the statistic in its name: p50, p99, mean, %, per second
         int width;
+        bool wide_only;
     };
+    // The default's columns add up to 120 characters.
     static constexpr Column columns[] = {
-        {"bucket", 12},      {"requests", 9},     {"ok", 7},           {"ttft_p50_ms", 12}, {"ttft_p95_ms", 12},
-        {"ttft_p99_ms", 12}, {"tpot_ms", 9},      {"e2e_p99_ms", 11},  {"tok/s", 9},        {"hit_%", 7},
-        {"saved_tok", 10},   {"kv_peak_GiB", 12}, {"page_mean_%", 12}, {"frag_%", 7},       {"evict", 7},
-        {"preempt", 8},      {"cost/req", 11},      {"upgr_%", 7},       {"fallb_%", 8},      {"route_q", 8},
+        {"bucket", 12, false},      {"requests", 8, false},     {"ok", 5, false},          {"ttft_p50_ms", 11, false},
+        {"ttft_p95_ms", 11, true},  {"ttft_p99_ms", 11, false}, {"tpot_mean_ms", 12, false}, {"e2e_p99_ms", 10, false},
+        {"tok/s", 7, false},        {"hit_%", 6, false},        {"saved_tok", 10, true},   {"kv_peak_GiB", 12, true},
+        {"page_mean_%", 12, true},  {"frag_%", 7, true},        {"evict", 7, true},        {"preempt", 8, true},
+        {"cost/req", 11, true},     {"upgr_%", 7, true},        {"fallb_%", 8, true},      {"route_q", 8, true},
+        {"slo_ttft%", 9, false},    {"slo_tpot%", 9, false},    {"goodput/s", 9, false},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
         for (size_t i = 0; i < cells.size(); ++i) {
+            if (columns[i].wide_only && !wide) continue;
             char buf[128];
             if (i == 0)
                 std::snprintf(buf, sizeof buf, "%-*s", columns[i].width, cells[i].c_str());
@@ -851,6 +880,7 @@ std::string MetricsRegistry::to_table() const {
     std::string out = line(header);
 
     double block_gib = cfg_.kv ? cfg_.kv->block_bytes() / k_gib : k_nan;
+    auto share = [](int64_t met, int64_t asked) { return asked > 0 ? fmt(100.0 * (double)met / (double)asked, "%.1f") : std::string("-"); };
     auto row_cells = [&](const std::string& name, const BucketMetrics& m) {
         bool has_kv = m.kv.n_samples > 0;
         return std::vector<std::string>{
@@ -874,11 +904,14 @@ std::string MetricsRegistry::to_table() const {
             fmt(m.upgrade_rate() * 100.0, "%.1f"),
             fmt(m.fallback_rate() * 100.0, "%.1f"),
             fmt(m.quality(), "%.3f"),
+            share(m.n_slo_ttft_met, m.n_slo_ttft_asked),
+            share(m.n_slo_tpot_met, m.n_slo_tpot_asked),
+            fmt(goodput_req_s(m), "%.2f"),
         };
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));
     out += line(row_cells("all", all_));
-    return out + spec_table() + structured_table() + tiers_table() + reuse_table();
+    return out + spec_table(wide) + structured_table() + tiers_table() + reuse_table();
 }
 
 // Printed only when some pool has KV tiers: per pool and tier, what it holds and did; then per
@@ -952,20 +985,23 @@ std::string MetricsRegistry::structured_table() const {
 // Printed only when some request drafted, so the main table stays readable without speculation.
 // acc_by_pos: acceptance at the first draft positions; gain: TPOT without / with speculation, its
 // "without" from a baseline run, the bucket's plain requests or an estimate (see speculation_gain).
-std::string MetricsRegistry::spec_table() const {
+std::string MetricsRegistry::spec_table(bool wide) const {
     if (all_.n_drafts == 0) return {};
     struct Column {
         const char* header;
         int width;
+        bool wide_only;
     };
     static constexpr Column columns[] = {
-        {"speculation", 12}, {"drafts", 8},   {"draft_tok", 10}, {"accepted", 9},   {"rejected", 9},
-        {"mean_acc_len", 12}, {"acc_by_pos", 24}, {"draft_s", 9},  {"verify_s", 9},   {"rollbacks", 9},
-        {"branches", 8},     {"gain", 6},         {"gain_from", 14},
+        {"speculation", 12, false}, {"drafts", 8, false},      {"draft_tok", 10, false}, {"accepted", 9, false},
+        {"rejected", 9, true},      {"mean_acc_len", 12, false}, {"acc_by_pos", 24, false}, {"draft_s", 9, true},
+        {"verify_s", 9, true},      {"rollbacks", 9, true},    {"branches", 8, true},    {"gain", 6, false},
+        {"gain_from", 14, false},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
         for (size_t i = 0; i < cells.size(); ++i) {
+            if (columns[i].wide_only && !wide) continue;
             char buf[128];
             std::snprintf(buf, sizeof buf, i == 0 ? "%-*s" : " %*s", columns[i].width, cells[i].c_str());
             s += buf;

@@ -189,6 +189,9 @@ struct BucketMetrics {
     double cost_total = 0.0;
     int64_t n_met_slo = 0;
     bool has_slo = false;
+    // SLO attainment per target: requests of a bucket with that target, and those that met it.
+    int64_t n_slo_ttft_asked = 0, n_slo_ttft_met = 0, n_slo_tpot_asked = 0, n_slo_tpot_met = 0;
+    int64_t n_slo_requests = 0;  // requests of buckets with a target (n_met_slo's denominator)
 
     std::map<std::string, int64_t, std::less<>> n_by_pool;
     int64_t n_upgraded = 0;
@@ -371,7 +374,10 @@ public:
     nlohmann::json to_json() const;
     // Fixed-width text: one row per bucket and "all"; "-" for undefined figures. When some request
     // drafted, a speculation table per bucket follows (spec_table).
-    std::string to_table() const;
+    // The report's text tables. The default keeps every line within 120 columns (the figures most
+    // runs are judged on); wide adds the rest (ttft p95, saved tokens, KV, evictions, preemptions,
+    // cost, routing; speculation's rejected, times, rollbacks and branches).
+    std::string to_table(bool wide = false) const;
     // Text exposition format 0.0.4, Prometheus naming: steward_ prefix, the base unit last
     // (_seconds, _tokens, _blocks, _ratio for 0-1), _total on counters only; names follow vLLM's
     // where one exists. Request figures carry a bucket label (no "all" series: Prometheus sums
@@ -408,11 +414,12 @@ private:
     std::vector<std::string> gauge_pools() const;
     int64_t admission_waiting(std::string_view pool) const;  // Σ over tenants of the pool's KV admission queue
     int64_t n_evictions_total_ = 0;
-    std::string spec_table() const;  // to_table's speculation section; "" when nothing drafted
+    std::string spec_table(bool wide) const;  // to_table's speculation section; "" when nothing drafted
     std::string structured_table() const;  // to_table's structured-output section; "" when nothing was constrained
     std::string tiers_table() const;       // to_table's KV tiers section; "" when no pool has tiers
     std::string reuse_table() const;       // to_table's reuse section; "" when no request reused a document or tool result
     static nlohmann::json reuse_json(const BucketMetrics& m);
+    static nlohmann::json slo_json(const BucketMetrics& m);
     static nlohmann::json structured_json(const BucketMetrics& m);
     nlohmann::json spec_json(const BucketMetrics& m) const;
     std::optional<double> spec_baseline_of(const BucketMetrics& m) const;  // set_spec_baseline's, for m's row

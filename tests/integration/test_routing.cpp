@@ -144,7 +144,7 @@ TEST_CASE("cascade upgrades on low confidence, reports upgrade rate and per-rout
     CHECK(never["quality_by_route"]["small"]["agreement"].get<double>() == Approx(sum_agreement / n).margin(1e-12));
     CHECK(up["upgraded"].get<int>() == n);
     // And the table shows the columns.
-    const std::string table = rt->metrics_table();
+    const std::string table = rt->metrics_table(true);  // the routing columns are the wide table's
     CHECK(table.find("upgr_%") != std::string::npos);
     CHECK(table.find("fallb_%") != std::string::npos);
     CHECK(table.find("route_q") != std::string::npos);

@@ -277,7 +277,7 @@ TEST_CASE("the JSON's latency CDF points climb to the count at the max", "[metri
 
 TEST_CASE("the table has one fixed-width row per bucket and an all row", "[metrics]") {
     MetricsRegistry m = hand_worked();
-    std::string t = m.to_table();
+    std::string t = m.to_table(true);
     std::istringstream in(t);
     std::vector<std::string> lines;
     for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -618,4 +618,55 @@ TEST_CASE("the KV series over time keeps every untagged sample, then an evenly t
     CHECK(step >= 2.0);
     for (size_t i = 1; i < s.size(); i++) CHECK(s[i].t_s - s[i - 1].t_s == step);
     CHECK(s.back().t_s > n - 2 * step);
+}
+
+TEST_CASE("SLO attainment per target matches a hand count, and the default table stays within 120 columns",
+          "[metrics][slo]") {
+    // short_qa's targets: TTFT 200 ms, TPOT 150 ms (test_config). By hand, over its four requests:
+    //   R1 ttft 100, tpot 133.3: both met. R2 ttft 300 (missed), tpot 100 (met).
+    //   R3 ttft 50, one token (no TPOT): both met. R4 overloaded: neither.
+    // TTFT 2 of 4, TPOT 3 of 4, both 2 of 4. long_doc has no target: null.
+    MetricsRegistry m = hand_worked();
+    const nlohmann::json j = m.to_json();
+    const nlohmann::json& qa = j["buckets"]["short_qa"]["slo"];
+    CHECK(qa["ttft_ms"].get<double>() == 200.0);
+    CHECK(qa["tpot_ms"].get<double>() == 150.0);
+    CHECK(qa["ttft_attainment"].get<double>() == Approx(0.5));
+    CHECK(qa["tpot_attainment"].get<double>() == Approx(0.75));
+    CHECK(qa["attainment"].get<double>() == Approx(0.5));
+    CHECK(j["buckets"]["long_doc"]["slo"]["ttft_attainment"].is_null());
+    CHECK(j["buckets"]["long_doc"]["slo"]["ttft_ms"].get<double>() == 0.0);
+    // "all" counts the requests that had a target: short_qa's.
+    CHECK(j["all"]["slo"]["ttft_attainment"].get<double>() == Approx(0.5));
+    CHECK(j["all"]["slo"]["attainment"].get<double>() == Approx(0.5));
+
+    const std::string t = m.to_table();
+    std::istringstream in(t);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) {
+        INFO(l);
+        CHECK(l.size() <= 120);
+        lines.push_back(l);
+    }
+    REQUIRE(lines.size() >= 4);
+    CHECK(lines[0].find("tpot_mean_ms") != std::string::npos);  // the statistic is in the name
+    CHECK(lines[0].find("slo_ttft%") != std::string::npos);
+    CHECK(lines[1].rfind("short_qa", 0) == 0);
+    CHECK(lines[1].find(" 50.0  ") != std::string::npos);   // slo_ttft%
+    CHECK(lines[1].find(" 75.0 ") != std::string::npos);    // slo_tpot%
+    CHECK(lines[2].rfind("long_doc", 0) == 0);
+    CHECK(lines[2].find("        -         -") != std::string::npos);  // no targets
+    // The wide table has every column.
+    CHECK(m.to_table(true).find("page_mean_%") != std::string::npos);
+    CHECK(t.find("page_mean_%") == std::string::npos);
+
+    // With speculation, its section stays within 120 columns as well.
+    MetricsRegistry s;
+    s.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    std::istringstream sin(s.to_table());
+    for (std::string l; std::getline(sin, l);) {
+        INFO(l);
+        CHECK(l.size() <= 120);
+    }
+    CHECK(s.to_table(true).find("rollbacks") != std::string::npos);
 }
