@@ -977,6 +977,9 @@ std::string MetricsRegistry::structured_table() const {
         if (m.n_constrained > 0) row(name, m);
     }
     row("all", all_);
+    // json_object runs on one built-in grammar: nothing is compiled or looked up for it.
+    if (gc.n_compiles + gc.n_hits == 0)
+        return out + "grammars: the built-in json_object grammar only (nothing compiled or cached)\n";
     std::snprintf(buf, sizeof buf, "grammars compiled %lld (%.1f ms), cache hits %lld\n", (long long)gc.n_compiles,
                   gc.compile_s * 1e3, (long long)gc.n_hits);
     return out + buf;

@@ -157,6 +157,15 @@ std::string svg_bars(const std::string& title, const std::vector<std::string>& s
     if (groups.empty()) s.text(x0 + pw / 2, k_top + ph / 2, "no data", "middle", "nodata");
     const double gw = groups.empty() ? pw : pw / (double)groups.size();
     const double bw = std::min(40.0, gw * 0.8 / (double)std::max<size_t>(1, series.size()));
+    // Labels that would overlap their neighbours are left out or shortened (about 6.5 px a
+    // character): a value wider than its bar stays in the bar's tooltip only, and a group label
+    // wider than its group shows its last word ("position 12" -> "12").
+    auto fits = [&](const std::string& l, double w) { return (double)l.size() * 6.5 <= w; };
+    auto group_label = [&](const std::string& l) {
+        if (fits(l, gw * 0.95)) return l;
+        const size_t sp = l.rfind(' ');
+        return sp == std::string::npos ? l : l.substr(sp + 1);
+    };
     for (size_t g = 0; g < groups.size(); ++g) {
         const double gx = x0 + gw * (double)g + (gw - bw * (double)series.size()) / 2;
         const auto& vs = groups[g].second;
@@ -170,9 +179,9 @@ std::string svg_bars(const std::string& title, const std::vector<std::string>& s
             }
             const double h = top > 0 ? ph * std::min(v, top) / top : 0;
             s.rect(bx, y0 - h, bw - 1, h, color(k), groups[g].first + " " + series[k] + ": " + label);
-            s.text(bx + bw / 2, y0 - h - 3, label, "middle", "value");
+            if (fits(label, bw + 4)) s.text(bx + bw / 2, y0 - h - 3, label, "middle", "value");
         }
-        s.text(x0 + gw * ((double)g + 0.5), y0 + 18, groups[g].first, "middle", "group");
+        s.text(x0 + gw * ((double)g + 0.5), y0 + 18, group_label(groups[g].first), "middle", "group");
     }
     s.legend(series, x0 + pw + 20, k_top + 10);
     return s.str(title);

@@ -3,6 +3,7 @@
 // escaped, and the embedded JSON reads back as the report.
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -187,4 +188,45 @@ TEST_CASE("the HTML report sits next to the JSON report", "[report]") {
     CHECK(html_report_path("/tmp/r.json") == "/tmp/r.html");
     CHECK(html_report_path("report") == "report.html");
     CHECK(html_report_path("a.json.bak") == "a.json.bak.html");
+}
+
+TEST_CASE("the acceptance chart's labels never overlap, even with 16 positions and several buckets", "[report]") {
+    json r = run_report();
+    std::vector<double> acc, drafted, accepted;
+    for (int i = 0; i < 16; i++) acc.push_back(1.0 - i / 20.0), drafted.push_back(100), accepted.push_back(100 - 5 * i);
+    for (auto& [name, row] : r["metrics"]["buckets"].items()) {
+        row["speculation"]["drafts"] = 100;
+        row["speculation"]["acceptance_per_position"] = acc;
+        row["speculation"]["draft_tokens_per_position"] = drafted;
+        row["speculation"]["accepted_tokens_per_position"] = accepted;
+    }
+    REQUIRE(r["metrics"]["buckets"].size() >= 2);
+    const std::string page = html_report(r);
+    const size_t at = page.find("Draft acceptance per position");
+    REQUIRE(at != std::string::npos);
+    const std::string svg = page.substr(page.rfind("<svg", at), page.find("</svg>", at) - page.rfind("<svg", at));
+    // Every centred label as a box: its estimated width (6.5 px a character, as the chart assumes
+    // is generous for 11 px text), 11 px tall above its baseline. No two boxes may intersect.
+    struct Box {
+        double x0, x1, y0, y1;
+        std::string text;
+    };
+    std::vector<Box> boxes;
+    const std::regex text_re("<text x=\"([-0-9.]+)\" y=\"([-0-9.]+)\" text-anchor=\"middle\"[^>]*>([^<]*)</text>");
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), text_re); it != std::sregex_iterator(); ++it) {
+        const double x = std::stod((*it)[1]), y = std::stod((*it)[2]);
+        const std::string t = (*it)[3];
+        const double w = (double)t.size() * 6.0;  // a little under the chart's own estimate
+        boxes.push_back({x - w / 2, x + w / 2, y - 11, y, t});
+    }
+    REQUIRE(boxes.size() >= 16);  // the group labels at least
+    for (size_t i = 0; i < boxes.size(); i++)
+        for (size_t j = i + 1; j < boxes.size(); j++) {
+            const Box &a = boxes[i], &b = boxes[j];
+            const bool overlap = a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+            INFO("'" << a.text << "' and '" << b.text << "'");
+            CHECK_FALSE(overlap);
+        }
+    // The values are still there, in the bars' tooltips.
+    CHECK(page.find("position 16 ") != std::string::npos);
 }
