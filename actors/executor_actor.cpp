@@ -176,10 +176,13 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                     r.eviction = snap->policies[r.bucket_index].eviction;
                     if (r.eviction) r.eviction_name = snap->policies[r.bucket_index].eviction->plugin();
                     // Its speculation policy: asked per step for k; the source and limit from the config.
-                    if (auto& sp = snap->policies[r.bucket_index].speculation) {
+                    // A control share of the bucket's runs decode plainly (their TPOT is the
+                    // measured gain's baseline).
+                    const BucketConfig& bc = snap->config->buckets[r.bucket_index];
+                    if (auto& sp = snap->policies[r.bucket_index].speculation;
+                        sp && !speculation_control(r.id, bc.speculation_control_share)) {
                         r.speculation = sp;
-                        r.spec = spec_settings_for(snap->config->buckets[r.bucket_index], *snap->config,
-                                                   st.engine->has_draft_model(),
+                        r.spec = spec_settings_for(bc, *snap->config, st.engine->has_draft_model(),
                                                    st.engine->model().params().n_layer);
                     }
                 }

@@ -196,13 +196,17 @@ struct BucketConfig {
     std::optional<PolicySpec> eviction;     // none: least recently used
     std::optional<PolicySpec> speculation;  // none: no draft tokens
     // [bucket.speculation] source: "draft" (the pool's draft model), "self" (the target's first
-    // self_layers layers) or "ngram" (prompt lookup); "" (omitted): "draft" on a pool with a draft
-    // model, else "ngram".
+    // self_layers layers), "ngram" (prompt lookup) or "suffix" (suffix decoding); "" (omitted):
+    // "draft" on a pool with a draft model, else "ngram".
     std::string speculation_source;
     int speculation_self_layers = 0;     // source "self": the target layers that draft (>= 1)
     std::string speculation_tree = "chain";  // "chain", "fixed" (branch per depth) or "dynamic" (EAGLE-2)
     int speculation_tree_branch = 2;     // fixed / dynamic: children per expanded node, [1, 8]
     int speculation_tree_depth = 4;      // fixed / dynamic: deepest draft token, [1, 16]
+    // [bucket.speculation] control_share, [0, 0.5]: this share of the bucket's requests (chosen by a
+    // hash of their id) run without speculation, as a control: their TPOT is the measured gain's
+    // baseline in the same run (docs/metrics.md).
+    double speculation_control_share = 0;
     // A run lost with its worker (the process died or stopped answering heartbeats): "retry" it on
     // another pool of the same vocabulary from its prompt and the tokens already streamed, or "fail"
     // the request with an error naming the worker.

@@ -763,7 +763,9 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                                  !pr.get_in("self_layers", b.speculation_self_layers, 1, 1024, "in [1, the target's layers)") ||
                                  !pr.get("tree", b.speculation_tree) ||
                                  !pr.get_in("tree_branch", b.speculation_tree_branch, 1, 8, "in [1, 8]") ||
-                                 !pr.get_in("tree_depth", b.speculation_tree_depth, 1, 16, "in [1, 16]"))) ||
+                                 !pr.get_in("tree_depth", b.speculation_tree_depth, 1, 16, "in [1, 16]") ||
+                                 !pr.get_in("control_share", b.speculation_control_share, 0.0, 0.5,
+                                            "in [0, 0.5] (the share of requests run without speculation as a control)"))) ||
                     !pr.rest_as_params(spec))
                     return fail(pr.err);
                 if (is_spec) {

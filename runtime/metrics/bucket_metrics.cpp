@@ -228,10 +228,12 @@ void BucketMetrics::add(const RequestRecord& r, double cost, bool met_slo) {
         ++n_spec_requests;
         if (tpot) {
             tpot_spec_s.record(*tpot);
+            tpot_spec_sq_s2 += *tpot * *tpot;
             n_decode_gaps_spec += r.n_output_tokens - 1;
         }
     } else if (tpot) {
         tpot_plain_s.record(*tpot);
+        tpot_plain_sq_s2 += *tpot * *tpot;
     }
     if (r.n_masked > 0) {
         ++n_constrained;
@@ -403,6 +405,16 @@ SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline
     } else if (m.tpot_plain_s.count() > 0) {
         g.tpot_without_s = m.tpot_plain_s.mean();
         g.source = SpecGainSource::PLAIN_REQUESTS;
+        const double np = (double)m.tpot_plain_s.count(), ns = (double)m.tpot_spec_s.count();
+        if (np >= 2 && ns >= 2) {
+            // The variance of each mean, from the sums: (sum x^2 - n mean^2) / (n - 1) / n.
+            const double mp = g.tpot_without_s, ms = with;
+            const double vp = std::max(0.0, (m.tpot_plain_sq_s2 - np * mp * mp) / (np - 1)) / np;
+            const double vs = std::max(0.0, (m.tpot_spec_sq_s2 - ns * ms * ms) / (ns - 1)) / ns;
+            const double gain = mp / ms, se = gain * std::sqrt(vp / (mp * mp) + vs / (ms * ms));
+            g.lo = gain - 1.96 * se;
+            g.hi = gain + 1.96 * se;
+        }
     } else if (m.n_decode_gaps_spec > 0) {
         const double verify_per_draft = m.verify_s / (double)m.n_drafts;
         g.tpot_without_s =
@@ -636,6 +648,7 @@ nlohmann::json MetricsRegistry::spec_json(const BucketMetrics& m) const {
             {"tpot_spec_ms", dist_ms(m.tpot_spec_s)},
             {"tpot_plain_ms", dist_ms(m.tpot_plain_s)},
             {"gain", num(g.gain)},
+            {"gain_ci95", std::isfinite(g.lo) ? nlohmann::json::array({g.lo, g.hi}) : nlohmann::json(nullptr)},
             {"gain_tpot_without_ms", num(g.tpot_without_s * 1e3)},
             {"gain_source", spec_gain_source_name(g.source)}};
 }
@@ -999,7 +1012,7 @@ std::string MetricsRegistry::spec_table(bool wide) const {
         {"speculation", 12, false}, {"drafts", 8, false},      {"draft_tok", 10, false}, {"accepted", 9, false},
         {"rejected", 9, true},      {"mean_acc_len", 12, false}, {"acc_by_pos", 24, false}, {"draft_s", 9, true},
         {"verify_s", 9, true},      {"rollbacks", 9, true},    {"branches", 8, true},    {"gain", 6, false},
-        {"gain_from", 14, false},
+        {"gain_95%", 11, false},    {"gain_from", 14, false},
     };
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
@@ -1031,6 +1044,7 @@ std::string MetricsRegistry::spec_table(bool wide) const {
                                         std::to_string(m.n_rollbacks),
                                         std::to_string(m.n_spec_branches),
                                         fmt(g.gain, "%.2f"),
+                                        std::isfinite(g.lo) ? fmt(g.lo, "%.2f") + "-" + fmt(g.hi, "%.2f") : std::string("-"),
                                         g.source == SpecGainSource::NONE ? "-" : spec_gain_source_name(g.source)};
     };
     for (const std::string& name : bucket_names()) out += line(row_cells(name, buckets_.find(name)->second));

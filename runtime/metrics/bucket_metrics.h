@@ -219,6 +219,7 @@ struct BucketMetrics {
     int64_t n_spec_requests = 0;   // requests with n_drafts > 0
     int64_t n_decode_gaps_spec = 0;  // Σ (n_output - 1) over those with >= 2 output tokens
     Histogram tpot_spec_s, tpot_plain_s;  // TPOT of requests that drafted / did not
+    double tpot_spec_sq_s2 = 0, tpot_plain_sq_s2 = 0;  // their sums of squares (the gain's interval)
 
     // Structured output (issue 14's figures): constrained requests (n_masked > 0), masked rows,
     // forced rows, mask seconds, and each constrained request's mean mask time per row.
@@ -286,6 +287,11 @@ struct SpecGain {
     double gain = std::numeric_limits<double>::quiet_NaN();  // NaN without drafts
     double tpot_without_s = std::numeric_limits<double>::quiet_NaN();
     SpecGainSource source = SpecGainSource::NONE;
+    // A 95% interval of a measured gain (source PLAIN_REQUESTS, at least 2 requests each side): the
+    // delta method on the ratio of the two TPOT means over requests. NaN for an estimate or a
+    // baseline run's gain (one mean: no spread).
+    double lo = std::numeric_limits<double>::quiet_NaN();
+    double hi = std::numeric_limits<double>::quiet_NaN();
 };
 SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s);
 

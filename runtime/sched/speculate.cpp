@@ -68,6 +68,15 @@ Expected<bool> check_draft_model(const Model& target, const Model& draft) {
     return true;
 }
 
+bool speculation_control(uint64_t id, double share) {
+    if (!(share > 0)) return false;
+    uint64_t z = id + 0x9e3779b97f4a7c15ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53 < share;
+}
+
 SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s, int k) {
     SpecDraft d;
     d.kind = DraftKind::CHOSEN;

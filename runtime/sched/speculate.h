@@ -59,6 +59,11 @@ struct SpecSettings {
 constexpr int k_max_spec_tokens = 16;
 constexpr int k_max_tree_branch = 8;
 
+// Whether the run with engine id `id` is one of the control share of its bucket's requests that run
+// without speculation ([bucket.speculation] control_share): a hash of the id below `share`, so each
+// run is decided the same way wherever it is asked. Pure.
+bool speculation_control(uint64_t id, double share);
+
 // The rule for the settings at submit: k in [0, 16], 1 <= ngram_min_n <= ngram_max_n <= 16, DRAFT
 // only when the engine has a draft model, SELF with 1 <= self_layers < n_target_layers (fewer
 // layers than the target, or the draft is the target), a tree only for DRAFT and SELF with branch

@@ -1,5 +1,7 @@
 // Tests for runtime/metrics/bucket_metrics: every figure on a hand-worked set of records (worked
 // out in the comments), the table, and the Prometheus text parsed back line by line.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 #include <cctype>
 #include <cmath>
@@ -669,4 +671,32 @@ TEST_CASE("SLO attainment per target matches a hand count, and the default table
         CHECK(l.size() <= 120);
     }
     CHECK(s.to_table(true).find("rollbacks") != std::string::npos);
+}
+
+TEST_CASE("a gain measured against plain requests of the bucket carries a 95% interval by the delta method", "[metrics][spec]") {
+    MetricsRegistry m;
+    // Three speculating requests with TPOT 10, 12 and 14 ms; two plain ones with 20 and 24 ms.
+    for (double t : {0.010, 0.012, 0.014}) {
+        RequestRecord r = rec("agent", "t", "p", 0, 0.0, 0.01, 0.01 + 2 * t, {t, t}, 8, 0, 3, FinishReason::STOP);
+        r.n_drafts = 1;
+        r.n_draft_tokens = 2;
+        r.n_accepted_tokens = 1;
+        m.record(r);
+    }
+    for (double t : {0.020, 0.024}) m.record(rec("agent", "t", "p", 0, 0.0, 0.01, 0.01 + 2 * t, {t, t}, 8, 0, 3, FinishReason::STOP));
+    // By hand: gain 22 / 12; the means' variances 8 / 2 (plain) and 4 / 3 (speculating), in ms^2.
+    const double gain = 22.0 / 12.0;
+    const double se = gain * std::sqrt((8.0 / 2) / (22.0 * 22.0) + (4.0 / 3) / (12.0 * 12.0));
+    const SpecGain g = m.spec_gain("agent");
+    CHECK(g.source == SpecGainSource::PLAIN_REQUESTS);
+    CHECK(g.gain == Approx(gain));
+    CHECK(g.lo == Approx(gain - 1.96 * se));
+    CHECK(g.hi == Approx(gain + 1.96 * se));
+    const nlohmann::json j = m.to_json();
+    CHECK(j["buckets"]["agent"]["speculation"]["gain_ci95"][0].get<double>() == Approx(gain - 1.96 * se));
+    CHECK(m.to_table().find(fmt::format("{:.2f}-{:.2f}", gain - 1.96 * se, gain + 1.96 * se)) != std::string::npos);
+    // An estimate has no interval.
+    MetricsRegistry e;
+    e.record(spec_rec("long_output", 41, 0.01, 10, {10, 10, 10, 10}, {10, 8, 7, 5}, 6, 0.2, 0.5));
+    CHECK(e.to_json()["buckets"]["long_output"]["speculation"]["gain_ci95"].is_null());
 }

@@ -322,6 +322,13 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
     CHECK(spec_settings_for(sx->buckets[0], *sx, true, 6).source == SpecSource::SUFFIX);
     CHECK(spec_settings_for(sx->buckets[0], *sx, false, 6).source == SpecSource::SUFFIX);
     CHECK(spec_settings_for(sx->buckets[0], *sx, false, 6).tree == SpecTree::CHAIN);
+    CHECK(sx->buckets[0].speculation_control_share == 0.0);
+    auto ctl = parse_config("[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[[bucket]]\nname = \"agent\"\npool = \"t\"\n"
+                            "[bucket.speculation]\nplugin = \"adaptive\"\ncontrol_share = 0.2\n",
+                            "x.toml");
+    REQUIRE(ctl.ok());
+    CHECK(ctl->buckets[0].speculation_control_share == 0.2);
+    CHECK(ctl->buckets[0].speculation->params.count("control_share") == 0);  // a host key
     // Refusals name the field and the fix.
     const std::string head = "[[pool]]\nname = \"t\"\nmodel = \"t.gguf\"\n[[bucket]]\nname = \"b\"\npool = \"t\"\n"
                              "[bucket.speculation]\nplugin = \"fixed\"\n";
@@ -333,6 +340,7 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
         {"source = \"ngram\"\ntree = \"fixed\"\n", "n-gram draft is a chain"},
         {"source = \"suffix\"\ntree = \"dynamic\"\n", "suffix draft is a chain"},
         {"source = \"lookahead\"\n", "\"suffix\" (suffix decoding"},
+        {"control_share = 0.7\n", "control_share"},
         {"tree = \"fixed\"\ntree_branch = 9\n", "tree_branch"},
         {"tree = \"fixed\"\ntree_depth = 17\n", "tree_depth"},
     };

@@ -711,3 +711,23 @@ TEST_CASE("suffix drafts follow the tenant's own earlier requests of the bucket,
         CHECK(other->n_accepted == f.n_accepted);
     }
 }
+
+TEST_CASE("the speculation control share picks its share of runs by id, the same way every time", "[speculate]") {
+    for (double share : {0.0, 0.05, 0.1, 0.5}) {
+        int n = 0;
+        const int total = 20000;
+        for (uint64_t id = 1; id <= (uint64_t)total; id++) {
+            const bool c = speculation_control(id, share);
+            CHECK(c == speculation_control(id, share));
+            n += c;
+        }
+        // A binomial count: within 4 standard deviations of total x share.
+        const double sd = std::sqrt(total * share * (1 - share));
+        INFO("share " << share << ": " << n << " of " << total);
+        CHECK(std::abs(n - total * share) <= 4 * sd + (share == 0 ? 0 : 1));
+    }
+    // Engine ids of one request's runs (request id << 2 | role) spread like any others.
+    int n = 0;
+    for (uint64_t req = 1; req <= 5000; req++) n += speculation_control(req << 2, 0.2);
+    CHECK(std::abs(n - 1000) <= 4 * std::sqrt(5000 * 0.2 * 0.8));
+}
