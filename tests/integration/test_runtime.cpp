@@ -8,6 +8,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -555,7 +556,9 @@ TEST_CASE("a request waiting for KV admission times out at its deadline with a m
     // can only wait in the allocator's queue until its deadline's timer fires (no race either way).
     TinyOptions o;
     o.kv_blocks = 10;
-    o.request_timeout_ms = 2000;  // A's forward must start within it, B waits it out
+    // A's forward must start within it, and B must reach the allocator's queue within it: generous,
+    // so that a loaded sanitizer build still gets B there before its deadline.
+    o.request_timeout_ms = 6000;
     auto rt = start_runtime(o);
     std::mt19937_64 rng(67);
     steward_test::ForwardGate gate(0);
@@ -563,6 +566,14 @@ TEST_CASE("a request waiting for KV admission times out at its deadline with a m
     rt->submit(ids_request(random_ids(rng, 30), 120), a.callbacks());  // ceil(150 / 16) = 10 blocks
     REQUIRE(gate.wait_held());
     rt->submit(ids_request(random_ids(rng, 30), 120), b.callbacks());
+    // B waits in the allocator's queue (the admission figures count it) before its deadline fires.
+    bool queued = false;
+    for (int i = 0; i < 500 && !queued; i++) {
+        const nlohmann::json adm = nlohmann::json::parse(rt->metrics_json())["admission"];
+        queued = adm.contains("tiny") && adm["tiny"].contains("default") && adm["tiny"]["default"]["queued"].get<int>() >= 1;
+        if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(queued);
     const GenerationResult rb = await(b.finished.get_future());
     CHECK(rb.finish == FinishReason::TIMEOUT);
     CHECK_THAT(rb.error, Catch::Contains("KV admission") && Catch::Contains("'tiny'") && Catch::Contains("kv_overcommit"));
