@@ -56,7 +56,7 @@ scope = "tenant"
 key = ["city"]
 [[tenant.tool_cache]]
 tool = "get_time"
-ttl_s = 0.3
+ttl_s = 3
 scope = "tenant"
 
 [[tenant]]
@@ -384,7 +384,8 @@ TEST_CASE("a tool result past its TTL is never served, and PUT /v1/tool_results 
     INFO(fresh.body);
     REQUIRE(fresh.status == 200);
     CHECK(fresh.j()["choices"][0]["message"]["tool_calls"][0]["cached_result"]["content"] == "12:00");
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past ttl_s = 0.3
+    // Past ttl_s = 3 (long enough that a loaded sanitizer build serves the first chat within it).
+    std::this_thread::sleep_for(std::chrono::milliseconds(3100));
     const Reply stale = post(s.port, "/v1/chat/completions", chat, key("key-alice"));
     REQUIRE(stale.status == 200);
     CHECK(!stale.j()["choices"][0]["message"]["tool_calls"][0].contains("cached_result"));
@@ -508,11 +509,12 @@ TEST_CASE("a document's KV outlives a flood of one-off prompts, and a new versio
     // An expiry drops the blocks without any request (the sweeper), and so does a DELETE.
     std::string notice;
     for (int i = 0; i < 20; i++) notice += "Notice " + std::to_string(i) + ": the office moves. ";
-    REQUIRE(rt.put_document("alice", "notice", {notice, 0, 0.8, {}}).ok());
+    // Counted before the PUT: under a slow build the expiry may come before the request returns.
+    const int64_t invalidated1 = reuse_kv(rt)["invalidated_blocks"].get<int64_t>();
+    REQUIRE(rt.put_document("alice", "notice", {notice, 0, 2.0, {}}).ok());
     GenerationRequest n = g;
     n.documents = {{"notice", 0}};
     REQUIRE(rt.generate(n).ok());
-    const int64_t invalidated1 = reuse_kv(rt)["invalidated_blocks"].get<int64_t>();
     const json expired = reuse_kv(rt, [&](const json& k) { return k["invalidated_blocks"].get<int64_t>() > invalidated1; });
     CHECK(expired["invalidated_blocks"].get<int64_t>() > invalidated1);
     REQUIRE(rt.put_document("alice", "memo", {notice + " Memo.", 0, 0, {}}).ok());
