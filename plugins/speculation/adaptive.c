@@ -25,9 +25,19 @@
  * Hysteresis: a sequence keeps its current k until another k has predicted a goodput above the
  * current one's by margin times the sequence's own plain rate (G(0) / B) for `patience`
  * consecutive steps; its first step takes k* at
- * once, and a k > 0 predicted below plain decoding (G(k) < G(0)) drops to 0 at once. At k = 0 nothing is observed any more, so every probe_every steps one step drafts probe_k
- * tokens (not a switch: only the estimate is refreshed). The trade-off: a real change of acceptance
- * is followed `patience` steps late, in exchange for never paying both sides of a noisy threshold.
+ * once, and a k > 0 predicted below plain decoding (G(k) < G(0)) drops to 0 at once. At k = 0 nothing
+ * is observed any more, so after probe_every steps one step drafts probe_k tokens (not a switch: only
+ * the estimate is refreshed; while the draft's cost is unmeasured the first probe comes at the next
+ * step); each probe that leaves the sequence at k = 0 multiplies the wait before
+ * the next by probe_backoff (up to probe_every_max steps), and a switch to k > 0 resets it: a draft
+ * that keeps failing costs a few probes per sequence, not one every probe_every steps. The trade-off:
+ * a real change of acceptance is followed `patience` steps late, in exchange for never paying both
+ * sides of a noisy threshold.
+ *
+ * Hopeless: once the host has measured the times, if even a draft accepted at every position would
+ * not pay (max_k G(k) with every a_j = 1 is below the min_gain threshold; e.g. a draft model as slow
+ * per token as the target's whole step), acceptance cannot change the answer: k = 0 and no probes
+ * until the measured times change.
  *
  * Params (all optional):
  *   k_max               integer in [0, 16], default 8: the longest chain tried
@@ -38,6 +48,9 @@
  *   patience            integer in [1, 1000], default 4: steps a better k must win before switching
  *   probe_every         integer in [0, 100000], default 32: steps at k = 0 between probes (0: never)
  *   probe_k             integer in [1, 16], default 2: draft tokens of a probe
+ *   probe_backoff       number in [1, 16], default 2: the wait's growth after a probe that failed
+ *                       (1: a probe every probe_every steps)
+ *   probe_every_max     integer in [1, 1000000], default 1024: the longest wait between probes
  *   prior_acceptance    number in [0, 1], default 0.5: acceptance before anything was measured
  *   verify_token_share  number in [0, 10], default 0.1: c_verify / T0 until the host measured it
  *   draft_token_share   number in [0, 10], default 0.3: c_draft over a one-token target step (T0 less
@@ -54,11 +67,12 @@ typedef struct adaptive_slot {
     int32_t k;           /* the current choice */
     int32_t n_better;    /* consecutive steps another k beat it by the margin */
     int32_t n_at_zero;   /* steps at k = 0 since the last probe */
+    int32_t probe_gap;   /* steps at k = 0 before the next probe (0: probe_every) */
 } adaptive_slot;
 
 struct steward_policy {
-    int32_t k_max, patience, probe_every, probe_k;
-    double min_gain, margin, prior, verify_share, draft_share;
+    int32_t k_max, patience, probe_every, probe_k, probe_every_max;
+    double min_gain, margin, prior, verify_share, draft_share, probe_backoff;
     adaptive_slot slots[ADAPTIVE_SLOTS];
 };
 
@@ -66,12 +80,14 @@ static int adaptive_create(const steward_host_api* host, const steward_params* p
                            char* err, size_t err_len) {
     int rc = sp_check_host(host, err, err_len);
     if (rc != STEWARD_PLUGIN_OK) return rc;
-    int64_t k_max = 8, patience = 4, probe_every = 32, probe_k = 2;
-    double min_gain = 1.05, margin = 0.05, prior = 0.5, verify_share = 0.1, draft_share = 0.3;
+    int64_t k_max = 8, patience = 4, probe_every = 32, probe_k = 2, probe_every_max = 1024;
+    double min_gain = 1.05, margin = 0.05, prior = 0.5, verify_share = 0.1, draft_share = 0.3, probe_backoff = 2;
     if ((rc = sp_param_int(host, params, "k_max", 8, 0, ADAPTIVE_K_LIMIT, &k_max, err, err_len)) ||
         (rc = sp_param_int(host, params, "patience", 4, 1, 1000, &patience, err, err_len)) ||
         (rc = sp_param_int(host, params, "probe_every", 32, 0, 100000, &probe_every, err, err_len)) ||
         (rc = sp_param_int(host, params, "probe_k", 2, 1, ADAPTIVE_K_LIMIT, &probe_k, err, err_len)) ||
+        (rc = sp_param_int(host, params, "probe_every_max", 1024, 1, 1000000, &probe_every_max, err, err_len)) ||
+        (rc = sp_param_double(host, params, "probe_backoff", 2, 1, 0, 16, 0, &probe_backoff, err, err_len)) ||
         (rc = sp_param_double(host, params, "min_gain", 1.05, 1, 0, 10, 0, &min_gain, err, err_len)) ||
         (rc = sp_param_double(host, params, "margin", 0.05, 0, 0, 10, 0, &margin, err, err_len)) ||
         (rc = sp_param_double(host, params, "prior_acceptance", 0.5, 0, 0, 1, 0, &prior, err, err_len)) ||
@@ -84,6 +100,8 @@ static int adaptive_create(const steward_host_api* host, const steward_params* p
     self->patience = (int32_t)patience;
     self->probe_every = (int32_t)probe_every;
     self->probe_k = (int32_t)probe_k;
+    self->probe_every_max = (int32_t)probe_every_max;
+    self->probe_backoff = probe_backoff;
     self->min_gain = min_gain;
     self->margin = margin;
     self->prior = prior;
@@ -112,8 +130,11 @@ static double acceptance_at(const steward_policy* self, const steward_spec_seq* 
     return self->prior;
 }
 
-/* Fills g[0..k_top] with the predicted goodput G(k); returns the best k (ties to the smaller). */
-static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, int32_t k_top, double* g) {
+/* Fills g[0..k_top] with the predicted goodput G(k); returns the best k (ties to the smaller). With
+ * g_perfect, also the best G(k) of a draft accepted at every position, and *measured whether the
+ * times are the host's measurements (not the priors). */
+static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, int32_t k_top, double* g,
+                       double* g_perfect, int* measured) {
     const double t0_host = SEQ_FIELD(seq, plain_step_ms, -1.0);
     const double t0 = t0_host > 0 ? t0_host : 1.0; /* unmeasured: times in units of the plain step */
     const double cv_host = SEQ_FIELD(seq, verify_ms_per_token, -1.0);
@@ -128,13 +149,17 @@ static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, 
                       : source == STEWARD_SPEC_SOURCE_NGRAM || source == STEWARD_SPEC_SOURCE_SUFFIX ? 0.0
                                                             : self->draft_share * t1;
     const double others = seq->batch_size > 1 ? (double)(seq->batch_size - 1) : 0.0;
-    double e = 1.0, run = 1.0;
+    double e = 1.0, run = 1.0, perfect = 0.0;
     int32_t best = 0;
     for (int32_t k = 0; k <= k_top; k++) {
         if (k > 0) e += (run *= acceptance_at(self, seq, k - 1));
         g[k] = (others + e) / (t0 + (double)k * (cv + cd));
         if (g[k] > g[best]) best = k;
+        const double gp = (others + 1.0 + (double)k) / (t0 + (double)k * (cv + cd));
+        if (k > 0 && gp > perfect) perfect = gp;
     }
+    if (g_perfect) *g_perfect = perfect;
+    if (measured) *measured = t0_host > 0 && cd_host >= 0; /* c_verify may still be its prior share */
     return best;
 }
 
@@ -154,10 +179,12 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
         *budget = 0;
         return STEWARD_PLUGIN_OK;
     }
-    double g[ADAPTIVE_K_LIMIT + 1];
-    int32_t best = predict(self, seq, k_top, g);
+    double g[ADAPTIVE_K_LIMIT + 1], g_perfect = 0.0;
+    int measured = 0;
+    int32_t best = predict(self, seq, k_top, g, &g_perfect, &measured);
     const double own = own_rate(seq, g);
     if (best > 0 && g[best] - g[0] < (self->min_gain - 1.0) * own) best = 0;
+    const int hopeless = measured && g_perfect - g[0] < (self->min_gain - 1.0) * own;
 
     adaptive_slot* s = &self->slots[seq->request_id % ADAPTIVE_SLOTS];
     if (s->request_id != seq->request_id || seq->request_id == 0) { /* its first step: no history */
@@ -165,6 +192,7 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
         s->k = best;
         s->n_better = 0;
         s->n_at_zero = 0;
+        s->probe_gap = 0;
     } else {
         if (s->k > k_top) s->k = k_top;
         if (s->k > 0 && g[s->k] < g[0]) {
@@ -175,6 +203,7 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
             if (++s->n_better >= self->patience) {
                 s->k = best;
                 s->n_better = 0;
+                if (best > 0) s->probe_gap = 0; /* drafts pay again: probe soon after the next stop */
             }
         } else {
             s->n_better = 0;
@@ -182,9 +211,20 @@ static int adaptive_draft_budget_seq(steward_policy* self, const steward_spec_se
     }
     int32_t k = s->k;
     if (k == 0) {
-        if (self->probe_every > 0 && ++s->n_at_zero >= self->probe_every) {
-            s->n_at_zero = 0;
-            k = self->probe_k < k_top ? self->probe_k : k_top;
+        if (hopeless) {
+            s->n_at_zero = 0; /* no acceptance would pay at these times: nothing to learn by probing */
+        } else if (self->probe_every > 0) {
+            /* Until the host has measured a draft token's cost, the first wait is one step: a probe
+             * right after stopping catches up on few tokens and measures it (then `hopeless` can
+             * tell); a probe after probe_every steps would catch up on all of them first. */
+            if (s->probe_gap <= 0) s->probe_gap = measured ? self->probe_every : 1;
+            if (++s->n_at_zero >= s->probe_gap) {
+                s->n_at_zero = 0;
+                k = self->probe_k < k_top ? self->probe_k : k_top;
+                const double next = (double)s->probe_gap * self->probe_backoff;
+                const int32_t cap = self->probe_every_max > self->probe_every ? self->probe_every_max : self->probe_every;
+                s->probe_gap = next >= (double)cap ? cap : (int32_t)next;
+            }
         }
     } else {
         s->n_at_zero = 0;
@@ -208,7 +248,7 @@ static int adaptive_draft_budget(steward_policy* self, const steward_spec_stats*
         return STEWARD_PLUGIN_OK;
     }
     double g[ADAPTIVE_K_LIMIT + 1];
-    int32_t best = predict(self, &q, k_top, g);
+    int32_t best = predict(self, &q, k_top, g, NULL, NULL);
     if (best > 0 && g[best] - g[0] < (self->min_gain - 1.0) * own_rate(&q, g)) best = 0;
     *budget = best;
     return STEWARD_PLUGIN_OK;

@@ -823,9 +823,16 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
                 const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
                 s.fig.draft_s += dt;
                 stats_.draft_s += dt;
-                if (const int n = p.draft.k(); n > 0 && n_catch_up <= 2) {
+                // A draft token's cost: the step's drafting per token when it caught up on at most 2
+                // tokens; else (a first draft, a probe after k = 0 steps) the mean of its one-token
+                // draft forwards, so that a draft that stopped at k = 0 is still measured.
+                const int n = p.draft.k();
+                double per = -1;
+                if (n > 0 && n_catch_up <= 2) per = dt * 1e3 / n;
+                else if (s.draft_owner && s.draft_owner->last_chain_forwards() > 0)
+                    per = s.draft_owner->last_chain_ms() / s.draft_owner->last_chain_forwards();
+                if (per >= 0) {
                     double& m = draft_ms_per_token_[(int)s.req.spec.source];
-                    const double per = dt * 1e3 / n;
                     m = m < 0 ? per : m + 0.1 * (per - m);
                 }
             }

@@ -3,6 +3,7 @@
 #include "sched/speculate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -248,6 +249,8 @@ Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all
                                         const DraftConstraint* constraint) {
     SpecDraft none;
     none.kind = sp.temperature > 0.0f ? DraftKind::SAMPLED : DraftKind::CHOSEN;
+    last_chain_forwards_ = 0;
+    last_chain_ms_ = 0;
     if (k <= 0 || all_tokens.empty()) return none;
     if (!*seq) *seq = mgr_.add_seq(0, {});
     // The draft's tokens are a prefix of the target's (rollback keeps it so); catch up on the rest,
@@ -272,10 +275,13 @@ Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingPa
     d.kind = sampled ? DraftKind::SAMPLED : DraftKind::CHOSEN;
     const int V = model_.params().n_vocab;
     if (sampled) d.probs.assign((size_t)(k + 1) * V, 0.0f);
+    const auto t_chain = std::chrono::steady_clock::now();
     for (int i = 0; i < k; i++) {
         // The root's logits are there; every later draft token is fed first.
-        if (i > 0)
+        if (i > 0) {
             if (auto r = feed_pending(seq); !r) return r.error();
+            last_chain_forwards_++;
+        }
         std::span<const float> row(logits_.data(), (size_t)V);
         if (constraint) {
             masked_.assign(row.begin(), row.end());
@@ -296,6 +302,8 @@ Expected<SpecDraft> DraftModel::propose_chain(SeqId seq, int k, const SamplingPa
         // The last draft token is only proposed; every earlier one is fed for the next.
         if (i + 1 < k && !grow(seq, std::span<const int32_t>(&tok, 1))) break;
     }
+    if (last_chain_forwards_ > 0)
+        last_chain_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_chain).count();
     if (sampled) d.probs.resize((size_t)(d.k() + 1) * V);
     // The draft token not fed stays out of the draft's tokens: the draft's known tokens are exactly
     // its computed ones after every proposal, so the rollback below has only KV to discard.

@@ -164,10 +164,18 @@ public:
 
     const KvManager& manager() const { return mgr_; }
     const Model& model() const { return model_; }
+    // The last chain proposal's one-token draft forwards (each fed draft token's forward and its
+    // choice): their count and wall time. A draft token's cost is their mean, whatever the catch-up
+    // before them cost (a prompt, or the output since the last draft); 0 forwards for a chain of
+    // one token or a tree.
+    int last_chain_forwards() const { return last_chain_forwards_; }
+    double last_chain_ms() const { return last_chain_ms_; }
     int n_layers() const { return be_->n_layers(); }
     int64_t bytes() const { return be_->kv_storage_bytes(); }
 
 private:
+    int last_chain_forwards_ = 0;
+    double last_chain_ms_ = 0;
     bool grow(SeqId seq, std::span<const int32_t> tokens);  // append + allocate; false without room
     // Forwards the tokens the draft knows but has not computed (chunked), leaving the last one's
     // logits in logits_.

@@ -1014,7 +1014,8 @@ TEST_CASE("adaptive does not flap when the acceptance wavers around its threshol
 }
 
 TEST_CASE("adaptive probes every probe_every steps at k = 0 and refuses out-of-range parameters", "[plugins]") {
-    Speculator s(builtin_path("speculation", "adaptive"), {{"probe_every", int64_t(5)}, {"probe_k", int64_t(2)}});
+    Speculator s(builtin_path("speculation", "adaptive"),
+                 {{"probe_every", int64_t(5)}, {"probe_k", int64_t(2)}, {"probe_backoff", 1.0}});
     REQUIRE(s.rc == STEWARD_PLUGIN_OK);
     SpecSeqCase c;
     c.id = 9;
@@ -1022,12 +1023,44 @@ TEST_CASE("adaptive probes every probe_every steps at k = 0 and refuses out-of-r
     std::vector<int32_t> ks;
     for (int step = 0; step < 10; step++) ks.push_back(adaptive_budget(s, c));
     CHECK(ks == std::vector<int32_t>{0, 0, 0, 0, 2, 0, 0, 0, 0, 2});
+    // With backoff 2 (the default) the waits double after each probe that fails: 5, 10, 20, capped
+    // at probe_every_max 16.
+    Speculator back(builtin_path("speculation", "adaptive"),
+                    {{"probe_every", int64_t(5)}, {"probe_k", int64_t(2)}, {"probe_every_max", int64_t(16)}});
+    REQUIRE(back.rc == STEWARD_PLUGIN_OK);
+    std::vector<int> probes;
+    for (int step = 1; step <= 80; step++)
+        if (adaptive_budget(back, c) > 0) probes.push_back(step);
+    CHECK(probes == std::vector<int>{5, 15, 31, 47, 63, 79});
     Speculator bad(builtin_path("speculation", "adaptive"), {{"min_gain", 0.5}});
     CHECK(bad.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(bad.err, "'min_gain'"));
     Speculator bad_k(builtin_path("speculation", "adaptive"), {{"k_max", int64_t(17)}});
     CHECK(bad_k.rc == STEWARD_PLUGIN_ERR_PARAM);
     CHECK(contains(bad_k.err, "'k_max'"));
+}
+
+TEST_CASE("adaptive neither drafts nor probes when even a draft accepted at every position would not pay, and "
+          "probes again when the times change",
+          "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"), {{"probe_every", int64_t(4)}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    // A draft model as slow per token as the target's whole step (plain 10 ms, verify 1 ms and draft
+    // 10 ms per token): by brute force no k pays even at acceptance 1.
+    SpecSeqCase c;
+    c.id = 77;
+    c.acceptance = 1.0;
+    c.draft_ms_per_token = 10;
+    REQUIRE(expected_best_k(c, 8, 1.05) == 0);
+    int n_drafting = 0;
+    for (int step = 0; step < 100; step++) n_drafting += adaptive_budget(s, c) > 0;
+    CHECK(n_drafting == 0);
+    // Zero acceptance at a cheap draft's times is not hopeless: the probes come back.
+    c.acceptance = 0.0;
+    c.draft_ms_per_token = 0.5;
+    REQUIRE(expected_best_k(SpecSeqCase{.acceptance = 1.0, .draft_ms_per_token = 0.5}, 8, 1.05) > 0);
+    for (int step = 0; step < 10; step++) n_drafting += adaptive_budget(s, c) > 0;
+    CHECK(n_drafting >= 1);
 }
 
 TEST_CASE("adaptive reads only the fields the host's steward_spec_seq has: an early ABI 2 host gets the prior model",
