@@ -37,6 +37,7 @@ struct RunOptions {
     bool no_reuse = false;
     bool wide = false;  // the report table's every column (the default stays within 120 characters)
     bool agent_tools = false;            // generated agent turns carry repeated idempotent tool calls
+    double agent_repeat = 0;             // share of generated agent sessions that repeat an earlier one
     std::string mix;                     // "short_qa=2,agent=0": bucket weights (parse_workload_mix)
     double tool_pause_ms = 0;            // agent tool pauses (0: the standard 50-300 ms)
     int agent_turns = 0;                 // turns per agent session (0: the standard 3 or 4)

@@ -160,6 +160,10 @@ int main(int argc, char** argv) {
                   "call resolved from cached results (docs/reuse.md)");
     run->add_flag("--agent-tools", ro.agent_tools,
                   "Agent turns of the generated workload carry repeated idempotent tool calls (get_weather, read_file, search)");
+    run->add_option("--agent-repeat", ro.agent_repeat,
+                    "Share of the generated workload's agent sessions that repeat an earlier session of their tenant "
+                    "(the same task, half with one word edited, then the same tool results; 0: none)")
+        ->capture_default_str();
     run->add_option("--tenants", ro.n_tenants, "Tenants of the generated workload (1-4)")->capture_default_str();
     run->add_option("--mix", ro.mix, "Bucket weights of the generated workload, e.g. short_qa=2,agent=0 (rag=1 adds the rag bucket)");
     run->add_flag("--greedy", ro.greedy, "Every request at temperature 0 (comparing outputs)");
@@ -220,6 +224,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     bgen->add_option("--volatile-at", bo.volatile_at, "early (after the public system prompt) or late (at the end)")->capture_default_str();
     bgen->add_flag("--agent-tools", bo.agent_tools, "Agent turns carry repeated idempotent tool calls (get_weather, read_file, search)");
+    bgen->add_option("--agent-repeat", bo.agent_repeat,
+                     "Share of agent sessions that repeat an earlier session of their tenant (the same task, half with one "
+                     "word edited, then the same tool results; 0: none)")
+        ->capture_default_str();
 
     // ---- steward serve
     auto* serve = app.add_subcommand("serve", "The OpenAI-compatible HTTP server (docs/http-api.md)");

@@ -83,6 +83,7 @@ Expected<WorkloadGenParams> workload_gen_params(const RunOptions& o) {
     gp.tool_pause_ms = o.tool_pause_ms;
     gp.agent_turns = o.agent_turns;
     gp.agent_tools = o.agent_tools;
+    gp.agent_repeat = o.agent_repeat;
     if (o.n_tenants < 1 || o.n_tenants > 4) return make_error("--tenants is ", o.n_tenants, "; give 1 to 4 tenants");
     gp.n_tenants = o.n_tenants;
     if (!o.mix.empty()) {

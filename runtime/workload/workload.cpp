@@ -808,6 +808,16 @@ struct PendingTurn {
     int turn = 0;  // the next turn to emit
     int n_turns = 0;
     double ready_ms = 0.0;
+    int repeats = -1;  // agent_repeat: the index of the session this one repeats (-1: none)
+    int index = -1;    // this session's index in the generator's record of sessions
+};
+
+// What a generated agent session was, turn by turn (agent_repeat replays it).
+struct SessionRecord {
+    std::string tenant;
+    std::vector<std::string> prompts;  // turn 1: the task line; later turns: the tool result
+    std::vector<std::optional<WorkloadToolCall>> calls;
+    std::vector<int> max_tokens;
 };
 
 }  // namespace
@@ -842,6 +852,8 @@ Expected<bool> check_workload_gen(const WorkloadGenParams& p) {
     if (!std::isfinite(p.scale) || p.scale <= 0 || p.scale > 64)
         return make_error("--scale is ", p.scale, "; give a scale in (0, 64] (it multiplies prompt and output lengths)");
     if (auto w = bucket_weights(p); !w) return w.error();
+    if (!std::isfinite(p.agent_repeat) || p.agent_repeat < 0 || p.agent_repeat > 1)
+        return make_error("--agent-repeat is ", p.agent_repeat, "; give a share in [0, 1] of agent sessions that repeat an earlier one");
     if (p.agent_turns < 0 || p.agent_turns > 64)
         return make_error("--agent-turns is ", p.agent_turns, "; give 0 (the standard 3 or 4) or 1 to 64 turns per agent session");
     if (!std::isfinite(p.tool_pause_ms) || p.tool_pause_ms < 0 || p.tool_pause_ms > 3600e3)
@@ -874,6 +886,9 @@ Workload generate_workload(const WorkloadGenParams& p) {
     std::vector<PendingTurn> pending;  // one entry per open agent session: its next turn
     int owed = 0;                      // agent turns still to emit over all open sessions
     int n_sessions = 0;
+    std::vector<SessionRecord> sessions;  // every agent session so far (agent_repeat)
+    // Repetition's own draws, so that its decisions do not move the other draws.
+    GenRng reprng(p.seed ^ 0x6167656e742d7270ull);  // "agent-rp"
     // The mix (the standard one when p was not checked); the first draws cover each bucket with a
     // positive weight once.
     const auto checked = bucket_weights(p);
@@ -926,7 +941,13 @@ Workload generate_workload(const WorkloadGenParams& p) {
             r.session = next->session;
             r.turn = next->turn;
             r.prompt_kind = PromptKind::TEXT;
-            if (p.agent_tools) {  // a repeated idempotent call: tool by weight, argument by Zipf popularity
+            const SessionRecord* src = next->repeats >= 0 ? &sessions[(size_t)next->repeats] : nullptr;
+            const size_t at = (size_t)next->turn - 1;
+            if (src && at < src->prompts.size()) {  // the repeated session's turn: the same call and result
+                r.prompt = src->prompts[at];
+                r.tool_call = src->calls[at];
+                r.max_tokens = src->max_tokens[at];
+            } else if (p.agent_tools) {  // a repeated idempotent call: tool by weight, argument by Zipf popularity
                 const ToolSpec& t = k_tools[rng.pick(k_tool_weights)];
                 const size_t a = rng.pick(zipf_weights((int)t.values.size(), k_tool_zipf_s));
                 WorkloadToolCall tc;
@@ -937,8 +958,14 @@ Workload generate_workload(const WorkloadGenParams& p) {
             } else {
                 r.prompt = "tool result: " + rng.words(scaled(rng.range(32, 96), scale) - 2) + "\n";
             }
-            r.max_tokens = scaled(rng.range(16, 32), scale);
+            if (!src || at >= src->prompts.size()) r.max_tokens = scaled(rng.range(16, 32), scale);
             r.tools = true;
+            if (next->index >= 0) {
+                SessionRecord& rec = sessions[(size_t)next->index];
+                rec.prompts.push_back(r.prompt);
+                rec.calls.push_back(r.tool_call);
+                rec.max_tokens.push_back(r.max_tokens);
+            }
             --owed;
             if (next->turn < next->n_turns) {
                 r.tool_pause_ms = tool_pause();
@@ -990,10 +1017,40 @@ Workload generate_workload(const WorkloadGenParams& p) {
                 r.session = session;
                 r.turn = 1;
                 r.tools = true;
-                r.segments = {head, {"tools-" + r.tenant, "task: " + rng.words(scaled(32, scale) - 1) + "\n"}};
+                std::string task = "task: " + rng.words(scaled(32, scale) - 1) + "\n";
                 r.max_tokens = scaled(rng.range(16, 32), scale);
+                int repeats = -1;
+                if (p.agent_repeat > 0 && reprng.uniform() < p.agent_repeat) {
+                    // An earlier session of this tenant (one of its last 8), its task again, half the
+                    // time with one word edited.
+                    std::vector<int> own;
+                    for (int k = (int)sessions.size() - 1; k >= 0 && own.size() < 8; --k)
+                        if (sessions[(size_t)k].tenant == r.tenant) own.push_back(k);
+                    if (!own.empty()) {
+                        repeats = own[(size_t)reprng.range(0, (int)own.size() - 1)];
+                        const SessionRecord& src = sessions[(size_t)repeats];
+                        task = src.prompts[0];
+                        r.max_tokens = src.max_tokens[0];
+                        if (reprng.uniform() < 0.5) {
+                            std::vector<size_t> spaces;
+                            for (size_t c = 0; c < task.size(); ++c)
+                                if (task[c] == ' ') spaces.push_back(c);
+                            if (!spaces.empty()) {
+                                const size_t from = spaces[(size_t)reprng.range(0, (int)spaces.size() - 1)] + 1;
+                                size_t to = task.find_first_of(" \n", from);
+                                if (to == std::string::npos) to = task.size();
+                                task.replace(from, to - from, reprng.words(1));
+                            }
+                        }
+                    }
+                }
+                r.segments = {head, {"tools-" + r.tenant, task}};
                 r.tool_pause_ms = tool_pause();
-                pending.push_back({session, r.tenant, 2, n_turns, now + r.tool_pause_ms + k_agent_turn_allowance_ms});
+                if (p.agent_repeat > 0) {
+                    sessions.push_back({r.tenant, {task}, {std::nullopt}, {r.max_tokens}});
+                }
+                pending.push_back({session, r.tenant, 2, n_turns, now + r.tool_pause_ms + k_agent_turn_allowance_ms, repeats,
+                                   p.agent_repeat > 0 ? (int)sessions.size() - 1 : -1});
                 owed += n_turns - 1;
                 break;
             }

@@ -226,6 +226,11 @@ struct WorkloadGenParams {
     // Agent turns after the first carry repeated idempotent tool calls (tool_call) instead of
     // free-form tool results. false: the standard workload, unchanged.
     bool agent_tools = false;
+    // The share of new agent sessions that repeat an earlier session of the same tenant, as agent
+    // traffic repeats itself: the same task (half of them with one word edited), then the same tool
+    // calls and results turn by turn, with the same output lengths. 0: the standard workload,
+    // unchanged. In [0, 1].
+    double agent_repeat = 0;
 };
 // "short_qa=2,agent=0" into WorkloadGenParams::mix; the error names the entry and the fix.
 Expected<std::map<std::string, double>> parse_workload_mix(const std::string& spec);

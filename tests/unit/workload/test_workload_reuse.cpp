@@ -356,3 +356,102 @@ TEST_CASE("agent tools repeat idempotent calls whose results are identical", "[w
     p.agent_tools = false;
     for (const WorkloadRequest& r : generate_workload(p).requests) CHECK(!r.tool_call);
 }
+
+namespace {
+// Words of a text (split at spaces and newlines).
+std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s) {
+        if (c == ' ' || c == '\n') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) out.push_back(cur);
+    return out;
+}
+// Whether b is a with at most one word replaced (the same number of words).
+bool within_one_word(const std::string& a, const std::string& b) {
+    const auto wa = split_words(a), wb = split_words(b);
+    if (wa.size() != wb.size()) return false;
+    int diff = 0;
+    for (size_t i = 0; i < wa.size(); i++) diff += wa[i] != wb[i];
+    return diff <= 1;
+}
+}  // namespace
+
+TEST_CASE("agent repetition: a share of sessions repeats an earlier session of the same tenant, task and tool "
+          "results, never another tenant's",
+          "[workload][reuse]") {
+    for (double share : {0.0, 0.5, 1.0}) {
+        WorkloadGenParams p;
+        p.n_requests = 800;
+        p.seed = 21;
+        p.mix = {{"agent", 1.0}};
+        p.agent_turns = 3;
+        p.agent_repeat = share;
+        const Workload w = generate_workload(p);
+        // Each session's task (turn 1's last segment) and its later turns' prompts, by hand.
+        struct S {
+            std::string tenant, task;
+            std::vector<std::string> later;
+        };
+        std::map<std::string, S> by_session;
+        std::vector<std::string> order;
+        for (const WorkloadRequest& r : w.requests) {
+            if (r.bucket != "agent") continue;
+            if (r.turn == 1) {
+                REQUIRE(r.segments.size() == 2);
+                by_session[r.session] = {r.tenant, r.segments[1].text, {}};
+                order.push_back(r.session);
+            } else {
+                by_session[r.session].later.push_back(r.prompt);
+            }
+        }
+        int n_with_earlier = 0, n_repeating = 0, n_exact = 0, n_cross = 0;
+        for (size_t i = 0; i < order.size(); i++) {
+            const S& s = by_session[order[i]];
+            bool has_earlier = false, repeats = false, exact = false, cross = false;
+            for (size_t j = 0; j < i; j++) {
+                const S& e = by_session[order[j]];
+                const bool same_turns = !s.later.empty() && !e.later.empty() && s.later[0] == e.later[0];
+                if (e.tenant == s.tenant) {
+                    has_earlier = true;
+                    if (within_one_word(e.task, s.task) && same_turns) {
+                        repeats = true;
+                        exact = exact || e.task == s.task;
+                    }
+                } else if (within_one_word(e.task, s.task)) {
+                    cross = true;
+                }
+            }
+            n_with_earlier += has_earlier;
+            n_repeating += repeats;
+            n_exact += exact;
+            n_cross += cross;
+        }
+        INFO("share " << share << ": " << n_repeating << " of " << n_with_earlier << " repeat, " << n_exact << " exactly");
+        REQUIRE(n_with_earlier > 100);
+        CHECK(n_cross == 0);  // a tenant never gets another tenant's task
+        if (share == 0.0) {
+            CHECK(n_repeating == 0);
+        } else {
+            // Binomial: the share of sessions with an earlier one of their tenant, within 4 sigma.
+            const double n = n_with_earlier, sd = std::sqrt(n * share * (1 - share));
+            CHECK(n_repeating >= share * n - 4 * sd - 1);
+            CHECK(n_repeating <= share * n + 4 * sd + 1);
+            // About half of the repeats are exact, the rest edited by one word.
+            CHECK(n_exact > n_repeating / 4);
+            CHECK(n_exact < n_repeating * 3 / 4 + 1);
+        }
+        CHECK(generate_workload(p) == w);
+    }
+    WorkloadGenParams std_p;
+    std_p.n_requests = 300;
+    WorkloadGenParams bad = std_p;
+    bad.agent_repeat = 1.5;
+    CHECK(!check_workload_gen(bad));
+}
