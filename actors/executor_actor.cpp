@@ -7,6 +7,9 @@
 // kv_allocator actor's, before a request reaches this actor.
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <map>
+#include <set>
 #include <unordered_map>
 
 #include <pthread.h>
@@ -38,6 +41,7 @@ struct executor_state {
     std::vector<std::pair<CacheActor, uint64_t>> caches;
     bool step_pending = false;
     double last_kv_sample = 0;
+    std::set<std::string> kv_buckets;  // buckets with a KV reading so far: an idle one reads 0, not its last
     static inline const char* name = "executor";
     ~executor_state() {
         // A simulated pool says how busy its device was and whether the host kept up with the
@@ -97,8 +101,26 @@ void push_kv_sample(executor_state& st, double t) {
     s.fragmentation = es.kv.fragmentation;
     s.n_branches = es.kv.n_branches;
     s.pool = st.pool;
+    s.block_bytes = st.engine->kv_block_bytes();
+    // Each bucket's share of the pool: the blocks its sequences and pinned sessions hold (the
+    // bucket rows' kv_peak_GiB and page_mean_%).
+    const std::vector<Engine::BucketKv> by_bucket = st.engine->kv_by_bucket();
     std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
     st.shared->metrics->record_kv(s);
+    std::map<std::string, int64_t> held;
+    for (const std::string& b : st.kv_buckets) held[b] = 0;
+    for (const Engine::BucketKv& b : by_bucket) held[b.bucket] = b.n_blocks, st.kv_buckets.insert(b.bucket);
+    for (const auto& [bucket, n] : held) {
+        KvSample bs;
+        bs.t_s = t;
+        bs.bucket = bucket;
+        bs.n_blocks_used = n;
+        bs.n_blocks_total = es.kv.n_blocks_total;
+        bs.pool = st.pool;
+        bs.block_bytes = s.block_bytes;
+        bs.fragmentation = std::numeric_limits<double>::quiet_NaN();  // the pool's figure, not a bucket's
+        st.shared->metrics->record_kv(bs);
+    }
 }
 
 // Last resort when something escaped Engine::step (which catches its own failures): every request

@@ -638,6 +638,49 @@ int run_compare(const RunOptions& o, const Workload& wl) {
             }
             std::printf("\n");
         }
+    // With no_speculation among the variants: per bucket and speculating variant, the gain measured
+    // against it (its TPOT mean over the variant's, the same requests) beside what the variant's own
+    // report said (its gain and where it came from) and the estimate from the measured parts, with
+    // the estimate's error against the measurement.
+    if (const auto off = std::find(names.begin(), names.end(), "no_speculation"); off != names.end()) {
+        const size_t i_off = (size_t)(off - names.begin());
+        const Fig tpot{"tpot_mean", {"tpot_ms", "mean"}};
+        auto spec = [&](const nlohmann::json& m, const std::string& b, const char* key) -> nlohmann::json {
+            const nlohmann::json* j = &m;
+            for (const char* k : {"buckets", b.c_str(), "speculation", key}) {
+                if (!j->is_object() || !j->contains(k)) return nullptr;
+                j = &(*j)[k];
+            }
+            return *j;
+        };
+        bool header = false;
+        for (const std::string& b : buckets) {
+            if (b == "all") continue;
+            const double t_off = value(results[i_off].metrics, b, tpot);
+            for (size_t i = 0; i < names.size(); i++) {
+                const nlohmann::json gain = spec(results[i].metrics, b, "gain");
+                if (i == i_off || !gain.is_number()) continue;
+                const double t = value(results[i].metrics, b, tpot);
+                if (t <= 0 || t_off <= 0) continue;
+                if (!header) {
+                    std::printf("\nspeculation gain against no_speculation (its TPOT mean / the variant's, the same requests), "
+                                "beside the variant's own report\n%-12s %-22s %9s %9s %-15s %9s %9s\n",
+                                "bucket", "variant", "measured", "reported", "source", "estimate", "est_error");
+                    header = true;
+                }
+                const double measured = t_off / t;
+                const nlohmann::json est = spec(results[i].metrics, b, "gain_estimate");
+                const nlohmann::json src = spec(results[i].metrics, b, "gain_source");
+                char e[32] = "-", err[32] = "-";
+                if (est.is_number()) {
+                    std::snprintf(e, sizeof e, "%.2fx", est.get<double>());
+                    std::snprintf(err, sizeof err, "%+.0f%%", (est.get<double>() / measured - 1) * 100);
+                }
+                std::printf("%-12s %-22s %8.2fx %8.2fx %-15s %9s %9s\n", b.c_str(), names[i].c_str(), measured,
+                            gain.get<double>(), src.is_string() ? src.get<std::string>().c_str() : "-", e, err);
+            }
+        }
+    }
     for (size_t i = 0; i < names.size(); i++)
         out["runs"][names[i]] = {{"failed", results[i].failed}, {"wall_s", results[i].wall_s}, {"metrics", results[i].metrics}};
     std::ofstream f = open_output(o.out_path);

@@ -116,7 +116,10 @@ void KvGauges::add(const KvSample& s) {
         i_usage_ += prev_usage * dt;
         i_frag_ += last.fragmentation * (double)last.n_blocks_used * dt;
         i_frag_w_ += (double)last.n_blocks_used * dt;
+        i_bytes_ += (double)last.n_blocks_used * last.block_bytes * dt;
     }
+    s_bytes_ += (double)s.n_blocks_used * s.block_bytes;
+    bytes_used_peak = std::max(bytes_used_peak, (double)s.n_blocks_used * s.block_bytes);
     s_used_ += (double)s.n_blocks_used;
     s_usage_ += usage;
     s_frag_ += s.fragmentation * (double)s.n_blocks_used;
@@ -131,6 +134,11 @@ void KvGauges::add(const KvSample& s) {
 double KvGauges::blocks_used_mean() const {
     if (n_samples == 0) return k_nan;
     return span_s_ > 0 ? i_used_ / span_s_ : s_used_ / (double)n_samples;
+}
+
+double KvGauges::bytes_used_mean() const {
+    if (n_samples == 0) return k_nan;
+    return span_s_ > 0 ? i_bytes_ / span_s_ : s_bytes_ / (double)n_samples;
 }
 
 double KvGauges::page_usage_mean() const {
@@ -399,6 +407,13 @@ SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline
     SpecGain g;
     const double with = m.tpot_spec_s.mean();
     if (m.n_drafts == 0 || !(with > 0)) return g;
+    double estimated_without = std::numeric_limits<double>::quiet_NaN();
+    if (m.n_decode_gaps_spec > 0) {
+        const double verify_per_draft = m.verify_s / (double)m.n_drafts;
+        estimated_without =
+            with + ((double)m.n_accepted_tokens * verify_per_draft - m.draft_s) / (double)m.n_decode_gaps_spec;
+        g.estimate = estimated_without / with;
+    }
     if (baseline_tpot_s && *baseline_tpot_s > 0) {
         g.tpot_without_s = *baseline_tpot_s;
         g.source = SpecGainSource::BASELINE;
@@ -416,9 +431,7 @@ SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline
             g.hi = gain + 1.96 * se;
         }
     } else if (m.n_decode_gaps_spec > 0) {
-        const double verify_per_draft = m.verify_s / (double)m.n_drafts;
-        g.tpot_without_s =
-            with + ((double)m.n_accepted_tokens * verify_per_draft - m.draft_s) / (double)m.n_decode_gaps_spec;
+        g.tpot_without_s = estimated_without;
         g.source = SpecGainSource::ESTIMATE;
     } else {
         return g;
@@ -650,7 +663,8 @@ nlohmann::json MetricsRegistry::spec_json(const BucketMetrics& m) const {
             {"gain", num(g.gain)},
             {"gain_ci95", std::isfinite(g.lo) ? nlohmann::json::array({g.lo, g.hi}) : nlohmann::json(nullptr)},
             {"gain_tpot_without_ms", num(g.tpot_without_s * 1e3)},
-            {"gain_source", spec_gain_source_name(g.source)}};
+            {"gain_source", spec_gain_source_name(g.source)},
+            {"gain_estimate", num(g.estimate)}};
 }
 
 nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
@@ -733,8 +747,10 @@ nlohmann::json MetricsRegistry::row_json(const BucketMetrics& m) const {
           {"promotion_ms_p99", num(m.promote_s.quantile(0.99) * 1e3)}}},
         {"kv",
          {{"gib_formula", num(cfg_.kv ? cfg_.kv->total_gib() : k_nan)},
-          {"gib_in_use_peak", num(has_kv ? (double)kv.n_blocks_used_peak * block_gib : k_nan)},
-          {"gib_in_use_mean", num(kv.blocks_used_mean() * block_gib)},
+          {"gib_in_use_peak", num(has_kv ? (kv.bytes_used_peak > 0 ? kv.bytes_used_peak / k_gib
+                                                                    : (double)kv.n_blocks_used_peak * block_gib)
+                                         : k_nan)},
+          {"gib_in_use_mean", num(kv.bytes_used_peak > 0 ? kv.bytes_used_mean() / k_gib : kv.blocks_used_mean() * block_gib)},
           {"blocks_used_peak", has_kv ? json(kv.n_blocks_used_peak) : json(nullptr)},
           {"blocks_used_mean", num(kv.blocks_used_mean())},
           {"blocks_total", has_kv ? json(kv.last.n_blocks_total) : json(nullptr)},
@@ -908,7 +924,10 @@ std::string MetricsRegistry::to_table(bool wide) const {
             fmt(throughput_tok_s(m), "%.1f"),
             fmt(m.hit_rate() * 100.0, "%.1f"),
             std::to_string(m.n_saved_tokens),
-            fmt(has_kv ? (double)m.kv.n_blocks_used_peak * block_gib : k_nan, "%.4g"),
+            fmt(!has_kv ? k_nan
+                : m.kv.bytes_used_peak > 0 ? m.kv.bytes_used_peak / k_gib
+                                           : (double)m.kv.n_blocks_used_peak * block_gib,
+                "%.4g"),
             fmt(m.kv.page_usage_mean() * 100.0, "%.1f"),
             fmt(m.kv.fragmentation() * 100.0, "%.1f"),
             std::to_string(m.n_evictions()),

@@ -59,6 +59,7 @@ struct KvSample {
     double fragmentation = 0.0;  // allocated token slots not holding a token / allocated slots, [0, 1]
     int64_t n_branches = 0;      // live forked sequences sharing blocks copy-on-write
     std::string pool;            // the pool the reading is of (the over-time series keys on it)
+    double block_bytes = 0;      // bytes of KV one of the pool's blocks holds (0: unknown)
 };
 
 // One point of the KV series over time (an untagged sample): a pool's blocks in use and the
@@ -130,9 +131,13 @@ struct KvGauges {
     int64_t n_blocks_used_peak = 0;
     double page_usage_peak = 0.0;  // max of used / total
     int64_t n_branches_peak = 0;
+    // Bytes in use (blocks x the sample's block_bytes), for rows fed by pools of different block
+    // sizes; 0 when no sample gave its block size.
+    double bytes_used_peak = 0.0;
 
     void add(const KvSample& s);
     double blocks_used_mean() const;  // NaN without samples
+    double bytes_used_mean() const;   // NaN without samples; 0 when no sample gave its block size
     double page_usage_mean() const;   // fraction; NaN without samples
     // Allocated slots not holding a token / allocated slots, weighted by blocks in use (and time):
     // equals Σ waste / Σ allocated. NaN when no block was ever in use.
@@ -143,6 +148,7 @@ private:
     double span_s_ = 0.0;                                                  // Σ dt between samples
     double i_used_ = 0.0, i_usage_ = 0.0, i_frag_ = 0.0, i_frag_w_ = 0.0;  // ∫ · dt
     double s_used_ = 0.0, s_usage_ = 0.0, s_frag_ = 0.0, s_frag_w_ = 0.0;  // Σ over samples
+    double i_bytes_ = 0.0, s_bytes_ = 0.0;
 };
 
 // TTFT of hits and misses for prompts of [2^k, 2^(k+1)) tokens (a hit: any cached prompt token).
@@ -292,6 +298,9 @@ struct SpecGain {
     // baseline run's gain (one mean: no spread).
     double lo = std::numeric_limits<double>::quiet_NaN();
     double hi = std::numeric_limits<double>::quiet_NaN();
+    // The estimate from the measured parts (the formula above), whatever the source: beside a
+    // measured gain it shows the estimate's error. NaN without decode gaps after drafts.
+    double estimate = std::numeric_limits<double>::quiet_NaN();
 };
 SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s);
 

@@ -478,7 +478,7 @@ void Engine::release(Seq& s, bool keep_session, double now_s) {
     if (keep_session && !s.req.session.empty()) {
         auto it = sessions_.find(s.req.session);
         if (it != sessions_.end()) mgr_.free(it->second.kv);  // a newer turn replaces an older one
-        sessions_[s.req.session] = Session{s.kv, now_s + opt_.session_ttl_s};
+        sessions_[s.req.session] = Session{s.kv, now_s + opt_.session_ttl_s, s.req.bucket};
     } else {
         mgr_.free(s.kv);
     }
@@ -1072,6 +1072,21 @@ std::vector<Engine::BucketLoad> Engine::load_by_bucket() const {
     std::vector<BucketLoad> out;
     out.reserve(by.size());
     for (auto& [b, l] : by) out.push_back(std::move(l));
+    return out;
+}
+
+std::vector<Engine::BucketKv> Engine::kv_by_bucket() const {
+    std::map<std::string_view, std::unordered_set<int32_t>> blocks;
+    auto add = [&](std::string_view bucket, SeqId kv) {
+        if (!kv) return;
+        auto& set = blocks[bucket];
+        for (int32_t b : mgr_.seq(kv).blocks) set.insert(b);
+    };
+    for (const auto& [id, s] : seqs_) add(s->req.bucket, s->kv);
+    for (const auto& [name, sess] : sessions_) add(sess.bucket, sess.kv);
+    std::vector<BucketKv> out;
+    out.reserve(blocks.size());
+    for (const auto& [b, set] : blocks) out.push_back({std::string(b), (int64_t)set.size()});
     return out;
 }
 

@@ -252,6 +252,15 @@ public:
         int32_t n_running = 0, n_waiting = 0;
     };
     std::vector<BucketLoad> load_by_bucket() const;
+    // KV held per bucket: the distinct blocks referenced by its live sequences and its idle sessions'
+    // pinned KV (a block shared by two buckets counts in both), and the bytes one block holds. A walk
+    // over the blocks: for the periodic KV samples, not for every step.
+    struct BucketKv {
+        std::string bucket;
+        int64_t n_blocks = 0;
+    };
+    std::vector<BucketKv> kv_by_bucket() const;
+    double kv_block_bytes() const { return (double)be_->kv_storage_bytes() / std::max(1, opt_.n_blocks); }
     const Model& model() const { return model_; }
     const EngineOptions& options() const { return opt_; }
     // What the forwards run on ("cpu", "cuda (device)"; "sim" for a simulated pool).
@@ -324,6 +333,7 @@ private:
     struct Session {
         SeqId kv = 0;
         double expires_s = 0;
+        std::string bucket;  // the bucket of the turn that pinned it
     };
 
     void preempt(Seq& s);

@@ -483,6 +483,8 @@ TEST_CASE("speculation gain divides a baseline, else the bucket's plain requests
     g = m.spec_gain("long_output");
     CHECK(g.source == SpecGainSource::PLAIN_REQUESTS);
     CHECK(g.gain == Approx(0.03 / 0.015));
+    // The estimate stays beside the measured gain (the plain request adds no drafts or gaps).
+    CHECK(g.estimate == Approx(without / 0.015));
     CHECK(m.bucket("long_output")->n_spec_requests == 2);  // the plain one does not count
 
     // A baseline run's TPOT wins over both.
@@ -502,7 +504,7 @@ TEST_CASE("the JSON report carries every speculation figure per bucket", "[metri
                             "acceptance_rate", "acceptance_per_position", "draft_tokens_per_position",
                             "accepted_tokens_per_position", "draft_s", "verify_s", "draft_ms_per_draft",
                             "verify_ms_per_draft", "rollbacks", "branches", "branches_per_draft", "requests_speculating", "tpot_spec_ms", "tpot_plain_ms",
-                            "gain", "gain_tpot_without_ms", "gain_source"}) {
+                            "gain", "gain_tpot_without_ms", "gain_source", "gain_estimate"}) {
         INFO(key);
         CHECK(s.contains(key));
     }

@@ -568,3 +568,63 @@ TEST_CASE("running decodes get their token in every step while a long prompt is 
     }
     CHECK(long_done);
 }
+
+TEST_CASE("KV per bucket counts the distinct blocks of its live sequences and pinned sessions, a shared block in each",
+          "[engine]") {
+    EngineOptions o;
+    o.n_blocks = 64;
+    o.block_size = 16;
+    o.n_threads = 1;
+    Engine e(test_model(), o);
+    // Bucket a: two requests of 40 and 20 tokens sharing nothing; bucket b: one of 50 tokens whose
+    // first 32 are a's first request's (two full blocks the prefix cache shares).
+    std::vector<int32_t> a1, a2, b1;
+    for (int i = 0; i < 40; i++) a1.push_back(300 + i);
+    for (int i = 0; i < 20; i++) a2.push_back(100 + i);
+    b1.assign(a1.begin(), a1.begin() + 32);
+    for (int i = 0; i < 18; i++) b1.push_back(200 + i);
+    auto req = [](uint64_t id, std::vector<int32_t> p, const char* bucket) {
+        EngineRequest r;
+        r.id = id;
+        r.prompt = std::move(p);
+        r.max_tokens = 100;
+        r.stop_at_eos = false;
+        r.bucket = bucket;
+        return r;
+    };
+    REQUIRE(e.submit(req(1, a1, "a")).ok());
+    while (e.has_work() && e.stats().n_decode_tokens == 0) e.step(0.0);  // a1's prefill done: its blocks are published
+    REQUIRE(e.submit(req(2, a2, "a")).ok());
+    REQUIRE(e.submit(req(3, b1, "b")).ok());
+    for (int i = 0; i < 6; i++) e.step(0.0);  // every prompt computed, a few tokens each
+    std::map<std::string, int64_t> got;
+    for (const Engine::BucketKv& b : e.kv_by_bucket()) got[b.bucket] = b.n_blocks;
+    // By hand: ceil(tokens / 16) per sequence, its prompt and at most 7 outputs so far (disjoint
+    // within a bucket here); b's first two blocks are a1's, counted in b too, so the pool holds
+    // a's + b's - 2.
+    auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
+    const EngineStats st = e.stats();
+    REQUIRE(got.count("a") == 1);
+    REQUIRE(got.count("b") == 1);
+    CHECK(got["a"] + got["b"] - 2 == st.kv.n_blocks_in_use);
+    CHECK(got["a"] >= blocks(40) + blocks(20));
+    CHECK(got["a"] <= blocks(40 + 7) + blocks(20 + 7));
+    CHECK(got["b"] >= blocks(50));
+    CHECK(got["b"] <= blocks(50 + 7));
+    // Cancelled, the requests hold nothing: no bucket is listed.
+    for (uint64_t id : {1, 2, 3}) e.cancel(id);
+    while (e.has_work()) e.step(0.0);
+    CHECK(e.kv_by_bucket().empty());
+    // A finished session turn pins its KV: its bucket holds it while the session is idle.
+    EngineRequest turn = req(4, a2, "c");
+    turn.session = "s";
+    turn.max_tokens = 5;
+    REQUIRE(e.submit(turn).ok());
+    while (e.has_work()) e.step(0.0);
+    const std::vector<Engine::BucketKv> pinned = e.kv_by_bucket();
+    REQUIRE(pinned.size() == 1);
+    CHECK(pinned[0].bucket == "c");
+    CHECK(pinned[0].n_blocks == blocks(20 + 4));  // the prompt and the 4 outputs fed back
+    e.end_session("s");
+    CHECK(e.kv_by_bucket().empty());
+}
