@@ -1,10 +1,17 @@
-// Suffix decoding against n-gram and no speculation, in one run, on one model file: a tenant's
-// requests that repeat themselves as agent traffic does (the same prompt again, or with one word
-// edited), one at a time, greedy. Per source: TPOT mean and P99 (ms), the mean accepted length
-// (tokens per verifying step, the target's own included), the measured TPOT gain against no
-// speculation, and whether every output equals no speculation's (lossless).
-//   bench_suffix [--model ../shared/testdata/real/TinyStories-656K.f32.gguf] [--n 24] [--prompts 6]
-//                [--repeat 0.5] [--max-tokens 200] [--k 8] [--threads 1] [--seed 1]
+// The speculation sources side by side on real text, in one run, on each model pair: suffix decoding,
+// n-gram, a draft model and no speculation, on a tenant's requests that repeat themselves as agent
+// traffic does (the same prompt again, or with one word edited), one at a time, greedy. Pairs: the
+// real TinyStories-656K with its Q8_0 copy as the draft, and the synthetic speculation pair of the
+// default config (models/steward-large-spec.gguf drafting with models/steward-small-spec.gguf)
+// when its files are there. Per pair and source: TPOT mean and P99 (ms), P99 against no
+// speculation's, the mean accepted length (tokens per verifying step, the target's own included),
+// the measured TPOT gain against no speculation with its 95% interval, the estimate from the
+// measured parts (the report's formula), and whether every output equals no speculation's.
+//   bench_suffix [--model ../shared/testdata/real/TinyStories-656K.f32.gguf]
+//                [--draft ../shared/testdata/real/TinyStories-656K.q8_0.gguf]
+//                [--synthetic models/steward-large-spec.gguf,models/steward-small-spec.gguf | '']
+//                [--n 24] [--prompts 6] [--repeat 0.5] [--max-tokens 200] [--k 8] [--draft-k 4]
+//                [--threads 1] [--seed 1]
 // --repeat: the share of requests after the first round that repeat an earlier prompt exactly; the
 // rest repeat one with a word changed.
 #include <algorithm>
@@ -28,7 +35,9 @@ namespace {
 
 struct Options {
     std::string model = "../shared/testdata/real/TinyStories-656K.f32.gguf";
-    int n = 24, prompts = 6, max_tokens = 200, k = 8, threads = 1;
+    std::string draft = "../shared/testdata/real/TinyStories-656K.q8_0.gguf";
+    std::string synthetic = "models/steward-large-spec.gguf,models/steward-small-spec.gguf";
+    int n = 24, prompts = 6, max_tokens = 200, k = 8, draft_k = 4, threads = 1;
     double repeat = 0.5;
     uint64_t seed = 1;
 };
@@ -44,11 +53,14 @@ std::string cpu_model() {
 struct Result {
     std::vector<std::vector<int32_t>> outputs;
     std::vector<double> tpot_ms;  // per request: decode time / (tokens - 1)
-    int64_t n_steps_verified = 0, n_accepted = 0, n_drafts = 0;
+    int64_t n_steps_verified = 0, n_accepted = 0, n_drafts = 0, n_gaps = 0;
+    double draft_s = 0, verify_s = 0;
 };
 
-Result run(const Model& m, const Options& o, const std::vector<std::vector<int32_t>>& prompts, SpecSource src) {
+Result run(const Model& m, const Model* draft, const Options& o, const std::vector<std::vector<int32_t>>& prompts,
+           SpecSource src) {
     EngineOptions eo;
+    eo.draft_model = src == SpecSource::DRAFT ? draft : nullptr;
     eo.n_blocks = 1024;
     eo.block_size = 16;
     eo.max_batch = 4;
@@ -63,7 +75,7 @@ Result run(const Model& m, const Options& o, const std::vector<std::vector<int32
         q.max_tokens = o.max_tokens;
         q.stop_at_eos = false;
         q.bucket = "agent";
-        if (src != SpecSource::NONE) q.spec = SpecSettings{src, o.k};
+        if (src != SpecSource::NONE) q.spec = SpecSettings{src, src == SpecSource::DRAFT ? o.draft_k : o.k};
         if (auto ok = eng.submit(std::move(q)); !ok) {
             std::fprintf(stderr, "bench_suffix: submit: %s\n", ok.error().message.c_str());
             std::exit(1);
@@ -78,10 +90,13 @@ Result run(const Model& m, const Options& o, const std::vector<std::vector<int32
                 if (ev.finished) {
                     r.n_drafts += ev.n_drafts;
                     r.n_accepted += ev.n_accepted_tokens;
+                    r.draft_s += ev.draft_s;
+                    r.verify_s += ev.verify_s;
                 }
             }
         }
         if (times.size() >= 2) r.tpot_ms.push_back((times.back() - times.front()) * 1e3 / (double)(times.size() - 1));
+        if (times.size() >= 2) r.n_gaps += (int64_t)times.size() - 1;
         r.outputs.push_back(std::move(out));
     }
     return r;
@@ -122,6 +137,9 @@ int main(int argc, char** argv) {
             return argv[++i];
         };
         if (!std::strcmp(argv[i], "--model")) o.model = next();
+        else if (!std::strcmp(argv[i], "--draft")) o.draft = next();
+        else if (!std::strcmp(argv[i], "--synthetic")) o.synthetic = next();
+        else if (!std::strcmp(argv[i], "--draft-k")) o.draft_k = std::atoi(next());
         else if (!std::strcmp(argv[i], "--n")) o.n = std::atoi(next());
         else if (!std::strcmp(argv[i], "--prompts")) o.prompts = std::atoi(next());
         else if (!std::strcmp(argv[i], "--repeat")) o.repeat = std::atof(next());
@@ -131,21 +149,17 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--seed")) o.seed = std::strtoull(next(), nullptr, 10);
         else {
             std::fprintf(stderr,
-                         "usage: bench_suffix [--model PATH] [--n N] [--prompts P] [--repeat S] [--max-tokens N] [--k K] "
+                         "usage: bench_suffix [--model PATH] [--draft PATH|''] [--synthetic TARGET,DRAFT|''] [--draft-k K] [--n N] [--prompts P] [--repeat S] [--max-tokens N] [--k K] "
                          "[--threads N] [--seed N]\n");
             return 2;
         }
     }
-    if (o.n < 1 || o.prompts < 1 || o.k < 1 || o.k > k_max_spec_tokens || o.repeat < 0 || o.repeat > 1) {
-        std::fprintf(stderr, "bench_suffix: --n and --prompts >= 1, --k in [1, %d], --repeat in [0, 1]\n", k_max_spec_tokens);
+    if (o.n < 1 || o.prompts < 1 || o.k < 1 || o.k > k_max_spec_tokens || o.draft_k < 1 || o.draft_k > k_max_spec_tokens ||
+        o.repeat < 0 || o.repeat > 1) {
+        std::fprintf(stderr, "bench_suffix: --n and --prompts >= 1, --k and --draft-k in [1, %d], --repeat in [0, 1]\n",
+                     k_max_spec_tokens);
         return 2;
     }
-    auto model = Model::load(o.model);
-    if (!model) {
-        std::fprintf(stderr, "bench_suffix: %s\n", model.error().message.c_str());
-        return 1;
-    }
-    const Model& m = **model;
     // The tenant's prompts: story openings, then each later request one of them again, exactly
     // (--repeat) or with one name changed.
     static const char* openings[] = {
@@ -177,27 +191,71 @@ int main(int argc, char** argv) {
         }
         texts.push_back(t);
     }
-    std::vector<std::vector<int32_t>> prompts;
-    for (const std::string& t : texts) prompts.push_back(m.tokenizer().encode(t, m.tokenizer().add_bos_default()));
-
-    std::printf("bench_suffix: %s, %d requests (%d prompts, repeat %.2f), %d tokens each, greedy, k %d, %d thread(s)\n",
-                o.model.c_str(), o.n, o.prompts, o.repeat, o.max_tokens, o.k, o.threads);
-    std::printf("CPU: %s\n\n", cpu_model().c_str());
-    const Result none = run(m, o, prompts, SpecSource::NONE);
-    const Result ngram = run(m, o, prompts, SpecSource::NGRAM);
-    const Result suffix = run(m, o, prompts, SpecSource::SUFFIX);
-    std::printf("%-8s %12s %12s %14s %14s %20s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "accepted_len", "gain_measured",
-                "gain_95%_interval", "lossless");
-    auto row = [&](const char* name, const Result& r) {
-        const double acc = r.n_drafts > 0 ? 1.0 + (double)r.n_accepted / (double)r.n_drafts : 1.0;
-        const auto [lo, hi] = ratio_ci(none.tpot_ms, r.tpot_ms);
-        std::printf("%-8s %12.3f %12.3f %14.2f %13.2fx %9.2f - %-8.2f %9s\n", name, mean(r.tpot_ms), p99(r.tpot_ms),
-                    acc, mean(none.tpot_ms) / mean(r.tpot_ms), lo, hi, r.outputs == none.outputs ? "yes" : "NO");
+    struct Pair {
+        std::string name, target, draft;
     };
-    row("none", none);
-    row("ngram", ngram);
-    row("suffix", suffix);
+    std::vector<Pair> pairs{{"tinystories", o.model, o.draft}};
+    if (!o.synthetic.empty()) {
+        const size_t comma = o.synthetic.find(',');
+        const std::string t = o.synthetic.substr(0, comma), d = comma == std::string::npos ? "" : o.synthetic.substr(comma + 1);
+        if (std::ifstream(t).good()) pairs.push_back({"synthetic", t, d});
+        else std::printf("(no %s: the synthetic pair is skipped; `bash scripts/build.sh build` writes it)\n", t.c_str());
+    }
+    std::printf("bench_suffix: %d requests (%d prompts, repeat %.2f), %d tokens each, greedy, one at a time, k %d "
+                "(draft model: %d), %d thread(s)\n",
+                o.n, o.prompts, o.repeat, o.max_tokens, o.k, o.draft_k, o.threads);
+    std::printf("CPU: %s\n", cpu_model().c_str());
+    bool lossless = true;
+    for (const Pair& pr : pairs) {
+        auto model = Model::load(pr.target);
+        if (!model) {
+            std::fprintf(stderr, "bench_suffix: %s\n", model.error().message.c_str());
+            return 1;
+        }
+        const Model& m = **model;
+        std::unique_ptr<Model> draft;
+        if (!pr.draft.empty() && std::ifstream(pr.draft).good()) {
+            auto d = Model::load(pr.draft);
+            if (!d) {
+                std::fprintf(stderr, "bench_suffix: %s\n", d.error().message.c_str());
+                return 1;
+            }
+            draft = std::move(*d);
+        }
+        std::vector<std::vector<int32_t>> prompts;
+        for (const std::string& t : texts) prompts.push_back(m.tokenizer().encode(t, m.tokenizer().add_bos_default()));
+        std::printf("\n%s: target %s, draft %s\n", pr.name.c_str(), pr.target.c_str(), draft ? pr.draft.c_str() : "(none)");
+        const Result none = run(m, nullptr, o, prompts, SpecSource::NONE);
+        std::vector<std::pair<std::string, Result>> rows;
+        if (draft) rows.push_back({"draft", run(m, draft.get(), o, prompts, SpecSource::DRAFT)});
+        rows.push_back({"ngram", run(m, nullptr, o, prompts, SpecSource::NGRAM)});
+        rows.push_back({"suffix", run(m, nullptr, o, prompts, SpecSource::SUFFIX)});
+        std::printf("%-8s %12s %12s %11s %13s %14s %20s %9s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "p99_vs_none",
+                    "accepted_len", "gain_measured", "gain_95%_interval", "estimate", "lossless");
+        auto row = [&](const std::string& name, const Result& r) {
+            const double acc = r.n_drafts > 0 ? 1.0 + (double)r.n_accepted / (double)r.n_drafts : 1.0;
+            const auto [lo, hi] = ratio_ci(none.tpot_ms, r.tpot_ms);
+            // The report's estimate (metrics/bucket_metrics.h speculation_gain): each accepted token
+            // would have cost one more verify-sized step, the drafting nothing.
+            double est = NAN;
+            if (r.n_drafts > 0 && r.n_gaps > 0) {
+                const double with = mean(r.tpot_ms) / 1e3;
+                const double without = with + ((double)r.n_accepted * r.verify_s / (double)r.n_drafts - r.draft_s) / (double)r.n_gaps;
+                est = without / with;
+            }
+            const bool same = r.outputs == none.outputs;
+            lossless = lossless && same;
+            char e[32] = "-";
+            if (std::isfinite(est)) std::snprintf(e, sizeof e, "%.2fx", est);
+            std::printf("%-8s %12.3f %12.3f %10.2fx %13.2f %13.2fx %9.2f - %-8.2f %9s %9s\n", name.c_str(), mean(r.tpot_ms),
+                        p99(r.tpot_ms), p99(r.tpot_ms) / p99(none.tpot_ms), acc, mean(none.tpot_ms) / mean(r.tpot_ms), lo, hi,
+                        e, same ? "yes" : "NO");
+        };
+        row("none", none);
+        for (const auto& [name, r] : rows) row(name, r);
+    }
     std::printf("\naccepted_len: tokens per verifying step (accepted drafts + the target's own); gain: none's TPOT mean / "
-                "the source's, interval by the delta method over requests.\n");
-    return suffix.outputs == none.outputs && ngram.outputs == none.outputs ? 0 : 1;
+                "the source's, interval by the delta method over requests; estimate: the report's estimate from the parts; "
+                "p99_vs_none: the source's P99 TPOT / none's.\n");
+    return lossless ? 0 : 1;
 }
