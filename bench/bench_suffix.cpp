@@ -4,7 +4,7 @@
 // real TinyStories-656K with its Q8_0 copy as the draft, and the synthetic speculation pair of the
 // default config (models/steward-large-spec.gguf drafting with models/steward-small-spec.gguf)
 // when its files are there. Per pair and source: TPOT mean and P99 (ms), P99 against no
-// speculation's, the mean accepted length (tokens per verifying step, the target's own included),
+// speculation's (suffix both as chains and as token trees, tree = dynamic), the mean accepted length (tokens per verifying step, the target's own included),
 // the measured TPOT gain against no speculation with its 95% interval, the estimate from the
 // measured parts (the report's formula), and whether every output equals no speculation's.
 //   bench_suffix [--model ../shared/testdata/real/TinyStories-656K.f32.gguf]
@@ -58,7 +58,7 @@ struct Result {
 };
 
 Result run(const Model& m, const Model* draft, const Options& o, const std::vector<std::vector<int32_t>>& prompts,
-           SpecSource src) {
+           SpecSource src, bool tree = false) {
     EngineOptions eo;
     eo.draft_model = src == SpecSource::DRAFT ? draft : nullptr;
     eo.n_blocks = 1024;
@@ -76,6 +76,7 @@ Result run(const Model& m, const Model* draft, const Options& o, const std::vect
         q.stop_at_eos = false;
         q.bucket = "agent";
         if (src != SpecSource::NONE) q.spec = SpecSettings{src, src == SpecSource::DRAFT ? o.draft_k : o.k};
+        if (tree) q.spec.tree = SpecTree::DYNAMIC;
         if (auto ok = eng.submit(std::move(q)); !ok) {
             std::fprintf(stderr, "bench_suffix: submit: %s\n", ok.error().message.c_str());
             std::exit(1);
@@ -230,7 +231,8 @@ int main(int argc, char** argv) {
         if (draft) rows.push_back({"draft", run(m, draft.get(), o, prompts, SpecSource::DRAFT)});
         rows.push_back({"ngram", run(m, nullptr, o, prompts, SpecSource::NGRAM)});
         rows.push_back({"suffix", run(m, nullptr, o, prompts, SpecSource::SUFFIX)});
-        std::printf("%-8s %12s %12s %11s %13s %14s %20s %9s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "p99_vs_none",
+        rows.push_back({"suffix_tree", run(m, nullptr, o, prompts, SpecSource::SUFFIX, true)});
+        std::printf("%-11s %12s %12s %11s %13s %14s %20s %9s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "p99_vs_none",
                     "accepted_len", "gain_measured", "gain_95%_interval", "estimate", "lossless");
         auto row = [&](const std::string& name, const Result& r) {
             const double acc = r.n_drafts > 0 ? 1.0 + (double)r.n_accepted / (double)r.n_drafts : 1.0;
@@ -247,7 +249,7 @@ int main(int argc, char** argv) {
             lossless = lossless && same;
             char e[32] = "-";
             if (std::isfinite(est)) std::snprintf(e, sizeof e, "%.2fx", est);
-            std::printf("%-8s %12.3f %12.3f %10.2fx %13.2f %13.2fx %9.2f - %-8.2f %9s %9s\n", name.c_str(), mean(r.tpot_ms),
+            std::printf("%-11s %12.3f %12.3f %10.2fx %13.2f %13.2fx %9.2f - %-8.2f %9s %9s\n", name.c_str(), mean(r.tpot_ms),
                         p99(r.tpot_ms), p99(r.tpot_ms) / p99(none.tpot_ms), acc, mean(none.tpot_ms) / mean(r.tpot_ms), lo, hi,
                         e, same ? "yes" : "NO");
         };

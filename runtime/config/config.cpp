@@ -784,9 +784,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                     if (tr != "chain" && tr != "fixed" && tr != "dynamic")
                         return fail(at + "tree is \"" + tr + "\"; use \"chain\", \"fixed\" (tree_branch children per node, "
                                     "tree_depth deep) or \"dynamic\" (EAGLE-2: grown where the draft is surest)");
-                    if (tr != "chain" && (so == "ngram" || so == "suffix"))
-                        return fail(at + "an " + (so == "ngram" ? std::string("n-gram") : std::string("suffix")) +
-                                    " draft is a chain; drop tree or use source = \"draft\" or \"self\"");
+                    if (tr != "chain" && so == "ngram")
+                        return fail(at + "an n-gram draft is a chain; drop tree or use source = \"draft\", \"self\" or "
+                                    "\"suffix\" (tree = \"dynamic\")");
+                    if (tr == "fixed" && so == "suffix")
+                        return fail(at + "a suffix tree grows where its history branches: use tree = \"dynamic\" (or "
+                                    "\"chain\"), not \"fixed\"");
                 }
                 if (spec.plugin.empty())
                     return fail(spec.where + ": [bucket." + kind + "] of bucket '" + b.name +

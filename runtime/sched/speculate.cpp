@@ -38,10 +38,12 @@ Expected<bool> check_spec_settings(const SpecSettings& s, bool has_draft_model, 
         return make_error("speculation suffix min_match ", std::to_string(s.suffix_min_match), " / min_prob ",
                           std::to_string(s.suffix_min_prob), " is invalid; it needs 1 <= min_match <= 16 and 0 <= min_prob <= 1");
     if (s.tree != SpecTree::CHAIN) {
-        if (s.source == SpecSource::NGRAM || s.source == SpecSource::SUFFIX)
-            return make_error(
-                "speculation tree asked with source '", s.source == SpecSource::NGRAM ? "ngram" : "suffix",
-                "'; its drafts are chains: use tree 'chain', or source 'draft' / 'self' for a tree");
+        if (s.source == SpecSource::NGRAM)
+            return make_error("speculation tree asked with source 'ngram'; its drafts are chains: use tree 'chain', "
+                              "or source 'draft' / 'self' / 'suffix' (tree 'dynamic') for a tree");
+        if (s.source == SpecSource::SUFFIX && s.tree != SpecTree::DYNAMIC)
+            return make_error("speculation tree 'fixed' asked with source 'suffix'; a suffix tree grows where its "
+                              "history branches: use tree 'dynamic' or 'chain'");
         if (s.tree_branch < 1 || s.tree_branch > k_max_tree_branch)
             return make_error("speculation tree_branch ", std::to_string(s.tree_branch), " is outside [1, ",
                               std::to_string(k_max_tree_branch), "]; pick the children per node in that range");
@@ -88,7 +90,7 @@ SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s
 }
 
 SpecDraft draft_suffix(std::span<const int32_t> all_tokens, const std::deque<SuffixCorpus::Text>* corpus,
-                       const SpecSettings& s, int k) {
+                       const SpecSettings& s, int k, int max_depth) {
     SpecDraft d;
     d.kind = DraftKind::CHOSEN;
     if (k <= 0) return d;
@@ -96,7 +98,17 @@ SpecDraft draft_suffix(std::span<const int32_t> all_tokens, const std::deque<Suf
     p.min_match = s.suffix_min_match;
     p.min_prob = s.suffix_min_prob;
     p.k = k;
-    d.tokens = suffix_propose(all_tokens, corpus, p).tokens;
+    if (s.tree == SpecTree::CHAIN) {
+        d.tokens = suffix_propose(all_tokens, corpus, p).tokens;
+        return d;
+    }
+    // A tree where the history branches (k nodes at most, max_depth deep); one without a branch is
+    // verified as the chain it is.
+    SuffixTree t = suffix_propose_tree(all_tokens, corpus, p, max_depth);
+    bool branches = false;
+    for (size_t i = 0; i < t.parents.size(); i++) branches = branches || t.parents[i] != (int32_t)i;
+    d.tokens = std::move(t.tokens);
+    if (branches) d.parents = std::move(t.parents);
     return d;
 }
 
@@ -471,10 +483,10 @@ SpecDraft Engine::draft_for(Seq& s, int max_k) {
     // chain's length and a tree's depth stop there; a tree's width only costs the step's budget.
     const int ctx = model_.params().n_ctx_train;
     const int n_out = std::min(s.req.max_tokens - s.n_generated - 1, ctx - (int)s.all_tokens.size());
-    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && spec.source != SpecSource::SUFFIX &&
-                      !sim_;  // the sim drafts chains
+    const bool tree = spec.tree != SpecTree::CHAIN && spec.source != SpecSource::NGRAM && !sim_;  // the sim drafts chains
     const int k = tree ? std::min(spec.k, max_k) : std::min({spec.k, max_k, n_out});
-    const int depth = std::min(spec.tree_depth, n_out);
+    // A suffix tree is as deep as its k allows (tree_depth shapes the draft models' trees).
+    const int depth = spec.source == SpecSource::SUFFIX ? std::min(k, n_out) : std::min(spec.tree_depth, n_out);
     if (k <= 0 || n_out <= 0) return {};
     // Structured output: the draft follows the grammar from the request's state (its root included),
     // on a fork: a chain proposes only tokens the constrained target can accept.
@@ -496,8 +508,8 @@ SpecDraft Engine::draft_for(Seq& s, int max_k) {
     } else if (spec.source == SpecSource::NGRAM || spec.source == SpecSource::SUFFIX) {
         d = spec.source == SpecSource::NGRAM
                 ? draft_ngram(s.all_tokens, spec, k)
-                : draft_suffix(s.all_tokens, suffix_corpus_.texts({s.req.tenant, s.req.bucket}), spec, k);
-        if (gm) {  // cut at the first token the grammar rejects (it could never be accepted)
+                : draft_suffix(s.all_tokens, suffix_corpus_.texts({s.req.tenant, s.req.bucket}), spec, k, depth);
+        if (gm && !d.is_tree()) {  // cut at the first token the grammar rejects (it could never be accepted)
             size_t n = 0;
             while (n < d.tokens.size() && dc.accept(d.tokens[n])) n++;
             d.tokens.resize(n);

@@ -49,7 +49,7 @@ struct SpecSettings {
     int ngram_min_n = 1;  // NGRAM: tail lengths tried, longest first (ngram.h)
     int ngram_max_n = 3;
     int self_layers = 0;              // SELF: the target layers that draft, [1, the target's n_layer)
-    SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; n-gram and suffix drafts are chains
+    SpecTree tree = SpecTree::CHAIN;  // DRAFT and SELF; SUFFIX: CHAIN or DYNAMIC; n-gram drafts are chains
     int suffix_min_match = 2;         // SUFFIX: tail tokens a match needs (spec/suffix.h SuffixParams)
     double suffix_min_prob = 0.1;     // SUFFIX: the draft stops below this estimated path probability
     int tree_branch = 2;              // FIXED and DYNAMIC: [1, k_max_tree_branch]
@@ -95,10 +95,12 @@ struct SpecDraft {
 
 // The n-gram draft of up to k tokens over the prompt and output so far (CHOSEN). Pure.
 SpecDraft draft_ngram(std::span<const int32_t> all_tokens, const SpecSettings& s, int k);
-// A suffix-decoding chain (spec/suffix.h) over the sequence's tokens and `corpus` (its tenant and
-// bucket's recent outputs; may be null), at most k tokens, as DraftKind::CHOSEN.
+// A suffix-decoding draft (spec/suffix.h) over the sequence's tokens and `corpus` (its tenant and
+// bucket's recent outputs; may be null), at most k tokens, as DraftKind::CHOSEN: a chain, or with
+// s.tree DYNAMIC a token tree (at most max_depth deep) where the occurrences branch (a chain when
+// they do not).
 SpecDraft draft_suffix(std::span<const int32_t> all_tokens, const std::deque<SuffixCorpus::Text>* corpus,
-                       const SpecSettings& s, int k);
+                       const SpecSettings& s, int k, int max_depth = k_max_spec_tokens);
 
 // What a verification gives: the accepted draft tokens (a path from the root), then the target's
 // own token (the replacement of the first rejected one, or the bonus after a leaf).

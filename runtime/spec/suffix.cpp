@@ -107,19 +107,19 @@ struct Occurrence {
     int32_t p;  // the position after the match: the first token that follows it
 };
 
-}  // namespace
-
-SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
-                           const SuffixParams& params) {
-    SuffixDraft d;
-    d.prob = 1.0;
+// The occurrences of the context's longest matching tail (at least min_match, compared up to
+// max_match): the context's own first (latest position first), then each text of the corpus, newest
+// first; at most max_occurrences. *best: the match length (0: none).
+std::vector<Occurrence> find_occurrences(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
+                                         const SuffixParams& params, int32_t* best_out) {
+    std::vector<Occurrence> occ;
+    *best_out = 0;
     const int32_t len = (int32_t)context.size();
     const int32_t m = std::max(params.min_match, 1);
-    if (params.k <= 0 || len < m || params.max_occurrences <= 0) return d;
+    if (params.k <= 0 || len < m || params.max_occurrences <= 0) return occ;
     const int32_t* ctx = context.data();
     const int32_t* tail = ctx + (len - m);
     int32_t best = 0;
-    std::vector<Occurrence> occ;
     auto consider = [&](const int32_t* t, int32_t n, int32_t p) {
         // t[p - m, p) equals the tail's last m tokens; extend the match backwards.
         const int32_t lim = std::min({std::max(params.max_match, m), p, len});
@@ -151,6 +151,18 @@ SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<Su
                 if (std::memcmp(t + *p - m, tail, (size_t)m * sizeof(int32_t)) == 0) consider(t, n, *p);
         }
     }
+    *best_out = best;
+    return occ;
+}
+
+}  // namespace
+
+SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
+                           const SuffixParams& params) {
+    SuffixDraft d;
+    d.prob = 1.0;
+    int32_t best = 0;
+    std::vector<Occurrence> occ = find_occurrences(context, corpus, params, &best);
     if (occ.empty()) return d;
     d.match_len = best;
     d.n_occurrences = (int32_t)occ.size();
@@ -178,6 +190,60 @@ SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<Su
         std::erase_if(occ, [&](const Occurrence& o) { return o.p + j >= o.n || o.t[o.p + j] != tok; });
     }
     return d;
+}
+
+SuffixTree suffix_propose_tree(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
+                               const SuffixParams& params, int32_t max_depth) {
+    SuffixTree tree;
+    int32_t best = 0;
+    std::vector<Occurrence> root = find_occurrences(context, corpus, params, &best);
+    if (root.empty() || max_depth <= 0) return tree;
+    tree.match_len = best;
+    tree.n_occurrences = (int32_t)root.size();
+    // A candidate child: its parent node, token, depth, probability, the occurrences that continue
+    // with it, and the order it was found in (ties).
+    struct Candidate {
+        double prob;
+        int64_t order;
+        int32_t parent, token, depth;
+        std::vector<Occurrence> occ;
+    };
+    std::vector<Candidate> open;
+    int64_t found = 0;
+    // The children of a node (depth d, its occurrences and probability): one candidate per distinct
+    // next token, most frequent first (ties: the most recent occurrence's token first).
+    auto expand = [&](int32_t node, int32_t depth, double prob, const std::vector<Occurrence>& occ) {
+        if (depth >= max_depth) return;
+        std::vector<std::pair<int32_t, std::vector<Occurrence>>> groups;  // in order of first occurrence
+        int32_t total = 0;
+        for (const Occurrence& o : occ) {
+            if (o.p + depth >= o.n) continue;
+            const int32_t tok = o.t[o.p + depth];
+            total++;
+            auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == tok; });
+            if (g == groups.end()) groups.push_back({tok, {o}});
+            else g->second.push_back(o);
+        }
+        std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+        for (auto& [tok, g] : groups) {
+            const double p = prob * (double)g.size() / (double)total;
+            if (p < params.min_prob) continue;
+            open.push_back({p, found++, node, tok, depth + 1, std::move(g)});
+        }
+    };
+    expand(0, 0, 1.0, root);
+    while ((int32_t)tree.tokens.size() < params.k && !open.empty()) {
+        auto top = std::min_element(open.begin(), open.end(), [](const Candidate& a, const Candidate& b) {
+            return a.prob > b.prob || (a.prob == b.prob && a.order < b.order);
+        });
+        Candidate c = std::move(*top);
+        open.erase(top);
+        tree.tokens.push_back(c.token);
+        tree.parents.push_back(c.parent);
+        tree.probs.push_back(c.prob);
+        expand((int32_t)tree.tokens.size(), c.depth, c.prob, c.occ);
+    }
+    return tree;
 }
 
 }  // namespace steward

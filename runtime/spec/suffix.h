@@ -103,4 +103,20 @@ struct SuffixDraft {
 SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
                            const SuffixParams& params);
 
+// A token tree of suffix drafts where the occurrences branch: the same occurrences as
+// suffix_propose, then nodes added best first by estimated path probability (a node's probability:
+// its parent's times its token's share among the parent's occurrences that have a next token), each
+// at least min_prob and at most max_depth below the root, until k nodes. Every candidate continuation
+// of every node competes, so the tree is deep where the history agrees and wide where it branches;
+// ties go to the candidate found first (shallower nodes, then the most frequent, then the most recent
+// occurrence's token). Node i + 1 is tokens[i] with parent parents[i] (0: the root, the context's
+// last token); parents come before their children. Empty when nothing matches.
+struct SuffixTree {
+    std::vector<int32_t> tokens, parents;
+    std::vector<double> probs;  // each node's estimated path probability
+    int32_t match_len = 0, n_occurrences = 0;
+};
+SuffixTree suffix_propose_tree(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
+                               const SuffixParams& params, int32_t max_depth);
+
 }  // namespace steward

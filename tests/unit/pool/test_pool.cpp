@@ -338,7 +338,7 @@ TEST_CASE("a bucket speculating with the target's own first layers or a token tr
         {"source = \"self\"\nself_layers = 0\n", "self_layers"},
         {"tree = \"bush\"\n", "\"dynamic\""},
         {"source = \"ngram\"\ntree = \"fixed\"\n", "n-gram draft is a chain"},
-        {"source = \"suffix\"\ntree = \"dynamic\"\n", "suffix draft is a chain"},
+        {"source = \"suffix\"\ntree = \"fixed\"\n", "use tree = \"dynamic\""},
         {"source = \"lookahead\"\n", "\"suffix\" (suffix decoding"},
         {"control_share = 0.7\n", "control_share"},
         {"tree = \"fixed\"\ntree_branch = 9\n", "tree_branch"},

@@ -200,6 +200,25 @@ TEST_CASE("greedy output is identical with n-gram, suffix and draft-model specul
             CHECK(mixed.stats.n_drafts > 0);
         }
     }
+    // Suffix token trees (tree = dynamic): branches where the tenant's history does, one forward.
+    for (int k : {4, 8}) {
+        INFO("suffix tree, k = " << k);
+        auto tree = [&](size_t) {
+            SpecSettings st = spec(SpecSource::SUFFIX, k);
+            st.tree = SpecTree::DYNAMIC;
+            st.suffix_min_match = 1;  // short matches: more occurrences, more branching
+            return st;
+        };
+        const auto alone = run(base_options(false), prompts, max_tokens, 1, tree, no_tweak);
+        CHECK(alone.out == off.out);
+        CHECK(alone.finish == off.finish);
+        CHECK(alone.stats.n_drafts > 0);
+        CHECK(alone.stats.n_accepted_tokens > 0);
+        CHECK(alone.stats.n_spec_branches > alone.stats.n_drafts);  // some drafts were trees
+        const auto mixed = run(base_options(false), prompts, max_tokens, 16,
+                               [&](size_t i) { return i % 2 ? SpecSettings{} : tree(i); }, no_tweak);
+        CHECK(mixed.out == off.out);
+    }
 }
 
 TEST_CASE("greedy speculation keeps penalties, logit bias and EOS exactly as the plain path applies them", "[speculate]") {
@@ -349,17 +368,25 @@ TEST_CASE("sampled speculation keeps the target's distribution of the first spec
         return c;
     };
     const auto off = second(run(base_options(false), prompts, 3, 64, [](size_t) { return SpecSettings{}; }, tweak_seeds(1000)));
-    for (auto src : {SpecSource::NGRAM, SpecSource::SUFFIX, SpecSource::DRAFT}) {
-        INFO((src == SpecSource::DRAFT ? "draft model (SAMPLED)" : src == SpecSource::SUFFIX ? "suffix (CHOSEN)" : "n-gram (CHOSEN)"));
+    for (int variant = 0; variant < 4; variant++) {
+        const SpecSource src = variant == 0 ? SpecSource::NGRAM : variant == 3 ? SpecSource::DRAFT : SpecSource::SUFFIX;
+        const bool tree = variant == 2;
+        INFO((src == SpecSource::DRAFT ? "draft model (SAMPLED)"
+              : tree                   ? "suffix tree (CHOSEN)"
+              : src == SpecSource::SUFFIX ? "suffix (CHOSEN)"
+                                          : "n-gram (CHOSEN)"));
         // Suffix: one-token matches, so the second token finds the other requests' outputs that
-        // followed the same first token (the tenant's corpus fills as requests finish).
+        // followed the same first token (the tenant's corpus fills as requests finish); a tree holds
+        // several of those continuations at once.
         auto settings = [&](size_t) {
-            SpecSettings st = spec(src, 2);
+            SpecSettings st = spec(src, tree ? 4 : 2);
             st.suffix_min_match = 1;
+            if (tree) st.tree = SpecTree::DYNAMIC;
             return st;
         };
         const auto res = run(base_options(src == SpecSource::DRAFT), prompts, 3, 64, settings, tweak_seeds(100000));
         CHECK(res.stats.n_drafts > 0);
+        if (tree) CHECK(res.stats.n_spec_branches > res.stats.n_drafts);  // trees were verified
         const auto on = second(res);
         std::set<int32_t> ids;
         for (auto& [t, c] : off) ids.insert(t);

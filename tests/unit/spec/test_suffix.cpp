@@ -3,6 +3,8 @@
 // corpus's memory caps under random use.
 #include <catch2/catch.hpp>
 #include <deque>
+#include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
@@ -135,6 +137,105 @@ TEST_CASE("Suffix drafts equal a naive search over the context and the tenant's 
             CHECK(seen);
         }
     }
+}
+
+TEST_CASE("Suffix trees hold the k most probable continuations of a naive trie over the occurrences", "[spec][suffix]") {
+    std::mt19937 rng(777);
+    int n_branching = 0;
+    for (int round = 0; round < 300; round++) {
+        SuffixParams pr;
+        pr.min_match = 1 + (int)(rng() % 2);
+        pr.max_match = pr.min_match + (int)(rng() % 8);
+        pr.k = (int)(rng() % 12);
+        pr.min_prob = (rng() % 4) * 0.1;
+        pr.max_occurrences = 1 + (int)(rng() % 12);
+        const int max_depth = 1 + (int)(rng() % 8);
+        const int alphabet = 3 + (int)(rng() % 5);
+        SuffixCorpus corpus({1 << 20, 1 << 20, 4096}, pr.min_match);
+        const SuffixKey key{1, "agent"};
+        std::deque<std::vector<int32_t>> texts;
+        for (int i = 0, n = (int)(rng() % 5); i < n; i++) {
+            auto t = random_text(rng, 2 + (int)(rng() % 60), alphabet);
+            corpus.add(key, t);
+            if ((int)t.size() >= pr.min_match + 1) texts.push_front(t);
+        }
+        const auto ctx = random_text(rng, (int)(rng() % 80), alphabet);
+        const SuffixTree got = suffix_propose_tree(ctx, corpus.texts(key), pr, max_depth);
+        INFO("round " << round);
+        // The reference: the chain reference's occurrences (its match length and count), then every
+        // node of the trie of their continuations: a child's probability is its parent's times its
+        // token's share among the parent's occurrences that continue; kept at min_prob and above,
+        // max_depth deep.
+        SuffixParams one = pr;
+        one.k = std::max(pr.k, 1);
+        const SuffixDraft chain = naive(ctx, texts, one);
+        CHECK(got.match_len == (pr.k > 0 ? chain.match_len : 0));
+        std::map<std::vector<int32_t>, double> trie;  // path -> probability
+        {
+            // Recompute the occurrences as (text, p) pairs the way naive() does.
+            struct O {
+                const std::vector<int32_t>* t;
+                int p;
+            };
+            std::vector<O> all;
+            const int len = (int)ctx.size(), m = pr.min_match;
+            std::vector<int> lens;
+            auto scan = [&](const std::vector<int32_t>& t, int n) {
+                for (int p = n - 1; p >= m && len >= m; --p) {
+                    int l = 0;
+                    while (l < std::min({pr.max_match, p, len}) && t[(size_t)(p - 1 - l)] == ctx[(size_t)(len - 1 - l)]) l++;
+                    if (l >= m) all.push_back({&t, p}), lens.push_back(l);
+                }
+            };
+            scan(ctx, len);
+            for (const auto& t : texts) scan(t, (int)t.size());
+            int best = 0;
+            for (int l : lens) best = std::max(best, l);
+            std::vector<O> occ;
+            for (size_t i = 0; i < all.size(); i++)
+                if (lens[i] == best && (int)occ.size() < pr.max_occurrences) occ.push_back(all[i]);
+            std::function<void(const std::vector<int32_t>&, const std::vector<O>&, double)> grow =
+                [&](const std::vector<int32_t>& path, const std::vector<O>& os, double prob) {
+                    const int d = (int)path.size();
+                    if (d >= max_depth) return;
+                    std::map<int32_t, std::vector<O>> next;
+                    int total = 0;
+                    for (const O& o : os)
+                        if (o.p + d < (int)o.t->size()) next[(*o.t)[(size_t)(o.p + d)]].push_back(o), total++;
+                    for (const auto& [tok, g] : next) {
+                        const double p = prob * (double)g.size() / total;
+                        if (p < pr.min_prob) continue;
+                        std::vector<int32_t> child = path;
+                        child.push_back(tok);
+                        trie[child] = p;
+                        grow(child, g, p);
+                    }
+                };
+            if (pr.k > 0) grow({}, occ, 1.0);
+        }
+        std::vector<double> want;
+        for (const auto& [path, p] : trie) want.push_back(p);
+        std::sort(want.rbegin(), want.rend());
+        if ((int)want.size() > pr.k) want.resize((size_t)std::max(pr.k, 0));
+        std::vector<double> have = got.probs;
+        std::sort(have.rbegin(), have.rend());
+        REQUIRE(have.size() == want.size());
+        for (size_t i = 0; i < have.size(); i++) CHECK(have[i] == Approx(want[i]));
+        // Each node's path is a path of the trie with that probability; parents come first.
+        bool branches = false;
+        for (size_t i = 0; i < got.tokens.size(); i++) {
+            REQUIRE(got.parents[i] >= 0);
+            REQUIRE(got.parents[i] <= (int32_t)i);
+            branches = branches || got.parents[i] != (int32_t)i;
+            std::vector<int32_t> path{got.tokens[i]};
+            for (int32_t q = got.parents[i]; q > 0; q = got.parents[(size_t)q - 1]) path.insert(path.begin(), got.tokens[(size_t)q - 1]);
+            REQUIRE(trie.count(path) == 1);
+            CHECK(trie.at(path) == Approx(got.probs[i]));
+            CHECK((int)path.size() <= max_depth);
+        }
+        n_branching += branches;
+    }
+    CHECK(n_branching > 30);  // the rounds exercise branching, not only chains
 }
 
 TEST_CASE("A suffix draft never holds a token of another tenant's outputs", "[spec][suffix]") {
