@@ -121,6 +121,11 @@ struct PoolConfig {
     std::string kv_type_v;          // V's type, same names; empty: kv_dtype
     int max_batch = 32;             // sequences per step
     int max_batch_tokens = 512;     // token budget per step (chunked prefill fills the rest; bench_sched)
+    // Speculation's cap on a step shared with sequences that do not draft (other buckets, controls,
+    // prefill chunks): the drafts of a step may add at most this share of its predicted plain time
+    // (priced at the measured cost per verified and per drafted token), so they cannot take more
+    // than that from the others' TPOT. 0: no cap. In [0, 10].
+    double spec_max_slowdown = 0.05;
     int max_queue = 256;            // waiting requests before 'overloaded'
     double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
     bool prefix_cache = true;

@@ -422,6 +422,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                       r.get("kv_type_k", p.kv_type_k) && r.get("kv_type_v", p.kv_type_v) &&
                       r.get_in("max_batch", p.max_batch, 1, (double)k_max_batch, "in [1, 4096] sequences") &&
                       r.get_in("max_batch_tokens", p.max_batch_tokens, 1, (double)k_max_batch_tokens, "in [1, 65536] tokens") &&
+                      r.get_in("spec_max_slowdown", p.spec_max_slowdown, 0, 10, "in [0, 10] (a share of the plain step; 0: no cap)") &&
                       r.get_in("max_queue", p.max_queue, 1, (double)k_max_queue, "in [1, 1048576] requests (0 would refuse every request)") &&
                       r.get("prefix_cache", p.prefix_cache) && r.get("chat_template_file", p.chat_template_file) &&
                       r.get("pooling", p.pooling) &&
@@ -537,7 +538,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
                 const std::string at = where(src, t.source()) + ": pool '" + p.name + "' is remote (\"" + p.remote + "\"): ";
                 for (const char* k : {"model", "synth", "draft", "backend", "threads", "kv_blocks", "kv_gib", "block_size",
                                       "kv_dtype", "kv_type_k", "kv_type_v", "max_batch", "max_batch_tokens", "kv_overcommit", "prefix_cache",
-                                      "gpu_memory_fraction", "cuda_graphs", "ctx"})
+                                      "gpu_memory_fraction", "cuda_graphs", "ctx", "spec_max_slowdown"})
                     if (r.has(k))
                         return fail(at + "'" + k + "' belongs in the worker's own config (its [[pool]]); remove it here");
                 std::string host;

@@ -419,6 +419,7 @@ EngineOptions engine_options(const Pool& p, const Config& config) {
     eo.kv_dtype_v = kv_types_of(pc).v;
     eo.max_batch = pc.max_batch;
     eo.max_batch_tokens = pc.max_batch_tokens;
+    eo.spec_max_slowdown = pc.spec_max_slowdown;
     eo.max_queue = pc.max_queue;
     eo.n_threads = pc.threads;
     eo.prefix_cache = pc.prefix_cache;

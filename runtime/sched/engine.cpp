@@ -799,6 +799,18 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
     // sequence that could draft now: a decode step with at least two tokens left to produce.
     int n_plain_tokens = 0;
     for (const Planned& p : plan) n_plain_tokens += p.n;
+    // The cap on what the drafts may add to a step shared with sequences that do not draft: a share
+    // of the predicted plain forward, once the forward's cost per token is measured (< 0: no cap).
+    double allowance_ms = -1;
+    if (opt_.spec_max_slowdown > 0 && !sim_) {
+        bool others = false;
+        for (const Planned& p : plan) {
+            const Seq& s = *seqs_.at(p.id);
+            others = others || p.n > 1 || !s.req.spec.enabled();
+        }
+        const double t_plain = forward_fit_.at(n_plain_tokens);
+        if (others && forward_fit_.slope() >= 0 && t_plain > 0) allowance_ms = opt_.spec_max_slowdown * t_plain;
+    }
     if (!g_forced_set.load(std::memory_order_relaxed))
         for (Planned& p : plan) {
             if (budget <= 0) break;
@@ -810,6 +822,15 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
             if (!may_draft) continue;
             max_k = std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens));
             if (max_k <= 0) continue;
+            double per_token_ms = 0;
+            if (allowance_ms >= 0) {
+                per_token_ms = forward_fit_.slope() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]);
+                if (per_token_ms > 0) max_k = std::min<int>(max_k, (int)std::floor(allowance_ms / per_token_ms));
+                if (max_k <= 0) {
+                    stats_.n_spec_capped++;
+                    continue;
+                }
+            }
             // Tokens the draft model must catch up on first (its whole prompt at the first draft,
             // the output since its last draft after k = 0 steps): such a draft's time is not per
             // token. (A simulated draft's time is its device time, which the backend prices at the
@@ -838,6 +859,7 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
             }
             p.n += p.draft.k();
             budget -= p.draft.k();
+            if (allowance_ms >= 0) allowance_ms -= per_token_ms * p.draft.k();
         }
     return plan;
 }

@@ -48,6 +48,11 @@ struct EngineOptions {
     int n_threads = 0;
     bool prefix_cache = true;
     double session_ttl_s = 60.0;
+    // Speculation's cap on a step that also holds sequences not drafting (other buckets, controls,
+    // prefill chunks): the step's drafts may add at most this share of its predicted plain forward
+    // time, each draft token priced at the measured cost per verified token plus its source's cost
+    // per drafted token. 0: no cap (the default here; a pool's config sets spec_max_slowdown).
+    double spec_max_slowdown = 0.0;
     // Prefill order within a priority: shortest remaining prompt first with aging (true), or by
     // arrival (false: FCFS, what the engine did before; bench_sched compares the two).
     bool prefill_srpt = true;
@@ -190,6 +195,7 @@ struct EngineStats {
     double step_s = 0, forward_s = 0;
     int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;  // as EngineEvent's
     int64_t n_spec_asks = 0, n_spec_fallbacks = 0;  // speculation policy questions, and invalid answers
+    int64_t n_spec_capped = 0;  // drafts left out because the step's spec_max_slowdown allowance was spent
     double draft_s = 0, verify_s = 0;               // as EngineEvent's, summed over requests
     int64_t n_masked = 0, n_forced = 0;             // as EngineEvent's, summed over requests
     double mask_s = 0;

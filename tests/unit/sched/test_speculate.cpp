@@ -758,3 +758,49 @@ TEST_CASE("the speculation control share picks its share of runs by id, the same
     for (uint64_t req = 1; req <= 5000; req++) n += speculation_control(req << 2, 0.2);
     CHECK(std::abs(n - 1000) <= 4 * std::sqrt(5000 * 0.2 * 0.8));
 }
+
+TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence that does not draft, and only those",
+          "[speculate]") {
+    const auto prompts = repeating_prompts(2, 17);
+    // Request 1 drafts (n-gram over its repetitive prompt), request 2 does not; both 60 tokens. With a
+    // vanishing allowance, once the forward's cost per token is measured (from the third step on:
+    // the fit needs two steps of different sizes), no step that holds request 2 carries a draft;
+    // after it finishes, request 1 drafts alone. Without the cap it drafts beside request 2 too.
+    auto drafts_beside = [&](double slowdown, int* after, std::vector<int32_t>* out1) {
+        EngineOptions o = base_options(false);
+        o.spec_max_slowdown = slowdown;
+        Engine e(*models().target, o);
+        for (int i = 0; i < 2; i++) {
+            EngineRequest r;
+            r.id = (uint64_t)i + 1;
+            r.prompt = prompts[(size_t)i];
+            r.max_tokens = i == 0 ? 60 : 30;
+            r.stop_at_eos = false;
+            if (i == 0) r.spec = spec(SpecSource::NGRAM, 4);
+            REQUIRE(e.submit(r).ok());
+        }
+        int beside = 0, n_step = 0;
+        bool two_live = true;
+        *after = 0;
+        while (e.has_work()) {
+            const int64_t before = e.stats().n_drafts;
+            bool finished_2 = false;
+            for (auto& ev : e.step(0.0)) {
+                if (ev.id == 1) out1->insert(out1->end(), ev.tokens.begin(), ev.tokens.end());
+                if (ev.id == 2 && ev.finished) finished_2 = true;
+            }
+            const int64_t n = e.stats().n_drafts - before;
+            if (++n_step >= 3 && two_live) beside += (int)n;
+            if (!two_live) *after += (int)n;
+            if (finished_2) two_live = false;
+        }
+        return beside;
+    };
+    std::vector<int32_t> capped_out, free_out;
+    int after_capped = 0, after_free = 0;
+    CHECK(drafts_beside(1e-9, &after_capped, &capped_out) == 0);
+    CHECK(after_capped > 0);
+    CHECK(drafts_beside(0.0, &after_free, &free_out) > 0);
+    CHECK(capped_out == free_out);  // lossless either way
+    CHECK(capped_out.size() == 60);
+}
