@@ -57,6 +57,8 @@ TEST_CASE("hostile config values are refused with file:line:column and the rule,
         {k_pool + "threads = -1\n", "[[pool]].threads is -1"},
         {k_pool + "max_queue = -1\n", "[[pool]].max_queue is -1"},
         {k_pool + "max_queue = 0\n", "[[pool]].max_queue is 0; it must be in [1, 1048576] requests (0 would refuse every request)"},
+        {k_pool + "spec_max_slowdown = -0.1\n", "[[pool]].spec_max_slowdown is -0.1; it must be in [0, 10]"},
+        {k_pool + "spec_max_slowdown = nan\n", "[[pool]].spec_max_slowdown is nan"},
         // NaN, inf and negatives where they mean nothing.
         {k_pool + "price_prompt = nan\n", "x.toml:4:16: [[pool]].price_prompt is nan; it must be a finite number"},
         {k_pool + "price_output = -1.5\n", "[[pool]].price_output is -1.5; it must be a price >= 0"},
