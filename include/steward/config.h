@@ -124,8 +124,9 @@ struct PoolConfig {
     // Speculation's cap on a step shared with sequences that do not draft (other buckets, controls,
     // prefill chunks): the drafts of a step may add at most this share of its predicted plain time
     // (priced at the measured cost per verified and per drafted token), so they cannot take more
-    // than that from the others' TPOT. 0: no cap. In [0, 10].
-    double spec_max_slowdown = 0.05;
+    // than that from the others' TPOT. 0: no cap (the default; configs/default.toml sets 0.05). In
+    // [0, 10].
+    double spec_max_slowdown = 0.0;
     int max_queue = 256;            // waiting requests before 'overloaded'
     double kv_overcommit = 1.0;     // KV admission: reservations may total kv_blocks x this (>= 1; 1: no preemption among admitted requests)
     bool prefix_cache = true;
