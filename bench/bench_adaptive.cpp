@@ -14,7 +14,6 @@
 //                  [--q8 ../shared/testdata/real/TinyStories-656K.q8_0.gguf] [--n 20] [--max-tokens 200]
 //                  [--k-max 16] [--ks 1,2,4,8,16] [--reps 3] [--threads 1] [--plugin PATH] [--dir DIR]
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "plugin/plugin_loader.h"
@@ -33,7 +33,9 @@
 #include "sched/engine.h"
 
 using namespace steward;
-using clk = std::chrono::steady_clock;
+using bench::median;
+using bench::p99;
+using bench::mean;
 
 namespace {
 
@@ -44,14 +46,6 @@ struct Options {
     int n = 20, max_tokens = 200, k_max = 16, reps = 3, threads = 1;
     std::vector<int> ks{1, 2, 4, 8, 16};
 };
-
-std::string cpu_model() {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown CPU";
-}
 
 [[noreturn]] void die(const std::string& what) {
     std::fprintf(stderr, "bench_adaptive: %s\n", what.c_str());
@@ -97,10 +91,7 @@ void write_rotated_copy(const std::string& target, const std::string& out) {
     if (auto r = w.write(out, t.alignment()); !r) die(r.error().message);
 }
 
-struct Result {
-    std::vector<std::vector<int32_t>> outputs;
-    std::vector<double> tpot_ms;  // per request: decode time / (tokens - 1)
-    int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted = 0, n_steps = 0;
+struct Result : bench::SequentialRun {
     double step_ms = 0, forward_ms = 0, draft_ms_tok = -1, verify_ms_tok = -1;  // the engine's measurements
 };
 
@@ -116,57 +107,28 @@ Result run(const Model& target, const Model* draft, const std::vector<std::vecto
     eo.draft_model = draft;
     Engine eng(target, eo);
     Result r;
-    for (size_t i = 0; i < prompts.size(); i++) {
-        EngineRequest q;
-        q.id = i + 1;
-        q.prompt = prompts[i];
-        q.max_tokens = o.max_tokens;
-        q.stop_at_eos = false;
-        q.bucket = "long_output";
-        if (draft && k > 0) {
-            q.spec = SpecSettings{SpecSource::DRAFT, k};
-            q.speculation = policy;
-        }
-        if (auto ok = eng.submit(std::move(q)); !ok) die("submit: " + ok.error().message);
-        std::vector<int32_t> out;
-        std::vector<double> times;
-        const auto t0 = clk::now();
-        while (eng.has_work()) {
-            for (EngineEvent& ev : eng.step(std::chrono::duration<double>(clk::now() - t0).count())) {
-                const double t = std::chrono::duration<double>(clk::now() - t0).count();
-                for (int32_t tok : ev.tokens) out.push_back(tok), times.push_back(t);
-                if (ev.finished) {
-                    r.n_drafts += ev.n_drafts;
-                    r.n_draft_tokens += ev.n_draft_tokens;
-                    r.n_accepted += ev.n_accepted_tokens;
-                }
+    static_cast<bench::SequentialRun&>(r) = bench::run_sequential(
+        eng, prompts.size(),
+        [&](size_t i) {
+            EngineRequest q;
+            q.id = i + 1;
+            q.prompt = prompts[i];
+            q.max_tokens = o.max_tokens;
+            q.stop_at_eos = false;
+            q.bucket = "long_output";
+            if (draft && k > 0) {
+                q.spec = SpecSettings{SpecSource::DRAFT, k};
+                q.speculation = policy;
             }
-            r.n_steps++;
-        }
-        if (times.size() >= 2) r.tpot_ms.push_back((times.back() - times.front()) * 1e3 / (double)(times.size() - 1));
-        r.outputs.push_back(std::move(out));
-    }
+            return q;
+        },
+        [](const std::string& what) { die(what); });
     const EngineStats st = eng.stats();
     r.step_ms = st.n_steps > 0 ? st.step_s * 1e3 / (double)st.n_steps : 0;
     r.forward_ms = st.n_steps > 0 ? st.forward_s * 1e3 / (double)st.n_steps : 0;
     r.draft_ms_tok = st.draft_ms_per_token_model;
     r.verify_ms_tok = st.verify_ms_per_token;
     return r;
-}
-
-double mean(const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? NAN : s / (double)v.size();
-}
-double p99(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    return v[(size_t)std::min<double>((double)v.size() - 1, std::ceil(0.99 * (double)v.size()) - 1)];
-}
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? NAN : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 std::string exe_dir() {
@@ -282,7 +244,7 @@ int main(int argc, char** argv) {
     }
     std::printf("bench_adaptive: %s, %d requests of %d tokens, greedy, one at a time, %d thread(s), %d reps (median)\n",
                 o.model.c_str(), o.n, o.max_tokens, o.threads, o.reps);
-    std::printf("CPU: %s\n\n", cpu_model().c_str());
+    std::printf("CPU: %s\n\n", bench::cpu_model().c_str());
     for (int rep = 0; rep < o.reps; rep++)
         for (Variant& c : configs) {
             std::shared_ptr<DraftBudgetPolicy> policy;

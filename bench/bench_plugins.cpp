@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "plugin/plugin_loader.h"
@@ -58,13 +59,7 @@ std::shared_ptr<RoutingPolicy> routing_plugin(PluginLoader& loader, const std::s
     return make_plugin<RoutingPolicy>(loader, name, PolicyKind::ROUTING);
 }
 
-// The CPU's model name, as lscpu prints it (from /proc/cpuinfo).
-std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
-    return "unknown CPU";
-}
+using bench::cpu_model;
 
 template <typename F>
 double ns_per_call(int n, F&& f) {

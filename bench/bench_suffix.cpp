@@ -15,7 +15,6 @@
 // --repeat: the share of requests after the first round that repeat an earlier prompt exactly; the
 // rest repeat one with a word changed.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,11 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+#include "metrics/bucket_metrics.h"
 #include "model/model.h"
 #include "sched/engine.h"
 
 using namespace steward;
-using clk = std::chrono::steady_clock;
+using bench::mean;
+using bench::p99;
 
 namespace {
 
@@ -42,23 +44,9 @@ struct Options {
     uint64_t seed = 1;
 };
 
-std::string cpu_model() {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown CPU";
-}
-
-struct Result {
-    std::vector<std::vector<int32_t>> outputs;
-    std::vector<double> tpot_ms;  // per request: decode time / (tokens - 1)
-    int64_t n_steps_verified = 0, n_accepted = 0, n_drafts = 0, n_gaps = 0;
-    double draft_s = 0, verify_s = 0;
-};
-
-Result run(const Model& m, const Model* draft, const Options& o, const std::vector<std::vector<int32_t>>& prompts,
-           SpecSource src, bool tree = false) {
+// One source on one engine: the requests one at a time, greedy, no EOS stop.
+bench::SequentialRun run(const Model& m, const Model* draft, const Options& o, const std::vector<std::vector<int32_t>>& prompts,
+                         SpecSource src, bool tree = false) {
     EngineOptions eo;
     eo.draft_model = src == SpecSource::DRAFT ? draft : nullptr;
     eo.n_blocks = 1024;
@@ -67,62 +55,34 @@ Result run(const Model& m, const Model* draft, const Options& o, const std::vect
     eo.max_batch_tokens = 512;
     eo.n_threads = o.threads;
     Engine eng(m, eo);
-    Result r;
-    for (size_t i = 0; i < prompts.size(); i++) {
-        EngineRequest q;
-        q.id = i + 1;
-        q.prompt = prompts[i];
-        q.max_tokens = o.max_tokens;
-        q.stop_at_eos = false;
-        q.bucket = "agent";
-        if (src != SpecSource::NONE) q.spec = SpecSettings{src, src == SpecSource::DRAFT ? o.draft_k : o.k};
-        if (tree) q.spec.tree = SpecTree::DYNAMIC;
-        if (auto ok = eng.submit(std::move(q)); !ok) {
-            std::fprintf(stderr, "bench_suffix: submit: %s\n", ok.error().message.c_str());
+    return bench::run_sequential(
+        eng, prompts.size(),
+        [&](size_t i) {
+            EngineRequest q;
+            q.id = i + 1;
+            q.prompt = prompts[i];
+            q.max_tokens = o.max_tokens;
+            q.stop_at_eos = false;
+            q.bucket = "agent";
+            if (src != SpecSource::NONE) q.spec = SpecSettings{src, src == SpecSource::DRAFT ? o.draft_k : o.k};
+            if (tree) q.spec.tree = SpecTree::DYNAMIC;
+            return q;
+        },
+        [](const std::string& what) {
+            std::fprintf(stderr, "bench_suffix: %s\n", what.c_str());
             std::exit(1);
-        }
-        std::vector<int32_t> out;
-        std::vector<double> times;
-        auto t0 = clk::now();
-        while (eng.has_work()) {
-            for (EngineEvent& ev : eng.step(std::chrono::duration<double>(clk::now() - t0).count())) {
-                const double t = std::chrono::duration<double>(clk::now() - t0).count();
-                for (int32_t tok : ev.tokens) out.push_back(tok), times.push_back(t);
-                if (ev.finished) {
-                    r.n_drafts += ev.n_drafts;
-                    r.n_accepted += ev.n_accepted_tokens;
-                    r.draft_s += ev.draft_s;
-                    r.verify_s += ev.verify_s;
-                }
-            }
-        }
-        if (times.size() >= 2) r.tpot_ms.push_back((times.back() - times.front()) * 1e3 / (double)(times.size() - 1));
-        if (times.size() >= 2) r.n_gaps += (int64_t)times.size() - 1;
-        r.outputs.push_back(std::move(out));
-    }
-    return r;
+        });
 }
 
-double mean(const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? NAN : s / (double)v.size();
-}
-double p99(std::vector<double> v) {
-    if (v.empty()) return NAN;
-    std::sort(v.begin(), v.end());
-    return v[(size_t)std::min<double>((double)v.size() - 1, std::ceil(0.99 * (double)v.size()) - 1)];
-}
 // A 95% interval of the ratio of means a / b by the delta method over the requests' TPOTs.
 std::pair<double, double> ratio_ci(const std::vector<double>& a, const std::vector<double>& b) {
-    auto var = [](const std::vector<double>& v, double m) {
+    auto var_of_mean = [](const std::vector<double>& v, double m) {
         double s = 0;
         for (double x : v) s += (x - m) * (x - m);
         return v.size() > 1 ? s / (double)(v.size() - 1) / (double)v.size() : 0.0;
     };
-    const double ma = mean(a), mb = mean(b), r = ma / mb;
-    const double se = r * std::sqrt(var(a, ma) / (ma * ma) + var(b, mb) / (mb * mb));
-    return {r - 1.96 * se, r + 1.96 * se};
+    const double ma = bench::mean(a), mb = bench::mean(b);
+    return ratio_ci95(ma, var_of_mean(a, ma), mb, var_of_mean(b, mb));
 }
 
 }  // namespace
@@ -205,7 +165,7 @@ int main(int argc, char** argv) {
     std::printf("bench_suffix: %d requests (%d prompts, repeat %.2f), %d tokens each, greedy, one at a time, k %d "
                 "(draft model: %d), %d thread(s)\n",
                 o.n, o.prompts, o.repeat, o.max_tokens, o.k, o.draft_k, o.threads);
-    std::printf("CPU: %s\n", cpu_model().c_str());
+    std::printf("CPU: %s\n", bench::cpu_model().c_str());
     bool lossless = true;
     for (const Pair& pr : pairs) {
         auto model = Model::load(pr.target);
@@ -226,15 +186,15 @@ int main(int argc, char** argv) {
         std::vector<std::vector<int32_t>> prompts;
         for (const std::string& t : texts) prompts.push_back(m.tokenizer().encode(t, m.tokenizer().add_bos_default()));
         std::printf("\n%s: target %s, draft %s\n", pr.name.c_str(), pr.target.c_str(), draft ? pr.draft.c_str() : "(none)");
-        const Result none = run(m, nullptr, o, prompts, SpecSource::NONE);
-        std::vector<std::pair<std::string, Result>> rows;
+        const bench::SequentialRun none = run(m, nullptr, o, prompts, SpecSource::NONE);
+        std::vector<std::pair<std::string, bench::SequentialRun>> rows;
         if (draft) rows.push_back({"draft", run(m, draft.get(), o, prompts, SpecSource::DRAFT)});
         rows.push_back({"ngram", run(m, nullptr, o, prompts, SpecSource::NGRAM)});
         rows.push_back({"suffix", run(m, nullptr, o, prompts, SpecSource::SUFFIX)});
         rows.push_back({"suffix_tree", run(m, nullptr, o, prompts, SpecSource::SUFFIX, true)});
         std::printf("%-11s %12s %12s %11s %13s %14s %20s %9s %9s\n", "source", "tpot_mean_ms", "tpot_p99_ms", "p99_vs_none",
                     "accepted_len", "gain_measured", "gain_95%_interval", "estimate", "lossless");
-        auto row = [&](const std::string& name, const Result& r) {
+        auto row = [&](const std::string& name, const bench::SequentialRun& r) {
             const double acc = r.n_drafts > 0 ? 1.0 + (double)r.n_accepted / (double)r.n_drafts : 1.0;
             const auto [lo, hi] = ratio_ci(none.tpot_ms, r.tpot_ms);
             // The report's estimate (metrics/bucket_metrics.h speculation_gain): each accepted token
@@ -242,8 +202,7 @@ int main(int argc, char** argv) {
             double est = NAN;
             if (r.n_drafts > 0 && r.n_gaps > 0) {
                 const double with = mean(r.tpot_ms) / 1e3;
-                const double without = with + ((double)r.n_accepted * r.verify_s / (double)r.n_drafts - r.draft_s) / (double)r.n_gaps;
-                est = without / with;
+                est = spec_estimated_tpot_without(with, r.n_accepted, r.verify_s, r.n_drafts, r.draft_s, r.n_gaps) / with;
             }
             const bool same = r.outputs == none.outputs;
             lossless = lossless && same;

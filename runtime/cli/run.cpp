@@ -597,20 +597,22 @@ int run_compare(const RunOptions& o, const Workload& wl) {
                                    {"tool_hits", {"reuse", "tools", "hits"}, true},
                                    {"trips_saved", {"reuse", "tools", "round_trips_saved"}, true},
                                    {"tool_saved_tok", {"reuse", "tools", "resolved_tokens_saved"}, true}};
-    auto value = [](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
+    // A bucket's figure at `path` (null when absent): a bucket's figures are under "buckets", every
+    // request's under "all".
+    auto find = [](const nlohmann::json& m, const std::string& bucket, const std::vector<const char*>& path) -> const nlohmann::json* {
         const nlohmann::json* j = &m;
-        // A bucket's figures are under "buckets"; every request's under "all".
-        const std::vector<const char*> where =
+        std::vector<const char*> where =
             bucket == "all" ? std::vector<const char*>{"all"} : std::vector<const char*>{"buckets", bucket.c_str()};
+        where.insert(where.end(), path.begin(), path.end());
         for (const char* k : where) {
-            if (!j->is_object() || !j->contains(k)) return -1;
+            if (!j->is_object() || !j->contains(k)) return nullptr;
             j = &(*j)[k];
         }
-        for (const char* k : f.path) {
-            if (!j->is_object() || !j->contains(k)) return -1;
-            j = &(*j)[k];
-        }
-        return j->is_number() ? j->get<double>() : -1;
+        return j;
+    };
+    auto value = [&](const nlohmann::json& m, const std::string& bucket, const Fig& f) -> double {
+        const nlohmann::json* j = find(m, bucket, f.path);
+        return j && j->is_number() ? j->get<double>() : -1;
     };
     std::printf("\nablations: the same %zu requests through each variant; value (ratio to %s)\n%-12s %-10s", wl.requests.size(),
                 names[0].c_str(), "bucket", "figure");
@@ -646,12 +648,8 @@ int run_compare(const RunOptions& o, const Workload& wl) {
         const size_t i_off = (size_t)(off - names.begin());
         const Fig tpot{"tpot_mean", {"tpot_ms", "mean"}};
         auto spec = [&](const nlohmann::json& m, const std::string& b, const char* key) -> nlohmann::json {
-            const nlohmann::json* j = &m;
-            for (const char* k : {"buckets", b.c_str(), "speculation", key}) {
-                if (!j->is_object() || !j->contains(k)) return nullptr;
-                j = &(*j)[k];
-            }
-            return *j;
+            const nlohmann::json* j = find(m, b, {"speculation", key});
+            return j ? *j : nlohmann::json(nullptr);
         };
         bool header = false;
         for (const std::string& b : buckets) {

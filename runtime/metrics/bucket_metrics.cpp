@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace steward {
 
@@ -403,15 +404,25 @@ const char* spec_gain_source_name(SpecGainSource s) {
     return "none";
 }
 
+double spec_estimated_tpot_without(double tpot_with_s, int64_t n_accepted, double verify_s, int64_t n_drafts,
+                                   double draft_s, int64_t n_decode_gaps) {
+    const double verify_per_draft = verify_s / (double)n_drafts;
+    return tpot_with_s + ((double)n_accepted * verify_per_draft - draft_s) / (double)n_decode_gaps;
+}
+
+std::pair<double, double> ratio_ci95(double ma, double var_of_ma, double mb, double var_of_mb) {
+    const double r = ma / mb, se = r * std::sqrt(var_of_ma / (ma * ma) + var_of_mb / (mb * mb));
+    return {r - 1.96 * se, r + 1.96 * se};
+}
+
 SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s) {
     SpecGain g;
     const double with = m.tpot_spec_s.mean();
     if (m.n_drafts == 0 || !(with > 0)) return g;
     double estimated_without = std::numeric_limits<double>::quiet_NaN();
     if (m.n_decode_gaps_spec > 0) {
-        const double verify_per_draft = m.verify_s / (double)m.n_drafts;
-        estimated_without =
-            with + ((double)m.n_accepted_tokens * verify_per_draft - m.draft_s) / (double)m.n_decode_gaps_spec;
+        estimated_without = spec_estimated_tpot_without(with, m.n_accepted_tokens, m.verify_s, m.n_drafts, m.draft_s,
+                                                        m.n_decode_gaps_spec);
         g.estimate = estimated_without / with;
     }
     if (baseline_tpot_s && *baseline_tpot_s > 0) {
@@ -426,9 +437,7 @@ SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline
             const double mp = g.tpot_without_s, ms = with;
             const double vp = std::max(0.0, (m.tpot_plain_sq_s2 - np * mp * mp) / (np - 1)) / np;
             const double vs = std::max(0.0, (m.tpot_spec_sq_s2 - ns * ms * ms) / (ns - 1)) / ns;
-            const double gain = mp / ms, se = gain * std::sqrt(vp / (mp * mp) + vs / (ms * ms));
-            g.lo = gain - 1.96 * se;
-            g.hi = gain + 1.96 * se;
+            std::tie(g.lo, g.hi) = ratio_ci95(mp, vp, ms, vs);
         }
     } else if (m.n_decode_gaps_spec > 0) {
         g.tpot_without_s = estimated_without;

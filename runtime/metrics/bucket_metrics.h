@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <steward/finish_reason.h>
@@ -303,6 +304,12 @@ struct SpecGain {
     double estimate = std::numeric_limits<double>::quiet_NaN();
 };
 SpecGain speculation_gain(const BucketMetrics& m, std::optional<double> baseline_tpot_s);
+// The estimate's TPOT without speculation (the formula above): the TPOT with it, plus per decode
+// gap each accepted token's verify-sized step less the drafting. Benches use it as the report does.
+double spec_estimated_tpot_without(double tpot_with_s, int64_t n_accepted, double verify_s, int64_t n_drafts,
+                                   double draft_s, int64_t n_decode_gaps);
+// A 95% interval of the ratio ma / mb by the delta method, from the variance of each mean.
+std::pair<double, double> ratio_ci95(double ma, double var_of_ma, double mb, double var_of_mb);
 
 // Cost of one request: Σ over the pools it used of (uncached prompt · prompt price + cached prompt ·
 // cached price + output · output price) / 1e6. Pools without a price cost 0; an OVERLOADED request

@@ -155,6 +155,23 @@ std::vector<Occurrence> find_occurrences(std::span<const int32_t> context, const
     return occ;
 }
 
+// The occurrences with a token at offset j after their match, grouped by that token in order of
+// first occurrence (each group keeps the occurrences' order); *total: how many have one.
+std::vector<std::pair<int32_t, std::vector<Occurrence>>> next_tokens(const std::vector<Occurrence>& occ, int32_t j,
+                                                                     int32_t* total) {
+    std::vector<std::pair<int32_t, std::vector<Occurrence>>> groups;
+    *total = 0;
+    for (const Occurrence& o : occ) {
+        if (o.p + j >= o.n) continue;
+        const int32_t tok = o.t[o.p + j];
+        ++*total;
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == tok; });
+        if (g == groups.end()) groups.push_back({tok, {o}});
+        else g->second.push_back(o);
+    }
+    return groups;
+}
+
 }  // namespace
 
 SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<SuffixCorpus::Text>* corpus,
@@ -166,28 +183,18 @@ SuffixDraft suffix_propose(std::span<const int32_t> context, const std::deque<Su
     if (occ.empty()) return d;
     d.match_len = best;
     d.n_occurrences = (int32_t)occ.size();
-    std::vector<std::pair<int32_t, int32_t>> counts;  // (token, count), in order of first occurrence
     for (int32_t j = 0; j < params.k; j++) {
-        counts.clear();
         int32_t total = 0;
-        for (const Occurrence& o : occ) {
-            if (o.p + j >= o.n) continue;
-            const int32_t tok = o.t[o.p + j];
-            total++;
-            auto c = std::find_if(counts.begin(), counts.end(), [&](const auto& x) { return x.first == tok; });
-            if (c == counts.end()) counts.emplace_back(tok, 1);
-            else c->second++;
-        }
+        auto groups = next_tokens(occ, j, &total);
         if (total == 0) break;
-        auto top = counts.begin();
-        for (auto c = counts.begin(); c != counts.end(); ++c)
-            if (c->second > top->second) top = c;
-        const double prob = d.prob * (double)top->second / (double)total;
+        auto top = groups.begin();  // the most frequent (ties: the first found)
+        for (auto g = groups.begin(); g != groups.end(); ++g)
+            if (g->second.size() > top->second.size()) top = g;
+        const double prob = d.prob * (double)top->second.size() / (double)total;
         if (prob < params.min_prob) break;
         d.prob = prob;
-        const int32_t tok = top->first;
-        d.tokens.push_back(tok);
-        std::erase_if(occ, [&](const Occurrence& o) { return o.p + j >= o.n || o.t[o.p + j] != tok; });
+        d.tokens.push_back(top->first);
+        occ = std::move(top->second);
     }
     return d;
 }
@@ -214,16 +221,8 @@ SuffixTree suffix_propose_tree(std::span<const int32_t> context, const std::dequ
     // next token, most frequent first (ties: the most recent occurrence's token first).
     auto expand = [&](int32_t node, int32_t depth, double prob, const std::vector<Occurrence>& occ) {
         if (depth >= max_depth) return;
-        std::vector<std::pair<int32_t, std::vector<Occurrence>>> groups;  // in order of first occurrence
         int32_t total = 0;
-        for (const Occurrence& o : occ) {
-            if (o.p + depth >= o.n) continue;
-            const int32_t tok = o.t[o.p + depth];
-            total++;
-            auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == tok; });
-            if (g == groups.end()) groups.push_back({tok, {o}});
-            else g->second.push_back(o);
-        }
+        auto groups = next_tokens(occ, depth, &total);
         std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
         for (auto& [tok, g] : groups) {
             const double p = prob * (double)g.size() / (double)total;

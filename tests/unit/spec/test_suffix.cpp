@@ -35,15 +35,18 @@ std::vector<int32_t> random_text(std::mt19937& rng, int n, int alphabet, int bas
 // at its latest position first), its match length by direct comparison, the longest kept (the first
 // max_occurrences of them), then the most frequent next token (ties: the first in that order) while
 // the product of shares stays at or above min_prob.
-SuffixDraft naive(const std::vector<int32_t>& ctx, const std::deque<std::vector<int32_t>>& texts, const SuffixParams& pr) {
-    SuffixDraft d;
-    d.prob = 1;
+// An occurrence: its text, the position after the match and the match's length.
+struct O {
+    const std::vector<int32_t>* t;
+    int p, l;
+};
+
+// The occurrences of the reference: every one in order (the context's latest first, then each text
+// newest first at its latest position first), its match length by direct comparison, the longest
+// kept (the first max_occurrences of them). *best: that length.
+std::vector<O> naive_occurrences(const std::vector<int32_t>& ctx, const std::deque<std::vector<int32_t>>& texts,
+                                 const SuffixParams& pr, int* best) {
     const int len = (int)ctx.size(), m = pr.min_match;
-    if (pr.k <= 0 || len < m) return d;
-    struct O {
-        const std::vector<int32_t>* t;
-        int p, l;
-    };
     std::vector<O> all;
     auto scan = [&](const std::vector<int32_t>& t, int n) {
         for (int p = n - 1; p >= m; --p) {
@@ -52,18 +55,27 @@ SuffixDraft naive(const std::vector<int32_t>& ctx, const std::deque<std::vector<
             if (l >= m) all.push_back({&t, p, l});
         }
     };
+    *best = 0;
+    if (len < m) return {};
     scan(ctx, len);
     for (const auto& t : texts) scan(t, (int)t.size());
-    int best = 0;
-    for (const O& o : all) best = std::max(best, o.l);
+    for (const O& o : all) *best = std::max(*best, o.l);
     std::vector<O> occ;
     for (const O& o : all)
-        if (o.l == best && (int)occ.size() < pr.max_occurrences) occ.push_back(o);
+        if (o.l == *best && (int)occ.size() < pr.max_occurrences) occ.push_back(o);
+    return occ;
+}
+
+SuffixDraft naive(const std::vector<int32_t>& ctx, const std::deque<std::vector<int32_t>>& texts, const SuffixParams& pr) {
+    SuffixDraft d;
+    d.prob = 1;
+    if (pr.k <= 0) return d;
+    int best = 0;
+    std::vector<O> occ = naive_occurrences(ctx, texts, pr, &best);
     if (occ.empty()) return d;
     d.match_len = best;
     d.n_occurrences = (int)occ.size();
-    const int n_ctx = len;
-    auto size_of = [&](const O& o) { return o.t == &ctx ? n_ctx : (int)o.t->size(); };
+    auto size_of = [&](const O& o) { return (int)o.t->size(); };
     for (int j = 0; j < pr.k; j++) {
         std::vector<std::pair<int32_t, int>> counts;
         int total = 0;
@@ -162,57 +174,31 @@ TEST_CASE("Suffix trees hold the k most probable continuations of a naive trie o
         const auto ctx = random_text(rng, (int)(rng() % 80), alphabet);
         const SuffixTree got = suffix_propose_tree(ctx, corpus.texts(key), pr, max_depth);
         INFO("round " << round);
-        // The reference: the chain reference's occurrences (its match length and count), then every
-        // node of the trie of their continuations: a child's probability is its parent's times its
-        // token's share among the parent's occurrences that continue; kept at min_prob and above,
-        // max_depth deep.
-        SuffixParams one = pr;
-        one.k = std::max(pr.k, 1);
-        const SuffixDraft chain = naive(ctx, texts, one);
-        CHECK(got.match_len == (pr.k > 0 ? chain.match_len : 0));
+        // The reference: the chain reference's occurrences, then every node of the trie of their
+        // continuations: a child's probability is its parent's times its token's share among the
+        // parent's occurrences that continue; kept at min_prob and above, max_depth deep.
+        int best = 0;
+        const std::vector<O> occ = naive_occurrences(ctx, texts, pr, &best);
+        CHECK(got.match_len == (pr.k > 0 ? best : 0));
         std::map<std::vector<int32_t>, double> trie;  // path -> probability
-        {
-            // Recompute the occurrences as (text, p) pairs the way naive() does.
-            struct O {
-                const std::vector<int32_t>* t;
-                int p;
-            };
-            std::vector<O> all;
-            const int len = (int)ctx.size(), m = pr.min_match;
-            std::vector<int> lens;
-            auto scan = [&](const std::vector<int32_t>& t, int n) {
-                for (int p = n - 1; p >= m && len >= m; --p) {
-                    int l = 0;
-                    while (l < std::min({pr.max_match, p, len}) && t[(size_t)(p - 1 - l)] == ctx[(size_t)(len - 1 - l)]) l++;
-                    if (l >= m) all.push_back({&t, p}), lens.push_back(l);
+        std::function<void(const std::vector<int32_t>&, const std::vector<O>&, double)> grow =
+            [&](const std::vector<int32_t>& path, const std::vector<O>& os, double prob) {
+                const int d = (int)path.size();
+                if (d >= max_depth) return;
+                std::map<int32_t, std::vector<O>> next;
+                int total = 0;
+                for (const O& o : os)
+                    if (o.p + d < (int)o.t->size()) next[(*o.t)[(size_t)(o.p + d)]].push_back(o), total++;
+                for (const auto& [tok, g] : next) {
+                    const double p = prob * (double)g.size() / total;
+                    if (p < pr.min_prob) continue;
+                    std::vector<int32_t> child = path;
+                    child.push_back(tok);
+                    trie[child] = p;
+                    grow(child, g, p);
                 }
             };
-            scan(ctx, len);
-            for (const auto& t : texts) scan(t, (int)t.size());
-            int best = 0;
-            for (int l : lens) best = std::max(best, l);
-            std::vector<O> occ;
-            for (size_t i = 0; i < all.size(); i++)
-                if (lens[i] == best && (int)occ.size() < pr.max_occurrences) occ.push_back(all[i]);
-            std::function<void(const std::vector<int32_t>&, const std::vector<O>&, double)> grow =
-                [&](const std::vector<int32_t>& path, const std::vector<O>& os, double prob) {
-                    const int d = (int)path.size();
-                    if (d >= max_depth) return;
-                    std::map<int32_t, std::vector<O>> next;
-                    int total = 0;
-                    for (const O& o : os)
-                        if (o.p + d < (int)o.t->size()) next[(*o.t)[(size_t)(o.p + d)]].push_back(o), total++;
-                    for (const auto& [tok, g] : next) {
-                        const double p = prob * (double)g.size() / total;
-                        if (p < pr.min_prob) continue;
-                        std::vector<int32_t> child = path;
-                        child.push_back(tok);
-                        trie[child] = p;
-                        grow(child, g, p);
-                    }
-                };
-            if (pr.k > 0) grow({}, occ, 1.0);
-        }
+        if (pr.k > 0) grow({}, occ, 1.0);
         std::vector<double> want;
         for (const auto& [path, p] : trie) want.push_back(p);
         std::sort(want.rbegin(), want.rend());
