@@ -403,6 +403,16 @@ double Engine::TimeFit::at(double tokens) const {
     return b < 0 ? t : std::max(0.1 * t, t + b * (tokens - n));
 }
 
+double Engine::verify_ms_per_token() const {
+    const double b = decode_fit_.slope();
+    return b >= 0 ? b : forward_fit_.slope();
+}
+
+double Engine::plain_step_ms(int n_plain_tokens, bool decode_only) const {
+    const TimeFit& f = decode_only && decode_fit_.slope() >= 0 ? decode_fit_ : forward_fit_;
+    return f.at(n_plain_tokens);
+}
+
 namespace {
 // AcceptanceEwma::observe with a fast start: a position's first observations weigh 1 / (n + 2) (a
 // running mean in which the prior counts as one observation) until that falls to the EWMA's weight,
@@ -458,8 +468,8 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     q.draft_source = (int32_t)s.req.spec.source;
     q.draft_ms_per_token = draft_ms_per_token_[(int)s.req.spec.source];
     q.verify_ms = verify_ms_;
-    q.verify_ms_per_token = forward_fit_.slope();
-    q.plain_step_ms = forward_fit_.at(n_plain_tokens);
+    q.verify_ms_per_token = verify_ms_per_token();
+    q.plain_step_ms = plain_step_ms(n_plain_tokens, n_plain_tokens == batch_size);
     bool fallback = false;
     stats_.n_spec_asks++;
     int b = s.req.speculation->draft_budget_seq(q, &fallback);
@@ -799,68 +809,79 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
     // sequence that could draft now: a decode step with at least two tokens left to produce.
     int n_plain_tokens = 0;
     for (const Planned& p : plan) n_plain_tokens += p.n;
-    // The cap on what the drafts may add to a step shared with sequences that do not draft: a share
-    // of the predicted plain forward, once the forward's cost per token is measured (< 0: no cap).
-    double allowance_ms = -1;
-    if (opt_.spec_max_slowdown > 0 && !sim_) {
-        bool others = false;
-        for (const Planned& p : plan) {
-            const Seq& s = *seqs_.at(p.id);
-            others = others || p.n > 1 || !s.req.spec.enabled();
-        }
-        const double t_plain = forward_fit_.at(n_plain_tokens);
-        if (others && forward_fit_.slope() >= 0 && t_plain > 0) allowance_ms = opt_.spec_max_slowdown * t_plain;
-    }
-    if (!g_forced_set.load(std::memory_order_relaxed))
-        for (Planned& p : plan) {
-            if (budget <= 0) break;
+    // Each sequence that could draft now asks its bucket's policy for k (once per step: a policy
+    // keeps per-sequence state such as probes); 0 where it may not or would not draft.
+    std::vector<int> want(plan.size(), 0);
+    if (!g_forced_set.load(std::memory_order_relaxed)) {
+        int left = budget;
+        for (size_t i = 0; i < plan.size() && left > 0; i++) {
+            const Planned& p = plan[i];
             Seq& s = *seqs_.at(p.id);
-            int max_k = std::min(p.n == 1 ? budget : 0, k_max_spec_tokens);
+            const int max_k = std::min(p.n == 1 ? left : 0, k_max_spec_tokens);
             const bool may_draft = max_k > 0 && s.req.spec.enabled() && s.n_generated > 0 && s.kv &&
                                    mgr_.seq(s.kv).n_tokens() - mgr_.seq(s.kv).n_computed == 1 &&
                                    s.req.max_tokens - s.n_generated >= 2;
             if (!may_draft) continue;
-            max_k = std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens));
-            if (max_k <= 0) continue;
-            double per_token_ms = 0;
-            if (allowance_ms >= 0) {
-                per_token_ms = forward_fit_.slope() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]);
-                if (per_token_ms > 0) max_k = std::min<int>(max_k, (int)std::floor(allowance_ms / per_token_ms));
-                if (max_k <= 0) {
-                    stats_.n_spec_capped++;
-                    continue;
-                }
-            }
-            // Tokens the draft model must catch up on first (its whole prompt at the first draft,
-            // the output since its last draft after k = 0 steps): such a draft's time is not per
-            // token. (A simulated draft's time is its device time, which the backend prices at the
-            // forward.)
-            const int n_catch_up = sim_ || s.req.spec.source != SpecSource::DRAFT ? 0
-                                   : !s.draft_kv ? (int)s.all_tokens.size()
-                                                 : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
-            const auto t_draft = std::chrono::steady_clock::now();
-            p.draft = draft_for(s, max_k);
-            if (!sim_) {
-                const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
-                s.fig.draft_s += dt;
-                stats_.draft_s += dt;
-                // A draft token's cost: the step's drafting per token when it caught up on at most 2
-                // tokens; else (a first draft, a probe after k = 0 steps) the mean of its one-token
-                // draft forwards, so that a draft that stopped at k = 0 is still measured.
-                const int n = p.draft.k();
-                double per = -1;
-                if (n > 0 && n_catch_up <= 2) per = dt * 1e3 / n;
-                else if (s.draft_owner && s.draft_owner->last_chain_forwards() > 0)
-                    per = s.draft_owner->last_chain_ms() / s.draft_owner->last_chain_forwards();
-                if (per >= 0) {
-                    double& m = draft_ms_per_token_[(int)s.req.spec.source];
-                    m = m < 0 ? per : m + 0.1 * (per - m);
-                }
-            }
-            p.n += p.draft.k();
-            budget -= p.draft.k();
-            if (allowance_ms >= 0) allowance_ms -= per_token_ms * p.draft.k();
+            want[i] = std::max(0, std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens)));
+            left -= want[i];
         }
+    }
+    // The cap on what the drafts may add to a step shared with sequences that do not draft in it (a
+    // prefill chunk, a bucket without speculation, a sequence whose policy chose k = 0): a share of
+    // the predicted plain forward, once the forward's cost per token is measured (< 0: no cap). Those
+    // sequences gain nothing from the drafts and wait for their verification.
+    double allowance_ms = -1;
+    if (opt_.spec_max_slowdown > 0 && !sim_) {
+        bool others = false;
+        for (size_t i = 0; i < plan.size(); i++) others = others || want[i] == 0;
+        const double t_plain = plain_step_ms(n_plain_tokens, n_plain_tokens == (int)plan.size());
+        if (others && verify_ms_per_token() >= 0 && t_plain > 0) allowance_ms = opt_.spec_max_slowdown * t_plain;
+    }
+    for (size_t i = 0; i < plan.size(); i++) {
+        if (budget <= 0) break;
+        Planned& p = plan[i];
+        Seq& s = *seqs_.at(p.id);
+        int max_k = std::min(want[i], budget);
+        if (max_k <= 0) continue;
+        double per_token_ms = 0;
+        if (allowance_ms >= 0) {
+            per_token_ms = verify_ms_per_token() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]);
+            if (per_token_ms > 0) max_k = std::min<int>(max_k, (int)std::floor(allowance_ms / per_token_ms));
+            if (max_k <= 0) {
+                stats_.n_spec_capped++;
+                continue;
+            }
+        }
+        // Tokens the draft model must catch up on first (its whole prompt at the first draft,
+        // the output since its last draft after k = 0 steps): such a draft's time is not per
+        // token. (A simulated draft's time is its device time, which the backend prices at the
+        // forward.)
+        const int n_catch_up = sim_ || s.req.spec.source != SpecSource::DRAFT ? 0
+                               : !s.draft_kv ? (int)s.all_tokens.size()
+                                             : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
+        const auto t_draft = std::chrono::steady_clock::now();
+        p.draft = draft_for(s, max_k);
+        if (!sim_) {
+            const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
+            s.fig.draft_s += dt;
+            stats_.draft_s += dt;
+            // A draft token's cost: the step's drafting per token when it caught up on at most 2
+            // tokens; else (a first draft, a probe after k = 0 steps) the mean of its one-token
+            // draft forwards, so that a draft that stopped at k = 0 is still measured.
+            const int n = p.draft.k();
+            double per = -1;
+            if (n > 0 && n_catch_up <= 2) per = dt * 1e3 / n;
+            else if (s.draft_owner && s.draft_owner->last_chain_forwards() > 0)
+                per = s.draft_owner->last_chain_ms() / s.draft_owner->last_chain_forwards();
+            if (per >= 0) {
+                double& m = draft_ms_per_token_[(int)s.req.spec.source];
+                m = m < 0 ? per : m + 0.1 * (per - m);
+            }
+        }
+        p.n += p.draft.k();
+        budget -= p.draft.k();
+        if (allowance_ms >= 0) allowance_ms -= per_token_ms * p.draft.k();
+    }
     return plan;
 }
 
@@ -901,6 +922,9 @@ Expected<bool> Engine::run(const StepPlan& plan) {
         stats_.verify_s += fwd_s;
     }
     forward_fit_.observe(n_tokens, fwd_s * 1e3);
+    bool decode_only = true;
+    for (const Planned& p : plan) decode_only = decode_only && p.n == 1 + p.draft.k();
+    if (decode_only) decode_fit_.observe(n_tokens, fwd_s * 1e3);
     if (verifies) verify_ms_ = verify_ms_ < 0 ? fwd_s * 1e3 : verify_ms_ + 0.1 * (fwd_s * 1e3 - verify_ms_);
     return r;
 }
@@ -1122,7 +1146,7 @@ EngineStats Engine::stats() const {
     st.draft_ms_per_token_ngram = draft_ms_per_token_[(int)SpecSource::NGRAM];
     st.draft_ms_per_token_model = draft_ms_per_token_[(int)SpecSource::DRAFT];
     st.verify_ms = verify_ms_;
-    st.verify_ms_per_token = forward_fit_.slope();
+    st.verify_ms_per_token = verify_ms_per_token();
     if (sim_) {
         const SimFigures& f = sim_->figures();
         st.sim_device_s = f.device_s;

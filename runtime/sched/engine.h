@@ -439,6 +439,12 @@ private:
         double at(double tokens) const;  // predicted ms; -1 while unknown
     };
     TimeFit forward_fit_;
+    // The same over decode steps only (every sequence one token plus its drafts, no prefill chunk):
+    // what a draft adds to the step it is verified in. A line through prefill chunks of hundreds of
+    // tokens (compute-bound, GEMM) underestimates a few more tokens on a small step 3-5x on the CPU.
+    TimeFit decode_fit_;
+    double verify_ms_per_token() const;               // decode_fit_'s slope, else forward_fit_'s
+    double plain_step_ms(int n_plain_tokens, bool decode_only) const;
     double verify_ms_ = -1;
     double draft_ms_per_token_[5] = {-1, -1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF, SUFFIX)
     // Suffix decoding's corpus: the recent outputs of the requests that draft with it, per tenant and

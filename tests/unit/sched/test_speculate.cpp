@@ -759,13 +759,19 @@ TEST_CASE("the speculation control share picks its share of runs by id, the same
     CHECK(std::abs(n - 1000) <= 4 * std::sqrt(5000 * 0.2 * 0.8));
 }
 
-TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence that does not draft, and only those",
+TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence that does not draft in them, and only those",
           "[speculate]") {
     const auto prompts = repeating_prompts(2, 17);
     // Request 1 drafts (n-gram over its repetitive prompt), request 2 does not; both 60 tokens. With a
     // vanishing allowance, once the forward's cost per token is measured (from the third step on:
     // the fit needs two steps of different sizes), no step that holds request 2 carries a draft;
     // after it finishes, request 1 drafts alone. Without the cap it drafts beside request 2 too.
+    // Request 2 either has no speculation or speculates under a policy that answers k = 0 at every
+    // step: either way it gains nothing from request 1's drafts and waits for their verification.
+    struct Never : DraftBudgetPolicy {
+        int32_t draft_budget_seq(const SpecSeqStats&, bool*) override { return 0; }
+    };
+    bool second_speculates = false;
     auto drafts_beside = [&](double slowdown, int* after, std::vector<int32_t>* out1) {
         EngineOptions o = base_options(false);
         o.spec_max_slowdown = slowdown;
@@ -777,6 +783,10 @@ TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence t
             r.max_tokens = i == 0 ? 60 : 30;
             r.stop_at_eos = false;
             if (i == 0) r.spec = spec(SpecSource::NGRAM, 4);
+            if (i == 1 && second_speculates) {
+                r.spec = spec(SpecSource::NGRAM, 4);
+                r.speculation = std::make_shared<Never>();
+            }
             REQUIRE(e.submit(r).ok());
         }
         int beside = 0, n_step = 0;
@@ -796,11 +806,15 @@ TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence t
         }
         return beside;
     };
-    std::vector<int32_t> capped_out, free_out;
-    int after_capped = 0, after_free = 0;
-    CHECK(drafts_beside(1e-9, &after_capped, &capped_out) == 0);
-    CHECK(after_capped > 0);
-    CHECK(drafts_beside(0.0, &after_free, &free_out) > 0);
-    CHECK(capped_out == free_out);  // lossless either way
-    CHECK(capped_out.size() == 60);
+    for (bool speculates : {false, true}) {
+        second_speculates = speculates;
+        INFO("request 2 " << (speculates ? "speculates at k = 0" : "has no speculation"));
+        std::vector<int32_t> capped_out, free_out;
+        int after_capped = 0, after_free = 0;
+        CHECK(drafts_beside(1e-9, &after_capped, &capped_out) == 0);
+        CHECK(after_capped > 0);
+        CHECK(drafts_beside(0.0, &after_free, &free_out) > 0);
+        CHECK(capped_out == free_out);  // lossless either way
+        CHECK(capped_out.size() == 60);
+    }
 }
