@@ -2,6 +2,7 @@
 // at the first call (cpu/cpu_features.h), through one table of function pointers per level. The
 // levels' own code is kernels_<level>.cpp and quant_dot_<level>.cpp.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -36,7 +37,7 @@ namespace {
 // Every function of kernels_api.inc and quant_dot_api.inc.
 #define STEWARD_CPU_KERNELS(X)                                                                          \
     X(gemm_min_tokens) X(matmul) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) X(dot_f32)       \
-    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0)     \
+    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0)     \
     X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
     X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast)
@@ -112,8 +113,25 @@ bool set_cpu_level(CpuLevel level) {
 // --- kernels.h ---------------------------------------------------------------------------------
 
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
+namespace {
+std::atomic<bool> g_matmul_timing{false};
+std::atomic<int64_t> g_matmul_ns{0};
+}  // namespace
+
+void set_matmul_timing(bool on) {
+    g_matmul_ns.store(0, std::memory_order_relaxed);
+    g_matmul_timing.store(on, std::memory_order_relaxed);
+}
+
+double take_matmul_seconds() { return (double)g_matmul_ns.exchange(0, std::memory_order_relaxed) * 1e-9; }
+
 void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool& pool, MatmulPath path) {
+    if (!g_matmul_timing.load(std::memory_order_relaxed)) return kernels().matmul(W, X, n_tok, Y, pool, path);
+    const auto t0 = std::chrono::steady_clock::now();
     kernels().matmul(W, X, n_tok, Y, pool, path);
+    g_matmul_ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::memory_order_relaxed);
 }
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y) {
     kernels().rmsnorm(x, w, eps, n, n_tok, y);
@@ -123,6 +141,12 @@ float exp_sub_sum(float* x, int n, float mx) { return kernels().exp_sub_sum(x, n
 double sum_exp_shifted(const float* x, int64_t n, float m) { return kernels().sum_exp_shifted(x, n, m); }
 float dot_f32(const float* a, const float* b, int n) { return kernels().dot_f32(a, b, n); }
 float dot_f16(const float* a, const uint16_t* b, int n) { return kernels().dot_f16(a, b, n); }
+void dot_f16_rows(const float* a, const uint16_t* const* rows, int n_rows, int n, float* out) {
+    kernels().dot_f16_rows(a, rows, n_rows, n, out);
+}
+void axpy_f16_rows(const float* w, const uint16_t* const* rows, int n_rows, int n, float* y) {
+    kernels().axpy_f16_rows(w, rows, n_rows, n, y);
+}
 void axpy_f32(float a, const float* x, float* y, int n) { kernels().axpy_f32(a, x, y, n); }
 void axpy_f16(float a, const uint16_t* x, float* y, int n) { kernels().axpy_f16(a, x, y, n); }
 float dot_bf16(const float* a, const uint16_t* b, int n) { return kernels().dot_bf16(a, b, n); }

@@ -399,6 +399,45 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             sc.resize((size_t)(nh * n_s));
             const int n_rv = (g1 - g0) * HD;  // values of the range's KV heads in a slot row
             if (!kwhole || !vwhole) rows.resize((size_t)n_rv);
+            // An F16 cache (the default): 16 slots at a time per head through the many-row kernels,
+            // one call per head and group instead of one per head and slot (the calls and their
+            // reductions were most of a small model's decode time outside the matmuls).
+            const bool f16_rows = tk == KvDtype::F16 && tv == KvDtype::F16 && kwhole && vwhole;
+            if (f16_rows) {
+                thread_local std::vector<const uint16_t*> ptr;  // [KV heads of the range][16]
+                const int nkv = g1 - g0;
+                ptr.resize((size_t)nkv * 16);
+                auto gather = [&](bool keys, int64_t k0, int cnt) {
+                    for (int j = 0; j < cnt; j++) {
+                        const int s = slots[k0 + j];
+                        const uint8_t* base = keys ? kv.k_slot(l, in.block_table[s / bs], s % bs) + g0 * krb
+                                                   : kv.v_slot(l, in.block_table[s / bs], s % bs) + g0 * vrb;
+                        const int64_t rb = keys ? krb : vrb;
+                        for (int g = 0; g < nkv; g++) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
+                    }
+                };
+                for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
+                    const int cnt = (int)std::min<int64_t>(16, n_s - k0);
+                    gather(true, k0, cnt);
+                    for (int h = 0; h < nh; h++) {
+                        float* sh = sc.data() + h * n_s + k0;
+                        dot_f16_rows(q0 + h * HD, ptr.data() + (h / gqa) * 16, cnt, HD, sh);
+                        for (int j = 0; j < cnt; j++) sh[j] *= scale;
+                    }
+                }
+                for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
+                    float* sj = sc.data() + h * n_s;
+                    const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
+                    for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
+                }
+                for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
+                    const int cnt = (int)std::min<int64_t>(16, n_s - k0);
+                    gather(false, k0, cnt);
+                    for (int h = 0; h < nh; h++)
+                        axpy_f16_rows(sc.data() + h * n_s + k0, ptr.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
+                }
+                return;
+            }
             for (int64_t k = 0; k < n_s; k++) {
                 const int s = slots[k];
                 const uint8_t* ks = kv.k_slot(l, in.block_table[s / bs], s % bs);

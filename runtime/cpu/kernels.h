@@ -40,4 +40,10 @@ void blas_ensure_core();
 const char* blas_core_name();
 int cpu_count();
 
+// Opt-in accounting of the wall time the calling threads spend inside matmul() (bench_model's
+// non-matmul share of decode: norms, RoPE, attention, sampling and barriers are the rest). Off by
+// default: two clock reads per call when on.
+void set_matmul_timing(bool on);
+double take_matmul_seconds();  // the time accumulated since the last call (or since timing went on)
+
 }  // namespace steward

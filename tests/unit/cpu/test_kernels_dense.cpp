@@ -219,6 +219,42 @@ TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd 
 // against the reference loop at each level, and the integer paths of the block types against the
 // scalar level's plain loops (the same integer sums per block; only the float accumulation order
 // may differ). A level that is not this machine's best is exercised here too.
+TEST_CASE("the many-row f16 dot and axpy kernels match plain double loops at every kernel level", "[kernels][dispatch]") {
+    // Rows scattered in one buffer (as a KV cache's slot rows are, block by block), row counts
+    // around the 16-row group and lengths with and without a whole number of 16- and 64-wide steps.
+    const CpuLevel was = cpu_level();
+    std::mt19937 rng(41);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        INFO("kernel level " << cpu_level_name((CpuLevel)l));
+        for (int n : {8, 16, 64, 80, 128})
+            for (int n_rows : {1, 15, 16, 17, 40}) {
+                INFO("n " << n << ", rows " << n_rows);
+                std::vector<uint16_t> buf((size_t)(n_rows * 3 + 2) * n);
+                for (auto& v : buf) v = f32_to_f16(u(rng));
+                std::vector<const uint16_t*> rows((size_t)n_rows);
+                for (int r = 0; r < n_rows; r++) rows[(size_t)r] = buf.data() + (size_t)((r * 7) % (3 * n_rows + 2)) * n;
+                std::vector<float> a((size_t)n), w((size_t)n_rows), y((size_t)n), out((size_t)n_rows, NAN);
+                for (auto& v : a) v = u(rng);
+                for (auto& v : w) v = u(rng);
+                for (auto& v : y) v = u(rng);
+                dot_f16_rows(a.data(), rows.data(), n_rows, n, out.data());
+                for (int r = 0; r < n_rows; r++) {
+                    double d = 0;
+                    for (int i = 0; i < n; i++) d += (double)a[(size_t)i] * f16_to_f32(rows[(size_t)r][i]);
+                    REQUIRE(std::abs(out[(size_t)r] - d) <= 1e-5 * n);
+                }
+                std::vector<double> want(y.begin(), y.end());
+                for (int r = 0; r < n_rows; r++)
+                    for (int i = 0; i < n; i++) want[(size_t)i] += (double)w[(size_t)r] * f16_to_f32(rows[(size_t)r][i]);
+                axpy_f16_rows(w.data(), rows.data(), n_rows, n, y.data());
+                for (int i = 0; i < n; i++) REQUIRE(std::abs(y[(size_t)i] - want[(size_t)i]) <= 1e-5 * n_rows);
+            }
+    }
+    REQUIRE(set_cpu_level(was));
+}
+
 TEST_CASE("every kernel level this CPU supports matches the reference loops", "[kernels][dispatch]") {
     const CpuLevel was = cpu_level();
     std::mt19937 rng(31);
