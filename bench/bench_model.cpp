@@ -24,6 +24,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/forward.h"
 #include "cpu/kernels.h"
+#include "model/gguf.h"
 #include "cpu/sampling.h"
 #include "cpu/thread_pool.h"
 #include "model/quantize.h"
@@ -433,6 +434,7 @@ int main(int argc, char** argv) {
     if (o.kernels) bench_kernels(o.threads, o.reps);
     std::printf("\n%-7s %3s %8s | %9s %9s %6s | %9s %9s %6s | %6s %6s %7s\n", "dtype", "thr", "MB/tok", "prefill", "llama.cpp",
                 "ratio", "decode", "llama.cpp", "ratio", "roof%", "peer%", "other%");
+    std::vector<std::string> variants;  // per dtype run: the kernels each of its matrix types runs
     for (const std::string& d : o.dtypes) {
         const std::string path = model_file(o, d);
         if (path.empty()) {
@@ -444,6 +446,9 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "bench_model: %s\n", model.error().message.c_str());
             return 1;
         }
+        if (auto g = GgufFile::open(path))
+            for (GgmlType t : (*g)->matrix_types())
+                variants.push_back(d + " " + ggml_type_name((uint32_t)t) + ": " + matmul_variant(t));
         const ModelParams& p = (*model)->params();
         // F16 KV, as llama-bench's default cache type.
         const int bs = 16, n_blocks = (kPromptTokens + kDecodeTokens) / bs;
@@ -473,6 +478,8 @@ int main(int argc, char** argv) {
     std::printf("\nunits: tokens/s; ratio = Steward / llama.cpp; roof%% = decode tokens/s x weight bytes per token / "
                 "read bandwidth at that thread count (peer%%: the same for llama.cpp); other%% = Steward's decode time outside "
                 "matmul (norms, RoPE, attention, argmax, barriers). KV cache F16 on both.\n");
+    std::printf("kernels (%s, level %s):\n", cpu_features().model_name.c_str(), cpu_level_name(cpu_level()));
+    for (const std::string& v : variants) std::printf("  %s\n", v.c_str());
     if (!o.peer) std::printf("llama.cpp columns: run with --peer (builds it natively via %s).\n", o.peer_script.c_str());
     return 0;
 }

@@ -3,6 +3,7 @@
 // compiled in and the CPU's best is chosen at start (cpu/cpu_features.h, cpu/dispatch.cpp).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "cpu/thread_pool.h"
 #include "model/model.h"
@@ -39,6 +40,11 @@ void blas_ensure_core();
 // The OpenBLAS kernel set in use (e.g. "SkylakeX"), for benches.
 const char* blas_core_name();
 int cpu_count();
+
+// Which kernels a matmul over weights of type t runs at the current level, in words: the decode
+// path (below gemm_min_tokens) and the prefill path, e.g. "1-47 tokens: int8 dot products, AVX-512
+// VNNI (activations to 8 bits); 48+: tiled AVX-512 GEMM". For bench_model and `steward model info`.
+std::string matmul_variant(GgmlType t);
 
 // Opt-in accounting of the wall time the calling threads spend inside matmul() (bench_model's
 // non-matmul share of decode: norms, RoPE, attention, sampling and barriers are the rest). Off by

@@ -625,3 +625,19 @@ Expected<bool> GgufWriter::write(const std::string& path, uint32_t alignment) co
 }
 
 }  // namespace steward
+
+namespace steward {
+
+std::vector<GgmlType> GgufFile::matrix_types() const {
+    const bool tied = find_tensor("output.weight") == nullptr;
+    std::vector<GgmlType> out;
+    for (const GgufTensorInfo& t : tensors_) {
+        if (t.ne[1] <= 1 || (t.name == "token_embd.weight" && !tied)) continue;
+        const GgmlType type = (GgmlType)t.type;
+        if (std::find(out.begin(), out.end(), type) == out.end()) out.push_back(type);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace steward

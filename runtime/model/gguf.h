@@ -79,6 +79,9 @@ public:
 
     const GgufValue* find(std::string_view key) const;
     const GgufTensorInfo* find_tensor(std::string_view name) const;
+    // The types of the matrices a forward multiplies by: every tensor of two or more rows but the
+    // token embedding table (rows are looked up), unless the output is tied to it.
+    std::vector<GgmlType> matrix_types() const;
     // Typed getters: nullopt when absent or of an incompatible type.
     std::optional<std::string_view> get_string(std::string_view key) const;
     std::optional<int64_t> get_int(std::string_view key) const;

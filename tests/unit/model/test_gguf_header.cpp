@@ -98,3 +98,22 @@ TEST_CASE("a model whose norm holds NaN or whose embedding holds inf is refused 
         CHECK_THAT(m.error().message, Catch::Contains(c.tensor) && Catch::Contains(c.says) && Catch::Contains("corrupt"));
     }
 }
+
+TEST_CASE("matrix_types lists the types of the matrices a forward multiplies by, the embedding table only when tied",
+          "[gguf]") {
+    for (bool with_output : {true, false}) {
+        INFO((with_output ? "separate output matrix" : "output tied to the embedding table"));
+        GgufWriter w;
+        w.add_tensor_shape("token_embd.weight", GgmlType::Q8_0, {64, 100});
+        if (with_output) w.add_tensor_shape("output.weight", GgmlType::F16, {64, 100});
+        w.add_tensor_shape("blk.0.attn_q.weight", GgmlType::Q4_0, {64, 64});
+        w.add_tensor_shape("blk.0.ffn_down.weight", GgmlType::Q4_0, {64, 64});
+        w.add_tensor_shape("blk.0.attn_norm.weight", GgmlType::F32, {64});  // a vector: not a matmul
+        auto g = GgufFile::header_from_bytes(w.header_bytes());
+        REQUIRE(g);
+        const std::vector<GgmlType> got = (*g)->matrix_types();
+        const std::vector<GgmlType> want = with_output ? std::vector<GgmlType>{GgmlType::F16, GgmlType::Q4_0}
+                                                       : std::vector<GgmlType>{GgmlType::Q4_0, GgmlType::Q8_0};
+        CHECK(got == want);
+    }
+}
