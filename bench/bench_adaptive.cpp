@@ -98,24 +98,12 @@ struct Result : bench::SequentialRun {
 // One configuration: the requests one at a time (greedy, no EOS stop), a fresh engine.
 Result run(const Model& target, const Model* draft, const std::vector<std::vector<int32_t>>& prompts, const Options& o,
            int k, std::shared_ptr<DraftBudgetPolicy> policy) {
-    EngineOptions eo;
-    eo.n_blocks = 1024;
-    eo.block_size = 16;
-    eo.max_batch = 4;
-    eo.max_batch_tokens = 512;
-    eo.n_threads = o.threads;
-    eo.draft_model = draft;
-    Engine eng(target, eo);
+    Engine eng(target, bench::sequential_options(o.threads, draft));
     Result r;
     static_cast<bench::SequentialRun&>(r) = bench::run_sequential(
         eng, prompts.size(),
         [&](size_t i) {
-            EngineRequest q;
-            q.id = i + 1;
-            q.prompt = prompts[i];
-            q.max_tokens = o.max_tokens;
-            q.stop_at_eos = false;
-            q.bucket = "long_output";
+            EngineRequest q = bench::plain_request(i, prompts[i], o.max_tokens, "long_output");
             if (draft && k > 0) {
                 q.spec = SpecSettings{SpecSource::DRAFT, k};
                 q.speculation = policy;

@@ -47,23 +47,11 @@ struct Options {
 // One source on one engine: the requests one at a time, greedy, no EOS stop.
 bench::SequentialRun run(const Model& m, const Model* draft, const Options& o, const std::vector<std::vector<int32_t>>& prompts,
                          SpecSource src, bool tree = false) {
-    EngineOptions eo;
-    eo.draft_model = src == SpecSource::DRAFT ? draft : nullptr;
-    eo.n_blocks = 1024;
-    eo.block_size = 16;
-    eo.max_batch = 4;
-    eo.max_batch_tokens = 512;
-    eo.n_threads = o.threads;
-    Engine eng(m, eo);
+    Engine eng(m, bench::sequential_options(o.threads, src == SpecSource::DRAFT ? draft : nullptr));
     return bench::run_sequential(
         eng, prompts.size(),
         [&](size_t i) {
-            EngineRequest q;
-            q.id = i + 1;
-            q.prompt = prompts[i];
-            q.max_tokens = o.max_tokens;
-            q.stop_at_eos = false;
-            q.bucket = "agent";
+            EngineRequest q = bench::plain_request(i, prompts[i], o.max_tokens, "agent");
             if (src != SpecSource::NONE) q.spec = SpecSettings{src, src == SpecSource::DRAFT ? o.draft_k : o.k};
             if (tree) q.spec.tree = SpecTree::DYNAMIC;
             return q;

@@ -48,6 +48,31 @@ struct SequentialRun {
     double draft_s = 0, verify_s = 0;
 };
 
+// The engine the speculation benches time requests on, one at a time: batches of 4 and 512 tokens,
+// 1024 blocks of 16, with `draft` as its draft model (nullptr: none).
+inline EngineOptions sequential_options(int n_threads, const Model* draft) {
+    EngineOptions eo;
+    eo.n_blocks = 1024;
+    eo.block_size = 16;
+    eo.max_batch = 4;
+    eo.max_batch_tokens = 512;
+    eo.n_threads = n_threads;
+    eo.draft_model = draft;
+    return eo;
+}
+
+// A greedy request for run_sequential: id i + 1, max_tokens with no EOS stop, in `bucket`; no
+// speculation (the caller sets it).
+inline EngineRequest plain_request(size_t i, const std::vector<int32_t>& prompt, int max_tokens, const char* bucket) {
+    EngineRequest q;
+    q.id = i + 1;
+    q.prompt = prompt;
+    q.max_tokens = max_tokens;
+    q.stop_at_eos = false;
+    q.bucket = bucket;
+    return q;
+}
+
 // Submits make(i) for i in [0, n), each after the previous one finished, stepping `eng` on the wall
 // clock. A refused submit calls fail with its message (which must not return).
 inline SequentialRun run_sequential(Engine& eng, size_t n, const std::function<EngineRequest(size_t)>& make,
