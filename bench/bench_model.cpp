@@ -24,7 +24,6 @@
 #include "cpu/cpu_features.h"
 #include "cpu/forward.h"
 #include "cpu/kernels.h"
-#include "model/gguf.h"
 #include "cpu/sampling.h"
 #include "cpu/thread_pool.h"
 #include "model/quantize.h"
@@ -446,9 +445,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "bench_model: %s\n", model.error().message.c_str());
             return 1;
         }
-        if (auto g = GgufFile::open(path))
-            for (GgmlType t : (*g)->matrix_types())
-                variants.push_back(d + " " + ggml_type_name((uint32_t)t) + ": " + matmul_variant(t));
+        for (GgmlType t : (*model)->file().matrix_types())
+            variants.push_back(d + " " + ggml_type_name((uint32_t)t) + ": " + matmul_variant(t));
         const ModelParams& p = (*model)->params();
         // F16 KV, as llama-bench's default cache type.
         const int bs = 16, n_blocks = (kPromptTokens + kDecodeTokens) / bs;

@@ -118,17 +118,15 @@ std::string matmul_variant(GgmlType t) {
     w.type = t;
     const CpuLevel l = cpu_level();
     const int from = gemm_min_tokens(w);
-    const char* isa = l == CpuLevel::AVX512_VNNI ? "AVX-512 VNNI" : l == CpuLevel::AVX512 ? "AVX-512"
-                      : l == CpuLevel::AVX2      ? "AVX2"
-                                                 : "scalar";
+    const char* isa = cpu_level_name(l);
     std::string dec;
     if (!exact_quant() && quant_dot_supported(t))
         dec = std::string("int8 dot products, ") + isa + (quant_dot_wide(t) && l >= CpuLevel::AVX512 ? " 64-byte" : "") +
               " (activations to 8 bits)";
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
-        dec = std::string("streaming FMA, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)");
+        dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)");
     else
-        dec = std::string("dequantized rows, ") + isa + " FMA (exact path)";
+        dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const std::string gemm = l >= CpuLevel::AVX512 ? "tiled AVX-512 GEMM" : std::string("OpenBLAS sgemm (") + blas_core_name() + ")";
     return "1-" + std::to_string(from - 1) + " tokens: " + dec + "; " + std::to_string(from) + "+: " + gemm;
 }

@@ -403,19 +403,20 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             // one call per head and group instead of one per head and slot (the calls and their
             // reductions were most of a small model's decode time outside the matmuls).
             const bool f16_rows = tk == KvDtype::F16 && tv == KvDtype::F16 && kwhole && vwhole;
+            thread_local std::vector<const uint16_t*> ptr;  // f16_rows: [KV heads of the range][16] row pointers
+            const int nkv = g1 - g0;
+            if (f16_rows) ptr.resize((size_t)nkv * 16);
+            // f16_rows: the range's key (or value) rows of slots [k0, k0 + cnt) into ptr.
+            auto gather = [&](bool keys, int64_t k0, int cnt) {
+                const int64_t rb = keys ? krb : vrb;
+                for (int j = 0; j < cnt; j++) {
+                    const int s = slots[k0 + j];
+                    const uint8_t* base = (keys ? kv.k_slot(l, in.block_table[s / bs], s % bs)
+                                                : kv.v_slot(l, in.block_table[s / bs], s % bs)) + g0 * rb;
+                    for (int g = 0; g < nkv; g++) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
+                }
+            };
             if (f16_rows) {
-                thread_local std::vector<const uint16_t*> ptr;  // [KV heads of the range][16]
-                const int nkv = g1 - g0;
-                ptr.resize((size_t)nkv * 16);
-                auto gather = [&](bool keys, int64_t k0, int cnt) {
-                    for (int j = 0; j < cnt; j++) {
-                        const int s = slots[k0 + j];
-                        const uint8_t* base = keys ? kv.k_slot(l, in.block_table[s / bs], s % bs) + g0 * krb
-                                                   : kv.v_slot(l, in.block_table[s / bs], s % bs) + g0 * vrb;
-                        const int64_t rb = keys ? krb : vrb;
-                        for (int g = 0; g < nkv; g++) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
-                    }
-                };
                 for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
                     const int cnt = (int)std::min<int64_t>(16, n_s - k0);
                     gather(true, k0, cnt);
@@ -425,30 +426,19 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                         for (int j = 0; j < cnt; j++) sh[j] *= scale;
                     }
                 }
-                for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
-                    float* sj = sc.data() + h * n_s;
-                    const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
-                    for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
-                }
-                for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
-                    const int cnt = (int)std::min<int64_t>(16, n_s - k0);
-                    gather(false, k0, cnt);
-                    for (int h = 0; h < nh; h++)
-                        axpy_f16_rows(sc.data() + h * n_s + k0, ptr.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
-                }
-                return;
-            }
-            for (int64_t k = 0; k < n_s; k++) {
-                const int s = slots[k];
-                const uint8_t* ks = kv.k_slot(l, in.block_table[s / bs], s % bs);
-                if (kwhole) {
-                    const uint8_t* kp = ks + g0 * krb;
-                    for (int h = 0; h < nh; h++)  // query head h of the range reads KV head h / gqa
-                        sc[h * n_s + k] = scale * kv_dot(tk, q0 + h * HD, kp + (h / gqa) * krb, HD);
-                } else {
-                    kv_load(tk, ks, (int64_t)g0 * HD, rows.data(), n_rv);
-                    for (int h = 0; h < nh; h++)
-                        sc[h * n_s + k] = scale * dot_f32(q0 + h * HD, rows.data() + (h / gqa) * HD, HD);
+            } else {
+                for (int64_t k = 0; k < n_s; k++) {
+                    const int s = slots[k];
+                    const uint8_t* ks = kv.k_slot(l, in.block_table[s / bs], s % bs);
+                    if (kwhole) {
+                        const uint8_t* kp = ks + g0 * krb;
+                        for (int h = 0; h < nh; h++)  // query head h of the range reads KV head h / gqa
+                            sc[h * n_s + k] = scale * kv_dot(tk, q0 + h * HD, kp + (h / gqa) * krb, HD);
+                    } else {
+                        kv_load(tk, ks, (int64_t)g0 * HD, rows.data(), n_rv);
+                        for (int h = 0; h < nh; h++)
+                            sc[h * n_s + k] = scale * dot_f32(q0 + h * HD, rows.data() + (h / gqa) * HD, HD);
+                    }
                 }
             }
             for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
@@ -456,15 +446,25 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                 const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
                 for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
             }
-            for (int64_t k = 0; k < n_s; k++) {
-                const int s = slots[k];
-                const uint8_t* vs = kv.v_slot(l, in.block_table[s / bs], s % bs);
-                if (vwhole) {
-                    const uint8_t* vp = vs + g0 * vrb;
-                    for (int h = 0; h < nh; h++) kv_axpy(tv, sc[h * n_s + k], vp + (h / gqa) * vrb, out0 + h * HD, HD);
-                } else {
-                    kv_load(tv, vs, (int64_t)g0 * HD, rows.data(), n_rv);
-                    for (int h = 0; h < nh; h++) axpy_f32(sc[h * n_s + k], rows.data() + (h / gqa) * HD, out0 + h * HD, HD);
+            if (f16_rows) {
+                for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
+                    const int cnt = (int)std::min<int64_t>(16, n_s - k0);
+                    gather(false, k0, cnt);
+                    for (int h = 0; h < nh; h++)
+                        axpy_f16_rows(sc.data() + h * n_s + k0, ptr.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
+                }
+            } else {
+                for (int64_t k = 0; k < n_s; k++) {
+                    const int s = slots[k];
+                    const uint8_t* vs = kv.v_slot(l, in.block_table[s / bs], s % bs);
+                    if (vwhole) {
+                        const uint8_t* vp = vs + g0 * vrb;
+                        for (int h = 0; h < nh; h++) kv_axpy(tv, sc[h * n_s + k], vp + (h / gqa) * vrb, out0 + h * HD, HD);
+                    } else {
+                        kv_load(tv, vs, (int64_t)g0 * HD, rows.data(), n_rv);
+                        for (int h = 0; h < nh; h++)
+                            axpy_f32(sc[h * n_s + k], rows.data() + (h / gqa) * HD, out0 + h * HD, HD);
+                    }
                 }
             }
         });

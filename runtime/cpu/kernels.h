@@ -42,8 +42,8 @@ const char* blas_core_name();
 int cpu_count();
 
 // Which kernels a matmul over weights of type t runs at the current level, in words: the decode
-// path (below gemm_min_tokens) and the prefill path, e.g. "1-47 tokens: int8 dot products, AVX-512
-// VNNI (activations to 8 bits); 48+: tiled AVX-512 GEMM". For bench_model and `steward model info`.
+// path (below gemm_min_tokens) and the prefill path, e.g. "1-47 tokens: int8 dot products, avx512vnni
+// 64-byte (activations to 8 bits); 48+: tiled AVX-512 GEMM". For bench_model and `steward model info`.
 std::string matmul_variant(GgmlType t);
 
 // Opt-in accounting of the wall time the calling threads spend inside matmul() (bench_model's
