@@ -442,6 +442,16 @@ typedef struct steward_spec_seq {
     double plain_step_ms;         /* this step's forward predicted without any draft token: the step
                                      time without speculation */
     int32_t draft_source;         /* a steward_spec_source */
+
+    /* ---- appended within ABI 2 (a draft model's catch-up): read with STEWARD_HAS_FIELD. Before
+     * its first draft token a draft model computes the tokens of the sequence it has not seen: the
+     * whole prompt at a sequence's first draft, the output since its last draft after steps at
+     * k = 0 (a probe). One forward over them, paid once in this step, on top of the per-token cost
+     * above; the following steps draft from there. */
+    int32_t draft_catch_up_tokens; /* tokens the draft must compute first if this step drafts (0: none
+                                      beyond the per-token cost, e.g. a model-free source) */
+    double draft_catch_up_ms;      /* their predicted time (a fit of the host's catch-ups on this
+                                      pool); 0 when there is none; -1 not measured yet */
 } steward_spec_seq;
 
 /* Where a sequence's draft tokens come from (steward_spec_seq.draft_source). */

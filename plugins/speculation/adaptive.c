@@ -6,9 +6,13 @@
  *   E(k) = 1 + sum_{i=1..k} prod_{j<=i} a_j        expected tokens of one verification with k drafts,
  *                                                  a_j the conditional acceptance of draft position j
  *   T(k) = T0 + k * (c_verify + c_draft)           the step's time: T0 the step without drafts
- *                                                  (plain_step_ms), c_verify what one more verified
+ *          + C * E(k) / L  (k > 0)                 (plain_step_ms), c_verify what one more verified
  *                                                  token adds (verify_ms_per_token), c_draft one draft
- *                                                  token's drafting (draft_ms_per_token)
+ *                                                  token's drafting (draft_ms_per_token), C a draft
+ *                                                  model's catch-up before drafting (draft_catch_up_ms:
+ *                                                  the prompt at a first draft, the output since the
+ *                                                  last draft at a probe) amortized over the L tokens
+ *                                                  left (all of C when L <= E(k) or unknown)
  *   G(k) = (B - 1 + E(k)) / T(k)                   tokens per ms of the whole batch of B sequences
  *                                                  when only this one drafts k: a longer step costs
  *                                                  the other B - 1 sequences too, so the larger the
@@ -36,8 +40,8 @@
  *
  * Hopeless: once the host has measured the times, if even a draft accepted at every position would
  * not pay (max_k G(k) with every a_j = 1 is below the min_gain threshold; e.g. a draft model as slow
- * per token as the target's whole step), acceptance cannot change the answer: k = 0 and no probes
- * until the measured times change.
+ * per token as the target's whole step, or a catch-up too long for the tokens left to pay back),
+ * acceptance cannot change the answer: k = 0 and no probes until the measured times change.
  *
  * Params (all optional):
  *   k_max               integer in [0, 16], default 8: the longest chain tried
@@ -130,6 +134,13 @@ static double acceptance_at(const steward_policy* self, const steward_spec_seq* 
     return self->prior;
 }
 
+/* The share of a catch-up of cu ms that a step yielding e of the left tokens bears (all of it when
+ * the tokens left are unknown or fewer than e). */
+static double catch_up_share(double cu, double e, double left) {
+    if (cu <= 0) return 0.0;
+    return left > e ? cu * e / left : cu;
+}
+
 /* Fills g[0..k_top] with the predicted goodput G(k); returns the best k (ties to the smaller). With
  * g_perfect, also the best G(k) of a draft accepted at every position, and *measured whether the
  * times are the host's measurements (not the priors). */
@@ -149,13 +160,19 @@ static int32_t predict(const steward_policy* self, const steward_spec_seq* seq, 
                       : source == STEWARD_SPEC_SOURCE_NGRAM || source == STEWARD_SPEC_SOURCE_SUFFIX ? 0.0
                                                             : self->draft_share * t1;
     const double others = seq->batch_size > 1 ? (double)(seq->batch_size - 1) : 0.0;
+    /* A draft model's catch-up (C ms before its first draft token, paid once) is amortized over the
+     * tokens left: a step that yields E(k) of them bears E(k) / left of it. Unmeasured: none. */
+    const double cu_host = SEQ_FIELD(seq, draft_catch_up_ms, 0.0);
+    const double cu = cu_host > 0 ? cu_host : 0.0;
+    const double left = seq->max_tokens > seq->n_generated ? (double)(seq->max_tokens - seq->n_generated) : 0.0;
     double e = 1.0, run = 1.0, perfect = 0.0;
     int32_t best = 0;
     for (int32_t k = 0; k <= k_top; k++) {
         if (k > 0) e += (run *= acceptance_at(self, seq, k - 1));
-        g[k] = (others + e) / (t0 + (double)k * (cv + cd));
+        g[k] = (others + e) / (t0 + (double)k * (cv + cd) + (k > 0 ? catch_up_share(cu, e, left) : 0.0));
         if (g[k] > g[best]) best = k;
-        const double gp = (others + 1.0 + (double)k) / (t0 + (double)k * (cv + cd));
+        const double ep = 1.0 + (double)k;
+        const double gp = (others + ep) / (t0 + (double)k * (cv + cd) + catch_up_share(cu, ep, left));
         if (k > 0 && gp > perfect) perfect = gp;
     }
     if (g_perfect) *g_perfect = perfect;

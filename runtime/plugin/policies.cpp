@@ -464,6 +464,8 @@ steward_spec_seq seq_view(const SpecSeqStats& q) {
     v.verify_ms_per_token = q.verify_ms_per_token;
     v.plain_step_ms = q.plain_step_ms;
     v.draft_source = q.draft_source;
+    v.draft_catch_up_tokens = q.draft_catch_up_tokens;
+    v.draft_catch_up_ms = q.draft_catch_up_ms;
     return v;
 }
 

@@ -408,6 +408,18 @@ double Engine::verify_ms_per_token() const {
     return b >= 0 ? b : forward_fit_.slope();
 }
 
+int Engine::draft_catch_up_tokens(const Seq& s) const {
+    if (sim_ || (s.req.spec.source != SpecSource::DRAFT && s.req.spec.source != SpecSource::SELF)) return 0;
+    const int n = (int)s.all_tokens.size();
+    if (!s.draft_kv || !s.draft_owner) return n;
+    return n - s.draft_owner->manager().seq(s.draft_kv).n_computed;
+}
+
+double Engine::draft_catch_up_ms(const Seq& s, int n_tokens) const {
+    if (n_tokens <= 2) return 0;
+    return catch_up_fit_[(int)s.req.spec.source].at(n_tokens);
+}
+
 double Engine::plain_step_ms(int n_plain_tokens, bool decode_only) const {
     const TimeFit& f = decode_only && decode_fit_.slope() >= 0 ? decode_fit_ : forward_fit_;
     return f.at(n_plain_tokens);
@@ -470,6 +482,9 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     q.verify_ms = verify_ms_;
     q.verify_ms_per_token = verify_ms_per_token();
     q.plain_step_ms = plain_step_ms(n_plain_tokens, n_plain_tokens == batch_size);
+    const int n_catch_up = draft_catch_up_tokens(s);
+    q.draft_catch_up_tokens = n_catch_up > 2 ? n_catch_up : 0;
+    q.draft_catch_up_ms = draft_catch_up_ms(s, n_catch_up);
     bool fallback = false;
     stats_.n_spec_asks++;
     int b = s.req.speculation->draft_budget_seq(q, &fallback);
@@ -843,28 +858,36 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
         Seq& s = *seqs_.at(p.id);
         int max_k = std::min(want[i], budget);
         if (max_k <= 0) continue;
+        // Tokens the draft model must catch up on first (its whole prompt at the first draft,
+        // the output since its last draft after k = 0 steps): such a draft's time is not per
+        // token, and the catch-up is paid in this step whatever k is. (A simulated draft's time is
+        // its device time, which the backend prices at the forward.)
+        const int n_catch_up = draft_catch_up_tokens(s);
+        const double catch_up_ms = std::max(0.0, draft_catch_up_ms(s, n_catch_up));
         double per_token_ms = 0;
         if (allowance_ms >= 0) {
             per_token_ms = verify_ms_per_token() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]);
-            if (per_token_ms > 0) max_k = std::min<int>(max_k, (int)std::floor(allowance_ms / per_token_ms));
+            if (per_token_ms > 0 || catch_up_ms > 0)
+                max_k = std::min<int>(max_k, (int)std::floor((allowance_ms - catch_up_ms) / std::max(per_token_ms, 1e-9)));
             if (max_k <= 0) {
                 stats_.n_spec_capped++;
                 continue;
             }
         }
-        // Tokens the draft model must catch up on first (its whole prompt at the first draft,
-        // the output since its last draft after k = 0 steps): such a draft's time is not per
-        // token. (A simulated draft's time is its device time, which the backend prices at the
-        // forward.)
-        const int n_catch_up = sim_ || s.req.spec.source != SpecSource::DRAFT ? 0
-                               : !s.draft_kv ? (int)s.all_tokens.size()
-                                             : (int)s.all_tokens.size() - draft_->manager().seq(s.draft_kv).n_computed;
         const auto t_draft = std::chrono::steady_clock::now();
         p.draft = draft_for(s, max_k);
         if (!sim_) {
             const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_draft).count();
             s.fig.draft_s += dt;
             stats_.draft_s += dt;
+            if (s.draft_owner && s.draft_owner->last_catch_up_tokens() > 2) {
+                const int n = s.draft_owner->last_catch_up_tokens();
+                const double ms = s.draft_owner->last_catch_up_ms();
+                catch_up_fit_[(int)s.req.spec.source].observe(n, ms);
+                stats_.n_draft_catch_ups++;
+                stats_.n_draft_catch_up_tokens += n;
+                stats_.draft_catch_up_s += ms * 1e-3;
+            }
             // A draft token's cost: the step's drafting per token when it caught up on at most 2
             // tokens; else (a first draft, a probe after k = 0 steps) the mean of its one-token
             // draft forwards, so that a draft that stopped at k = 0 is still measured.
@@ -880,7 +903,7 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
         }
         p.n += p.draft.k();
         budget -= p.draft.k();
-        if (allowance_ms >= 0) allowance_ms -= per_token_ms * p.draft.k();
+        if (allowance_ms >= 0) allowance_ms -= catch_up_ms + per_token_ms * p.draft.k();
     }
     return plan;
 }

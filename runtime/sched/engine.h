@@ -196,6 +196,10 @@ struct EngineStats {
     int64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0, n_rollbacks = 0, n_spec_branches = 0;  // as EngineEvent's
     int64_t n_spec_asks = 0, n_spec_fallbacks = 0;  // speculation policy questions, and invalid answers
     int64_t n_spec_capped = 0;  // drafts left out because the step's spec_max_slowdown allowance was spent
+    // A draft model's catch-ups of more than the root and its one accepted token (a first draft:
+    // the prompt; after steps at k = 0: the output since): how many, their tokens and time (of draft_s).
+    int64_t n_draft_catch_ups = 0, n_draft_catch_up_tokens = 0;
+    double draft_catch_up_s = 0;
     double draft_s = 0, verify_s = 0;               // as EngineEvent's, summed over requests
     int64_t n_masked = 0, n_forced = 0;             // as EngineEvent's, summed over requests
     double mask_s = 0;
@@ -447,6 +451,13 @@ private:
     double plain_step_ms(int n_plain_tokens, bool decode_only) const;
     double verify_ms_ = -1;
     double draft_ms_per_token_[5] = {-1, -1, -1, -1, -1};  // by SpecSource (NONE, NGRAM, DRAFT, SELF, SUFFIX)
+    // A draft model's catch-up time against its token count (catch-ups of more than 2 tokens), by
+    // SpecSource: what a sequence's next draft costs before its first token.
+    TimeFit catch_up_fit_[5];
+    // Tokens s's draft model must compute before drafting now (0 for a model-free source).
+    int draft_catch_up_tokens(const Seq& s) const;
+    // Their predicted time: 0 for at most 2 (inside draft_ms_per_token), -1 while unmeasured.
+    double draft_catch_up_ms(const Seq& s, int n_tokens) const;
     // Suffix decoding's corpus: the recent outputs of the requests that draft with it, per tenant and
     // bucket (never shared across tenants), memory-bounded (spec/suffix.h).
     SuffixCorpus suffix_corpus_;

@@ -28,6 +28,8 @@ struct SpecSeqStats {
     double verify_ms_per_token = -1;  // the forward's growth per extra token; -1 unknown
     double plain_step_ms = -1;        // this step's forward predicted without any draft; -1 unknown
     int32_t draft_source = 0;         // a steward_spec_source
+    int32_t draft_catch_up_tokens = 0;  // tokens a draft model computes before drafting in this step
+    double draft_catch_up_ms = 0;       // their predicted time; -1 unknown
 };
 
 // A speculation policy as the engine uses it. draft_budget_seq is called on the engine's thread, once

@@ -263,6 +263,8 @@ Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all
     none.kind = sp.temperature > 0.0f ? DraftKind::SAMPLED : DraftKind::CHOSEN;
     last_chain_forwards_ = 0;
     last_chain_ms_ = 0;
+    last_catch_up_tokens_ = 0;
+    last_catch_up_ms_ = 0;
     if (k <= 0 || all_tokens.empty()) return none;
     if (!*seq) *seq = mgr_.add_seq(0, {});
     // The draft's tokens are a prefix of the target's (rollback keeps it so); catch up on the rest,
@@ -275,7 +277,13 @@ Expected<SpecDraft> DraftModel::propose(SeqId* seq, std::span<const int32_t> all
         mgr_.truncate(*seq, common);
     }
     if (!grow(*seq, all_tokens.subspan((size_t)mgr_.seq(*seq).n_tokens()))) return none;
-    if (auto r = feed_pending(*seq); !r) return r.error();
+    {
+        const auto t_catch_up = std::chrono::steady_clock::now();
+        last_catch_up_tokens_ = mgr_.seq(*seq).n_tokens() - mgr_.seq(*seq).n_computed;
+        if (auto r = feed_pending(*seq); !r) return r.error();
+        last_catch_up_ms_ =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_catch_up).count();
+    }
     if (s.tree == SpecTree::CHAIN) return propose_chain(*seq, k, sp, rng, constraint);
     return propose_tree(*seq, s, k, max_depth, sp, rng);
 }

@@ -172,12 +172,18 @@ public:
     // one token or a tree.
     int last_chain_forwards() const { return last_chain_forwards_; }
     double last_chain_ms() const { return last_chain_ms_; }
+    // The last proposal's catch-up before its first draft token: the tokens it fed (the root
+    // included) and their wall time.
+    int last_catch_up_tokens() const { return last_catch_up_tokens_; }
+    double last_catch_up_ms() const { return last_catch_up_ms_; }
     int n_layers() const { return be_->n_layers(); }
     int64_t bytes() const { return be_->kv_storage_bytes(); }
 
 private:
     int last_chain_forwards_ = 0;
     double last_chain_ms_ = 0;
+    int last_catch_up_tokens_ = 0;
+    double last_catch_up_ms_ = 0;
     bool grow(SeqId seq, std::span<const int32_t> tokens);  // append + allocate; false without room
     // Forwards the tokens the draft knows but has not computed (chunked), leaving the last one's
     // logits in logits_.

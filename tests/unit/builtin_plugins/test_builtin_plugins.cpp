@@ -889,6 +889,7 @@ struct SpecSeqCase {
     double acceptance = 0.8;
     double plain_ms = 10, verify_ms_per_token = 1, draft_ms_per_token = 2;
     int32_t batch = 1, max_budget = 16, n_generated = 10, max_tokens = 1000;
+    double catch_up_ms = 0;  // the draft model's catch-up before this step's first draft token
 };
 
 int32_t adaptive_budget(Speculator& s, const SpecSeqCase& c) {
@@ -910,18 +911,24 @@ int32_t adaptive_budget(Speculator& s, const SpecSeqCase& c) {
     q.verify_ms_per_token = c.verify_ms_per_token;
     q.plain_step_ms = c.plain_ms;
     q.draft_source = STEWARD_SPEC_SOURCE_DRAFT;
+    q.draft_catch_up_ms = c.catch_up_ms;
+    q.draft_catch_up_tokens = c.catch_up_ms > 0 ? 100 : 0;
     int32_t b = -99;
     REQUIRE(s.table->draft_budget_seq(s.self, &q, &b) == STEWARD_PLUGIN_OK);
     return b;
 }
 
 // The best k by brute force: tokens per ms of the batch when this sequence verifies k drafts; 0
-// unless the best adds min_gain - 1 of the sequence's own plain rate (goodput(0) / batch).
+// unless the best adds min_gain - 1 of the sequence's own plain rate (goodput(0) / batch). A
+// catch-up is paid once for the rest of the output: a step that yields `tokens` of the tokens left
+// carries that fraction of it (all of it when fewer are left).
 int32_t expected_best_k(const SpecSeqCase& c, int32_t k_max, double min_gain) {
     auto goodput = [&](int k) {
         double tokens = 1;
         for (int i = 1; i <= k; i++) tokens += std::pow(c.acceptance, i);
-        return (c.batch - 1 + tokens) / (c.plain_ms + k * (c.verify_ms_per_token + c.draft_ms_per_token));
+        const double left = c.max_tokens - c.n_generated;
+        const double catch_up = k == 0 ? 0.0 : c.catch_up_ms * std::min(1.0, tokens / left);
+        return (c.batch - 1 + tokens) / (c.plain_ms + k * (c.verify_ms_per_token + c.draft_ms_per_token) + catch_up);
     };
     int32_t best = 0;
     for (int k = 1; k <= k_max; k++)
@@ -1061,6 +1068,51 @@ TEST_CASE("adaptive neither drafts nor probes when even a draft accepted at ever
     REQUIRE(expected_best_k(SpecSeqCase{.acceptance = 1.0, .draft_ms_per_token = 0.5}, 8, 1.05) > 0);
     for (int step = 0; step < 10; step++) n_drafting += adaptive_budget(s, c) > 0;
     CHECK(n_drafting >= 1);
+}
+
+TEST_CASE("adaptive pays a draft model's catch-up once over the tokens left: a long prompt early in a long output "
+          "still drafts, the same catch-up near the end does not, nor does a probe there",
+          "[plugins]") {
+    Speculator s(builtin_path("speculation", "adaptive"), {{"k_max", int64_t(8)}, {"min_gain", 1.05}});
+    REQUIRE(s.rc == STEWARD_PLUGIN_OK);
+    uint64_t id = 500;
+    int n_checked_off = 0;
+    for (double a : {0.5, 0.7, 0.9}) {
+        for (double catch_up : {0.0, 20.0, 200.0, 2000.0}) {
+            for (int32_t n_generated : {10, 900, 980, 995}) {
+                SpecSeqCase c;
+                c.id = ++id;
+                c.acceptance = a;
+                c.catch_up_ms = catch_up;
+                c.n_generated = n_generated;
+                INFO("acceptance " << a << " catch-up " << catch_up << " ms, " << (c.max_tokens - n_generated) << " left");
+                // No more drafts than the tokens left less the verified one.
+                const int32_t k_top = std::min(8, c.max_tokens - n_generated - 1);
+                const int32_t want = expected_best_k(c, k_top, 1.05);
+                CHECK(adaptive_budget(s, c) == want);
+                SpecSeqCase free = c;
+                free.catch_up_ms = 0;
+                free.id = ++id;
+                if (want == 0 && expected_best_k(free, k_top, 1.05) > 0) n_checked_off++;
+            }
+        }
+    }
+    CHECK(n_checked_off >= 3);  // cases where only the catch-up turns speculation off
+    // At k = 0 with a probe due every 4 steps: with 20 tokens left, a 500 ms catch-up cannot pay
+    // back even at full acceptance, so no probe is made; without it the probes come.
+    Speculator p(builtin_path("speculation", "adaptive"), {{"probe_every", int64_t(4)}, {"probe_backoff", 1.0}});
+    REQUIRE(p.rc == STEWARD_PLUGIN_OK);
+    SpecSeqCase c;
+    c.id = 900;
+    c.acceptance = 0.0;
+    c.n_generated = 980;
+    c.catch_up_ms = 500;
+    int n_probes = 0;
+    for (int step = 0; step < 12; step++) n_probes += adaptive_budget(p, c) > 0;
+    CHECK(n_probes == 0);
+    c.catch_up_ms = 0;
+    for (int step = 0; step < 12; step++) n_probes += adaptive_budget(p, c) > 0;
+    CHECK(n_probes >= 2);
 }
 
 TEST_CASE("adaptive reads only the fields the host's steward_spec_seq has: an early ABI 2 host gets the prior model",

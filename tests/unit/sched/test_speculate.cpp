@@ -818,3 +818,21 @@ TEST_CASE("spec_max_slowdown leaves drafts out of steps shared with a sequence t
         CHECK(capped_out.size() == 60);
     }
 }
+
+TEST_CASE("a draft model catches up on a request's whole prompt once, at its first draft, and on at most 2 tokens at "
+          "every later draft while it drafts at every step",
+          "[speculate]") {
+    // Two requests at once, greedy, fixed k = 3 from the draft model: each step drafts, so after
+    // the first draft the draft model only lacks the last accepted draft and the target's token.
+    const auto prompts = repeating_prompts(2, 23);
+    const RunResult r = run(base_options(true), prompts, 24, 2, [](size_t) { return spec(SpecSource::DRAFT, 3); }, no_tweak);
+    int64_t first = 0;
+    for (const auto& p : prompts) first += (int64_t)p.size() + 1;  // the prompt and the first output token
+    CHECK(r.stats.n_drafts > 4);
+    CHECK(r.stats.n_draft_catch_ups == 2);
+    CHECK(r.stats.n_draft_catch_up_tokens == first);
+    CHECK(r.stats.draft_catch_up_s > 0);
+    // An n-gram source has no model to catch up.
+    const RunResult n = run(base_options(false), prompts, 24, 2, [](size_t) { return spec(SpecSource::NGRAM, 3); }, no_tweak);
+    CHECK(n.stats.n_draft_catch_ups == 0);
+}
