@@ -10,11 +10,13 @@
 
 namespace steward {
 
-// One activation block for the 32-wide weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL):
-// x[j] ~= d * qs[j], |qs[j]| <= 127, sum = sum of qs (the min term of Q4_1 / Q5_1, the offset of
-// Q4_0 / Q5_0).
+// One activation block for the 32-wide weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), as
+// ggml's Q8_0 / Q8_1: x[j] ~= d * qs[j], |qs[j]| <= 127, d an F16 value; sum = sum of qs (the
+// offset of Q4_0 / Q5_0, in integers); s = the F32 scale times sum, rounded to F16 (Q8_1's s: the
+// min term of Q4_1 / Q5_1).
 struct ActBlock32 {
     float d;
+    float s;
     int32_t sum;
     int8_t qs[kQK];
 };
@@ -25,7 +27,7 @@ struct ActBlock256 {
     int16_t bsums[kQKK / 16];
     int8_t qs[kQKK];
 };
-static_assert(sizeof(ActBlock32) == 40 && sizeof(ActBlock256) == 292);
+static_assert(sizeof(ActBlock32) == 44 && sizeof(ActBlock256) == 292);
 
 // The paths one by one, so that tests can hold each against the scalar twin on any machine.
 // SCALAR is always available; AVX2 (maddubs / madd), VNNI (dpbusd) and AVX512 (64-byte k-quant

@@ -72,8 +72,10 @@ struct Reference {
     double act_bound = 0.0;  // the most the 8-bit activation rounding can move the dot product
 };
 
-// Activation block b has scale max|x| / 127 and rounds each element by at most half of it, so it
-// moves the dot product by at most (max_b |x| / 254) * sum_{i in b} |w_i|.
+// Activation block b has scale d = max|x| / 127 and rounds each element by at most half of it; the
+// scale multiplied back is d rounded to F16 (ggml's Q8_0), off by at most 2^-11 d for each of up
+// to 127 steps. So it moves the dot product by at most (max_b |x| / 127) (1/2 + 127 / 2048)
+// sum_{i in b} |w_i|.
 Reference reference_dot(GgmlType t, const uint8_t* w_row, const float* x, int64_t n_cols) {
     std::vector<float> w((size_t)n_cols);
     REQUIRE(dequantize_row(t, w_row, n_cols, w.data()).ok());
@@ -87,7 +89,7 @@ Reference reference_dot(GgmlType t, const uint8_t* w_row, const float* x, int64_
             amax = std::max(amax, (double)std::fabs(x[i]));
             wsum += std::fabs((double)w[i]);
         }
-        r.act_bound += amax / 254.0 * wsum;
+        r.act_bound += amax / 127.0 * (0.5 + 127.0 / 2048.0) * wsum;
     }
     return r;
 }
@@ -120,40 +122,96 @@ struct ExactQuant {
 
 }  // namespace
 
-TEST_CASE("activation blocks round every element to within half a step of max |x| / 127", "[quant_dot]") {
+namespace {
+// llama.cpp's activations, written out from ggml's definitions: quantize_row_q8_0 / q8_1 as the x86
+// build runs them (scale max|x| / 127 stored as F16, multiplier 127 / max|x|, round half to even,
+// q8_1's s = F16(scale * sum of q)) and quantize_row_q8_K_ref (the signed value m of the first
+// largest |x|, iscale = -127 / m, round half to even capped at 127, d = 1 / iscale in F32).
+struct Q8Block {
+    float d = 0, s = 0;
+    std::vector<int> q;
+};
+float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
+Q8Block ggml_q8_0(const float* x) {
+    Q8Block b;
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; j++) {
+        b.q.push_back((int)std::nearbyint(x[j] * id));
+        sum += b.q.back();
+    }
+    b.d = f16_round(d);
+    b.s = f16_round(d * (float)sum);
+    return b;
+}
+Q8Block ggml_q8_K(const float* x) {
+    Q8Block b;
+    float amax = 0, m = 0;
+    for (int j = 0; j < 256; j++)
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            m = x[j];
+        }
+    b.q.assign(256, 0);
+    if (amax == 0) return b;
+    const float iscale = -127.f / m;
+    for (int j = 0; j < 256; j++) b.q[j] = std::min(127, (int)std::nearbyint(iscale * x[j]));
+    b.d = 1 / iscale;
+    return b;
+}
+}  // namespace
+
+TEST_CASE("activation blocks are ggml's Q8_0 / Q8_1 and Q8_K, bit for bit, ties and zero blocks included",
+          "[quant_dot]") {
     std::mt19937 rng(3);
-    for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K}) {
-        const int64_t n = 768;
-        std::vector<float> x = random_acts(n, rng);
-        x[5] = 0.0f;
+    const int64_t n = 768;
+    std::vector<float> x = random_acts(n, rng);
+    x[5] = 0.0f;
+    // Exact halves: a block whose max is 127 has multiplier 1, so 2.5 and -3.5 round to even
+    // (2, -4) where round-half-away would give 3 and -4; a block of zeros; a negative maximum.
+    for (int j = 0; j < 32; j++) x[64 + j] = 0.5f * (float)(j % 7) - 1.0f;
+    x[64] = 127.0f;
+    x[65] = 2.5f;
+    x[66] = -3.5f;
+    for (int j = 0; j < 32; j++) x[96 + j] = 0.0f;
+    x[300] = -1000.0f;  // the Q8_K block 1's largest |x| is negative: d > 0 there
+    for (const GgmlType t : {GgmlType::Q4_1, GgmlType::Q4_K}) {
         const std::vector<uint8_t> a = quantized(t, x.data(), n);
         if (t == GgmlType::Q4_K) {
             const ActBlock256* b = reinterpret_cast<const ActBlock256*>(a.data());
-            for (int64_t i = 0; i < n; i++) {
-                const ActBlock256& blk = b[i / kQKK];
-                CHECK(std::fabs(x[i] - blk.d * blk.qs[i % kQKK]) <= blk.d * 0.5f * (1 + 1e-5f));
-            }
             for (int64_t k = 0; k < n / kQKK; k++) {
-                float amax = 0.0f;
-                for (int j = 0; j < kQKK; j++) amax = std::max(amax, std::fabs(x[k * kQKK + j]));
-                CHECK(b[k].d == Approx(amax / 127.0f).epsilon(1e-6));
+                INFO("block " << k);
+                const Q8Block want = ggml_q8_K(x.data() + k * kQKK);
+                CHECK(b[k].d == want.d);
+                for (int j = 0; j < kQKK; j++) CHECK((int)b[k].qs[j] == want.q[j]);
                 for (int s = 0; s < kQKK / 16; s++) {
                     int sum = 0;
-                    for (int j = 0; j < 16; j++) sum += b[k].qs[16 * s + j];
+                    for (int j = 0; j < 16; j++) sum += want.q[16 * s + j];
                     CHECK(b[k].bsums[s] == sum);
                 }
             }
+            CHECK(b[0].d < 0.0f);  // a positive maximum: ggml's d is negative, and so are the codes
+            CHECK(b[1].d > 0.0f);
         } else {
             const ActBlock32* b = reinterpret_cast<const ActBlock32*>(a.data());
-            for (int64_t i = 0; i < n; i++) {
-                const ActBlock32& blk = b[i / kQK];
-                CHECK(std::fabs(x[i] - blk.d * blk.qs[i % kQK]) <= blk.d * 0.5f * (1 + 1e-5f));
-            }
             for (int64_t k = 0; k < n / kQK; k++) {
+                INFO("block " << k);
+                const Q8Block want = ggml_q8_0(x.data() + k * kQK);
+                CHECK(b[k].d == want.d);
+                CHECK(b[k].s == want.s);
                 int sum = 0;
-                for (int j = 0; j < kQK; j++) sum += b[k].qs[j];
+                for (int j = 0; j < kQK; j++) {
+                    CHECK((int)b[k].qs[j] == want.q[j]);
+                    sum += want.q[j];
+                }
                 CHECK(b[k].sum == sum);
             }
+            CHECK((int)b[2].qs[1] == 2);
+            CHECK((int)b[2].qs[2] == -4);
+            CHECK(b[3].d == 0.0f);
         }
     }
 }
@@ -179,7 +237,7 @@ TEST_CASE("vec_dot matches the reference dequantizer's dot product within the ac
                                                  << ref.dot << ", bound " << ref.act_bound);
                 CHECK(std::fabs(got - ref.dot) <= ref.act_bound + kFloatSlack * ref.magnitude);
                 // The bound means something: well under the size of the dot product's terms.
-                CHECK(ref.act_bound < 0.02 * ref.magnitude);
+                CHECK(ref.act_bound < 0.025 * ref.magnitude);
                 CHECK(vec_dot_scalar(t, row, a.data(), K) ==
                       Approx(got).margin(1e-5 * ref.magnitude).epsilon(0));
             }

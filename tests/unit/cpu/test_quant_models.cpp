@@ -11,6 +11,7 @@
 
 #include "cpu/forward.h"
 #include "cpu/generator.h"
+#include "cpu/quant_dot.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 
@@ -157,8 +158,11 @@ TEST_CASE("llama-quantize's files tokenize and decode greedily as llama.cpp does
                                           : std::string())
                   << "; fed llama.cpp's ids, our top-1 is its pick at " << n_same_forced << " of " << kNPredict
                   << " steps, worst gap " << worst_gap);
-        // A near-tie is rare: on all but a couple of steps our top-1 is exactly llama.cpp's pick.
-        CHECK(n_same_forced >= kNPredict - 2);
+        // A near-tie is rare: on all but a few steps our top-1 is exactly llama.cpp's pick. (The
+        // 25-token prompt runs our prefill GEMM in F32 on dequantized weights where llama.cpp
+        // quantizes the activations: the KV differs by float rounding, which moves later int8
+        // activation roundings. Decode alone agrees exactly: the test below.)
+        CHECK(n_same_forced >= kNPredict - 3);
         if (n_match >= kMinSteps) n_files_long++;
 
         // The Generator (what `steward generate` runs) picks the same ids greedily.
@@ -175,4 +179,38 @@ TEST_CASE("llama-quantize's files tokenize and decode greedily as llama.cpp does
     }
     // "Most files": all but at most three may hit a near-tie before kMinSteps free-running steps.
     CHECK(n_files_long + 3 >= (int)files.size());
+}
+
+TEST_CASE("from BOS alone, every step a one-token decode, our greedy ids equal llama.cpp's on all 13 llama-quantize "
+          "files for all 32 steps",
+          "[forward][quant][testdata]") {
+    // tests/data/quant_decode: llama.cpp's ids (llama-server, F32 KV, flash attention off). Both
+    // sides quantize each activation row as ggml's Q8_0 / Q8_1 / Q8_K and take integer dot
+    // products, so the logits differ by float summation order only: no near-tie tolerance.
+    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/quant_decode/llama_bos_greedy.tsv");
+    REQUIRE(in);
+    REQUIRE(!exact_quant());
+    const std::filesystem::path dir = std::filesystem::path(STEWARD_TESTDATA_DIR) / "quant";
+    std::string line;
+    int n_files = 0;
+    while (std::getline(in, line)) {
+        const size_t tab = line.find('\t');
+        REQUIRE(tab != std::string::npos);
+        const std::string name = line.substr(0, tab);
+        std::istringstream ls(line.substr(tab + 1));
+        std::vector<int32_t> want;
+        int32_t v;
+        while (ls >> v) want.push_back(v);
+        REQUIRE(want.size() == (size_t)kNPredict);
+        INFO("file " << name);
+        auto m = Model::load((dir / name).string());
+        REQUIRE(m.ok());
+        const Greedy g = greedy_with_margins(**m, {1}, want, false);
+        int n_match = 0;
+        while (n_match < kNPredict && g.ids[n_match] == want[n_match]) n_match++;
+        INFO("first difference at step " << n_match);
+        CHECK(n_match == kNPredict);
+        n_files++;
+    }
+    CHECK(n_files == 13);
 }
