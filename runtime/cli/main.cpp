@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3 or phi3")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();

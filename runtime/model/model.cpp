@@ -25,8 +25,16 @@ RopeType rope_type_for(const std::string& arch) {
 // llama.cpp writes Mistral, DeepSeek-R1's Llama distills and SmolLM / SmolLM2 as `llama` (their
 // tokenizers differ, not the block) and the Qwen distills as `qwen2`; `mistral` is kept for files
 // from other converters. qwen3 is qwen2 without the QKV biases, with a per-head RMSNorm on q and k.
+// phi3 is the llama block with NeoX RoPE and two fused matrices: attn_qkv (q, k, v rows in that
+// order) and ffn_up (the gate's n_ff rows, then up's), bound here as row ranges of those tensors.
+// llama.cpp ignores its sliding window (full attention), and so does Steward.
 bool arch_supported(const std::string& arch) {
-    return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3";
+    return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3";
+}
+
+// Rows [r0, r0 + n) of w (rows are contiguous in every type): a weight fused into a larger tensor.
+WeightView rows_of(const WeightView& w, int64_t r0, int64_t n) {
+    return WeightView{w.type, w.data ? w.row(r0) : nullptr, w.n_cols, n};
 }
 
 }  // namespace
@@ -65,7 +73,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.arch = std::string(*arch);
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
-                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3)");
+                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3)");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -150,6 +158,12 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         w.output = w.tok_embd;
         w.tied_output = true;
     }
+    // Phi-3's long-context files (128k) scale RoPE per dimension (LongRoPE): not implemented, and
+    // ignoring the factors would compute wrong positions silently.
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+        if (f.find_tensor(name))
+            return make_error("'", path, "' scales RoPE per dimension (LongRoPE, tensor '", name,
+                              "'), which Steward does not implement yet; use a Phi-3 file without it (a 4k-context one)");
     // Grown layer by layer: a hostile block_count (up to 2^24) must not allocate gigabytes before
     // the first missing tensor is noticed (found by fuzz_gguf).
     w.layers.reserve(std::min<size_t>((size_t)p.n_layer, f.tensors().size()));
@@ -157,9 +171,20 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         LayerWeights& L = w.layers.emplace_back();
         const std::string b = "blk." + std::to_string(l) + ".";
         r = get(b + "attn_norm.weight", E, 1, true, L.attn_norm);
-        if (r) r = get(b + "attn_q.weight", E, Q, true, L.wq);
-        if (r) r = get(b + "attn_k.weight", E, KV, true, L.wk);
-        if (r) r = get(b + "attn_v.weight", E, KV, true, L.wv);
+        const bool fused = p.arch == "phi3";
+        if (fused) {
+            WeightView qkv;
+            if (r) r = get(b + "attn_qkv.weight", E, Q + 2 * KV, true, qkv);
+            if (r) {
+                L.wq = rows_of(qkv, 0, Q);
+                L.wk = rows_of(qkv, Q, KV);
+                L.wv = rows_of(qkv, Q + KV, KV);
+            }
+        } else {
+            if (r) r = get(b + "attn_q.weight", E, Q, true, L.wq);
+            if (r) r = get(b + "attn_k.weight", E, KV, true, L.wk);
+            if (r) r = get(b + "attn_v.weight", E, KV, true, L.wv);
+        }
         if (r) r = get(b + "attn_output.weight", Q, E, true, L.wo);
         if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
         if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
@@ -167,8 +192,17 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.q_norm);
         if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.k_norm);
         if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
-        if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
-        if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
+        if (fused) {
+            WeightView gate_up;
+            if (r) r = get(b + "ffn_up.weight", E, 2 * (int64_t)p.n_ff, true, gate_up);
+            if (r) {
+                L.w_gate = rows_of(gate_up, 0, p.n_ff);
+                L.w_up = rows_of(gate_up, p.n_ff, p.n_ff);
+            }
+        } else {
+            if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
+            if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
+        }
         if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
     }
     if (!r) return r.error();

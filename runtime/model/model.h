@@ -17,7 +17,7 @@ enum class RopeType {
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3
+    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim

@@ -113,8 +113,10 @@ void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<floa
 
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral")
-        return bad("arch must be llama, mistral, qwen2 or qwen3, got '" + s.arch + "'");
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3")
+        return bad("arch must be llama, mistral, qwen2, qwen3 or phi3, got '" + s.arch + "'");
+    if (s.arch == "phi3" && s.head_dim > 0 && s.head_dim * s.n_head != s.n_embd)
+        return bad("phi3's heads x head size must be dim (llama.cpp's phi3 has no separate head size)");
     if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_ctx <= 0 ||
         s.head_dim < 0)
         return bad("dim, layers, heads, kv heads, ffn and context must be positive (head size 0 or positive)");
@@ -201,6 +203,22 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
         w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
     };
+    // A fused matrix (phi3): the parts' rows one after the other, each part's values the ones a
+    // separate tensor of that name would get, so a phi3 file holds a llama file's weights.
+    auto fused = [&](const std::string& name, int64_t cols, std::initializer_list<std::pair<std::string, int64_t>> parts,
+                     float stddev) {
+        int64_t rows = 0;
+        for (const auto& pr : parts) rows += pr.second;
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, s.tied_output);
+        if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
+        std::vector<float> v;
+        v.reserve((size_t)(cols * rows));
+        for (const auto& [part, n] : parts) {
+            const std::vector<float> x = random_tensor(s.seed, part, cols * n, stddev);
+            v.insert(v.end(), x.begin(), x.end());
+        }
+        w.add_tensor(name, t, {cols, rows}, encode(v, t));
+    };
     auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
         if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {n});
         w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
@@ -212,9 +230,14 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         // writes less into it, so the late layers move the logits of the early ones less.
         const float late = s.late_from >= 0 && l >= s.late_from ? s.late_scale : 1.0f;
         vec(b + "attn_norm.weight", E, 0.1f, 1.0f);
-        mat(b + "attn_q.weight", E, Q, in_scale);
-        mat(b + "attn_k.weight", E, KV, in_scale);
-        mat(b + "attn_v.weight", E, KV, in_scale);
+        if (a == "phi3") {  // q, k and v rows in one tensor, each drawn as the llama file's
+            fused(b + "attn_qkv.weight", E, {{b + "attn_q.weight", Q}, {b + "attn_k.weight", KV}, {b + "attn_v.weight", KV}},
+                  in_scale);
+        } else {
+            mat(b + "attn_q.weight", E, Q, in_scale);
+            mat(b + "attn_k.weight", E, KV, in_scale);
+            mat(b + "attn_v.weight", E, KV, in_scale);
+        }
         if (a == "qwen2") {
             vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
             vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
@@ -228,8 +251,12 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         }
         mat(b + "attn_output.weight", Q, E, late * branch / std::sqrt((float)Q));
         vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
-        mat(b + "ffn_gate.weight", E, F, in_scale);
-        mat(b + "ffn_up.weight", E, F, in_scale);
+        if (a == "phi3") {  // the gate's rows, then up's
+            fused(b + "ffn_up.weight", E, {{b + "ffn_gate.weight", F}, {b + "ffn_up.weight", F}}, in_scale);
+        } else {
+            mat(b + "ffn_gate.weight", E, F, in_scale);
+            mat(b + "ffn_up.weight", E, F, in_scale);
+        }
         mat(b + "ffn_down.weight", F, E, late * 2.0f * branch / std::sqrt((float)F));
     }
     vec("output_norm.weight", E, 0.1f, 1.0f);

@@ -1,0 +1,67 @@
+// Greedy decoding through CpuForward that keeps, at each step, our top-1 margin and the gap to a
+// reference's pick (llama.cpp's ids): the near-tie judgement the tests against llama.cpp use.
+#pragma once
+#include <catch2/catch.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cpu/forward.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+
+namespace steward_test {
+
+struct Greedy {
+    std::vector<int32_t> ids;    // our top-1 at each step
+    std::vector<float> margins;  // our top-1 minus top-2 logit at each step
+    std::vector<float> gaps;     // our top-1 logit minus our logit of the reference's id (0: same id)
+};
+
+// Greedy decoding through CpuForward, keeping each step's margin. With forced empty, our own pick
+// is fed back; otherwise forced[k] is (teacher forcing on llama.cpp's ids), so every step compares.
+inline Greedy greedy_with_margins(const steward::Model& model, const std::vector<int32_t>& prompt, const std::vector<int32_t>& want,
+                           bool forced) {
+    const steward::ModelParams& p = model.params();
+    const int n_predict = (int)want.size();
+    steward::CpuForward fwd(model, 2, 512);
+    const int block_size = 16;
+    const int n_blocks = ((int)prompt.size() + n_predict + block_size - 1) / block_size;
+    steward::KvStorage kv(steward::KvStorage::config_for(p, n_blocks, block_size, steward::KvDtype::F32));
+    std::vector<int32_t> table(n_blocks);
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+    Greedy g;
+    std::vector<int32_t> tokens = prompt;
+    std::vector<float> logits;
+    int n_past = 0;
+    for (int k = 0; k < n_predict; k++) {
+        steward::SeqInput in;
+        in.n_past = n_past;
+        in.tokens = tokens;
+        in.block_table = table;
+        in.logits = steward::LogitsMode::LAST;
+        auto r = fwd.forward(kv, std::span<const steward::SeqInput>(&in, 1), logits);
+        INFO("forward: " << (r.ok() ? std::string("ok") : r.error().message));
+        REQUIRE(r.ok());
+        REQUIRE((int)logits.size() == p.n_vocab);
+        n_past += (int)tokens.size();
+        int best = 0, second = -1;
+        for (int v = 1; v < p.n_vocab; v++) {
+            if (logits[v] > logits[best]) {
+                second = best;
+                best = v;
+            } else if (second < 0 || logits[v] > logits[second]) {
+                second = v;
+            }
+        }
+        REQUIRE(want[k] >= 0);
+        REQUIRE(want[k] < p.n_vocab);
+        g.ids.push_back(best);
+        g.margins.push_back(logits[best] - logits[second]);
+        g.gaps.push_back(logits[best] - logits[want[k]]);
+        tokens = {forced ? want[k] : best};
+    }
+    return g;
+}
+
+}  // namespace steward_test
