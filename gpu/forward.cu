@@ -79,6 +79,7 @@ struct GpuForward::Impl {
     DevMatrix tok_embd;  // as stored when F32 / F16 / BF16 / Q8_0, else F16
     DevMatrix output;    // F32 or F16
     float* output_norm = nullptr;
+    float* rope_factors = nullptr;  // [n_rot / 2] ModelParams::rope_freq_factors; null: none
     std::vector<DevLayer> layers;
 
     // Scratch for max_tokens rows.
@@ -249,6 +250,11 @@ struct GpuForward::Impl {
         auto on = upload_vector(W.output_norm);
         if (!on) return on.error();
         output_norm = *on;
+        if (!p.rope_freq_factors.empty()) {
+            auto rf = upload_vector(WeightView{GgmlType::F32, p.rope_freq_factors.data(), (int64_t)p.rope_freq_factors.size(), 1});
+            if (!rf) return rf.error();
+            rope_factors = *rf;
+        }
         layers.resize(n_layers);
         for (int l = 0; l < n_layers; l++) {
             const LayerWeights& L = W.layers[l];
@@ -420,8 +426,8 @@ struct GpuForward::Impl {
             if (D.bv) STEWARD_TRY(gpu::add_bias(v, D.bv, KVD, n_tok, st));
             if (D.q_norm) STEWARD_TRY(gpu::rmsnorm(q, D.q_norm, p.rms_eps, HD, n_tok * NH, q, st));
             if (D.k_norm) STEWARD_TRY(gpu::rmsnorm(k, D.k_norm, p.rms_eps, HD, n_tok * NKV, k, st));
-            STEWARD_TRY(gpu::rope(q, pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
-            STEWARD_TRY(gpu::rope(k, pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_type, st));
+            STEWARD_TRY(gpu::rope(q, pos, n_tok, NH, HD, p.n_rot, p.rope_freq_base, p.rope_freq_scale, rope_factors, p.rope_type, st));
+            STEWARD_TRY(gpu::rope(k, pos, n_tok, NKV, HD, p.n_rot, p.rope_freq_base, p.rope_freq_scale, rope_factors, p.rope_type, st));
             STEWARD_TRY(gpu::kv_write(k, v, dev_ints + L.o_slot, n_tok, KVD, kc.dtype_k, kc.dtype_v, kv.k_layer(l), kv.v_layer(l), st));
             STEWARD_TRY(gpu::attention(q, kv.k_layer(l), kv.v_layer(l), kc.dtype_k, kc.dtype_v, bs, NH, NKV, HD, scale, ab, n_tok, att, st));
             STEWARD_TRY(mm(D.wo, att, tmp));  // [n_tok][E]

@@ -94,11 +94,12 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float eps, int n,
 }
 
 __global__ void rope_kernel(float* x, const int32_t* pos, int n_heads, int head_dim, int n_rot, float freq_base,
-                            int neox) {
+                            float freq_scale, const float* freq_factors, int neox) {
     const int t = blockIdx.x, half = n_rot / 2;
     for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
         const int h = k / half, i = k % half;
-        const double theta = pos[t] * pow((double)freq_base, -2.0 * i / n_rot);
+        double theta = pos[t] * pow((double)freq_base, -2.0 * i / n_rot) * (double)freq_scale;
+        if (freq_factors) theta /= (double)freq_factors[i];
         const float cs = (float)cos(theta), sn = (float)sin(theta);
         float* xh = x + ((int64_t)t * n_heads + h) * head_dim;
         const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
@@ -441,9 +442,10 @@ Expected<bool> rmsnorm(const float* x, const float* w, float eps, int n, int n_r
 }
 
 Expected<bool> rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int n_rot, float freq_base,
-                    RopeType type, cudaStream_t s) {
+                    float freq_scale, const float* freq_factors, RopeType type, cudaStream_t s) {
     if (n_tok == 0) return true;
-    rope_kernel<<<n_tok, kThreads, 0, s>>>(x, pos, n_heads, head_dim, n_rot, freq_base, type == RopeType::NEOX);
+    rope_kernel<<<n_tok, kThreads, 0, s>>>(x, pos, n_heads, head_dim, n_rot, freq_base, freq_scale, freq_factors,
+                                           type == RopeType::NEOX);
     CUDA_TRY_LAUNCH();
     return true;
 }

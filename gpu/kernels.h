@@ -21,10 +21,11 @@ Expected<bool> embed_rows(GgmlType type, const void* table, int64_t row_bytes, c
 // Twin: rmsnorm (cpu/kernels.h). x, y: [n_rows][n]; w: [n]. In place (x == y) is allowed.
 Expected<bool> rmsnorm(const float* x, const float* w, float eps, int n, int n_rows, float* y, cudaStream_t s);
 
-// Twin: rope_head in cpu/forward.cpp, with its tables (angles pos * base^(-2i / n_rot) in double).
-// x: [n_tok][n_heads][head_dim], the first n_rot dims of each head rotated; pos: [n_tok].
+// Twin: rope_head in cpu/forward.cpp, with its tables (angles pos * base^(-2i / n_rot) * freq_scale
+// / freq_factors[i] in double, ModelParams::rope_inv_freq). x: [n_tok][n_heads][head_dim], the first
+// n_rot dims of each head rotated; pos: [n_tok]; freq_factors: device [n_rot / 2], or null for none.
 Expected<bool> rope(float* x, const int32_t* pos, int n_tok, int n_heads, int head_dim, int n_rot, float freq_base,
-                    RopeType type, cudaStream_t s);
+                    float freq_scale, const float* freq_factors, RopeType type, cudaStream_t s);
 
 // Twin: swiglu (cpu/kernels.h): g[i] = silu(g[i]) * u[i].
 Expected<bool> swiglu(float* g, const float* u, int64_t n, cudaStream_t s);

@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     add_seed_option(synth, spec.seed, "Weight seed");
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
+    synth->add_option("--rope-scale", spec.rope_scaling_factor,
+                      "Linear RoPE scaling factor (rope.scaling.factor; angles divided by it; 0: none)")
+        ->capture_default_str();
+    synth->add_option("--rope-freqs-ramp", spec.rope_freqs_ramp,
+                      "Per-pair RoPE factors from 1 to this value (a rope_freqs.weight tensor, as Llama 3.1 files carry; 0: none)")
+        ->capture_default_str();
     synth->add_option("--draft-from", draft_from, "Derive a draft from this target GGUF instead");
     synth->add_option("--keep-layers", keep_layers, "Layers the draft keeps (with --draft-from)");
     synth->add_option("--late-scale", spec.late_scale,

@@ -283,8 +283,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
     const int half = p.n_rot / 2;
     std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
-    std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot): pow once per i, not per token
-    for (int i = 0; i < half; i++) inv_freq[i] = std::pow((double)p.rope_freq_base, -2.0 * i / p.n_rot);
+    std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot) (scaled): pow once per i, not per token
+    for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i);
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < half; i++) {
             const double theta = refs[t].pos * inv_freq[i];

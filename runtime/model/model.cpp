@@ -116,6 +116,21 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (!(p.rms_eps > 0) || !(p.rope_freq_base > 0))
         return make_error("'", path, "': rms epsilon and rope freq_base must be positive");
     p.rope_type = rope_type_for(p.arch);
+    // RoPE scaling (llama.cpp's rules: the type defaults to linear, a factor of 0 or none is 1).
+    const std::string scaling(f.get_string(p.arch + ".rope.scaling.type").value_or("linear"));
+    if (scaling != "linear" && scaling != "none")
+        return make_error("'", path, "': ", p.arch, ".rope.scaling.type is '", scaling,
+                          "'; Steward implements linear RoPE scaling and per-dimension factors (rope_freqs), not YaRN "
+                          "or LongRoPE: use a file without it");
+    if (scaling == "linear") {
+        auto factor = f.get_float(p.arch + ".rope.scaling.factor");
+        if (!factor) factor = f.get_float(p.arch + ".rope.scale_linear");
+        if (factor && *factor != 0.0) {
+            if (!(*factor > 0.0) || !std::isfinite(*factor))
+                return make_error("'", path, "': ", p.arch, ".rope.scaling.factor must be positive");
+            p.rope_freq_scale = (float)(1.0 / *factor);
+        }
+    }
     if (auto v = f.get_int(p.arch + ".pooling_type"); v && *v >= 0 && *v < (1 << 16)) p.pooling_type = (int)*v;
 
     auto tok = Tokenizer::from_gguf(f);
@@ -157,6 +172,20 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (!w.output) {
         w.output = w.tok_embd;
         w.tied_output = true;
+    }
+    // Per-dimension RoPE factors (Llama 3.1 and later: llama.cpp's converter writes them as a tensor).
+    if (const auto* rf = f.find_tensor("rope_freqs.weight")) {
+        if (rf->type != GgmlType::F32 || rf->n_dims != 1 || rf->ne[0] != p.n_rot / 2)
+            return make_error("'", path, "': tensor 'rope_freqs.weight' must be F32 [", std::to_string(p.n_rot / 2),
+                              "] (one factor per rotary pair)");
+        if (rf->data) {
+            p.rope_freq_factors.assign(reinterpret_cast<const float*>(rf->data),
+                                       reinterpret_cast<const float*>(rf->data) + p.n_rot / 2);
+            for (float x : p.rope_freq_factors)
+                if (!(x > 0.0f) || !std::isfinite(x))
+                    return make_error("'", path, "': tensor 'rope_freqs.weight' holds ", std::to_string(x),
+                                      "; RoPE factors must be positive and finite");
+        }
     }
     // Phi-3's long-context files (128k) scale RoPE per dimension (LongRoPE): not implemented, and
     // ignoring the factors would compute wrong positions silently.

@@ -1,6 +1,7 @@
 // A llama-family model loaded from GGUF: hyper-parameters from metadata, weights as views
 // into the memory-mapped file in their stored type (never widened in memory).
 #pragma once
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,17 @@ struct ModelParams {
     int n_rot = 0;          // <arch>.rope.dimension_count (defaults to head_dim)
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
+    // RoPE scaling as llama.cpp reads it: linear (<arch>.rope.scaling.type "linear" or absent, with
+    // <arch>.rope.scaling.factor f: every angle times 1 / f), and per-dimension factors (the
+    // `rope_freqs.weight` tensor, [n_rot / 2]: Llama 3.1's long-context scaling, angle i divided by
+    // factor i). YaRN and LongRoPE are refused at load.
+    float rope_freq_scale = 1.0f;
+    std::vector<float> rope_freq_factors;  // empty: none
+    // The angle per position of rotary pair i: base^(-2i / n_rot) * freq_scale / factor_i.
+    double rope_inv_freq(int i) const {
+        const double f = rope_freq_factors.empty() ? 1.0 : (double)rope_freq_factors[(size_t)i];
+        return std::pow((double)rope_freq_base, -2.0 * i / n_rot) * rope_freq_scale / f;
+    }
     RopeType rope_type = RopeType::NORM;
     // <arch>.pooling_type as written (llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last, 4 rank);
     // -1 when absent. How embeddings pool a sequence (cpu/embed.h embedding_pooling).

@@ -129,6 +129,9 @@ Expected<bool> synth_validate(const SynthSpec& s) {
     if (s.late_from < -1 || s.late_from > s.n_layer)
         return bad("late layers start at " + std::to_string(s.late_from) + "; give -1 (off) or a layer in [0, " +
                    std::to_string(s.n_layer) + "]");
+    if (!(s.rope_scaling_factor >= 0.0f) || !std::isfinite(s.rope_scaling_factor) || !(s.rope_freqs_ramp >= 0.0f) ||
+        !std::isfinite(s.rope_freqs_ramp))
+        return bad("RoPE scaling factor and factor ramp must be 0 (none) or positive");
     if (!(s.late_scale >= 0.0f) || !std::isfinite(s.late_scale))
         return bad("late layer scale is " + std::to_string(s.late_scale) + "; it must be a finite number >= 0");
     if (!quantize_supported(s.dtype))
@@ -177,6 +180,10 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         w.set_u32(a + ".attention.value_length", (uint32_t)head_dim);
     }
     w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+    if (s.rope_scaling_factor > 0.0f) {
+        w.set_string(a + ".rope.scaling.type", "linear");
+        w.set_f32(a + ".rope.scaling.factor", s.rope_scaling_factor);
+    }
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
     w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
 
@@ -224,6 +231,15 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
     };
     mat("token_embd.weight", E, s.n_vocab, 1.0f);
+    if (s.rope_freqs_ramp > 0.0f) {
+        const int half = head_dim / 2;
+        std::vector<float> ff((size_t)half);
+        for (int i = 0; i < half; i++) ff[(size_t)i] = 1.0f + (s.rope_freqs_ramp - 1.0f) * (float)i / (float)std::max(1, half - 1);
+        if (s.shape_only)
+            w.add_tensor_shape("rope_freqs.weight", GgmlType::F32, {half});
+        else
+            w.add_tensor("rope_freqs.weight", GgmlType::F32, {half}, encode(ff, GgmlType::F32));
+    }
     for (int l = 0; l < s.n_layer; l++) {
         const std::string b = "blk." + std::to_string(l) + ".";
         // Only the branches' output projections: the layer still reads the stream as before, it just

@@ -30,6 +30,12 @@ struct SynthSpec {
     uint64_t seed = 1;
     float rope_freq_base = 10000.0f;
     float rms_eps = 1e-5f;
+    // RoPE scaling as llama.cpp reads it: a linear factor (<arch>.rope.scaling.type "linear" and
+    // .rope.scaling.factor; 0: none), and per-pair factors rising linearly from 1 (the first, fastest
+    // pair) to rope_freqs_ramp (the last) in a `rope_freqs.weight` tensor, the form Llama 3.1 files
+    // carry (0: none).
+    float rope_scaling_factor = 0.0f;
+    float rope_freqs_ramp = 0.0f;
     // A test fixture for speculative decoding: layers >= late_from get their residual branches
     // (attn_output and ffn_down) scaled by late_scale, so that a draft of the first late_from layers
     // (synth_draft, or the self-speculative prefix) agrees with the target at a chosen rate; the other

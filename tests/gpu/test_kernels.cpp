@@ -97,7 +97,7 @@ TEST_CASE("gpu rope rotates adjacent pairs (NORM) and halves (NEOX) as cpu/forwa
                     }
             DeviceBuf<float> dx(x);
             DeviceBuf<int32_t> dp(pos);
-            REQUIRE(gpu::rope(dx.p, dp.p, n_tok, n_heads, hd, n_rot, 10000.0f, type, nullptr).ok());
+            REQUIRE(gpu::rope(dx.p, dp.p, n_tok, n_heads, hd, n_rot, 10000.0f, 1.0f, nullptr, type, nullptr).ok());
             CHECK(rel_err(dx.get(), want) < 1e-6);
         }
 }

@@ -152,14 +152,16 @@ private:
         return y;
     }
 
-    // RoPE over the first n_rot dims of each head: theta_i = pos * base^(-2i / n_rot).
+    // RoPE over the first n_rot dims of each head: theta_i = pos * base^(-2i / n_rot), times the
+    // linear scale, divided by pair i's factor where the file has them (llama.cpp's ggml_rope_ext).
     void rope(std::vector<double>& x, int n_heads, int pos) const {
         const int hd = p_.head_dim;
         const int n_rot = p_.n_rot;
         for (int h = 0; h < n_heads; h++) {
             double* v = x.data() + (size_t)h * hd;
             for (int i = 0; i < n_rot / 2; i++) {
-                const double theta = pos * std::pow((double)p_.rope_freq_base, -2.0 * i / n_rot);
+                double theta = pos * std::pow((double)p_.rope_freq_base, -2.0 * i / n_rot) * (double)p_.rope_freq_scale;
+                if (!p_.rope_freq_factors.empty()) theta /= (double)p_.rope_freq_factors[(size_t)i];
                 const double c = std::cos(theta), s = std::sin(theta);
                 const int a = p_.rope_type == RopeType::NORM ? 2 * i : i;
                 const int b = p_.rope_type == RopeType::NORM ? 2 * i + 1 : i + n_rot / 2;
