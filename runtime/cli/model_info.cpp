@@ -48,6 +48,21 @@ int cmd_model_info(const std::string& path) {
     std::printf("\nshape         dim %lld, %lld layers, %lld heads, %lld KV heads, head dim %lld, ffn %lld, vocab %lld, context %lld\n",
                 (long long)n_embd, (long long)n_layer, (long long)n_head, (long long)n_head_kv, (long long)head_dim,
                 (long long)n_ff, (long long)n_vocab, (long long)n_ctx);
+    if (n_layer > 0) {  // RoPE and its scaling, as the loader reads them (docs/models.md)
+        std::printf("rope          freq base %.10g, %lld dims", g.get_float(arch + ".rope.freq_base").value_or(10000.0),
+                    (long long)meta_int("rope.dimension_count").value_or(head_dim));
+        const std::string scaling(g.get_string(arch + ".rope.scaling.type").value_or("linear"));
+        const double factor = g.get_float(arch + ".rope.scaling.factor").value_or(0.0);
+        if (scaling != "linear" && scaling != "none")
+            std::printf("; scaling %s (not supported: the file is refused at load)", scaling.c_str());
+        else if (scaling == "linear" && factor > 0 && factor != 1)
+            std::printf("; linear scaling, angles / %g", factor);
+        if (const GgufTensorInfo* rf = g.find_tensor("rope_freqs.weight"))
+            std::printf("; per-pair factors (rope_freqs.weight, %lld)", (long long)rf->ne[0]);
+        if (g.find_tensor("rope_factors_long.weight") || g.find_tensor("rope_factors_short.weight"))
+            std::printf("; LongRoPE factors (not supported: the file is refused at load)");
+        std::printf("\n");
+    }
 
     struct TypeUse {
         int64_t n_tensors = 0, n_elements = 0, n_bytes = 0;

@@ -50,6 +50,27 @@ TEST_CASE("model synth --arch qwen3 writes a model that model info and generate 
     std::filesystem::remove_all(d);
 }
 
+TEST_CASE("model synth --arch phi3 with RoPE scaling writes a model whose scaling model info names and generate runs",
+          "[cli][phi3]") {
+    const std::string d = tmp_dir("phi3");
+    const std::string m = d + "/phi3.gguf";
+    Run w = run("model synth -o " + m +
+                " --arch phi3 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 400 --ctx 256 --rope-scale 4 "
+                "--rope-freqs-ramp 8");
+    INFO(w.out);
+    REQUIRE(w.rc == 0);
+    Run info = run("model info " + m);
+    INFO(info.out);
+    REQUIRE(info.rc == 0);
+    CHECK_THAT(info.out, Catch::Contains("architecture  phi3"));
+    CHECK_THAT(info.out, Catch::Contains("rope          freq base 10000, 16 dims; linear scaling, angles / 4; "
+                                         "per-pair factors (rope_freqs.weight, 8)"));
+    Run gen = run("generate -m " + m + " -p \"the cat\" -n 6 --temp 0 -t 1 --ids");
+    INFO(gen.out);
+    CHECK(gen.rc == 0);
+    std::filesystem::remove_all(d);
+}
+
 TEST_CASE("model synth --dtype q4_k_m writes llama-quantize's mix, and generate runs it", "[cli][quantize]") {
     const std::string d = tmp_dir("q4km");
     const std::string m = d + "/q4km.gguf";
