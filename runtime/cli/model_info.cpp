@@ -48,7 +48,11 @@ int cmd_model_info(const std::string& path) {
     std::printf("\nshape         dim %lld, %lld layers, %lld heads, %lld KV heads, head dim %lld, ffn %lld, vocab %lld, context %lld\n",
                 (long long)n_embd, (long long)n_layer, (long long)n_head, (long long)n_head_kv, (long long)head_dim,
                 (long long)n_ff, (long long)n_vocab, (long long)n_ctx);
-    if (n_layer > 0) {  // RoPE and its scaling, as the loader reads them (docs/models.md)
+    // RoPE and its scaling, as the loader reads them (docs/models.md): for the architectures that
+    // rotate (the ones Steward runs, or a file that names a RoPE base), not for absolute positions.
+    const bool rotary = arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
+                        g.get_float(arch + ".rope.freq_base").has_value();
+    if (n_layer > 0 && rotary) {
         std::printf("rope          freq base %.10g, %lld dims", g.get_float(arch + ".rope.freq_base").value_or(10000.0),
                     (long long)meta_int("rope.dimension_count").value_or(head_dim));
         const std::string scaling(g.get_string(arch + ".rope.scaling.type").value_or("linear"));
