@@ -8,6 +8,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libssl-dev openssl  # the worker gate's TLS (libcaf-dev brings CAF's OpenSSL module); certificates in tests
       libcli11-dev libpcre2-dev curl ccache
       zlib1g-dev  # the KV tiers' block files carry zlib's CRC-32
+      libicu-dev  # WordPiece (BERT) tokenization: NFD, Unicode categories and case
       chromium  # the HTML report test renders the report headless and screenshots it
       python3 python3-jinja2  # the chat-template tests render with jinja2 as the reference
       clang libclang-rt-14-dev  # the fuzz tree: Clang and libFuzzer's runtime

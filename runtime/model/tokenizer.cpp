@@ -2,6 +2,10 @@
 // merging with byte fallback (`llama`), and GPT-2 byte-level BPE with ranked merges (`gpt2`).
 #include "model/tokenizer.h"
 
+#include <unicode/uchar.h>
+#include <unicode/unorm2.h>
+#include <unicode/utf16.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -505,6 +509,170 @@ private:
     bool ignore_merges_ = false;
 };
 
+
+// ---- WordPiece (tokenizer.ggml.model = bert) ------------------------------------------------
+
+// llama.cpp's llm_tokenizer_wpm: the text is normalised as BERT's BasicTokenizer does (NFD and
+// accent marks dropped when strip_accents, lower case when lowercase, control characters dropped),
+// split at white space and around punctuation, ASCII symbols and CJK ideographs, and each word,
+// prefixed with U+2581, is covered greedily by the longest vocabulary tokens from its start; a word
+// that cannot be covered is one unknown token. Unicode properties and normalisation come from ICU.
+class WpmTokenizer final : public VocabTokenizer {
+public:
+    Expected<bool> load(const GgufFile& file) {
+        auto ok = load_vocab(file, TokenizerKind::WPM);
+        if (!ok) return ok;
+        // BERT's defaults where the keys are absent: [CLS] 101, [UNK] 100, [SEP] 102 (llama.cpp's).
+        const int32_t n = n_vocab();
+        if (!file.find("tokenizer.ggml.bos_token_id")) bos_ = n > 101 ? 101 : -1;
+        if (!file.find("tokenizer.ggml.unknown_token_id")) unk_ = n > 100 ? 100 : -1;
+        sep_ = (int32_t)file.get_int("tokenizer.ggml.seperator_token_id").value_or(n > 102 ? 102 : -1);
+        if (sep_ < -1 || sep_ >= n) return make_error("tokenizer.ggml.seperator_token_id is outside the vocabulary in ", file.path());
+        add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+        lowercase_ = file.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);  // llama.cpp's default
+        strip_accents_ = file.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(lowercase_);
+        pre_ = std::string(file.get_string("tokenizer.ggml.pre").value_or("default"));
+        for (const std::string& t : tokens_) max_len_ = std::max(max_len_, t.size());
+        UErrorCode err = U_ZERO_ERROR;
+        nfd_ = unorm2_getNFDInstance(&err);
+        if (U_FAILURE(err) || !nfd_) return make_error("the ICU NFD normaliser is unavailable (", u_errorName(err), ")");
+        return true;
+    }
+
+    std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const override {
+        std::vector<int32_t> out;
+        if (add_bos && bos_ >= 0) out.push_back(bos_);
+        for (const Fragment& f : partition(text, parse_special)) {
+            if (f.id >= 0) {
+                out.push_back(f.id);
+                continue;
+            }
+            for (const std::string& word : words(f.text)) tokenize_word(word, out);
+        }
+        return out;
+    }
+
+    std::string token_to_bytes(int32_t id) const override {
+        if (id < 0 || id >= n_vocab()) return {};
+        const int32_t type = token_types_[id];
+        if (type != k_type_normal && type != k_type_user) return {};
+        std::string out;
+        const std::string& text = tokens_[id];
+        for (size_t i = 0; i < text.size();) {
+            if (text.compare(i, k_spm_space.size(), k_spm_space) == 0) {
+                out += ' ';
+                i += k_spm_space.size();
+            } else {
+                out += text[i++];
+            }
+        }
+        return out;
+    }
+
+private:
+    static bool is_chinese_char(UChar32 c) {
+        return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+               (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+               (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+    }
+
+    // The code points of text (ill-formed bytes as U+FFFD, which the split drops as llama.cpp does).
+    static std::vector<UChar32> code_points(std::string_view text) {
+        std::vector<UChar32> cps;
+        for (size_t off = 0; off < text.size();) {
+            const utf8::Decoded d = utf8::decode(text, off);
+            cps.push_back(d.status == utf8::Status::ok ? (UChar32)d.cp : 0xFFFD);
+            off += d.status == utf8::Status::ok ? d.len : std::max<size_t>(1, d.len);
+        }
+        return cps;
+    }
+
+    std::vector<UChar32> nfd(const std::vector<UChar32>& cps) const {
+        std::u16string u16;
+        for (UChar32 c : cps) {
+            if (c < 0x10000) {
+                u16 += (char16_t)c;
+            } else {
+                u16 += (char16_t)(0xD800 + ((c - 0x10000) >> 10));
+                u16 += (char16_t)(0xDC00 + ((c - 0x10000) & 0x3FF));
+            }
+        }
+        UErrorCode err = U_ZERO_ERROR;
+        const int32_t cap = (int32_t)u16.size() * 4 + 16;
+        std::u16string out((size_t)cap, u'\0');
+        const int32_t n = unorm2_normalize(nfd_, u16.data(), (int32_t)u16.size(), out.data(), cap, &err);
+        if (U_FAILURE(err)) return cps;  // cannot happen at 4x; the text unnormalised otherwise
+        std::vector<UChar32> res;
+        for (int32_t i = 0; i < n;) {
+            UChar32 c;
+            U16_NEXT(out.data(), i, n, c);
+            res.push_back(c);
+        }
+        return res;
+    }
+
+    std::vector<std::string> words(std::string_view text) const {
+        std::vector<UChar32> cps = code_points(text);
+        if (strip_accents_) cps = nfd(cps);
+        std::vector<std::string> words(1);
+        for (const UChar32 c : cps) {
+            if (u_isUWhiteSpace(c)) {
+                if (!words.back().empty()) words.emplace_back();
+                continue;
+            }
+            const int8_t type = u_charType(c);
+            const bool control = type == U_CONTROL_CHAR || type == U_FORMAT_CHAR || type == U_SURROGATE ||
+                                 type == U_PRIVATE_USE_CHAR;
+            if (c == 0 || c == 0xFFFD || control) continue;
+            const bool accent = type == U_NON_SPACING_MARK || type == U_COMBINING_SPACING_MARK || type == U_ENCLOSING_MARK;
+            if (strip_accents_ && accent) continue;
+            std::string s;
+            utf8::encode((uint32_t)(lowercase_ ? u_tolower(c) : c), s);
+            const bool punct = type == U_DASH_PUNCTUATION || type == U_START_PUNCTUATION || type == U_END_PUNCTUATION ||
+                               type == U_CONNECTOR_PUNCTUATION || type == U_OTHER_PUNCTUATION ||
+                               type == U_INITIAL_PUNCTUATION || type == U_FINAL_PUNCTUATION;
+            const bool symbol = type == U_MATH_SYMBOL || type == U_CURRENCY_SYMBOL || type == U_MODIFIER_SYMBOL ||
+                                type == U_OTHER_SYMBOL;
+            if (punct || (c < 0x7F && symbol) || is_chinese_char(c)) {
+                if (!words.back().empty()) words.emplace_back();
+                words.back() = s;
+                words.emplace_back();
+            } else {
+                words.back() += s;
+            }
+        }
+        if (words.back().empty()) words.pop_back();
+        return words;
+    }
+
+    void tokenize_word(const std::string& word, std::vector<int32_t>& out) const {
+        if (word.empty()) return;
+        const std::string w = std::string(k_spm_space) + word;
+        const size_t n = w.size(), before = out.size();
+        for (size_t i = 0; i < n; ++i) {
+            bool match = false;
+            for (size_t j = std::min(n, i + max_len_ + 1); j > i; j--) {
+                const int32_t id = find(std::string_view(w).substr(i, j - i));
+                if (id >= 0) {
+                    out.push_back(id);
+                    match = true;
+                    i = j - 1;
+                    break;
+                }
+            }
+            if (!match) {  // the word cannot be covered: it is one unknown token
+                out.resize(before);
+                break;
+            }
+        }
+        if (out.size() == before && unk_ >= 0) out.push_back(unk_);
+    }
+
+    int32_t sep_ = -1;
+    bool lowercase_ = false, strip_accents_ = false;
+    size_t max_len_ = 0;
+    const UNormalizer2* nfd_ = nullptr;
+};
 }  // namespace
 
 // ---- Tokenizer ------------------------------------------------------------------------------
@@ -545,9 +713,15 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) 
         tok->pre_ = std::move(pre);
         return std::unique_ptr<Tokenizer>(std::move(tok));
     }
+    if (*model == "bert") {
+        auto tok = std::make_unique<WpmTokenizer>();
+        auto ok = tok->load(file);
+        if (!ok) return ok.error();
+        return std::unique_ptr<Tokenizer>(std::move(tok));
+    }
     return make_error("tokenizer.ggml.model = '", std::string(*model), "' in ", file.path(),
                       " is not supported (supported: 'llama' for SentencePiece, 'gpt2' for "
-                      "byte-level BPE)");
+                      "byte-level BPE, 'bert' for WordPiece)");
 }
 
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {

@@ -18,13 +18,13 @@
 
 namespace steward {
 
-enum class TokenizerKind { SPM, BPE };
+enum class TokenizerKind { SPM, BPE, WPM };
 
 class Tokenizer {
 public:
     // Reads tokenizer.ggml.* keys and copies what it keeps (the file may close afterwards).
     // Errors name the missing or malformed key: tokens, token_type, scores (SPM) or merges (BPE)
-    // missing or of the wrong length, a model other than llama/gpt2, a special-token id outside
+    // missing or of the wrong length, a model other than llama/gpt2/bert, a special-token id outside
     // the vocabulary. An unknown tokenizer.ggml.pre is not an error: it logs a warning and uses
     // the gpt-2 pre-tokenizer. Defaults: SPM bos/eos/unk = 1/2/0 and add_bos true; BPE has no
     // bos/eos unless set, and add_bos is false except for Llama 3 (`llama-bpe`), as in llama.cpp.

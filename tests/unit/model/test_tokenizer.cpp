@@ -290,9 +290,9 @@ TEST_CASE("Malformed tokenizer metadata yields errors that name the key", "[toke
     CHECK_THAT(error_of(no_model), Catch::Contains("tokenizer.ggml.model"));
 
     GgufWriter unknown_model;
-    unknown_model.set_string("tokenizer.ggml.model", "bert");
+    unknown_model.set_string("tokenizer.ggml.model", "t5");  // T5's Unigram (llama.cpp's UGM)
     unknown_model.set_string_array("tokenizer.ggml.tokens", {"a"});
-    CHECK_THAT(error_of(unknown_model), Catch::Contains("'bert'"));
+    CHECK_THAT(error_of(unknown_model), Catch::Contains("'t5'") && Catch::Contains("'bert' for WordPiece"));
 
     GgufWriter no_tokens;
     no_tokens.set_string("tokenizer.ggml.model", "llama");
@@ -440,4 +440,35 @@ TEST_CASE("SPM decodes a U+2581 in the input as a space and keeps every other by
     CHECK(tok->decode(tok->encode(text, true)) == "\xF0+\xF2  a  b");
     auto bpe = load_vocab("llama-bpe");
     CHECK(bpe->decode(bpe->encode(text, false)) == text);  // byte-level BPE keeps it as it is
+}
+
+TEST_CASE("WordPiece (bert-bge) reproduces llama.cpp's reference tokenizations", "[tokenizer][wpm]") {
+    // llama.cpp's vocabulary test for BERT's WordPiece (tests/data/tokenizers, from llama.cpp's
+    // models/): normalised text (NFD, accents dropped, lower case), so no decode round trip.
+    const std::string base = std::string(STEWARD_SOURCE_DIR) + "/tests/data/tokenizers/ggml-vocab-bert-bge.gguf";
+    auto tok = Tokenizer::load(base);
+    INFO("load: " << (tok.ok() ? std::string("ok") : tok.error().message));
+    REQUIRE(tok.ok());
+    CHECK((*tok)->kind() == TokenizerKind::WPM);
+    std::vector<std::string> texts = split(read_all(base + ".inp"), "\n__ggml_vocab_test__\n");
+    REQUIRE(!texts.empty());
+    REQUIRE(texts.back().empty());
+    texts.pop_back();
+    std::vector<std::string> expected = split(read_all(base + ".out"), "\n");
+    if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1) expected.pop_back();
+    REQUIRE(expected.size() == texts.size());
+    size_t n_pass = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        INFO("text " << i << ": '" << texts[i] << "'");
+        const std::vector<int32_t> ids = (*tok)->encode(texts[i], /*add_bos=*/false);
+        CHECK(join_ids(ids) == expected[i]);
+        n_pass += join_ids(ids) == expected[i];
+    }
+    CHECK(n_pass == texts.size());
+    CHECK(texts.size() >= 40);
+    // [CLS] first when asked; words start with U+2581 pieces and decode with a space before them.
+    const std::vector<int32_t> hello = (*tok)->encode("Hello world", true);
+    REQUIRE(hello.size() == 3);
+    CHECK(hello[0] == 101);
+    CHECK((*tok)->decode(hello) == " hello world");
 }
