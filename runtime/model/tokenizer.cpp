@@ -27,6 +27,21 @@ namespace {
 constexpr int32_t k_type_normal = 1, k_type_unknown = 2, k_type_control = 3, k_type_user = 4, k_type_byte = 6;
 constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
+// A token's text with each U+2581 (SentencePiece's and WordPiece's word-start mark) as a space.
+std::string spaces_from_marks(const std::string& text) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size();) {
+        if (text.compare(i, k_spm_space.size(), k_spm_space) == 0) {
+            out += ' ';
+            i += k_spm_space.size();
+        } else {
+            out += text[i++];
+        }
+    }
+    return out;
+}
+
 // ---- GPT-2 byte-level alphabet --------------------------------------------------------------
 
 // GPT-2 maps every byte to a printable code point: printable Latin-1 bytes map to themselves,
@@ -328,19 +343,7 @@ public:
         if (id < 0 || id >= n_vocab()) return {};
         const std::string& text = tokens_[id];
         switch (token_types_[id]) {
-            case k_type_normal: {
-                std::string out;
-                out.reserve(text.size());
-                for (size_t i = 0; i < text.size();) {
-                    if (text.compare(i, k_spm_space.size(), k_spm_space) == 0) {
-                        out += ' ';
-                        i += k_spm_space.size();
-                    } else {
-                        out += text[i++];
-                    }
-                }
-                return out;
-            }
+            case k_type_normal: return spaces_from_marks(text);
             case k_type_unknown: return "\xE2\x96\x85";  // U+2585, as llama.cpp shows <unk>
             case k_type_user: return text;
             case k_type_byte: {
@@ -556,17 +559,7 @@ public:
         if (id < 0 || id >= n_vocab()) return {};
         const int32_t type = token_types_[id];
         if (type != k_type_normal && type != k_type_user) return {};
-        std::string out;
-        const std::string& text = tokens_[id];
-        for (size_t i = 0; i < text.size();) {
-            if (text.compare(i, k_spm_space.size(), k_spm_space) == 0) {
-                out += ' ';
-                i += k_spm_space.size();
-            } else {
-                out += text[i++];
-            }
-        }
-        return out;
+        return spaces_from_marks(tokens_[id]);
     }
 
 private:

@@ -2,6 +2,8 @@
 // reference's pick (llama.cpp's ids): the near-tie judgement the tests against llama.cpp use.
 #pragma once
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +64,48 @@ inline Greedy greedy_with_margins(const steward::Model& model, const std::vector
         tokens = {forced ? want[k] : best};
     }
     return g;
+}
+
+// One row of a tests/data/*/llama_greedy.tsv reference: a variant name, llama.cpp's prompt ids and
+// its greedy ids (tab-separated columns, ids space-separated).
+struct LlamaGreedyRow {
+    std::string name;
+    std::vector<int32_t> prompt, ids;
+};
+
+inline std::vector<LlamaGreedyRow> read_llama_greedy_tsv(const std::string& path) {
+    std::ifstream in(path);
+    REQUIRE(in);
+    auto parse_ids = [](const std::string& s) {
+        std::istringstream is(s);
+        std::vector<int32_t> v;
+        int32_t x;
+        while (is >> x) v.push_back(x);
+        return v;
+    };
+    std::vector<LlamaGreedyRow> rows;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream cols(line);
+        std::string name, prompt, ids;
+        REQUIRE(std::getline(cols, name, '\t'));
+        REQUIRE(std::getline(cols, prompt, '\t'));
+        REQUIRE(std::getline(cols, ids, '\t'));
+        rows.push_back({name, parse_ids(prompt), parse_ids(ids)});
+    }
+    return rows;
+}
+
+// Our free-running greedy ids equal the reference's up to its first near-tie (the reference's pick
+// within tie_margin logits of our top-1 where they split) and for at least min_steps steps.
+inline void check_greedy_up_to_near_tie(const steward::Model& model, const LlamaGreedyRow& row, float tie_margin,
+                                        int min_steps) {
+    const Greedy g = greedy_with_margins(model, row.prompt, row.ids, false);
+    int n_match = 0;
+    while (n_match < (int)row.ids.size() && g.ids[n_match] == row.ids[n_match]) n_match++;
+    INFO("first difference at step " << n_match);
+    if (n_match < (int)row.ids.size()) CHECK(g.gaps[n_match] < tie_margin);
+    CHECK(n_match >= min_steps);
 }
 
 }  // namespace steward_test

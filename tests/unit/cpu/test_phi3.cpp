@@ -123,38 +123,16 @@ TEST_CASE("phi3 files tokenize and decode greedily as llama.cpp does on the same
     // tests/data/phi3/llama_greedy.tsv: llama.cpp's prompt ids and 32 greedy ids (llama-server, F32
     // KV, flash attention off) per dtype. A near-tie: llama.cpp's pick within 0.15 logits of our
     // top-1 (as for llama-quantize's files, test_quant_models.cpp); measured: all 32 equal for each.
-    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/phi3/llama_greedy.tsv");
-    REQUIRE(in);
-    std::string line;
-    int n_rows = 0;
-    while (std::getline(in, line)) {
-        std::istringstream cols(line);
-        std::string dtype, prompt_s, ids_s;
-        REQUIRE(std::getline(cols, dtype, '\t'));
-        REQUIRE(std::getline(cols, prompt_s, '\t'));
-        REQUIRE(std::getline(cols, ids_s, '\t'));
-        auto parse_ids = [](const std::string& s) {
-            std::istringstream is(s);
-            std::vector<int32_t> v;
-            int32_t x;
-            while (is >> x) v.push_back(x);
-            return v;
-        };
-        const std::vector<int32_t> want_prompt = parse_ids(prompt_s), want = parse_ids(ids_s);
-        REQUIRE(want.size() == 32);
-        INFO("dtype " << dtype);
-        const GgmlType type = dtype == "f32" ? GgmlType::F32 : dtype == "f16" ? GgmlType::F16 : GgmlType::Q8_0;
+    const auto rows = steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/phi3/llama_greedy.tsv");
+    for (const steward_test::LlamaGreedyRow& row : rows) {
+        REQUIRE(row.ids.size() == 32);
+        INFO("dtype " << row.name);
+        const GgmlType type = row.name == "f32" ? GgmlType::F32 : row.name == "f16" ? GgmlType::F16 : GgmlType::Q8_0;
         auto model = make_model(phi3_spec("phi3", type));
-        CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog", true) == want_prompt);
-        const steward_test::Greedy g = steward_test::greedy_with_margins(*model, want_prompt, want, false);
-        int n_match = 0;
-        while (n_match < 32 && g.ids[n_match] == want[n_match]) n_match++;
-        INFO("first difference at step " << n_match);
-        if (n_match < 32) CHECK(g.gaps[n_match] < 0.15f);
-        CHECK(n_match >= 8);
-        n_rows++;
+        CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog", true) == row.prompt);
+        steward_test::check_greedy_up_to_near_tie(*model, row, 0.15f, 8);
     }
-    CHECK(n_rows == 3);
+    CHECK(rows.size() == 3);
 }
 
 TEST_CASE("a phi3 file with LongRoPE factors or without its fused attn_qkv is refused naming the tensor", "[forward][phi3]") {

@@ -115,36 +115,14 @@ TEST_CASE("llama files with RoPE scaling decode greedily as llama.cpp does on th
           "[forward][rope]") {
     // tests/data/rope_scaling/llama_greedy.tsv (llama-server, F32 KV, flash attention off). A near-tie:
     // llama.cpp's pick within 0.15 logits of our top-1; measured: all 32 equal for every variant.
-    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/rope_scaling/llama_greedy.tsv");
-    REQUIRE(in);
-    std::string line;
-    int n_rows = 0;
-    while (std::getline(in, line)) {
-        std::istringstream cols(line);
-        std::string variant, prompt_s, ids_s;
-        REQUIRE(std::getline(cols, variant, '\t'));
-        REQUIRE(std::getline(cols, prompt_s, '\t'));
-        REQUIRE(std::getline(cols, ids_s, '\t'));
-        auto parse_ids = [](const std::string& s) {
-            std::istringstream is(s);
-            std::vector<int32_t> v;
-            int32_t x;
-            while (is >> x) v.push_back(x);
-            return v;
-        };
-        const std::vector<int32_t> prompt = parse_ids(prompt_s), want = parse_ids(ids_s);
-        REQUIRE(want.size() == 32);
-        INFO("variant " << variant);
-        auto model = make_model(scaled_spec(variant));
-        const steward_test::Greedy g = steward_test::greedy_with_margins(*model, prompt, want, false);
-        int n_match = 0;
-        while (n_match < 32 && g.ids[n_match] == want[n_match]) n_match++;
-        INFO("first difference at step " << n_match);
-        if (n_match < 32) CHECK(g.gaps[n_match] < 0.15f);
-        CHECK(n_match >= 8);
-        n_rows++;
+    const auto rows =
+        steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/rope_scaling/llama_greedy.tsv");
+    for (const steward_test::LlamaGreedyRow& row : rows) {
+        REQUIRE(row.ids.size() == 32);
+        INFO("variant " << row.name);
+        steward_test::check_greedy_up_to_near_tie(*make_model(scaled_spec(row.name)), row, 0.15f, 8);
     }
-    CHECK(n_rows == 4);
+    CHECK(rows.size() == 4);
 }
 
 TEST_CASE("YaRN and LongRoPE scaling and malformed RoPE factors are refused naming the problem", "[forward][rope]") {

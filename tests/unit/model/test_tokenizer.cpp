@@ -97,20 +97,27 @@ std::unique_ptr<Tokenizer> make_abc_bpe(const std::vector<std::string>& merges) 
     return from_writer(w);
 }
 
+// llama.cpp's vocabulary test pair for base: the texts of base.inp (separated by
+// __ggml_vocab_test__) and the expected ids of base.out, one line per text.
+std::pair<std::vector<std::string>, std::vector<std::string>> read_vocab_test(const std::string& base) {
+    std::vector<std::string> texts = split(read_all(base + ".inp"), "\n__ggml_vocab_test__\n");
+    // The file ends with a separator, which leaves an empty piece after it.
+    REQUIRE(!texts.empty());
+    REQUIRE(texts.back().empty());
+    texts.pop_back();
+    std::vector<std::string> expected = split(read_all(base + ".out"), "\n");
+    if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1) expected.pop_back();
+    REQUIRE(expected.size() == texts.size());
+    return {texts, expected};
+}
+
 }  // namespace
 
 TEST_CASE("Tokenizers reproduce llama.cpp's reference tokenizations and decode back to the text", "[tokenizer]") {
     for (const char* name : k_vocabs) {
         const std::string base = k_tok_dir + "ggml-vocab-" + name + ".gguf";
         auto tok = load_vocab(name);
-        std::vector<std::string> texts = split(read_all(base + ".inp"), "\n__ggml_vocab_test__\n");
-        // The file ends with a separator, which leaves an empty piece after it.
-        REQUIRE(!texts.empty());
-        REQUIRE(texts.back().empty());
-        texts.pop_back();
-        std::vector<std::string> expected = split(read_all(base + ".out"), "\n");
-        if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1) expected.pop_back();
-        REQUIRE(expected.size() == texts.size());
+        const auto [texts, expected] = read_vocab_test(base);
 
         size_t n_pass = 0;
         for (size_t i = 0; i < texts.size(); ++i) {
@@ -450,13 +457,7 @@ TEST_CASE("WordPiece (bert-bge) reproduces llama.cpp's reference tokenizations",
     INFO("load: " << (tok.ok() ? std::string("ok") : tok.error().message));
     REQUIRE(tok.ok());
     CHECK((*tok)->kind() == TokenizerKind::WPM);
-    std::vector<std::string> texts = split(read_all(base + ".inp"), "\n__ggml_vocab_test__\n");
-    REQUIRE(!texts.empty());
-    REQUIRE(texts.back().empty());
-    texts.pop_back();
-    std::vector<std::string> expected = split(read_all(base + ".out"), "\n");
-    if (!expected.empty() && expected.back().empty() && expected.size() == texts.size() + 1) expected.pop_back();
-    REQUIRE(expected.size() == texts.size());
+    const auto [texts, expected] = read_vocab_test(base);
     size_t n_pass = 0;
     for (size_t i = 0; i < texts.size(); ++i) {
         INFO("text " << i << ": '" << texts[i] << "'");
