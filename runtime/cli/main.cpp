@@ -1,4 +1,4 @@
-// The steward binary: `model synth`, `generate`, `run`, `serve`, `config check`, `template render`, `--version`.
+// The steward binary: `model synth`, `generate`, `embed`, `run`, `serve`, `config check`, `template render`, `--version`.
 // Errors print one line naming the problem and the fix, and exit non-zero; only the CLI exits.
 #include <CLI/CLI.hpp>
 
@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "config/limits.h"
 #include "cpu/cpu_features.h"
+#include "cpu/embed.h"
 #include "cpu/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3 or phi3")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3; the encoders bert or nomic-bert")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
@@ -143,6 +144,16 @@ int main(int argc, char** argv) {
     gen->add_option("--cache-type-k", kv_type_k, "The KV cache's K type: f32, f16, bf16, q8_0, q4_0 (overrides --kv-f16)");
     gen->add_option("--cache-type-v", kv_type_v, "The KV cache's V type: f32, f16, bf16, q8_0, q4_0 (overrides --kv-f16)");
     gen->add_flag("--ids", print_ids, "Also print the generated token ids on one line");
+
+    // ---- steward embed
+    auto* emb = app.add_subcommand("embed", "Embed texts with a GGUF model (an encoder such as BERT, or a decoder): one vector per line");
+    std::string emb_model, emb_pooling;
+    std::vector<std::string> emb_texts;
+    int emb_threads = 0;
+    emb->add_option("-m,--model", emb_model, "GGUF model path")->required();
+    emb->add_option("texts", emb_texts, "Texts to embed, one vector each")->required();
+    emb->add_option("--pooling", emb_pooling, "mean, cls or last (default: the model's pooling_type)");
+    emb->add_option("-t,--threads", emb_threads, "CPU threads (0: all cores)")->capture_default_str();
 
     // ---- steward run
     auto* run = app.add_subcommand("run", "The main job: replay a mixed workload through the runtime, print per-bucket figures");
@@ -349,6 +360,34 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    if (emb->parsed()) {
+        if (auto ok = check_threads(emb_threads, "-t/--threads"); !ok) return fail(ok.error().message);
+        auto m = Model::load(emb_model);
+        if (!m) return fail(m.error().message);
+        const Model& model = **m;
+        auto pooling = embedding_pooling(model.params(), emb_pooling);
+        if (!pooling) return fail(pooling.error().message);
+        const Tokenizer& tok = model.tokenizer();
+        std::vector<std::vector<int32_t>> ids;
+        for (const std::string& t : emb_texts) ids.push_back(tok.encode(t, tok.add_bos_default(), true));
+        CpuEmbedder e(model, emb_threads, 2048);
+        auto v = e.embed(ids, *pooling);
+        if (!v) return fail(v.error().message);
+        // Unit-length vectors (llama-embedding --embd-normalize 2), as JSON arrays of 9 significant digits.
+        for (const auto& vec : *v) {
+            std::string line = "[";
+            char buf[32];
+            for (size_t i = 0; i < vec.size(); i++) {
+                std::snprintf(buf, sizeof buf, i ? ",%.9g" : "%.9g", vec[i]);
+                line += buf;
+            }
+            std::puts((line + "]").c_str());
+        }
+        std::fprintf(stderr, "%zu inputs, %s pooling, %d dims; kernels %s on %s\n", ids.size(), pooling_name(*pooling),
+                     model.params().n_embd, cpu_level_name(cpu_level()), cpu_features().model_name.c_str());
+        return 0;
+    }
+
     if (gen->parsed()) {
         // Checked before the model is read: a bad value is refused the same way the C API refuses it.
         if (auto ok = check_threads(n_threads, "-t/--threads"); !ok) return fail(ok.error().message);
@@ -362,6 +401,10 @@ int main(int argc, char** argv) {
         auto m = Model::load(model_path);
         if (!m) return fail(m.error().message);
         const Model& model = **m;
+        if (model.params().is_encoder())
+            return fail("'" + model_path + "' is an encoder (" + model.params().arch +
+                        "): it embeds text and does not generate; use `steward embed -m " + model_path +
+                        " TEXT` or a pool's /v1/embeddings");
         const Tokenizer& tok = model.tokenizer();
         std::vector<int32_t> ids = tok.encode(prompt, tok.add_bos_default() || prompt.empty());
         KvDtype tk = kv_f16 ? KvDtype::F16 : KvDtype::F32, tv = tk;

@@ -50,8 +50,10 @@ int cmd_model_info(const std::string& path) {
                 (long long)n_ff, (long long)n_vocab, (long long)n_ctx);
     // RoPE and its scaling, as the loader reads them (docs/models.md): for the architectures that
     // rotate (the ones Steward runs, or a file that names a RoPE base), not for absolute positions.
-    const bool rotary = arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-                        g.get_float(arch + ".rope.freq_base").has_value();
+    const bool encoder = arch == "bert" || arch == "nomic-bert";
+    const bool rotary = (arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
+                         arch == "nomic-bert" || g.get_float(arch + ".rope.freq_base").has_value()) &&
+                        arch != "bert";
     if (n_layer > 0 && rotary) {
         std::printf("rope          freq base %.10g, %lld dims", g.get_float(arch + ".rope.freq_base").value_or(10000.0),
                     (long long)meta_int("rope.dimension_count").value_or(head_dim));
@@ -100,6 +102,18 @@ int cmd_model_info(const std::string& path) {
         std::printf("chat template yes (%zu bytes; tool calls: %s)\n", t->size(), tool_call_format_name(detect_tool_call_format(*t)));
     else
         std::printf("chat template no (a [[pool]] chat_template_file can give one; otherwise ChatML)\n");
+    if (encoder) {
+        // An encoder runs each input whole with no KV cache and has no LM head (cpu/encoder.h).
+        static const char* pool_names[] = {"none", "mean", "cls", "last", "rank"};
+        const int64_t pt = g.get_int(arch + ".pooling_type").value_or(-1);
+        std::printf("encoder       %s attention, %s positions, pooling %s; embeds only (steward embed, /v1/embeddings): "
+                    "no KV cache, no generation\n",
+                    g.get_bool(arch + ".attention.causal").value_or(true) ? "causal" : "bidirectional",
+                    arch == "bert" ? "absolute" : "rotary", pt >= 0 && pt <= 4 ? pool_names[pt] : "not declared (last)");
+        std::printf("cpu kernels   %s on %s (supported: %s; STEWARD_CPU_LEVEL lowers it)\n", cpu_level_name(cpu_level()),
+                    cpu_features().model_name.c_str(), cpu_level_name(cpu_level_supported()));
+        return 0;
+    }
     // KV per token: K and V, every layer, n_head_kv x head_dim elements each.
     const int64_t kv_elems = 2 * n_layer * n_head_kv * head_dim;
     std::printf("KV per token  %s in F32, %s in F16 (%lld bytes in F16: 2 x %lld layers x %lld KV heads x %lld head dim); a %lld-token context: %s in F16\n",

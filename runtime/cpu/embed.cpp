@@ -105,13 +105,17 @@ std::vector<float> pool_hidden(std::span<const float> hidden, int n_tok, int n_e
 
 CpuEmbedder::CpuEmbedder(const Model& model, int n_threads, int max_tokens, KvDtype kv_dtype,
                          std::optional<KvDtype> kv_dtype_v)
-    : fwd_(model, n_threads, std::max(1, max_tokens)), kv_dtype_(kv_dtype), kv_dtype_v_(kv_dtype_v.value_or(kv_dtype)) {}
+    : kv_dtype_(kv_dtype), kv_dtype_v_(kv_dtype_v.value_or(kv_dtype)) {
+    if (model.params().is_encoder())
+        enc_ = std::make_unique<CpuEncoder>(model, n_threads);
+    else
+        fwd_ = std::make_unique<CpuForward>(model, n_threads, std::max(1, max_tokens));
+}
 
 Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std::vector<int32_t>> inputs,
                                                              Pooling pooling) {
-    const ModelParams& p = fwd_.model().params();
+    const ModelParams& p = (fwd_ ? fwd_->model() : enc_->model()).params();
     const int E = p.n_embd;
-    const int64_t T = fwd_.max_tokens();
     for (size_t i = 0; i < inputs.size(); i++) {
         const auto& in = inputs[i];
         if (in.empty()) return make_error("input ", i, " has no tokens; give it some text or token ids");
@@ -123,6 +127,17 @@ Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std
                 return make_error("input ", i, ": token id ", id, " is outside the vocabulary of ", p.n_vocab, " ids");
     }
     std::vector<std::vector<float>> out(inputs.size(), std::vector<float>((size_t)E, 0.0f));
+    if (enc_) {  // an encoder: each input whole (its tokens attend to each other, both ways)
+        for (size_t k = 0; k < inputs.size(); k++) {
+            auto ok = enc_->encode(inputs[k], hidden_);
+            if (!ok) return make_error("input ", k, ": ", ok.error().message);
+            PoolAccumulator acc{pooling, out[k], E};
+            acc.take(hidden_.data(), (int)inputs[k].size());
+            acc.finish();
+        }
+        return out;
+    }
+    const int64_t T = fwd_->max_tokens();
     size_t i = 0;
     while (i < inputs.size()) {
         // Inputs [i, j) share one forward when together they fit max_tokens.
@@ -143,7 +158,7 @@ Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std
                 s.tokens = std::span<const int32_t>(in.data() + c, (size_t)n);
                 s.block_table = table;
                 s.logits = LogitsMode::NONE;
-                auto ok = fwd_.hidden_states(kv, std::span<const SeqInput>(&s, 1), hidden_);
+                auto ok = fwd_->hidden_states(kv, std::span<const SeqInput>(&s, 1), hidden_);
                 if (!ok) return make_error("input ", i, ": ", ok.error().message);
                 acc.take(hidden_.data(), (int)n);
             }
@@ -168,7 +183,7 @@ Expected<std::vector<std::vector<float>>> CpuEmbedder::embed(std::span<const std
             first_block += nb;
             batch.push_back(s);
         }
-        auto ok = fwd_.hidden_states(kv, batch, hidden_);
+        auto ok = fwd_->hidden_states(kv, batch, hidden_);
         if (!ok) return make_error("inputs ", i, "..", j - 1, ": ", ok.error().message);
         int64_t row = 0;
         for (size_t k = i; k < j; k++) {

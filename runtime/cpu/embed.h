@@ -9,6 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
+#include "cpu/encoder.h"
 #include "cpu/forward.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
@@ -38,7 +41,7 @@ std::vector<float> pool_hidden(std::span<const float> hidden, int n_tok, int n_e
 // common_embd_normalize(..., 2).
 void l2_normalize(std::span<float> v);
 
-// Embeds token sequences with a forward of its own (scratch, worker threads and KV storage) over a
+// Embeds token sequences with a forward of its own (an encoder model's: cpu/encoder.h) (scratch, worker threads and KV storage) over a
 // model's weights: safe beside an engine running the same model. Short inputs share a forward;
 // an input longer than max_tokens runs alone in chunks (chunked prefill over its own KV).
 // One call at a time (it owns its scratch); the model must outlive it.
@@ -53,10 +56,13 @@ public:
     // outside the vocabulary, an input past the model's context) name the input and the value.
     Expected<std::vector<std::vector<float>>> embed(std::span<const std::vector<int32_t>> inputs, Pooling pooling);
 
-    int n_threads() const { return fwd_.n_threads(); }
+    int n_threads() const { return fwd_ ? fwd_->n_threads() : enc_->n_threads(); }
 
 private:
-    CpuForward fwd_;
+    // One of the two: a decoder's forward over KV of its own, or an encoder's (bert, nomic-bert),
+    // which runs each input whole.
+    std::unique_ptr<CpuForward> fwd_;
+    std::unique_ptr<CpuEncoder> enc_;
     KvDtype kv_dtype_, kv_dtype_v_;
     std::vector<float> hidden_;  // [n_tok][n_embd] of the last forward
 };

@@ -18,7 +18,8 @@ namespace {
 
 // Architectures that are the llama block with at most metadata or bias differences.
 RopeType rope_type_for(const std::string& arch) {
-    static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon"};
+    static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon",
+                                              "bert",  "nomic-bert"};
     return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
 }
 
@@ -28,8 +29,10 @@ RopeType rope_type_for(const std::string& arch) {
 // phi3 is the llama block with NeoX RoPE and two fused matrices: attn_qkv (q, k, v rows in that
 // order) and ffn_up (the gate's n_ff rows, then up's), bound here as row ranges of those tensors.
 // llama.cpp ignores its sliding window (full attention), and so does Steward.
+// bert and nomic-bert are encoders (bound by bind_encoder below, run by cpu/encoder.h).
 bool arch_supported(const std::string& arch) {
-    return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3";
+    return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
+           arch == "bert" || arch == "nomic-bert";
 }
 
 // Rows [r0, r0 + n) of w (rows are contiguous in every type): a weight fused into a larger tensor.
@@ -73,7 +76,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.arch = std::string(*arch);
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
-                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3)");
+                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3) and the encoders bert "
+                          "and nomic-bert");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -111,7 +115,16 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (p.head_dim <= 0 || p.head_dim % 2 || p.n_rot <= 0 || p.n_rot > p.head_dim || p.n_rot % 2)
         return make_error("'", path, "': head size ", std::to_string(p.head_dim), " / rope dimension ",
                           std::to_string(p.n_rot), " are inconsistent (both even, rope <= head size)");
-    p.rms_eps = (float)f.get_float(p.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
+    p.rms_eps = p.is_encoder() ? (float)f.get_float(p.arch + ".attention.layer_norm_epsilon").value_or(1e-12)
+                               : (float)f.get_float(p.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
+    p.causal = f.get_bool(p.arch + ".attention.causal").value_or(true);
+    if (p.is_encoder()) {
+        auto tt = f.get_int("tokenizer.ggml.token_type_count");
+        if (!tt || *tt <= 0 || *tt > (1 << 16))
+            return make_error("'", path, "': an encoder needs tokenizer.ggml.token_type_count (a positive count of ",
+                              "token types, 1 or 2 for BERT); the file is incomplete: convert it again");
+        p.n_token_types = (int)*tt;
+    }
     p.rope_freq_base = (float)f.get_float(p.arch + ".rope.freq_base").value_or(10000.0);
     if (!(p.rms_eps > 0) || !(p.rope_freq_base > 0))
         return make_error("'", path, "': rms epsilon and rope freq_base must be positive");
@@ -166,10 +179,10 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
     ModelWeights& w = m->weights_;
     Expected<bool> r = get("token_embd.weight", E, p.n_vocab, true, w.tok_embd);
-    if (r) r = get("output_norm.weight", E, 1, true, w.output_norm);
-    if (r) r = get("output.weight", E, p.n_vocab, false, w.output);
+    if (r && !p.is_encoder()) r = get("output_norm.weight", E, 1, true, w.output_norm);
+    if (r && !p.is_encoder()) r = get("output.weight", E, p.n_vocab, false, w.output);
     if (!r) return r.error();
-    if (!w.output) {
+    if (!w.output && !p.is_encoder()) {
         w.output = w.tok_embd;
         w.tied_output = true;
     }
@@ -193,10 +206,59 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (f.find_tensor(name))
             return make_error("'", path, "' scales RoPE per dimension (LongRoPE, tensor '", name,
                               "'), which Steward does not implement yet; use a Phi-3 file without it (a 4k-context one)");
+    if (p.is_encoder()) {
+        // llama.cpp's bert / nomic-bert tensors: absolute positions (bert) or RoPE (nomic-bert), the
+        // input LayerNorm, and post-norm blocks with q/k/v (or fused qkv), biases where present, a
+        // GELU FFN (bert) or SwiGLU (nomic-bert).
+        const bool rotary = p.arch == "nomic-bert";
+        if (!rotary) r = get("position_embd.weight", E, p.n_ctx_train, true, w.pos_embd);
+        if (r) r = get("token_types.weight", E, p.n_token_types, false, w.type_embd);
+        if (r) r = get("token_embd_norm.weight", E, 1, true, w.tok_norm);
+        if (r) r = get("token_embd_norm.bias", E, 1, true, w.tok_norm_b);
+        if (r && w.type_embd && w.type_embd.type != GgmlType::F32 && w.type_embd.type != GgmlType::F16)
+            return make_error("'", path, "': tensor 'token_types.weight' is ", ggml_type_name((uint32_t)w.type_embd.type),
+                              "; Steward reads token type rows in F32 or F16");
+        w.layers.reserve(std::min<size_t>((size_t)p.n_layer, f.tensors().size()));
+        for (int l = 0; l < p.n_layer && r; l++) {
+            LayerWeights& L = w.layers.emplace_back();
+            const std::string b = "blk." + std::to_string(l) + ".";
+            if (f.find_tensor(b + "attn_qkv.weight")) {
+                WeightView qkv;
+                r = get(b + "attn_qkv.weight", E, Q + 2 * KV, true, qkv);
+                if (r && f.find_tensor(b + "attn_qkv.bias"))
+                    return make_error("'", path, "': tensor '", b, "attn_qkv.bias' (a fused QKV bias) is not read by ",
+                                      "Steward yet; convert the model with separate attn_q / attn_k / attn_v biases");
+                if (r) {
+                    L.wq = rows_of(qkv, 0, Q);
+                    L.wk = rows_of(qkv, Q, KV);
+                    L.wv = rows_of(qkv, Q + KV, KV);
+                }
+            } else {
+                r = get(b + "attn_q.weight", E, Q, true, L.wq);
+                if (r) r = get(b + "attn_k.weight", E, KV, true, L.wk);
+                if (r) r = get(b + "attn_v.weight", E, KV, true, L.wv);
+            }
+            if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
+            if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
+            if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
+            if (r) r = get(b + "attn_output.weight", Q, E, true, L.wo);
+            if (r) r = get(b + "attn_output.bias", E, 1, false, L.bo);
+            if (r) r = get(b + "attn_output_norm.weight", E, 1, true, L.attn_out_norm);
+            if (r) r = get(b + "attn_output_norm.bias", E, 1, true, L.attn_out_norm_b);
+            if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
+            if (r) r = get(b + "ffn_up.bias", p.n_ff, 1, false, L.b_up);
+            if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, rotary, L.w_gate);
+            if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
+            if (r) r = get(b + "ffn_down.bias", E, 1, false, L.b_down);
+            if (r) r = get(b + "layer_output_norm.weight", E, 1, true, L.layer_out_norm);
+            if (r) r = get(b + "layer_output_norm.bias", E, 1, true, L.layer_out_norm_b);
+        }
+        if (!r) return r.error();
+    }
     // Grown layer by layer: a hostile block_count (up to 2^24) must not allocate gigabytes before
     // the first missing tensor is noticed (found by fuzz_gguf).
-    w.layers.reserve(std::min<size_t>((size_t)p.n_layer, f.tensors().size()));
-    for (int l = 0; l < p.n_layer && r; l++) {
+    if (!p.is_encoder()) w.layers.reserve(std::min<size_t>((size_t)p.n_layer, f.tensors().size()));
+    for (int l = 0; l < p.n_layer && r && !p.is_encoder(); l++) {
         LayerWeights& L = w.layers.emplace_back();
         const std::string b = "blk." + std::to_string(l) + ".";
         r = get(b + "attn_norm.weight", E, 1, true, L.attn_norm);
@@ -253,11 +315,18 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     };
     r = finite("token_embd.weight", w.tok_embd);
     if (r) r = finite("output_norm.weight", w.output_norm);
+    if (r) r = finite("token_embd_norm.weight", w.tok_norm);
+    if (r) r = finite("token_embd_norm.bias", w.tok_norm_b);
+    if (r) r = finite("position_embd.weight", w.pos_embd);
+    if (r) r = finite("token_types.weight", w.type_embd);
     for (int l = 0; l < p.n_layer && r; l++) {
         const LayerWeights& L = w.layers[(size_t)l];
         const std::string b = "blk." + std::to_string(l) + ".";
         for (const auto& [n, v] : {std::pair{"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm}, {"attn_q.bias", &L.bq},
-                                   {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}, {"attn_q_norm.weight", &L.q_norm}, {"attn_k_norm.weight", &L.k_norm}})
+                                   {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}, {"attn_q_norm.weight", &L.q_norm}, {"attn_k_norm.weight", &L.k_norm},
+                                   {"attn_output.bias", &L.bo}, {"ffn_up.bias", &L.b_up}, {"ffn_down.bias", &L.b_down},
+                                   {"attn_output_norm.weight", &L.attn_out_norm}, {"attn_output_norm.bias", &L.attn_out_norm_b},
+                                   {"layer_output_norm.weight", &L.layer_out_norm}, {"layer_output_norm.bias", &L.layer_out_norm_b}})
             if (r) r = finite(b + n, *v);
     }
     if (!r) return r.error();
@@ -266,10 +335,13 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
 
 int64_t Model::weight_bytes_per_token() const {
     const auto& w = weights_;
-    int64_t b = w.tok_embd.row_bytes() + w.output.row_bytes() * w.output.n_rows + p_bytes(w.output_norm);
+    int64_t b = w.tok_embd.row_bytes() + p_bytes(w.output) + p_bytes(w.output_norm) + p_bytes(w.tok_norm) +
+                p_bytes(w.tok_norm_b) + (w.pos_embd ? w.pos_embd.row_bytes() : 0) + (w.type_embd ? w.type_embd.row_bytes() : 0);
     for (const auto& L : w.layers)
         for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm,
-                                    &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down})
+                                    &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bo, &L.b_up,
+                                    &L.b_down, &L.attn_out_norm, &L.attn_out_norm_b, &L.layer_out_norm,
+                                    &L.layer_out_norm_b})
             b += p_bytes(*v);
     return b;
 }

@@ -18,7 +18,7 @@ enum class RopeType {
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3
+    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3; bert, nomic-bert
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim
@@ -28,7 +28,7 @@ struct ModelParams {
     int n_ff = 0;
     int head_dim = 0;       // n_embd / n_head unless <arch>.attention.key_length says otherwise
     int n_rot = 0;          // <arch>.rope.dimension_count (defaults to head_dim)
-    float rms_eps = 1e-5f;
+    float rms_eps = 1e-5f;  // the norms' epsilon: RMSNorm's, or an encoder's LayerNorm (attention.layer_norm_epsilon)
     float rope_freq_base = 10000.0f;
     // RoPE scaling as llama.cpp reads it: linear (<arch>.rope.scaling.type "linear" or absent, with
     // <arch>.rope.scaling.factor f: every angle times 1 / f), and per-dimension factors (the
@@ -45,6 +45,11 @@ struct ModelParams {
     // <arch>.pooling_type as written (llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last, 4 rank);
     // -1 when absent. How embeddings pool a sequence (cpu/embed.h embedding_pooling).
     int pooling_type = -1;
+    // Encoders (bert, nomic-bert): bidirectional attention (<arch>.attention.causal false), LayerNorm
+    // after each residual, no LM head; they embed and never generate (cpu/encoder.h).
+    bool causal = true;
+    int n_token_types = 0;  // tokenizer.ggml.token_type_count: rows of token_types.weight (encoders)
+    bool is_encoder() const { return arch == "bert" || arch == "nomic-bert"; }
 };
 
 // A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
@@ -69,6 +74,10 @@ struct LayerWeights {
     WeightView q_norm, k_norm;            // [head_dim] RMSNorm gains per q / k head before RoPE (qwen3)
     WeightView ffn_norm;                  // [n_embd]
     WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
+    // Encoders (post-norm blocks): biases of the output projection and the FFN, and the LayerNorms
+    // (gain, bias) after the attention residual and after the FFN residual.
+    WeightView bo, b_up, b_down;
+    WeightView attn_out_norm, attn_out_norm_b, layer_out_norm, layer_out_norm_b;
 };
 
 struct ModelWeights {
@@ -76,6 +85,9 @@ struct ModelWeights {
     WeightView output_norm;  // [n_embd]
     WeightView output;       // [n_vocab][n_embd]; equals tok_embd when tied
     bool tied_output = false;
+    // Encoders: absolute positions (bert; [n_ctx_train][n_embd]), token type 0's row added to every
+    // token (optional), and the LayerNorm of the summed input embedding.
+    WeightView pos_embd, type_embd, tok_norm, tok_norm_b;
     std::vector<LayerWeights> layers;
 };
 

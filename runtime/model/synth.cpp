@@ -109,12 +109,58 @@ void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<floa
     for (int i = 0; (int)tokens.size() < n_vocab; i++) add("<unused" + std::to_string(i) + ">", 5);
 }
 
+// The synthetic WordPiece vocabulary, laid out as BERT's: [PAD] 0, unused 1..99, [UNK] 100,
+// [CLS] 101, [SEP] 102, [MASK] 103, then characters and words in llama.cpp's converted form (a
+// word's first piece starts with U+2581, a continuation piece is bare).
+void synth_wpm_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<int32_t>& types) {
+    std::set<std::string> seen;
+    auto add = [&](const std::string& piece, int type) {
+        if ((int)tokens.size() >= n_vocab || seen.count(piece)) return;
+        seen.insert(piece);
+        tokens.push_back(piece);
+        types.push_back(type);
+    };
+    add("[PAD]", 3);
+    for (int i = 1; i < 100; i++) add("[unused" + std::to_string(i) + "]", 5);
+    add("[UNK]", 3);
+    add("[CLS]", 3);
+    add("[SEP]", 3);
+    add("[MASK]", 3);
+    const std::string sp = "\xe2\x96\x81";
+    for (char c = 33; c < 127; c++)
+        if (c < 'A' || c > 'Z') {  // lower-cased input: no capitals
+            add(sp + std::string(1, c), 1);
+            add(std::string(1, c), 1);
+        }
+    static const char* words[] = {"the", "of", "and", "to", "in", "is", "was", "that", "for", "on", "with", "as",
+                                  "it", "by", "at", "from", "model", "token", "cache", "data", "request", "answer",
+                                  "question", "story", "once", "upon", "little", "said", "day", "happy", "friend",
+                                  "embedding", "vector", "search", "query", "document", "sentence", "meaning"};
+    static const char* suffixes[] = {"s", "ed", "ing", "er", "ly", "tion", "ness", "ment"};
+    for (const char* w : words) add(sp + w, 1);
+    for (const char* x : suffixes) add(x, 1);
+    static const char* cons[] = {"b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w"};
+    static const char* vow[] = {"a", "e", "i", "o", "u"};
+    for (const char* c : cons)
+        for (const char* v : vow)
+            for (const char* c2 : cons) {
+                add(sp + c + v + c2, 1);
+                add(std::string(c) + v + c2, 1);
+            }
+    for (int i = 0; (int)tokens.size() < n_vocab; i++) add("[extra" + std::to_string(i) + "]", 5);
+}
+
 }  // namespace
 
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
-    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3")
-        return bad("arch must be llama, mistral, qwen2, qwen3 or phi3, got '" + s.arch + "'");
+    if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3" &&
+        s.arch != "bert" && s.arch != "nomic-bert")
+        return bad("arch must be llama, mistral, qwen2, qwen3, phi3, bert or nomic-bert, got '" + s.arch + "'");
+    if ((s.arch == "bert" || s.arch == "nomic-bert") && s.n_head_kv != s.n_head)
+        return bad("an encoder has as many KV heads as heads (llama.cpp's bert)");
+    if ((s.arch == "bert" || s.arch == "nomic-bert") && (s.rope_scaling_factor > 0.0f || s.rope_freqs_ramp > 0.0f))
+        return bad("RoPE scaling is for the decoders; bert has absolute positions and nomic-bert plain RoPE");
     if (s.arch == "phi3" && s.head_dim > 0 && s.head_dim * s.n_head != s.n_embd)
         return bad("phi3's heads x head size must be dim (llama.cpp's phi3 has no separate head size)");
     if (s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_ff <= 0 || s.n_ctx <= 0 ||
@@ -152,6 +198,84 @@ Expected<bool> synth_validate(const SynthSpec& s) {
 
 int synth_head_dim(const SynthSpec& s) { return s.head_dim > 0 ? s.head_dim : s.n_embd / std::max(1, s.n_head); }
 
+namespace {
+
+// bert (absolute positions, GELU FFN, biases everywhere, CLS pooling as BGE) or nomic-bert (RoPE,
+// fused QKV, SwiGLU FFN, no biases, mean pooling as nomic-embed), as llama.cpp's converter writes
+// them: post-norm blocks, LayerNorm gains near 1 with biases, a WordPiece vocabulary.
+Expected<GgufWriter> synth_encoder(const SynthSpec& s, GgufWriter w) {
+    const std::string a = s.arch;
+    const bool nomic = a == "nomic-bert";
+    const int head_dim = synth_head_dim(s);
+    w.set_f32(a + ".attention.layer_norm_epsilon", 1e-12f);
+    w.set_bool(a + ".attention.causal", false);
+    w.set_u32(a + ".pooling_type", nomic ? 1 : 2);
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    synth_wpm_vocab(s.n_vocab, tokens, types);
+    w.set_string("tokenizer.ggml.model", "bert");
+    w.set_string("tokenizer.ggml.pre", "default");
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.token_type_count", 2);
+    w.set_u32("tokenizer.ggml.padding_token_id", 0);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 100);
+    w.set_u32("tokenizer.ggml.bos_token_id", 101);
+    w.set_u32("tokenizer.ggml.seperator_token_id", 102);
+    w.set_u32("tokenizer.ggml.mask_token_id", 103);
+
+    const WeightFormat format{s.dtype, s.mix};
+    const int64_t E = s.n_embd, Q = (int64_t)s.n_head * head_dim, F = s.n_ff;
+    const float in_scale = 1.0f / std::sqrt((float)E);
+    auto mat = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, true);
+        if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
+        w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
+    };
+    auto vec = [&](const std::string& name, int64_t n, float stddev, float mean) {
+        if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {n});
+        w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
+    };
+    // Position and type rows as F32 (llama.cpp keeps 1-D-ish tables like these unquantized too).
+    auto table = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {cols, rows});
+        w.add_tensor(name, GgmlType::F32, {cols, rows},
+                     encode(random_tensor(s.seed, name, cols * rows, stddev), GgmlType::F32));
+    };
+    mat("token_embd.weight", E, s.n_vocab, 1.0f);
+    if (!nomic) table("position_embd.weight", E, s.n_ctx, 0.5f);
+    table("token_types.weight", E, 2, 0.5f);
+    vec("token_embd_norm.weight", E, 0.1f, 1.0f);
+    vec("token_embd_norm.bias", E, 0.1f, 0.0f);
+    for (int l = 0; l < s.n_layer; l++) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        if (nomic) {
+            mat(b + "attn_qkv.weight", E, 3 * Q, in_scale);
+        } else {
+            for (const char* x : {"attn_q", "attn_k", "attn_v"}) {
+                mat(b + x + ".weight", E, Q, in_scale);
+                vec(b + x + ".bias", Q, 0.1f, 0.0f);
+            }
+        }
+        // Attention scores need some spread for the softmax to matter: q and k of ~unit length per
+        // dimension give logits of stddev ~1 after the 1/sqrt(head size) scale.
+        mat(b + "attn_output.weight", Q, E, 1.0f / std::sqrt((float)Q));
+        if (!nomic) vec(b + "attn_output.bias", E, 0.1f, 0.0f);
+        vec(b + "attn_output_norm.weight", E, 0.1f, 1.0f);
+        vec(b + "attn_output_norm.bias", E, 0.1f, 0.0f);
+        mat(b + "ffn_up.weight", E, F, in_scale);
+        if (nomic) mat(b + "ffn_gate.weight", E, F, in_scale);
+        if (!nomic) vec(b + "ffn_up.bias", F, 0.1f, 0.0f);
+        mat(b + "ffn_down.weight", F, E, 1.0f / std::sqrt((float)F));
+        if (!nomic) vec(b + "ffn_down.bias", E, 0.1f, 0.0f);
+        vec(b + "layer_output_norm.weight", E, 0.1f, 1.0f);
+        vec(b + "layer_output_norm.bias", E, 0.1f, 0.0f);
+    }
+    return w;
+}
+
+}  // namespace
+
 Expected<GgufWriter> synth_model(const SynthSpec& s) {
     auto ok = synth_validate(s);
     if (!ok) return ok.error();
@@ -174,16 +298,18 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     w.set_u32(a + ".feed_forward_length", (uint32_t)s.n_ff);
     w.set_u32(a + ".attention.head_count", (uint32_t)s.n_head);
     w.set_u32(a + ".attention.head_count_kv", (uint32_t)s.n_head_kv);
-    w.set_u32(a + ".rope.dimension_count", (uint32_t)head_dim);
+    const bool absolute = a == "bert";  // positions from a table, no RoPE keys
+    if (!absolute) w.set_u32(a + ".rope.dimension_count", (uint32_t)head_dim);
     if (s.head_dim > 0) {
         w.set_u32(a + ".attention.key_length", (uint32_t)head_dim);
         w.set_u32(a + ".attention.value_length", (uint32_t)head_dim);
     }
-    w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
-    if (s.rope_scaling_factor > 0.0f) {
+    if (!absolute) w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+    if (s.rope_scaling_factor > 0.0f && !absolute) {
         w.set_string(a + ".rope.scaling.type", "linear");
         w.set_f32(a + ".rope.scaling.factor", s.rope_scaling_factor);
     }
+    if (a == "bert" || a == "nomic-bert") return synth_encoder(s, std::move(w));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
     w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
 

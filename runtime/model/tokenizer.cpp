@@ -552,6 +552,8 @@ public:
             }
             for (const std::string& word : words(f.text)) tokenize_word(word, out);
         }
+        // llama.cpp's add_special for WordPiece: [CLS] before, [SEP] after (add_bos says both).
+        if (add_bos && bos_ >= 0 && sep_ >= 0) out.push_back(sep_);
         return out;
     }
 

@@ -229,6 +229,10 @@ std::unique_ptr<DraftModel> Engine::make_drafter(const Model& draft, int n_layer
 
 Expected<bool> Engine::submit(EngineRequest req) {
     const int ctx = model_.params().n_ctx_train;
+    if (model_.params().is_encoder())
+        return make_error("this pool's model is an encoder (", model_.params().arch,
+                          "): it embeds text and does not generate; send its inputs to /v1/embeddings, and "
+                          "generation to a pool of a decoder model");
     if (req.prompt.empty()) return make_error("request ", std::to_string(req.id), ": empty prompt");
     if (req.max_tokens <= 0) return make_error("request ", std::to_string(req.id), ": max_tokens must be >= 1");
     if ((int64_t)req.prompt.size() + req.max_tokens > ctx)

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "model/model.h"
@@ -93,5 +96,41 @@ TEST_CASE("model synth --dtype q4_k_m writes llama-quantize's mix, and generate 
     Run unknown = run("model synth -o " + d + "/bad.gguf --dtype q3_k_s");
     CHECK(unknown.rc != 0);
     CHECK_THAT(unknown.out, Catch::Contains("q4_k_m"));
+    std::filesystem::remove_all(d);
+}
+
+TEST_CASE("model synth --arch bert writes an encoder that model info describes, embed runs and generate refuses",
+          "[cli][encoder]") {
+    const std::string d = tmp_dir("bert");
+    const std::string m = d + "/bert.gguf";
+    Run w = run("model synth -o " + m + " --arch bert --dim 64 --layers 2 --heads 4 --kv-heads 4 --ffn 128 --vocab 512 --ctx 64");
+    INFO(w.out);
+    REQUIRE(w.rc == 0);
+    Run info = run("model info " + m);
+    INFO(info.out);
+    REQUIRE(info.rc == 0);
+    CHECK_THAT(info.out, Catch::Contains("architecture  bert"));
+    CHECK_THAT(info.out, Catch::Contains("encoder       bidirectional attention, absolute positions, pooling cls"));
+    CHECK_THAT(info.out, !Catch::Contains("rope "));  // absolute positions: no RoPE line
+    Run e = run("embed -m " + m + " -t 1 \"the cat\" \"a dog\"");
+    INFO(e.out);
+    REQUIRE(e.rc == 0);
+    // Two JSON arrays of 64 unit-length floats, one per line.
+    int n_vectors = 0;
+    std::istringstream lines(e.out);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line[0] != '[') continue;
+        auto v = nlohmann::json::parse(line);
+        REQUIRE(v.size() == 64);
+        double ss = 0;
+        for (const auto& x : v) ss += x.get<double>() * x.get<double>();
+        CHECK(std::abs(ss - 1.0) < 1e-5);
+        n_vectors++;
+    }
+    CHECK(n_vectors == 2);
+    Run gen = run("generate -m " + m + " -p \"the cat\" -n 4");
+    INFO(gen.out);
+    CHECK(gen.rc != 0);
+    CHECK_THAT(gen.out, Catch::Contains("is an encoder (bert)") && Catch::Contains("steward embed"));
     std::filesystem::remove_all(d);
 }

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "http_client.h"
+#include "model/synth.h"
 #include "llama_embeddings.h"
 #include "process_temp_dir.h"
 #include "test_paths.h"
@@ -242,4 +244,68 @@ TEST_CASE("embedding refusals are OpenAI errors naming the field", "[http][embed
                 "invalid_api_key");
     check_error(request(s.port, http_client::http::verb::get, "/v1/embeddings", "", k_auth), 405, "",
                 "method_not_allowed");
+}
+
+TEST_CASE("an encoder pool (bert) embeds as llama-embedding does and refuses generation by name", "[http][embed][encoder]") {
+    // The bert file of tests/data/encoders (its script's `steward model synth --arch bert ... --seed 41`),
+    // written to disk and served as a user serves a downloaded BGE.
+    static const ProcessTempDir dir("steward_test_embed_bert_");
+    const std::string model = (dir.path() / "bert.gguf").string();
+    SynthSpec spec;
+    spec.arch = "bert";
+    spec.n_embd = 128;
+    spec.n_layer = 2;
+    spec.n_head = 4;
+    spec.n_head_kv = 4;
+    spec.n_ff = 512;
+    spec.n_vocab = 1024;
+    spec.n_ctx = 512;
+    spec.seed = 41;
+    REQUIRE(synth_write(spec, model).ok());
+    // llama.cpp's tokens and vector of "the little story of a cat" on that file (CLS pooling).
+    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/encoders/llama_embeddings.tsv");
+    std::vector<float> ref;
+    int n_ref_tokens = 0;
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("bert\tf32\t1\t", 0) == 0) {
+            std::vector<std::string> c;
+            std::stringstream ss(line);
+            for (std::string x; std::getline(ss, x, '\t');) c.push_back(x);
+            REQUIRE(c.size() == 5);
+            std::istringstream ids(c[3]), vec(c[4]);
+            for (int32_t id; ids >> id;) n_ref_tokens++;
+            for (float v; vec >> v;) ref.push_back(v);
+        }
+    REQUIRE(ref.size() == 128);
+    const std::string text = fmt::format(R"(
+[reload]
+watch = false
+[server]
+host = "127.0.0.1"
+port = 0
+io_threads = 2
+
+[[pool]]
+name = "bge"
+model = "{0}"
+threads = 1
+kv_blocks = 16
+)",
+                                         model);
+    auto c = parse_config(text, (dir.path() / "bert.toml").string());
+    if (!c) FAIL(c.error().message);
+    auto s = serve_config(*c);
+    const Reply r = post(s.port, "/v1/embeddings", {{"model", "bge"}, {"input", "the little story of a cat"}});
+    INFO(r.body.substr(0, 400));
+    REQUIRE(r.status == 200);
+    const json j = r.j();
+    CHECK(j["usage"]["prompt_tokens"] == n_ref_tokens);  // [CLS] ... [SEP], as llama.cpp counts them
+    CHECK(1.0 - cosine(floats_of(j["data"][0]["embedding"]), ref) < 1e-4);
+    // A completion on it: a 400 that says what the pool is and where to send what, and the server
+    // still serves.
+    const Reply g = post(s.port, "/v1/completions", {{"model", "bge"}, {"prompt", "the little"}, {"max_tokens", 4}});
+    INFO(g.body);
+    CHECK(g.status == 400);
+    CHECK_THAT(g.body, Catch::Contains("encoder (bert)") && Catch::Contains("/v1/embeddings"));
+    CHECK(post(s.port, "/v1/embeddings", {{"model", "bge"}, {"input", "a cat"}}).status == 200);
 }

@@ -467,9 +467,11 @@ TEST_CASE("WordPiece (bert-bge) reproduces llama.cpp's reference tokenizations",
     }
     CHECK(n_pass == texts.size());
     CHECK(texts.size() >= 40);
-    // [CLS] first when asked; words start with U+2581 pieces and decode with a space before them.
+    // [CLS] first and [SEP] last when asked (llama.cpp's add_special for WordPiece); words start
+    // with U+2581 pieces and decode with a space before them.
     const std::vector<int32_t> hello = (*tok)->encode("Hello world", true);
-    REQUIRE(hello.size() == 3);
+    REQUIRE(hello.size() == 4);
     CHECK(hello[0] == 101);
+    CHECK(hello[3] == 102);
     CHECK((*tok)->decode(hello) == " hello world");
 }
