@@ -96,6 +96,13 @@ BackendFactory cuda_backend_factory(bool cuda_graphs) {
     auto st = std::make_shared<State>();
     return [st, cuda_graphs](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
                 int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
+        // The CUDA forward runs the llama block (with qwen's biases and q/k norms); Gemma's extra
+        // norms, GeGLU, soft-capping and sliding windows and the encoders run on the CPU backend only.
+        const ModelParams& mp = model.params();
+        if (mp.is_encoder() || mp.ffn_gelu || mp.attn_softcap > 0 || mp.final_softcap > 0 || mp.n_swa > 0 ||
+            mp.embd_scale != 1.0f)
+            return make_error("CUDA backend: the '", mp.arch, "' architecture runs on the CPU backend only so far; ",
+                              "give this pool backend = \"cpu\"");
         const GpuInfo g = gpu_probe();
         if (g.status != GpuProbeStatus::GPU_PROBE_OK) return make_error("CUDA backend: ", gpu_describe(g));
         auto max_slots = gpu::attention_max_slots(model.params().head_dim);

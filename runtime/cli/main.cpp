@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3; the encoders bert or nomic-bert")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; the encoders bert or nomic-bert")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
@@ -107,6 +107,14 @@ int main(int argc, char** argv) {
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--rope-scale", spec.rope_scaling_factor,
                       "Linear RoPE scaling factor (rope.scaling.factor; angles divided by it; 0: none)")
+        ->capture_default_str();
+    synth->add_option("--sliding-window", spec.sliding_window,
+                      "gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3; -1: none, gemma3)")
+        ->capture_default_str();
+    synth->add_option("--attn-softcap", spec.attn_softcap, "gemma2: attn_logit_softcapping (negative: 50; 0: none)")
+        ->capture_default_str();
+    synth->add_option("--final-softcap", spec.final_softcap,
+                      "gemma2 / gemma3: final_logit_softcapping (negative: 30 for gemma2, none for gemma3; 0: none)")
         ->capture_default_str();
     synth->add_option("--rope-freqs-ramp", spec.rope_freqs_ramp,
                       "Per-pair RoPE factors from 1 to this value (a rope_freqs.weight tensor, as Llama 3.1 files carry; 0: none)")

@@ -70,6 +70,23 @@ int cmd_model_info(const std::string& path) {
         std::printf("\n");
     }
 
+    // Gemma 2 / 3: the sliding window and the soft-caps, as the loader reads them (their defaults).
+    if (arch == "gemma2" || arch == "gemma3") {
+        const bool g2 = arch == "gemma2";
+        const int64_t win = g.get_int(arch + ".attention.sliding_window").value_or(g2 ? 4096 : 0);
+        const int64_t period = g.get_int(arch + ".attention.sliding_window_pattern").value_or(g2 ? 2 : 6);
+        if (win > 0)
+            std::printf("window        %lld tokens on %lld of every %lld layers", (long long)win, (long long)(period - 1),
+                        (long long)period);
+        else
+            std::printf("window        none (every layer attends to the whole context)");
+        const double acap = g.get_float(arch + ".attn_logit_softcapping").value_or(g2 ? 50.0 : 0.0);
+        const double fcap = g.get_float(arch + ".final_logit_softcapping").value_or(g2 ? 30.0 : 0.0);
+        if (acap > 0 && g2) std::printf("; attention soft-cap %g", acap);
+        if (fcap > 0) std::printf("; logit soft-cap %g", fcap);
+        std::printf("\n");
+    }
+
     struct TypeUse {
         int64_t n_tensors = 0, n_elements = 0, n_bytes = 0;
     };

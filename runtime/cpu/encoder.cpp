@@ -15,15 +15,6 @@
 
 namespace steward {
 
-float gelu_ggml(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float xh = f16_to_f32(f32_to_f16(x));
-    constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
-    const float y = 0.5f * xh * (1.0f + std::tanh(kSqrt2OverPi * xh * (1.0f + kA * xh * xh)));
-    return f16_to_f32(f32_to_f16(y));
-}
-
 namespace {
 
 // ggml_norm then gain and bias: (x - mean) / sqrt(var + eps) * w + b over rows of n, sums in double.

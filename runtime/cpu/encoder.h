@@ -11,10 +11,6 @@
 
 namespace steward {
 
-// llama.cpp's GELU on the CPU (ggml_vec_gelu_f32): the tanh approximation, looked up at the input
-// rounded to F16 and rounded to F16 itself; exact-ish passes at |x| >= 10 (x, or 0 below -10).
-float gelu_ggml(float x);
-
 class CpuEncoder {
 public:
     // n_threads <= 0: all cores. The model must be an encoder (Model params().is_encoder()) and

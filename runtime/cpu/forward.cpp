@@ -57,6 +57,9 @@ void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeType t
     }
 }
 
+// Gemma's soft-capping: cap * tanh(s / cap), as ggml's scale, tanh, scale.
+inline float soft_cap(float s, float cap) { return cap * std::tanh(s * (1.0f / cap)); }
+
 void add_bias(float* y, const WeightView& b, int n, int n_tok) {
     if (!b) return;
     const float* bv = static_cast<const float*>(b.data);
@@ -162,8 +165,8 @@ constexpr int kAttnBlockMin = 8;
 // token and query head), then for each of the gqa query heads sharing g: S = scale Q K^T
 // [n_new][n_slots], each row's softmax over that token's visible slots (vis), out = S V.
 void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_table, int n_slots, int g, int hd,
-                  int gqa, float scale, const float* q, float* att, int ld, int b, int e, const std::vector<int>& vis,
-                  const std::vector<int>& vis_off) {
+                  int gqa, float scale, float softcap, const float* q, float* att, int ld, int b, int e,
+                  const std::vector<int>& vis, const std::vector<int>& vis_off) {
     thread_local std::vector<float> keys, vals, sc, row;
     const int n_new = e - b, bs = kv.config().block_size;
     const KvDtype tk = kv.config().dtype_k, tv = kv.config().dtype_v;
@@ -188,7 +191,7 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
                 continue;
             }
             float mx = -INFINITY;  // softmax over the visible slots only; the others get weight 0
-            for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = si[vs[k]]);
+            for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = softcap > 0.0f ? soft_cap(si[vs[k]], softcap) : si[vs[k]]);
             const float inv = 1.0f / exp_sub_sum(row.data(), n_vis, mx);
             std::fill(si, si + n_slots, 0.0f);
             for (int k = 0; k < n_vis; k++) si[vs[k]] = row[k] * inv;
@@ -291,12 +294,30 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             rcos[(size_t)t * half + i] = (float)std::cos(theta);
             rsin[(size_t)t * half + i] = (float)std::sin(theta);
         }
+    // Sliding-window layers with a RoPE of their own (Gemma 3: base 10000 beside the full layers' 1e6).
+    int first_swa = -1;
+    for (int l = 0; l < n_layers_ && first_swa < 0; l++)
+        if (p.is_swa(l)) first_swa = l;
+    std::vector<float> rcos_swa, rsin_swa;
+    if (first_swa >= 0 && (p.rope_freq_base_swa != p.rope_freq_base || p.rope_freq_scale_swa != p.rope_freq_scale)) {
+        rcos_swa.resize((size_t)n_tok * half);
+        rsin_swa.resize((size_t)n_tok * half);
+        for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i, first_swa);
+        for (int t = 0; t < n_tok; t++)
+            for (int i = 0; i < half; i++) {
+                const double theta = refs[t].pos * inv_freq[i];
+                rcos_swa[(size_t)t * half + i] = (float)std::cos(theta);
+                rsin_swa[(size_t)t * half + i] = (float)std::sin(theta);
+            }
+    }
 
     // ---- embeddings
     float* x = x_.data();  // [n_tok][E]
     for (int t = 0; t < n_tok; t++) {
         const SeqInput& in = batch[refs[t].seq];
         dequantize_row(W.tok_embd.type, W.tok_embd.row(in.tokens[refs[t].i]), x + (int64_t)t * E, E);
+        if (p.embd_scale != 1.0f)
+            for (int e = 0; e < E; e++) x[(int64_t)t * E + e] *= p.embd_scale;
     }
 
     // First token index of each sequence in refs.
@@ -317,6 +338,23 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         }
         vis_off[t + 1] = (int)vis.size();
     }
+    // The same for the sliding-window layers: only keys at positions > the query's - n_swa (llama.cpp's
+    // is_masked_swa). A committed slot's position is its index; a new token's, its given position.
+    // Slots outside the window are never read by these layers.
+    std::vector<int> vis_swa, vis_swa_off;
+    if (p.n_swa > 0 && !p.swa_layers.empty()) {
+        vis_swa_off.assign(n_tok + 1, 0);
+        for (int t = 0; t < n_tok; t++) {
+            const TokenRef& r = refs[t];
+            const SeqInput& in = batch[r.seq];
+            for (int k = vis_off[t]; k < vis_off[t + 1]; k++) {
+                const int s = vis[k];
+                const int kpos = s < in.n_past ? s : (in.positions.empty() ? s : in.positions[s - in.n_past]);
+                if (r.pos - kpos < p.n_swa) vis_swa.push_back(s);
+            }
+            vis_swa_off[t + 1] = (int)vis_swa.size();
+        }
+    }
 
     // Which sequences' attention runs as matrix products (kAttnBlockMin new tokens or more), and
     // the tokens of the others, which attend one by one.
@@ -328,12 +366,17 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             for (int t = seq_start[s]; t < seq_start[s + 1]; t++) single_toks.push_back(t);
     }
 
-    const float scale = 1.0f / std::sqrt((float)HD);
+    const float scale = p.attention_scale(), softcap = p.attn_softcap;
     const int bs = kc.block_size;
     const int gqa = NH / NKV;
 
     for (int l = 0; l < n_layers_; l++) {
         const LayerWeights& L = W.layers[l];
+        const bool swa = p.is_swa(l) && !vis_swa_off.empty();
+        const std::vector<int>& lvis = swa ? vis_swa : vis;
+        const std::vector<int>& lvis_off = swa ? vis_swa_off : vis_off;
+        const std::vector<float>& lcos = swa && !rcos_swa.empty() ? rcos_swa : rcos;
+        const std::vector<float>& lsin = swa && !rsin_swa.empty() ? rsin_swa : rsin;
         // -- attention block
         rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
         matmul(L.wq, xn_.data(), n_tok, q_.data(), pool_);  // [n_tok][QD]
@@ -345,8 +388,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         norm_heads(q_.data(), L.q_norm, p.rms_eps, HD, NH, n_tok);
         norm_heads(k_.data(), L.k_norm, p.rms_eps, HD, NKV, n_tok);
         for (int t = 0; t < n_tok; t++) {
-            const float* cs = rcos.data() + (size_t)t * half;
-            const float* sn = rsin.data() + (size_t)t * half;
+            const float* cs = lcos.data() + (size_t)t * half;
+            const float* sn = lsin.data() + (size_t)t * half;
             for (int h = 0; h < NH; h++) rope_head(q_.data() + (int64_t)t * QD + h * HD, cs, sn, p.n_rot, p.rope_type);
             for (int h = 0; h < NKV; h++) rope_head(k_.data() + (int64_t)t * KVD + h * HD, cs, sn, p.n_rot, p.rope_type);
         }
@@ -368,8 +411,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         pool_.parallel_for((int64_t)block_seqs.size() * NKV, [&](int64_t it) {
             const int s = block_seqs[it / NKV], g = (int)(it % NKV);
             const SeqInput& in = batch[s];
-            attend_block(kv, l, in.block_table, in.n_past + (int)in.tokens.size(), g, HD, gqa, scale, q_.data(),
-                         att_.data(), QD, seq_start[s], seq_start[s + 1], vis, vis_off);
+            attend_block(kv, l, in.block_table, in.n_past + (int)in.tokens.size(), g, HD, gqa, scale, softcap,
+                         q_.data(), att_.data(), QD, seq_start[s], seq_start[s + 1], lvis, lvis_off);
         });
         // Single tokens: a work item is a token and a range of its KV heads, walked slot by slot so
         // that each slot's keys (then values) for those heads are one contiguous read; walking head
@@ -390,7 +433,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             const int t = single_toks[it / n_ranges];
             const int g0 = (int)(it % n_ranges) * GH, g1 = std::min(NKV, g0 + GH), nh = (g1 - g0) * gqa;
             const SeqInput& in = batch[refs[t].seq];
-            const std::span<const int> slots(vis.data() + vis_off[t], vis_off[t + 1] - vis_off[t]);
+            const std::span<const int> slots(lvis.data() + lvis_off[t], lvis_off[t + 1] - lvis_off[t]);
             const int64_t n_s = (int64_t)slots.size();
             const float* q0 = q_.data() + (int64_t)t * QD + (int64_t)g0 * gqa * HD;  // [nh][HD]
             float* out0 = att_.data() + (int64_t)t * QD + (int64_t)g0 * gqa * HD;    // [nh][HD]
@@ -441,6 +484,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                     }
                 }
             }
+            if (softcap > 0.0f)
+                for (int64_t i = 0; i < (int64_t)nh * n_s; i++) sc[(size_t)i] = soft_cap(sc[(size_t)i], softcap);
             for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
                 float* sj = sc.data() + h * n_s;
                 const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
@@ -469,14 +514,20 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             }
         });
         matmul(L.wo, att_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
+        if (L.attn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.attn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
 
         // -- feed-forward block
         rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n_tok, xn_.data());
         matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), pool_);  // [n_tok][n_ff]
         matmul(L.w_up, xn_.data(), n_tok, up_.data(), pool_);      // [n_tok][n_ff]
-        swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
+        if (p.ffn_gelu) {
+            for (int64_t i = 0; i < (int64_t)n_tok * p.n_ff; i++) gate_[i] = gelu_ggml(gate_[i]) * up_[i];  // ggml_vec_geglu_f32
+        } else {
+            swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
+        }
         matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
+        if (L.ffn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.ffn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
     }
 
@@ -499,6 +550,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
     }
     rmsnorm(tmp_.data(), static_cast<const float*>(W.output_norm.data), p.rms_eps, E, n_out, xn_.data());
     matmul(W.output, xn_.data(), n_out, logits->data(), pool_);
+    if (p.final_softcap > 0.0f)
+        for (float& z : *logits) z = soft_cap(z, p.final_softcap);
     return true;
 }
 

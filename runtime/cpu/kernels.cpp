@@ -4,11 +4,13 @@
 
 #include <cblas.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "cpu/cpu_features.h"
+#include "model/ggml_types.h"
 
 extern "C" void openblas_set_num_threads(int);
 // OpenBLAS's DYNAMIC_ARCH entry points (weak: absent from a single-target build, then unused).
@@ -17,6 +19,15 @@ extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
 extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 namespace steward {
+
+float gelu_ggml(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float xh = f16_to_f32(f32_to_f16(x));
+    constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    const float y = 0.5f * xh * (1.0f + std::tanh(kSqrt2OverPi * xh * (1.0f + kA * xh * xh)));
+    return f16_to_f32(f32_to_f16(y));
+}
 
 int cpu_count() {
     const unsigned n = std::thread::hardware_concurrency();

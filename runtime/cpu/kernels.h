@@ -39,6 +39,10 @@ void blas_set_threads(int n);
 void blas_ensure_core();
 // The OpenBLAS kernel set in use (e.g. "SkylakeX"), for benches.
 const char* blas_core_name();
+// llama.cpp's GELU on the CPU (ggml_vec_gelu_f32, and the GELU of ggml_vec_geglu_f32): the tanh
+// approximation, looked up at the input rounded to F16 and rounded to F16 itself; x at x >= 10, 0 at
+// x <= -10. BERT's FFN and Gemma's GeGLU.
+float gelu_ggml(float x);
 int cpu_count();
 
 // Which kernels a matmul over weights of type t runs at the current level, in words: the decode

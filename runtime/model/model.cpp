@@ -19,7 +19,7 @@ namespace {
 // Architectures that are the llama block with at most metadata or bias differences.
 RopeType rope_type_for(const std::string& arch) {
     static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon",
-                                              "bert",  "nomic-bert"};
+                                              "bert",  "nomic-bert", "gemma2", "gemma3"};
     return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
 }
 
@@ -32,7 +32,7 @@ RopeType rope_type_for(const std::string& arch) {
 // bert and nomic-bert are encoders (bound by bind_encoder below, run by cpu/encoder.h).
 bool arch_supported(const std::string& arch) {
     return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-           arch == "bert" || arch == "nomic-bert";
+           arch == "gemma2" || arch == "gemma3" || arch == "bert" || arch == "nomic-bert";
 }
 
 // Rows [r0, r0 + n) of w (rows are contiguous in every type): a weight fused into a larger tensor.
@@ -76,8 +76,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.arch = std::string(*arch);
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
-                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3) and the encoders bert "
-                          "and nomic-bert");
+                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3), gemma2, gemma3 and "
+                          "the encoders bert and nomic-bert");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -145,6 +145,54 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         }
     }
     if (auto v = f.get_int(p.arch + ".pooling_type"); v && *v >= 0 && *v < (1 << 16)) p.pooling_type = (int)*v;
+    // Gemma 2 / 3 as llama.cpp's loader reads them (src/models/gemma2.cpp, gemma3.cpp).
+    const bool gemma2 = p.arch == "gemma2", gemma3 = p.arch == "gemma3";
+    if (gemma2 || gemma3) {
+        p.embd_scale = std::sqrt((float)p.n_embd);
+        p.ffn_gelu = true;
+        // The 27B models scale queries by 1 / sqrt(n_embd / n_head), the others by 1 / sqrt(head size).
+        const bool big = p.n_layer == (gemma2 ? 46 : 62);
+        p.attn_scale = 1.0f / std::sqrt(big ? (float)(p.n_embd / p.n_head) : (float)p.head_dim);
+        if (gemma2) {
+            p.attn_softcap = (float)f.get_float(p.arch + ".attn_logit_softcapping").value_or(50.0);
+            p.final_softcap = (float)f.get_float(p.arch + ".final_logit_softcapping").value_or(30.0);
+        } else {
+            p.final_softcap = (float)f.get_float(p.arch + ".final_logit_softcapping").value_or(0.0);
+        }
+        if (!(p.attn_softcap >= 0.0f) || !(p.final_softcap >= 0.0f) || !std::isfinite(p.attn_softcap) ||
+            !std::isfinite(p.final_softcap))
+            return make_error("'", path, "': ", p.arch, ".attn_logit_softcapping / final_logit_softcapping must be >= 0");
+        // Sliding windows: Gemma 2 always (4096 unless the file says), every other layer from the
+        // first; Gemma 3 when the file names a window, 5 of every 6 layers. The pattern key may
+        // change the period; its array form (per-layer flags) is not read.
+        const auto win = f.get_int(p.arch + ".attention.sliding_window");
+        if (win && (*win < 0 || *win > (1 << 24)))
+            return make_error("'", path, "': ", p.arch, ".attention.sliding_window ", std::to_string(*win),
+                              " is not a window size");
+        p.n_swa = gemma2 ? (int)win.value_or(4096) : (int)win.value_or(0);
+        if (p.n_swa > 0) {
+            int64_t period = gemma2 ? 2 : 6;
+            if (const GgufValue* pv = f.find(p.arch + ".attention.sliding_window_pattern")) {
+                auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
+                if (!n)
+                    return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern is a per-layer array, "
+                                      "which Steward does not read; use a file with a period");
+                (void)pv;
+                if (*n < 0 || *n > (1 << 16))
+                    return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern ",
+                                      std::to_string(*n), " is not a period");
+                period = *n;
+            }
+            p.swa_layers.assign((size_t)p.n_layer, 0);
+            for (int l = 0; l < p.n_layer; l++)
+                p.swa_layers[(size_t)l] = period == 0 || (l % period) < period - 1;
+            p.rope_freq_base_swa =
+                gemma2 ? p.rope_freq_base : (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(10000.0);
+            p.rope_freq_scale_swa = gemma2 ? p.rope_freq_scale : 1.0f;
+            if (!(p.rope_freq_base_swa > 0.0f))
+                return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
+        }
+    }
 
     auto tok = Tokenizer::from_gguf(f);
     if (!tok) return make_error("'", path, "': tokenizer: ", tok.error().message);
@@ -180,7 +228,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     ModelWeights& w = m->weights_;
     Expected<bool> r = get("token_embd.weight", E, p.n_vocab, true, w.tok_embd);
     if (r && !p.is_encoder()) r = get("output_norm.weight", E, 1, true, w.output_norm);
-    if (r && !p.is_encoder()) r = get("output.weight", E, p.n_vocab, false, w.output);
+    // Gemma 2's head is always the token embedding (llama.cpp reads no output.weight for it).
+    if (r && !p.is_encoder() && p.arch != "gemma2") r = get("output.weight", E, p.n_vocab, false, w.output);
     if (!r) return r.error();
     if (!w.output && !p.is_encoder()) {
         w.output = w.tok_embd;
@@ -280,8 +329,9 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
         if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
         if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
-        if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.q_norm);
-        if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, p.arch == "qwen3", L.k_norm);
+        if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, p.arch == "qwen3" || gemma3, L.q_norm);
+        if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, p.arch == "qwen3" || gemma3, L.k_norm);
+        if (r) r = get(b + "post_attention_norm.weight", E, 1, gemma2 || gemma3, L.attn_post_norm);
         if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
         if (fused) {
             WeightView gate_up;
@@ -295,6 +345,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
             if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
         }
         if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
+        if (r) r = get(b + "post_ffw_norm.weight", E, 1, gemma2 || gemma3, L.ffn_post_norm);
     }
     if (!r) return r.error();
     // A NaN or inf weight turns every output into NaN (a model that prints one token forever): the
@@ -324,7 +375,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         const std::string b = "blk." + std::to_string(l) + ".";
         for (const auto& [n, v] : {std::pair{"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm}, {"attn_q.bias", &L.bq},
                                    {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}, {"attn_q_norm.weight", &L.q_norm}, {"attn_k_norm.weight", &L.k_norm},
-                                   {"attn_output.bias", &L.bo}, {"ffn_up.bias", &L.b_up}, {"ffn_down.bias", &L.b_down},
+                                   {"attn_output.bias", &L.bo}, {"post_attention_norm.weight", &L.attn_post_norm}, {"post_ffw_norm.weight", &L.ffn_post_norm}, {"ffn_up.bias", &L.b_up}, {"ffn_down.bias", &L.b_down},
                                    {"attn_output_norm.weight", &L.attn_out_norm}, {"attn_output_norm.bias", &L.attn_out_norm_b},
                                    {"layer_output_norm.weight", &L.layer_out_norm}, {"layer_output_norm.bias", &L.layer_out_norm_b}})
             if (r) r = finite(b + n, *v);
@@ -340,6 +391,7 @@ int64_t Model::weight_bytes_per_token() const {
     for (const auto& L : w.layers)
         for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm,
                                     &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bo, &L.b_up,
+                                    &L.attn_post_norm, &L.ffn_post_norm,
                                     &L.b_down, &L.attn_out_norm, &L.attn_out_norm_b, &L.layer_out_norm,
                                     &L.layer_out_norm_b})
             b += p_bytes(*v);

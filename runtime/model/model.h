@@ -18,7 +18,7 @@ enum class RopeType {
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3; bert, nomic-bert
+    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; bert, nomic-bert
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim
@@ -36,10 +36,17 @@ struct ModelParams {
     // factor i). YaRN and LongRoPE are refused at load.
     float rope_freq_scale = 1.0f;
     std::vector<float> rope_freq_factors;  // empty: none
-    // The angle per position of rotary pair i: base^(-2i / n_rot) * freq_scale / factor_i.
+    // The angle per position of rotary pair i: base^(-2i / n_rot) * freq_scale / factor_i. A
+    // sliding-window layer (is_swa) of a model with its own window RoPE (Gemma 3) uses
+    // rope_freq_base_swa / rope_freq_scale_swa instead (llama.cpp's rule).
     double rope_inv_freq(int i) const {
         const double f = rope_freq_factors.empty() ? 1.0 : (double)rope_freq_factors[(size_t)i];
         return std::pow((double)rope_freq_base, -2.0 * i / n_rot) * rope_freq_scale / f;
+    }
+    double rope_inv_freq(int i, int layer) const {
+        if (!is_swa(layer)) return rope_inv_freq(i);
+        const double f = rope_freq_factors.empty() ? 1.0 : (double)rope_freq_factors[(size_t)i];
+        return std::pow((double)rope_freq_base_swa, -2.0 * i / n_rot) * rope_freq_scale_swa / f;
     }
     RopeType rope_type = RopeType::NORM;
     // <arch>.pooling_type as written (llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last, 4 rank);
@@ -50,6 +57,23 @@ struct ModelParams {
     bool causal = true;
     int n_token_types = 0;  // tokenizer.ggml.token_type_count: rows of token_types.weight (encoders)
     bool is_encoder() const { return arch == "bert" || arch == "nomic-bert"; }
+    // Gemma 2 / 3 (llama.cpp's gemma2 / gemma3 graphs): the token embedding times sqrt(n_embd), a
+    // GeGLU FFN (GELU of the gate, ggml's tanh form), RMSNorms after the attention and FFN branches
+    // (LayerWeights attn_post_norm / ffn_post_norm), attention scores times attn_scale and soft-capped
+    // (cap * tanh(s / cap), Gemma 2), logits soft-capped the same way, and interleaved sliding-window
+    // layers: a query at position p sees keys at positions > p - n_swa only.
+    float embd_scale = 1.0f;
+    float attn_scale = 0.0f;     // 0: 1 / sqrt(head_dim)
+    float attn_softcap = 0.0f;   // 0: none
+    float final_softcap = 0.0f;  // 0: none
+    bool ffn_gelu = false;       // GeGLU instead of SwiGLU
+    int n_swa = 0;               // the window in tokens; 0: every layer attends to the whole context
+    std::vector<uint8_t> swa_layers;  // [n_layer]: 1 for a sliding-window layer (empty: none)
+    float rope_freq_base_swa = 10000.0f, rope_freq_scale_swa = 1.0f;
+    bool is_swa(int layer) const {
+        return n_swa > 0 && layer >= 0 && (size_t)layer < swa_layers.size() && swa_layers[(size_t)layer];
+    }
+    float attention_scale() const { return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt((float)head_dim); }
 };
 
 // A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
@@ -71,7 +95,8 @@ struct LayerWeights {
     WeightView attn_norm;                 // [n_embd]
     WeightView wq, wk, wv, wo;            // [n_head*head_dim][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
     WeightView bq, bk, bv;                // optional biases (qwen2)
-    WeightView q_norm, k_norm;            // [head_dim] RMSNorm gains per q / k head before RoPE (qwen3)
+    WeightView q_norm, k_norm;            // [head_dim] RMSNorm gains per q / k head before RoPE (qwen3, gemma3)
+    WeightView attn_post_norm, ffn_post_norm;  // [n_embd] RMSNorm gains of the branches' outputs (gemma2 / gemma3)
     WeightView ffn_norm;                  // [n_embd]
     WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
     // Encoders (post-norm blocks): biases of the output projection and the FFN, and the LayerNorms

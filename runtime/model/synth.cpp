@@ -155,8 +155,13 @@ void synth_wpm_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
     if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3" &&
-        s.arch != "bert" && s.arch != "nomic-bert")
-        return bad("arch must be llama, mistral, qwen2, qwen3, phi3, bert or nomic-bert, got '" + s.arch + "'");
+        s.arch != "gemma2" && s.arch != "gemma3" && s.arch != "bert" && s.arch != "nomic-bert")
+        return bad("arch must be llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, bert or nomic-bert, got '" + s.arch +
+                   "'");
+    if (s.sliding_window < -1 || (s.sliding_window == -1 && s.arch != "gemma3"))
+        return bad("sliding window must be 0 (the family's default), positive, or -1 (none, gemma3 only)");
+    if (!std::isfinite(s.attn_softcap) || !std::isfinite(s.final_softcap))
+        return bad("soft-caps must be finite (negative: the family's default, 0: none)");
     if ((s.arch == "bert" || s.arch == "nomic-bert") && s.n_head_kv != s.n_head)
         return bad("an encoder has as many KV heads as heads (llama.cpp's bert)");
     if ((s.arch == "bert" || s.arch == "nomic-bert") && (s.rope_scaling_factor > 0.0f || s.rope_freqs_ramp > 0.0f))
@@ -304,7 +309,9 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         w.set_u32(a + ".attention.key_length", (uint32_t)head_dim);
         w.set_u32(a + ".attention.value_length", (uint32_t)head_dim);
     }
-    if (!absolute) w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+    // Gemma 3's full layers rotate with base 1e6 and its window layers with the spec's base (10000),
+    // as the released models do.
+    if (!absolute) w.set_f32(a + ".rope.freq_base", a == "gemma3" ? 1e6f : s.rope_freq_base);
     if (s.rope_scaling_factor > 0.0f && !absolute) {
         w.set_string(a + ".rope.scaling.type", "linear");
         w.set_f32(a + ".rope.scaling.factor", s.rope_scaling_factor);
@@ -312,6 +319,22 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     if (a == "bert" || a == "nomic-bert") return synth_encoder(s, std::move(w));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
     w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
+    const bool gemma = a == "gemma2" || a == "gemma3";
+    // Gemma 2's head is always the embedding (tied).
+    const bool tied = s.tied_output || a == "gemma2";
+    if (gemma) {
+        const int window = s.sliding_window != 0 ? s.sliding_window : (a == "gemma2" ? 4096 : 512);
+        if (window > 0) w.set_u32(a + ".attention.sliding_window", (uint32_t)window);
+        if (a == "gemma3") w.set_f32(a + ".rope.freq_base_swa", s.rope_freq_base);
+        const float acap = s.attn_softcap >= 0 ? s.attn_softcap : (a == "gemma2" ? 50.0f : 0.0f);
+        const float fcap = s.final_softcap >= 0 ? s.final_softcap : (a == "gemma2" ? 30.0f : 0.0f);
+        if (a == "gemma2") {  // llama.cpp reads both with defaults 50 and 30: written always
+            w.set_f32(a + ".attn_logit_softcapping", acap);
+            w.set_f32(a + ".final_logit_softcapping", fcap);
+        } else if (fcap > 0) {
+            w.set_f32(a + ".final_logit_softcapping", fcap);
+        }
+    }
 
     std::vector<std::string> tokens;
     std::vector<float> scores;
@@ -331,8 +354,12 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     const float in_scale = 1.0f / std::sqrt((float)E);
     // Residual branches are damped by depth so the stream stays O(1) over many layers.
     const float branch = 1.0f / std::sqrt(2.0f * (float)s.n_layer);
+    // Gemma's branches end in an RMSNorm whose gain is the branch's size against the stream's (~1 per
+    // element): damped by depth like the others, except under a tied head (Gemma 2's), where the
+    // stream must move well away from the last token's embedding or greedy decoding repeats it.
+    const float gemma_gain = tied ? 4.0f : branch;
     auto mat = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
-        const GgmlType t = format_tensor_type(format, name, s.n_layer, s.tied_output);
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, tied);
         if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
         w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
     };
@@ -342,7 +369,7 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
                      float stddev) {
         int64_t rows = 0;
         for (const auto& pr : parts) rows += pr.second;
-        const GgmlType t = format_tensor_type(format, name, s.n_layer, s.tied_output);
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, tied);
         if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
         std::vector<float> v;
         v.reserve((size_t)(cols * rows));
@@ -356,7 +383,8 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {n});
         w.add_tensor(name, GgmlType::F32, {n}, encode(random_tensor(s.seed, name, n, stddev, mean), GgmlType::F32));
     };
-    mat("token_embd.weight", E, s.n_vocab, 1.0f);
+    // Gemma multiplies the embedding by sqrt(dim): rows of stddev 1 / sqrt(dim) enter at ~1.
+    mat("token_embd.weight", E, s.n_vocab, gemma ? in_scale : 1.0f);
     if (s.rope_freqs_ramp > 0.0f) {
         const int half = head_dim / 2;
         std::vector<float> ff((size_t)half);
@@ -385,13 +413,14 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
             vec(b + "attn_v.bias", KV, 0.1f, 0.0f);
         }
-        if (a == "qwen3") {
+        if (a == "qwen3" || a == "gemma3") {
             // Gains near 1 but far enough from it (stddev 0.2) that a pass skipping the norm, or
             // applying q's gain to k, gives other logits.
             vec(b + "attn_q_norm.weight", head_dim, 0.2f, 1.0f);
             vec(b + "attn_k_norm.weight", head_dim, 0.2f, 1.0f);
         }
         mat(b + "attn_output.weight", Q, E, late * branch / std::sqrt((float)Q));
+        if (gemma) vec(b + "post_attention_norm.weight", E, 0.1f * gemma_gain, late * gemma_gain);
         vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
         if (a == "phi3") {  // the gate's rows, then up's
             fused(b + "ffn_up.weight", E, {{b + "ffn_gate.weight", F}, {b + "ffn_up.weight", F}}, in_scale);
@@ -400,9 +429,10 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             mat(b + "ffn_up.weight", E, F, in_scale);
         }
         mat(b + "ffn_down.weight", F, E, late * 2.0f * branch / std::sqrt((float)F));
+        if (gemma) vec(b + "post_ffw_norm.weight", E, 0.1f * gemma_gain, late * gemma_gain);
     }
     vec("output_norm.weight", E, 0.1f, 1.0f);
-    if (!s.tied_output) {
+    if (!tied) {
         // A random tied head gives near-flat logits (greedy picks near-ties, useless for exactness
         // tests). An untied head with logit stddev ~4 makes the top token stand out.
         const float output_scale = 4.0f;

@@ -36,6 +36,12 @@ struct SynthSpec {
     // carry (0: none).
     float rope_scaling_factor = 0.0f;
     float rope_freqs_ramp = 0.0f;
+    // Gemma 2 / 3: the sliding window written as attention.sliding_window (0: the family's default,
+    // 4096 for gemma2 and 512 for gemma3, as Gemma 3 1B; -1: none, for gemma3 only), and the
+    // soft-caps (negative: the family's default, 50 and 30 for gemma2, none for gemma3; 0: none).
+    int sliding_window = 0;
+    float attn_softcap = -1.0f;
+    float final_softcap = -1.0f;
     // A test fixture for speculative decoding: layers >= late_from get their residual branches
     // (attn_output and ffn_down) scaled by late_scale, so that a draft of the first late_from layers
     // (synth_draft, or the self-speculative prefix) agrees with the target at a chosen rate; the other

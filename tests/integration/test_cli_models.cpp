@@ -134,3 +134,27 @@ TEST_CASE("model synth --arch bert writes an encoder that model info describes, 
     CHECK_THAT(gen.out, Catch::Contains("is an encoder (bert)") && Catch::Contains("steward embed"));
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("model synth --arch gemma2 and gemma3 write models whose window model info names and generate runs",
+          "[cli][gemma]") {
+    const std::string d = tmp_dir("gemma");
+    for (const std::string arch : {"gemma2", "gemma3"}) {
+        INFO(arch);
+        const std::string m = d + "/" + arch + ".gguf";
+        Run w = run("model synth -o " + m + " --arch " + arch +
+                    " --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 400 --ctx 256 --sliding-window 16");
+        INFO(w.out);
+        REQUIRE(w.rc == 0);
+        Run info = run("model info " + m);
+        INFO(info.out);
+        REQUIRE(info.rc == 0);
+        CHECK_THAT(info.out, Catch::Contains("architecture  " + arch));
+        CHECK_THAT(info.out, Catch::Contains(arch == "gemma2" ? "window        16 tokens on 1 of every 2 layers; "
+                                                                "attention soft-cap 50; logit soft-cap 30"
+                                                              : "window        16 tokens on 5 of every 6 layers"));
+        Run gen = run("generate -m " + m + " -p \"the cat\" -n 6 --temp 0 -t 1 --ids");
+        INFO(gen.out);
+        CHECK(gen.rc == 0);
+    }
+    std::filesystem::remove_all(d);
+}

@@ -2,6 +2,7 @@
 // reference's pick (llama.cpp's ids): the near-tie judgement the tests against llama.cpp use.
 #pragma once
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <span>
@@ -47,8 +48,12 @@ inline Greedy greedy_with_margins(const steward::Model& model, const std::vector
         REQUIRE(r.ok());
         REQUIRE((int)logits.size() == p.n_vocab);
         n_past += (int)tokens.size();
-        int best = 0, second = -1;
-        for (int v = 1; v < p.n_vocab; v++) {
+        // llama.cpp's references are taken with ignore_eos: its end-of-generation tokens never win.
+        const steward::Tokenizer& tok = model.tokenizer();
+        for (int v = 0; v < p.n_vocab; v++)
+            if (tok.is_eog(v)) logits[v] = -INFINITY;
+        int best = tok.is_eog(0) ? 1 : 0, second = -1;
+        for (int v = best + 1; v < p.n_vocab; v++) {
             if (logits[v] > logits[best]) {
                 second = best;
                 best = v;

@@ -61,10 +61,23 @@ inline std::vector<double> ref_decode(const WeightView& w) {
     return out;
 }
 
+// Gemma 2 / 3's features, each of which a test can turn off to show that leaving it out changes the
+// logits (ModelParams says which a model has; off means computed as a llama block would).
+struct NaiveFeatures {
+    bool embd_scale = true;      // the embedding times sqrt(n_embd)
+    bool sliding_window = true;  // the window of the sliding layers (off: they see everything)
+    bool swa_rope = true;        // the sliding layers' own RoPE base (off: the full layers')
+    bool attn_softcap = true;    // cap * tanh(score / cap)
+    bool final_softcap = true;
+    bool post_norms = true;      // the RMSNorms after the attention and FFN branches
+    bool geglu = true;           // GELU of the gate (off: SiLU)
+};
+
 class NaiveReference {
 public:
     // kv_f16: round each stored K and V element to F16, as an F16 KV cache does.
-    explicit NaiveReference(const Model& model, bool kv_f16 = false) : p_(model.params()), kv_f16_(kv_f16) {
+    explicit NaiveReference(const Model& model, bool kv_f16 = false, NaiveFeatures f = {})
+        : p_(model.params()), kv_f16_(kv_f16), f_(f) {
         const ModelWeights& w = model.weights();
         tok_embd_ = ref_decode(w.tok_embd);
         output_norm_ = ref_decode(w.output_norm);
@@ -85,6 +98,8 @@ public:
             l.w_gate = ref_decode(lw.w_gate);
             l.w_up = ref_decode(lw.w_up);
             l.w_down = ref_decode(lw.w_down);
+            l.attn_post_norm = ref_decode(lw.attn_post_norm);
+            l.ffn_post_norm = ref_decode(lw.ffn_post_norm);
             layers_.push_back(std::move(l));
         }
         k_.resize(layers_.size());
@@ -127,6 +142,7 @@ public:
 private:
     struct Layer {
         std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
+        std::vector<double> attn_post_norm, ffn_post_norm;
     };
 
     // y[r] = sum_c W[r][c] x[c] (+ b[r]); W is [n_rows][x.size()].
@@ -154,13 +170,16 @@ private:
 
     // RoPE over the first n_rot dims of each head: theta_i = pos * base^(-2i / n_rot), times the
     // linear scale, divided by pair i's factor where the file has them (llama.cpp's ggml_rope_ext).
-    void rope(std::vector<double>& x, int n_heads, int pos) const {
+    // A sliding-window layer of a model with its own window RoPE (Gemma 3) uses base_swa / scale_swa.
+    void rope(std::vector<double>& x, int n_heads, int pos, bool swa = false) const {
         const int hd = p_.head_dim;
         const int n_rot = p_.n_rot;
+        const double base = swa ? p_.rope_freq_base_swa : p_.rope_freq_base;
+        const double fscale = swa ? p_.rope_freq_scale_swa : p_.rope_freq_scale;
         for (int h = 0; h < n_heads; h++) {
             double* v = x.data() + (size_t)h * hd;
             for (int i = 0; i < n_rot / 2; i++) {
-                double theta = pos * std::pow((double)p_.rope_freq_base, -2.0 * i / n_rot) * (double)p_.rope_freq_scale;
+                double theta = pos * std::pow(base, -2.0 * i / n_rot) * fscale;
                 if (!p_.rope_freq_factors.empty()) theta /= (double)p_.rope_freq_factors[(size_t)i];
                 const double c = std::cos(theta), s = std::sin(theta);
                 const int a = p_.rope_type == RopeType::NORM ? 2 * i : i;
@@ -193,16 +212,20 @@ private:
         const size_t kv_dim = (size_t)n_kv * hd;
         std::vector<double> x(tok_embd_.begin() + (size_t)token * n_embd,
                               tok_embd_.begin() + (size_t)(token + 1) * n_embd);
+        const bool gemma = p_.arch == "gemma2" || p_.arch == "gemma3";
+        if (gemma && f_.embd_scale)  // Gemma: the embedding times sqrt(n_embd)
+            for (double& e : x) e *= std::sqrt((double)n_embd);
         for (size_t l = 0; l < layers_.size(); l++) {
             const Layer& L = layers_[l];
+            const bool swa = p_.is_swa((int)l);
             std::vector<double> h = rmsnorm(x, L.attn_norm);
             std::vector<double> q = matvec(L.wq, h, L.bq);
             std::vector<double> k = matvec(L.wk, h, L.bk);
             std::vector<double> v = matvec(L.wv, h, L.bv);
             norm_each_head(q, n_head, L.q_norm);
             norm_each_head(k, n_kv, L.k_norm);
-            rope(q, n_head, pos);
-            rope(k, n_kv, pos);
+            rope(q, n_head, pos, swa && f_.swa_rope);
+            rope(k, n_kv, pos, swa && f_.swa_rope);
             if (kv_f16_) {
                 for (double& e : k) e = round_f16(e);
                 for (double& e : v) e = round_f16(e);
@@ -212,22 +235,27 @@ private:
             const size_t n_seen = k_[l].size() / kv_dim;  // this token included: causal
 
             std::vector<double> att((size_t)n_head * hd, 0.0);
-            const double scale = 1.0 / std::sqrt((double)hd);
+            // Gemma's query scale (1 / sqrt(head size), or 1 / sqrt(dim / heads) for the 27B models).
+            const double scale = p_.attn_scale > 0 ? (double)p_.attn_scale : 1.0 / std::sqrt((double)hd);
+            // Keys at positions <= pos - n_swa are outside a sliding layer's window.
+            const size_t first = swa && f_.sliding_window && pos >= p_.n_swa ? (size_t)(pos - p_.n_swa + 1) : 0;
+            const double cap = f_.attn_softcap ? (double)p_.attn_softcap : 0.0;
             for (int hq = 0; hq < n_head; hq++) {
                 const int hk = hq / (n_head / n_kv);
-                std::vector<double> score(n_seen);
+                std::vector<double> score(n_seen, 0.0);
                 double mx = -1e300;
-                for (size_t j = 0; j < n_seen; j++) {
+                for (size_t j = first; j < n_seen; j++) {
                     const double* kj = k_[l].data() + j * kv_dim + (size_t)hk * hd;
                     double s = 0.0;
                     for (int d = 0; d < hd; d++) s += q[(size_t)hq * hd + d] * kj[d];
                     score[j] = s * scale;
+                    if (cap > 0) score[j] = cap * std::tanh(score[j] / cap);
                     mx = std::max(mx, score[j]);
                 }
                 double sum = 0.0;
-                for (double& s : score) {
-                    s = std::exp(s - mx);
-                    sum += s;
+                for (size_t j = 0; j < n_seen; j++) {
+                    score[j] = j < first ? 0.0 : std::exp(score[j] - mx);
+                    sum += score[j];
                 }
                 for (size_t j = 0; j < n_seen; j++) {
                     const double* vj = v_[l].data() + j * kv_dim + (size_t)hk * hd;
@@ -235,21 +263,31 @@ private:
                 }
             }
             std::vector<double> o = matvec(L.wo, att);
+            if (!L.attn_post_norm.empty() && f_.post_norms) o = rmsnorm(o, L.attn_post_norm);
             for (int i = 0; i < n_embd; i++) x[i] += o[i];
 
             h = rmsnorm(x, L.ffn_norm);
             std::vector<double> g = matvec(L.w_gate, h);
             std::vector<double> u = matvec(L.w_up, h);
-            for (size_t i = 0; i < g.size(); i++) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+            for (size_t i = 0; i < g.size(); i++)
+                g[i] = (p_.ffn_gelu && f_.geglu
+                            ? 0.5 * g[i] * (1.0 + std::tanh(0.7978845608028654 * g[i] * (1.0 + 0.044715 * g[i] * g[i])))
+                            : g[i] / (1.0 + std::exp(-g[i]))) *
+                       u[i];
             std::vector<double> d = matvec(L.w_down, g);
+            if (!L.ffn_post_norm.empty() && f_.post_norms) d = rmsnorm(d, L.ffn_post_norm);
             for (int i = 0; i < n_embd; i++) x[i] += d[i];
         }
         hidden_ = rmsnorm(x, output_norm_);
-        return matvec(output_, hidden_);
+        std::vector<double> logits = matvec(output_, hidden_);
+        if (p_.final_softcap > 0 && f_.final_softcap)
+            for (double& z : logits) z = p_.final_softcap * std::tanh(z / p_.final_softcap);
+        return logits;
     }
 
     ModelParams p_;
     bool kv_f16_;
+    NaiveFeatures f_;
     std::vector<double> tok_embd_;     // [n_vocab][n_embd]
     std::vector<double> output_norm_;  // [n_embd]
     std::vector<double> output_;       // [n_vocab][n_embd]
