@@ -97,9 +97,10 @@ BackendFactory cuda_backend_factory(bool cuda_graphs) {
     return [st, cuda_graphs](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
                 int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
         // The CUDA forward runs the llama block (with qwen's biases and q/k norms); Gemma's extra
-        // norms, GeGLU, soft-capping and sliding windows and the encoders run on the CPU backend only.
+        // norms, GeGLU, soft-capping and sliding windows, mixtures of experts and the encoders run on the
+        // CPU backend only.
         const ModelParams& mp = model.params();
-        if (mp.is_encoder() || mp.ffn_gelu || mp.attn_softcap > 0 || mp.final_softcap > 0 || mp.n_swa > 0 ||
+        if (mp.is_encoder() || mp.is_moe() || mp.ffn_gelu || mp.attn_softcap > 0 || mp.final_softcap > 0 || mp.n_swa > 0 ||
             mp.embd_scale != 1.0f)
             return make_error("CUDA backend: the '", mp.arch, "' architecture runs on the CPU backend only so far; ",
                               "give this pool backend = \"cpu\"");

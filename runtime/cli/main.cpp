@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; the encoders bert or nomic-bert")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; the mixtures of experts qwen3moe or mixtral; the encoders bert or nomic-bert")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--rope-scale", spec.rope_scaling_factor,
                       "Linear RoPE scaling factor (rope.scaling.factor; angles divided by it; 0: none)")
+        ->capture_default_str();
+    synth->add_option("--experts", spec.n_expert, "qwen3moe / mixtral: experts per layer")->capture_default_str();
+    synth->add_option("--experts-used", spec.n_expert_used, "qwen3moe / mixtral: experts per token")->capture_default_str();
+    synth->add_option("--expert-ffn", spec.n_ff_exp, "qwen3moe / mixtral: an expert's FFN width (0: --ffn)")
         ->capture_default_str();
     synth->add_option("--sliding-window", spec.sliding_window,
                       "gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3; -1: none, gemma3)")

@@ -87,6 +87,15 @@ int cmd_model_info(const std::string& path) {
         std::printf("\n");
     }
 
+    const int64_t n_expert = meta_int("expert_count").value_or(0) > 1 ? meta_int("expert_count").value_or(0) : 0;
+    const int64_t n_expert_used = meta_int("expert_used_count").value_or(0);
+    if (n_expert > 0)
+        std::printf("experts       %lld per layer, %lld per token (softmax top-%lld, renormalized), expert FFN %lld; "
+                    "decode reads the router and %lld of %lld experts\n",
+                    (long long)n_expert, (long long)n_expert_used, (long long)n_expert_used,
+                    (long long)meta_int("expert_feed_forward_length").value_or(n_ff), (long long)n_expert_used,
+                    (long long)n_expert);
+
     struct TypeUse {
         int64_t n_tensors = 0, n_elements = 0, n_bytes = 0;
     };
@@ -102,7 +111,12 @@ int cmd_model_info(const std::string& path) {
         // A decoded token reads every matrix once, but only its own row of the embedding table.
         const bool embedding = t.name == "token_embd.weight";
         const bool output_tied = embedding && !g.find_tensor("output.weight");
-        bytes_per_token += embedding && !output_tied ? (int64_t)t.n_bytes / std::max<int64_t>(1, t.ne[1]) : (int64_t)t.n_bytes;
+        // A mixture of experts reads expert_used_count of expert_count experts per token.
+        const bool experts = t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
+        if (experts && n_expert > 0)
+            bytes_per_token += (int64_t)t.n_bytes / n_expert * n_expert_used;
+        else
+            bytes_per_token += embedding && !output_tied ? (int64_t)t.n_bytes / std::max<int64_t>(1, t.ne[1]) : (int64_t)t.n_bytes;
     }
     std::printf("parameters    %.3f M in %zu tensors, %s\n", (double)n_params / 1e6, g.tensors().size(), human_bytes((double)bytes_total).c_str());
     std::printf("tensor types ");
@@ -152,8 +166,9 @@ int cmd_model_info(const std::string& path) {
         std::printf("  %-5s %lld bytes (%s) [%s]\n", kv_dtype_name(t), (long long)b, human_bytes((double)b).c_str(),
                     human_bytes((double)b * (double)n_ctx).c_str());
     }
-    std::printf("decode reads  %s of weights per token (%lld bytes: every matrix once, one embedding row)\n",
-                human_bytes((double)bytes_per_token).c_str(), (long long)bytes_per_token);
+    std::printf("decode reads  %s of weights per token (%lld bytes: every matrix once%s, one embedding row)\n",
+                human_bytes((double)bytes_per_token).c_str(), (long long)bytes_per_token,
+                n_expert > 0 ? ", the active experts only" : "");
     std::printf("cpu kernels   %s on %s (supported: %s; STEWARD_CPU_LEVEL lowers it)\n", cpu_level_name(cpu_level()),
                 cpu_features().model_name.c_str(), cpu_level_name(cpu_level_supported()));
     for (GgmlType t : g.matrix_types()) std::printf("  %-7s %s\n", ggml_type_name((uint32_t)t), matmul_variant(t).c_str());

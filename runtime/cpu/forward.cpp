@@ -251,6 +251,54 @@ Expected<int> check_batch(const ModelParams& p, const KvConfig& kc, int n_layers
     return n_out;
 }
 
+void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
+    const ModelParams& p = model_.params();
+    const int E = p.n_embd, X = p.n_expert, K = p.n_expert_used, F = p.n_ff_exp;
+    router_.resize((size_t)n_tok * X);
+    matmul(L.ffn_gate_inp, xn_.data(), n_tok, router_.data(), pool_);  // [n_tok][n_expert]
+    // Each token's experts: the K largest softmax probabilities (llama.cpp's build_moe_ffn with
+    // SOFTMAX gating and norm_w), renormalized to sum to 1 (the sum clamped at F16's smallest normal).
+    std::vector<std::vector<std::pair<int, float>>> by_expert((size_t)X);  // expert -> (token, weight)
+    std::vector<int> order((size_t)X);
+    std::vector<float> prob((size_t)X);
+    for (int t = 0; t < n_tok; t++) {
+        const float* r = router_.data() + (size_t)t * X;
+        const float mx = *std::max_element(r, r + X);
+        double sum = 0;
+        for (int e = 0; e < X; e++) sum += (prob[(size_t)e] = std::exp(r[e] - mx));
+        for (int e = 0; e < X; e++) prob[(size_t)e] = (float)(prob[(size_t)e] / sum);
+        for (int e = 0; e < X; e++) order[(size_t)e] = e;
+        std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                          [&](int a, int b) { return prob[(size_t)a] > prob[(size_t)b] || (prob[(size_t)a] == prob[(size_t)b] && a < b); });
+        float wsum = 0;
+        for (int k = 0; k < K; k++) wsum += prob[(size_t)order[(size_t)k]];
+        wsum = std::max(wsum, 6.103515625e-5f);
+        for (int k = 0; k < K; k++) by_expert[(size_t)order[(size_t)k]].push_back({t, prob[(size_t)order[(size_t)k]] / wsum});
+    }
+    std::fill(tmp_.begin(), tmp_.begin() + (size_t)n_tok * E, 0.0f);
+    for (int e = 0; e < X; e++) {
+        const auto& group = by_expert[(size_t)e];
+        const int n = (int)group.size();
+        if (n == 0) continue;  // an expert no token chose is never read
+        moe_x_.resize((size_t)n * E);
+        moe_g_.resize((size_t)n * F);
+        moe_u_.resize((size_t)n * F);
+        moe_d_.resize((size_t)n * E);
+        for (int i = 0; i < n; i++)
+            std::memcpy(moe_x_.data() + (size_t)i * E, xn_.data() + (size_t)group[(size_t)i].first * E, (size_t)E * 4);
+        matmul(expert_matrix(L.gate_exps, e, X), moe_x_.data(), n, moe_g_.data(), pool_);
+        matmul(expert_matrix(L.up_exps, e, X), moe_x_.data(), n, moe_u_.data(), pool_);
+        swiglu(moe_g_.data(), moe_u_.data(), (int64_t)n * F);
+        matmul(expert_matrix(L.down_exps, e, X), moe_g_.data(), n, moe_d_.data(), pool_);
+        for (int i = 0; i < n; i++) {
+            float* y = tmp_.data() + (size_t)group[(size_t)i].first * E;
+            const float w = group[(size_t)i].second;
+            const float* d = moe_d_.data() + (size_t)i * E;
+            for (int c = 0; c < E; c++) y[c] += w * d[c];
+        }
+    }
+}
+
 Expected<bool> CpuForward::forward(KvStorage& kv, std::span<const SeqInput> batch, std::vector<float>& logits) {
     return run(kv, batch, &logits, nullptr);
 }
@@ -519,6 +567,11 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
 
         // -- feed-forward block
         rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n_tok, xn_.data());
+        if (p.is_moe()) {
+            moe_ffn(L, n_tok);
+            for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+            continue;
+        }
         matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), pool_);  // [n_tok][n_ff]
         matmul(L.w_up, xn_.data(), n_tok, up_.data(), pool_);      // [n_tok][n_ff]
         if (p.ffn_gelu) {

@@ -95,6 +95,12 @@ private:
     std::vector<float> gate_;  // [n_tok][n_ff]
     std::vector<float> up_;    // [n_tok][n_ff]
     std::vector<float> tmp_;   // [n_tok][n_embd]
+    // Mixture of experts: router logits [n_tok][n_expert], then per expert its tokens' normed
+    // inputs, gate, up and down rows, gathered ([n][n_embd], [n][n_ff_exp] x2, [n][n_embd]).
+    std::vector<float> router_, moe_x_, moe_g_, moe_u_, moe_d_;
+    // The mixture-of-experts FFN of layer L over xn_ into tmp_ (tokens grouped by expert, each
+    // expert's matrices run once over its group: the CPU form of a grouped GEMM).
+    void moe_ffn(const LayerWeights& L, int n_tok);
 };
 
 }  // namespace steward

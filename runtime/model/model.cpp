@@ -19,7 +19,7 @@ namespace {
 // Architectures that are the llama block with at most metadata or bias differences.
 RopeType rope_type_for(const std::string& arch) {
     static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon",
-                                              "bert",  "nomic-bert", "gemma2", "gemma3"};
+                                              "bert",  "nomic-bert", "gemma2", "gemma3", "qwen3moe"};
     return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
 }
 
@@ -32,7 +32,7 @@ RopeType rope_type_for(const std::string& arch) {
 // bert and nomic-bert are encoders (bound by bind_encoder below, run by cpu/encoder.h).
 bool arch_supported(const std::string& arch) {
     return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-           arch == "gemma2" || arch == "gemma3" || arch == "bert" || arch == "nomic-bert";
+           arch == "gemma2" || arch == "gemma3" || arch == "qwen3moe" || arch == "bert" || arch == "nomic-bert";
 }
 
 // Rows [r0, r0 + n) of w (rows are contiguous in every type): a weight fused into a larger tensor.
@@ -76,8 +76,8 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.arch = std::string(*arch);
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
-                          "' model; Steward runs the llama family (llama, mistral, qwen2, qwen3, phi3), gemma2, gemma3 and "
-                          "the encoders bert and nomic-bert");
+                          "' model; Steward runs the llama family (llama and Mixtral, mistral, qwen2, qwen3, qwen3moe, phi3), "
+                          "gemma2, gemma3 and the encoders bert and nomic-bert");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -145,6 +145,29 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         }
     }
     if (auto v = f.get_int(p.arch + ".pooling_type"); v && *v >= 0 && *v < (1 << 16)) p.pooling_type = (int)*v;
+    // Mixture of experts: <arch>.expert_count (llama.cpp reads 1 as none) and expert_used_count;
+    // qwen3moe's expert width from expert_feed_forward_length (else n_ff / used), Mixtral's is n_ff.
+    if (auto ne = f.get_int(p.arch + ".expert_count"); ne && *ne > 1) {
+        if (*ne > 512) return make_error("'", path, "': ", p.arch, ".expert_count ", std::to_string(*ne), " is over 512");
+        auto nu = f.get_int(p.arch + ".expert_used_count");
+        if (!nu || *nu <= 0 || *nu > *ne)
+            return make_error("'", path, "': ", p.arch, ".expert_used_count must be between 1 and expert_count (",
+                              std::to_string(*ne), ")");
+        if (p.arch != "llama" && p.arch != "mistral" && p.arch != "qwen3moe")
+            return make_error("'", path, "': ", p.arch, " with experts is not a layout Steward reads (llama / Mixtral and "
+                              "qwen3moe are)");
+        p.n_expert = (int)*ne;
+        p.n_expert_used = (int)*nu;
+        p.n_ff_exp = p.arch == "qwen3moe" ? (int)f.get_int(p.arch + ".expert_feed_forward_length").value_or(p.n_ff / p.n_expert_used)
+                                          : p.n_ff;
+        if (p.n_ff_exp <= 0 || p.n_ff_exp > (1 << 20))
+            return make_error("'", path, "': the expert FFN width ", std::to_string(p.n_ff_exp), " is not plausible");
+        if (auto s = f.get_float(p.arch + ".expert_weights_scale"); s && *s != 0.0 && *s != 1.0)
+            return make_error("'", path, "': ", p.arch, ".expert_weights_scale ", std::to_string(*s),
+                              " is not read by Steward yet; use a file without it");
+    } else if (p.arch == "qwen3moe") {
+        return make_error("'", path, "': qwen3moe needs qwen3moe.expert_count > 1 and expert_used_count");
+    }
     // Gemma 2 / 3 as llama.cpp's loader reads them (src/models/gemma2.cpp, gemma3.cpp).
     const bool gemma2 = p.arch == "gemma2", gemma3 = p.arch == "gemma3";
     if (gemma2 || gemma3) {
@@ -222,6 +245,18 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
             return make_error("'", path, "': vector tensor '", name, "' is ", ggml_type_name((uint32_t)t->type),
                               "; norms and biases must be F32");
         out = WeightView{t->type, t->data, cols, rows};
+        return true;
+    };
+    // A stack of n matrices [n][rows][cols] (the experts' 3-D tensors), bound as n * rows rows.
+    auto get3 = [&](const std::string& name, int64_t cols, int64_t rows, int64_t n, WeightView& out) -> Expected<bool> {
+        const auto* t = f.find_tensor(name);
+        if (!t) return make_error("'", path, "': tensor '", name, "' is missing");
+        if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n || t->ne[3] != 1)
+            return make_error("'", path, "': tensor '", name, "' has shape [", std::to_string(t->ne[0]), ", ",
+                              std::to_string(t->ne[1]), ", ", std::to_string(t->ne[2]), "], expected [",
+                              std::to_string(cols), ", ", std::to_string(rows), ", ", std::to_string(n),
+                              "] from the metadata");
+        out = WeightView{t->type, t->data, cols, rows * n};
         return true;
     };
     const int64_t E = p.n_embd, Q = (int64_t)p.n_head * p.head_dim, KV = (int64_t)p.n_head_kv * p.head_dim;
@@ -329,8 +364,9 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
         if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
         if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
-        if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, p.arch == "qwen3" || gemma3, L.q_norm);
-        if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, p.arch == "qwen3" || gemma3, L.k_norm);
+        const bool qk_norm = p.arch == "qwen3" || p.arch == "qwen3moe" || gemma3;
+        if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, qk_norm, L.q_norm);
+        if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, qk_norm, L.k_norm);
         if (r) r = get(b + "post_attention_norm.weight", E, 1, gemma2 || gemma3, L.attn_post_norm);
         if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
         if (fused) {
@@ -340,11 +376,20 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                 L.w_gate = rows_of(gate_up, 0, p.n_ff);
                 L.w_up = rows_of(gate_up, p.n_ff, p.n_ff);
             }
+        } else if (p.is_moe()) {
+            const int64_t X = p.n_expert, FE = p.n_ff_exp;
+            if (r) r = get(b + "ffn_gate_inp.weight", E, X, true, L.ffn_gate_inp);
+            if (r) r = get3(b + "ffn_gate_exps.weight", E, FE, X, L.gate_exps);
+            if (r) r = get3(b + "ffn_up_exps.weight", E, FE, X, L.up_exps);
+            if (r) r = get3(b + "ffn_down_exps.weight", FE, E, X, L.down_exps);
+            if (r && f.find_tensor(b + "ffn_gate_shexp.weight"))
+                return make_error("'", path, "': shared experts (", b, "ffn_gate_shexp.weight) are not read by Steward "
+                                  "yet; qwen2moe-style files are refused");
         } else {
             if (r) r = get(b + "ffn_gate.weight", E, p.n_ff, true, L.w_gate);
             if (r) r = get(b + "ffn_up.weight", E, p.n_ff, true, L.w_up);
         }
-        if (r) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
+        if (r && !p.is_moe()) r = get(b + "ffn_down.weight", p.n_ff, E, true, L.w_down);
         if (r) r = get(b + "post_ffw_norm.weight", E, 1, gemma2 || gemma3, L.ffn_post_norm);
     }
     if (!r) return r.error();
@@ -388,6 +433,11 @@ int64_t Model::weight_bytes_per_token() const {
     const auto& w = weights_;
     int64_t b = w.tok_embd.row_bytes() + p_bytes(w.output) + p_bytes(w.output_norm) + p_bytes(w.tok_norm) +
                 p_bytes(w.tok_norm_b) + (w.pos_embd ? w.pos_embd.row_bytes() : 0) + (w.type_embd ? w.type_embd.row_bytes() : 0);
+    for (const auto& L : w.layers) {
+        b += p_bytes(L.ffn_gate_inp);
+        for (const WeightView* v : {&L.gate_exps, &L.up_exps, &L.down_exps})  // the experts a token runs
+            b += params_.n_expert > 0 ? p_bytes(*v) / params_.n_expert * params_.n_expert_used : 0;
+    }
     for (const auto& L : w.layers)
         for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm,
                                     &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bo, &L.b_up,

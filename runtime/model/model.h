@@ -18,7 +18,7 @@ enum class RopeType {
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; bert, nomic-bert
+    std::string arch;       // general.architecture: llama (Mixtral with experts), mistral, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3; bert, nomic-bert
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim
@@ -74,6 +74,11 @@ struct ModelParams {
         return n_swa > 0 && layer >= 0 && (size_t)layer < swa_layers.size() && swa_layers[(size_t)layer];
     }
     float attention_scale() const { return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt((float)head_dim); }
+    // Mixture of experts (qwen3moe; llama with experts: Mixtral): each token's FFN is the weighted sum
+    // of n_expert_used of n_expert SwiGLU experts of width n_ff_exp, chosen by the top softmax
+    // probabilities of a router (ffn_gate_inp), the chosen probabilities renormalized to sum to 1.
+    int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    bool is_moe() const { return n_expert > 0; }
 };
 
 // A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
@@ -91,12 +96,22 @@ struct WeightView {
 // alone (Model::has_weights() false) has every weight's shape and no data, and the same sizes.
 inline int64_t p_bytes(const WeightView& w) { return w.n_rows > 0 && w.n_cols > 0 ? w.row_bytes() * w.n_rows : 0; }
 
+// Expert e's matrix of a stacked expert tensor of n_expert experts.
+inline WeightView expert_matrix(const WeightView& w, int e, int n_expert) {
+    const int64_t per = w.n_rows / n_expert;
+    return WeightView{w.type, w.data ? w.row((int64_t)e * per) : nullptr, w.n_cols, per};
+}
+
 struct LayerWeights {
     WeightView attn_norm;                 // [n_embd]
     WeightView wq, wk, wv, wo;            // [n_head*head_dim][n_embd], [n_kv*hd][n_embd] x2, [n_embd][n_head*hd]
     WeightView bq, bk, bv;                // optional biases (qwen2)
     WeightView q_norm, k_norm;            // [head_dim] RMSNorm gains per q / k head before RoPE (qwen3, gemma3)
     WeightView attn_post_norm, ffn_post_norm;  // [n_embd] RMSNorm gains of the branches' outputs (gemma2 / gemma3)
+    // Mixture of experts: the router [n_expert][n_embd], and the experts' matrices stacked (GGUF's
+    // 3-D tensors as n_expert x n_ff_exp rows, or n_expert x n_embd for down): expert e's matrix is
+    // rows [e * per, (e + 1) * per) (expert_matrix).
+    WeightView ffn_gate_inp, gate_exps, up_exps, down_exps;
     WeightView ffn_norm;                  // [n_embd]
     WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
     // Encoders (post-norm blocks): biases of the output projection and the FFN, and the LayerNorms
@@ -135,7 +150,8 @@ public:
     // False for a model built from a header (GgufFile::header_from_bytes): a remote pool's
     // description on the front, with params and tokenizer but no weights to run.
     bool has_weights() const { return !file_->header_only(); }
-    // Bytes of weights read per decoded token (every matrix once, one embedding row).
+    // Bytes of weights read per decoded token (every matrix once, one embedding row; of a mixture of
+    // experts, the router and n_expert_used of the n_expert experts).
     int64_t weight_bytes_per_token() const;
     int64_t n_params() const;
     // Whether the mapped file is still what was loaded: an error once it was truncated (a fault in

@@ -155,9 +155,13 @@ void synth_wpm_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
     if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3" &&
-        s.arch != "gemma2" && s.arch != "gemma3" && s.arch != "bert" && s.arch != "nomic-bert")
-        return bad("arch must be llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, bert or nomic-bert, got '" + s.arch +
-                   "'");
+        s.arch != "gemma2" && s.arch != "gemma3" && s.arch != "qwen3moe" && s.arch != "mixtral" && s.arch != "bert" &&
+        s.arch != "nomic-bert")
+        return bad("arch must be llama, mistral, qwen2, qwen3, qwen3moe, mixtral, phi3, gemma2, gemma3, bert or "
+                   "nomic-bert, got '" + s.arch + "'");
+    if ((s.arch == "qwen3moe" || s.arch == "mixtral") &&
+        (s.n_expert < 2 || s.n_expert > 512 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 0))
+        return bad("experts: at least 2 (at most 512), 1 to all of them used per token, expert width 0 (ffn) or positive");
     if (s.sliding_window < -1 || (s.sliding_window == -1 && s.arch != "gemma3"))
         return bad("sliding window must be 0 (the family's default), positive, or -1 (none, gemma3 only)");
     if (!std::isfinite(s.attn_softcap) || !std::isfinite(s.final_softcap))
@@ -194,7 +198,7 @@ Expected<bool> synth_validate(const SynthSpec& s) {
     // blocks; a mix also writes Q6_K, so it needs 256 too.
     const int64_t width = s.mix != QuantMix::NONE ? 256 : ggml_type_block_elems(s.dtype);
     const int64_t q_dim = (int64_t)synth_head_dim(s) * s.n_head;
-    if (s.n_embd % width || s.n_ff % width || q_dim % width)
+    if (s.n_embd % width || s.n_ff % width || q_dim % width || (s.n_ff_exp > 0 && s.n_ff_exp % width))
         return bad(std::string(ggml_type_name((uint32_t)s.dtype)) + (s.mix != QuantMix::NONE ? " mix" : "") +
                    " needs dim (" + std::to_string(s.n_embd) + "), ffn (" + std::to_string(s.n_ff) +
                    ") and heads x head size (" + std::to_string(q_dim) + ") to be multiples of " + std::to_string(width));
@@ -285,7 +289,9 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     auto ok = synth_validate(s);
     if (!ok) return ok.error();
     GgufWriter w;
-    const std::string a = s.arch;
+    const bool moe = s.arch == "qwen3moe" || s.arch == "mixtral";
+    const std::string a = s.arch == "mixtral" ? "llama" : s.arch;  // llama.cpp writes Mixtral as llama
+    const int FE = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
     const int head_dim = synth_head_dim(s);
     w.set_string("general.architecture", a);
     w.set_string("general.name", "steward-synth");
@@ -319,6 +325,11 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     if (a == "bert" || a == "nomic-bert") return synth_encoder(s, std::move(w));
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
     w.set_u32(a + ".vocab_size", (uint32_t)s.n_vocab);
+    if (moe) {
+        w.set_u32(a + ".expert_count", (uint32_t)s.n_expert);
+        w.set_u32(a + ".expert_used_count", (uint32_t)s.n_expert_used);
+        if (a == "qwen3moe") w.set_u32(a + ".expert_feed_forward_length", (uint32_t)FE);
+    }
     const bool gemma = a == "gemma2" || a == "gemma3";
     // Gemma 2's head is always the embedding (tied).
     const bool tied = s.tied_output || a == "gemma2";
@@ -362,6 +373,16 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         const GgmlType t = format_tensor_type(format, name, s.n_layer, tied);
         if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows});
         w.add_tensor(name, t, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), t));
+    };
+    auto table = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        if (s.shape_only) return w.add_tensor_shape(name, GgmlType::F32, {cols, rows});
+        w.add_tensor(name, GgmlType::F32, {cols, rows}, encode(random_tensor(s.seed, name, cols * rows, stddev), GgmlType::F32));
+    };
+    // A stack of n matrices (the experts' 3-D tensors: [n][rows][cols]).
+    auto mat3 = [&](const std::string& name, int64_t cols, int64_t rows, int64_t n, float stddev) {
+        const GgmlType t = format_tensor_type(format, name, s.n_layer, tied);
+        if (s.shape_only) return w.add_tensor_shape(name, t, {cols, rows, n});
+        w.add_tensor(name, t, {cols, rows, n}, encode(random_tensor(s.seed, name, cols * rows * n, stddev), t));
     };
     // A fused matrix (phi3): the parts' rows one after the other, each part's values the ones a
     // separate tensor of that name would get, so a phi3 file holds a llama file's weights.
@@ -413,7 +434,7 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
             vec(b + "attn_v.bias", KV, 0.1f, 0.0f);
         }
-        if (a == "qwen3" || a == "gemma3") {
+        if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") {
             // Gains near 1 but far enough from it (stddev 0.2) that a pass skipping the norm, or
             // applying q's gain to k, gives other logits.
             vec(b + "attn_q_norm.weight", head_dim, 0.2f, 1.0f);
@@ -424,11 +445,18 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
         if (a == "phi3") {  // the gate's rows, then up's
             fused(b + "ffn_up.weight", E, {{b + "ffn_gate.weight", F}, {b + "ffn_up.weight", F}}, in_scale);
+        } else if (moe) {
+            // The router's logits ~N(0, 1) over the experts: some tokens pick clearly, some nearly tie.
+            // The router stays F32 in every file type, as llama-quantize leaves ffn_gate_inp.
+            table(b + "ffn_gate_inp.weight", E, s.n_expert, in_scale);
+            mat3(b + "ffn_gate_exps.weight", E, FE, s.n_expert, in_scale);
+            mat3(b + "ffn_up_exps.weight", E, FE, s.n_expert, in_scale);
+            mat3(b + "ffn_down_exps.weight", FE, E, s.n_expert, late * 2.0f * branch / std::sqrt((float)FE));
         } else {
             mat(b + "ffn_gate.weight", E, F, in_scale);
             mat(b + "ffn_up.weight", E, F, in_scale);
         }
-        mat(b + "ffn_down.weight", F, E, late * 2.0f * branch / std::sqrt((float)F));
+        if (!moe) mat(b + "ffn_down.weight", F, E, late * 2.0f * branch / std::sqrt((float)F));
         if (gemma) vec(b + "post_ffw_norm.weight", E, 0.1f * gemma_gain, late * gemma_gain);
     }
     vec("output_norm.weight", E, 0.1f, 1.0f);

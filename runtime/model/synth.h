@@ -39,6 +39,11 @@ struct SynthSpec {
     // Gemma 2 / 3: the sliding window written as attention.sliding_window (0: the family's default,
     // 4096 for gemma2 and 512 for gemma3, as Gemma 3 1B; -1: none, for gemma3 only), and the
     // soft-caps (negative: the family's default, 50 and 30 for gemma2, none for gemma3; 0: none).
+    // Mixture of experts: arch "qwen3moe", or "mixtral" (written as llama with experts, as llama.cpp's
+    // converter writes Mixtral). n_expert experts of width n_ff_exp (0: n_ff), n_expert_used per token.
+    int n_expert = 8;
+    int n_expert_used = 2;
+    int n_ff_exp = 0;
     int sliding_window = 0;
     float attn_softcap = -1.0f;
     float final_softcap = -1.0f;

@@ -158,3 +158,31 @@ TEST_CASE("model synth --arch gemma2 and gemma3 write models whose window model 
     }
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("model synth --arch qwen3moe and mixtral write mixtures of experts that model info counts by active experts "
+          "and generate runs",
+          "[cli][moe]") {
+    const std::string d = tmp_dir("moe");
+    for (const std::string arch : {"qwen3moe", "mixtral"}) {
+        INFO(arch);
+        const std::string m = d + "/" + arch + ".gguf";
+        Run w = run("model synth -o " + m + " --arch " + arch +
+                    " --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --experts 4 --experts-used 2 --vocab 400 --ctx 256");
+        INFO(w.out);
+        REQUIRE(w.rc == 0);
+        Run info = run("model info " + m);
+        INFO(info.out);
+        REQUIRE(info.rc == 0);
+        CHECK_THAT(info.out, Catch::Contains(arch == "mixtral" ? "architecture  llama" : "architecture  qwen3moe"));
+        CHECK_THAT(info.out, Catch::Contains("experts       4 per layer, 2 per token"));
+        auto model = steward::Model::load(m);
+        REQUIRE(model);
+        // The loader's count (active experts) is model info's.
+        CHECK_THAT(info.out, Catch::Contains("(" + std::to_string((*model)->weight_bytes_per_token()) +
+                                             " bytes: every matrix once, the active experts only"));
+        Run gen = run("generate -m " + m + " -p \"the cat\" -n 6 --temp 0 -t 1 --ids");
+        INFO(gen.out);
+        CHECK(gen.rc == 0);
+    }
+    std::filesystem::remove_all(d);
+}

@@ -71,6 +71,8 @@ struct NaiveFeatures {
     bool final_softcap = true;
     bool post_norms = true;      // the RMSNorms after the attention and FFN branches
     bool geglu = true;           // GELU of the gate (off: SiLU)
+    bool moe_renorm = true;      // the chosen experts' probabilities renormalized to sum to 1 (off: as they are)
+    bool moe_softmax = true;     // experts weighted by softmax probabilities (off: by raw router logits)
 };
 
 class NaiveReference {
@@ -99,6 +101,10 @@ public:
             l.w_up = ref_decode(lw.w_up);
             l.w_down = ref_decode(lw.w_down);
             l.attn_post_norm = ref_decode(lw.attn_post_norm);
+            l.ffn_gate_inp = ref_decode(lw.ffn_gate_inp);
+            l.gate_exps = ref_decode(lw.gate_exps);
+            l.up_exps = ref_decode(lw.up_exps);
+            l.down_exps = ref_decode(lw.down_exps);
             l.ffn_post_norm = ref_decode(lw.ffn_post_norm);
             layers_.push_back(std::move(l));
         }
@@ -143,6 +149,7 @@ private:
     struct Layer {
         std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
         std::vector<double> attn_post_norm, ffn_post_norm;
+        std::vector<double> ffn_gate_inp, gate_exps, up_exps, down_exps;  // experts stacked [n_expert][rows][cols]
     };
 
     // y[r] = sum_c W[r][c] x[c] (+ b[r]); W is [n_rows][x.size()].
@@ -267,6 +274,42 @@ private:
             for (int i = 0; i < n_embd; i++) x[i] += o[i];
 
             h = rmsnorm(x, L.ffn_norm);
+            if (p_.n_expert > 0) {  // mixture of experts: softmax over the router, top-k, renormalized
+                const int X = p_.n_expert, K = p_.n_expert_used, F = p_.n_ff_exp;
+                const std::vector<double> logit = matvec(L.ffn_gate_inp, h);
+                std::vector<double> prob(logit);
+                if (f_.moe_softmax) {
+                    const double mx = *std::max_element(logit.begin(), logit.end());
+                    double sum = 0;
+                    for (double& z : prob) sum += (z = std::exp(z - mx));
+                    for (double& z : prob) z /= sum;
+                }
+                std::vector<int> chosen;
+                std::vector<bool> taken((size_t)X, false);
+                for (int k = 0; k < K; k++) {  // the K largest, the lower index first on a tie
+                    int best = -1;
+                    for (int e = 0; e < X; e++)
+                        if (!taken[(size_t)e] && (best < 0 || prob[(size_t)e] > prob[(size_t)best])) best = e;
+                    taken[(size_t)best] = true;
+                    chosen.push_back(best);
+                }
+                double wsum = 0;
+                for (int e : chosen) wsum += prob[(size_t)e];
+                std::vector<double> out((size_t)n_embd, 0.0);
+                for (int e : chosen) {
+                    auto slice = [&](const std::vector<double>& w, size_t rows, size_t cols) {
+                        return std::vector<double>(w.begin() + (size_t)e * rows * cols, w.begin() + (size_t)(e + 1) * rows * cols);
+                    };
+                    std::vector<double> g = matvec(slice(L.gate_exps, F, n_embd), h);
+                    const std::vector<double> u = matvec(slice(L.up_exps, F, n_embd), h);
+                    for (size_t i = 0; i < g.size(); i++) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+                    const std::vector<double> d = matvec(slice(L.down_exps, n_embd, F), g);
+                    const double w = f_.moe_renorm ? prob[(size_t)e] / wsum : prob[(size_t)e];
+                    for (int i = 0; i < n_embd; i++) out[(size_t)i] += w * d[(size_t)i];
+                }
+                for (int i = 0; i < n_embd; i++) x[i] += out[(size_t)i];
+                continue;
+            }
             std::vector<double> g = matvec(L.w_gate, h);
             std::vector<double> u = matvec(L.w_up, h);
             for (size_t i = 0; i < g.size(); i++)

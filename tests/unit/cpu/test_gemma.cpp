@@ -16,11 +16,16 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "naive_reference.h"
+#include "synth_forward.h"
 #include "test_paths.h"
 
 using namespace steward;
 using steward::test::NaiveFeatures;
 using steward::test::NaiveReference;
+using steward_test::cpu_logits;
+using steward_test::make_model;
+using steward_test::max_diff;
+using steward_test::random_tokens;
 
 namespace {
 
@@ -43,59 +48,6 @@ SynthSpec gemma_spec(const std::string& arch, GgmlType dtype) {
         s.final_softcap = 3.0f;
     }
     return s;
-}
-
-std::unique_ptr<Model> make_model(const SynthSpec& spec) {
-    auto writer = synth_model(spec);
-    INFO("synth_model: " << (writer.ok() ? std::string("ok") : writer.error().message));
-    REQUIRE(writer.ok());
-    auto file = GgufFile::from_bytes(writer->to_bytes());
-    REQUIRE(file.ok());
-    auto model = Model::from_gguf(std::move(file.value()));
-    INFO("Model::from_gguf: " << (model.ok() ? std::string("ok") : model.error().message));
-    REQUIRE(model.ok());
-    return std::move(model.value());
-}
-
-// Every position's logits through CpuForward: a prompt in one batch (the matrix-product attention),
-// then tokens one at a time (the per-token path), over a scattered block table.
-std::vector<float> cpu_logits(const Model& m, const std::vector<int32_t>& tokens, int n_prompt) {
-    CpuForward fwd(m, 2, 64);
-    KvStorage kv(KvStorage::config_for(m.params(), 8, 8, KvDtype::F32));
-    const std::vector<int32_t> table = {5, 1, 7, 0, 3, 2, 6, 4};
-    std::vector<float> all, got;
-    SeqInput in;
-    in.tokens = std::span<const int32_t>(tokens.data(), (size_t)n_prompt);
-    in.block_table = table;
-    in.logits = LogitsMode::ALL;
-    REQUIRE(fwd.forward(kv, std::span<const SeqInput>(&in, 1), got).ok());
-    all = got;
-    for (int t = n_prompt; t < (int)tokens.size(); t++) {
-        in.n_past = t;
-        in.tokens = std::span<const int32_t>(tokens.data() + t, 1);
-        REQUIRE(fwd.forward(kv, std::span<const SeqInput>(&in, 1), got).ok());
-        all.insert(all.end(), got.begin(), got.end());
-    }
-    return all;
-}
-
-// The largest difference relative to the largest logit of b (the reference).
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double d = 0, m = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        d = std::max(d, (double)std::fabs(a[i] - b[i]));
-        m = std::max(m, (double)std::fabs(b[i]));
-    }
-    return d / m;
-}
-
-std::vector<int32_t> random_tokens(int n, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> dist(3, 1023);
-    std::vector<int32_t> t((size_t)n);
-    for (auto& x : t) x = dist(rng);
-    return t;
 }
 
 }  // namespace
