@@ -4,7 +4,8 @@
 // with --peer, llama.cpp's llama-bench on the same GGUF files, side by side.
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
-//                          [--no-kernels] (skips the per-type kernel table)
+//                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gemma3]
+//   --arch qwen3moe: a ~0.9B mixture of experts (8 experts, 2 per token); gemma3: Gemma 3 1B's shape.
 //   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
 //                          [--kv-ctx 384] [--threads 1,2] (decode tokens/s after a kv-ctx-token prefill)
 #include <algorithm>
@@ -273,12 +274,41 @@ SynthSpec spec_110m(GgmlType dtype) {
     return s;
 }
 
-// The 110M spec for a weight type name (parse_weight_format: a type or llama-quantize's mix, e.g.
+// --arch: the bench's model. llama: the 110M above. qwen3moe: a ~0.9B-total mixture of experts
+// (dim 1024, 16 layers, 16/4 heads, 8 experts of width 2048, 2 per token: ~0.2B read per token).
+// gemma3: Gemma 3 1B's shape (dim 1152, 26 layers, 4/1 heads of 256, ffn 6912, window 512 on 5 of
+// every 6 layers, tied head) with a 32000-token vocabulary (~0.74B).
+SynthSpec spec_for_arch(const std::string& arch, GgmlType dtype) {
+    SynthSpec s = spec_110m(dtype);
+    if (arch == "qwen3moe") {
+        s.arch = arch;
+        s.n_embd = 1024; s.n_layer = 16; s.n_head = 16; s.n_head_kv = 4; s.n_ff = 4096;
+        s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 2048;
+    } else if (arch == "gemma3") {
+        s.arch = arch;
+        s.n_embd = 1152; s.n_layer = 26; s.n_head = 4; s.n_head_kv = 1; s.head_dim = 256; s.n_ff = 6912;
+        s.sliding_window = 512; s.tied_output = true;
+    }
+    return s;
+}
+
+std::string arch_description(const std::string& arch) {
+    if (arch == "qwen3moe")
+        return "synthetic ~0.9B qwen3moe (dim 1024, 16 layers, 16/4 heads, 8 experts of ffn 2048, 2 per token, vocab 32000)";
+    if (arch == "gemma3")
+        return "synthetic Gemma-3-1B-shaped gemma3 (dim 1152, 26 layers, 4/1 heads of 256, ffn 6912, window 512, vocab "
+               "32000, tied)";
+    return "synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000)";
+}
+
+std::string g_arch = "llama";  // --arch
+
+// The --arch spec for a weight type name (parse_weight_format: a type or llama-quantize's mix, e.g.
 // q4_k_m), or nullopt where our synth does not write it.
 std::optional<SynthSpec> synth_spec_for(const std::string& d) {
     auto f = parse_weight_format(d);
     if (!f) return std::nullopt;
-    SynthSpec s = spec_110m(f->type);
+    SynthSpec s = spec_for_arch(g_arch, f->type);
     s.mix = f->mix;
     if (!synth_validate(s)) return std::nullopt;
     return s;
@@ -330,7 +360,7 @@ struct Options {
 // synth writes that type (synth_spec_for), else llama-quantize's output from the F32 file when the
 // peer is on. Empty: none.
 std::string model_file(const Options& o, const std::string& d) {
-    const std::string path = o.model_dir + "/synth-110m-" + d + ".gguf";
+    const std::string path = o.model_dir + (g_arch == "llama" ? "/synth-110m-" : "/synth-" + g_arch + "-") + d + ".gguf";
     if (d == "q4_k_m" && !o.q4km.empty()) return o.q4km;
     if (std::filesystem::exists(path)) return path;
     if (auto spec = synth_spec_for(d)) {
@@ -363,6 +393,13 @@ int main(int argc, char** argv) {
         else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
         else if (a == "--peer") o.peer = true;
+        else if (a == "--arch" && i + 1 < argc) {
+            g_arch = argv[++i];
+            if (g_arch != "llama" && g_arch != "qwen3moe" && g_arch != "gemma3") {
+                std::fprintf(stderr, "bench_model: --arch is llama, qwen3moe or gemma3\n");
+                return 2;
+            }
+        }
         else if (a == "--no-kernels") o.kernels = false;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
         else if (a == "--kv-ctx" && i + 1 < argc) o.kv_ctx = std::max(0, std::atoi(argv[++i]));
@@ -371,7 +408,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels]\n"
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--arch llama|qwen3moe|gemma3]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
@@ -419,8 +456,11 @@ int main(int argc, char** argv) {
         return 0;
     }
     std::filesystem::create_directories(o.model_dir);
-    std::printf("bench_model: synthetic 110M llama (dim 768, 12 layers, 12/12 heads, ffn 2048, vocab 32000), "
-                "prefill %d tokens, decode %d tokens, best of %d\n", kPromptTokens, kDecodeTokens, o.reps);
+    std::printf("bench_model: %s, prefill %d tokens, decode %d tokens, best of %d\n", arch_description(g_arch).c_str(),
+                kPromptTokens, kDecodeTokens, o.reps);
+    if (g_arch == "qwen3moe")
+        std::printf("MB/tok and roof%%: the weights a token reads, the router and 2 of 8 experts (steward model info's "
+                    "\"decode reads\")\n");
     std::printf("cpu: %s; kernel level %s (supported %s; STEWARD_CPU_LEVEL lowers it); OpenBLAS core %s\n",
                 cpu_features().model_name.c_str(), cpu_level_name(cpu_level()), cpu_level_name(cpu_level_supported()),
                 blas_core_name());

@@ -161,7 +161,7 @@ Expected<bool> CpuEncoder::encode(std::span<const int32_t> tokens, std::vector<f
             swiglu(gate_.data(), ff_.data(), (int64_t)n * F);
             std::swap(gate_, ff_);
         } else {
-            for (float& y : ff_) y = gelu_ggml(y);
+            pool_.parallel_for(n, [&](int64_t t) { geglu_ggml(ff_.data() + t * F, nullptr, F); });
         }
         matmul(L.w_down, ff_.data(), n, tmp_.data(), pool_);
         add_bias(tmp_.data(), L.b_down, E, n);

@@ -575,7 +575,10 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), pool_);  // [n_tok][n_ff]
         matmul(L.w_up, xn_.data(), n_tok, up_.data(), pool_);      // [n_tok][n_ff]
         if (p.ffn_gelu) {
-            for (int64_t i = 0; i < (int64_t)n_tok * p.n_ff; i++) gate_[i] = gelu_ggml(gate_[i]) * up_[i];  // ggml_vec_geglu_f32
+            // ggml_vec_geglu_f32, a row of tokens per chunk across the pool.
+            pool_.parallel_for(n_tok, [&](int64_t t) {
+                geglu_ggml(gate_.data() + t * p.n_ff, up_.data() + t * p.n_ff, p.n_ff);
+            });
         } else {
             swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
         }

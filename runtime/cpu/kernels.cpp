@@ -4,10 +4,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cpu/cpu_features.h"
 #include "model/ggml_types.h"
@@ -27,6 +29,38 @@ float gelu_ggml(float x) {
     constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
     const float y = 0.5f * xh * (1.0f + std::tanh(kSqrt2OverPi * xh * (1.0f + kA * xh * xh)));
     return f16_to_f32(f32_to_f16(y));
+}
+
+namespace {
+
+// ggml's GELU table: the value at every F16 input, rounded to F16 (ggml_table_gelu_f16), as floats.
+const float* gelu_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(65536);
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float x = f16_to_f32((uint16_t)h);
+            constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+            t[h] = f16_to_f32(f32_to_f16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kA * x * x)))));
+        }
+        return t;
+    }();
+    return table.data();
+}
+
+}  // namespace
+
+void geglu_ggml(float* g, const float* u, int64_t n) {
+    const float* tab = gelu_table();
+    uint16_t h[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        const int m = (int)std::min<int64_t>(256, n - i);
+        to_f16(g + i, h, m);  // F16C where the CPU has it
+        for (int j = 0; j < m; j++) {
+            const float x = g[i + j];
+            const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : tab[h[j]];
+            g[i + j] = u ? y * u[i + j] : y;
+        }
+    }
 }
 
 int cpu_count() {

@@ -43,6 +43,9 @@ const char* blas_core_name();
 // approximation, looked up at the input rounded to F16 and rounded to F16 itself; x at x >= 10, 0 at
 // x <= -10. BERT's FFN and Gemma's GeGLU.
 float gelu_ggml(float x);
+// The same over n values through ggml's F16 table (what ggml_vec_geglu_f32 / ggml_vec_gelu_f32 do):
+// g[i] = gelu(g[i]) * u[i] (GeGLU), or g[i] = gelu(g[i]) when u is null. Equal to gelu_ggml.
+void geglu_ggml(float* g, const float* u, int64_t n);
 int cpu_count();
 
 // Which kernels a matmul over weights of type t runs at the current level, in words: the decode

@@ -11,6 +11,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/quant_dot.h"
+#include "model/ggml_types.h"
 #include "cpu/thread_pool.h"
 #include "model/quantize.h"
 #include "model/quants.h"
@@ -293,4 +294,28 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
     }
     if (cpu_level_supported() != CpuLevel::AVX512_VNNI) CHECK_FALSE(set_cpu_level(CpuLevel::AVX512_VNNI));
     REQUIRE(set_cpu_level(was));
+}
+
+TEST_CASE("GELU as ggml's CPU computes it: the tanh form at F16, and the table path equal to it", "[kernels][gelu]") {
+    // ggml_vec_gelu_f32: 0 at x <= -10, x at x >= 10, else the tanh approximation at the input rounded
+    // to F16, rounded to F16 (its table). Checked against that formula in double here: within F16's
+    // rounding of the output (2^-11 relative) plus the input's effect, and exact at the cut-offs.
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> d(-12.0f, 12.0f);
+    std::vector<float> g(4099), u(4099), g2;
+    for (size_t i = 0; i < g.size(); i++) g[i] = d(rng), u[i] = d(rng);
+    g[0] = -10.0f, g[1] = 10.0f, g[2] = 0.0f, g[3] = -1e-8f;
+    for (float x : g) {
+        const double xh = f16_to_f32(f32_to_f16(x));
+        const double want = x <= -10 ? 0.0 : x >= 10 ? x : 0.5 * xh * (1 + std::tanh(0.7978845608028654 * xh * (1 + 0.044715 * xh * xh)));
+        INFO("x = " << x);
+        // (1 + tanh) cancels in float near x = -5: an absolute 1e-6 allows for it.
+        CHECK(std::abs(gelu_ggml(x) - want) <= 1e-3 * std::abs(want) + 1e-6);
+    }
+    g2 = g;
+    geglu_ggml(g2.data(), u.data(), (int64_t)g2.size());  // GeGLU over a length that is no multiple of 256
+    for (size_t i = 0; i < g.size(); i++) CHECK(g2[i] == gelu_ggml(g[i]) * u[i]);
+    g2 = g;
+    geglu_ggml(g2.data(), nullptr, (int64_t)g2.size());
+    for (size_t i = 0; i < g.size(); i++) CHECK(g2[i] == gelu_ggml(g[i]));
 }
