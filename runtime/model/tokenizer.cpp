@@ -387,9 +387,14 @@ private:
 
 // ---- GPT-2 byte-level BPE (tokenizer.ggml.model = gpt2) -------------------------------------
 
+// Gemma 4's variant (tokenizer.ggml.model = gemma4), as llama.cpp's: spaces become U+2581, the text
+// is split only into runs of newlines and runs of other characters, merges run on raw UTF-8 (no
+// byte alphabet), a run of newlines that is a token is that token, a piece the vocabulary lacks
+// becomes its <0xNN> byte tokens, and BOS is always added.
 class BpeTokenizer final : public VocabTokenizer {
 public:
-    BpeTokenizer(Pretokenizer pretok, bool ignore_merges) : pretok_(std::move(pretok)), ignore_merges_(ignore_merges) {}
+    BpeTokenizer(Pretokenizer pretok, bool ignore_merges, bool spm_style = false)
+        : pretok_(std::move(pretok)), ignore_merges_(ignore_merges), spm_style_(spm_style) {}
 
     Expected<bool> load(const GgufFile& file) {
         auto ok = load_vocab(file, TokenizerKind::BPE);
@@ -415,6 +420,15 @@ public:
         // Llama 3 (and the other names llama.cpp gives ignore_merges) take a whole word as one
         // token when it is in the vocabulary, before any merge; they also want BOS by default.
         add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(ignore_merges_);
+        if (spm_style_) {
+            add_bos_ = true;  // llama.cpp overrides a false add_bos_token for Gemma 4
+            byte_ids_.fill(-1);
+            char buf[8];
+            for (int b = 0; b < 256; b++) {
+                std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+                byte_ids_[(size_t)b] = find(buf);
+            }
+        }
         return true;
     }
 
@@ -428,6 +442,32 @@ public:
                 out.push_back(f.id);
                 continue;
             }
+            if (spm_style_) {
+                std::string esc;
+                esc.reserve(f.text.size());
+                for (char c : f.text) {
+                    if (c == ' ')
+                        esc += k_spm_space;
+                    else
+                        esc += c;
+                }
+                for (size_t i = 0; i < esc.size();) {  // runs of newlines and runs of the rest
+                    const bool nl = esc[i] == '\n';
+                    size_t j = i;
+                    while (j < esc.size() && (esc[j] == '\n') == nl) j++;
+                    const std::string_view w(esc.data() + i, j - i);
+                    if (nl) {
+                        if (const int32_t id = find(w); id >= 0) {
+                            out.push_back(id);
+                            i = j;
+                            continue;
+                        }
+                    }
+                    tokenize_word(w, encoded, key, out);
+                    i = j;
+                }
+                continue;
+            }
             words.clear();
             pretok_.split(f.text, words);
             for (std::string_view w : words) tokenize_word(w, encoded, key, out);
@@ -438,6 +478,17 @@ public:
     std::string token_to_bytes(int32_t id) const override {
         if (id < 0 || id >= n_vocab()) return {};
         const std::string& text = tokens_[id];
+        if (spm_style_) {
+            switch (token_types_[id]) {
+                case k_type_normal: return spaces_from_marks(text);
+                case k_type_byte:
+                    if (text.size() == 6 && text.rfind("<0x", 0) == 0)
+                        return std::string(1, (char)std::strtol(text.substr(3, 2).c_str(), nullptr, 16));
+                    return {};
+                case k_type_user: return text;
+                default: return {};
+            }
+        }
         switch (token_types_[id]) {
             case k_type_normal:
             case k_type_byte: {
@@ -467,7 +518,10 @@ private:
     void tokenize_word(std::string_view word, std::string& enc, std::string& key, std::vector<int32_t>& out) const {
         const ByteAlphabet& alpha = byte_alphabet();
         enc.clear();
-        for (unsigned char c : word) enc += alpha.byte_to_utf8[c];
+        if (spm_style_)
+            enc.assign(word);
+        else
+            for (unsigned char c : word) enc += alpha.byte_to_utf8[c];
         if (ignore_merges_) {
             const int32_t id = find(enc);
             if (id >= 0) {
@@ -492,6 +546,11 @@ private:
                 out.push_back(id);
                 continue;
             }
+            if (spm_style_) {  // its bytes as <0xNN> tokens (llama.cpp drops a byte without one)
+                for (unsigned char c : piece)
+                    if (byte_ids_[c] >= 0) out.push_back(byte_ids_[c]);
+                continue;
+            }
             // A merge produced a string the vocabulary lacks (a malformed vocabulary): fall back
             // to its characters, then to <unk>.
             for (size_t k = 0; k < piece.size();) {
@@ -510,6 +569,8 @@ private:
     Pretokenizer pretok_;
     StringMap ranks_;  // "left right" -> merge rank
     bool ignore_merges_ = false;
+    bool spm_style_ = false;                // gemma4
+    std::array<int32_t, 256> byte_ids_{};  // gemma4's <0xNN> tokens; -1 when absent
 };
 
 
@@ -708,6 +769,15 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) 
         tok->pre_ = std::move(pre);
         return std::unique_ptr<Tokenizer>(std::move(tok));
     }
+    if (*model == "gemma4") {
+        auto pretok = Pretokenizer::create(PreType::GPT2);  // unused: gemma4 splits at newlines only
+        if (!pretok) return pretok.error();
+        auto tok = std::make_unique<BpeTokenizer>(std::move(*pretok), false, true);
+        auto ok = tok->load(file);
+        if (!ok) return ok.error();
+        tok->pre_ = "gemma4";
+        return std::unique_ptr<Tokenizer>(std::move(tok));
+    }
     if (*model == "bert") {
         auto tok = std::make_unique<WpmTokenizer>();
         auto ok = tok->load(file);
@@ -716,7 +786,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) 
     }
     return make_error("tokenizer.ggml.model = '", std::string(*model), "' in ", file.path(),
                       " is not supported (supported: 'llama' for SentencePiece, 'gpt2' for "
-                      "byte-level BPE, 'bert' for WordPiece)");
+                      "byte-level BPE, 'gemma4' for Gemma 4's BPE, 'bert' for WordPiece)");
 }
 
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& path) {
