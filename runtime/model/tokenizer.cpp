@@ -590,8 +590,13 @@ public:
         const int32_t n = n_vocab();
         if (!file.find("tokenizer.ggml.bos_token_id")) bos_ = n > 101 ? 101 : -1;
         if (!file.find("tokenizer.ggml.unknown_token_id")) unk_ = n > 100 ? 100 : -1;
-        sep_ = (int32_t)file.get_int("tokenizer.ggml.seperator_token_id").value_or(n > 102 ? 102 : -1);
-        if (sep_ < -1 || sep_ >= n) return make_error("tokenizer.ggml.seperator_token_id is outside the vocabulary in ", file.path());
+        const auto sep = file.get_int("tokenizer.ggml.seperator_token_id");
+        if (!sep && file.find("tokenizer.ggml.seperator_token_id"))
+            return make_error("tokenizer.ggml.seperator_token_id in ", file.path(), " is not an integer; re-convert the model");
+        if (sep && (*sep < -1 || *sep >= n))
+            return make_error("tokenizer.ggml.seperator_token_id = ", std::to_string(*sep), " is outside the vocabulary of ",
+                              std::to_string(n), " tokens in ", file.path());
+        sep_ = sep ? (int32_t)*sep : (n > 102 ? 102 : -1);
         add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
         lowercase_ = file.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);  // llama.cpp's default
         strip_accents_ = file.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(lowercase_);

@@ -336,6 +336,14 @@ TEST_CASE("Malformed tokenizer metadata yields errors that name the key", "[toke
     bad_eos.set_i32("tokenizer.ggml.eos_token_id", 7);
     CHECK_THAT(error_of(bad_eos), Catch::Contains("tokenizer.ggml.eos_token_id = 7"));
 
+    GgufWriter bad_sep;  // WordPiece's [SEP] id as a string, then outside the vocabulary
+    bad_sep.set_string("tokenizer.ggml.model", "bert");
+    bad_sep.set_string_array("tokenizer.ggml.tokens", {"[PAD]", "a", "b"});
+    bad_sep.set_string("tokenizer.ggml.seperator_token_id", "2");
+    CHECK_THAT(error_of(bad_sep), Catch::Contains("seperator_token_id") && Catch::Contains("not an integer"));
+    bad_sep.set_i32("tokenizer.ggml.seperator_token_id", 9);
+    CHECK_THAT(error_of(bad_sep), Catch::Contains("seperator_token_id = 9") && Catch::Contains("outside the vocabulary"));
+
     GgufWriter unknown_pre;  // an unknown pre-tokenizer is a warning, not an error
     unknown_pre.set_string("tokenizer.ggml.model", "gpt2");
     unknown_pre.set_string("tokenizer.ggml.pre", "no-such-pre");
