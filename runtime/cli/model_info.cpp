@@ -87,7 +87,8 @@ int cmd_model_info(const std::string& path) {
         std::printf("\n");
     }
 
-    const int64_t n_expert = meta_int("expert_count").value_or(0) > 1 ? meta_int("expert_count").value_or(0) : 0;
+    const int64_t expert_count = meta_int("expert_count").value_or(0);
+    const int64_t n_expert = expert_count > 1 ? expert_count : 0;  // llama.cpp reads 1 as none
     const int64_t n_expert_used = meta_int("expert_used_count").value_or(0);
     if (n_expert > 0)
         std::printf("experts       %lld per layer, %lld per token (softmax top-%lld, renormalized), expert FFN %lld; "

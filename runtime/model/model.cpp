@@ -195,12 +195,11 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         p.n_swa = gemma2 ? (int)win.value_or(4096) : (int)win.value_or(0);
         if (p.n_swa > 0) {
             int64_t period = gemma2 ? 2 : 6;
-            if (const GgufValue* pv = f.find(p.arch + ".attention.sliding_window_pattern")) {
+            if (f.find(p.arch + ".attention.sliding_window_pattern")) {
                 auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
                 if (!n)
                     return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern is a per-layer array, "
                                       "which Steward does not read; use a file with a period");
-                (void)pv;
                 if (*n < 0 || *n > (1 << 16))
                     return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern ",
                                       std::to_string(*n), " is not a period");
