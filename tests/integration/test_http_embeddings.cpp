@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "encoder_reference.h"
 #include "http_client.h"
 #include "model/synth.h"
 #include "llama_embeddings.h"
@@ -251,31 +251,12 @@ TEST_CASE("an encoder pool (bert) embeds as llama-embedding does and refuses gen
     // written to disk and served as a user serves a downloaded BGE.
     static const ProcessTempDir dir("steward_test_embed_bert_");
     const std::string model = (dir.path() / "bert.gguf").string();
-    SynthSpec spec;
-    spec.arch = "bert";
-    spec.n_embd = 128;
-    spec.n_layer = 2;
-    spec.n_head = 4;
-    spec.n_head_kv = 4;
-    spec.n_ff = 512;
-    spec.n_vocab = 1024;
-    spec.n_ctx = 512;
-    spec.seed = 41;
-    REQUIRE(synth_write(spec, model).ok());
+    REQUIRE(synth_write(encoder_spec("bert", GgmlType::F32), model).ok());
     // llama.cpp's tokens and vector of "the little story of a cat" on that file (CLS pooling).
-    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/encoders/llama_embeddings.tsv");
     std::vector<float> ref;
     int n_ref_tokens = 0;
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind("bert\tf32\t1\t", 0) == 0) {
-            std::vector<std::string> c;
-            std::stringstream ss(line);
-            for (std::string x; std::getline(ss, x, '\t');) c.push_back(x);
-            REQUIRE(c.size() == 5);
-            std::istringstream ids(c[3]), vec(c[4]);
-            for (int32_t id; ids >> id;) n_ref_tokens++;
-            for (float v; vec >> v;) ref.push_back(v);
-        }
+    for (const EncoderRow& r : encoder_reference_rows())
+        if (r.arch == "bert" && r.dtype == "f32" && r.text == 1) ref = r.vec, n_ref_tokens = (int)r.ids.size();
     REQUIRE(ref.size() == 128);
     const std::string text = fmt::format(R"(
 [reload]

@@ -113,4 +113,20 @@ inline void check_greedy_up_to_near_tie(const steward::Model& model, const Llama
     CHECK(n_match >= min_steps);
 }
 
+// Fed the reference's ids (teacher forcing, so a near-tie does not end the comparison): every
+// step's pick is the reference's or within tie_margin logits of it, and at least min_equal steps
+// are equal. Reports the count.
+inline void check_teacher_forced(const steward::Model& model, const LlamaGreedyRow& row, float tie_margin,
+                                 int min_equal) {
+    const Greedy g = greedy_with_margins(model, row.prompt, row.ids, true);
+    int n_equal = 0;
+    for (size_t k = 0; k < row.ids.size(); k++) {
+        INFO("step " << k << ": ours " << g.ids[k] << ", the reference's " << row.ids[k] << ", gap " << g.gaps[k]);
+        CHECK((g.ids[k] == row.ids[k] || g.gaps[k] < tie_margin));
+        n_equal += g.ids[k] == row.ids[k];
+    }
+    WARN(row.name << ": " << n_equal << " of " << row.ids.size() << " teacher-forced steps equal to llama.cpp's");
+    CHECK(n_equal >= min_equal);
+}
+
 }  // namespace steward_test

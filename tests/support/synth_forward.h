@@ -9,6 +9,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/forward.h"
@@ -21,13 +22,19 @@ namespace steward_test {
 
 using namespace steward;
 
+// A written GGUF parsed back from memory.
+inline std::unique_ptr<GgufFile> parse_gguf(const GgufWriter& w) {
+    auto file = GgufFile::from_bytes(w.to_bytes());
+    REQUIRE(file.ok());
+    return std::move(file.value());
+}
+
+// The synthetic model of spec, written and loaded in memory.
 inline std::unique_ptr<Model> make_model(const SynthSpec& spec) {
     auto writer = synth_model(spec);
     INFO("synth_model: " << (writer.ok() ? std::string("ok") : writer.error().message));
     REQUIRE(writer.ok());
-    auto file = GgufFile::from_bytes(writer->to_bytes());
-    REQUIRE(file.ok());
-    auto model = Model::from_gguf(std::move(file.value()));
+    auto model = Model::from_gguf(parse_gguf(*writer));
     INFO("Model::from_gguf: " << (model.ok() ? std::string("ok") : model.error().message));
     REQUIRE(model.ok());
     return std::move(model.value());
@@ -72,6 +79,15 @@ inline std::vector<int32_t> random_tokens(int n, uint64_t seed) {
     std::vector<int32_t> t((size_t)n);
     for (auto& x : t) x = dist(rng);
     return t;
+}
+
+// A reference row's name "arch/dtype" (tests/data/{gemma,moe}/llama_greedy.tsv) split.
+inline std::pair<std::string, GgmlType> arch_and_type(const std::string& name) {
+    const size_t slash = name.find('/');
+    REQUIRE(slash != std::string::npos);
+    auto type = parse_ggml_type(name.substr(slash + 1));
+    REQUIRE(type.ok());
+    return {name.substr(0, slash), *type};
 }
 
 }  // namespace steward_test

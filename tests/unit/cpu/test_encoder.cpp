@@ -14,7 +14,9 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "encoder_reference.h"
 #include "naive_encoder.h"
+#include "synth_forward.h"
 #include "test_paths.h"
 
 using namespace steward;
@@ -22,6 +24,8 @@ using steward::test::naive_encode;
 using steward::test::naive_pool;
 using steward::test::NaiveEncoderOptions;
 using steward_test::cosine;
+using steward_test::make_model;
+using steward_test::parse_gguf;
 
 namespace {
 
@@ -34,57 +38,6 @@ std::vector<std::string> reference_texts() {
             long_text};
 }
 
-// The files of tests/data/encoders/llama_embeddings.tsv (its script: `steward model synth --arch ARCH
-// --dim 128 --layers 2 --heads 4 --kv-heads 4 --ffn FFN --vocab 1024 --ctx 512 --seed 41`).
-std::unique_ptr<Model> encoder_model(const std::string& arch, GgmlType dtype) {
-    SynthSpec s;
-    s.arch = arch;
-    s.n_embd = 128;
-    s.n_layer = 2;
-    s.n_head = 4;
-    s.n_head_kv = 4;
-    s.n_ff = arch == "bert" ? 512 : 384;
-    s.n_vocab = 1024;
-    s.n_ctx = 512;
-    s.seed = 41;
-    s.dtype = dtype;
-    auto w = synth_model(s);
-    INFO("synth_model: " << (w.ok() ? std::string("ok") : w.error().message));
-    REQUIRE(w.ok());
-    auto f = GgufFile::from_bytes(w->to_bytes());
-    REQUIRE(f.ok());
-    auto m = Model::from_gguf(std::move(f.value()));
-    INFO("Model::from_gguf: " << (m.ok() ? std::string("ok") : m.error().message));
-    REQUIRE(m.ok());
-    return std::move(m.value());
-}
-
-struct Row {
-    std::string arch, dtype;
-    int text = 0;
-    std::vector<int32_t> ids;
-    std::vector<float> vec;
-};
-
-std::vector<Row> reference_rows() {
-    std::ifstream in(std::string(STEWARD_SOURCE_DIR) + "/tests/data/encoders/llama_embeddings.tsv");
-    REQUIRE(in.good());
-    std::vector<Row> out;
-    for (std::string line; std::getline(in, line);) {
-        std::vector<std::string> c;
-        std::stringstream ss(line);
-        for (std::string x; std::getline(ss, x, '\t');) c.push_back(x);
-        REQUIRE(c.size() == 5);
-        Row r{c[0], c[1], std::stoi(c[2]), {}, {}};
-        std::istringstream ids(c[3]), vec(c[4]);
-        for (int32_t id; ids >> id;) r.ids.push_back(id);
-        for (float v; vec >> v;) r.vec.push_back(v);
-        out.push_back(std::move(r));
-    }
-    REQUIRE(out.size() == 24);
-    return out;
-}
-
 }  // namespace
 
 TEST_CASE("bert and nomic-bert tokens and embeddings equal llama-embedding's on the same files",
@@ -92,11 +45,11 @@ TEST_CASE("bert and nomic-bert tokens and embeddings equal llama-embedding's on 
     const auto texts = reference_texts();
     double worst = 0.0;
     std::string worst_at;
-    for (const Row& r : reference_rows()) {
+    for (const steward_test::EncoderRow& r : steward_test::encoder_reference_rows()) {
         INFO(r.arch << " " << r.dtype << " text " << r.text);
         auto type = parse_ggml_type(r.dtype);
         REQUIRE(type.ok());
-        auto m = encoder_model(r.arch, *type);
+        auto m = make_model(steward_test::encoder_spec(r.arch, *type));
         CHECK(m->params().is_encoder());
         CHECK_FALSE(m->params().causal);
         const Tokenizer& tok = m->tokenizer();
@@ -121,7 +74,7 @@ TEST_CASE("The encoder forward equals the naive reference at every position", "[
     for (const char* arch : {"bert", "nomic-bert"})
         for (const GgmlType t : {GgmlType::F32, GgmlType::Q8_0}) {
             INFO(arch << " " << ggml_type_name((uint32_t)t));
-            auto m = encoder_model(arch, t);
+            auto m = make_model(steward_test::encoder_spec(arch, t));
             CpuEncoder enc(*m, 2);
             std::vector<float> h;
             REQUIRE(enc.encode(ids, h).ok());
@@ -144,10 +97,10 @@ TEST_CASE("The encoder forward equals the naive reference at every position", "[
 TEST_CASE("Each feature of the encoder block is needed to match llama.cpp", "[encoder]") {
     // The naive reference with every feature agrees with llama-embedding; each one left out (the
     // mistake an implementation could make) lands far outside the tolerance.
-    for (const Row& r : reference_rows()) {
+    for (const steward_test::EncoderRow& r : steward_test::encoder_reference_rows()) {
         if (r.dtype != "f32" || r.text != 2) continue;
         INFO(r.arch);
-        auto m = encoder_model(r.arch, GgmlType::F32);
+        auto m = make_model(steward_test::encoder_spec(r.arch, GgmlType::F32));
         const int E = m->params().n_embd, n = (int)r.ids.size();
         const bool mean = r.arch == "nomic-bert";
         auto dist = [&](NaiveEncoderOptions o, bool pool_mean) {
@@ -177,18 +130,14 @@ TEST_CASE("An encoder file missing what llama.cpp requires is refused by name", 
     REQUIRE(w.ok());
     // token_type_count 0: llama.cpp refuses ("model needs to define token type count").
     w->set_u32("tokenizer.ggml.token_type_count", 0);
-    auto f = GgufFile::from_bytes(w->to_bytes());
-    REQUIRE(f.ok());
-    auto m = Model::from_gguf(std::move(f.value()));
+    auto m = Model::from_gguf(parse_gguf(*w));
     REQUIRE_FALSE(m.ok());
     CHECK_THAT(m.error().message, Catch::Contains("token_type_count"));
     // An input past the position table.
     s.n_ctx = 16;
     auto w2 = synth_model(s);
     REQUIRE(w2.ok());
-    auto f2 = GgufFile::from_bytes(w2->to_bytes());
-    REQUIRE(f2.ok());
-    auto m2 = Model::from_gguf(std::move(f2.value()));
+    auto m2 = Model::from_gguf(parse_gguf(*w2));
     REQUIRE(m2.ok());
     CpuEncoder enc(**m2, 1);
     std::vector<float> h;

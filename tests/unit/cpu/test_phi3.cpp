@@ -20,10 +20,13 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "naive_reference.h"
+#include "synth_forward.h"
 #include "test_paths.h"
 
 using namespace steward;
 using steward::test::NaiveReference;
+using steward_test::make_model;
+using steward_test::parse_gguf;
 
 namespace {
 
@@ -44,21 +47,6 @@ SynthSpec phi3_spec(const std::string& arch, GgmlType dtype) {
     return s;
 }
 
-std::unique_ptr<GgufFile> parse(const GgufWriter& w) {
-    auto file = GgufFile::from_bytes(w.to_bytes());
-    REQUIRE(file.ok());
-    return std::move(file.value());
-}
-
-std::unique_ptr<Model> make_model(const SynthSpec& spec) {
-    auto writer = synth_model(spec);
-    INFO("synth_model: " << (writer.ok() ? std::string("ok") : writer.error().message));
-    REQUIRE(writer.ok());
-    auto model = Model::from_gguf(parse(*writer));
-    INFO("Model::from_gguf: " << (model.ok() ? std::string("ok") : model.error().message));
-    REQUIRE(model.ok());
-    return std::move(model.value());
-}
 
 bool same_bytes(const WeightView& a, const WeightView& b) {
     return a.type == b.type && a.n_cols == b.n_cols && a.n_rows == b.n_rows &&
@@ -140,10 +128,10 @@ TEST_CASE("a phi3 file with LongRoPE factors or without its fused attn_qkv is re
     REQUIRE(writer.ok());
     GgufWriter longrope = *writer;
     longrope.add_tensor("rope_factors_long.weight", GgmlType::F32, {16}, std::vector<uint8_t>(16 * 4, 0));
-    auto m = Model::from_gguf(parse(longrope));
+    auto m = Model::from_gguf(parse_gguf(longrope));
     REQUIRE(!m.ok());
     CHECK_THAT(m.error().message, Catch::Contains("rope_factors_long.weight") && Catch::Contains("LongRoPE"));
-    auto file = parse(*writer);
+    auto file = parse_gguf(*writer);
     GgufWriter no_qkv;
     for (const auto& [key, v] : file->metadata())
         if (key != "general.alignment") REQUIRE(no_qkv.set_value(key, v).ok());
@@ -151,7 +139,7 @@ TEST_CASE("a phi3 file with LongRoPE factors or without its fused attn_qkv is re
         if (t.name != "blk.1.attn_qkv.weight")
             no_qkv.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
                               std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    auto n = Model::from_gguf(parse(no_qkv));
+    auto n = Model::from_gguf(parse_gguf(no_qkv));
     REQUIRE(!n.ok());
     CHECK_THAT(n.error().message, Catch::Contains("blk.1.attn_qkv.weight"));
 }

@@ -18,10 +18,13 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "naive_reference.h"
+#include "synth_forward.h"
 #include "test_paths.h"
 
 using namespace steward;
 using steward::test::NaiveReference;
+using steward_test::make_model;
+using steward_test::parse_gguf;
 
 namespace {
 
@@ -42,22 +45,7 @@ SynthSpec scaled_spec(const std::string& variant) {
     return s;
 }
 
-std::unique_ptr<GgufFile> parse(const GgufWriter& w) {
-    auto file = GgufFile::from_bytes(w.to_bytes());
-    REQUIRE(file.ok());
-    return std::move(file.value());
-}
-
-Expected<std::unique_ptr<Model>> load(const GgufWriter& w) { return Model::from_gguf(parse(w)); }
-
-std::unique_ptr<Model> make_model(const SynthSpec& spec) {
-    auto writer = synth_model(spec);
-    REQUIRE(writer.ok());
-    auto m = load(*writer);
-    INFO("load: " << (m.ok() ? std::string("ok") : m.error().message));
-    REQUIRE(m.ok());
-    return std::move(m.value());
-}
+Expected<std::unique_ptr<Model>> load(const GgufWriter& w) { return Model::from_gguf(parse_gguf(w)); }
 
 }  // namespace
 
