@@ -12,20 +12,16 @@ and seed other than ../shared/testdata/quant's, for tests/unit/cpu/test_quant_mo
    "the quick brown fox jumps over the lazy dog" (BOS added) and returns 16 greedy ids at temperature 0.
 Columns: file name, llama.cpp's prompt ids, its greedy ids (space-separated).
 """
-import json, os, subprocess, sys, tempfile, time, urllib.request
+import os, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from llama_server import PEER, llama_server  # noqa: E402
 
 steward = sys.argv[1]
 here = os.path.dirname(os.path.abspath(__file__))
-peer = os.environ.get("PEER_SCRIPT", os.path.join(here, "../../../../shared/peers/llama-bench.sh"))
 types = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K",
          "IQ4_NL", "IQ4_XS"]
 text = "the quick brown fox jumps over the lazy dog"
-
-
-def post(path, body):
-    req = urllib.request.Request("http://127.0.0.1:8094" + path, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=120).read())
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -35,25 +31,9 @@ with tempfile.TemporaryDirectory() as tmp:
                    stdout=subprocess.DEVNULL)
     for t in types:
         out = os.path.join(here, "new-" + t + ".gguf")
-        subprocess.run(["bash", peer, base, out, t], env=dict(os.environ, PEER_TOOL="llama-quantize"), check=True,
+        subprocess.run(["bash", PEER, base, out, t], env=dict(os.environ, PEER_TOOL="llama-quantize"), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        srv = subprocess.Popen(["bash", peer, "-m", out, "--port", "8094", "-c", "256", "-t", "2", "-fa", "off",
-                                "-ctk", "f32", "-ctv", "f32", "--no-warmup", "-np", "1"],
-                               env=dict(os.environ, PEER_TOOL="llama-server"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen("http://127.0.0.1:8094/health", timeout=1).read()
-                    break
-                except Exception:
-                    time.sleep(0.2)
-            prompt = post("/tokenize", {"content": text, "add_special": True})["tokens"]
-            ids = post("/completion", {"prompt": prompt, "n_predict": 16, "temperature": 0, "top_k": 1,
-                                       "samplers": ["top_k"], "ignore_eos": True, "return_tokens": True,
-                                       "cache_prompt": False})["tokens"]
-            assert len(ids) == 16, (t, ids)
+        with llama_server(out, 8094, 256) as srv:
+            prompt = srv.tokenize(text)
+            ids = srv.greedy(prompt, 16)
             print("new-" + t + ".gguf\t" + " ".join(map(str, prompt)) + "\t" + " ".join(map(str, ids)))
-        finally:
-            srv.terminate()
-            srv.wait()

@@ -15,20 +15,15 @@ PEER_TOOL=llama-server on it:
 asking POST /tokenize for the prompt (BOS added) and POST /completion for 32 tokens at temperature 0.
 Columns: variant, llama.cpp's prompt ids, its 32 greedy ids (space-separated).
 """
-import json, os, subprocess, sys, tempfile, time, urllib.request
+import os, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from llama_server import llama_server  # noqa: E402
 
 steward = sys.argv[1]
-peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../../shared/peers/llama-bench.sh")
-peer = os.environ.get("PEER_SCRIPT", peer)
 text = "the quick brown fox jumps over the lazy dog"
 variants = {"none": [], "freqs8": ["--rope-freqs-ramp", "8"], "linear4": ["--rope-scale", "4"],
             "both": ["--rope-freqs-ramp", "8", "--rope-scale", "2"]}
-
-
-def post(path, body):
-    req = urllib.request.Request("http://127.0.0.1:8093" + path, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(req, timeout=120).read())
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -37,23 +32,7 @@ with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([steward, "model", "synth", "--arch", "llama", "-o", path, "--dim", "256", "--layers", "2",
                         "--heads", "8", "--kv-heads", "2", "--ffn", "512", "--vocab", "1024", "--ctx", "512",
                         "--seed", "31"] + flags, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        srv = subprocess.Popen(["bash", peer, "-m", path, "--port", "8093", "-c", "512", "-t", "2", "-fa", "off",
-                                "-ctk", "f32", "-ctv", "f32", "--no-warmup", "-np", "1"],
-                               env=dict(os.environ, PEER_TOOL="llama-server"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen("http://127.0.0.1:8093/health", timeout=1).read()
-                    break
-                except Exception:
-                    time.sleep(0.2)
-            prompt = post("/tokenize", {"content": text, "add_special": True})["tokens"]
-            ids = post("/completion", {"prompt": prompt, "n_predict": 32, "temperature": 0, "top_k": 1,
-                                       "samplers": ["top_k"], "ignore_eos": True, "return_tokens": True,
-                                       "cache_prompt": False})["tokens"]
-            assert len(ids) == 32, (name, ids)
+        with llama_server(path, 8093, 512) as srv:
+            prompt = srv.tokenize(text)
+            ids = srv.greedy(prompt, 32)
             print(name + "\t" + " ".join(map(str, prompt)) + "\t" + " ".join(map(str, ids)))
-        finally:
-            srv.terminate()
-            srv.wait()
