@@ -136,7 +136,8 @@ Expected<bool> CpuEncoder::encode(std::span<const int32_t> tokens, std::vector<f
         pool_.parallel_for((int64_t)NH * n, [&](int64_t c) {
             const int h = (int)(c / n), i = (int)(c % n), g = h / (NH / NKV);
             const int n_keys = p.causal ? i + 1 : n;
-            std::vector<float> s((size_t)n_keys);
+            thread_local std::vector<float> s;  // scores: one buffer per thread, not one per (head, token)
+            s.resize((size_t)n_keys);
             const float* qi = q_.data() + (int64_t)i * QD + (int64_t)h * HD;
             float mx = -INFINITY;
             for (int j = 0; j < n_keys; j++) {

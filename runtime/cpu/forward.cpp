@@ -258,9 +258,13 @@ void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
     matmul(L.ffn_gate_inp, xn_.data(), n_tok, router_.data(), pool_);  // [n_tok][n_expert]
     // Each token's experts: the K largest softmax probabilities (llama.cpp's build_moe_ffn with
     // SOFTMAX gating and norm_w), renormalized to sum to 1 (the sum clamped at F16's smallest normal).
-    std::vector<std::vector<std::pair<int, float>>> by_expert((size_t)X);  // expert -> (token, weight)
-    std::vector<int> order((size_t)X);
-    std::vector<float> prob((size_t)X);
+    auto& by_expert = moe_groups_;  // expert -> (token, weight); emptied, capacity kept across steps
+    by_expert.resize((size_t)X);
+    for (auto& g : by_expert) g.clear();
+    std::vector<int>& order = moe_order_;
+    std::vector<float>& prob = moe_prob_;
+    order.resize((size_t)X);
+    prob.resize((size_t)X);
     for (int t = 0; t < n_tok; t++) {
         const float* r = router_.data() + (size_t)t * X;
         const float mx = *std::max_element(r, r + X);

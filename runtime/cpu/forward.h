@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -98,6 +99,9 @@ private:
     // Mixture of experts: router logits [n_tok][n_expert], then per expert its tokens' normed
     // inputs, gate, up and down rows, gathered ([n][n_embd], [n][n_ff_exp] x2, [n][n_embd]).
     std::vector<float> router_, moe_x_, moe_g_, moe_u_, moe_d_;
+    std::vector<std::vector<std::pair<int, float>>> moe_groups_;  // per expert: (token, weight) of this layer
+    std::vector<int> moe_order_;   // [n_expert] one token's experts by probability
+    std::vector<float> moe_prob_;  // [n_expert] one token's router probabilities
     // The mixture-of-experts FFN of layer L over xn_ into tmp_ (tokens grouped by expert, each
     // expert's matrices run once over its group: the CPU form of a grouped GEMM).
     void moe_ffn(const LayerWeights& L, int n_tok);
