@@ -97,11 +97,11 @@ BackendFactory cuda_backend_factory(bool cuda_graphs) {
     return [st, cuda_graphs](const Model& model, const KvConfig& kv, int max_tokens, int n_layers,
                 int n_threads) -> Expected<std::unique_ptr<ForwardBackend>> {
         // The CUDA forward runs the llama block (with qwen's biases and q/k norms); Gemma's extra
-        // norms, GeGLU, soft-capping and sliding windows, mixtures of experts and the encoders run on the
-        // CPU backend only.
+        // norms, GeGLU, soft-capping and sliding windows, mixtures of experts (gpt-oss's sinks among
+        // them), YaRN and the encoders run on the CPU backend only.
         const ModelParams& mp = model.params();
         if (mp.is_encoder() || mp.is_moe() || mp.ffn_gelu || mp.attn_softcap > 0 || mp.final_softcap > 0 || mp.n_swa > 0 ||
-            mp.embd_scale != 1.0f)
+            mp.embd_scale != 1.0f || mp.attn_sinks || mp.yarn_ext_factor != 0.0f || mp.rope_attn_factor != 1.0f)
             return make_error("CUDA backend: the '", mp.arch, "' architecture runs on the CPU backend only so far; ",
                               "give this pool backend = \"cpu\"");
         const GpuInfo g = gpu_probe();

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     std::string synth_out, dtype_s = "f32", draft_from;
     int keep_layers = 0;
     synth->add_option("-o,--out", synth_out, "Output GGUF path")->required();
-    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; the mixtures of experts qwen3moe or mixtral; the encoders bert or nomic-bert")->capture_default_str();
+    synth->add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3; the mixtures of experts qwen3moe, mixtral or gpt-oss; the encoders bert or nomic-bert")->capture_default_str();
     synth->add_option("--dim", spec.n_embd, "Embedding size")->capture_default_str();
     synth->add_option("--layers", spec.n_layer, "Layers")->capture_default_str();
     synth->add_option("--heads", spec.n_head, "Attention heads")->capture_default_str();
@@ -101,19 +101,25 @@ int main(int argc, char** argv) {
     synth->add_option("--vocab", spec.n_vocab, "Vocabulary size")->capture_default_str();
     synth->add_option("--ctx", spec.n_ctx, "Context length")->capture_default_str();
     synth->add_option("--dtype", dtype_s,
-                      "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or llama-quantize's mixes q4_k_m, q5_k_m")
+                      "Weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or llama-quantize's mixes q4_k_m, q5_k_m, mxfp4_moe")
         ->capture_default_str();
     add_seed_option(synth, spec.seed, "Weight seed");
     synth->add_flag("--tied", spec.tied_output, "Tie the output head to the embeddings");
     synth->add_option("--rope-scale", spec.rope_scaling_factor,
                       "Linear RoPE scaling factor (rope.scaling.factor; angles divided by it; 0: none)")
         ->capture_default_str();
-    synth->add_option("--experts", spec.n_expert, "qwen3moe / mixtral: experts per layer")->capture_default_str();
-    synth->add_option("--experts-used", spec.n_expert_used, "qwen3moe / mixtral: experts per token")->capture_default_str();
-    synth->add_option("--expert-ffn", spec.n_ff_exp, "qwen3moe / mixtral: an expert's FFN width (0: --ffn)")
+    synth->add_option("--experts", spec.n_expert, "qwen3moe / mixtral / gpt-oss: experts per layer")->capture_default_str();
+    synth->add_option("--experts-used", spec.n_expert_used, "qwen3moe / mixtral / gpt-oss: experts per token")->capture_default_str();
+    synth->add_option("--expert-ffn", spec.n_ff_exp, "qwen3moe / mixtral / gpt-oss: an expert's FFN width (0: --ffn)")
         ->capture_default_str();
     synth->add_option("--sliding-window", spec.sliding_window,
-                      "gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3; -1: none, gemma3)")
+                      "gemma2 / gemma3 / gpt-oss: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3, 128 for "
+                      "gpt-oss; -1: none, gemma3)")
+        ->capture_default_str();
+    synth->add_option("--yarn", spec.yarn_factor,
+                      "YaRN RoPE scaling factor (rope.scaling.type yarn; negative: 32 for gpt-oss, none for the others; 0: none)")
+        ->capture_default_str();
+    synth->add_option("--yarn-orig-ctx", spec.yarn_orig_ctx, "YaRN's rope.scaling.original_context_length")
         ->capture_default_str();
     synth->add_option("--attn-softcap", spec.attn_softcap, "gemma2: attn_logit_softcapping (negative: 50; 0: none)")
         ->capture_default_str();

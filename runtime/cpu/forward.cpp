@@ -57,6 +57,16 @@ void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeType t
     }
 }
 
+// gpt-oss's clamped SwiGLU in place of g (ggml_swiglu_oai, alpha 1.702, limit 7): x = min(g, 7),
+// y = clamp(u, -7, 7), g = x / (1 + e^(-1.702 x)) * (y + 1).
+void swiglu_oai(float* g, const float* u, int64_t n) {
+    constexpr float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = std::min(g[i], limit), y = std::clamp(u[i], -limit, limit);
+        g[i] = x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 // Gemma's soft-capping: cap * tanh(s / cap), as ggml's scale, tanh, scale.
 inline float soft_cap(float s, float cap) { return cap * std::tanh(s * (1.0f / cap)); }
 
@@ -164,9 +174,11 @@ constexpr int kAttnBlockMin = 8;
 // values over the sequence's n_slots slots are gathered once into F32 [n_slots][hd] (not once per
 // token and query head), then for each of the gqa query heads sharing g: S = scale Q K^T
 // [n_new][n_slots], each row's softmax over that token's visible slots (vis), out = S V.
+// sinks (gpt-oss; nullptr: none): per query head a logit that joins the softmax's max and sum (as
+// ggml's soft_max with sinks) and adds no value.
 void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_table, int n_slots, int g, int hd,
-                  int gqa, float scale, float softcap, const float* q, float* att, int ld, int b, int e,
-                  const std::vector<int>& vis, const std::vector<int>& vis_off) {
+                  int gqa, float scale, float softcap, const float* sinks, const float* q, float* att, int ld, int b,
+                  int e, const std::vector<int>& vis, const std::vector<int>& vis_off) {
     thread_local std::vector<float> keys, vals, sc, row;
     const int n_new = e - b, bs = kv.config().block_size;
     const KvDtype tk = kv.config().dtype_k, tv = kv.config().dtype_v;
@@ -192,7 +204,9 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
             }
             float mx = -INFINITY;  // softmax over the visible slots only; the others get weight 0
             for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = softcap > 0.0f ? soft_cap(si[vs[k]], softcap) : si[vs[k]]);
-            const float inv = 1.0f / exp_sub_sum(row.data(), n_vis, mx);
+            const float sink = sinks ? sinks[g * gqa + j] : -INFINITY;
+            mx = std::max(mx, sink);
+            const float inv = 1.0f / (exp_sub_sum(row.data(), n_vis, mx) + (sinks ? std::exp(sink - mx) : 0.0f));
             std::fill(si, si + n_slots, 0.0f);
             for (int k = 0; k < n_vis; k++) si[vs[k]] = row[k] * inv;
         }
@@ -256,8 +270,10 @@ void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
     const int E = p.n_embd, X = p.n_expert, K = p.n_expert_used, F = p.n_ff_exp;
     router_.resize((size_t)n_tok * X);
     matmul(L.ffn_gate_inp, xn_.data(), n_tok, router_.data(), pool_);  // [n_tok][n_expert]
+    add_bias(router_.data(), L.ffn_gate_inp_b, X, n_tok);
     // Each token's experts: the K largest softmax probabilities (llama.cpp's build_moe_ffn with
-    // SOFTMAX gating and norm_w), renormalized to sum to 1 (the sum clamped at F16's smallest normal).
+    // SOFTMAX gating and norm_w), renormalized to sum to 1 (the sum clamped at F16's smallest normal);
+    // gpt-oss (SOFTMAX_WEIGHT, no norm_w): the K largest logits, weighted by a softmax over those K.
     auto& by_expert = moe_groups_;  // expert -> (token, weight); emptied, capacity kept across steps
     by_expert.resize((size_t)X);
     for (auto& g : by_expert) g.clear();
@@ -267,6 +283,16 @@ void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
     prob.resize((size_t)X);
     for (int t = 0; t < n_tok; t++) {
         const float* r = router_.data() + (size_t)t * X;
+        if (p.moe_softmax_after_topk) {
+            for (int e = 0; e < X; e++) order[(size_t)e] = e;
+            std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                              [&](int a, int b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
+            const float top = r[order[0]];
+            double sum = 0;
+            for (int k = 0; k < K; k++) sum += (prob[(size_t)k] = std::exp(r[order[(size_t)k]] - top));
+            for (int k = 0; k < K; k++) by_expert[(size_t)order[(size_t)k]].push_back({t, (float)(prob[(size_t)k] / sum)});
+            continue;
+        }
         const float mx = *std::max_element(r, r + X);
         double sum = 0;
         for (int e = 0; e < X; e++) sum += (prob[(size_t)e] = std::exp(r[e] - mx));
@@ -292,8 +318,14 @@ void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
             std::memcpy(moe_x_.data() + (size_t)i * E, xn_.data() + (size_t)group[(size_t)i].first * E, (size_t)E * 4);
         matmul(expert_matrix(L.gate_exps, e, X), moe_x_.data(), n, moe_g_.data(), pool_);
         matmul(expert_matrix(L.up_exps, e, X), moe_x_.data(), n, moe_u_.data(), pool_);
-        swiglu(moe_g_.data(), moe_u_.data(), (int64_t)n * F);
+        add_bias(moe_g_.data(), expert_matrix(L.gate_exps_b, e, X), F, n);
+        add_bias(moe_u_.data(), expert_matrix(L.up_exps_b, e, X), F, n);
+        if (p.swiglu_oai)
+            swiglu_oai(moe_g_.data(), moe_u_.data(), (int64_t)n * F);
+        else
+            swiglu(moe_g_.data(), moe_u_.data(), (int64_t)n * F);
         matmul(expert_matrix(L.down_exps, e, X), moe_g_.data(), n, moe_d_.data(), pool_);
+        add_bias(moe_d_.data(), expert_matrix(L.down_exps_b, e, X), E, n);
         for (int i = 0; i < n; i++) {
             float* y = tmp_.data() + (size_t)group[(size_t)i].first * E;
             const float w = group[(size_t)i].second;
@@ -340,11 +372,12 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
     std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
     std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot) (scaled): pow once per i, not per token
     for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i);
+    const float msc = p.rope_mscale();  // YaRN's magnitude (1 without it)
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < half; i++) {
             const double theta = refs[t].pos * inv_freq[i];
-            rcos[(size_t)t * half + i] = (float)std::cos(theta);
-            rsin[(size_t)t * half + i] = (float)std::sin(theta);
+            rcos[(size_t)t * half + i] = (float)std::cos(theta) * msc;
+            rsin[(size_t)t * half + i] = (float)std::sin(theta) * msc;
         }
     // Sliding-window layers with a RoPE of their own (Gemma 3: base 10000 beside the full layers' 1e6).
     int first_swa = -1;
@@ -358,8 +391,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         for (int t = 0; t < n_tok; t++)
             for (int i = 0; i < half; i++) {
                 const double theta = refs[t].pos * inv_freq[i];
-                rcos_swa[(size_t)t * half + i] = (float)std::cos(theta);
-                rsin_swa[(size_t)t * half + i] = (float)std::sin(theta);
+                rcos_swa[(size_t)t * half + i] = (float)std::cos(theta) * msc;
+                rsin_swa[(size_t)t * half + i] = (float)std::sin(theta) * msc;
             }
     }
 
@@ -429,6 +462,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const std::vector<int>& lvis_off = swa ? vis_swa_off : vis_off;
         const std::vector<float>& lcos = swa && !rcos_swa.empty() ? rcos_swa : rcos;
         const std::vector<float>& lsin = swa && !rsin_swa.empty() ? rsin_swa : rsin;
+        const float* sinks = L.attn_sinks ? static_cast<const float*>(L.attn_sinks.data) : nullptr;
         // -- attention block
         rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
         matmul(L.wq, xn_.data(), n_tok, q_.data(), pool_);  // [n_tok][QD]
@@ -463,7 +497,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         pool_.parallel_for((int64_t)block_seqs.size() * NKV, [&](int64_t it) {
             const int s = block_seqs[it / NKV], g = (int)(it % NKV);
             const SeqInput& in = batch[s];
-            attend_block(kv, l, in.block_table, in.n_past + (int)in.tokens.size(), g, HD, gqa, scale, softcap,
+            attend_block(kv, l, in.block_table, in.n_past + (int)in.tokens.size(), g, HD, gqa, scale, softcap, sinks,
                          q_.data(), att_.data(), QD, seq_start[s], seq_start[s + 1], lvis, lvis_off);
         });
         // Single tokens: a work item is a token and a range of its KV heads, walked slot by slot so
@@ -538,9 +572,11 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             }
             if (softcap > 0.0f)
                 for (int64_t i = 0; i < (int64_t)nh * n_s; i++) sc[(size_t)i] = soft_cap(sc[(size_t)i], softcap);
-            for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place
+            for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place (with its sink)
                 float* sj = sc.data() + h * n_s;
-                const float inv = 1.0f / exp_sub_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s));
+                const float sink = sinks ? sinks[g0 * gqa + h] : -INFINITY;
+                const float mx = std::max(*std::max_element(sj, sj + n_s), sink);
+                const float inv = 1.0f / (exp_sub_sum(sj, (int)n_s, mx) + (sinks ? std::exp(sink - mx) : 0.0f));
                 for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
             }
             if (f16_rows) {
@@ -566,6 +602,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             }
         });
         matmul(L.wo, att_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
+        add_bias(tmp_.data(), L.bo, E, n_tok);
         if (L.attn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.attn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());
         for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
 

@@ -34,6 +34,7 @@ const char* ggml_type_name(uint32_t type) {
         case 20: return "IQ4_NL";
         case 23: return "IQ4_XS";
         case 30: return "BF16";
+        case 39: return "MXFP4";
         default: return "unknown";
     }
 }

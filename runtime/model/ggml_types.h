@@ -26,6 +26,7 @@ enum class GgmlType : uint32_t {
     IQ4_NL = 20,
     IQ4_XS = 23,
     BF16 = 30,
+    MXFP4 = 39,  // OCP microscaling FP4 (gpt-oss's experts)
 };
 
 constexpr int kQ8BlockSize = 32;

@@ -325,7 +325,7 @@ Expected<bool> GgufFile::parse_impl() {
             return make_error("tensor '", ti.name, "' in '", path_, "' has type ", ggml_type_name(type), " (id ",
                               std::to_string(type),
                               "), which Steward does not load. Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                              "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; re-quantize the "
+                              "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4; re-quantize the "
                               "model to one of them (e.g. llama-quantize ... Q4_K_M).");
         ti.type = (GgmlType)type;
         const int64_t be = ggml_type_block_elems(ti.type);

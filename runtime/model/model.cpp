@@ -19,7 +19,7 @@ namespace {
 // Architectures that are the llama block with at most metadata or bias differences.
 RopeType rope_type_for(const std::string& arch) {
     static const std::set<std::string> neox = {"qwen2", "qwen3", "qwen", "phi3", "stablelm", "gptneox", "falcon",
-                                              "bert",  "nomic-bert", "gemma2", "gemma3", "qwen3moe"};
+                                              "bert",  "nomic-bert", "gemma2", "gemma3", "qwen3moe", "gpt-oss"};
     return neox.count(arch) ? RopeType::NEOX : RopeType::NORM;
 }
 
@@ -32,7 +32,8 @@ RopeType rope_type_for(const std::string& arch) {
 // bert and nomic-bert are encoders (bound by bind_encoder below, run by cpu/encoder.h).
 bool arch_supported(const std::string& arch) {
     return arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-           arch == "gemma2" || arch == "gemma3" || arch == "qwen3moe" || arch == "bert" || arch == "nomic-bert";
+           arch == "gemma2" || arch == "gemma3" || arch == "qwen3moe" || arch == "gpt-oss" || arch == "bert" ||
+           arch == "nomic-bert";
 }
 
 // Rows [r0, r0 + n) of w (rows are contiguous in every type): a weight fused into a larger tensor.
@@ -77,7 +78,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     if (!arch_supported(p.arch))
         return make_error("'", path, "' is a '", p.arch,
                           "' model; Steward runs the llama family (llama and Mixtral, mistral, qwen2, qwen3, qwen3moe, phi3), "
-                          "gemma2, gemma3 and the encoders bert and nomic-bert");
+                          "gpt-oss, gemma2, gemma3 and the encoders bert and nomic-bert");
     auto need_int = [&](const std::string& suffix, int& out) -> Expected<bool> {
         auto v = f.get_int(p.arch + "." + suffix);
         if (!v || *v <= 0 || *v > (1 << 24))
@@ -131,11 +132,11 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     p.rope_type = rope_type_for(p.arch);
     // RoPE scaling (llama.cpp's rules: the type defaults to linear, a factor of 0 or none is 1).
     const std::string scaling(f.get_string(p.arch + ".rope.scaling.type").value_or("linear"));
-    if (scaling != "linear" && scaling != "none")
+    if (scaling != "linear" && scaling != "none" && scaling != "yarn")
         return make_error("'", path, "': ", p.arch, ".rope.scaling.type is '", scaling,
-                          "'; Steward implements linear RoPE scaling and per-dimension factors (rope_freqs), not YaRN "
-                          "or LongRoPE: use a file without it");
-    if (scaling == "linear") {
+                          "'; Steward implements linear and YaRN RoPE scaling and per-dimension factors (rope_freqs), "
+                          "not LongRoPE: use a file without it");
+    if (scaling == "linear" || scaling == "yarn") {
         auto factor = f.get_float(p.arch + ".rope.scaling.factor");
         if (!factor) factor = f.get_float(p.arch + ".rope.scale_linear");
         if (factor && *factor != 0.0) {
@@ -143,6 +144,32 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                 return make_error("'", path, "': ", p.arch, ".rope.scaling.factor must be positive");
             p.rope_freq_scale = (float)(1.0 / *factor);
         }
+    }
+    if (auto af = f.get_float(p.arch + ".rope.scaling.attn_factor")) {
+        if (!(*af > 0.0) || !std::isfinite(*af))
+            return make_error("'", path, "': ", p.arch, ".rope.scaling.attn_factor must be positive");
+        p.rope_attn_factor = (float)*af;
+    }
+    if (scaling == "yarn") {
+        // llama.cpp's context setup: ext_factor 1, beta_fast 32, beta_slow 1 (its yarn_* keys are
+        // written by converters but not read), the correction dims from the original context, and an
+        // attention factor that cancels the magnitude scale of get_mscale (so cos / sin carry
+        // 1 + 0.1 ln(factor), rope_mscale).
+        if (auto lm = f.get_float(p.arch + ".rope.scaling.yarn_log_multiplier"); lm && *lm != 0.0)
+            return make_error("'", path, "': ", p.arch, ".rope.scaling.yarn_log_multiplier (DeepSeek's YaRN) is not read "
+                              "by Steward; use a file without it");
+        const int64_t orig = f.get_int(p.arch + ".rope.scaling.original_context_length").value_or(p.n_ctx_train);
+        if (orig <= 0 || orig > (1 << 30))
+            return make_error("'", path, "': ", p.arch, ".rope.scaling.original_context_length must be positive");
+        p.yarn_ext_factor = 1.0f;
+        auto corr_dim = [&](float beta) {
+            return (float)p.n_rot * std::log((float)orig / (beta * 2.0f * (float)M_PI)) / (2.0f * std::log(p.rope_freq_base));
+        };
+        p.yarn_corr[0] = std::max(0.0f, std::floor(corr_dim(32.0f)));
+        p.yarn_corr[1] = std::min((float)(p.n_rot - 1), std::ceil(corr_dim(1.0f)));
+        const float factor = 1.0f / p.rope_freq_scale;
+        const float mscale = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
+        p.rope_attn_factor *= mscale * (1.0f / (1.0f + 0.1f * std::log(factor)));
     }
     if (auto v = f.get_int(p.arch + ".pooling_type"); v && *v >= 0 && *v < (1 << 16)) p.pooling_type = (int)*v;
     // Mixture of experts: <arch>.expert_count (llama.cpp reads 1 as none) and expert_used_count;
@@ -153,20 +180,46 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (!nu || *nu <= 0 || *nu > *ne)
             return make_error("'", path, "': ", p.arch, ".expert_used_count must be between 1 and expert_count (",
                               std::to_string(*ne), ")");
-        if (p.arch != "llama" && p.arch != "mistral" && p.arch != "qwen3moe")
-            return make_error("'", path, "': ", p.arch, " with experts is not a layout Steward reads (llama / Mixtral and "
-                              "qwen3moe are)");
+        if (p.arch != "llama" && p.arch != "mistral" && p.arch != "qwen3moe" && p.arch != "gpt-oss")
+            return make_error("'", path, "': ", p.arch, " with experts is not a layout Steward reads (llama / Mixtral, "
+                              "qwen3moe and gpt-oss are)");
         p.n_expert = (int)*ne;
         p.n_expert_used = (int)*nu;
-        p.n_ff_exp = p.arch == "qwen3moe" ? (int)f.get_int(p.arch + ".expert_feed_forward_length").value_or(p.n_ff / p.n_expert_used)
-                                          : p.n_ff;
+        p.n_ff_exp = p.arch == "qwen3moe" || p.arch == "gpt-oss"
+                         ? (int)f.get_int(p.arch + ".expert_feed_forward_length").value_or(p.n_ff / p.n_expert_used)
+                         : p.n_ff;
         if (p.n_ff_exp <= 0 || p.n_ff_exp > (1 << 20))
             return make_error("'", path, "': the expert FFN width ", std::to_string(p.n_ff_exp), " is not plausible");
         if (auto s = f.get_float(p.arch + ".expert_weights_scale"); s && *s != 0.0 && *s != 1.0)
             return make_error("'", path, "': ", p.arch, ".expert_weights_scale ", std::to_string(*s),
                               " is not read by Steward yet; use a file without it");
-    } else if (p.arch == "qwen3moe") {
-        return make_error("'", path, "': qwen3moe needs qwen3moe.expert_count > 1 and expert_used_count");
+    } else if (p.arch == "qwen3moe" || p.arch == "gpt-oss") {
+        return make_error("'", path, "': ", p.arch, " needs ", p.arch, ".expert_count > 1 and expert_used_count");
+    }
+    // gpt-oss as llama.cpp's openai-moe graph reads it: every other layer (from the first) a sliding
+    // window of attention.sliding_window tokens with the full layers' RoPE (YaRN included), queries
+    // scaled by 1 / sqrt(n_rot), sinks, biases, the clamped SwiGLU and softmax-after-top-k gating.
+    if (p.arch == "gpt-oss") {
+        const auto win = f.get_int(p.arch + ".attention.sliding_window");
+        if (!win || *win <= 0 || *win > (1 << 24))
+            return make_error("'", path, "': gpt-oss needs ", p.arch, ".attention.sliding_window (a positive window)");
+        p.n_swa = (int)*win;
+        int64_t period = 2;
+        if (f.find(p.arch + ".attention.sliding_window_pattern")) {
+            auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
+            if (!n || *n < 0 || *n > (1 << 16))
+                return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern must be a period (a per-layer ",
+                                  "array is not read by Steward)");
+            period = *n;
+        }
+        p.swa_layers.assign((size_t)p.n_layer, 0);
+        for (int l = 0; l < p.n_layer; l++) p.swa_layers[(size_t)l] = period == 0 || (l % period) < period - 1;
+        p.rope_freq_base_swa = (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(p.rope_freq_base);
+        p.rope_freq_scale_swa = p.rope_freq_scale;
+        if (!(p.rope_freq_base_swa > 0.0f))
+            return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
+        p.attn_scale = 1.0f / std::sqrt((float)p.n_rot);
+        p.attn_sinks = p.swiglu_oai = p.moe_softmax_after_topk = true;
     }
     // Gemma 2 / 3 as llama.cpp's loader reads them (src/models/gemma2.cpp, gemma3.cpp).
     const bool gemma2 = p.arch == "gemma2", gemma3 = p.arch == "gemma3";
@@ -215,6 +268,11 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                 return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
         }
     }
+
+    // YaRN's correction dims depend on the RoPE base: computed for the full layers' base only.
+    if (p.yarn_ext_factor != 0.0f && !p.swa_layers.empty() && p.rope_freq_base_swa != p.rope_freq_base)
+        return make_error("'", path, "': YaRN with a window RoPE base of its own (rope.freq_base_swa) is not read by "
+                          "Steward; use a file without rope.freq_base_swa");
 
     auto tok = Tokenizer::from_gguf(f);
     if (!tok) return make_error("'", path, "': tokenizer: ", tok.error().message);
@@ -345,7 +403,7 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         LayerWeights& L = w.layers.emplace_back();
         const std::string b = "blk." + std::to_string(l) + ".";
         r = get(b + "attn_norm.weight", E, 1, true, L.attn_norm);
-        const bool fused = p.arch == "phi3";
+        const bool fused = p.arch == "phi3", oss = p.arch == "gpt-oss";
         if (fused) {
             WeightView qkv;
             if (r) r = get(b + "attn_qkv.weight", E, Q + 2 * KV, true, qkv);
@@ -360,14 +418,18 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
             if (r) r = get(b + "attn_v.weight", E, KV, true, L.wv);
         }
         if (r) r = get(b + "attn_output.weight", Q, E, true, L.wo);
+        if (r) r = get(b + "attn_output.bias", E, 1, oss, L.bo);
+        if (r) r = get(b + "attn_sinks.weight", p.n_head, 1, oss, L.attn_sinks);
         if (r) r = get(b + "attn_q.bias", Q, 1, false, L.bq);
         if (r) r = get(b + "attn_k.bias", KV, 1, false, L.bk);
         if (r) r = get(b + "attn_v.bias", KV, 1, false, L.bv);
         const bool qk_norm = p.arch == "qwen3" || p.arch == "qwen3moe" || gemma3;
         if (r) r = get(b + "attn_q_norm.weight", p.head_dim, 1, qk_norm, L.q_norm);
         if (r) r = get(b + "attn_k_norm.weight", p.head_dim, 1, qk_norm, L.k_norm);
-        if (r) r = get(b + "post_attention_norm.weight", E, 1, gemma2 || gemma3, L.attn_post_norm);
-        if (r) r = get(b + "ffn_norm.weight", E, 1, true, L.ffn_norm);
+        // gpt-oss's FFN norm is named post_attention_norm (llama.cpp's attn_post_norm, applied
+        // before the FFN, not to the attention's output).
+        if (r && !oss) r = get(b + "post_attention_norm.weight", E, 1, gemma2 || gemma3, L.attn_post_norm);
+        if (r) r = get(b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, true, L.ffn_norm);
         if (fused) {
             WeightView gate_up;
             if (r) r = get(b + "ffn_up.weight", E, 2 * (int64_t)p.n_ff, true, gate_up);
@@ -381,6 +443,16 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
             if (r) r = get3(b + "ffn_gate_exps.weight", E, FE, X, L.gate_exps);
             if (r) r = get3(b + "ffn_up_exps.weight", E, FE, X, L.up_exps);
             if (r) r = get3(b + "ffn_down_exps.weight", FE, E, X, L.down_exps);
+            if (oss) {  // the router's and the experts' biases, [n_expert] and one row per expert
+                if (r) r = get(b + "ffn_gate_inp.bias", X, 1, true, L.ffn_gate_inp_b);
+                if (r) r = get(b + "ffn_gate_exps.bias", FE, X, true, L.gate_exps_b);
+                if (r) r = get(b + "ffn_up_exps.bias", FE, X, true, L.up_exps_b);
+                if (r) r = get(b + "ffn_down_exps.bias", E, X, true, L.down_exps_b);
+                for (const WeightView* v : {&L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})
+                    if (r && v->type != GgmlType::F32)
+                        return make_error("'", path, "': ", b, "ffn_*_exps.bias is ", ggml_type_name((uint32_t)v->type),
+                                          "; expert biases must be F32");
+            }
             if (r && f.find_tensor(b + "ffn_gate_shexp.weight"))
                 return make_error("'", path, "': shared experts (", b, "ffn_gate_shexp.weight) are not read by Steward "
                                   "yet; qwen2moe-style files are refused");
@@ -419,7 +491,9 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         const std::string b = "blk." + std::to_string(l) + ".";
         for (const auto& [n, v] : {std::pair{"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm}, {"attn_q.bias", &L.bq},
                                    {"attn_k.bias", &L.bk}, {"attn_v.bias", &L.bv}, {"attn_q_norm.weight", &L.q_norm}, {"attn_k_norm.weight", &L.k_norm},
-                                   {"attn_output.bias", &L.bo}, {"post_attention_norm.weight", &L.attn_post_norm}, {"post_ffw_norm.weight", &L.ffn_post_norm}, {"ffn_up.bias", &L.b_up}, {"ffn_down.bias", &L.b_down},
+                                   {"attn_output.bias", &L.bo}, {"attn_sinks.weight", &L.attn_sinks}, {"ffn_gate_inp.bias", &L.ffn_gate_inp_b},
+                                   {"ffn_gate_exps.bias", &L.gate_exps_b}, {"ffn_up_exps.bias", &L.up_exps_b}, {"ffn_down_exps.bias", &L.down_exps_b},
+                                   {"post_attention_norm.weight", &L.attn_post_norm}, {"post_ffw_norm.weight", &L.ffn_post_norm}, {"ffn_up.bias", &L.b_up}, {"ffn_down.bias", &L.b_down},
                                    {"attn_output_norm.weight", &L.attn_out_norm}, {"attn_output_norm.bias", &L.attn_out_norm_b},
                                    {"layer_output_norm.weight", &L.layer_out_norm}, {"layer_output_norm.bias", &L.layer_out_norm_b}})
             if (r) r = finite(b + n, *v);
@@ -433,8 +507,8 @@ int64_t Model::weight_bytes_per_token() const {
     int64_t b = w.tok_embd.row_bytes() + p_bytes(w.output) + p_bytes(w.output_norm) + p_bytes(w.tok_norm) +
                 p_bytes(w.tok_norm_b) + (w.pos_embd ? w.pos_embd.row_bytes() : 0) + (w.type_embd ? w.type_embd.row_bytes() : 0);
     for (const auto& L : w.layers) {
-        b += p_bytes(L.ffn_gate_inp);
-        for (const WeightView* v : {&L.gate_exps, &L.up_exps, &L.down_exps})  // the experts a token runs
+        b += p_bytes(L.ffn_gate_inp) + p_bytes(L.ffn_gate_inp_b) + p_bytes(L.attn_sinks);
+        for (const WeightView* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})  // the experts a token runs
             b += params_.n_expert > 0 ? p_bytes(*v) / params_.n_expert * params_.n_expert_used : 0;
     }
     for (const auto& L : w.layers)

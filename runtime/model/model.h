@@ -1,6 +1,7 @@
 // A llama-family model loaded from GGUF: hyper-parameters from metadata, weights as views
 // into the memory-mapped file in their stored type (never widened in memory).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -18,7 +19,7 @@ enum class RopeType {
 };
 
 struct ModelParams {
-    std::string arch;       // general.architecture: llama (Mixtral with experts), mistral, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3; bert, nomic-bert
+    std::string arch;       // general.architecture: llama (Mixtral with experts), mistral, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3; bert, nomic-bert
     int n_vocab = 0;
     int n_ctx_train = 0;    // <arch>.context_length
     int n_embd = 0;         // dim
@@ -31,22 +32,37 @@ struct ModelParams {
     float rms_eps = 1e-5f;  // the norms' epsilon: RMSNorm's, or an encoder's LayerNorm (attention.layer_norm_epsilon)
     float rope_freq_base = 10000.0f;
     // RoPE scaling as llama.cpp reads it: linear (<arch>.rope.scaling.type "linear" or absent, with
-    // <arch>.rope.scaling.factor f: every angle times 1 / f), and per-dimension factors (the
-    // `rope_freqs.weight` tensor, [n_rot / 2]: Llama 3.1's long-context scaling, angle i divided by
-    // factor i). YaRN and LongRoPE are refused at load.
+    // <arch>.rope.scaling.factor f: every angle times 1 / f), YaRN (type "yarn": see yarn_ext_factor),
+    // and per-dimension factors (the `rope_freqs.weight` tensor, [n_rot / 2]: Llama 3.1's long-context
+    // scaling, angle i divided by factor i). LongRoPE is refused at load.
     float rope_freq_scale = 1.0f;
     std::vector<float> rope_freq_factors;  // empty: none
-    // The angle per position of rotary pair i: base^(-2i / n_rot) * freq_scale / factor_i. A
-    // sliding-window layer (is_swa) of a model with its own window RoPE (Gemma 3) uses
-    // rope_freq_base_swa / rope_freq_scale_swa instead (llama.cpp's rule).
-    double rope_inv_freq(int i) const {
-        const double f = rope_freq_factors.empty() ? 1.0 : (double)rope_freq_factors[(size_t)i];
-        return std::pow((double)rope_freq_base, -2.0 * i / n_rot) * rope_freq_scale / f;
+    // YaRN (ggml's rope_yarn, with llama.cpp's defaults): pair i's angle blends the interpolated one
+    // (times freq_scale) and the extrapolated one (unscaled) by ramp_i * yarn_ext_factor, ramp_i
+    // falling from 1 to 0 between the correction dims yarn_corr[0..1] (the pairs that turn
+    // beta_fast = 32 and beta_slow = 1 times over rope.scaling.original_context_length); cos and sin
+    // are multiplied by rope_mscale(). 0: no YaRN.
+    float yarn_ext_factor = 0.0f;
+    float yarn_corr[2] = {0.0f, 0.0f};
+    float rope_attn_factor = 1.0f;  // <arch>.rope.scaling.attn_factor; llama.cpp's yarn_attn_factor folds into it
+    float rope_mscale() const {
+        return yarn_ext_factor != 0.0f ? rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / rope_freq_scale)) : rope_attn_factor;
     }
+    // The angle per position of rotary pair i: base^(-2i / n_rot) * freq_scale / factor_i (YaRN's
+    // blend where set). A sliding-window layer (is_swa) of a model with its own window RoPE (Gemma 3)
+    // uses rope_freq_base_swa / rope_freq_scale_swa instead (llama.cpp's rule).
+    double rope_inv_freq(int i) const { return rope_inv_freq_of(i, rope_freq_base, rope_freq_scale); }
     double rope_inv_freq(int i, int layer) const {
         if (!is_swa(layer)) return rope_inv_freq(i);
+        return rope_inv_freq_of(i, rope_freq_base_swa, rope_freq_scale_swa);
+    }
+    double rope_inv_freq_of(int i, float base, float scale) const {
         const double f = rope_freq_factors.empty() ? 1.0 : (double)rope_freq_factors[(size_t)i];
-        return std::pow((double)rope_freq_base_swa, -2.0 * i / n_rot) * rope_freq_scale_swa / f;
+        const double extrap = std::pow((double)base, -2.0 * i / n_rot) / f;
+        if (yarn_ext_factor == 0.0f) return extrap * scale;
+        const float y = ((float)i - yarn_corr[0]) / std::max(0.001f, yarn_corr[1] - yarn_corr[0]);
+        const double mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * yarn_ext_factor;
+        return extrap * scale * (1.0 - mix) + extrap * mix;
     }
     RopeType rope_type = RopeType::NORM;
     // <arch>.pooling_type as written (llama.cpp's values: 0 none, 1 mean, 2 cls, 3 last, 4 rank);
@@ -79,6 +95,14 @@ struct ModelParams {
     // probabilities of a router (ffn_gate_inp), the chosen probabilities renormalized to sum to 1.
     int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
     bool is_moe() const { return n_expert > 0; }
+    // gpt-oss (llama.cpp's openai-moe graph): the router's top-k by logit (with its bias), then a
+    // softmax over the k chosen logits (moe_softmax_after_topk; no renormalisation), experts with
+    // biases and a clamped SwiGLU (swiglu_oai: gate x = min(g, 7), up y = clamp(u, -7, 7),
+    // x * sigmoid(1.702 x) * (y + 1)), an output bias on the attention, and one learned sink logit
+    // per head (LayerWeights::attn_sinks) that joins every softmax's denominator and no value.
+    bool moe_softmax_after_topk = false;
+    bool swiglu_oai = false;
+    bool attn_sinks = false;
 };
 
 // A weight matrix as stored: ne0 = columns (input dim, contiguous), ne1 = rows (output dim).
@@ -112,6 +136,9 @@ struct LayerWeights {
     // 3-D tensors as n_expert x n_ff_exp rows, or n_expert x n_embd for down): expert e's matrix is
     // rows [e * per, (e + 1) * per) (expert_matrix).
     WeightView ffn_gate_inp, gate_exps, up_exps, down_exps;
+    // gpt-oss: the router's bias [n_expert], the experts' biases ([n_expert][n_ff_exp] x2,
+    // [n_expert][n_embd]; expert e's is row e), and the per-head sink logits [n_head].
+    WeightView ffn_gate_inp_b, gate_exps_b, up_exps_b, down_exps_b, attn_sinks;
     WeightView ffn_norm;                  // [n_embd]
     WeightView w_gate, w_up, w_down;      // [n_ff][n_embd] x2, [n_embd][n_ff]
     // Encoders (post-norm blocks): biases of the output projection and the FFN, and the LayerNorms

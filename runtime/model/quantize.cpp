@@ -53,6 +53,29 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t n_blocks) {
     }
 }
 
+// ggml's MXFP4 (quantize_row_mxfp4_ref): the block's exponent e = floor(log2 max|x|) - 2 + 127, so
+// the largest level (12, doubled 6) times e8m0_half(e) covers max|x|; each value takes the level
+// nearest x / e8m0_half(e), the first of equals on a tie.
+void quantize_mxfp4(const float* x, BlockMxfp4* y, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; b++, x += kQK) {
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; j++) amax = std::max(amax, std::fabs(x[j]));
+        const uint8_t e = amax > 0.0f ? (uint8_t)(std::floor(std::log2(amax)) - 2 + 127) : 0;
+        const float d = e8m0_half(e);
+        auto code = [&](float v) {
+            int best = 0;
+            float err = std::fabs((float)kValuesMxfp4[0] * d - v);
+            for (int i = 1; i < 16; i++) {
+                const float ei = std::fabs((float)kValuesMxfp4[i] * d - v);
+                if (ei < err) best = i, err = ei;
+            }
+            return best;
+        };
+        y[b].e = e;
+        for (int j = 0; j < kQK / 2; j++) y[b].qs[j] = (uint8_t)(code(x[j]) | code(x[j + kQK / 2]) << 4);
+    }
+}
+
 // Q4_K and Q5_K: 8 sub-blocks of 32, value = (d * sc) * q - dmin * m with q in [0, n_max]. The
 // covering rule, per super-block:
 //   1. each sub-block needs an offset lo_j = max(0, -min x) (ggml's offsets only go down);
@@ -205,7 +228,7 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) { quantize_q4_0(
 bool quantize_supported(GgmlType type) {
     switch (type) {
         case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q8_0:
-        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return true;
+        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::MXFP4: return true;
         default: return false;
     }
 }
@@ -213,7 +236,7 @@ bool quantize_supported(GgmlType type) {
 Expected<bool> quantize_row(GgmlType type, const float* x, int64_t n, void* out) {
     const char* name = ggml_type_name((uint32_t)type);
     if (!quantize_supported(type))
-        return make_error("cannot quantize to ", name, ": the writers are F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K");
+        return make_error("cannot quantize to ", name, ": the writers are F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4");
     const int64_t be = ggml_type_block_elems(type);
     if (n < 0 || n % be != 0)
         return make_error("cannot quantize a row of ", std::to_string(n), " values to ", name,
@@ -238,6 +261,7 @@ Expected<bool> quantize_row(GgmlType type, const float* x, int64_t n, void* out)
         case GgmlType::Q4_K: quantize_q4_k(x, static_cast<BlockQ4_K*>(out), nb); break;
         case GgmlType::Q5_K: quantize_q5_k(x, static_cast<BlockQ5_K*>(out), nb); break;
         case GgmlType::Q6_K: quantize_q6_k(x, static_cast<BlockQ6_K*>(out), nb); break;
+        case GgmlType::MXFP4: quantize_mxfp4(x, static_cast<BlockMxfp4*>(out), nb); break;
         default: break;
     }
     return true;
@@ -252,9 +276,10 @@ Expected<WeightFormat> parse_weight_format(const std::string& name) {
     if (s == "q4_k") return WeightFormat{GgmlType::Q4_K, QuantMix::NONE};
     if (s == "q5_k") return WeightFormat{GgmlType::Q5_K, QuantMix::NONE};
     if (s == "q6_k") return WeightFormat{GgmlType::Q6_K, QuantMix::NONE};
+    if (s == "mxfp4" || s == "mxfp4_moe") return WeightFormat{GgmlType::MXFP4, QuantMix::MXFP4_MOE};
     if (auto t = parse_ggml_type(s)) return WeightFormat{*t, QuantMix::NONE};
     return make_error("unknown weight type '", name,
-                      "'; use f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or the mixes q4_k_m, q5_k_m");
+                      "'; use f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or the mixes q4_k_m, q5_k_m, mxfp4_moe");
 }
 
 bool use_more_bits(int i_layer, int n_layer) {
@@ -263,6 +288,8 @@ bool use_more_bits(int i_layer, int n_layer) {
 
 GgmlType format_tensor_type(const WeightFormat& f, const std::string& name, int n_layer, bool tied_output) {
     if (f.mix == QuantMix::NONE) return f.type;
+    // llama-quantize's MXFP4_MOE: the experts' 3-D tensors MXFP4, every other matrix Q8_0.
+    if (f.mix == QuantMix::MXFP4_MOE) return name.find("_exps.weight") != std::string::npos ? GgmlType::MXFP4 : GgmlType::Q8_0;
     if (name == "output.weight" || (tied_output && name == "token_embd.weight")) return GgmlType::Q6_K;
     int layer = -1;
     if (name.rfind("blk.", 0) == 0) layer = std::atoi(name.c_str() + 4);
@@ -275,6 +302,7 @@ GgmlType format_tensor_type(const WeightFormat& f, const std::string& name, int 
 uint32_t format_file_type(const WeightFormat& f) {
     if (f.mix == QuantMix::Q4_K_M) return 15;
     if (f.mix == QuantMix::Q5_K_M) return 17;
+    if (f.mix == QuantMix::MXFP4_MOE) return 38;
     switch (f.type) {
         case GgmlType::F32: return 0;
         case GgmlType::F16: return 1;

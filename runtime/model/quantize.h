@@ -10,7 +10,7 @@
 
 namespace steward {
 
-// True for the types quantize_row writes: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+// True for the types quantize_row writes: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4.
 bool quantize_supported(GgmlType type);
 
 // Encodes n floats into ggml_row_bytes(type, n) bytes at out. Q4_0 and Q8_0 use ggml's own rule
@@ -30,14 +30,16 @@ struct BlockQ4_0;
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
 
 // How llama-quantize assigns types per tensor. NONE: every matrix the one type.
-enum class QuantMix { NONE, Q4_K_M, Q5_K_M };
+// MXFP4_MOE: the experts' matrices MXFP4, every other matrix Q8_0 (llama-quantize's MXFP4_MOE).
+enum class QuantMix { NONE, Q4_K_M, Q5_K_M, MXFP4_MOE };
 
 struct WeightFormat {
     GgmlType type = GgmlType::F32;  // the matrices' type; for a mix its base (Q4_K, Q5_K)
     QuantMix mix = QuantMix::NONE;
 };
 
-// The CLI's --dtype names (any case): f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m.
+// The CLI's --dtype names (any case): f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m,
+// mxfp4_moe (or mxfp4).
 Expected<WeightFormat> parse_weight_format(const std::string& name);
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third in between.

@@ -9,6 +9,7 @@ namespace steward {
 
 const int8_t kValuesIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                  1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t kValuesMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 namespace {
 
@@ -80,6 +81,16 @@ void dequantize_iq4_nl(const BlockIq4Nl* b, int64_t n_blocks, float* y) {
         for (int j = 0; j < kQK / 2; j++) {
             y[j] = d * kValuesIq4nl[b[i].qs[j] & 0x0f];
             y[j + kQK / 2] = d * kValuesIq4nl[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+void dequantize_mxfp4(const BlockMxfp4* b, int64_t n_blocks, float* y) {
+    for (int64_t i = 0; i < n_blocks; i++, y += kQK) {
+        const float d = e8m0_half(b[i].e);
+        for (int j = 0; j < kQK / 2; j++) {
+            y[j] = d * kValuesMxfp4[b[i].qs[j] & 0x0f];
+            y[j + kQK / 2] = d * kValuesMxfp4[b[i].qs[j] >> 4];
         }
     }
 }
@@ -232,7 +243,7 @@ void dequantize_iq4_xs(const BlockIq4Xs* b, int64_t n_blocks, float* y) {
 int quant_block_elems(GgmlType type) {
     switch ((uint32_t)type) {
         case 0: case 1: case 30: return 1;              // F32, F16, BF16
-        case 2: case 3: case 6: case 7: case 8: case 20: return kQK;
+        case 2: case 3: case 6: case 7: case 8: case 20: case 39: return kQK;
         case 10: case 11: case 12: case 13: case 14: case 23: return kQKK;
         default: return 0;
     }
@@ -254,6 +265,7 @@ size_t quant_block_bytes(GgmlType type) {
         case 14: return sizeof(BlockQ6_K);
         case 20: return sizeof(BlockIq4Nl);
         case 23: return sizeof(BlockIq4Xs);
+        case 39: return sizeof(BlockMxfp4);
         default: return 0;
     }
 }
@@ -266,7 +278,7 @@ Expected<bool> dequantize_row(GgmlType type, const void* blocks, int64_t n_elems
         return make_error("cannot dequantize type ", ggml_type_name((uint32_t)type), " (id ",
                           std::to_string((uint32_t)type),
                           "): supported are F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
-                          "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
+                          "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4");
     if (n_elems < 0 || n_elems % be != 0)
         return make_error("cannot dequantize ", std::to_string(n_elems), " elements of type ",
                           ggml_type_name((uint32_t)type), ": not a multiple of its block width ",
@@ -296,6 +308,7 @@ Expected<bool> dequantize_row(GgmlType type, const void* blocks, int64_t n_elems
         case 14: dequantize_q6_k(static_cast<const BlockQ6_K*>(blocks), nb, out); break;
         case 20: dequantize_iq4_nl(static_cast<const BlockIq4Nl*>(blocks), nb, out); break;
         case 23: dequantize_iq4_xs(static_cast<const BlockIq4Xs*>(blocks), nb, out); break;
+        case 39: dequantize_mxfp4(static_cast<const BlockMxfp4*>(blocks), nb, out); break;
     }
     return true;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include <steward/expected.h>
 
@@ -24,6 +25,7 @@ constexpr GgmlType Q5_K = GgmlType(13);
 constexpr GgmlType Q6_K = GgmlType(14);
 constexpr GgmlType IQ4_NL = GgmlType(20);
 constexpr GgmlType IQ4_XS = GgmlType(23);
+constexpr GgmlType MXFP4 = GgmlType(39);
 }  // namespace ggml_id
 
 constexpr int kQK = 32;    // elements in a legacy block (Q4_0 ... Q8_0, IQ4_NL)
@@ -31,6 +33,17 @@ constexpr int kQKK = 256;  // elements in a k-quant super-block (Q2_K ... Q6_K, 
 
 // The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl), indexed by a 4-bit code.
 extern const int8_t kValuesIq4nl[16];
+// MXFP4's 16 levels, twice the E2M1 values (ggml's kvalues_mxfp4): codes 0-7 are +0, 0.5, 1, 1.5,
+// 2, 3, 4, 6 doubled, codes 8-15 the same negated.
+extern const int8_t kValuesMxfp4[16];
+// An E8M0 scale (2^(e - 127)) halved, as ggml's ggml_e8m0_to_fp32_half: the factor of a doubled
+// MXFP4 level. e 0 and 1 are the subnormals 2^-128 and 2^-127.
+inline float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
 
 // Block layouts, field for field as ggml's ggml-common.h defines them. Scales `d` / `dmin` are
 // IEEE fp16 bit patterns (f16_to_f32). All structs are byte-packed by construction (uint8/uint16).
@@ -101,6 +114,12 @@ struct BlockIq4Xs {
     uint8_t scales_l[4];   // nibble i (low nibble of byte i/2 first): the low 4 bits
     uint8_t qs[kQKK / 2];  // per sub-block 16 bytes, nibbles as in Q4_0
 };
+// MXFP4 (OCP microscaling, gpt-oss's expert weights): value = e8m0_half(e) * kValuesMxfp4[q].
+struct BlockMxfp4 {
+    uint8_t e;            // the block's E8M0 exponent
+    uint8_t qs[kQK / 2];  // nibbles as in Q4_0
+};
+static_assert(sizeof(BlockMxfp4) == 17);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockIq4Nl) == 18);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&

@@ -155,11 +155,14 @@ void synth_wpm_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<
 Expected<bool> synth_validate(const SynthSpec& s) {
     auto bad = [](const std::string& m) { return make_error("invalid synthetic model shape: ", m); };
     if (s.arch != "llama" && s.arch != "qwen2" && s.arch != "qwen3" && s.arch != "mistral" && s.arch != "phi3" &&
-        s.arch != "gemma2" && s.arch != "gemma3" && s.arch != "qwen3moe" && s.arch != "mixtral" && s.arch != "bert" &&
-        s.arch != "nomic-bert")
-        return bad("arch must be llama, mistral, qwen2, qwen3, qwen3moe, mixtral, phi3, gemma2, gemma3, bert or "
+        s.arch != "gemma2" && s.arch != "gemma3" && s.arch != "qwen3moe" && s.arch != "mixtral" && s.arch != "gpt-oss" &&
+        s.arch != "bert" && s.arch != "nomic-bert")
+        return bad("arch must be llama, mistral, qwen2, qwen3, qwen3moe, mixtral, gpt-oss, phi3, gemma2, gemma3, bert or "
                    "nomic-bert, got '" + s.arch + "'");
-    if ((s.arch == "qwen3moe" || s.arch == "mixtral") &&
+    if (!std::isfinite(s.yarn_factor) || (s.yarn_factor > 0.0f && s.rope_scaling_factor > 0.0f) || s.yarn_orig_ctx <= 0)
+        return bad("YaRN: a finite factor (negative: the family's default, 0: none), not with --rope-scale, and a "
+                   "positive original context");
+    if ((s.arch == "qwen3moe" || s.arch == "mixtral" || s.arch == "gpt-oss") &&
         (s.n_expert < 2 || s.n_expert > 512 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 0))
         return bad("experts: at least 2 (at most 512), 1 to all of them used per token, expert width 0 (ffn) or positive");
     if (s.sliding_window < -1 || (s.sliding_window == -1 && s.arch != "gemma3"))
@@ -192,11 +195,14 @@ Expected<bool> synth_validate(const SynthSpec& s) {
     if (!quantize_supported(s.dtype))
         return bad(std::string("synth cannot write weight type ") + ggml_type_name((uint32_t)s.dtype) +
                    "; use f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m");
-    if (s.mix != QuantMix::NONE && s.dtype != (s.mix == QuantMix::Q4_K_M ? GgmlType::Q4_K : GgmlType::Q5_K))
-        return bad("the mix's base type must be Q4_K for q4_k_m and Q5_K for q5_k_m");
+    const GgmlType mix_base = s.mix == QuantMix::Q4_K_M ? GgmlType::Q4_K : s.mix == QuantMix::Q5_K_M ? GgmlType::Q5_K : GgmlType::MXFP4;
+    if (s.mix != QuantMix::NONE && s.dtype != mix_base)
+        return bad("the mix's base type must be Q4_K for q4_k_m, Q5_K for q5_k_m and MXFP4 for mxfp4_moe");
+    if (s.mix == QuantMix::NONE && s.dtype == GgmlType::MXFP4)
+        return bad("MXFP4 is written as llama-quantize's mxfp4_moe mix (experts MXFP4, other matrices Q8_0)");
     // Every matrix row (dim, ffn for ffn_down, heads x head size for attn_output) must hold whole
-    // blocks; a mix also writes Q6_K, so it needs 256 too.
-    const int64_t width = s.mix != QuantMix::NONE ? 256 : ggml_type_block_elems(s.dtype);
+    // blocks; a k-quant mix also writes Q6_K, so it needs 256 too.
+    const int64_t width = s.mix == QuantMix::Q4_K_M || s.mix == QuantMix::Q5_K_M ? 256 : ggml_type_block_elems(s.dtype);
     const int64_t q_dim = (int64_t)synth_head_dim(s) * s.n_head;
     if (s.n_embd % width || s.n_ff % width || q_dim % width || (s.n_ff_exp > 0 && s.n_ff_exp % width))
         return bad(std::string(ggml_type_name((uint32_t)s.dtype)) + (s.mix != QuantMix::NONE ? " mix" : "") +
@@ -289,7 +295,8 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     auto ok = synth_validate(s);
     if (!ok) return ok.error();
     GgufWriter w;
-    const bool moe = s.arch == "qwen3moe" || s.arch == "mixtral";
+    const bool moe = s.arch == "qwen3moe" || s.arch == "mixtral" || s.arch == "gpt-oss";
+    const bool oss = s.arch == "gpt-oss";
     const std::string a = s.arch == "mixtral" ? "llama" : s.arch;  // llama.cpp writes Mixtral as llama
     const int FE = s.n_ff_exp > 0 ? s.n_ff_exp : s.n_ff;
     const int head_dim = synth_head_dim(s);
@@ -317,7 +324,14 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     }
     // Gemma 3's full layers rotate with base 1e6 and its window layers with the spec's base (10000),
     // as the released models do.
-    if (!absolute) w.set_f32(a + ".rope.freq_base", a == "gemma3" ? 1e6f : s.rope_freq_base);
+    // gpt-oss rotates with base 150000, as the released models.
+    if (!absolute) w.set_f32(a + ".rope.freq_base", a == "gemma3" ? 1e6f : oss ? 150000.0f : s.rope_freq_base);
+    const float yarn = s.yarn_factor >= 0.0f ? s.yarn_factor : (oss ? 32.0f : 0.0f);
+    if (yarn > 0.0f && !absolute) {
+        w.set_string(a + ".rope.scaling.type", "yarn");
+        w.set_f32(a + ".rope.scaling.factor", yarn);
+        w.set_u32(a + ".rope.scaling.original_context_length", (uint32_t)s.yarn_orig_ctx);
+    }
     if (s.rope_scaling_factor > 0.0f && !absolute) {
         w.set_string(a + ".rope.scaling.type", "linear");
         w.set_f32(a + ".rope.scaling.factor", s.rope_scaling_factor);
@@ -328,8 +342,9 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     if (moe) {
         w.set_u32(a + ".expert_count", (uint32_t)s.n_expert);
         w.set_u32(a + ".expert_used_count", (uint32_t)s.n_expert_used);
-        if (a == "qwen3moe") w.set_u32(a + ".expert_feed_forward_length", (uint32_t)FE);
+        if (a == "qwen3moe" || oss) w.set_u32(a + ".expert_feed_forward_length", (uint32_t)FE);
     }
+    if (oss) w.set_u32(a + ".attention.sliding_window", (uint32_t)(s.sliding_window > 0 ? s.sliding_window : 128));
     const bool gemma = a == "gemma2" || a == "gemma3";
     // Gemma 2's head is always the embedding (tied).
     const bool tied = s.tied_output || a == "gemma2";
@@ -429,7 +444,7 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
             mat(b + "attn_k.weight", E, KV, in_scale);
             mat(b + "attn_v.weight", E, KV, in_scale);
         }
-        if (a == "qwen2") {
+        if (a == "qwen2" || oss) {
             vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
             vec(b + "attn_k.bias", KV, 0.1f, 0.0f);
             vec(b + "attn_v.bias", KV, 0.1f, 0.0f);
@@ -442,16 +457,31 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
         }
         mat(b + "attn_output.weight", Q, E, late * branch / std::sqrt((float)Q));
         if (gemma) vec(b + "post_attention_norm.weight", E, 0.1f * gemma_gain, late * gemma_gain);
-        vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
+        if (oss) {
+            vec(b + "attn_output.bias", E, 0.1f * branch, 0.0f);
+            // Sink logits around e^1.5 ~ 4.5 times one key's weight: a tenth or more of a short
+            // context's attention goes to the sink, so leaving it out moves the logits.
+            vec(b + "attn_sinks.weight", s.n_head, 1.0f, 1.5f);
+        }
+        // gpt-oss's FFN norm is written as post_attention_norm (llama.cpp's converter).
+        vec(b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 0.1f, 1.0f);
         if (a == "phi3") {  // the gate's rows, then up's
             fused(b + "ffn_up.weight", E, {{b + "ffn_gate.weight", F}, {b + "ffn_up.weight", F}}, in_scale);
         } else if (moe) {
             // The router's logits ~N(0, 1) over the experts: some tokens pick clearly, some nearly tie.
             // The router stays F32 in every file type, as llama-quantize leaves ffn_gate_inp.
             table(b + "ffn_gate_inp.weight", E, s.n_expert, in_scale);
-            mat3(b + "ffn_gate_exps.weight", E, FE, s.n_expert, in_scale);
-            mat3(b + "ffn_up_exps.weight", E, FE, s.n_expert, in_scale);
-            mat3(b + "ffn_down_exps.weight", FE, E, s.n_expert, late * 2.0f * branch / std::sqrt((float)FE));
+            // gpt-oss: gate and up of stddev ~4, so that its clamp at 7 bites on some values.
+            const float gu = oss ? 4.0f * in_scale : in_scale;
+            mat3(b + "ffn_gate_exps.weight", E, FE, s.n_expert, gu);
+            mat3(b + "ffn_up_exps.weight", E, FE, s.n_expert, gu);
+            mat3(b + "ffn_down_exps.weight", FE, E, s.n_expert, late * 2.0f * branch / std::sqrt((float)FE) / (oss ? 8.0f : 1.0f));
+            if (oss) {  // biases: the router's [n_expert], the experts' one row each
+                vec(b + "ffn_gate_inp.bias", s.n_expert, 0.5f, 0.0f);
+                table(b + "ffn_gate_exps.bias", FE, s.n_expert, 0.5f);
+                table(b + "ffn_up_exps.bias", FE, s.n_expert, 0.5f);
+                table(b + "ffn_down_exps.bias", E, s.n_expert, 0.1f * branch);
+            }
         } else {
             mat(b + "ffn_gate.weight", E, F, in_scale);
             mat(b + "ffn_up.weight", E, F, in_scale);

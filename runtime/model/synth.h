@@ -39,12 +39,19 @@ struct SynthSpec {
     // Gemma 2 / 3: the sliding window written as attention.sliding_window (0: the family's default,
     // 4096 for gemma2 and 512 for gemma3, as Gemma 3 1B; -1: none, for gemma3 only), and the
     // soft-caps (negative: the family's default, 50 and 30 for gemma2, none for gemma3; 0: none).
-    // Mixture of experts: arch "qwen3moe", or "mixtral" (written as llama with experts, as llama.cpp's
-    // converter writes Mixtral). n_expert experts of width n_ff_exp (0: n_ff), n_expert_used per token.
+    // Mixture of experts: arch "qwen3moe", "gpt-oss", or "mixtral" (written as llama with experts, as
+    // llama.cpp's converter writes Mixtral). n_expert experts of width n_ff_exp (0: n_ff), n_expert_used
+    // per token. gpt-oss also gets its sinks, biases, alternating windows (sliding_window, 0: 128) and
+    // YaRN; its file type mxfp4_moe writes the experts in MXFP4 and the other matrices in Q8_0.
     int n_expert = 8;
     int n_expert_used = 2;
     int n_ff_exp = 0;
     int sliding_window = 0;
+    // YaRN RoPE scaling (rope.scaling.type "yarn", .factor, .original_context_length): negative: the
+    // family's default (gpt-oss: factor 32 over 4096, as the released models; none for the others);
+    // 0: none.
+    float yarn_factor = -1.0f;
+    int yarn_orig_ctx = 4096;
     float attn_softcap = -1.0f;
     float final_softcap = -1.0f;
     // A test fixture for speculative decoding: layers >= late_from get their residual branches

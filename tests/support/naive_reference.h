@@ -45,6 +45,18 @@ inline double ref_decode_elem(GgmlType type, const uint8_t* row, int64_t e) {
             const int8_t q = (int8_t)block[2 + e % 32];
             return (double)f16_to_f32(d) * q;
         }
+        case GgmlType::MXFP4: {
+            // OCP MX: a block is one E8M0 exponent byte (2^(e - 127)) then 16 bytes of E2M1 codes,
+            // element j < 16 in the low nibble of byte j, j + 16 in the high one. E2M1: sign bit 3,
+            // exponent bits 1-2 (bias 1), mantissa bit 0; exponent 0 is subnormal (0 or 0.5).
+            const uint8_t* block = row + (e / 32) * 17;
+            const int j = (int)(e % 32);
+            const int code = j < 16 ? block[1 + j] & 0x0f : block[1 + j - 16] >> 4;
+            const int ex = (code >> 1) & 3, man = code & 1;
+            const double mag = ex == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, ex - 1);
+            return (code & 8 ? -mag : mag) * std::ldexp(1.0, (int)block[0] - 127);
+        }
+        default: break;
     }
     throw std::runtime_error("naive reference: unknown weight type");
 }
@@ -73,6 +85,12 @@ struct NaiveFeatures {
     bool geglu = true;           // GELU of the gate (off: SiLU)
     bool moe_renorm = true;      // the chosen experts' probabilities renormalized to sum to 1 (off: as they are)
     bool moe_softmax = true;     // experts weighted by softmax probabilities (off: by raw router logits)
+    // gpt-oss's: the sinks in the attention's softmax, the clamped SwiGLU (off: plain SwiGLU), and
+    // the softmax over the top-k logits (off: the top-k probabilities of a softmax over all experts, as
+    // they are; the softmax over the top k equals that softmax renormalized over them).
+    bool sinks = true;
+    bool swiglu_oai = true;
+    bool softmax_after_topk = true;
 };
 
 class NaiveReference {
@@ -106,6 +124,12 @@ public:
             l.up_exps = ref_decode(lw.up_exps);
             l.down_exps = ref_decode(lw.down_exps);
             l.ffn_post_norm = ref_decode(lw.ffn_post_norm);
+            l.bo = ref_decode(lw.bo);
+            l.sinks = ref_decode(lw.attn_sinks);
+            l.gate_inp_b = ref_decode(lw.ffn_gate_inp_b);
+            l.gate_exps_b = ref_decode(lw.gate_exps_b);
+            l.up_exps_b = ref_decode(lw.up_exps_b);
+            l.down_exps_b = ref_decode(lw.down_exps_b);
             layers_.push_back(std::move(l));
         }
         k_.resize(layers_.size());
@@ -150,6 +174,7 @@ private:
         std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, ffn_norm, w_gate, w_up, w_down;
         std::vector<double> attn_post_norm, ffn_post_norm;
         std::vector<double> ffn_gate_inp, gate_exps, up_exps, down_exps;  // experts stacked [n_expert][rows][cols]
+        std::vector<double> bo, sinks, gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;  // gpt-oss
     };
 
     // y[r] = sum_c W[r][c] x[c] (+ b[r]); W is [n_rows][x.size()].
@@ -178,6 +203,9 @@ private:
     // RoPE over the first n_rot dims of each head: theta_i = pos * base^(-2i / n_rot), times the
     // linear scale, divided by pair i's factor where the file has them (llama.cpp's ggml_rope_ext).
     // A sliding-window layer of a model with its own window RoPE (Gemma 3) uses base_swa / scale_swa.
+    // YaRN (the paper's "NTK-by-parts" with its temperature): pair i below the correction range keeps
+    // the unscaled angle, above it the scaled one, linearly between; cos and sin times
+    // attn_factor * (1 + 0.1 ln(1 / scale)).
     void rope(std::vector<double>& x, int n_heads, int pos, bool swa = false) const {
         const int hd = p_.head_dim;
         const int n_rot = p_.n_rot;
@@ -188,7 +216,15 @@ private:
             for (int i = 0; i < n_rot / 2; i++) {
                 double theta = pos * std::pow(base, -2.0 * i / n_rot) * fscale;
                 if (!p_.rope_freq_factors.empty()) theta /= (double)p_.rope_freq_factors[(size_t)i];
-                const double c = std::cos(theta), s = std::sin(theta);
+                double m = p_.rope_attn_factor;
+                if (p_.yarn_ext_factor != 0.0f) {
+                    const double lo = p_.yarn_corr[0], hi = p_.yarn_corr[1];
+                    const double ramp = 1.0 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+                    const double mix = ramp * p_.yarn_ext_factor;
+                    theta = theta * (1.0 - mix) + theta / fscale * mix;
+                    m *= 1.0 + 0.1 * std::log(1.0 / fscale);
+                }
+                const double c = std::cos(theta) * m, s = std::sin(theta) * m;
                 const int a = p_.rope_type == RopeType::NORM ? 2 * i : i;
                 const int b = p_.rope_type == RopeType::NORM ? 2 * i + 1 : i + n_rot / 2;
                 const double x0 = v[a], x1 = v[b];
@@ -259,7 +295,10 @@ private:
                     if (cap > 0) score[j] = cap * std::tanh(score[j] / cap);
                     mx = std::max(mx, score[j]);
                 }
-                double sum = 0.0;
+                // gpt-oss: the head's sink logit joins the normaliser and weighs no value.
+                const bool sink = !L.sinks.empty() && f_.sinks;
+                if (sink) mx = std::max(mx, L.sinks[(size_t)hq]);
+                double sum = sink ? std::exp(L.sinks[(size_t)hq] - mx) : 0.0;
                 for (size_t j = 0; j < n_seen; j++) {
                     score[j] = j < first ? 0.0 : std::exp(score[j] - mx);
                     sum += score[j];
@@ -269,16 +308,17 @@ private:
                     for (int d = 0; d < hd; d++) att[(size_t)hq * hd + d] += score[j] / sum * vj[d];
                 }
             }
-            std::vector<double> o = matvec(L.wo, att);
+            std::vector<double> o = matvec(L.wo, att, L.bo);
             if (!L.attn_post_norm.empty() && f_.post_norms) o = rmsnorm(o, L.attn_post_norm);
             for (int i = 0; i < n_embd; i++) x[i] += o[i];
 
             h = rmsnorm(x, L.ffn_norm);
             if (p_.n_expert > 0) {  // mixture of experts: softmax over the router, top-k, renormalized
                 const int X = p_.n_expert, K = p_.n_expert_used, F = p_.n_ff_exp;
-                const std::vector<double> logit = matvec(L.ffn_gate_inp, h);
+                const std::vector<double> logit = matvec(L.ffn_gate_inp, h, L.gate_inp_b);
                 std::vector<double> prob(logit);
-                if (f_.moe_softmax) {
+                const bool after_topk = p_.moe_softmax_after_topk && f_.softmax_after_topk;
+                if (f_.moe_softmax && !after_topk) {
                     const double mx = *std::max_element(logit.begin(), logit.end());
                     double sum = 0;
                     for (double& z : prob) sum += (z = std::exp(z - mx));
@@ -294,17 +334,31 @@ private:
                     chosen.push_back(best);
                 }
                 double wsum = 0;
-                for (int e : chosen) wsum += prob[(size_t)e];
+                if (after_topk) {  // a softmax over the chosen logits
+                    const double top = prob[(size_t)chosen[0]];
+                    for (int e : chosen) wsum += (prob[(size_t)e] = std::exp(prob[(size_t)e] - top));
+                }
+                for (int e : chosen) wsum += after_topk ? 0.0 : prob[(size_t)e];
                 std::vector<double> out((size_t)n_embd, 0.0);
                 for (int e : chosen) {
                     auto slice = [&](const std::vector<double>& w, size_t rows, size_t cols) {
                         return std::vector<double>(w.begin() + (size_t)e * rows * cols, w.begin() + (size_t)(e + 1) * rows * cols);
                     };
-                    std::vector<double> g = matvec(slice(L.gate_exps, F, n_embd), h);
-                    const std::vector<double> u = matvec(slice(L.up_exps, F, n_embd), h);
-                    for (size_t i = 0; i < g.size(); i++) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-                    const std::vector<double> d = matvec(slice(L.down_exps, n_embd, F), g);
-                    const double w = f_.moe_renorm ? prob[(size_t)e] / wsum : prob[(size_t)e];
+                    auto brow = [&](const std::vector<double>& b, size_t n) {
+                        return b.empty() ? b : std::vector<double>(b.begin() + (size_t)e * n, b.begin() + (size_t)(e + 1) * n);
+                    };
+                    std::vector<double> g = matvec(slice(L.gate_exps, F, n_embd), h, brow(L.gate_exps_b, F));
+                    const std::vector<double> u = matvec(slice(L.up_exps, F, n_embd), h, brow(L.up_exps_b, F));
+                    for (size_t i = 0; i < g.size(); i++) {
+                        if (p_.swiglu_oai && f_.swiglu_oai) {  // gpt-oss: gate capped at 7, up clamped to [-7, 7]
+                            const double xg = std::min(g[i], 7.0), yu = std::clamp(u[i], -7.0, 7.0);
+                            g[i] = xg / (1.0 + std::exp(-1.702 * xg)) * (yu + 1.0);
+                        } else {
+                            g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+                        }
+                    }
+                    const std::vector<double> d = matvec(slice(L.down_exps, n_embd, F), g, brow(L.down_exps_b, n_embd));
+                    const double w = after_topk || (f_.moe_renorm && !p_.moe_softmax_after_topk) ? prob[(size_t)e] / wsum : prob[(size_t)e];
                     for (int i = 0; i < n_embd; i++) out[(size_t)i] += w * d[(size_t)i];
                 }
                 for (int i = 0; i < n_embd; i++) x[i] += out[(size_t)i];

@@ -9,7 +9,8 @@ Per variant it writes the file the test writes in memory:
       --ctx 512 --seed 31 [variant flags]
 with the variants none (no scaling), freqs8 (--rope-freqs-ramp 8: a rope_freqs.weight tensor as
 Llama 3.1 files carry), linear4 (--rope-scale 4: rope.scaling.type linear, factor 4) and both
-(--rope-freqs-ramp 8 --rope-scale 2), and runs ../shared/peers/llama-bench.sh with
+(--rope-freqs-ramp 8 --rope-scale 2) and yarn4 (--yarn 4 --yarn-orig-ctx 64: rope.scaling.type yarn,
+factor 4, original context 64), and runs ../shared/peers/llama-bench.sh with
 PEER_TOOL=llama-server on it:
   -m FILE --port 8093 -c 512 -t 2 -fa off -ctk f32 -ctv f32 --no-warmup -np 1
 asking POST /tokenize for the prompt (BOS added) and POST /completion for 32 tokens at temperature 0.
@@ -23,7 +24,7 @@ from llama_server import llama_server  # noqa: E402
 steward = sys.argv[1]
 text = "the quick brown fox jumps over the lazy dog"
 variants = {"none": [], "freqs8": ["--rope-freqs-ramp", "8"], "linear4": ["--rope-scale", "4"],
-            "both": ["--rope-freqs-ramp", "8", "--rope-scale", "2"]}
+            "both": ["--rope-freqs-ramp", "8", "--rope-scale", "2"], "yarn4": ["--yarn", "4", "--yarn-orig-ctx", "64"]}
 
 
 with tempfile.TemporaryDirectory() as tmp:

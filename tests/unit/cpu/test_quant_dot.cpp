@@ -20,7 +20,8 @@ namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
                            GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::Q4_K,
-                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                           GgmlType::MXFP4};
 
 // Bytes of the fp16 scale fields in each block (d, and the min scale m / dmin where the type has one).
 std::vector<size_t> scale_offsets(GgmlType t) {
@@ -56,6 +57,11 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t n_rows, int64_t n_cols, 
             const uint16_t h = f32_to_f16(neg(rng) ? -mag(rng) : mag(rng));
             std::memcpy(w.data() + (size_t)i * bb + off, &h, 2);
         }
+    // MXFP4's scale is one E8M0 byte: 2^-13 .. 2^-4 halved, the dot's magnitude of the others.
+    if (t == GgmlType::MXFP4) {
+        std::uniform_int_distribution<int> e(114, 123);
+        for (int64_t i = 0; i < n_blocks; i++) w[(size_t)i * bb + offsetof(BlockMxfp4, e)] = (uint8_t)e(rng);
+    }
     return w;
 }
 

@@ -42,6 +42,10 @@ SynthSpec scaled_spec(const std::string& variant) {
     if (variant == "freqs8" || variant == "both") s.rope_freqs_ramp = 8.0f;
     if (variant == "linear4") s.rope_scaling_factor = 4.0f;
     if (variant == "both") s.rope_scaling_factor = 2.0f;
+    if (variant == "yarn4") {  // correction dims 0 and 5 of 16 pairs: all three regimes of the ramp
+        s.yarn_factor = 4.0f;
+        s.yarn_orig_ctx = 64;
+    }
     return s;
 }
 
@@ -60,6 +64,20 @@ TEST_CASE("RoPE scaling is read as llama.cpp reads it: the linear factor and the
     CHECK(both->params().rope_freq_factors.back() == 8.0f);
     // Pair i turns at base^(-2i / n_rot) * scale / factor_i per position.
     CHECK(both->params().rope_inv_freq(15) == Approx(std::pow(10000.0, -30.0 / 32) * 0.5 / 8.0));
+    // YaRN (factor 4 over 64 tokens, n_rot 32, base 10000): the correction dims are
+    // floor(32 ln(64 / (32 * 2 pi)) / (2 ln 10000)) < 0 -> 0 and ceil(32 ln(64 / (2 pi)) / (2 ln 10000))
+    // = ceil(4.03) = 5, worked out here by hand; pair 0 keeps its angle, pairs >= 5 are divided by 4,
+    // pair 2 is 3/5 of the way; cos and sin carry 1 + 0.1 ln 4.
+    auto yarn = make_model(scaled_spec("yarn4"));
+    const ModelParams& y = yarn->params();
+    CHECK(y.yarn_ext_factor == 1.0f);
+    CHECK(y.yarn_corr[0] == 0.0f);
+    CHECK(y.yarn_corr[1] == 5.0f);
+    CHECK(y.rope_inv_freq(0) == Approx(1.0));
+    CHECK(y.rope_inv_freq(7) == Approx(std::pow(10000.0, -14.0 / 32) / 4.0));
+    const double th2 = std::pow(10000.0, -4.0 / 32);
+    CHECK(y.rope_inv_freq(2) == Approx(th2 * 0.6 + th2 / 4.0 * 0.4));
+    CHECK(y.rope_mscale() == Approx(1.0 + 0.1 * std::log(4.0)));
 }
 
 TEST_CASE("cpu forward matches the naive reference at every position with linear and per-pair RoPE scaling",
@@ -69,7 +87,7 @@ TEST_CASE("cpu forward matches the naive reference at every position with linear
     std::vector<int32_t> tokens(40);
     for (auto& t : tokens) t = dist(rng);
     std::vector<std::vector<float>> all;
-    for (const std::string variant : {"none", "freqs8", "linear4", "both"}) {
+    for (const std::string variant : {"none", "freqs8", "linear4", "both", "yarn4"}) {
         INFO(variant);
         auto model = make_model(scaled_spec(variant));
         NaiveReference ref(*model);
@@ -110,18 +128,27 @@ TEST_CASE("llama files with RoPE scaling decode greedily as llama.cpp does on th
         INFO("variant " << row.name);
         steward_test::check_greedy_up_to_near_tie(*make_model(scaled_spec(row.name)), row, 0.15f, 8);
     }
-    CHECK(rows.size() == 4);
+    CHECK(rows.size() == 5);
 }
 
-TEST_CASE("YaRN and LongRoPE scaling and malformed RoPE factors are refused naming the problem", "[forward][rope]") {
+TEST_CASE("LongRoPE scaling, DeepSeek's YaRN and malformed RoPE factors are refused naming the problem", "[forward][rope]") {
     auto base = synth_model(scaled_spec("none"));
     REQUIRE(base.ok());
     {
         GgufWriter w = *base;
-        w.set_string("llama.rope.scaling.type", "yarn");
+        w.set_string("llama.rope.scaling.type", "longrope");
         auto m = load(w);
         REQUIRE(!m.ok());
-        CHECK_THAT(m.error().message, Catch::Contains("rope.scaling.type is 'yarn'"));
+        CHECK_THAT(m.error().message, Catch::Contains("rope.scaling.type is 'longrope'"));
+    }
+    {
+        GgufWriter w = *base;
+        w.set_string("llama.rope.scaling.type", "yarn");
+        w.set_f32("llama.rope.scaling.factor", 4.0f);
+        w.set_f32("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+        auto m = load(w);
+        REQUIRE(!m.ok());
+        CHECK_THAT(m.error().message, Catch::Contains("yarn_log_multiplier"));
     }
     {
         GgufWriter w = *base;

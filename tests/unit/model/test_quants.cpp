@@ -97,6 +97,25 @@ TEST_CASE("a hand-made block of each legacy 32-wide type dequantizes to the hand
         CHECK(y[16] == -63.5f);  // -127 / 2
         CHECK(y[1] == -63.5f);
     }
+    SECTION("MXFP4: 2^(e - 127) times the E2M1 value of each nibble (OCP MX)") {
+        BlockMxfp4 b{};
+        b.e = 127;        // 2^0
+        b.qs[0] = 0x97;   // low nibble 0111: +1.1 x 2^2 = 6; high nibble 1001: -0.1 x 2^0 (subnormal) = -0.5
+        b.qs[1] = 0x0B;   // 1011: -1.1 x 2^0 = -1.5
+        b.qs[2] = 0x04;   // 0100: +1.0 x 2^1 = 2
+        auto y = deq(ggml_id::MXFP4, b);
+        CHECK(y[0] == 6.0f);
+        CHECK(y[16] == -0.5f);
+        CHECK(y[1] == -1.5f);
+        CHECK(y[2] == 2.0f);
+        CHECK(y[3] == 0.0f);
+        b.e = 120;  // 2^-7
+        y = deq(ggml_id::MXFP4, b);
+        CHECK(y[0] == 6.0f / 128.0f);
+        b.e = 0;  // 2^-127: a subnormal scale
+        y = deq(ggml_id::MXFP4, b);
+        CHECK(y[0] == std::ldexp(6.0f, -127));
+    }
 }
 
 TEST_CASE("a hand-made super-block of each 256-wide type dequantizes to the hand-worked values", "[quants]") {
