@@ -4,8 +4,9 @@
 // with --peer, llama.cpp's llama-bench on the same GGUF files, side by side.
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
-//                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gemma3]
-//   --arch qwen3moe: a ~0.9B mixture of experts (8 experts, 2 per token); gemma3: Gemma 3 1B's shape.
+//                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gpt-oss|gemma3]
+//   --arch qwen3moe: a ~0.9B mixture of experts (8 experts, 2 per token); gpt-oss: a ~0.7B gpt-oss
+//   (16 experts, 4 per token; its dtype mxfp4_moe); gemma3: Gemma 3 1B's shape.
 //   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
 //                          [--kv-ctx 384] [--threads 1,2] (decode tokens/s after a kv-ctx-token prefill)
 #include <algorithm>
@@ -284,6 +285,10 @@ SynthSpec spec_for_arch(const std::string& arch, GgmlType dtype) {
         s.arch = arch;
         s.n_embd = 1024; s.n_layer = 16; s.n_head = 16; s.n_head_kv = 4; s.n_ff = 4096;
         s.n_expert = 8; s.n_expert_used = 2; s.n_ff_exp = 2048;
+    } else if (arch == "gpt-oss") {
+        s.arch = arch;
+        s.n_embd = 1024; s.n_layer = 12; s.n_head = 16; s.n_head_kv = 4; s.head_dim = 64; s.n_ff = 1024;
+        s.n_expert = 16; s.n_expert_used = 4; s.n_ff_exp = 1024; s.sliding_window = 128;
     } else if (arch == "gemma3") {
         s.arch = arch;
         s.n_embd = 1152; s.n_layer = 26; s.n_head = 4; s.n_head_kv = 1; s.head_dim = 256; s.n_ff = 6912;
@@ -295,6 +300,9 @@ SynthSpec spec_for_arch(const std::string& arch, GgmlType dtype) {
 std::string arch_description(const std::string& arch) {
     if (arch == "qwen3moe")
         return "synthetic ~0.9B qwen3moe (dim 1024, 16 layers, 16/4 heads, 8 experts of ffn 2048, 2 per token, vocab 32000)";
+    if (arch == "gpt-oss")
+        return "synthetic ~0.7B gpt-oss (dim 1024, 12 layers, 16/4 heads of 64, 16 experts of ffn 1024, 4 per token, "
+               "window 128 on every other layer, YaRN 32, vocab 32000)";
     if (arch == "gemma3")
         return "synthetic Gemma-3-1B-shaped gemma3 (dim 1152, 26 layers, 4/1 heads of 256, ffn 6912, window 512, vocab "
                "32000, tied)";
@@ -395,8 +403,8 @@ int main(int argc, char** argv) {
         else if (a == "--peer") o.peer = true;
         else if (a == "--arch" && i + 1 < argc) {
             g_arch = argv[++i];
-            if (g_arch != "llama" && g_arch != "qwen3moe" && g_arch != "gemma3") {
-                std::fprintf(stderr, "bench_model: --arch is llama, qwen3moe or gemma3\n");
+            if (g_arch != "llama" && g_arch != "qwen3moe" && g_arch != "gpt-oss" && g_arch != "gemma3") {
+                std::fprintf(stderr, "bench_model: --arch is llama, qwen3moe, gpt-oss or gemma3\n");
                 return 2;
             }
         }
@@ -408,7 +416,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--arch llama|qwen3moe|gemma3]\n"
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
@@ -458,9 +466,9 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(o.model_dir);
     std::printf("bench_model: %s, prefill %d tokens, decode %d tokens, best of %d\n", arch_description(g_arch).c_str(),
                 kPromptTokens, kDecodeTokens, o.reps);
-    if (g_arch == "qwen3moe")
-        std::printf("MB/tok and roof%%: the weights a token reads, the router and 2 of 8 experts (steward model info's "
-                    "\"decode reads\")\n");
+    if (g_arch == "qwen3moe" || g_arch == "gpt-oss")
+        std::printf("MB/tok and roof%%: the weights a token reads, the router and %s experts (steward model info's "
+                    "\"decode reads\")\n", g_arch == "qwen3moe" ? "2 of 8" : "4 of 16");
     std::printf("cpu: %s; kernel level %s (supported %s; STEWARD_CPU_LEVEL lowers it); OpenBLAS core %s\n",
                 cpu_features().model_name.c_str(), cpu_level_name(cpu_level()), cpu_level_name(cpu_level_supported()),
                 blas_core_name());

@@ -59,7 +59,10 @@ int cmd_model_info(const std::string& path) {
                     (long long)meta_int("rope.dimension_count").value_or(head_dim));
         const std::string scaling(g.get_string(arch + ".rope.scaling.type").value_or("linear"));
         const double factor = g.get_float(arch + ".rope.scaling.factor").value_or(0.0);
-        if (scaling != "linear" && scaling != "none")
+        if (scaling == "yarn")
+            std::printf("; YaRN, factor %g over %lld tokens", factor,
+                        (long long)g.get_int(arch + ".rope.scaling.original_context_length").value_or(n_ctx));
+        else if (scaling != "linear" && scaling != "none")
             std::printf("; scaling %s (not supported: the file is refused at load)", scaling.c_str());
         else if (scaling == "linear" && factor > 0 && factor != 1)
             std::printf("; linear scaling, angles / %g", factor);
@@ -87,13 +90,20 @@ int cmd_model_info(const std::string& path) {
         std::printf("\n");
     }
 
+    // gpt-oss: a window on every other layer from the first, sinks, the clamped SwiGLU.
+    if (arch == "gpt-oss")
+        std::printf("window        %lld tokens on every other layer (from the first); one attention sink per head; "
+                    "clamped SwiGLU (limit 7); biases on q/k/v, the attention output, the router and the experts\n",
+                    (long long)g.get_int(arch + ".attention.sliding_window").value_or(0));
+
     const int64_t expert_count = meta_int("expert_count").value_or(0);
     const int64_t n_expert = expert_count > 1 ? expert_count : 0;  // llama.cpp reads 1 as none
     const int64_t n_expert_used = meta_int("expert_used_count").value_or(0);
     if (n_expert > 0)
-        std::printf("experts       %lld per layer, %lld per token (softmax top-%lld, renormalized), expert FFN %lld; "
+        std::printf("experts       %lld per layer, %lld per token (%s top-%lld%s), expert FFN %lld; "
                     "decode reads the router and %lld of %lld experts\n",
-                    (long long)n_expert, (long long)n_expert_used, (long long)n_expert_used,
+                    (long long)n_expert, (long long)n_expert_used, arch == "gpt-oss" ? "logits'" : "softmax",
+                    (long long)n_expert_used, arch == "gpt-oss" ? ", a softmax over them" : ", renormalized",
                     (long long)meta_int("expert_feed_forward_length").value_or(n_ff), (long long)n_expert_used,
                     (long long)n_expert);
 
@@ -113,7 +123,7 @@ int cmd_model_info(const std::string& path) {
         const bool embedding = t.name == "token_embd.weight";
         const bool output_tied = embedding && !g.find_tensor("output.weight");
         // A mixture of experts reads expert_used_count of expert_count experts per token.
-        const bool experts = t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_exps.weight") == 0;
+        const bool experts = t.name.find("_exps.") != std::string::npos;  // their weights and biases
         if (experts && n_expert > 0)
             bytes_per_token += (int64_t)t.n_bytes / n_expert * n_expert_used;
         else
