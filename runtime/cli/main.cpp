@@ -121,6 +121,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     synth->add_option("--yarn-orig-ctx", spec.yarn_orig_ctx, "YaRN's rope.scaling.original_context_length")
         ->capture_default_str();
+    synth->add_option("--longrope-orig-ctx", spec.longrope_orig_ctx,
+                      "phi3: LongRoPE factors (long and short sets, as Phi-3's 128k files) over this original context (0: none)")
+        ->capture_default_str();
     synth->add_option("--attn-softcap", spec.attn_softcap, "gemma2: attn_logit_softcapping (negative: 50; 0: none)")
         ->capture_default_str();
     synth->add_option("--final-softcap", spec.final_softcap,

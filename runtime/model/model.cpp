@@ -341,12 +341,35 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                                       "; RoPE factors must be positive and finite");
         }
     }
-    // Phi-3's long-context files (128k) scale RoPE per dimension (LongRoPE): not implemented, and
-    // ignoring the factors would compute wrong positions silently.
-    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
-        if (f.find_tensor(name))
-            return make_error("'", path, "' scales RoPE per dimension (LongRoPE, tensor '", name,
-                              "'), which Steward does not implement yet; use a Phi-3 file without it (a 4k-context one)");
+    // Phi-3's long-context files (128k) scale RoPE per dimension (LongRoPE): a long and a short set of
+    // factors, chosen by the context served (ModelParams::choose_rope_factors). llama.cpp reads them
+    // for phi3 only; another architecture carrying them is refused rather than run without them.
+    p.n_ctx_orig = (int)std::clamp<int64_t>(f.get_int(p.arch + ".rope.scaling.original_context_length").value_or(p.n_ctx_train),
+                                            1, 1 << 30);
+    for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+        const auto* rf = f.find_tensor(name);
+        if (!rf) continue;
+        if (p.arch != "phi3")
+            return make_error("'", path, "' scales RoPE per dimension (LongRoPE, tensor '", name, "'), which Steward "
+                              "reads for phi3 only (as llama.cpp does); use a file without it");
+        if (!p.rope_freq_factors.empty())
+            return make_error("'", path, "' carries both rope_freqs.weight and LongRoPE factors ('", name,
+                              "'); use a file with one of them");
+        if (rf->type != GgmlType::F32 || rf->n_dims != 1 || rf->ne[0] != p.n_rot / 2)
+            return make_error("'", path, "': tensor '", name, "' must be F32 [", std::to_string(p.n_rot / 2),
+                              "] (one factor per rotary pair)");
+        if (!rf->data) continue;
+        std::vector<float>& dst = std::string(name) == "rope_factors_long.weight" ? p.rope_factors_long : p.rope_factors_short;
+        dst.assign(reinterpret_cast<const float*>(rf->data), reinterpret_cast<const float*>(rf->data) + p.n_rot / 2);
+        for (float x : dst)
+            if (!(x > 0.0f) || !std::isfinite(x))
+                return make_error("'", path, "': tensor '", name, "' holds ", std::to_string(x),
+                                  "; RoPE factors must be positive and finite");
+    }
+    if (p.rope_factors_long.empty() != p.rope_factors_short.empty())
+        return make_error("'", path, "': LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; ",
+                          "the file has one of them: convert it again");
+    p.choose_rope_factors();
     if (p.is_encoder()) {
         // llama.cpp's bert / nomic-bert tensors: absolute positions (bert) or RoPE (nomic-bert), the
         // input LayerNorm, and post-norm blocks with q/k/v (or fused qkv), biases where present, a

@@ -37,6 +37,16 @@ struct ModelParams {
     // scaling, angle i divided by factor i). LongRoPE is refused at load.
     float rope_freq_scale = 1.0f;
     std::vector<float> rope_freq_factors;  // empty: none
+    // Phi-3's LongRoPE (the 128k files): two sets of per-pair factors, `rope_factors_long.weight` and
+    // `rope_factors_short.weight`; rope_freq_factors is the long set when the context served
+    // (n_ctx_train, lowered to a pool's ctx by Model::limit_context) exceeds n_ctx_orig
+    // (rope.scaling.original_context_length), else the short one (llama.cpp's get_rope_factors), and
+    // cos / sin carry rope.scaling.attn_factor.
+    std::vector<float> rope_factors_long, rope_factors_short;
+    int n_ctx_orig = 0;
+    void choose_rope_factors() {
+        if (!rope_factors_long.empty()) rope_freq_factors = n_ctx_train > n_ctx_orig ? rope_factors_long : rope_factors_short;
+    }
     // YaRN (ggml's rope_yarn, with llama.cpp's defaults): pair i's angle blends the interpolated one
     // (times freq_scale) and the extrapolated one (unscaled) by ramp_i * yarn_ext_factor, ramp_i
     // falling from 1 to 0 between the correction dims yarn_corr[0..1] (the pairs that turn
@@ -170,6 +180,7 @@ public:
     // Serves at most n tokens of context (a pool's ctx): n_ctx_train becomes min(n, trained).
     void limit_context(int n) {
         if (n > 0 && n < params_.n_ctx_train) params_.n_ctx_train = n;
+        params_.choose_rope_factors();
     }
     const ModelWeights& weights() const { return weights_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }

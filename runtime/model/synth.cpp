@@ -162,6 +162,8 @@ Expected<bool> synth_validate(const SynthSpec& s) {
     if (!std::isfinite(s.yarn_factor) || (s.yarn_factor > 0.0f && s.rope_scaling_factor > 0.0f) || s.yarn_orig_ctx <= 0)
         return bad("YaRN: a finite factor (negative: the family's default, 0: none), not with --rope-scale, and a "
                    "positive original context");
+    if (s.longrope_orig_ctx < 0 || (s.longrope_orig_ctx > 0 && (s.arch != "phi3" || s.rope_freqs_ramp > 0.0f)))
+        return bad("LongRoPE factors are phi3's (as llama.cpp reads them), without --rope-freqs-ramp");
     if ((s.arch == "qwen3moe" || s.arch == "mixtral" || s.arch == "gpt-oss") &&
         (s.n_expert < 2 || s.n_expert > 512 || s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_exp < 0))
         return bad("experts: at least 2 (at most 512), 1 to all of them used per token, expert width 0 (ffn) or positive");
@@ -421,14 +423,23 @@ Expected<GgufWriter> synth_model(const SynthSpec& s) {
     };
     // Gemma multiplies the embedding by sqrt(dim): rows of stddev 1 / sqrt(dim) enter at ~1.
     mat("token_embd.weight", E, s.n_vocab, gemma ? in_scale : 1.0f);
-    if (s.rope_freqs_ramp > 0.0f) {
+    // Per-pair factors rising linearly from 1 to `top`.
+    auto ramp = [&](const std::string& name, float top) {
         const int half = head_dim / 2;
         std::vector<float> ff((size_t)half);
-        for (int i = 0; i < half; i++) ff[(size_t)i] = 1.0f + (s.rope_freqs_ramp - 1.0f) * (float)i / (float)std::max(1, half - 1);
+        for (int i = 0; i < half; i++) ff[(size_t)i] = 1.0f + (top - 1.0f) * (float)i / (float)std::max(1, half - 1);
         if (s.shape_only)
-            w.add_tensor_shape("rope_freqs.weight", GgmlType::F32, {half});
+            w.add_tensor_shape(name, GgmlType::F32, {half});
         else
-            w.add_tensor("rope_freqs.weight", GgmlType::F32, {half}, encode(ff, GgmlType::F32));
+            w.add_tensor(name, GgmlType::F32, {half}, encode(ff, GgmlType::F32));
+    };
+    if (s.rope_freqs_ramp > 0.0f) ramp("rope_freqs.weight", s.rope_freqs_ramp);
+    if (s.longrope_orig_ctx > 0) {
+        const double orig = s.longrope_orig_ctx, scale = (double)s.n_ctx / orig;
+        w.set_u32(a + ".rope.scaling.original_context_length", (uint32_t)s.longrope_orig_ctx);
+        w.set_f32(a + ".rope.scaling.attn_factor", scale > 1.0 ? (float)std::sqrt(1.0 + std::log(scale) / std::log(orig)) : 1.0f);
+        ramp("rope_factors_long.weight", 8.0f);
+        ramp("rope_factors_short.weight", 1.5f);
     }
     for (int l = 0; l < s.n_layer; l++) {
         const std::string b = "blk." + std::to_string(l) + ".";

@@ -52,6 +52,11 @@ struct SynthSpec {
     // 0: none.
     float yarn_factor = -1.0f;
     int yarn_orig_ctx = 4096;
+    // phi3: LongRoPE as Phi-3's 128k files carry it (0: none): rope.scaling.original_context_length
+    // set to this, per-pair factors rising from 1 to 8 (`rope_factors_long.weight`) and to 1.5
+    // (`rope_factors_short.weight`), and rope.scaling.attn_factor sqrt(1 + ln(ctx / orig) / ln(orig))
+    // (1 when ctx <= orig), the converter's rule.
+    int longrope_orig_ctx = 0;
     float attn_softcap = -1.0f;
     float final_softcap = -1.0f;
     // A test fixture for speculative decoding: layers >= late_from get their residual branches

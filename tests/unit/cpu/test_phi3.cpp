@@ -1,7 +1,7 @@
 // The phi3 architecture (the llama block with NeoX RoPE and fused attn_qkv / gate+up tensors): the
 // fused tensors bound as the separate matrices a llama file of the same weights holds, the CPU
-// forward against the naive reference, greedy decoding against llama.cpp's on the same files, and
-// the LongRoPE files it does not run refused by name.
+// forward against the naive reference, greedy decoding against llama.cpp's on the same files (with
+// LongRoPE's long and short factors too), and malformed files refused by name.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -114,23 +114,40 @@ TEST_CASE("phi3 files tokenize and decode greedily as llama.cpp does on the same
     const auto rows = steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/phi3/llama_greedy.tsv");
     for (const steward_test::LlamaGreedyRow& row : rows) {
         REQUIRE(row.ids.size() == 32);
-        INFO("dtype " << row.name);
-        const GgmlType type = row.name == "f32" ? GgmlType::F32 : row.name == "f16" ? GgmlType::F16 : GgmlType::Q8_0;
-        auto model = make_model(phi3_spec("phi3", type));
+        INFO("file " << row.name);
+        const GgmlType type = row.name == "f16" ? GgmlType::F16 : row.name == "q8_0" ? GgmlType::Q8_0 : GgmlType::F32;
+        SynthSpec spec = phi3_spec("phi3", type);
+        if (row.name.rfind("longrope", 0) == 0) {  // LongRoPE over a 2048 context, served at 512 as llama-server -c 512
+            spec.n_ctx = 2048;
+            spec.longrope_orig_ctx = std::stoi(row.name.substr(8));
+        }
+        auto model = make_model(spec);
+        model->limit_context(512);
+        if (spec.longrope_orig_ctx > 0)  // 512 > 256: the long factors (rising to 8); 512 <= 1024: the short ones
+            CHECK(model->params().rope_freq_factors.back() == (spec.longrope_orig_ctx < 512 ? 8.0f : 1.5f));
         CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog", true) == row.prompt);
         steward_test::check_greedy_up_to_near_tie(*model, row, 0.15f, 8);
     }
-    CHECK(rows.size() == 3);
+    CHECK(rows.size() == 5);
 }
 
-TEST_CASE("a phi3 file with LongRoPE factors or without its fused attn_qkv is refused naming the tensor", "[forward][phi3]") {
+TEST_CASE("a phi3 file with half of LongRoPE's factors or bad ones, or without its fused attn_qkv, is refused naming "
+          "the tensor",
+          "[forward][phi3]") {
     auto writer = synth_model(phi3_spec("phi3", GgmlType::F32));
     REQUIRE(writer.ok());
     GgufWriter longrope = *writer;
-    longrope.add_tensor("rope_factors_long.weight", GgmlType::F32, {16}, std::vector<uint8_t>(16 * 4, 0));
+    std::vector<float> ones(16, 1.0f);
+    std::vector<uint8_t> bytes(16 * 4);
+    std::memcpy(bytes.data(), ones.data(), bytes.size());
+    longrope.add_tensor("rope_factors_long.weight", GgmlType::F32, {16}, bytes);
     auto m = Model::from_gguf(parse_gguf(longrope));
     REQUIRE(!m.ok());
-    CHECK_THAT(m.error().message, Catch::Contains("rope_factors_long.weight") && Catch::Contains("LongRoPE"));
+    CHECK_THAT(m.error().message, Catch::Contains("rope_factors_short.weight") && Catch::Contains("LongRoPE"));
+    longrope.add_tensor("rope_factors_short.weight", GgmlType::F32, {16}, std::vector<uint8_t>(16 * 4, 0));
+    m = Model::from_gguf(parse_gguf(longrope));
+    REQUIRE(!m.ok());
+    CHECK_THAT(m.error().message, Catch::Contains("rope_factors_short.weight") && Catch::Contains("positive"));
     auto file = parse_gguf(*writer);
     GgufWriter no_qkv;
     for (const auto& [key, v] : file->metadata())

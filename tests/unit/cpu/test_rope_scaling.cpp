@@ -1,7 +1,7 @@
-// RoPE scaling as llama.cpp reads it: a linear factor (rope.scaling.type linear) and per-pair
+// RoPE scaling as llama.cpp reads it: a linear factor (rope.scaling.type linear), YaRN, and per-pair
 // factors (a rope_freqs.weight tensor, as Llama 3.1 files carry). The forward against the naive
 // reference, greedy decoding against llama.cpp's on the same files, and the kinds Steward does not
-// run (YaRN, LongRoPE) or malformed factors refused naming the problem.
+// run (LongRoPE outside phi3, DeepSeek's YaRN) or malformed factors refused naming the problem.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
