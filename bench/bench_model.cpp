@@ -5,6 +5,7 @@
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
 //                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gpt-oss|gemma3]
+//                          [--plan] (measures the CPU plan, cpu/plan.h, instead of reading the cached one)
 //   --arch qwen3moe: a ~0.9B mixture of experts (8 experts, 2 per token); gpt-oss: a ~0.7B gpt-oss
 //   (16 experts, 4 per token; its dtype mxfp4_moe); gemma3: Gemma 3 1B's shape.
 //   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
@@ -26,6 +27,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/forward.h"
 #include "cpu/kernels.h"
+#include "cpu/plan.h"
 #include "cpu/sampling.h"
 #include "cpu/thread_pool.h"
 #include "model/quantize.h"
@@ -360,7 +362,7 @@ struct Options {
     std::vector<int> threads{1, 2};
     std::string threads_s = "1,2";
     std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
-    bool peer = false, kernels = true;
+    bool peer = false, kernels = true, plan = false;
     int reps = 3;
 };
 
@@ -409,6 +411,7 @@ int main(int argc, char** argv) {
             }
         }
         else if (a == "--no-kernels") o.kernels = false;
+        else if (a == "--plan") o.plan = true;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
         else if (a == "--kv-ctx" && i + 1 < argc) o.kv_ctx = std::max(0, std::atoi(argv[++i]));
         else if (a == "--model" && i + 1 < argc) o.model = argv[++i];
@@ -416,7 +419,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
@@ -472,6 +475,8 @@ int main(int argc, char** argv) {
     std::printf("cpu: %s; kernel level %s (supported %s; STEWARD_CPU_LEVEL lowers it); OpenBLAS core %s\n",
                 cpu_features().model_name.c_str(), cpu_level_name(cpu_level()), cpu_level_name(cpu_level_supported()),
                 blas_core_name());
+    // The CPU plan as a server takes it at start (cached per CPU model), or measured now (--plan).
+    std::printf("cpu plan: %s\n", describe_cpu_plan(o.plan ? measure_cpu_plan() : start_cpu_plan()).c_str());
     std::map<int, double> bw;
     for (int nt : o.threads) {
         bw[nt] = measure_bandwidth(nt);

@@ -335,6 +335,13 @@ struct TracingConfig {
     std::string otlp_file;
 };
 
+// [cpu]: the CPU plan's choices (runtime/cpu/plan.h), read at start (a reload keeps them).
+// prefetch_bytes: how far ahead the int8 decode kernels prefetch weight rows; 0 takes the plan
+// measured once per CPU model (cached), a value in [64, 65536] overrides it.
+struct CpuConfig {
+    int prefetch_bytes = 0;
+};
+
 // A whole config file, validated (every cross-reference resolves).
 struct Config {
     std::string path;  // the file it came from ("" for built-in)
@@ -348,6 +355,7 @@ struct Config {
     ReloadConfig reload;
     ClusterConfig cluster;
     SimConfig sim;
+    CpuConfig cpu;
     MetricsExportConfig metrics;
     TracingConfig tracing;
 

@@ -20,6 +20,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/embed.h"
 #include "cpu/generator.h"
+#include "cpu/plan.h"
 #include "model/model.h"
 #include "model/synth.h"
 
@@ -412,6 +413,7 @@ int main(int argc, char** argv) {
     if (gen->parsed()) {
         // Checked before the model is read: a bad value is refused the same way the C API refuses it.
         if (auto ok = check_threads(n_threads, "-t/--threads"); !ok) return fail(ok.error().message);
+        start_cpu_plan();  // the CPU plan cached for this CPU model (measured once, cpu/plan.h)
         SamplingParams sp;
         sp.temperature = temp;
         sp.top_p = top_p;

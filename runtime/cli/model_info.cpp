@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
+#include "cpu/plan.h"
 #include "kv/kv_storage.h"
 #include "model/gguf.h"
 #include "serve/tool_calls.h"
@@ -182,6 +183,7 @@ int cmd_model_info(const std::string& path) {
                 n_expert > 0 ? ", the active experts only" : "");
     std::printf("cpu kernels   %s on %s (supported: %s; STEWARD_CPU_LEVEL lowers it)\n", cpu_level_name(cpu_level()),
                 cpu_features().model_name.c_str(), cpu_level_name(cpu_level_supported()));
+    std::printf("cpu plan      %s\n", describe_cpu_plan(start_cpu_plan()).c_str());
     for (GgmlType t : g.matrix_types()) std::printf("  %-7s %s\n", ggml_type_name((uint32_t)t), matmul_variant(t).c_str());
     return 0;
 }

@@ -347,6 +347,15 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         for (auto& d : c.plugins.dirs)
             if (std::filesystem::path(d).is_relative() && !base.empty()) d = (base / d).string();
     }
+    if (const toml::table* t = top.sub("cpu")) {
+        TableReader r(*t, src, "[cpu]");
+        if (!r.get_in("prefetch_bytes", c.cpu.prefetch_bytes, 0, 65536, "in [0, 65536] bytes (0: the measured plan)") ||
+            !r.finish())
+            return fail(r.err);
+        if (c.cpu.prefetch_bytes > 0 && c.cpu.prefetch_bytes < 64)
+            return fail(where(src, t->source()) + ": [cpu] prefetch_bytes " + std::to_string(c.cpu.prefetch_bytes) +
+                        " is under a cache line; give 0 (the measured plan) or 64 to 65536");
+    }
     if (const toml::table* t = top.sub("reload")) {
         TableReader r(*t, src, "[reload]");
         if (!r.get("watch", c.reload.watch) || !r.get_in("debounce_ms", c.reload.debounce_ms, 0, 60000, "in [0, 60000]") ||

@@ -3,6 +3,7 @@
 // once per matmul (blocks of 32 or 256), then every weight row is dotted with it in integers.
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 
 #include "model/model.h"
@@ -47,6 +48,10 @@ inline float vec_dot_scalar(GgmlType type, const void* w_row, const void* act, i
 // Not synchronised with running matmuls: set it between forward passes.
 bool exact_quant();
 void set_exact_quant(bool on);
+
+// How far ahead (bytes) the int8 decode kernels prefetch their weight rows: set from the CPU plan
+// (cpu/plan.h) at start, 4096 until then. Any value in [64, 65536]; it never changes results.
+inline std::atomic<int> g_quant_prefetch_bytes{4096};
 // Turns the exact path on for a scope (tests comparing against an F32 reference), then restores.
 struct ExactQuantScope {
     bool was = exact_quant();
