@@ -129,4 +129,23 @@ inline void check_teacher_forced(const steward::Model& model, const LlamaGreedyR
     CHECK(n_equal >= min_equal);
 }
 
+// Every row of a llama.cpp reference file (tests/data/<x>/llama_greedy.tsv, n_rows rows of 32 ids):
+// the model make(row.name) gives tokenizes `text` as llama.cpp did, decodes greedily as it did up to
+// the first near-tie (a pick within 0.15 logits) and for min_free steps, and, fed llama.cpp's ids,
+// picks its id at min_forced steps or more (within 0.15 at the others).
+template <class Make>
+void check_llama_greedy_rows(const std::string& tsv, const std::string& text, size_t n_rows, Make make, int min_free,
+                             int min_forced) {
+    const auto rows = read_llama_greedy_tsv(tsv);
+    CHECK(rows.size() == n_rows);
+    for (const LlamaGreedyRow& row : rows) {
+        REQUIRE(row.ids.size() == 32);
+        INFO(row.name);
+        const auto model = make(row.name);
+        CHECK(model->tokenizer().encode(text, true) == row.prompt);
+        check_greedy_up_to_near_tie(*model, row, 0.15f, min_free);
+        check_teacher_forced(*model, row, 0.15f, min_forced);
+    }
+}
+
 }  // namespace steward_test

@@ -128,18 +128,14 @@ TEST_CASE("gemma2 and gemma3 files tokenize and decode greedily as llama.cpp doe
     // near-tie: llama.cpp's pick within 0.15 logits of our top-1. Q8_0 differs from llama.cpp in the
     // prompt's activations (its prefill quantizes them to 8 bits, Steward's GEMM keeps them in F32), so
     // its first near-tie may come at the first step (gemma3's does, measured 0.03 in llama.cpp's logprobs).
-    const auto rows =
-        steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/gemma/llama_greedy.tsv");
-    CHECK(rows.size() == 6);
-    for (const steward_test::LlamaGreedyRow& row : rows) {
-        REQUIRE(row.ids.size() == 32);
-        INFO(row.name);
-        const auto [arch, type] = steward_test::arch_and_type(row.name);
-        auto model = make_model(gemma_spec(arch, type));
-        CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog and the cat", true) == row.prompt);
-        steward_test::check_greedy_up_to_near_tie(*model, row, 0.15f, 0);
-        steward_test::check_teacher_forced(*model, row, 0.15f, 28);
-    }
+    steward_test::check_llama_greedy_rows(
+        std::string(STEWARD_SOURCE_DIR) + "/tests/data/gemma/llama_greedy.tsv",
+        "the quick brown fox jumps over the lazy dog and the cat", 6,
+        [](const std::string& name) {
+            const auto [arch, type] = steward_test::arch_and_type(name);
+            return make_model(gemma_spec(arch, type));
+        },
+        0, 28);
 }
 
 TEST_CASE("a gemma file with a per-layer window array or a bad window is refused by name", "[forward][gemma]") {

@@ -141,17 +141,10 @@ TEST_CASE("gpt-oss files tokenize and decode greedily as llama.cpp does on the s
     // KV, flash attention off) per file type; its MXFP4 file is byte for byte the one llama-quantize
     // MXFP4_MOE makes of the F32 file (checked by the script). A near-tie: llama.cpp's pick within 0.15
     // logits of our top-1. Measured: 32 of 32 equal for every file, free-running and teacher-forced.
-    const auto rows =
-        steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/gpt_oss/llama_greedy.tsv");
-    CHECK(rows.size() == 3);
-    for (const steward_test::LlamaGreedyRow& row : rows) {
-        REQUIRE(row.ids.size() == 32);
-        INFO(row.name);
-        auto model = make_model(oss_spec(row.name.substr(row.name.find('/') + 1)));
-        CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog and the cat", true) == row.prompt);
-        steward_test::check_greedy_up_to_near_tie(*model, row, 0.15f, 8);
-        steward_test::check_teacher_forced(*model, row, 0.15f, 28);
-    }
+    steward_test::check_llama_greedy_rows(
+        std::string(STEWARD_SOURCE_DIR) + "/tests/data/gpt_oss/llama_greedy.tsv",
+        "the quick brown fox jumps over the lazy dog and the cat", 3,
+        [](const std::string& name) { return make_model(oss_spec(name.substr(name.find('/') + 1))); }, 8, 28);
 }
 
 TEST_CASE("a gpt-oss file without its window or with a per-layer window pattern is refused by name",

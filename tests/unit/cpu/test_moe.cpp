@@ -123,18 +123,14 @@ TEST_CASE("qwen3moe and Mixtral files tokenize and decode greedily as llama.cpp 
     // flash attention off) per architecture and dtype. A near-tie: llama.cpp's pick within 0.15
     // logits of our top-1. Q8_0's prompt activations differ (llama.cpp quantizes them to 8 bits in
     // prefill, Steward's GEMM keeps F32), and a near-tie may come early.
-    const auto rows =
-        steward_test::read_llama_greedy_tsv(std::string(STEWARD_SOURCE_DIR) + "/tests/data/moe/llama_greedy.tsv");
-    CHECK(rows.size() == 6);
-    for (const steward_test::LlamaGreedyRow& row : rows) {
-        REQUIRE(row.ids.size() == 32);
-        INFO(row.name);
-        const auto [arch, type] = steward_test::arch_and_type(row.name);
-        auto model = make_model(moe_spec(arch, type));
-        CHECK(model->tokenizer().encode("the quick brown fox jumps over the lazy dog and the cat", true) == row.prompt);
-        steward_test::check_greedy_up_to_near_tie(*model, row, 0.15f, 0);
-        steward_test::check_teacher_forced(*model, row, 0.15f, 28);
-    }
+    steward_test::check_llama_greedy_rows(
+        std::string(STEWARD_SOURCE_DIR) + "/tests/data/moe/llama_greedy.tsv",
+        "the quick brown fox jumps over the lazy dog and the cat", 6,
+        [](const std::string& name) {
+            const auto [arch, type] = steward_test::arch_and_type(name);
+            return make_model(moe_spec(arch, type));
+        },
+        0, 28);
 }
 
 TEST_CASE("a mixture of experts Steward does not read is refused by name", "[forward][moe]") {
