@@ -69,8 +69,13 @@ int cmd_model_info(const std::string& path) {
             std::printf("; linear scaling, angles / %g", factor);
         if (const GgufTensorInfo* rf = g.find_tensor("rope_freqs.weight"))
             std::printf("; per-pair factors (rope_freqs.weight, %lld)", (long long)rf->ne[0]);
-        if (g.find_tensor("rope_factors_long.weight") || g.find_tensor("rope_factors_short.weight"))
-            std::printf("; LongRoPE factors (not supported: the file is refused at load)");
+        if (g.find_tensor("rope_factors_long.weight") || g.find_tensor("rope_factors_short.weight")) {
+            if (arch == "phi3")
+                std::printf("; LongRoPE factors (the long ones past %lld tokens of context, else the short ones)",
+                            (long long)g.get_int(arch + ".rope.scaling.original_context_length").value_or(n_ctx));
+            else
+                std::printf("; LongRoPE factors (read for phi3 only: this file is refused at load)");
+        }
         std::printf("\n");
     }
 
