@@ -67,6 +67,14 @@ void swiglu_oai(float* g, const float* u, int64_t n) {
     }
 }
 
+// A softmax's exponentials in place over x[0..n) (with mx the largest score) and the inverse of
+// their sum; a sink logit (gpt-oss; -inf: none) joins the max and the sum and weighs no value, as
+// ggml's soft_max with sinks (exp(-inf) is 0).
+inline float softmax_inv_sum(float* x, int n, float mx, float sink) {
+    mx = std::max(mx, sink);
+    return 1.0f / (exp_sub_sum(x, n, mx) + std::exp(sink - mx));
+}
+
 // Gemma's soft-capping: cap * tanh(s / cap), as ggml's scale, tanh, scale.
 inline float soft_cap(float s, float cap) { return cap * std::tanh(s * (1.0f / cap)); }
 
@@ -204,9 +212,7 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
             }
             float mx = -INFINITY;  // softmax over the visible slots only; the others get weight 0
             for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = softcap > 0.0f ? soft_cap(si[vs[k]], softcap) : si[vs[k]]);
-            const float sink = sinks ? sinks[g * gqa + j] : -INFINITY;
-            mx = std::max(mx, sink);
-            const float inv = 1.0f / (exp_sub_sum(row.data(), n_vis, mx) + (sinks ? std::exp(sink - mx) : 0.0f));
+            const float inv = softmax_inv_sum(row.data(), n_vis, mx, sinks ? sinks[g * gqa + j] : -INFINITY);
             std::fill(si, si + n_slots, 0.0f);
             for (int k = 0; k < n_vis; k++) si[vs[k]] = row[k] * inv;
         }
@@ -369,32 +375,30 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
 
     // ---- RoPE tables: [n_tok][n_rot/2] cos and sin, angles in double so long positions stay exact
     const int half = p.n_rot / 2;
-    std::vector<float> rcos((size_t)n_tok * half), rsin((size_t)n_tok * half);
-    std::vector<double> inv_freq(half);  // theta_i = pos * base^(-2i / n_rot) (scaled): pow once per i, not per token
-    for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i);
-    const float msc = p.rope_mscale();  // YaRN's magnitude (1 without it)
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < half; i++) {
-            const double theta = refs[t].pos * inv_freq[i];
-            rcos[(size_t)t * half + i] = (float)std::cos(theta) * msc;
-            rsin[(size_t)t * half + i] = (float)std::sin(theta) * msc;
-        }
+    // The tables of layer l's RoPE: theta_i = pos * inv_freq_i (pow once per i, not per token), cos and
+    // sin times YaRN's magnitude (1 without it).
+    auto rope_tables = [&](int l, std::vector<float>& cs, std::vector<float>& sn) {
+        std::vector<double> inv_freq(half);
+        for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i, l);
+        const float msc = p.rope_mscale();
+        cs.resize((size_t)n_tok * half);
+        sn.resize((size_t)n_tok * half);
+        for (int t = 0; t < n_tok; t++)
+            for (int i = 0; i < half; i++) {
+                const double theta = refs[t].pos * inv_freq[i];
+                cs[(size_t)t * half + i] = (float)std::cos(theta) * msc;
+                sn[(size_t)t * half + i] = (float)std::sin(theta) * msc;
+            }
+    };
+    std::vector<float> rcos, rsin;
+    rope_tables(-1, rcos, rsin);  // the full layers' (layer -1 is never a window layer)
     // Sliding-window layers with a RoPE of their own (Gemma 3: base 10000 beside the full layers' 1e6).
     int first_swa = -1;
     for (int l = 0; l < n_layers_ && first_swa < 0; l++)
         if (p.is_swa(l)) first_swa = l;
     std::vector<float> rcos_swa, rsin_swa;
-    if (first_swa >= 0 && (p.rope_freq_base_swa != p.rope_freq_base || p.rope_freq_scale_swa != p.rope_freq_scale)) {
-        rcos_swa.resize((size_t)n_tok * half);
-        rsin_swa.resize((size_t)n_tok * half);
-        for (int i = 0; i < half; i++) inv_freq[i] = p.rope_inv_freq(i, first_swa);
-        for (int t = 0; t < n_tok; t++)
-            for (int i = 0; i < half; i++) {
-                const double theta = refs[t].pos * inv_freq[i];
-                rcos_swa[(size_t)t * half + i] = (float)std::cos(theta) * msc;
-                rsin_swa[(size_t)t * half + i] = (float)std::sin(theta) * msc;
-            }
-    }
+    if (first_swa >= 0 && (p.rope_freq_base_swa != p.rope_freq_base || p.rope_freq_scale_swa != p.rope_freq_scale))
+        rope_tables(first_swa, rcos_swa, rsin_swa);
 
     // ---- embeddings
     float* x = x_.data();  // [n_tok][E]
@@ -574,9 +578,8 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                 for (int64_t i = 0; i < (int64_t)nh * n_s; i++) sc[(size_t)i] = soft_cap(sc[(size_t)i], softcap);
             for (int h = 0; h < nh; h++) {  // softmax of each head's scores, in place (with its sink)
                 float* sj = sc.data() + h * n_s;
-                const float sink = sinks ? sinks[g0 * gqa + h] : -INFINITY;
-                const float mx = std::max(*std::max_element(sj, sj + n_s), sink);
-                const float inv = 1.0f / (exp_sub_sum(sj, (int)n_s, mx) + (sinks ? std::exp(sink - mx) : 0.0f));
+                const float inv = softmax_inv_sum(sj, (int)n_s, *std::max_element(sj, sj + n_s),
+                                                  sinks ? sinks[g0 * gqa + h] : -INFINITY);
                 for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
             }
             if (f16_rows) {

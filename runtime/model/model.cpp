@@ -196,6 +196,29 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
     } else if (p.arch == "qwen3moe" || p.arch == "gpt-oss") {
         return make_error("'", path, "': ", p.arch, " needs ", p.arch, ".expert_count > 1 and expert_used_count");
     }
+    // Sliding-window layers as llama.cpp's set_swa_pattern lays them out: layer l slides when
+    // l % period < period - 1 (period 0: every layer), the family's period unless
+    // <arch>.attention.sliding_window_pattern gives one (its per-layer array form is not read); the
+    // window layers rotate with base_swa / scale_swa.
+    auto set_swa_layers = [&](int64_t period, float base_swa, float scale_swa) -> Expected<bool> {
+        if (f.find(p.arch + ".attention.sliding_window_pattern")) {
+            auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
+            if (!n)
+                return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern is a per-layer array, "
+                                  "which Steward does not read; use a file with a period");
+            if (*n < 0 || *n > (1 << 16))
+                return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern ", std::to_string(*n),
+                                  " is not a period");
+            period = *n;
+        }
+        p.swa_layers.assign((size_t)p.n_layer, 0);
+        for (int l = 0; l < p.n_layer; l++) p.swa_layers[(size_t)l] = period == 0 || (l % period) < period - 1;
+        p.rope_freq_base_swa = base_swa;
+        p.rope_freq_scale_swa = scale_swa;
+        if (!(p.rope_freq_base_swa > 0.0f))
+            return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
+        return true;
+    };
     // gpt-oss as llama.cpp's openai-moe graph reads it: every other layer (from the first) a sliding
     // window of attention.sliding_window tokens with the full layers' RoPE (YaRN included), queries
     // scaled by 1 / sqrt(n_rot), sinks, biases, the clamped SwiGLU and softmax-after-top-k gating.
@@ -204,20 +227,9 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
         if (!win || *win <= 0 || *win > (1 << 24))
             return make_error("'", path, "': gpt-oss needs ", p.arch, ".attention.sliding_window (a positive window)");
         p.n_swa = (int)*win;
-        int64_t period = 2;
-        if (f.find(p.arch + ".attention.sliding_window_pattern")) {
-            auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
-            if (!n || *n < 0 || *n > (1 << 16))
-                return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern must be a period (a per-layer ",
-                                  "array is not read by Steward)");
-            period = *n;
-        }
-        p.swa_layers.assign((size_t)p.n_layer, 0);
-        for (int l = 0; l < p.n_layer; l++) p.swa_layers[(size_t)l] = period == 0 || (l % period) < period - 1;
-        p.rope_freq_base_swa = (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(p.rope_freq_base);
-        p.rope_freq_scale_swa = p.rope_freq_scale;
-        if (!(p.rope_freq_base_swa > 0.0f))
-            return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
+        auto swa = set_swa_layers(2, (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(p.rope_freq_base),
+                                  p.rope_freq_scale);
+        if (!swa) return swa.error();
         p.attn_scale = 1.0f / std::sqrt((float)p.n_rot);
         p.attn_sinks = p.swiglu_oai = p.moe_softmax_after_topk = true;
     }
@@ -247,25 +259,10 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                               " is not a window size");
         p.n_swa = gemma2 ? (int)win.value_or(4096) : (int)win.value_or(0);
         if (p.n_swa > 0) {
-            int64_t period = gemma2 ? 2 : 6;
-            if (f.find(p.arch + ".attention.sliding_window_pattern")) {
-                auto n = f.get_int(p.arch + ".attention.sliding_window_pattern");
-                if (!n)
-                    return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern is a per-layer array, "
-                                      "which Steward does not read; use a file with a period");
-                if (*n < 0 || *n > (1 << 16))
-                    return make_error("'", path, "': ", p.arch, ".attention.sliding_window_pattern ",
-                                      std::to_string(*n), " is not a period");
-                period = *n;
-            }
-            p.swa_layers.assign((size_t)p.n_layer, 0);
-            for (int l = 0; l < p.n_layer; l++)
-                p.swa_layers[(size_t)l] = period == 0 || (l % period) < period - 1;
-            p.rope_freq_base_swa =
-                gemma2 ? p.rope_freq_base : (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(10000.0);
-            p.rope_freq_scale_swa = gemma2 ? p.rope_freq_scale : 1.0f;
-            if (!(p.rope_freq_base_swa > 0.0f))
-                return make_error("'", path, "': ", p.arch, ".rope.freq_base_swa must be positive");
+            auto swa = set_swa_layers(
+                gemma2 ? 2 : 6, gemma2 ? p.rope_freq_base : (float)f.get_float(p.arch + ".rope.freq_base_swa").value_or(10000.0),
+                gemma2 ? p.rope_freq_scale : 1.0f);
+            if (!swa) return swa.error();
         }
     }
 
@@ -298,9 +295,10 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
             return make_error("'", path, "': tensor '", name, "' has shape [", std::to_string(t->ne[0]), ", ",
                               std::to_string(t->ne[1]), "], expected [", std::to_string(cols),
                               is_vec ? "" : ", " + std::to_string(rows), "] from the metadata");
-        if (is_vec && t->type != GgmlType::F32)
-            return make_error("'", path, "': vector tensor '", name, "' is ", ggml_type_name((uint32_t)t->type),
-                              "; norms and biases must be F32");
+        const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;  // gpt-oss's experts' are 2-D
+        if ((is_vec || bias) && t->type != GgmlType::F32)
+            return make_error("'", path, "': ", is_vec ? "vector tensor '" : "tensor '", name, "' is ",
+                              ggml_type_name((uint32_t)t->type), "; norms and biases must be F32");
         out = WeightView{t->type, t->data, cols, rows};
         return true;
     };
@@ -471,10 +469,6 @@ Expected<std::unique_ptr<Model>> Model::from_gguf(std::unique_ptr<GgufFile> file
                 if (r) r = get(b + "ffn_gate_exps.bias", FE, X, true, L.gate_exps_b);
                 if (r) r = get(b + "ffn_up_exps.bias", FE, X, true, L.up_exps_b);
                 if (r) r = get(b + "ffn_down_exps.bias", E, X, true, L.down_exps_b);
-                for (const WeightView* v : {&L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})
-                    if (r && v->type != GgmlType::F32)
-                        return make_error("'", path, "': ", b, "ffn_*_exps.bias is ", ggml_type_name((uint32_t)v->type),
-                                          "; expert biases must be F32");
             }
             if (r && f.find_tensor(b + "ffn_gate_shexp.weight"))
                 return make_error("'", path, "': shared experts (", b, "ffn_gate_shexp.weight) are not read by Steward "
@@ -530,14 +524,14 @@ int64_t Model::weight_bytes_per_token() const {
     int64_t b = w.tok_embd.row_bytes() + p_bytes(w.output) + p_bytes(w.output_norm) + p_bytes(w.tok_norm) +
                 p_bytes(w.tok_norm_b) + (w.pos_embd ? w.pos_embd.row_bytes() : 0) + (w.type_embd ? w.type_embd.row_bytes() : 0);
     for (const auto& L : w.layers) {
-        b += p_bytes(L.ffn_gate_inp) + p_bytes(L.ffn_gate_inp_b) + p_bytes(L.attn_sinks);
+        b += p_bytes(L.ffn_gate_inp) + p_bytes(L.ffn_gate_inp_b);
         for (const WeightView* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b})  // the experts a token runs
             b += params_.n_expert > 0 ? p_bytes(*v) / params_.n_expert * params_.n_expert_used : 0;
     }
     for (const auto& L : w.layers)
         for (const WeightView* v : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm,
                                     &L.k_norm, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bo, &L.b_up,
-                                    &L.attn_post_norm, &L.ffn_post_norm,
+                                    &L.attn_post_norm, &L.ffn_post_norm, &L.attn_sinks,
                                     &L.b_down, &L.attn_out_norm, &L.attn_out_norm_b, &L.layer_out_norm,
                                     &L.layer_out_norm_b})
             b += p_bytes(*v);

@@ -75,22 +75,17 @@ void dequantize_q8_0(const BlockQ8_0* b, int64_t n_blocks, float* y) {
     }
 }
 
-void dequantize_iq4_nl(const BlockIq4Nl* b, int64_t n_blocks, float* y) {
+// IQ4_NL and MXFP4: a 4-bit index into a table of 16 levels, times the block's scale (F16 for
+// IQ4_NL, an E8M0 exponent halved for MXFP4); nibbles as in Q4_0.
+inline float table4_scale(const BlockIq4Nl& b) { return f16_to_f32(b.d); }
+inline float table4_scale(const BlockMxfp4& b) { return e8m0_half(b.e); }
+template <class Block>
+void dequantize_table4(const Block* b, int64_t n_blocks, const int8_t* levels, float* y) {
     for (int64_t i = 0; i < n_blocks; i++, y += kQK) {
-        const float d = f16_to_f32(b[i].d);
+        const float d = table4_scale(b[i]);
         for (int j = 0; j < kQK / 2; j++) {
-            y[j] = d * kValuesIq4nl[b[i].qs[j] & 0x0f];
-            y[j + kQK / 2] = d * kValuesIq4nl[b[i].qs[j] >> 4];
-        }
-    }
-}
-
-void dequantize_mxfp4(const BlockMxfp4* b, int64_t n_blocks, float* y) {
-    for (int64_t i = 0; i < n_blocks; i++, y += kQK) {
-        const float d = e8m0_half(b[i].e);
-        for (int j = 0; j < kQK / 2; j++) {
-            y[j] = d * kValuesMxfp4[b[i].qs[j] & 0x0f];
-            y[j + kQK / 2] = d * kValuesMxfp4[b[i].qs[j] >> 4];
+            y[j] = d * levels[b[i].qs[j] & 0x0f];
+            y[j + kQK / 2] = d * levels[b[i].qs[j] >> 4];
         }
     }
 }
@@ -306,9 +301,9 @@ Expected<bool> dequantize_row(GgmlType type, const void* blocks, int64_t n_elems
         case 12: dequantize_q4_k(static_cast<const BlockQ4_K*>(blocks), nb, out); break;
         case 13: dequantize_q5_k(static_cast<const BlockQ5_K*>(blocks), nb, out); break;
         case 14: dequantize_q6_k(static_cast<const BlockQ6_K*>(blocks), nb, out); break;
-        case 20: dequantize_iq4_nl(static_cast<const BlockIq4Nl*>(blocks), nb, out); break;
+        case 20: dequantize_table4(static_cast<const BlockIq4Nl*>(blocks), nb, kValuesIq4nl, out); break;
         case 23: dequantize_iq4_xs(static_cast<const BlockIq4Xs*>(blocks), nb, out); break;
-        case 39: dequantize_mxfp4(static_cast<const BlockMxfp4*>(blocks), nb, out); break;
+        case 39: dequantize_table4(static_cast<const BlockMxfp4*>(blocks), nb, kValuesMxfp4, out); break;
     }
     return true;
 }
