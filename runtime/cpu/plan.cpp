@@ -62,7 +62,14 @@ std::string cache_key_prefix() {
     return std::string(cpu_level_name(cpu_level())) + "\t" + model + "\t";
 }
 
+// The cache is read only when it is a regular file (a FIFO there would block the start).
+bool cache_readable(const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(path, ec);
+}
+
 int read_cached() {
+    if (!cache_readable(cpu_plan_cache_path())) return 0;
     std::ifstream in(cpu_plan_cache_path());
     const std::string key = cache_key_prefix();
     std::string line;
@@ -79,7 +86,7 @@ void write_cached(int bytes) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     std::ostringstream out;
-    {
+    if (cache_readable(path)) {
         std::ifstream in(path);
         std::string line;
         while (std::getline(in, line))
