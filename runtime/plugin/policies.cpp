@@ -112,12 +112,13 @@ std::string param_name_list(const std::set<std::string>& s) {
 
 PolicyInstance::~PolicyInstance() = default;  // worker_ first (see the header), then core_
 
-bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call) {
-    if (budget_ms_ <= 0) {
+bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call, double budget_ms) {
+    if (budget_ms < 0) budget_ms = budget_ms_;
+    if (budget_ms <= 0) {
         call();
         return true;
     }
-    const DecisionWorker::Result r = worker_.run(std::move(call), budget_ms_);
+    const DecisionWorker::Result r = worker_.run(std::move(call), budget_ms);
     if (r == DecisionWorker::Result::DONE) return true;
     counters_->n_timed_out++;
     if (!logged_timeout_.exchange(true))
@@ -125,13 +126,14 @@ bool PolicyInstance::call_plugin(const char* fn, std::function<void()> call) {
                      "(logged once per instance, counted in steward_plugin_timed_out_decisions_total)",
                      policy_kind_name(lib_->kind()), plugin_, bucket_, fn,
                      r == DecisionWorker::Result::BUSY ? "is still running from an earlier call"
-                                                       : "did not answer within its budget of " + std::to_string((int)budget_ms_) + " ms");
+                                                       : "did not answer within its budget of " + std::to_string((int)budget_ms) + " ms");
     return false;
 }
 
-bool PolicyInstance::call_op(const char* fn, PluginOp op) {
-    if (!proc_) return call_plugin(fn, [core = core_, op] { core->invoke(*core->lib, core->self, op); });
-    switch (proc_->call(op, *core_, budget_ms_)) {
+bool PolicyInstance::call_op(const char* fn, PluginOp op, double budget_ms) {
+    if (budget_ms < 0) budget_ms = budget_ms_;
+    if (!proc_) return call_plugin(fn, [core = core_, op] { core->invoke(*core->lib, core->self, op); }, budget_ms);
+    switch (proc_->call(op, *core_, budget_ms)) {
         case PluginProcess::Result::DONE: return true;
         case PluginProcess::Result::TIMED_OUT: counters_->n_timed_out++; return false;  // the process logged it
         case PluginProcess::Result::FAILED:
@@ -477,13 +479,67 @@ int32_t SpeculationPolicy::draft_budget(const steward_spec_stats& stats, bool* f
     q.max_budget = stats.max_budget;
     q.last_budget = stats.last_budget;
     q.batch_size = stats.batch_size;
-    return ask(&stats, q, fallback);
+    return ask(&stats, q, fallback, budget_ms_);
 }
 
-int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallback) { return ask(nullptr, seq, fallback); }
+int32_t SpeculationPolicy::draft_budget_seq(const SpecSeqStats& seq, bool* fallback) {
+    return ask(nullptr, seq, fallback, step_budget());
+}
+
+namespace {
+
+// The slots of one speculation question (a PluginCall's, or one entry of a step's batch): the C view
+// and the storage it points into, named as PluginCall names them.
+struct SpecSlots {
+    std::string spec_bucket, spec_tenant;
+    std::vector<double> spec_accept, spec_bucket_accept;
+    steward_spec_seq seq{};
+    steward_spec_stats stats{};
+};
+
+// Fills c's slots for seq (and the per-bucket question when stats is not null). The arrays are copied
+// too: an abandoned call keeps reading them after the caller returns (capacity is kept, so a steady
+// state allocates nothing).
+template <typename Slots>
+void fill_spec_slots(Slots& c, const steward_spec_stats* stats, const SpecSeqStats& seq) {
+    c.spec_bucket = seq.bucket ? seq.bucket : "";
+    c.spec_tenant = seq.tenant ? seq.tenant : "";
+    c.seq = seq_view(seq);
+    c.seq.bucket = c.spec_bucket.c_str();
+    c.seq.tenant = c.spec_tenant.c_str();
+    c.spec_accept.assign(seq.accept_pos, seq.accept_pos + c.seq.n_accept_pos);
+    c.spec_bucket_accept.assign(seq.bucket_accept_pos, seq.bucket_accept_pos + c.seq.n_bucket_accept_pos);
+    c.seq.accept_pos = c.spec_accept.empty() ? nullptr : c.spec_accept.data();
+    c.seq.bucket_accept_pos = c.spec_bucket_accept.empty() ? nullptr : c.spec_bucket_accept.data();
+    if (stats) {
+        c.stats = *stats;
+    } else {
+        // ABI 1: the per-bucket question, with what one sequence's history says.
+        c.stats = steward_spec_stats{};
+        c.stats.max_budget = seq.max_budget;
+        c.stats.last_budget = seq.last_budget;
+        c.stats.batch_size = seq.batch_size;
+        c.stats.n_steps = seq.n_steps;
+        c.stats.mean_accepted = seq.n_steps > 0 ? (double)seq.n_accepted / (double)seq.n_steps : 0.0;
+    }
+}
+
+}  // namespace
+
+// The answer rc / b to seq's question, validated; else 0 and *fallback (counted, logged once).
+int32_t SpeculationPolicy::checked(int rc, int32_t b, const SpecSeqStats& seq, bool per_bucket, bool* fallback) {
+    if (rc != STEWARD_PLUGIN_OK || b < 0 || b > seq.max_budget) {
+        invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
+                : "draft budget " + std::to_string(b) + (per_bucket ? std::string() : " for request " + std::to_string(seq.request_id)) +
+                      " is outside [0, " + std::to_string(seq.max_budget) + "] (limits.max_draft_tokens)");
+        *fallback = true;
+        return 0;
+    }
+    return b;
+}
 
 // stats: the per-bucket question (ABI 1's draft_budget) when not null, else one sequence's.
-int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback) {
+int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback, double budget_ms) {
     *fallback = false;
     int32_t b = 0;
     int rc;
@@ -495,45 +551,61 @@ int32_t SpeculationPolicy::ask(const steward_spec_stats* stats, const SpecSeqSta
             return 0;
         }
         PolicyCore& c = *core_;
-        c.spec_bucket = seq.bucket ? seq.bucket : "";
-        c.spec_tenant = seq.tenant ? seq.tenant : "";
-        c.seq = seq_view(seq);
-        c.seq.bucket = c.spec_bucket.c_str();
-        c.seq.tenant = c.spec_tenant.c_str();
-        // The arrays too: an abandoned call keeps reading them after this returns (capacity is kept,
-        // so a steady state allocates nothing).
-        c.spec_accept.assign(seq.accept_pos, seq.accept_pos + c.seq.n_accept_pos);
-        c.spec_bucket_accept.assign(seq.bucket_accept_pos, seq.bucket_accept_pos + c.seq.n_bucket_accept_pos);
-        c.seq.accept_pos = c.spec_accept.empty() ? nullptr : c.spec_accept.data();
-        c.seq.bucket_accept_pos = c.spec_bucket_accept.empty() ? nullptr : c.spec_bucket_accept.data();
-        if (stats) {
-            c.stats = *stats;
-        } else {
-            // ABI 1: the per-bucket question, with what one sequence's history says.
-            c.stats = steward_spec_stats{};
-            c.stats.max_budget = seq.max_budget;
-            c.stats.last_budget = seq.last_budget;
-            c.stats.batch_size = seq.batch_size;
-            c.stats.n_steps = seq.n_steps;
-            c.stats.mean_accepted = seq.n_steps > 0 ? (double)seq.n_accepted / (double)seq.n_steps : 0.0;
-        }
+        fill_spec_slots(c, stats, seq);
         c.budget = 0;
         counters_->n_calls++;
-        if (!call_op("draft budget call", PluginOp::DRAFT_BUDGET)) {
+        if (!call_op("draft budget call", PluginOp::DRAFT_BUDGET, budget_ms)) {
             *fallback = true;
             return 0;
         }
         rc = c.rc;
         b = c.budget;
     }
-    if (rc != STEWARD_PLUGIN_OK || b < 0 || b > seq.max_budget) {
-        invalid(rc != STEWARD_PLUGIN_OK ? "draft budget call returned error " + std::to_string(rc)
-                : "draft budget " + std::to_string(b) + (stats ? std::string() : " for request " + std::to_string(seq.request_id)) +
-                      " is outside [0, " + std::to_string(seq.max_budget) + "] (limits.max_draft_tokens)");
-        *fallback = true;
-        return 0;
+    return checked(rc, b, seq, stats != nullptr, fallback);
+}
+
+// One job on the decision thread for the whole step, under one budget: the questions are copied into
+// the job's own storage (an abandoned job keeps reading them), the answers read back only when it
+// finished in time. A plugin host process is asked one question at a time (its own round trips).
+void SpeculationPolicy::draft_budgets(std::span<const SpecSeqStats> seqs, std::span<int32_t> out, std::span<uint8_t> fallback) {
+    if (proc_ || seqs.size() <= 1) return DraftBudgetPolicy::draft_budgets(seqs, out, fallback);
+    struct Batch {
+        std::vector<SpecSlots> q;
+        std::vector<int> rc;
+        std::vector<int32_t> budget;
+    };
+    auto batch = std::make_shared<Batch>();
+    batch->q.resize(seqs.size());  // sized first: the views point into the entries
+    for (size_t i = 0; i < seqs.size(); i++) fill_spec_slots(batch->q[i], nullptr, seqs[i]);
+    batch->rc.assign(seqs.size(), STEWARD_PLUGIN_ERR);
+    batch->budget.assign(seqs.size(), 0);
+    bool ok;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        counters_->n_calls += (int64_t)seqs.size();
+        if (worker_.busy()) {  // an abandoned call still owns the slots
+            call_plugin("draft budget call", [] {});
+            ok = false;
+        } else {
+            ok = call_plugin("draft budgets of a step", [core = core_, batch] {
+                for (size_t i = 0; i < batch->q.size(); i++) {
+                    core->seq = batch->q[i].seq;
+                    core->stats = batch->q[i].stats;
+                    core->budget = 0;
+                    core->invoke(*core->lib, core->self, PluginOp::DRAFT_BUDGET);
+                    batch->rc[i] = core->rc;
+                    batch->budget[i] = core->budget;
+                }
+            }, step_budget());
+        }
+        // Every question of the batch took the safe default, and each is counted as such.
+        if (!ok) counters_->n_timed_out += (int64_t)seqs.size() - 1;
     }
-    return b;
+    for (size_t i = 0; i < seqs.size(); i++) {
+        bool fb = !ok;
+        out[i] = ok ? checked(batch->rc[i], batch->budget[i], seqs[i], false, &fb) : 0;
+        fallback[i] = fb ? 1 : 0;
+    }
 }
 
 }  // namespace steward

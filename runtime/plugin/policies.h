@@ -81,6 +81,9 @@ public:
     const PluginLibrary& library() const { return *lib_; }
     const std::shared_ptr<PolicyCounters>& counters() const { return counters_; }
     void set_budget_ms(double ms) { budget_ms_ = ms; }
+    // The budget of the calls an engine step makes (a speculation policy's per-sequence asks; an
+    // eviction policy's budget is set_budget_ms's); unset: budget_ms.
+    void set_step_budget_ms(double ms) { step_budget_ms_ = ms; }
     double budget_ms() const { return budget_ms_; }
     bool busy() const { return worker_.busy(); }  // an abandoned call is still running
     bool isolated() const { return proc_ != nullptr; }  // in a plugin host process
@@ -110,11 +113,12 @@ protected:
     // Runs `call` (which must touch only what it captures by value, e.g. core_) under the budget, with
     // mu_ held by the caller. False: the safe default is to be used (timed out or busy; counted, logged
     // once) and the call's outputs in core_ must not be read.
-    bool call_plugin(const char* fn, std::function<void()> call);
+    // budget_ms < 0: the instance's budget_ms.
+    bool call_plugin(const char* fn, std::function<void()> call, double budget_ms = -1);
     // Runs op on the slots in core_ (mu_ held, core_ filled): in the plugin host when isolated (a
     // dead or overrunning host answers false: the safe default, counted there), else through
     // call_plugin on the worker.
-    bool call_op(const char* fn, PluginOp op);
+    bool call_op(const char* fn, PluginOp op, double budget_ms = -1);
 
     std::shared_ptr<PluginLibrary> lib_;
     std::shared_ptr<PolicyCore> core_;  // shared with an abandoned call
@@ -123,6 +127,7 @@ protected:
     std::shared_ptr<PolicyCounters> counters_;
     std::atomic<bool> logged_{false}, logged_timeout_{false};
     double budget_ms_ = 0;
+    double step_budget_ms_ = -1;
     DecisionWorker worker_;  // declared after core_: stopped (or left to an abandoned call) first
     std::unique_ptr<PluginProcess> proc_;  // isolation = "process": the plugin host (else null)
 };
@@ -180,10 +185,16 @@ public:
     // = true. A v1 plugin (no draft_budget_seq) answers through draft_budget with the figures the
     // sequence gives (see policy.h). Thread-safe; one call per sequence per step.
     int32_t draft_budget_seq(const SpecSeqStats& seq, bool* fallback) override;
+    // A step's sequences in one call on the decision thread, under one budget for the lot (a time-out
+    // or a busy thread answers every one the safe default, each counted); one at a time when the
+    // instance lives in a plugin host process.
+    void draft_budgets(std::span<const SpecSeqStats> seqs, std::span<int32_t> out, std::span<uint8_t> fallback) override;
     ~SpeculationPolicy() override;
 
 private:
-    int32_t ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback);
+    int32_t ask(const steward_spec_stats* stats, const SpecSeqStats& seq, bool* fallback, double budget_ms);
+    double step_budget() const { return step_budget_ms_ >= 0 ? step_budget_ms_ : budget_ms_; }
+    int32_t checked(int rc, int32_t b, const SpecSeqStats& seq, bool per_bucket, bool* fallback);
 };
 
 }  // namespace steward

@@ -68,8 +68,10 @@ Expected<std::vector<BucketPolicies>> create_policies(const Config& config, Plug
             auto p = make_policy<SpeculationPolicy>(*b.speculation, PolicyKind::SPECULATION, b, config, loader, counters);
             if (!p) return p.error();
             out[i].speculation = *p;
-            // The router asks the per-bucket budget off any step: the routing budget applies.
+            // The router asks the per-bucket budget off any step: the routing budget applies; the
+            // engine's per-sequence asks are inside a step.
             (*p)->set_budget_ms(config.plugins.decision_budget_ms);
+            (*p)->set_step_budget_ms(config.plugins.step_decision_budget_ms);
         }
     }
     return out;

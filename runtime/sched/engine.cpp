@@ -451,14 +451,11 @@ void Engine::observe_spec(Seq& s, int n_proposed, int n_accepted) {
     s.recent_acceptance = s.recent_acceptance < 0 ? rate : s.recent_acceptance + 0.2 * (rate - s.recent_acceptance);
 }
 
-int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
-    const int limit = s.req.spec.k;
-    if (!s.req.speculation) return limit;
-    SpecSeqStats q;
+void Engine::spec_question(Seq& s, int batch_size, int n_plain_tokens, SpecSeqStats& q, SpecAcceptRows& rows) const {
     q.request_id = s.req.id;
     q.bucket = s.req.bucket.c_str();
     q.tenant = s.req.tenant_name.c_str();
-    q.max_budget = limit;
+    q.max_budget = s.req.spec.k;
     q.last_budget = s.last_budget;
     q.position = (int32_t)s.all_tokens.size();
     q.n_generated = s.n_generated;
@@ -473,13 +470,13 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     auto measured = [](const AcceptanceEwma& a, std::array<double, k_max_spec_tokens>& out) {
         for (size_t i = 0; i < out.size(); i++) out[i] = i < a.alpha.size() && a.n_seen[i] > 0 ? a.alpha[i] : -1.0;
     };
-    measured(s.acceptance, spec_accept_);
-    q.accept_pos = spec_accept_.data();
-    q.n_accept_pos = (uint32_t)spec_accept_.size();
+    measured(s.acceptance, rows.own);
+    q.accept_pos = rows.own.data();
+    q.n_accept_pos = (uint32_t)rows.own.size();
     if (s.bucket_acceptance) {
-        measured(*s.bucket_acceptance, spec_bucket_accept_);
-        q.bucket_accept_pos = spec_bucket_accept_.data();
-        q.n_bucket_accept_pos = (uint32_t)spec_bucket_accept_.size();
+        measured(*s.bucket_acceptance, rows.bucket);
+        q.bucket_accept_pos = rows.bucket.data();
+        q.n_bucket_accept_pos = (uint32_t)rows.bucket.size();
     }
     q.draft_source = (int32_t)s.req.spec.source;
     q.draft_ms_per_token = draft_ms_per_token_[(int)s.req.spec.source];
@@ -489,16 +486,80 @@ int Engine::spec_budget(Seq& s, int batch_size, int n_plain_tokens) {
     const int n_catch_up = draft_catch_up_tokens(s);
     q.draft_catch_up_tokens = n_catch_up > 2 ? n_catch_up : 0;
     q.draft_catch_up_ms = draft_catch_up_ms(s, n_catch_up);
-    bool fallback = false;
-    stats_.n_spec_asks++;
-    int b = s.req.speculation->draft_budget_seq(q, &fallback);
-    if (fallback || b < 0 || b > limit) {  // the policy counted it; the step decodes plainly
-        s.fig.n_spec_fallbacks++;
-        stats_.n_spec_fallbacks++;
-        b = 0;
+}
+
+// Each sequence that could draft now asks its bucket's policy for k (once per step: a policy keeps
+// per-sequence state such as probes); 0 where it may not or would not draft. The step's tokens left
+// (budget) cap the drafts in plan order: a sequence is asked only while some are left after the
+// drafts before it. The asks go in runs that the tokens left cover whatever the answers (each answer
+// is at most min(spec.k, k_max_spec_tokens)), each policy's share of a run in one draft_budgets call,
+// so the outcome is that of asking one by one with one hand-off per policy and run, not per sequence.
+std::vector<int> Engine::ask_draft_budgets(const StepPlan& plan, int budget, int n_plain_tokens) {
+    std::vector<int> want(plan.size(), 0);
+    std::vector<size_t> cand;  // plan entries that may draft, in plan order
+    for (size_t i = 0; i < plan.size(); i++) {
+        const Seq& s = *seqs_.at(plan[i].id);
+        if (plan[i].n == 1 && s.req.spec.enabled() && s.n_generated > 0 && s.kv &&
+            mgr_.seq(s.kv).n_tokens() - mgr_.seq(s.kv).n_computed == 1 && s.req.max_tokens - s.n_generated >= 2)
+            cand.push_back(i);
     }
-    s.last_budget = b;
-    return b;
+    int left = budget;
+    std::vector<SpecSeqStats> qs;
+    std::vector<SpecAcceptRows> rows;
+    std::vector<int32_t> answer;
+    std::vector<uint8_t> fell_back;
+    size_t pos = 0;
+    while (pos < cand.size() && left > 0) {
+        // The run: every candidate from pos on that is reached with some tokens left even if each
+        // one before it in the run took its most.
+        size_t end = pos;
+        for (int worst = 0; end < cand.size() && worst < left; end++)
+            worst += std::min(k_max_spec_tokens, std::max(0, seqs_.at(plan[cand[end]].id)->req.spec.k));
+        const size_t n = end - pos;
+        qs.assign(n, SpecSeqStats{});
+        rows.assign(n, SpecAcceptRows{});  // sized before the questions point into it
+        answer.assign(n, 0);
+        fell_back.assign(n, 0);
+        // Grouped by policy, each group in plan order; a sequence without a policy drafts its limit.
+        std::vector<std::pair<DraftBudgetPolicy*, std::vector<size_t>>> groups;
+        for (size_t j = 0; j < n; j++) {
+            Seq& s = *seqs_.at(plan[cand[pos + j]].id);
+            if (!s.req.speculation) {
+                answer[j] = s.req.spec.k;
+                continue;
+            }
+            spec_question(s, (int)plan.size(), n_plain_tokens, qs[j], rows[j]);
+            auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == s.req.speculation.get(); });
+            if (g == groups.end()) g = groups.insert(groups.end(), {s.req.speculation.get(), {}});
+            g->second.push_back(j);
+        }
+        for (auto& [policy, members] : groups) {
+            std::vector<SpecSeqStats> q(members.size());
+            std::vector<int32_t> out(members.size(), 0);
+            std::vector<uint8_t> fb(members.size(), 0);
+            for (size_t m = 0; m < members.size(); m++) q[m] = qs[members[m]];
+            policy->draft_budgets(q, out, fb);
+            for (size_t m = 0; m < members.size(); m++) answer[members[m]] = out[m], fell_back[members[m]] = fb[m];
+        }
+        for (size_t j = 0; j < n && left > 0; j++) {
+            Seq& s = *seqs_.at(plan[cand[pos + j]].id);
+            int b = answer[j];
+            if (s.req.speculation) {
+                stats_.n_spec_asks++;
+                if (fell_back[j] || b < 0 || b > s.req.spec.k) {  // the policy counted it; the step decodes plainly
+                    s.fig.n_spec_fallbacks++;
+                    stats_.n_spec_fallbacks++;
+                    b = 0;
+                }
+                s.last_budget = b;
+            }
+            const int max_k = std::min(left, k_max_spec_tokens);
+            want[cand[pos + j]] = std::max(0, std::min(max_k, b));
+            left -= want[cand[pos + j]];
+        }
+        pos = end;
+    }
+    return want;
 }
 
 void Engine::release(Seq& s, bool keep_session, double now_s) {
@@ -828,23 +889,8 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
     // sequence that could draft now: a decode step with at least two tokens left to produce.
     int n_plain_tokens = 0;
     for (const Planned& p : plan) n_plain_tokens += p.n;
-    // Each sequence that could draft now asks its bucket's policy for k (once per step: a policy
-    // keeps per-sequence state such as probes); 0 where it may not or would not draft.
-    std::vector<int> want(plan.size(), 0);
-    if (!g_forced_set.load(std::memory_order_relaxed)) {
-        int left = budget;
-        for (size_t i = 0; i < plan.size() && left > 0; i++) {
-            const Planned& p = plan[i];
-            Seq& s = *seqs_.at(p.id);
-            const int max_k = std::min(p.n == 1 ? left : 0, k_max_spec_tokens);
-            const bool may_draft = max_k > 0 && s.req.spec.enabled() && s.n_generated > 0 && s.kv &&
-                                   mgr_.seq(s.kv).n_tokens() - mgr_.seq(s.kv).n_computed == 1 &&
-                                   s.req.max_tokens - s.n_generated >= 2;
-            if (!may_draft) continue;
-            want[i] = std::max(0, std::min(max_k, spec_budget(s, (int)plan.size(), n_plain_tokens)));
-            left -= want[i];
-        }
-    }
+    const std::vector<int> want = g_forced_set.load(std::memory_order_relaxed) ? std::vector<int>(plan.size(), 0)
+                                                                             : ask_draft_budgets(plan, budget, n_plain_tokens);
     // The cap on what the drafts may add to a step shared with sequences that do not draft in it (a
     // prefill chunk, a bucket without speculation, a sequence whose policy chose k = 0): a share of
     // the predicted plain forward, once the forward's cost per token is measured (< 0: no cap). Those

@@ -434,7 +434,6 @@ private:
     // the forward time fitted against its token count (running means of n, t, n*n, n*t), the mean
     // forward time of verifying steps and the drafting time per draft token per source.
     std::map<std::string, AcceptanceEwma> bucket_acceptance_;
-    std::array<double, k_max_spec_tokens> spec_accept_{}, spec_bucket_accept_{};  // scratch: what a policy reads
     struct TimeFit {
         double n = 0, t = 0, nn = 0, nt = 0;
         int64_t n_obs = 0;
@@ -461,8 +460,13 @@ private:
     // Suffix decoding's corpus: the recent outputs of the requests that draft with it, per tenant and
     // bucket (never shared across tenants), memory-bounded (spec/suffix.h).
     SuffixCorpus suffix_corpus_;
-    // The draft length the speculation policy allows s this step (spec.k without a policy).
-    int spec_budget(Seq& s, int batch_size, int n_plain_tokens);
+    // What s's speculation policy is told this step; rows holds the acceptance arrays q points at.
+    struct SpecAcceptRows {
+        std::array<double, k_max_spec_tokens> own{}, bucket{};
+    };
+    void spec_question(Seq& s, int batch_size, int n_plain_tokens, SpecSeqStats& q, SpecAcceptRows& rows) const;
+    // Each planned sequence's draft length asked of its policy (0 where it may not or would not draft).
+    std::vector<int> ask_draft_budgets(const StepPlan& plan, int budget, int n_plain_tokens);
     // After a verification of n_proposed draft tokens: the acceptance the policy reads next step.
     void observe_spec(Seq& s, int n_proposed, int n_accepted);
 };

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/config.h"
@@ -524,6 +525,81 @@ TEST_CASE("the per-sequence draft budget is validated to [0, max_budget] for bui
     CHECK(fallback);
     CHECK(counters->n_invalid.load() == 3);
     CHECK(counters->n_calls.load() == 6);
+}
+
+TEST_CASE("a step's draft budgets asked together answer what one question each answers, each validated and counted",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto counters = std::make_shared<PolicyCounters>();
+    auto lib = load_ok(loader, test_plugin("slow_speculation"), PolicyKind::SPECULATION);
+    auto p = SpeculationPolicy::create(lib, spec_of(test_plugin("slow_speculation")), "chat", counters, kPoolNames);
+    REQUIRE(p.ok());
+    (*p)->set_budget_ms(50);
+    (*p)->set_step_budget_ms(2000);  // on the decision thread, well within its budget
+    std::vector<SpecSeqStats> qs(20);
+    std::vector<std::string> tenants(20);
+    for (size_t i = 0; i < qs.size(); i++) {
+        tenants[i] = "tenant" + std::to_string(i);
+        qs[i].request_id = 5 + i;  // 13 answers -1
+        qs[i].bucket = "chat";
+        qs[i].tenant = tenants[i].c_str();
+        qs[i].max_budget = 1 + (int32_t)(i % 5);
+        qs[i].n_generated = (int32_t)(3 * i);
+        qs[i].max_tokens = 1000;
+    }
+    std::vector<int32_t> out(qs.size(), 99);
+    std::vector<uint8_t> fb(qs.size(), 9);
+    (*p)->draft_budgets(qs, out, fb);
+    for (size_t i = 0; i < qs.size(); i++) {
+        // The plugin's rule, worked out here: (request id + generated) mod (max + 1); id 13 invalid.
+        const bool bad = qs[i].request_id == 13;
+        CHECK(fb[i] == (bad ? 1 : 0));
+        CHECK(out[i] == (bad ? 0 : (int32_t)((qs[i].request_id + (uint64_t)qs[i].n_generated) % (uint64_t)(qs[i].max_budget + 1))));
+    }
+    CHECK(counters->n_calls.load() == 20);
+    CHECK(counters->n_invalid.load() == 1);
+    CHECK(counters->n_timed_out.load() == 0);
+    // One at a time answers the same.
+    for (size_t i = 0; i < qs.size(); i++) {
+        bool f = false;
+        CHECK((*p)->draft_budget_seq(qs[i], &f) == out[i]);
+        CHECK(f == (fb[i] == 1));
+    }
+}
+
+TEST_CASE("a step's draft budgets past the step budget all take the safe default, each counted, and the next step "
+          "waits for no abandoned call",
+          "[plugin_loader]") {
+    PluginLoader loader;
+    auto counters = std::make_shared<PolicyCounters>();
+    auto lib = load_ok(loader, test_plugin("slow_speculation"), PolicyKind::SPECULATION);
+    auto p = SpeculationPolicy::create(lib, spec_of(test_plugin("slow_speculation"), {{"sleep_ms", int64_t(150)}}), "chat",
+                                       counters, kPoolNames);
+    REQUIRE(p.ok());
+    (*p)->set_budget_ms(5000);     // the router's budget: not the one a step's asks run under
+    (*p)->set_step_budget_ms(20);  // 4 questions of 150 ms each cannot answer within it
+    std::vector<SpecSeqStats> qs(4);
+    for (size_t i = 0; i < qs.size(); i++) qs[i].request_id = 1 + i, qs[i].max_budget = 4;
+    std::vector<int32_t> out(4, 7);
+    std::vector<uint8_t> fb(4, 0);
+    (*p)->draft_budgets(qs, out, fb);
+    for (size_t i = 0; i < 4; i++) {
+        CHECK(out[i] == 0);
+        CHECK(fb[i] == 1);
+    }
+    CHECK(counters->n_calls.load() == 4);
+    CHECK(counters->n_timed_out.load() == 4);
+    // The abandoned batch still runs: the next step's questions get the safe default at once.
+    REQUIRE((*p)->busy());
+    (*p)->draft_budgets(qs, out, fb);
+    for (size_t i = 0; i < 4; i++) CHECK(fb[i] == 1);
+    CHECK(counters->n_timed_out.load() == 8);
+    // Once it has returned, the policy answers again (one question: the plugin's own rule).
+    while ((*p)->busy()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    (*p)->set_step_budget_ms(5000);
+    bool f = true;
+    CHECK((*p)->draft_budget_seq(qs[2], &f) == (int32_t)((3 + 0) % 5));
+    CHECK_FALSE(f);
 }
 
 // ---- ABI 2: older plugins, newer entry points

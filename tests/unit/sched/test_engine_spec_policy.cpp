@@ -3,7 +3,9 @@
 // to plain decoding whatever k the policy answers step by step.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,14 @@ struct ScriptedPolicy : DraftBudgetPolicy {
         std::string bucket;
     };
     std::vector<Asked> asked;
+    int step = 0;                                     // set by the test before each engine step
+    std::vector<std::pair<int, size_t>> batch_calls;  // (step, questions) of each draft_budgets call
+    std::vector<int> asked_step;                      // the step of each question
+    void draft_budgets(std::span<const SpecSeqStats> qs, std::span<int32_t> out, std::span<uint8_t> fallback) override {
+        batch_calls.emplace_back(step, qs.size());
+        for (size_t i = 0; i < qs.size(); i++) asked_step.push_back(step);
+        DraftBudgetPolicy::draft_budgets(qs, out, fallback);
+    }
     int32_t draft_budget_seq(const SpecSeqStats& q, bool* fallback) override {
         Asked a{q, std::vector<double>(q.accept_pos, q.accept_pos + q.n_accept_pos),
                 std::vector<double>(q.bucket_accept_pos, q.bucket_accept_pos + q.n_bucket_accept_pos),
@@ -173,4 +183,76 @@ TEST_CASE("a policy that misbehaves is counted per sequence and its steps decode
     CHECK(r.stats.n_spec_fallbacks == (int64_t)p->asked.size());
     CHECK(r.stats.n_drafts == 0);
     for (const auto& [id, ev] : r.last) CHECK(ev.n_spec_fallbacks == 10);  // tokens 2..11 of 12
+}
+
+namespace {
+// n requests of 2-token prompts decoding under a step budget of max_batch_tokens; the policy is
+// told each step's number.
+EngineStats run_budgeted(const std::shared_ptr<ScriptedPolicy>& p, int n, int max_batch_tokens, int max_tokens) {
+    EngineOptions o;
+    o.n_blocks = 128;
+    o.max_batch_tokens = max_batch_tokens;
+    o.n_threads = 1;
+    o.draft_model = models().draft.get();
+    Engine e(*models().target, o);
+    for (int i = 0; i < n; i++) {
+        EngineRequest r;
+        r.id = (uint64_t)i + 1;
+        r.prompt = {5 + i, 40 + 3 * i};
+        r.max_tokens = max_tokens;
+        r.stop_at_eos = false;
+        r.spec.source = SpecSource::DRAFT;
+        r.spec.k = 4;
+        r.speculation = p;
+        REQUIRE(e.submit(r).ok());
+    }
+    double t = 0;
+    while (e.has_work()) {
+        p->step++;
+        e.step(t += 0.001);
+    }
+    return e.stats();
+}
+}  // namespace
+
+TEST_CASE("a step's questions go to the policy in one call while the step's tokens cover every answer", "[sched][speculation]") {
+    auto p = std::make_shared<ScriptedPolicy>();
+    p->script = {4};
+    run_budgeted(p, 6, 128, 12);  // 6 decode tokens + at most 6 x 4 drafts: far under 128
+    REQUIRE_FALSE(p->batch_calls.empty());
+    std::map<int, int> calls_per_step;
+    for (const auto& [step, n] : p->batch_calls) calls_per_step[step]++;
+    for (const auto& [step, calls] : calls_per_step) CHECK(calls == 1);
+    // The first decode step asks all six at once.
+    CHECK(p->batch_calls.front().second == 6);
+}
+
+TEST_CASE("under a tight step budget a sequence is asked only while tokens are left after the drafts before it, as "
+          "when asked one by one",
+          "[sched][speculation]") {
+    // 6 sequences decoding one token each under a 12-token budget leave 6 for drafts. One by one:
+    // answers of 4 grant 4 then 2 and nobody else is asked; answers of 1 grant 1 each and all six
+    // are asked. Worked out per step from the batch size the policy was told (left = 12 - batch).
+    for (int answer : {4, 1}) {
+        auto p = std::make_shared<ScriptedPolicy>();
+        p->script = {answer};
+        run_budgeted(p, 6, 12, 10);
+        REQUIRE_FALSE(p->asked.empty());
+        std::map<int, int> asked_in_step, batch_of_step;
+        for (size_t i = 0; i < p->asked.size(); i++) {
+            asked_in_step[p->asked_step[i]]++;
+            batch_of_step[p->asked_step[i]] = p->asked[i].q.batch_size;
+        }
+        bool saw_full = false;
+        for (const auto& [step, n] : asked_in_step) {
+            const int left = 12 - batch_of_step[step];  // every planned sequence decodes one token
+            const int most = (left + answer - 1) / answer;  // asked until the tokens left are spent
+            CHECK(n <= most);
+            if (batch_of_step[step] == 6 && !saw_full) {  // the first decode step: all six can draft
+                saw_full = true;
+                CHECK(n == std::min(6, most));
+            }
+        }
+        CHECK(saw_full);
+    }
 }
