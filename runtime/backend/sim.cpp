@@ -169,6 +169,10 @@ Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<
     figures_.overhead_s += cost.overhead_s;
     figures_.draft_s += draft_s;
     if (figures_.step_s.size() < (size_t)1 << 20) figures_.step_s.push_back((float)(draft_s + cost.total_s));
+    int64_t n_out = 0;  // sequences that get a token from this step
+    for (const SeqInput& in : batch) n_out += in.logits != LogitsMode::NONE ? 1 : 0;
+    figures_.seq_step_s += (draft_s + cost.total_s) * (double)n_out;
+    figures_.n_seq_steps += n_out;
     last_device_s_ = cost.total_s;
     // Sleep until the step's start + its device time in real seconds; the host's work so far
     // (scheduling, KV calls, the previous step's events) overlaps it. A host slower than that is

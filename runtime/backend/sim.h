@@ -45,6 +45,12 @@ struct SimFigures {
     // Each step's device time (drafts and target), the first 1M steps: a client's time between
     // tokens compares with their median, not with the mean, which the ramp's small batches pull down.
     std::vector<float> step_s;
+    // Each step's device time once per sequence that got a token in it, summed, and that count: their
+    // ratio is the step a stream waits on average between its tokens (a chunk per step), weighted as
+    // the streams live it (a long step with 256 of them counts 256 times, a ramp's step with 3 of
+    // them 3 times). A client's time between chunks compares with it.
+    double seq_step_s = 0;
+    int64_t n_seq_steps = 0;
 };
 
 class SimBackend final : public ForwardBackend {

@@ -180,3 +180,29 @@ TEST_CASE("a simulated step's device time is the cost model's for its batch", "[
     // The forward time the speculation policies' figures come from is the simulated one.
     CHECK(e.stats().forward_s == Approx(prefill + decode));
 }
+
+TEST_CASE("a stream's mean step weighs each step's device time by the sequences that got a token in it", "[sim][engine]") {
+    SimPoolConfig p = sim_config(0.7, 8);
+    p.draft.reset();
+    auto model = load(p.model);
+    EngineOptions o = options(p, 512, 32);
+    o.max_batch_tokens = 120;  // request 2's 200-token prompt goes in two chunks
+    Engine e(*model, o);
+    for (uint64_t id : {1, 2}) {
+        EngineRequest q;
+        q.id = id;
+        q.prompt.assign(id == 1 ? 20 : 200, 400);
+        q.max_tokens = 4;
+        REQUIRE(e.submit(std::move(q)));
+    }
+    e.step(0.0);  // request 1's prompt (a token for it) and 100 of request 2's (none)
+    e.step(0.0);  // request 1 decodes, request 2's last 100 prompt tokens (a token for each)
+    const EngineStats s = e.stats();
+    REQUIRE(s.n_steps == 2);
+    const double t1 = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{20, 0, 1}, {100, 0, 0}}).total_s;
+    const double t2 = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{1, 20, 1}, {100, 100, 1}}).total_s;
+    REQUIRE(s.sim_device_s == Approx(t1 + t2));
+    // Step 1 counts once (one sequence got a token), step 2 twice; not (t1 + t2) / 2.
+    CHECK(s.sim_stream_step_s == Approx((t1 + 2 * t2) / 3));
+    CHECK(std::abs(s.sim_stream_step_s - (t1 + t2) / 2) > 1e-3 * s.sim_stream_step_s);
+}
