@@ -3,9 +3,10 @@
 # HTTP server, under N concurrent streaming clients (bench_http). configs/sim-h200-70b.toml with
 # model = "sim/llama-8b.toml" (steps of a few ms). Prints per client count the clients' TTFT / TPOT
 # beside the server's own account at shutdown: steps, device busy, the median step's device time,
-# a stream's mean step (each step's time counted once per sequence that got a token in it) and the
-# steps whose host work outlasted their device time (overruns). A stream gets one chunk per step
-# (with speculation, several tokens), so a client TPOT p50 near a stream's mean step and no overruns
+# a stream's mean step (each step's time counted once per sequence that got a token in it), a
+# stream's step p50 (each request's mean step after its first token, the median over requests) and
+# the steps whose host work outlasted their device time (overruns). A stream gets one chunk per step
+# (with speculation, several tokens), so a client TPOT p50 near a stream's step p50 and no overruns
 # say the host (actors, HTTP, scheduling) keeps up with the device; the script prints that ratio.
 # (The plain mean step, busy / steps, is pulled down by the small batches of the ramp up and down,
 # and the median hides a mix of long drafted steps and short plain ones.)
@@ -38,9 +39,10 @@ for n in $counts; do
     read -r k busy <<<"$steps"
     med=$(sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p' <<<"$line")
     stream=$(sed -n "s/.*a stream's mean step \([0-9.]*\) ms.*/\1/p" <<<"$line")
-    awk -v k="$k" -v b="$busy" -v m="${med:-0}" -v s="${stream:-0}" 'BEGIN { if (k > 0) printf "server: median step %.2f ms, mean step %.2f ms, a stream'"'"'s mean step %.2f ms (device busy %.1f s over %d steps)\n", m, 1e3 * b / k, s, b, k }'
-    # Each bucket's client TPOT p50 (5th column, "46.20ms") over a stream's mean step.
-    awk -v s="${stream:-0}" '$1 ~ /^(short_qa|long_output)$/ && $5 ~ /ms$/ && s > 0 { v = $5; sub(/ms$/, "", v); printf "clients: %s TPOT p50 / a stream'"'"'s mean step = %.2fx\n", $1, v / s }' "$tmp/clients_$n.txt"
+    p50=$(sed -n "s/.*a stream's step p50 \([0-9.]*\) ms.*/\1/p" <<<"$line")
+    awk -v k="$k" -v b="$busy" -v m="${med:-0}" -v s="${stream:-0}" -v q="${p50:-0}" 'BEGIN { if (k > 0) printf "server: median step %.2f ms, mean step %.2f ms, a stream'"'"'s mean step %.2f ms, a stream'"'"'s step p50 %.2f ms (device busy %.1f s over %d steps)\n", m, 1e3 * b / k, s, q, b, k }'
+    # Each bucket's client TPOT p50 (5th column, "46.20ms") over the server's p50 of its streams' steps.
+    awk -v q="${p50:-0}" '$1 ~ /^(short_qa|long_output)$/ && $5 ~ /ms$/ && q > 0 { v = $5; sub(/ms$/, "", v); printf "clients: %s TPOT p50 / a stream'"'"'s step p50 = %.2fx\n", $1, v / q }' "$tmp/clients_$n.txt"
   fi
   sleep 1
 done

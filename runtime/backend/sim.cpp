@@ -137,6 +137,15 @@ std::vector<double> SimBackend::price_drafts(std::span<const SimDraftWork> work,
     return share;
 }
 
+double SimBackend::stream_step_p50_s() const {
+    std::vector<double> v;
+    for (const auto& [id, a] : streams_)
+        if (a.n > 0) v.push_back(a.sum_s / (double)a.n);
+    if (v.empty()) return -1;
+    std::nth_element(v.begin(), v.begin() + (std::ptrdiff_t)(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
 double SimBackend::median_step_s() const {
     if (figures_.step_s.empty()) return -1;
     std::vector<float> v = figures_.step_s;
@@ -170,7 +179,18 @@ Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<
     figures_.draft_s += draft_s;
     if (figures_.step_s.size() < (size_t)1 << 20) figures_.step_s.push_back((float)(draft_s + cost.total_s));
     int64_t n_out = 0;  // sequences that get a token from this step
-    for (const SeqInput& in : batch) n_out += in.logits != LogitsMode::NONE ? 1 : 0;
+    for (const SeqInput& in : batch) {
+        if (in.logits == LogitsMode::NONE) continue;
+        n_out++;
+        auto it = streams_.find(in.id);
+        if (it == streams_.end()) {
+            if (streams_.size() >= (size_t)1 << 20) continue;
+            it = streams_.emplace(in.id, StreamSteps{}).first;
+        }
+        StreamSteps& a = it->second;
+        if (a.started) a.sum_s += draft_s + cost.total_s, a.n++;
+        a.started = true;
+    }
     figures_.seq_step_s += (draft_s + cost.total_s) * (double)n_out;
     figures_.n_seq_steps += n_out;
     last_device_s_ = cost.total_s;

@@ -14,6 +14,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -96,6 +97,10 @@ public:
                                      std::array<double, 4>& per_token_ms);
     const SimFigures& figures() const { return figures_; }
     double median_step_s() const;  // of figures().step_s; -1 before the first step
+    // Per stream (request), the mean device time of the steps that gave it a token after its first
+    // one (what its client's time between chunks averages: a chunk per step); the median over the
+    // streams with two tokens or more, -1 before there is one. A client's TPOT p50 compares with it.
+    double stream_step_p50_s() const;
 
 private:
     std::shared_ptr<const SimPoolConfig> sim_;
@@ -108,6 +113,12 @@ private:
     double pending_draft_s_ = 0;
     double last_device_s_ = 0;
     SimFigures figures_;
+    struct StreamSteps {
+        double sum_s = 0;  // the steps after its first token's
+        int64_t n = 0;
+        bool started = false;
+    };
+    std::unordered_map<uint64_t, StreamSteps> streams_;  // by request id (at most 1M kept)
     std::chrono::steady_clock::time_point step_start_ = std::chrono::steady_clock::now();
 };
 

@@ -281,6 +281,7 @@ public:
     // A simulated pool's median step device time in seconds (-1: not simulated, or no step yet).
     // Computed when asked (a copy and a selection over the steps), not in every stats().
     double sim_median_step_s() const { return sim_ ? sim_->median_step_s() : -1; }
+    double sim_stream_step_p50_s() const { return sim_ ? sim_->stream_step_p50_s() : -1; }
     int n_sessions() const { return (int)sessions_.size(); }
     const KvManager& kv_manager() const { return mgr_; }
     // The draft model's KV (null without a draft model): tests check its pool drains too.

@@ -4,6 +4,7 @@
 // test per position); and the KV must drain.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -205,4 +206,11 @@ TEST_CASE("a stream's mean step weighs each step's device time by the sequences 
     // Step 1 counts once (one sequence got a token), step 2 twice; not (t1 + t2) / 2.
     CHECK(s.sim_stream_step_s == Approx((t1 + 2 * t2) / 3));
     CHECK(std::abs(s.sim_stream_step_s - (t1 + t2) / 2) > 1e-3 * s.sim_stream_step_s);
+    // Per stream, the steps after its first token: request 1 has step 2 only, request 2 none yet.
+    CHECK(e.sim_stream_step_p50_s() == Approx(t2));
+    e.step(0.0);  // both decode
+    const double t3 = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{1, 21, 1}, {1, 200, 1}}).total_s;
+    REQUIRE(e.stats().sim_device_s == Approx(t1 + t2 + t3));
+    // Request 1: (t2 + t3) / 2; request 2: t3; the median of two is the upper one.
+    CHECK(e.sim_stream_step_p50_s() == Approx(std::max((t2 + t3) / 2, t3)));
 }
