@@ -582,11 +582,11 @@ void SpeculationPolicy::draft_budgets(std::span<const SpecSeqStats> seqs, std::s
     bool ok;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        counters_->n_calls += (int64_t)seqs.size();
-        if (worker_.busy()) {  // an abandoned call still owns the slots
+        if (worker_.busy()) {  // an abandoned call still owns the slots (not a call: as in ask)
             call_plugin("draft budget call", [] {});
             ok = false;
         } else {
+            counters_->n_calls += (int64_t)seqs.size();
             ok = call_plugin("draft budgets of a step", [core = core_, batch] {
                 for (size_t i = 0; i < batch->q.size(); i++) {
                     core->seq = batch->q[i].seq;

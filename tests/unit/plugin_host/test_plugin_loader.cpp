@@ -594,6 +594,7 @@ TEST_CASE("a step's draft budgets past the step budget all take the safe default
     (*p)->draft_budgets(qs, out, fb);
     for (size_t i = 0; i < 4; i++) CHECK(fb[i] == 1);
     CHECK(counters->n_timed_out.load() == 8);
+    CHECK(counters->n_calls.load() == 4);  // questions answered while busy are not calls, as one at a time
     // Once it has returned, the policy answers again (one question: the plugin's own rule).
     while ((*p)->busy()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     (*p)->set_step_budget_ms(5000);
