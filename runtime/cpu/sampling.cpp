@@ -183,18 +183,18 @@ void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<c
     }
 }
 
+// Each value by the formula token_logprob and the sampler use (the same max, the same sum, the
+// same rounding), so the chosen token's logprob and its entry here are equal to the bit.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
     std::vector<TokenLogprob> out;
     k = std::min<int>(std::max(k, 0), (int)logits.size());
     if (k == 0) return out;
-    float mx = k_neg_inf;
-    for (float v : logits)
-        if (v > mx) mx = v;
-    double sum = 0.0;
-    if (mx > k_neg_inf)
-        for (float v : logits)
-            if (v > k_neg_inf) sum += std::exp((double)v - (double)mx);
-    const double lse = mx > k_neg_inf ? (double)mx + std::log(sum) : 0.0;
+    const float m = max_logit(logits);
+    const double sum = m > k_neg_inf && m < k_pos_inf ? sum_exp_shifted(logits, m) : 0.0;
+    auto logprob = [&](float v) {
+        if (m == k_pos_inf) return logprob_with_pos_inf(logits, v);
+        return m > k_neg_inf ? logprob_from_sum(v, m, sum) : k_neg_inf;
+    };
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)i;
     auto value = [&](int32_t i) { return std::isnan(logits[(size_t)i]) ? k_neg_inf : logits[(size_t)i]; };
@@ -202,10 +202,7 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
         const float va = value(a), vb = value(b);
         return va != vb ? va > vb : a < b;
     });
-    for (int i = 0; i < k; i++) {
-        const float v = value(ids[(size_t)i]);
-        out.push_back({ids[(size_t)i], mx > k_neg_inf && v > k_neg_inf ? (float)((double)v - lse) : k_neg_inf});
-    }
+    for (int i = 0; i < k; i++) out.push_back({ids[(size_t)i], logprob(value(ids[(size_t)i]))});
     return out;
 }
 
