@@ -208,12 +208,8 @@ std::unique_ptr<Runtime> start_runtime(const Config& c) {
     return std::move(*rt);
 }
 
-// Runs f on a new thread, as the executor actor runs the Engine on its own detached thread. Why not
-// the main thread: libgomp spins at a barrier for a long time when it manages no more threads than
-// there are CPUs, and a team started from the main thread alone hits that; on a loaded machine a
-// spinning master starves its own worker (3x slower measured on 2 busy cores; GOMP_SPINCOUNT=1000
-// removes it). A second team elsewhere throttles the spin, so every path gets the same condition:
-// its own thread, with the main thread's team (from the warm-up) alive.
+// Runs f on a new thread, as the executor actor runs the Engine on its own detached thread, so that
+// every path's forward starts from a thread of its own (with the forward's pool workers beside it).
 template <class R>
 R on_thread(const std::function<R()>& f) {
     R r;
@@ -290,7 +286,7 @@ int main(int argc, char** argv) {
     const Model& model = **loaded;
     const ModelParams& mp = model.params();
 
-    const int n_prompt = 64, n_out = quick ? 32 : 128, reps = quick ? 2 : 5;
+    const int n_prompt = 64, n_out = quick ? 32 : 128, reps = quick ? 2 : 9;
     const int bps = (n_prompt + n_out + kBlockSize - 1) / kBlockSize;
     const int stream_counts[4] = {1, 4, 16, 32};
     const int max_streams = std::max(32, n_streams);
@@ -312,25 +308,33 @@ int main(int argc, char** argv) {
 
     // ---- 1. actor-path overhead
     const auto prompts = make_prompts(n_streams, n_prompt, 1, mp.n_vocab);
-    // Warm-ups (page in the weights, start the main thread's OpenMP team: see on_thread) are not timed.
+    // Warm-ups (page in the weights, start the runtime's threads) are not timed.
     run_direct(model, make_prompts(2, 16, 99, mp.n_vocab), 4, n_threads);
     {
         auto rt = start_runtime(runtime_config(model_path, n_threads, n_blocks, max_streams, false));
         run_runtime(*rt, make_prompts(2, 16, 98, mp.n_vocab), 4);
-        // The three paths take turns, so a burst of load elsewhere lands on all of them alike.
+        // The three paths take turns, so a burst of load elsewhere lands on all of them alike, and
+        // the order flips every round (direct, engine, actors; then actors, engine, direct), so
+        // that neither neighbour of the engine's run is always the same path. One round's runs lie
+        // within about two seconds of each other: the paired figure below compares them.
         Run direct, engine;
         RuntimeRun actor;
-        std::vector<double> tps[3];
+        std::vector<double> tps[3], paired;
         for (int r = 0; r < reps; r++) {
-            Run d = on_thread<Run>([&] { return run_direct(model, prompts, n_out, n_threads); });
-            Run e = on_thread<Run>([&] { return run_engine(model, prompts, n_out, n_threads, n_blocks); });
-            RuntimeRun a = run_runtime(*rt, prompts, n_out);
+            Run d, e;
+            RuntimeRun a;
+            if (r % 2) a = run_runtime(*rt, prompts, n_out);
+            else d = on_thread<Run>([&] { return run_direct(model, prompts, n_out, n_threads); });
+            e = on_thread<Run>([&] { return run_engine(model, prompts, n_out, n_threads, n_blocks); });
+            if (r % 2) d = on_thread<Run>([&] { return run_direct(model, prompts, n_out, n_threads); });
+            else a = run_runtime(*rt, prompts, n_out);
             if (a.n_failed) {
                 std::fprintf(stderr, "bench_runtime: %d runtime requests failed (%s)\n", a.n_failed,
                              a.first_error.c_str());
                 return 1;
             }
             tps[0].push_back(d.tok_s()), tps[1].push_back(e.tok_s()), tps[2].push_back(a.tok_s());
+            paired.push_back(e.tok_s() / a.tok_s() - 1);
             if (r == 0 || d.tok_s() > direct.tok_s()) direct = std::move(d);
             if (r == 0 || e.tok_s() > engine.tok_s()) engine = std::move(e);
             if (r == 0 || a.tok_s() > actor.tok_s()) actor = std::move(a);
@@ -358,6 +362,11 @@ int main(int argc, char** argv) {
         std::printf(
             "actor-path overhead (median): %+.1f%% vs direct backend, %+.1f%% vs engine; engine vs direct %+.1f%%\n",
             100.0 * (med[0] / med[2] - 1), 100.0 * (med[1] / med[2] - 1), 100.0 * (med[0] / med[1] - 1));
+        // The figure the machine's swings disturb least: each round's actor run against the engine
+        // run next to it, then the median over rounds (a slow minute lands on both of a pair).
+        std::printf("actor-path overhead (paired, per round vs the engine's run beside it):");
+        for (double p : paired) std::printf(" %+.1f%%", 100.0 * p);
+        std::printf("; median %+.1f%%\n", 100.0 * median(paired));
         // A share of one path's own time, so it holds on a loaded machine where the wall-time
         // comparisons above swing by +-20% between runs.
         if (engine.step_s > 0)

@@ -52,11 +52,14 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg, const ClusterC
     // have threads of their own. A quarter of the cores (1 to 8) for the rest: on a big host a request
     // actor that tokenizes a long prompt holds one scheduler thread while the others keep routing and
     // streaming; on a small one (under 8 cores) one thread, and the forward threads keep the rest.
-    // They poll briefly and then sleep (CAF's default aggressive polling competes with the forward
-    // threads on small machines).
+    // An idle one polls its queue once and then sleeps on its condition variable, which an enqueue
+    // wakes. CAF's default polls first (aggressively, then 50 us sleeps), and each of those wake-ups
+    // takes a core from a forward thread: bench_runtime counted 1,330 context switches a second on
+    // the scheduler thread with 10 such sleeps per idle spell, against 245 without them, and the
+    // forward threads were switched out 4x as often (docs/benchmarks.md).
     cfg.set("scheduler.max-threads", (size_t)std::clamp((int)std::thread::hardware_concurrency() / 4, 1, 8));
     cfg.set("work-stealing.aggressive-poll-attempts", 1);
-    cfg.set("work-stealing.moderate-poll-attempts", 10);
+    cfg.set("work-stealing.moderate-poll-attempts", 0);
     return cfg;
 }
 
