@@ -56,7 +56,7 @@ caf::actor_system_config& make_cfg(caf::actor_system_config& cfg, const ClusterC
     // wakes. CAF's default polls first (aggressively, then 50 us sleeps), and each of those wake-ups
     // takes a core from a forward thread: bench_runtime counted 1,330 context switches a second on
     // the scheduler thread with 10 such sleeps per idle spell, against 245 without them, and the
-    // forward threads were switched out 4x as often (docs/benchmarks.md).
+    // executor and forward threads were switched out 4x and 8x as often (docs/benchmarks.md).
     cfg.set("scheduler.max-threads", (size_t)std::clamp((int)std::thread::hardware_concurrency() / 4, 1, 8));
     cfg.set("work-stealing.aggressive-poll-attempts", 1);
     cfg.set("work-stealing.moderate-poll-attempts", 0);
