@@ -895,12 +895,17 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
     // prefill chunk, a bucket without speculation, a sequence whose policy chose k = 0): a share of
     // the predicted plain forward, once the forward's cost per token is measured (< 0: no cap). Those
     // sequences gain nothing from the drafts and wait for their verification.
-    double allowance_ms = -1;
+    // A fit through noisy step times can read a slope of 0 (it is clamped there); a verified token is
+    // never free, so under the cap its cost is at least 1% of the plain step's mean per token.
+    double allowance_ms = -1, min_token_ms = 0;
     if (opt_.spec_max_slowdown > 0 && !sim_) {
         bool others = false;
         for (size_t i = 0; i < plan.size(); i++) others = others || want[i] == 0;
         const double t_plain = plain_step_ms(n_plain_tokens, n_plain_tokens == (int)plan.size());
-        if (others && verify_ms_per_token() >= 0 && t_plain > 0) allowance_ms = opt_.spec_max_slowdown * t_plain;
+        if (others && verify_ms_per_token() >= 0 && t_plain > 0) {
+            allowance_ms = opt_.spec_max_slowdown * t_plain;
+            min_token_ms = 0.01 * t_plain / std::max(1, n_plain_tokens);
+        }
     }
     for (size_t i = 0; i < plan.size(); i++) {
         if (budget <= 0) break;
@@ -916,9 +921,8 @@ Engine::StepPlan Engine::schedule(double now_s, std::vector<EngineEvent>& events
         const double catch_up_ms = std::max(0.0, draft_catch_up_ms(s, n_catch_up));
         double per_token_ms = 0;
         if (allowance_ms >= 0) {
-            per_token_ms = verify_ms_per_token() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]);
-            if (per_token_ms > 0 || catch_up_ms > 0)
-                max_k = std::min<int>(max_k, (int)std::floor((allowance_ms - catch_up_ms) / std::max(per_token_ms, 1e-9)));
+            per_token_ms = std::max(min_token_ms, verify_ms_per_token() + std::max(0.0, draft_ms_per_token_[(int)s.req.spec.source]));
+            max_k = std::min<int>(max_k, (int)std::floor((allowance_ms - catch_up_ms) / per_token_ms));
             if (max_k <= 0) {
                 stats_.n_spec_capped++;
                 continue;
