@@ -13,11 +13,11 @@
 
 namespace steward {
 
-// A message from a typed actor to a dynamically typed one (a request actor, the executor's relay),
-// as that actor: a typed actor's own send() takes typed receivers only, and a request actor checks
-// who sent its tokens, ends and admission answers.
-template <class Self, class... Ts>
-void tell_as(Self self, const caf::actor& to, Ts&&... xs) {
+// A one-way message from an actor to a typed one, as that actor (a request actor checks who sent
+// its tokens, ends and admission answers), whatever its own interface says of replies: the
+// receiver's interface is checked at compile time.
+template <class Self, class To, class... Ts>
+void tell_as(Self self, const To& to, Ts&&... xs) {
     caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
 }
 
@@ -81,9 +81,9 @@ struct PoolMonitorArgs {
     ClusterConfig cluster;
     std::weak_ptr<SharedState> shared;
 };
-caf::actor spawn_pool_monitor(caf::actor_system& sys, PoolMonitorArgs args);
+PoolMonitorActor spawn_pool_monitor(caf::actor_system& sys, PoolMonitorArgs args);
 // One per request.
 struct RequestContext;
-caf::actor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx);
+RequestActor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx);
 
 }  // namespace steward

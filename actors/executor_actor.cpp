@@ -32,10 +32,10 @@ struct executor_state {
     std::shared_ptr<PoolLive> live;
     std::shared_ptr<SharedState> shared;
     std::string pool;
-    std::unordered_map<uint64_t, caf::actor> reply_to;
+    std::unordered_map<uint64_t, RequestActor> reply_to;
     // Sends each step's tokens and ends on to the request actors (StepOutput): on CAF's scheduler,
     // so this thread enqueues one message per step.
-    caf::actor relay;
+    RelayActor relay;
     // Cache actors that get each step's KV events (kv_events_atom subscribes one), with this pool's
     // id in each one's index: the runtime's own, and the fronts of a worker's pool.
     std::vector<std::pair<CacheActor, uint64_t>> caches;
@@ -150,7 +150,8 @@ void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::s
 // The executor's relay: sends a step's tokens and ends on as the executor (a request actor takes a
 // run's messages only from the executor the run is on). It holds the executor weakly: they are
 // linked, and a strong handle both ways would keep both alive.
-caf::behavior relay_actor(caf::event_based_actor* self, caf::actor_addr executor) {
+RelayActor::behavior_type relay_actor(RelayActor::pointer self, caf::actor_addr executor) {
+    (void)self;
     return {
         [=](relay_atom, StepOutput& out) {
             auto from = caf::actor_cast<caf::actor>(executor);
@@ -177,7 +178,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
     return {
         [=](submit_atom, EngineRequest r) {
             auto& st = self->state;
-            auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+            auto sender = caf::actor_cast<RequestActor>(self->current_sender());
             // The bucket's eviction policy of the generation the request started with (it holds
             // that snapshot until it finishes, so the lookup cannot miss while it runs). A front's
             // request on a worker's pool names a generation of the front: the worker takes the bucket

@@ -13,7 +13,7 @@ namespace {
 
 struct kv_allocator_state {
     std::optional<Admission> core;
-    std::unordered_map<uint64_t, caf::actor> waiting;  // queued request -> who to tell
+    std::unordered_map<uint64_t, RequestActor> waiting;  // queued request -> who to tell
     AdmissionFiguresFn on_figures;
     static inline const char* name = "kv_allocator";
 };
@@ -54,7 +54,7 @@ KvAllocatorActor::behavior_type kv_allocator_actor(self_ptr self, AdmissionOptio
             auto& st = self->state;
             const AdmissionDecision d = st.core->request(r.id, r.tenant, r.n_blocks);
             if (d.verdict == AdmissionVerdict::QUEUE)
-                st.waiting[r.id] = caf::actor_cast<caf::actor>(self->current_sender());
+                st.waiting[r.id] = caf::actor_cast<RequestActor>(self->current_sender());
             publish_figures(self);
             return to_answer(r.id, d);
         },

@@ -48,14 +48,11 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;          // request -
 using unwatch_atom = caf::atom_constant<caf::atom("unwatch")>;
 using lost_atom = caf::atom_constant<caf::atom("wlost")>;           // pool monitor -> request: the worker is lost
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;        // pool monitor -> config actor: rebuild, a worker is back
+using mon_tick_atom = caf::atom_constant<caf::atom("mon_tick")>;    // pool monitor, to itself: heartbeat or reconnect
 // The config actor's interface (actors.hpp, spawn_config): a reload answers (ok, live generation,
 // error message); a rejoin rebuilds the generation around a worker that answers again.
 using ConfigActor = caf::typed_actor<caf::replies_to<reload_atom>::with<bool, uint64_t, std::string>,
                                      caf::reacts_to<rejoin_atom>>;
-// The timer actor's interface (actors.hpp, spawn_timer): a message it does not take is a compile
-// error at the sender. Local to a process (it never crosses to a worker).
-using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, double, caf::actor, int32_t, uint64_t>,
-                                    caf::reacts_to<timer_cancel_atom, uint64_t>, caf::reacts_to<timer_tick_atom>>;
 
 // ---- cache actor (one per runtime): which pool holds which prefix blocks.
 
@@ -234,28 +231,6 @@ typename Inspector::result_type inspect(Inspector& f, RunEnd& x) {
              }));
 }
 
-// executor_actor -> its relay (one message per step, relay_atom): every request's tokens and ends of
-// the step, each with the request actor it goes to. The relay (on CAF's scheduler) sends them on as
-// TokenBatch / RunEnd, in order, so the executor's thread enqueues one message per step however
-// many requests it serves. Never crosses the wire.
-struct StepOutput {
-    struct Item {
-        caf::actor to;
-        bool has_tokens = false, has_end = false;
-        TokenBatch tokens;
-        RunEnd end;
-    };
-    std::vector<Item> items;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepOutput::Item& x) {
-    return f(caf::meta::type_name("StepOutput::Item"), x.to, x.has_tokens, x.has_end, x.tokens, x.end);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
-    return f(caf::meta::type_name("StepOutput"), x.items);
-}
-
 // The executor's interface (one per pool, spawn_executor): runs to start, runs to cancel, kept
 // sessions to end, document keys whose KV to drop (reuse::document_key), KV event subscribers to add and drop, and its own step ticks. A message it does
 // not take fails to compile at the sender.
@@ -310,6 +285,54 @@ using KvAllocatorActor = caf::typed_actor<caf::replies_to<admit_atom, AdmitReque
                                           caf::reacts_to<release_atom, uint64_t>,
                                           caf::reacts_to<quota_atom, std::string, int32_t>,
                                           caf::replies_to<stats_atom>::with<AllocatorStats>>;
+
+// ---- the request actor (one per request): what the actors that serve a request tell it.
+
+// The request actor's interface (spawn_request): a run's tokens and its end (from the executor the
+// run is on, through its relay, or from the request itself), a queued run's admission answer (from
+// its pool's kv_allocator), a run's admission deadline (deadline_atom, from the timer), a lost worker
+// (lost_atom, from the pool's monitor), the caller's cancel and the request's own deadline. A
+// message it does not take fails to compile at the sender; a request still checks who sent its
+// tokens, ends and admission answers (a lost worker's executor may go on talking).
+using RequestActor = caf::typed_actor<caf::reacts_to<token_atom, TokenBatch>, caf::reacts_to<finish_atom, RunEnd>,
+                                      caf::reacts_to<admit_atom, AdmitAnswer>, caf::reacts_to<deadline_atom, uint64_t>,
+                                      caf::reacts_to<lost_atom, uint64_t, std::string>, caf::reacts_to<cancel_atom>,
+                                      caf::reacts_to<req_deadline_atom>>;
+
+// The timer actor's interface (actors.hpp, spawn_timer): a message it does not take is a compile
+// error at the sender. Local to a process (it never crosses to a worker).
+using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, double, RequestActor, int32_t, uint64_t>,
+                                    caf::reacts_to<timer_cancel_atom, uint64_t>, caf::reacts_to<timer_tick_atom>>;
+
+// executor_actor -> its relay (one message per step, relay_atom): every request's tokens and ends of
+// the step, each with the request actor it goes to. The relay (on CAF's scheduler) sends them on as
+// TokenBatch / RunEnd, in order, so the executor's thread enqueues one message per step however
+// many requests it serves. Never crosses the wire.
+struct StepOutput {
+    struct Item {
+        RequestActor to;
+        bool has_tokens = false, has_end = false;
+        TokenBatch tokens;
+        RunEnd end;
+    };
+    std::vector<Item> items;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput::Item& x) {
+    return f(caf::meta::type_name("StepOutput::Item"), x.to, x.has_tokens, x.has_end, x.tokens, x.end);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
+    return f(caf::meta::type_name("StepOutput"), x.items);
+}
+
+// A remote pool's monitor (one per remote pool on a front, spawn_pool_monitor): requests running
+// there watch it (lost_atom when the worker is lost) and unwatch it; its own heartbeat ticks.
+using PoolMonitorActor = caf::typed_actor<caf::reacts_to<watch_atom, RequestActor>, caf::reacts_to<unwatch_atom, RequestActor>,
+                                          caf::reacts_to<mon_tick_atom>>;
+
+// The executor's relay (one per executor, on CAF's scheduler): a step's StepOutput.
+using RelayActor = caf::typed_actor<caf::reacts_to<relay_atom, StepOutput>>;
 
 // ---- workers: what crosses the wire between a front and a worker besides the messages above.
 

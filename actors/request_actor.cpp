@@ -92,7 +92,7 @@ struct request_state {
     static inline const char* name = "request";
 };
 
-using self_ptr = caf::stateful_actor<request_state>*;
+using self_ptr = RequestActor::stateful_pointer<request_state>;
 
 const char* role_name(RunRole r) { return r == RunRole::PRIMARY ? "primary" : r == RunRole::UPGRADE ? "upgrade" : "shadow"; }
 
@@ -308,7 +308,7 @@ void submit(self_ptr self, SubmitRun&& s) {
     if (ph.remote()) {
         // A lost worker: straight to the loss path (a message, so the core is never re-entered).
         if (ph.live->lost) return (void)self->send(self, lost_atom::value, ph.id, std::string("it was lost before this run"));
-        if (st.watching.insert(ph.id).second) self->send(ph.monitor, watch_atom::value, caf::actor(self));
+        if (st.watching.insert(ph.id).second) self->send(ph.monitor, watch_atom::value, caf::actor_cast<RequestActor>(self));
     }
     const int32_t pool_index = s.pool;
     EngineRequest m = std::move(s.run);
@@ -325,7 +325,7 @@ void submit(self_ptr self, SubmitRun&& s) {
     const uint64_t id = m.id;
     // The engine enforces the deadline once the run is there; while it waits for admission, a timer.
     if (m.deadline_s > 0)
-        self->send(st.ctx->shared->timers, timer_add_atom::value, st.ctx->id, m.deadline_s, caf::actor(self),
+        self->send(st.ctx->shared->timers, timer_add_atom::value, st.ctx->id, m.deadline_s, caf::actor_cast<RequestActor>(self),
                    (int32_t)TimerKind::admission, id);
     ad.waiting = true;
     ad.pending = std::move(m);
@@ -354,7 +354,7 @@ void maybe_quit(self_ptr self) {
     st.ctx->shared->finished(st.ctx->id);
     self->send(st.ctx->shared->timers, timer_cancel_atom::value, st.ctx->id);  // its handle goes with them
     for (const auto& ph : st.ctx->snap->pools)
-        if (st.watching.count(ph->id)) self->send(ph->monitor, unwatch_atom::value, caf::actor(self));
+        if (st.watching.count(ph->id)) self->send(ph->monitor, unwatch_atom::value, caf::actor_cast<RequestActor>(self));
     self->quit();
 }
 
@@ -435,7 +435,7 @@ void execute(self_ptr self, RequestActions&& actions) {
     }
 }
 
-caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
+RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
     auto& st = self->state;
     st.ctx = ctx;
     const GenerationRequest& req = ctx->req;
@@ -488,7 +488,10 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
         st.trace["state"] = "refused";
         publish_trace(self);
         execute(self, st.core->on_refused(ok.error().message, now_s()));
-        return {[=](cancel_atom) {}};
+        // Over already (the core finished it): every message is dropped until it stops.
+        return {[](token_atom, const TokenBatch&) {}, [](finish_atom, const RunEnd&) {}, [](admit_atom, const AdmitAnswer&) {},
+                [](deadline_atom, uint64_t) {},       [](lost_atom, uint64_t, const std::string&) {},
+                [](cancel_atom) {},                   [](req_deadline_atom) {}};
     }
     publish_trace(self);
     // The request's own deadline, a timer: it answers TIMEOUT even when the router, a plugin or an engine
@@ -497,7 +500,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
     if (const double timeout = snap.config->limits.request_timeout_ms; timeout > 0) {
         const double dl = ctx->arrival_s + timeout / 1e3;
         constexpr double k_grace_s = 0.025;
-        self->send(ctx->shared->timers, timer_add_atom::value, ctx->id, dl + k_grace_s, caf::actor(self),
+        self->send(ctx->shared->timers, timer_add_atom::value, ctx->id, dl + k_grace_s, caf::actor_cast<RequestActor>(self),
                    (int32_t)TimerKind::request, uint64_t{0});
     }
     self->request(snap.router, caf::infinite, route_atom::value, q)
@@ -582,7 +585,7 @@ caf::behavior request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) 
 
 }  // namespace
 
-caf::actor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx) {
+RequestActor spawn_request(caf::actor_system& sys, std::shared_ptr<RequestContext> ctx) {
     return sys.spawn(request_actor, std::move(ctx));
 }
 

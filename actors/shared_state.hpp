@@ -43,7 +43,7 @@ struct PoolHandle : Pool {
     std::vector<std::vector<int32_t>> public_prefixes;  // in this pool's vocabulary (cache queries hash with them)
     std::string worker;        // remote: the worker's "host:port"; "" local
     WorkerActor worker_actor;  // remote: the worker's published actor (hello, heartbeats)
-    caf::actor monitor;        // remote: this pool's monitor (heartbeats, loss, rejoin); spawned when wired
+    PoolMonitorActor monitor;  // remote: this pool's monitor (heartbeats, loss, rejoin); spawned when wired
     CacheActor cache;          // remote: the cache actor subscribed to the worker's KV events
     bool remote() const { return !worker.empty(); }
     ~PoolHandle() {
@@ -143,7 +143,7 @@ struct SharedState {
     // In-flight requests: handle -> request actor.
     std::mutex inflight_mu;
     std::condition_variable inflight_cv;
-    std::map<uint64_t, caf::actor> inflight;
+    std::map<uint64_t, RequestActor> inflight;
     void finished(uint64_t id) {
         std::lock_guard<std::mutex> lk(inflight_mu);
         inflight.erase(id);

@@ -12,7 +12,7 @@ namespace steward {
 namespace {
 
 struct TimerEntry {
-    caf::actor target;
+    RequestActor target;
     TimerKind kind;
     uint64_t arg;
 };
@@ -37,7 +37,7 @@ void schedule(timer_ptr self) {
 TimerActor::behavior_type timer_actor(timer_ptr self, std::string name) {
     (void)name;
     return {
-        [=](timer_add_atom, uint64_t owner, double at_s, const caf::actor& target, int32_t kind, uint64_t arg) {
+        [=](timer_add_atom, uint64_t owner, double at_s, const RequestActor& target, int32_t kind, uint64_t arg) {
             self->state.queue.add(owner, at_s, TimerEntry{target, (TimerKind)kind, arg});
             schedule(self);
         },
@@ -46,11 +46,10 @@ TimerActor::behavior_type timer_actor(timer_ptr self, std::string name) {
             const double now = now_s();
             if (now >= self->state.tick_s) self->state.tick_s = std::numeric_limits<double>::infinity();
             for (auto& [owner, e] : self->state.queue.pop_due(now)) {
-                // anon_send: a typed actor may send() only to typed ones; the requests are not (yet).
                 if (e.kind == TimerKind::request)
-                    caf::anon_send(e.target, req_deadline_atom::value);
+                    self->send(e.target, req_deadline_atom::value);
                 else
-                    caf::anon_send(e.target, deadline_atom::value, e.arg);
+                    self->send(e.target, deadline_atom::value, e.arg);
             }
             schedule(self);
         },

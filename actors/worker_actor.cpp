@@ -17,8 +17,6 @@ namespace steward {
 
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("mon_tick")>;
-
 struct worker_state {
     static inline const char* name = "worker";
 };
@@ -86,13 +84,13 @@ WorkerActor::behavior_type worker_actor(WorkerActor::stateful_pointer<worker_sta
 
 struct monitor_state {
     PoolMonitorArgs a;
-    std::set<caf::actor> watchers;
+    std::set<RequestActor> watchers;
     bool lost = false, rejoined = false;
     std::string why;
     static inline const char* name = "pool_monitor";
 };
 
-using monitor_ptr = caf::stateful_actor<monitor_state>*;
+using monitor_ptr = PoolMonitorActor::stateful_pointer<monitor_state>;
 
 void lose(monitor_ptr self, const std::string& why) {
     auto& st = self->state;
@@ -107,7 +105,7 @@ void lose(monitor_ptr self, const std::string& why) {
     spdlog::warn("worker {} (pool '{}') is lost: {}; its {} running requests are retried elsewhere or fail as their bucket says; "
                  "trying it again every {} ms",
                  st.a.address, st.a.pool, why, st.watchers.size(), (long long)st.a.cluster.reconnect_ms);
-    for (const caf::actor& w : st.watchers) self->send(w, lost_atom::value, st.a.pool_id, why);
+    for (const RequestActor& w : st.watchers) self->send(w, lost_atom::value, st.a.pool_id, why);
     st.watchers.clear();
 }
 
@@ -139,7 +137,7 @@ void apply_load(monitor_state& st, const WorkerLoad& load) {
     }
 }
 
-caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
+PoolMonitorActor::behavior_type pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
     self->state.a = std::move(args);
     self->monitor(self->state.a.worker);
     self->monitor(self->state.a.executor);
@@ -149,9 +147,9 @@ caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
             lose(self, std::string(dm.source == st.a.worker.address() ? "its connection closed (" : "its executor stopped (") +
                            self->system().render(dm.reason) + ")");
     });
-    self->send(self, tick_atom::value);
+    self->send(self, mon_tick_atom::value);
     return {
-        [=](tick_atom) {
+        [=](mon_tick_atom) {
             auto& st = self->state;
             const auto ms = [](double v) { return std::chrono::milliseconds((int64_t)v); };
             if (!st.lost) {
@@ -162,7 +160,7 @@ caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
                                              std::to_string((long long)self->state.a.cluster.heartbeat_timeout_ms) + " ms (" +
                                              self->system().render(err) + ")");
                           });
-                self->delayed_send(self, ms(st.a.cluster.heartbeat_ms), tick_atom::value);
+                self->delayed_send(self, ms(st.a.cluster.heartbeat_ms), mon_tick_atom::value);
                 return;
             }
             if (st.rejoined) return;  // the config actor builds the new generation; this pool is done
@@ -177,16 +175,16 @@ caf::behavior pool_monitor_actor(monitor_ptr self, PoolMonitorArgs args) {
                     return;
                 }
             }
-            self->delayed_send(self, ms(st.a.cluster.reconnect_ms), tick_atom::value);
+            self->delayed_send(self, ms(st.a.cluster.reconnect_ms), mon_tick_atom::value);
         },
-        [=](watch_atom, caf::actor who) {
+        [=](watch_atom, RequestActor who) {
             auto& st = self->state;
             if (st.lost)
                 self->send(who, lost_atom::value, st.a.pool_id, st.why);
             else
                 st.watchers.insert(std::move(who));
         },
-        [=](unwatch_atom, const caf::actor& who) { self->state.watchers.erase(who); },
+        [=](unwatch_atom, const RequestActor& who) { self->state.watchers.erase(who); },
     };
 }
 
@@ -249,7 +247,7 @@ Expected<WorkerConnection> connect_worker(caf::actor_system& sys, const std::str
     return out;
 }
 
-caf::actor spawn_pool_monitor(caf::actor_system& sys, PoolMonitorArgs args) {
+PoolMonitorActor spawn_pool_monitor(caf::actor_system& sys, PoolMonitorArgs args) {
     return sys.spawn<caf::detached>(pool_monitor_actor, std::move(args));
 }
 
