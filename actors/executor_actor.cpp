@@ -135,11 +135,11 @@ void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::s
     for (auto& [id, to] : st.reply_to) {
         StepOutput::Item item;
         item.to = to;
-        item.has_end = true;
-        item.end.id = id;
-        item.end.reason = FinishReason::ERROR;
-        item.end.error = what + "; the request was abandoned, retry it";
-        item.end.t_s = t;
+        item.event.id = id;
+        item.event.finished = true;
+        item.event.finish = FinishReason::ERROR;
+        item.event.error = what + "; the request was abandoned, retry it";
+        item.event.t_s = t;
         out.items.push_back(std::move(item));
         st.engine->cancel(id);
     }
@@ -156,10 +156,7 @@ RelayActor::behavior_type relay_actor(RelayActor::pointer self, caf::actor_addr 
         [=](relay_atom, StepOutput& out) {
             auto from = caf::actor_cast<caf::actor>(executor);
             if (!from) return;
-            for (StepOutput::Item& it : out.items) {
-                if (it.has_tokens) caf::send_as(from, it.to, token_atom::value, std::move(it.tokens));
-                if (it.has_end) caf::send_as(from, it.to, finish_atom::value, std::move(it.end));
-            }
+            for (StepOutput::Item& it : out.items) caf::send_as(from, it.to, event_atom::value, std::move(it.event));
         },
     };
 }
@@ -221,12 +218,13 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 ok = make_error("request ", std::to_string(id), ": the engine failed to queue it: ", e.what());
             }
             if (!ok) {
-                RunEnd f;
+                EngineEvent f;
                 f.id = id;
-                f.reason = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
+                f.finished = true;
+                f.finish = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
-                tell_as(self, sender, finish_atom::value, f);
+                tell_as(self, sender, event_atom::value, std::move(f));
                 return;
             }
             st.reply_to[id] = sender;
@@ -288,36 +286,12 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             const double te = now_s();
             for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
-                if (it == st.reply_to.end()) continue;
+                if (it == st.reply_to.end() || (ev.tokens.empty() && !ev.finished)) continue;
                 StepOutput::Item item;
                 item.to = it->second;
-                if (!ev.tokens.empty()) {
-                    item.has_tokens = true;
-                    TokenBatch& b = item.tokens;
-                    b.id = ev.id;
-                    b.tokens = std::move(ev.tokens);
-                    b.logprobs = std::move(ev.logprobs);
-                    b.t_s = te;
-                    if (!ev.top_logprobs.empty()) {
-                        b.n_top = (int32_t)ev.top_logprobs.front().size();
-                        for (const auto& alts : ev.top_logprobs)
-                            for (int32_t j = 0; j < b.n_top; j++) {  // every token has n_top (vocab >= 20)
-                                b.top_ids.push_back(j < (int32_t)alts.size() ? alts[j].id : 0);
-                                b.top_logprobs.push_back(j < (int32_t)alts.size() ? alts[j].logprob : 0.0f);
-                            }
-                    }
-                }
-                if (ev.finished) {
-                    item.has_end = true;
-                    RunEnd& f = item.end;
-                    static_cast<RunFigures&>(f) = ev;
-                    f.id = ev.id;
-                    f.reason = ev.finish;
-                    f.error = std::move(ev.error);
-                    f.first_scheduled_s = ev.first_scheduled_s;
-                    f.t_s = te;
-                    st.reply_to.erase(it);
-                }
+                if (ev.finished) st.reply_to.erase(it);
+                ev.t_s = te;
+                item.event = std::move(ev);
                 out.items.push_back(std::move(item));
             }
             if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));

@@ -21,9 +21,8 @@ namespace steward {
 using route_atom = caf::atom_constant<caf::atom("route")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
-using token_atom = caf::atom_constant<caf::atom("token")>;
+using event_atom = caf::atom_constant<caf::atom("event")>;  // a run's step: its tokens and / or its end
 using relay_atom = caf::atom_constant<caf::atom("relay")>;
-using finish_atom = caf::atom_constant<caf::atom("finish")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;  // figures of the cache and kv_allocator actors
 using session_atom = caf::atom_constant<caf::atom("session")>;
@@ -179,7 +178,7 @@ using RouterActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery>::wi
 using DeciderActor = caf::typed_actor<caf::replies_to<route_atom, RouteQuery, CachedTokens>::with<RouteDecision>>;
 
 // request_actor -> executor_actor (submit_atom): EngineRequest (sched/engine.h), the run as it is;
-// the sender receives the token / finish messages. Its resolved fields (policies, the compiled
+// the sender receives its events (event_atom). Its resolved fields (policies, the compiled
 // grammar) stay behind: the executor resolves them from its own config.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
@@ -194,24 +193,13 @@ typename Inspector::result_type inspect(Inspector& f, EngineRequest& x) {
              x.reuse_keys);
 }
 
-// executor_actor -> request_actor: the tokens one step produced (one message per request per step).
-struct TokenBatch {
-    uint64_t id = 0;
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-    double t_s = 0;
-    // With top logprobs: n_top alternatives per token, flattened (token-major).
-    int32_t n_top = 0;
-    std::vector<int32_t> top_ids;
-    std::vector<float> top_logprobs;
-};
+// executor_actor -> request_actor (event_atom): EngineEvent (sched/engine.h), a run's step as the
+// engine reported it: the tokens it produced, and, when finished, how the run ended and its figures
+// (RunFigures). One message per run per step; unchanged from the engine to the request core.
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, TokenBatch& x) {
-    return f(caf::meta::type_name("TokenBatch"), x.id, x.tokens, x.logprobs, x.t_s, x.n_top, x.top_ids, x.top_logprobs);
+typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
+    return f(caf::meta::type_name("TokenLogprob"), x.id, x.logprob);
 }
-
-// executor_actor -> request_actor: the run is over (tokens of its last step, if any, came first):
-// RunEnd (request/request_fsm.h), how it ended and its figures, as the engine reported them.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RunFigures& x) {
     return f(caf::meta::type_name("RunFigures"), x.n_prompt_tokens, x.n_cached_prompt_tokens, x.n_cached_cross_tenant,
@@ -222,11 +210,12 @@ typename Inspector::result_type inspect(Inspector& f, RunFigures& x) {
 }
 // The reason travels as an int32_t (CAF 0.17 cannot inspect an enum class).
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, RunEnd& x) {
-    int32_t reason = static_cast<int32_t>(x.reason);
-    return f(caf::meta::type_name("RunEnd"), x.id, reason, x.error, x.first_scheduled_s, x.t_s,
-             static_cast<RunFigures&>(x), caf::meta::load_callback([&]() -> caf::error {
-                 x.reason = static_cast<FinishReason>(reason);
+typename Inspector::result_type inspect(Inspector& f, EngineEvent& x) {
+    int32_t finish = static_cast<int32_t>(x.finish);
+    return f(caf::meta::type_name("EngineEvent"), x.id, x.tokens, x.top_logprobs, x.logprobs, x.finished, finish, x.error,
+             x.first_scheduled_s, x.t_s, static_cast<RunFigures&>(x), caf::meta::load_callback([&]() -> caf::error {
+                 if (finish < 0 || finish >= n_finish_reasons) return caf::sec::invalid_argument;
+                 x.finish = static_cast<FinishReason>(finish);
                  return caf::none;
              }));
 }
@@ -288,14 +277,13 @@ using KvAllocatorActor = caf::typed_actor<caf::replies_to<admit_atom, AdmitReque
 
 // ---- the request actor (one per request): what the actors that serve a request tell it.
 
-// The request actor's interface (spawn_request): a run's tokens and its end (from the executor the
-// run is on, through its relay, or from the request itself), a queued run's admission answer (from
+// The request actor's interface (spawn_request): a run's steps, its tokens and its end (from the
+// executor the run is on, through its relay, or from the request itself), a queued run's admission answer (from
 // its pool's kv_allocator), a run's admission deadline (deadline_atom, from the timer), a lost worker
 // (lost_atom, from the pool's monitor), the caller's cancel and the request's own deadline. A
 // message it does not take fails to compile at the sender; a request still checks who sent its
 // tokens, ends and admission answers (a lost worker's executor may go on talking).
-using RequestActor = caf::typed_actor<caf::reacts_to<token_atom, TokenBatch>, caf::reacts_to<finish_atom, RunEnd>,
-                                      caf::reacts_to<admit_atom, AdmitAnswer>, caf::reacts_to<deadline_atom, uint64_t>,
+using RequestActor = caf::typed_actor<caf::reacts_to<event_atom, EngineEvent>, caf::reacts_to<admit_atom, AdmitAnswer>, caf::reacts_to<deadline_atom, uint64_t>,
                                       caf::reacts_to<lost_atom, uint64_t, std::string>, caf::reacts_to<cancel_atom>,
                                       caf::reacts_to<req_deadline_atom>>;
 
@@ -304,22 +292,20 @@ using RequestActor = caf::typed_actor<caf::reacts_to<token_atom, TokenBatch>, ca
 using TimerActor = caf::typed_actor<caf::reacts_to<timer_add_atom, uint64_t, double, RequestActor, int32_t, uint64_t>,
                                     caf::reacts_to<timer_cancel_atom, uint64_t>, caf::reacts_to<timer_tick_atom>>;
 
-// executor_actor -> its relay (one message per step, relay_atom): every request's tokens and ends of
-// the step, each with the request actor it goes to. The relay (on CAF's scheduler) sends them on as
-// TokenBatch / RunEnd, in order, so the executor's thread enqueues one message per step however
-// many requests it serves. Never crosses the wire.
+// executor_actor -> its relay (one message per step, relay_atom): every request's event of the step,
+// each with the request actor it goes to. The relay (on CAF's scheduler) sends them on, in order,
+// so the executor's thread enqueues one message per step however many requests it serves. Never
+// crosses the wire.
 struct StepOutput {
     struct Item {
         RequestActor to;
-        bool has_tokens = false, has_end = false;
-        TokenBatch tokens;
-        RunEnd end;
+        EngineEvent event;
     };
     std::vector<Item> items;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput::Item& x) {
-    return f(caf::meta::type_name("StepOutput::Item"), x.to, x.has_tokens, x.has_end, x.tokens, x.end);
+    return f(caf::meta::type_name("StepOutput::Item"), x.to, x.event);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
@@ -338,7 +324,7 @@ using RelayActor = caf::typed_actor<caf::reacts_to<relay_atom, StepOutput>>;
 
 // The wire protocol's version: a front and a worker of different versions refuse each other at hello.
 // Raise it with every change to a message type above or below.
-inline constexpr uint32_t k_wire_version = 1;
+inline constexpr uint32_t k_wire_version = 2;
 
 // One pool of a worker (pool/pool.h's RemoteDescription, plus its actors).
 struct RemotePoolInfo {
@@ -401,8 +387,7 @@ inline void add_message_types(caf::actor_system_config& cfg) {
     cfg.add_message_type<RouteDecision>("RouteDecision");
     cfg.add_message_type<RouteInput>("RouteInput");
     cfg.add_message_type<EngineRequest>("EngineRequest");
-    cfg.add_message_type<TokenBatch>("TokenBatch");
-    cfg.add_message_type<RunEnd>("RunEnd");
+    cfg.add_message_type<EngineEvent>("EngineEvent");
     cfg.add_message_type<KvEvent>("KvEvent");
     cfg.add_message_type<KvEventBatch>("KvEventBatch");
     cfg.add_message_type<CachePoolQuery>("CachePoolQuery");

@@ -193,12 +193,13 @@ CacheQuery cache_query(const RequestContext& ctx, PoolPrompts& vocab) {
 // A run's end the actor itself reports (admission refused or failed, cancelled while queued): a
 // message to itself, so the core sees it like an executor's and never re-entrantly.
 void end_run(self_ptr self, uint64_t engine_id, FinishReason why, const std::string& msg) {
-    RunEnd f;
+    EngineEvent f;
     f.id = engine_id;
-    f.reason = why;
+    f.finished = true;
+    f.finish = why;
     f.error = msg;
     f.t_s = now_s();
-    self->send(self, finish_atom::value, f);
+    self->send(self, event_atom::value, std::move(f));
 }
 
 // The pool's count of runs sent there and not ended (what kv_aware routing balances on).
@@ -261,8 +262,9 @@ void run_lost(self_ptr self, RunRole role, const std::string& why) {
     caf::anon_send(ph.executor, cancel_atom::value, engine_id);
     if (ph.kv_allocator) caf::anon_send(ph.kv_allocator, release_atom::value, engine_id);
     count_inflight(self, role, false);
-    RunEnd e;
-    e.reason = FinishReason::ERROR;
+    EngineEvent e;
+    e.finished = true;
+    e.finish = FinishReason::ERROR;
     e.t_s = now_s();
     e.error = "the worker " + ph.worker + " of pool '" + ph.cfg.name + "' was lost (" + why + ")";
     const int32_t retry = retry_pool_for(snap, st.bucket_index, ad.pool);
@@ -435,6 +437,39 @@ void execute(self_ptr self, RequestActions&& actions) {
     }
 }
 
+// A run's end (its last event): its place in the pool's count and its KV reservation go, the trace
+// notes it, and the core hears of it.
+void run_end(self_ptr self, const EngineEvent& f) {
+    count_inflight(self, run_role_of(f.id), false);
+    // The run's KV reservation (or queue place) ends with it; the allocator ignores an
+    // unknown id (a refused run, or one that never asked).
+    const RunRole role = run_role_of(f.id);
+    if (const int32_t pool = self->state.admission[(int)role].pool; pool >= 0)
+        if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator) {
+            self->state.n_releases_pending++;
+            auto confirmed = [=] {
+                self->state.n_releases_pending--;
+                maybe_quit(self);
+            };
+            // A worker's allocator may be gone with its worker: wait a bounded time for it.
+            const bool remote = self->state.ctx->snap->pools.at(pool)->remote();
+            const caf::duration wait = remote ? caf::duration(std::chrono::seconds(2)) : caf::infinite;
+            self->request(alloc, wait, release_atom::value, f.id)
+                .then([=]() { confirmed(); }, [=](caf::error&) { confirmed(); });
+        }
+    {
+        nlohmann::ordered_json& runs = self->state.trace["runs"];
+        for (auto& r : runs)
+            if (r["run"] == role_name(role) && !r.contains("finish")) {
+                r["finish"] = finish_reason_name(f.finish);
+                r["cached_prompt_tokens"] = f.n_cached_prompt_tokens;
+                r["preemptions"] = f.n_preemptions;
+                if (!f.error.empty()) r["error"] = f.error;
+            }
+    }
+    execute(self, self->state.core->on_run_end(role, f, now_s()));
+}
+
 RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<RequestContext> ctx) {
     auto& st = self->state;
     st.ctx = ctx;
@@ -489,9 +524,8 @@ RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<Request
         publish_trace(self);
         execute(self, st.core->on_refused(ok.error().message, now_s()));
         // Over already (the core finished it): every message is dropped until it stops.
-        return {[](token_atom, const TokenBatch&) {}, [](finish_atom, const RunEnd&) {}, [](admit_atom, const AdmitAnswer&) {},
-                [](deadline_atom, uint64_t) {},       [](lost_atom, uint64_t, const std::string&) {},
-                [](cancel_atom) {},                   [](req_deadline_atom) {}};
+        return {[](event_atom, const EngineEvent&) {}, [](admit_atom, const AdmitAnswer&) {}, [](deadline_atom, uint64_t) {},
+                [](lost_atom, uint64_t, const std::string&) {}, [](cancel_atom) {}, [](req_deadline_atom) {}};
     }
     publish_trace(self);
     // The request's own deadline, a timer: it answers TIMEOUT even when the router, a plugin or an engine
@@ -513,15 +547,11 @@ RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<Request
             },
             [=](caf::error& err) { execute(self, self->state.core->on_route_failed(self->system().render(err), now_s())); });
     return {
-        [=](token_atom, const TokenBatch& b) {
-            if (!from_current_run(self, run_role_of(b.id))) return;
-            std::vector<std::vector<TokenLogprob>> top;
-            if (b.n_top > 0)
-                for (size_t i = 0; i + (size_t)b.n_top <= b.top_ids.size(); i += (size_t)b.n_top) {
-                    auto& alts = top.emplace_back();
-                    for (size_t j = i; j < i + (size_t)b.n_top; j++) alts.push_back({b.top_ids[j], b.top_logprobs[j]});
-                }
-            execute(self, self->state.core->on_tokens(run_role_of(b.id), b.tokens, b.logprobs, now_s(), top));
+        [=](event_atom, const EngineEvent& ev) {
+            const RunRole role = run_role_of(ev.id);
+            if (!from_current_run(self, role)) return;
+            if (!ev.tokens.empty()) execute(self, self->state.core->on_tokens(role, ev.tokens, ev.logprobs, now_s(), ev.top_logprobs));
+            if (ev.finished) run_end(self, ev);
         },
         [=](admit_atom, const AdmitAnswer& a) {
             // From the allocator of the run's pool now (a lost worker's may still answer).
@@ -546,37 +576,6 @@ RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<Request
                 if (pool >= 0 && self->state.admission[r].inflight && self->state.ctx->snap->pools.at(pool)->id == pool_id)
                     run_lost(self, (RunRole)r, why);
             }
-        },
-        [=](finish_atom, const RunEnd& f) {
-            if (!from_current_run(self, run_role_of(f.id))) return;
-            count_inflight(self, run_role_of(f.id), false);
-            // The run's KV reservation (or queue place) ends with it; the allocator ignores an
-            // unknown id (a refused run, or one that never asked).
-            const RunRole role = run_role_of(f.id);
-            if (const int32_t pool = self->state.admission[(int)role].pool; pool >= 0)
-                if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator) {
-                    self->state.n_releases_pending++;
-                    auto confirmed = [=] {
-                        self->state.n_releases_pending--;
-                        maybe_quit(self);
-                    };
-                    // A worker's allocator may be gone with its worker: wait a bounded time for it.
-                    const bool remote = self->state.ctx->snap->pools.at(pool)->remote();
-                    const caf::duration wait = remote ? caf::duration(std::chrono::seconds(2)) : caf::infinite;
-                    self->request(alloc, wait, release_atom::value, f.id)
-                        .then([=]() { confirmed(); }, [=](caf::error&) { confirmed(); });
-                }
-            {
-                nlohmann::ordered_json& runs = self->state.trace["runs"];
-                for (auto& r : runs)
-                    if (r["run"] == role_name(role) && !r.contains("finish")) {
-                        r["finish"] = finish_reason_name(f.reason);
-                        r["cached_prompt_tokens"] = f.n_cached_prompt_tokens;
-                        r["preemptions"] = f.n_preemptions;
-                        if (!f.error.empty()) r["error"] = f.error;
-                    }
-            }
-            execute(self, self->state.core->on_run_end(role, f, now_s()));
         },
         [=](cancel_atom) { execute(self, self->state.core->on_cancel()); },
         [=](req_deadline_atom) { execute(self, self->state.core->on_deadline(now_s())); },

@@ -1,8 +1,8 @@
 // What one run of a request did on its pool, as the engine counts it: the prompt and what the
 // prefix cache gave of it, preemption's recomputation, speculation and structured output. Kept
-// once per sequence by the engine, carried unchanged by its events (EngineEvent), the run's end
-// across the actors and the wire (RunEnd) and the finished request's record (RequestRecord), each
-// of which is one (docs/metrics.md).
+// once per sequence by the engine, carried unchanged by its events (EngineEvent, across the actors
+// and the wire to the request) and the finished request's record (RequestRecord), each of which
+// is one (docs/metrics.md).
 #pragma once
 #include <array>
 #include <cstdint>

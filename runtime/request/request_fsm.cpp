@@ -22,8 +22,8 @@ RequestActions RequestFsm::on_route(const RouteDecision& route, double now) {
     routed_ = true;
     route_ = route;
     if (cancel_requested_) {
-        RunEnd e;
-        e.reason = FinishReason::CANCELLED;
+        EngineEvent e;
+        e.finish = FinishReason::CANCELLED;
         e.error = "cancelled by the caller";
         e.t_s = now;
         finish(e, now, out);
@@ -46,8 +46,8 @@ RequestActions RequestFsm::on_refused(const std::string& error, double now) {
     RequestActions out;
     if (done_ || routed_ || answered_) return out;
     routed_ = true;
-    RunEnd e;
-    e.reason = FinishReason::ERROR;
+    EngineEvent e;
+    e.finish = FinishReason::ERROR;
     e.error = error;
     e.t_s = now;
     finish(e, now, out);
@@ -76,7 +76,7 @@ RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& t
     return out;
 }
 
-RequestActions RequestFsm::on_run_end(RunRole role, const RunEnd& end, double now) {
+RequestActions RequestFsm::on_run_end(RunRole role, const EngineEvent& end, double now) {
     RequestActions out;
     if (done_ || !run(role).active) return out;
     end_run(role, end, now, out);
@@ -84,7 +84,7 @@ RequestActions RequestFsm::on_run_end(RunRole role, const RunEnd& end, double no
     return out;
 }
 
-RequestActions RequestFsm::on_run_lost(RunRole role, const RunEnd& end, int32_t retry_pool, double now) {
+RequestActions RequestFsm::on_run_lost(RunRole role, const EngineEvent& end, int32_t retry_pool, double now) {
     RequestActions out;
     Run& r = run(role);
     if (done_ || !r.active) return out;
@@ -116,8 +116,8 @@ RequestActions RequestFsm::on_deadline(double now) {
     routed_ = true;  // a route answer arriving later starts nothing
     for (int i = 0; i < n_run_roles; i++)
         if (runs_[i].active) out.push_back(CancelRun{(RunRole)i, runs_[i].pool, run_engine_id(setup_.id, (RunRole)i)});
-    RunEnd e;
-    e.reason = FinishReason::TIMEOUT;
+    EngineEvent e;
+    e.finish = FinishReason::TIMEOUT;
     e.t_s = now;
     const double limit_ms = (setup_.deadline_s - setup_.arrival_s) * 1e3;
     e.error = std::string("timed out after ") + std::to_string((long long)std::llround(limit_ms)) + " ms (limits.request_timeout_ms) " +
@@ -133,11 +133,11 @@ RequestActions RequestFsm::on_deadline(double now) {
     return out;
 }
 
-void RequestFsm::end_run(RunRole role, const RunEnd& run_end, double now, RequestActions& out) {
+void RequestFsm::end_run(RunRole role, const EngineEvent& run_end, double now, RequestActions& out) {
     Run& r = run(role);
     r.active = false;
     r.ended = true;
-    RunEnd end = run_end;
+    EngineEvent end = run_end;
     if (r.n_carried > 0 && end.n_prompt_tokens > 0) {  // a retry's prompt held the tokens carried over: not prompt
         end.n_prompt_tokens = std::max<int64_t>(0, end.n_prompt_tokens - r.n_carried);
         end.n_cached_prompt_tokens = std::min(end.n_cached_prompt_tokens, end.n_prompt_tokens);
@@ -194,8 +194,8 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     const int32_t n_prompt = (int32_t)e.prompt.size();
     e.max_tokens = setup_.max_tokens >= 0 ? setup_.max_tokens : std::max<int32_t>(n_ctx - n_prompt, 0);
     if (n_ctx > 0 && (n_prompt >= n_ctx || (int64_t)n_prompt + e.max_tokens > n_ctx)) {
-        RunEnd f;
-        f.reason = FinishReason::ERROR;
+        EngineEvent f;
+        f.finish = FinishReason::ERROR;
         const std::string pool_s = " tokens of pool '" + setup_.pools[pool].name + "'";
         f.error = n_prompt >= n_ctx
                       ? "the prompt is " + std::to_string(n_prompt) + " tokens, over the context of " + std::to_string(n_ctx) +
@@ -234,8 +234,8 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     }
     if (e.prompt.empty()) {
         // Ended once the event's other actions are out (a shadow is still submitted first).
-        RunEnd f;
-        f.reason = FinishReason::ERROR;
+        EngineEvent f;
+        f.finish = FinishReason::ERROR;
         f.error = vocab_.prompt_error(pool);
         f.t_s = now;
         deferred_.emplace_back(role, f);
@@ -303,7 +303,7 @@ bool RequestFsm::check_cascade(bool primary_ended, double now, RequestActions& o
     return true;
 }
 
-RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const {
+RequestRecord RequestFsm::make_record(const EngineEvent& end, double t_finish) const {
     const Run& r = runs_[(int)answer_];
     RequestRecord rec;
     // The answering run's figures (its prompt, cache, preemptions, speculation, masks), as they came.
@@ -317,29 +317,29 @@ RequestRecord RequestFsm::make_record(const RunEnd& end, double t_finish) const 
     rec.t_finish_s = t_finish;
     for (size_t i = 1; i < token_times_.size(); i++) rec.itl_s.push_back(token_times_[i] - token_times_[i - 1]);
     rec.n_output_tokens = (int64_t)result_.tokens.size();
-    rec.finish = end.reason;
+    rec.finish = end.finish;
     rec.config_generation = route_.generation;
     rec.prior_pools = prior_pools_;
     rec.fallback = route_.fallback;
     return rec;
 }
 
-void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) {
+void RequestFsm::finish(const EngineEvent& run_end, double now, RequestActions& out) {
     if (answered_) return;
     answered_ = true;
     holding_ = false;
     if (decoder_) stream(now, out);
     // The text reached a stop string: the answer is complete, whether its run then ended by itself,
     // was cancelled for it, or the caller cancelled meanwhile.
-    RunEnd end = run_end;
-    if (stop_.stopped() && (finish_reason_ok(end.reason) || end.reason == FinishReason::CANCELLED)) {
-        end.reason = FinishReason::STOP;
+    EngineEvent end = run_end;
+    if (stop_.stopped() && (finish_reason_ok(end.finish) || end.finish == FinishReason::CANCELLED)) {
+        end.finish = FinishReason::STOP;
         end.error.clear();
     }
-    answer_reason_ = end.reason;
+    answer_reason_ = end.finish;
     GenerationResult& g = result_;
     g.id = setup_.id;
-    g.finish = end.reason;
+    g.finish = end.finish;
     g.error = end.error;
     g.bucket = route_.bucket;
     if (decoder_) {
@@ -377,7 +377,7 @@ void RequestFsm::finish(const RunEnd& run_end, double now, RequestActions& out) 
     g.upgraded = !prior_pools_.empty();
     g.fallback = route_.fallback;
     const Run& r = runs_[(int)answer_];
-    if (r.pool >= 0) out.push_back(pool_sample(r, !finish_reason_ok(end.reason) && end.reason != FinishReason::CANCELLED));
+    if (r.pool >= 0) out.push_back(pool_sample(r, !finish_reason_ok(end.finish) && end.finish != FinishReason::CANCELLED));
     out.push_back(FinishRequest{g, std::move(rec)});
 }
 
@@ -400,7 +400,7 @@ void RequestFsm::record_quality(RequestActions& out) {
     if (quality_recorded_ || s.pool < 0 || !s.ended || !answered_) return;
     quality_recorded_ = true;
     if (a.pool == s.pool || a.pool < 0) return;  // upgraded to the shadow's pool: nothing to compare
-    if (!finish_reason_ok(s.end.reason) || !finish_reason_ok(answer_reason_)) return;
+    if (!finish_reason_ok(s.end.finish) || !finish_reason_ok(answer_reason_)) return;
     size_t common = 0;
     while (common < a.tokens.size() && common < s.tokens.size() && a.tokens[common] == s.tokens[common]) common++;
     const size_t longer = std::max(a.tokens.size(), s.tokens.size());

@@ -27,16 +27,6 @@ inline constexpr int n_run_roles = 3;
 uint64_t run_engine_id(uint64_t request, RunRole role);
 RunRole run_role_of(uint64_t engine_id);
 
-// The end of one run, as its engine reports it (the executor to the request actor, unchanged): how
-// it ended and its figures.
-struct RunEnd : RunFigures {
-    uint64_t id = 0;  // the run's engine id (run_engine_id)
-    FinishReason reason = FinishReason::STOP;
-    std::string error;              // set unless STOP / LENGTH
-    double first_scheduled_s = -1;  // -1: never scheduled
-    double t_s = 0;                 // when it ended
-};
-
 // A pool of the request's generation, as the request sees it.
 struct RequestPool {
     std::string name;
@@ -147,12 +137,12 @@ public:
     // top_logprobs: per token, its alternatives (when the request asked for them).
     RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
                              double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs = {});
-    RequestActions on_run_end(RunRole role, const RunEnd& end, double now);
+    RequestActions on_run_end(RunRole role, const EngineEvent& end, double now);
     // Run `role`'s pool was lost with its worker (`end` says how: ERROR and why). With retry_pool >= 0
     // (a pool of the same vocabulary) the answer run continues there from the prompt and the tokens
     // it already produced, which the caller keeps (no token is sent twice); max_tokens counts them.
     // Otherwise (or for a shadow, or once answered) the run ends with `end`.
-    RequestActions on_run_lost(RunRole role, const RunEnd& end, int32_t retry_pool, double now);
+    RequestActions on_run_lost(RunRole role, const EngineEvent& end, int32_t retry_pool, double now);
     RequestActions on_cancel();
     // The request's deadline timer fired (the actor's timer, not a step): unless it is answered, it
     // finishes TIMEOUT to the caller now and cancels its runs, whatever the router, a plugin or an
@@ -171,7 +161,7 @@ private:
         std::vector<int32_t> tokens;
         std::vector<float> logprobs;
         std::vector<std::vector<TokenLogprob>> top_logprobs;
-        RunEnd end;
+        EngineEvent end;
         int32_t n_carried = 0;  // tokens produced before a retry, carried into its prompt
     };
 
@@ -181,13 +171,13 @@ private:
     void stream(double now, RequestActions& out);
     // The routing policy's cascade check (the one place the core calls it); true: upgraded.
     bool check_cascade(bool primary_ended, double now, RequestActions& out);
-    void finish(const RunEnd& end, double now, RequestActions& out);
+    void finish(const EngineEvent& end, double now, RequestActions& out);
     // The request's record from the answer run's end and what the request did before it.
-    RequestRecord make_record(const RunEnd& end, double t_finish) const;
+    RequestRecord make_record(const EngineEvent& end, double t_finish) const;
     PoolSample pool_sample(const Run& r, bool failed) const;
     void record_quality(RequestActions& out);
     void maybe_done(RequestActions& out);
-    void end_run(RunRole role, const RunEnd& end, double now, RequestActions& out);
+    void end_run(RunRole role, const EngineEvent& end, double now, RequestActions& out);
     void drain_deferred(double now, RequestActions& out);
 
     RequestSetup setup_;
@@ -210,7 +200,7 @@ private:
     FinishReason answer_reason_ = FinishReason::STOP;  // when answered
     bool quality_recorded_ = false;
     bool done_ = false;
-    std::vector<std::pair<RunRole, RunEnd>> deferred_;  // runs that failed at submission
+    std::vector<std::pair<RunRole, EngineEvent>> deferred_;  // runs that failed at submission
 };
 
 }  // namespace steward

@@ -168,6 +168,7 @@ struct EngineEvent : RunFigures {
     FinishReason finish = FinishReason::STOP;  // meaningful when finished
     std::string error;             // set with ERROR / TIMEOUT / CANCELLED
     double first_scheduled_s = -1; // when the request first entered a batch
+    double t_s = 0;                // when its step ended (the executor's clock, now_s())
 };
 
 // Fault injection for tests: while set, every Engine calls it before each forward with the ids of

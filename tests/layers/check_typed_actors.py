@@ -19,8 +19,7 @@ using namespace steward;
 GOOD = HEADER + """
 void good(RequestActor r, ExecutorActor e, KvAllocatorActor k, TimerActor t, PoolMonitorActor m, RelayActor rl,
           CacheActor c, RouterActor ro) {
-    caf::anon_send(r, token_atom::value, TokenBatch{});
-    caf::anon_send(r, finish_atom::value, RunEnd{});
+    caf::anon_send(r, event_atom::value, EngineEvent{});
     caf::anon_send(r, admit_atom::value, AdmitAnswer{});
     caf::anon_send(r, deadline_atom::value, uint64_t{1});
     caf::anon_send(r, lost_atom::value, uint64_t{1}, std::string("why"));
@@ -39,14 +38,14 @@ void good(RequestActor r, ExecutorActor e, KvAllocatorActor k, TimerActor t, Poo
 
 # Each wrong send on a line of its own, marked with the comment the check looks for.
 BAD_LINES = [
-    "caf::anon_send(r, token_atom::value, RunEnd{});  // WRONG: tokens carry a TokenBatch",
+    "caf::anon_send(r, event_atom::value, RunFigures{});  // WRONG: a run reports an EngineEvent",
     "caf::anon_send(r, submit_atom::value, EngineRequest{});  // WRONG: a request takes no runs",
     "caf::anon_send(r, lost_atom::value, uint64_t{1});  // WRONG: a loss names why",
-    "caf::anon_send(e, submit_atom::value, TokenBatch{});  // WRONG: an executor runs EngineRequests",
-    "caf::anon_send(e, token_atom::value, TokenBatch{});  // WRONG: an executor takes no tokens",
+    "caf::anon_send(e, submit_atom::value, EngineEvent{});  // WRONG: an executor runs EngineRequests",
+    "caf::anon_send(e, event_atom::value, EngineEvent{});  // WRONG: an executor takes no events",
     "caf::anon_send(t, timer_add_atom::value, uint64_t{1}, 0.5, a, int32_t{0}, uint64_t{0});  // WRONG: an untyped target",
     "caf::anon_send(m, watch_atom::value, a);  // WRONG: only a request actor watches a pool",
-    "caf::anon_send(rl, relay_atom::value, TokenBatch{});  // WRONG: the relay takes a step's output",
+    "caf::anon_send(rl, relay_atom::value, EngineEvent{});  // WRONG: the relay takes a step's output",
     "caf::anon_send(k, admit_atom::value, AdmitAnswer{});  // WRONG: an allocator takes AdmitRequests",
 ]
 BAD = HEADER + """

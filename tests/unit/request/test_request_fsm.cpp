@@ -77,9 +77,9 @@ void append(RequestActions& to, RequestActions&& from) {
     for (auto& a : from) to.push_back(std::move(a));
 }
 
-RunEnd end_with(FinishReason r, int n_prompt, int n_cached, double t) {
-    RunEnd e;
-    e.reason = r;
+EngineEvent end_with(FinishReason r, int n_prompt, int n_cached, double t) {
+    EngineEvent e;
+    e.finish = r;
     e.n_prompt_tokens = n_prompt;
     e.n_cached_prompt_tokens = n_cached;
     e.first_scheduled_s = 100.1;
@@ -504,7 +504,7 @@ TEST_CASE("the record carries the answering run's speculation figures per draft 
     r.pool = 1;
     fsm.on_route(r, 100.0);
     fsm.on_tokens(RunRole::PRIMARY, {30, 31, 32}, {}, 100.1);
-    RunEnd e = end_with(FinishReason::STOP, 4, 0, 100.2);
+    EngineEvent e = end_with(FinishReason::STOP, 4, 0, 100.2);
     e.n_drafts = 2;
     e.n_draft_tokens = 5;
     e.n_accepted_tokens = 3;
@@ -538,8 +538,8 @@ TEST_CASE("a run lost with its worker goes on on the retry pool from its prompt 
     REQUIRE(all_of<SubmitRun>(a).size() == 1);
     RequestActions streamed;
     append(streamed, core.on_tokens(RunRole::PRIMARY, {40, 41, 42}, {-1, -1, -1}, 100.2));
-    RunEnd lost;
-    lost.reason = FinishReason::ERROR;
+    EngineEvent lost;
+    lost.finish = FinishReason::ERROR;
     lost.error = "the worker h:1 of pool 'cheap' was lost";
     RequestActions b = core.on_run_lost(RunRole::PRIMARY, lost, 1, 100.3);
     const auto subs = all_of<SubmitRun>(b);
@@ -571,8 +571,8 @@ TEST_CASE("a lost run without a retry pool, or a lost shadow, ends with the loss
     r.pool = 0;
     r.shadow_pool = 1;
     core.on_route(r, 100.0);
-    RunEnd lost;
-    lost.reason = FinishReason::ERROR;
+    EngineEvent lost;
+    lost.finish = FinishReason::ERROR;
     lost.error = "the worker h:2 of pool 'strong' was lost";
     RequestActions s = core.on_run_lost(RunRole::SHADOW, lost, 0, 100.1);  // a shadow is never retried
     CHECK(all_of<SubmitRun>(s).empty());
