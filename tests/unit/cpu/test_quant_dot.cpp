@@ -344,9 +344,9 @@ TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path 
     }
 }
 
-TEST_CASE("the fast k-quant dequantizers give the reference dequantizer's values", "[quant_dot]") {
+TEST_CASE("the fast k-quant and IQ4 dequantizers give the reference dequantizer's values", "[quant_dot]") {
     std::mt19937 rng(77);
-    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
         for (const int64_t n : {256, 768, 2304}) {
             const std::vector<uint8_t> w = random_weights(t, 1, n, rng);
             std::vector<float> ref((size_t)n), fast((size_t)n, -1e30f);
@@ -363,6 +363,13 @@ TEST_CASE("the fast k-quant dequantizers give the reference dequantizer's values
                 REQUIRE(std::fabs(fast[i] - ref[i]) <= 5e-6 + 3e-7 * std::fabs(ref[i]));
             }
         }
+    }
+    // The IQ4 ones are the reference's float operations in its order: the same bits.
+    for (const GgmlType t : {GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
+        const std::vector<uint8_t> w = random_weights(t, 1, 2304, rng);
+        std::vector<float> ref(2304), fast(2304, -1e30f);
+        REQUIRE(dequantize_row(t, w.data(), 2304, ref.data()).ok());
+        if (dequantize_row_fast(t, w.data(), 2304, fast.data())) CHECK(std::memcmp(ref.data(), fast.data(), ref.size() * 4) == 0);
     }
     std::vector<float> out(256);
     CHECK_FALSE(dequantize_row_fast(GgmlType::Q4_0, nullptr, 256, out.data()));
