@@ -14,7 +14,9 @@ then what its real compile sees. Checked:
     backend, backend cannot see sched.
 Usage: check_layers.py <build dir> <source dir>
 """
-import json, os, re, shlex, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
+
+from compile_flags import probe_command
 
 build, source = sys.argv[1], sys.argv[2]
 FOLDERS = {f: f"runtime/{f}" for f in os.listdir(os.path.join(source, "runtime"))
@@ -56,20 +58,7 @@ with tempfile.TemporaryDirectory() as tmp:
     probe_path = os.path.join(tmp, "probe.cpp")
     open(probe_path, "w").write(probe)
     for name, (folder, c) in sorted(by_target.items()):
-        args = shlex.split(c["command"])
-        if os.path.basename(args[0]) == "ccache":
-            args = args[1:]
-        out, skip = [], False
-        for a in args:
-            if skip:
-                skip = False
-                continue
-            if a in ("-o", "-c", "-MF", "-MT", "-MQ"):
-                skip = a != "-c"
-                continue
-            if a in ("-MD", "-MMD") or a == c["file"]:
-                continue
-            out.append(a)
+        out = probe_command(c)
         r = subprocess.run(out + ["-E", "-P", probe_path], cwd=c["directory"], capture_output=True, text=True)
         if r.returncode != 0:
             failures.append(f"steward_{name}: probe did not preprocess: {r.stderr[:300]}")

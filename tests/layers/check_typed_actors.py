@@ -8,7 +8,9 @@ Asked of the compiler: with the compile command of actors/request_actor.cpp (com
     is due) does not, and the compiler names every one of its wrong lines.
 Usage: check_typed_actors.py <build dir> <source dir>
 """
-import json, os, re, shlex, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
+
+from compile_flags import probe_command
 
 build, source = sys.argv[1], sys.argv[2]
 
@@ -57,20 +59,7 @@ cmd = next((c for c in commands if c["file"].endswith("actors/request_actor.cpp"
 if cmd is None:
     print("FAIL: actors/request_actor.cpp is not in compile_commands.json")
     sys.exit(1)
-args = shlex.split(cmd["command"])
-if os.path.basename(args[0]) == "ccache":
-    args = args[1:]
-flags, skip = [], False
-for a in args:
-    if skip:
-        skip = False
-        continue
-    if a in ("-o", "-c", "-MF", "-MT", "-MQ"):
-        skip = a != "-c"
-        continue
-    if a in ("-MD", "-MMD") or a == cmd["file"] or a.startswith("-fsanitize") or a.startswith("-flto"):
-        continue
-    flags.append(a)
+flags = probe_command(cmd, drop_sanitizers=True)
 
 failures = []
 with tempfile.TemporaryDirectory() as tmp:
