@@ -233,10 +233,6 @@ struct Runtime::Impl {
             if (f->released) return;
             f->released = true;
             f->released_hint = true;
-            {
-                std::lock_guard<std::mutex> lk2(choices_mu);
-                for (size_t k = 1; k < f->ids.size(); k++) waiting_choices.erase(f->ids[k]);
-            }
             for (size_t k = 1; k < f->ids.size(); k++) {
                 if (failed || f->cancelled[k]) {
                     GenerationResult r;
@@ -254,6 +250,10 @@ struct Runtime::Impl {
                 g.seed = f->req.seed + k;
                 submit_as(f->ids[k], std::move(g), std::move(f->cbs[k]));
             }
+            // Only now: a cancel() that looked in the in-flight table before these submits finds
+            // the fan-out here, waits on f->mu and then finds them running.
+            std::lock_guard<std::mutex> lk2(choices_mu);
+            for (size_t k = 1; k < f->ids.size(); k++) waiting_choices.erase(f->ids[k]);
         }
         for (auto& [k, r] : answers)
             if (f->cbs[k].on_finish) f->cbs[k].on_finish(r);
