@@ -13,14 +13,6 @@
 
 namespace steward {
 
-// A one-way message from an actor to a typed one, as that actor (a request actor checks who sent
-// its tokens, ends and admission answers), whatever its own interface says of replies: the
-// receiver's interface is checked at compile time.
-template <class Self, class To, class... Ts>
-void tell_as(Self self, const To& to, Ts&&... xs) {
-    caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
-}
-
 struct SharedState;  // runtime-wide objects the actors share (defined in actors/shared_state.hpp)
 struct Snapshot;
 struct PoolLive;

@@ -143,15 +143,14 @@ void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::s
         out.items.push_back(std::move(item));
         st.engine->cancel(id);
     }
-    if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));
+    if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
     st.reply_to.clear();
 }
 
 // The executor's relay: sends a step's tokens and ends on as the executor (a request actor takes a
 // run's messages only from the executor the run is on). It holds the executor weakly: they are
 // linked, and a strong handle both ways would keep both alive.
-RelayActor::behavior_type relay_actor(RelayActor::pointer self, caf::actor_addr executor) {
-    (void)self;
+RelayActor::behavior_type relay_actor(RelayActor::pointer, caf::actor_addr executor) {
     return {
         [=](relay_atom, StepOutput& out) {
             auto from = caf::actor_cast<caf::actor>(executor);
@@ -224,7 +223,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 f.finish = ok.error().code == ErrorCode::OVERLOADED ? FinishReason::OVERLOADED : FinishReason::ERROR;
                 f.error = ok.error().message;
                 f.t_s = now_s();
-                tell_as(self, sender, event_atom::value, std::move(f));
+                self->send(sender, event_atom::value, std::move(f));
                 return;
             }
             st.reply_to[id] = sender;
@@ -294,7 +293,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 item.event = std::move(ev);
                 out.items.push_back(std::move(item));
             }
-            if (!out.items.empty()) tell_as(self, st.relay, relay_atom::value, std::move(out));
+            if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
             if (auto ev = st.engine->take_evictions(); !ev.empty()) {
                 std::lock_guard<std::mutex> lk(st.shared->metrics_mu);
                 for (const EvictionCount& e : ev) st.shared->metrics->add_evictions(e.n, e.policy, e.bucket, st.pool);

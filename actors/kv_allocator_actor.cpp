@@ -35,13 +35,13 @@ void notify(self_ptr self, const AdmissionUpdate& u) {
     for (uint64_t id : u.admitted) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        tell_as(self, it->second, admit_atom::value, to_answer(id, AdmissionDecision{}));  // ADMIT (as the allocator)
+        self->send(it->second, admit_atom::value, to_answer(id, AdmissionDecision{}));  // ADMIT
         st.waiting.erase(it);
     }
     for (const auto& [id, d] : u.refused) {
         auto it = st.waiting.find(id);
         if (it == st.waiting.end()) continue;
-        tell_as(self, it->second, admit_atom::value, to_answer(id, d));
+        self->send(it->second, admit_atom::value, to_answer(id, d));
         st.waiting.erase(it);
     }
 }

@@ -439,11 +439,10 @@ void execute(self_ptr self, RequestActions&& actions) {
 
 // A run's end (its last event): its place in the pool's count and its KV reservation go, the trace
 // notes it, and the core hears of it.
-void run_end(self_ptr self, const EngineEvent& f) {
-    count_inflight(self, run_role_of(f.id), false);
+void run_end(self_ptr self, RunRole role, const EngineEvent& f) {
+    count_inflight(self, role, false);
     // The run's KV reservation (or queue place) ends with it; the allocator ignores an
     // unknown id (a refused run, or one that never asked).
-    const RunRole role = run_role_of(f.id);
     if (const int32_t pool = self->state.admission[(int)role].pool; pool >= 0)
         if (const auto& alloc = self->state.ctx->snap->pools.at(pool)->kv_allocator) {
             self->state.n_releases_pending++;
@@ -551,7 +550,7 @@ RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<Request
             const RunRole role = run_role_of(ev.id);
             if (!from_current_run(self, role)) return;
             if (!ev.tokens.empty()) execute(self, self->state.core->on_tokens(role, ev.tokens, ev.logprobs, now_s(), ev.top_logprobs));
-            if (ev.finished) run_end(self, ev);
+            if (ev.finished) run_end(self, role, ev);
         },
         [=](admit_atom, const AdmitAnswer& a) {
             // From the allocator of the run's pool now (a lost worker's may still answer).
