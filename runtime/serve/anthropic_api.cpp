@@ -66,7 +66,7 @@ bool chat_messages(const ojson& m, const std::string& at, ojson& out, ApiError& 
         const ojson& b = (*c)[i];
         const std::string bat = at + ".content." + std::to_string(i);
         if (!b.is_object()) return wrong_type(err, bat, b, "an object (a content block)");
-        const std::string type = b.value("type", "");
+        const std::string type = string_field(b, "type");
         if (type == "text") {
             if (!block_text(b, bat, text, err)) return false;
             have_text = true;
@@ -97,7 +97,7 @@ bool chat_messages(const ojson& m, const std::string& at, ojson& out, ApiError& 
                     for (size_t k = 0; k < rc->size(); k++) {
                         const ojson& rb = (*rc)[k];
                         const std::string rat = bat + ".content." + std::to_string(k);
-                        if (!rb.is_object() || rb.value("type", "") != "text")
+                        if (!rb.is_object() || string_field(rb, "type") != "text")
                             return fail(
                                 err,
                                 rat +
@@ -210,7 +210,7 @@ std::optional<AnthropicRequest> parse_anthropic_request(std::string_view body, A
             for (size_t i = 0; i < s->size(); i++) {
                 const ojson& b = (*s)[i];
                 const std::string at = "system." + std::to_string(i);
-                if (!b.is_object() || b.value("type", "") != "text")
+                if (!b.is_object() || string_field(b, "type") != "text")
                     return fail(err, at + ": system blocks must be text blocks", at, "invalid_value"), std::nullopt;
                 if (!block_text(b, at, text, err)) return std::nullopt;
             }
@@ -282,7 +282,7 @@ std::optional<AnthropicRequest> parse_anthropic_request(std::string_view body, A
             if (v.is_string()) chat["user"] = v;
         }
     }
-    if (const ojson* t = field("thinking"); t && !(t->is_object() && t->value("type", "") == "disabled"))
+    if (const ojson* t = field("thinking"); t && !(t->is_object() && string_field(*t, "type") == "disabled"))
         return fail(err, "thinking: extended thinking is not supported; leave it out or send {\"type\": \"disabled\"}",
                     "thinking", "unsupported_value"),
                std::nullopt;

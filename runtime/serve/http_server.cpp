@@ -878,8 +878,8 @@ private:
             if (!ex->resolved.empty()) {
                 t["tool_results"] = json::array();
                 for (const auto& c : ex->resolved)
-                    t["tool_results"].push_back({{"tool_call_id", c.call.value("id", "")},
-                                                 {"name", c.call.contains("function") ? c.call["function"].value("name", "") : ""},
+                    t["tool_results"].push_back({{"tool_call_id", string_field(c.call, "id")},
+                                                 {"name", c.call.contains("function") ? string_field(c.call["function"], "name") : ""},
                                                  {"age_s", c.hit ? c.hit->age_s : 0.0},
                                                  {"scope", c.hit ? reuse::tool_scope_name(c.hit->scope) : ""}});
                 t["round"] = ex->tool_rounds;

@@ -193,8 +193,8 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
             if (!c->is_array()) return fail(err, 400, "'" + at + ".content' must be a string or an array of parts, not " + type_name(*c), at + ".content", "invalid_type");
             for (const auto& part : *c) {
                 // A registered document by reference (docs/reuse.md): taken out by parse_reuse_fields.
-                if (part.is_object() && part.value("type", "") == "document") continue;
-                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+                if (part.is_object() && string_field(part, "type") == "document") continue;
+                if (!part.is_object() || string_field(part, "type") != "text" || !part.contains("text") || !part["text"].is_string())
                     return fail(err, 400, "'" + at + ".content' parts must be {\"type\": \"text\", \"text\": ...} or {\"type\": \"document\", \"id\": ...}: other parts (images, audio) are not supported", at + ".content", "invalid_value");
             }
         }
@@ -259,7 +259,7 @@ bool parse_reuse_fields(const json& body, OpenAiRequest& r, ApiError& err) {
         ojson kept = ojson::array();
         for (size_t k = 0; k < c->size(); k++) {
             const ojson& part = (*c)[k];
-            if (part.value("type", "") != "document") {
+            if (string_field(part, "type") != "document") {
                 kept.push_back(part);
                 continue;
             }
@@ -601,7 +601,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
                                "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice", "invalid_value");
                 return std::nullopt;
             }
-        } else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("function") &&
+        } else if (tc->is_object() && string_field(*tc, "type") == "function" && tc->contains("function") &&
                    (*tc)["function"].is_object() && (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
             r.tool_choice = "function";
             r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
@@ -625,7 +625,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
             bool known = false;
             for (const auto& t : *r.tools)
                 known = known || (t.is_object() && t.contains("function") && t["function"].is_object() &&
-                                  t["function"].value("name", "") == r.tool_choice_name);
+                                  string_field(t["function"], "name") == r.tool_choice_name);
             if (!known) {
                 fail(err, 400, "'tool_choice' names \"" + r.tool_choice_name + "\", which is none of 'tools'; name one of them",
                      "tool_choice", "invalid_value");
@@ -723,7 +723,7 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
     const bool template_takes_documents = pool.chat_template.find("documents") != std::string::npos;
     if (!req.resolved_documents.empty() && !template_takes_documents) {
         const std::string block = reuse::documents_block(req.resolved_documents);
-        if (!messages.empty() && messages[0].value("role", "") == "system") {
+        if (!messages.empty() && string_field(messages[0], "role") == "system") {
             std::string c = messages[0].contains("content") && messages[0]["content"].is_string() ? messages[0]["content"].get<std::string>() : "";
             messages[0]["content"] = c.empty() ? block : c + "\n\n" + block;
         } else {

@@ -26,6 +26,16 @@
 
 namespace steward::serve {
 
+// obj[key] where obj is an object holding a string there, else "": what obj.value(key, "") gives
+// for a well-formed body, without throwing where a client sent another type ({"type": 6}) or a
+// non-object.
+template <class Json>
+std::string string_field(const Json& obj, const char* key) {
+    if (!obj.is_object()) return {};
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->template get<std::string>() : std::string();
+}
+
 // An answer that is not a success: the HTTP status and OpenAI's error object
 // {"error": {"message", "type", "param", "code"}} (param and code null when empty).
 struct ApiError {

@@ -63,7 +63,7 @@ bool content_text(const ojson& content, const std::string& at, std::string& out,
         const std::string pat = at + "[" + std::to_string(j) + "]";
         if (!part.is_object())
             return wrong_type(err, pat, part, "an object ({\"type\": \"input_text\", \"text\": ...})");
-        const std::string type = part.value("type", "");
+        const std::string type = string_field(part, "type");
         const char* key = type == "refusal" ? "refusal" : "text";
         if (type == "input_text" || type == "output_text" || type == "text" || type == "refusal") {
             auto t = part.find(key);
@@ -408,9 +408,9 @@ void continue_conversation(ResponsesRequest& req, const ConversationTurn* previo
     std::map<std::string, std::string> names;
     for (auto& m : messages) {
         if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array())
-            for (const auto& c : *calls) names[c.value("id", "")] = c["function"].value("name", "");
-        if (m.value("role", "") == "tool" && !m.contains("name"))
-            if (auto n = names.find(m.value("tool_call_id", "")); n != names.end()) m["name"] = n->second;
+            for (const auto& c : *calls) names[string_field(c, "id")] = string_field(c["function"], "name");
+        if (string_field(m, "role") == "tool" && !m.contains("name"))
+            if (auto n = names.find(string_field(m, "tool_call_id")); n != names.end()) m["name"] = n->second;
     }
     req.chat.messages = std::move(messages);
     req.chat.session = previous ? previous->session : req.store ? "responses/" + id : std::string();

@@ -142,7 +142,7 @@ int learn_tool_results(const OpenAiRequest& req, const Config& config, const reu
     std::map<std::string, std::pair<std::string, json>> calls;
     int stored = 0;
     for (const auto& m : req.messages) {
-        const std::string role = m.value("role", "");
+        const std::string role = string_field(m, "role");
         if (role == "assistant") {
             auto tc = m.find("tool_calls");
             if (tc == m.end() || !tc->is_array()) continue;
@@ -245,7 +245,7 @@ std::vector<CachedCall> lookup_calls(const json& tool_calls, const Config& confi
     if (!tool_calls.is_array()) return out;
     for (const auto& c : tool_calls) {
         CachedCall cc{c, std::nullopt, false};
-        const std::string name = c.contains("function") ? c["function"].value("name", "") : "";
+        const std::string name = c.contains("function") ? string_field(c["function"], "name") : "";
         auto policy = tool_policy(config, tenant, req, name);
         json args = c.contains("function") && c["function"].is_object() ? call_arguments(c["function"]) : json();
         if (policy && !args.is_discarded() && args.is_object()) cc.hit = cache.lookup(*policy, caller, args, now, &cc.stale);
@@ -262,7 +262,7 @@ OpenAiRequest continue_with_results(const OpenAiRequest& req, const std::string&
     assistant["tool_calls"] = std::move(tc);
     next.messages.push_back(std::move(assistant));
     for (const auto& c : calls)
-        next.messages.push_back({{"role", "tool"}, {"tool_call_id", c.call.value("id", "")}, {"content", c.hit ? c.hit->result : ""}});
+        next.messages.push_back({{"role", "tool"}, {"tool_call_id", string_field(c.call, "id")}, {"content", c.hit ? c.hit->result : ""}});
     if (next.tool_choice == "required" || next.tool_choice == "function") {
         next.tool_choice = "auto";
         next.tool_choice_name.clear();
@@ -280,8 +280,8 @@ json resolved_call_json(const CachedCall& c) {
 
 json tool_result_delta(const CachedCall& c) {
     return {{"role", "tool"},
-            {"tool_call_id", c.call.value("id", "")},
-            {"name", c.call.contains("function") ? c.call["function"].value("name", "") : ""},
+            {"tool_call_id", string_field(c.call, "id")},
+            {"name", c.call.contains("function") ? string_field(c.call["function"], "name") : ""},
             {"content", c.hit ? c.hit->result : ""},
             {"cached", true},
             {"age_s", c.hit ? c.hit->age_s : 0.0}};

@@ -63,6 +63,8 @@ TEST_CASE("refused bodies name the field, the value and what it must be", "[serv
         {true, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "needs 'logprobs': true"},
         {true, R"({"messages": [{"role": "user", "content": 3}]})", "messages[0].content", "a string or an array of parts"},
         {true, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", "not supported"},
+        // A part's type of another JSON type (the fuzzer's find: it threw out of the parser).
+        {true, R"({"messages": [{"role": "user", "content": [{"type": 6, "text": "hi"}]}]})", "messages[0].content", "not supported"},
         {true, R"({"messages": [{"content": "x"}]})", "messages[0].role", "must be a string"},
         {true, R"({"messages": []})", "messages", "empty"},
         {true, R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", ""]})", "stop", "1 to 256 bytes"},
