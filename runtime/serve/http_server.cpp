@@ -755,9 +755,9 @@ private:
         const double now = reuse_clock_s();
         ex.caller = {tenant_, cfg->tenant_salt(tenant_), ex.req.session, *labels};
         learn_tool_results(ex.req, *cfg, ex.caller, runtime_tool_results(rt()), now);
-        if (ex.req.documents.empty()) return true;
+        if (ex.req.document_refs.empty()) return true;
         reuse::DocumentRefusal refusal;
-        auto docs = runtime_documents(rt()).resolve(tenant_, *labels, ex.req.documents, now, refusal);
+        auto docs = runtime_documents(rt()).resolve(tenant_, *labels, ex.req.document_refs, now, refusal);
         if (!docs) {
             ReuseCounts c;
             c.document_refused_permission = refusal.status == 403;

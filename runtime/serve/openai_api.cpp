@@ -221,7 +221,7 @@ bool parse_messages(const json& body, OpenAiRequest& r, ApiError& err) {
             if (auto d = fn->find("description"); d != fn->end() && !d->is_string() && !d->is_null())
                 return fail(err, 400, "'" + at + ".function.description' must be a string, not " + type_name(*d), at + ".function.description", "invalid_type");
         }
-        if (!t->empty()) r.tools = ojson::parse(t->dump());
+        if (!t->empty()) r.tool_specs = ojson::parse(t->dump());
     }
     return true;
 }
@@ -251,7 +251,7 @@ bool parse_reuse_fields(const json& body, OpenAiRequest& r, ApiError& err) {
     if (auto d = body.find("documents"); d != body.end() && !d->is_null()) {
         if (!d->is_array()) return fail(err, 400, std::string("'documents' must be an array of {\"id\", \"version\"}, not ") + type_name(*d), "documents", "invalid_type");
         for (size_t i = 0; i < d->size(); i++)
-            if (!parse_document_ref((*d)[i], "documents[" + std::to_string(i) + "]", r.documents, err)) return false;
+            if (!parse_document_ref((*d)[i], "documents[" + std::to_string(i) + "]", r.document_refs, err)) return false;
     }
     for (size_t i = 0; i < r.messages.size(); i++) {
         auto c = r.messages[i].find("content");
@@ -264,7 +264,7 @@ bool parse_reuse_fields(const json& body, OpenAiRequest& r, ApiError& err) {
                 continue;
             }
             if (!parse_document_ref(json::parse(part.dump()), "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]",
-                                    r.documents, err))
+                                    r.document_refs, err))
                 return false;
         }
         *c = std::move(kept);
@@ -316,8 +316,8 @@ bool parse_reuse_fields(const json& body, OpenAiRequest& r, ApiError& err) {
             r.tool_policies[p.tool] = std::move(p);
         }
     // The template sees the tools as OpenAI defines them: the extension stays out of the prompt.
-    if (r.tools)
-        for (auto& tool : *r.tools)
+    if (r.tool_specs)
+        for (auto& tool : *r.tool_specs)
             if (tool.is_object()) tool.erase("cache");
     if (r.tool_cache != "off" && r.n > 1)
         return fail(err, 400, "'tool_cache' \"" + r.tool_cache + "\" takes n = 1 (one conversation continues)", "tool_cache", "invalid_value");
@@ -461,7 +461,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
         const ojson o = ojson::parse(body, nullptr, false);
         if (o.is_object()) {
             if (auto m = o.find("messages"); m != o.end()) r.messages = *m;
-            if (auto t = o.find("tools"); r.tools && t != o.end()) r.tools = *t;
+            if (auto t = o.find("tools"); r.tool_specs && t != o.end()) r.tool_specs = *t;
             if (auto rf = o.find("reasoning_format"); rf != o.end() && !rf->is_null()) {
                 if (!rf->is_string() || (*rf != "auto" && *rf != "deepseek" && *rf != "none")) {
                     fail(err, 400, "'reasoning_format' must be \"auto\", \"deepseek\" (the think block goes to reasoning_content) or \"none\" (it stays in content)",
@@ -611,7 +611,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
             return std::nullopt;
         }
         const bool forced = r.tool_choice == "required" || r.tool_choice == "function";
-        if (forced && !r.tools) {
+        if (forced && !r.tool_specs) {
             fail(err, 400, "'tool_choice' " + r.tool_choice + " needs 'tools' to call; add them or remove tool_choice",
                  "tool_choice", "invalid_value");
             return std::nullopt;
@@ -623,7 +623,7 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
         }
         if (r.tool_choice == "function") {
             bool known = false;
-            for (const auto& t : *r.tools)
+            for (const auto& t : *r.tool_specs)
                 known = known || (t.is_object() && t.contains("function") && t["function"].is_object() &&
                                   string_field(t["function"], "name") == r.tool_choice_name);
             if (!known) {
@@ -637,8 +637,8 @@ std::optional<OpenAiRequest> parse_openai_request(std::string_view body, bool ch
 }
 
 bool apply_tool_choice(OpenAiRequest& req, const PoolInfo& pool, ApiError& err) {
-    if (!req.chat || !req.tools || (req.tool_choice != "required" && req.tool_choice != "function")) return true;
-    auto g = tool_call_gbnf(detect_tool_call_format(pool.chat_template), *req.tools, req.tool_choice_name);
+    if (!req.chat || !req.tool_specs || (req.tool_choice != "required" && req.tool_choice != "function")) return true;
+    auto g = tool_call_gbnf(detect_tool_call_format(pool.chat_template), *req.tool_specs, req.tool_choice_name);
     if (!g) return fail(err, 400, "'tool_choice' " + req.tool_choice + " cannot be enforced: " + g.error().message, "tool_choice", "invalid_value");
     if (auto c = compile_constraint(ConstraintKind::GBNF, *g); !c)
         return fail(err, 400, "'tool_choice' " + req.tool_choice + ": the tools' parameters give no usable grammar: " + c.error().message,
@@ -735,7 +735,7 @@ Expected<std::string> render_prompt(const PoolInfo& pool, const OpenAiRequest& r
         if (!t) return make_error("the chat template of pool '", pool.name, "' does not parse: ", t.error().message);
         ChatTemplateInputs in;
         in.messages = std::move(messages);
-        in.tools = req.tools;
+        in.tools = req.tool_specs;
         in.add_generation_prompt = true;
         in.bos_token = pool.bos_token;
         in.eos_token = pool.eos_token;
@@ -831,41 +831,26 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
 
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
                                         const std::string& rendered_prompt) {
-    GenerationRequest g;
-    if (req.prompt_is_ids) g.prompt_ids = req.prompt_ids;
-    else g.prompt = req.chat ? rendered_prompt : req.prompt;
-    // A completion's documents: the runtime puts them before its text prompt (GenerationRequest::documents).
+    GenerationRequest g = req;  // what the body asked of the run, parsed into it
+    if (!req.prompt_is_ids) g.prompt_ids.clear();
+    if (req.chat && !req.prompt_is_ids) g.prompt = rendered_prompt;
     // The documents: the runtime puts them before a completion's text prompt; a chat's renderer
     // has placed them (PoolPrompt::documents_begin / end). Either way the runtime keys their KV.
+    g.documents.clear();
     for (const auto& d : req.resolved_documents) g.documents.push_back({d->id, d->version});
     g.tenant = tenant;
-    g.session = req.session;
-    g.ignore_eos = req.ignore_eos;
     g.bucket_hint = target.bucket_hint;
     g.pool = target.pool;
-    g.max_tokens = req.max_tokens;
-    g.temperature = req.temperature;
-    g.top_p = req.top_p;
-    g.top_k = req.top_k;
-    g.seed = req.seed.value_or(0);  // choice i samples with seed + i (Runtime::submit_choices)
-    g.tools = req.tools.has_value();
+    g.tools = req.tool_specs.has_value();
     g.parse_special = req.chat;  // a rendered template spells its special tokens
-    g.stop = req.stop;
-    g.top_logprobs = req.top_logprobs;
-    g.presence_penalty = req.presence_penalty;
-    g.frequency_penalty = req.frequency_penalty;
-    g.logit_bias = req.logit_bias;
-    g.json_object = req.json_object;
-    g.json_schema = req.json_schema;
-    g.grammar = req.grammar;
-    if (req.json_object || !req.json_schema.empty()) g.response_format = "json";  // the structured bucket's rule
+    g.response_format = req.json_object || !req.json_schema.empty() ? "json" : "";  // the structured bucket's rule
     return g;
 }
 
 namespace {
 
 ToolCallFormat tool_format_of(const OpenAiRequest& req, const PoolInfo* pool) {
-    if (!req.chat || !req.tools || !pool || req.tool_choice == "none") return ToolCallFormat::none;
+    if (!req.chat || !req.tool_specs || !pool || req.tool_choice == "none") return ToolCallFormat::none;
     return detect_tool_call_format(pool->chat_template);
 }
 

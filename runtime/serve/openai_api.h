@@ -47,15 +47,18 @@ struct ApiError {
 };
 std::string error_body(const ApiError& e);
 
-// What a /v1/chat/completions or /v1/completions body asks, validated. Defaults are OpenAI's.
-struct OpenAiRequest {
+// What a /v1/chat/completions or /v1/completions body asks, validated: the GenerationRequest it
+// runs as (the fields the runtime reads are parsed into it, nothing copied between them), plus what
+// only the transport reads (n, stream, echo, the chat's messages and tools, the reuse references).
+// Defaults are OpenAI's (temperature 1). to_generation_request hands the base on with the prompt,
+// tenant and target filled in.
+struct OpenAiRequest : GenerationRequest {
+    OpenAiRequest() { temperature = 1.0f; }
     bool chat = false;
     std::string model;
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // chat: as sent (the template sees them)
-    std::optional<nlohmann::ordered_json> tools;                         // chat: OpenAI `tools`, as sent
-    std::string prompt;                // completion: text
-    std::vector<int32_t> prompt_ids;   // completion: token ids (prompt given as an array of integers)
-    bool prompt_is_ids = false;
+    std::optional<nlohmann::ordered_json> tool_specs;                    // chat: OpenAI `tools`, as sent (base `tools`: present)
+    bool prompt_is_ids = false;        // completion: prompt given as an array of integers (prompt_ids)
     // completion: a batch ("prompt": ["a", "b"] or [[1, 2], [3]]): every prompt (prompt / prompt_ids
     // hold the first). Choice index = prompt index x n + choice, as OpenAI numbers them.
     std::vector<std::string> batch_prompts;
@@ -63,28 +66,12 @@ struct OpenAiRequest {
     int n_prompts() const { return std::max<int>(1, (int)std::max(batch_prompts.size(), batch_ids.size())); }
     // This request for prompt p of the batch alone (p = 0 without a batch).
     OpenAiRequest for_prompt(int p) const;
-    int max_tokens = 0;                // 0: the config's default
-    float temperature = 1.0f;
-    float top_p = 1.0f;
-    int top_k = 0;
-    std::optional<uint64_t> seed;
-    std::vector<std::string> stop;
     int n = 1;
-    bool logprobs = false;             // chat: logprobs true; completion: logprobs N given
-    int top_logprobs = 0;
-    float presence_penalty = 0.0f, frequency_penalty = 0.0f;
-    std::vector<std::pair<int32_t, float>> logit_bias;
+    bool logprobs = false;             // chat: logprobs true; completion: logprobs N given (top_logprobs = N)
     std::string user;
-    std::string session;               // extension: the conversation's KV stays pinned between turns
-    bool ignore_eos = false;           // extension (llama-server's, vLLM's): generate max_tokens past EOS
     bool stream = false;
     bool include_usage = false;        // stream_options.include_usage
     bool echo = false;                 // completion: the prompt text precedes the output
-    // Structured output (GenerationRequest's fields): response_format json_object / json_schema
-    // (its schema, as sent, keys in order), or llama.cpp's top-level `grammar` (GBNF).
-    bool json_object = false;
-    std::string json_schema;
-    std::string grammar;
     // chat: OpenAI tool_choice: "none" (the output is not parsed for calls), "auto" (unconstrained),
     // "required" or "function" (tool_choice_name): the output is constrained to one call, see apply_tool_choice.
     std::string tool_choice = "auto";
@@ -94,13 +81,13 @@ struct OpenAiRequest {
     // chat: llama-server's reasoning_format: "auto" / "deepseek" split a thinking template's
     // <think>...</think> into message.reasoning_content (serve/reasoning.h); "none" leaves it in content.
     std::string reasoning_format = "auto";
-    // Reuse beyond the prefix (chat; docs/reuse.md). documents: the "documents" field's references
-    // and the messages' {"type": "document"} content parts (removed from the messages), in order.
-    // labels: the caller's own permission labels (the tenant's key must allow them). tool_cache:
-    // "off", "hint" (a call to a cached tool carries the cached result) or "resolve" (answered in
-    // the same request). tool_policies: tools declaring {"cache": {...}}, by name.
-    std::vector<reuse::DocumentRef> documents;
-    std::vector<std::string> labels;
+    // Reuse beyond the prefix (docs/reuse.md). document_refs: the "documents" field's references
+    // and the messages' {"type": "document"} content parts (removed from the messages), in order;
+    // resolved by the server into resolved_documents (the base's `documents` once resolved).
+    // `labels` (the base's): the caller's own permission labels (the tenant's key must allow them).
+    // tool_cache: "off", "hint" (a call to a cached tool carries the cached result) or "resolve"
+    // (answered in the same request). tool_policies: tools declaring {"cache": {...}}, by name.
+    std::vector<reuse::DocumentRef> document_refs;
     std::string tool_cache = "off";
     std::map<std::string, reuse::ToolCachePolicy> tool_policies;
     // Set by the server once the references resolved: rendered after the system prompt (render_prompt).

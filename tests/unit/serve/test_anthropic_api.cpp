@@ -65,8 +65,8 @@ TEST_CASE("client tools and tool_choice map onto the chat's", "[anthropic]") {
         R"("tools": [{"name": "f", "description": "d", "input_schema": {"type": "object", "properties": {}}}])";
     AnthropicRequest r =
         parse_ok(R"({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}], )" + tools + "}");
-    REQUIRE(r.chat.tools);
-    CHECK(*r.chat.tools == ojson::parse(R"([{"type": "function", "function": {"name": "f", "description": "d",
+    REQUIRE(r.chat.tool_specs);
+    CHECK(*r.chat.tool_specs == ojson::parse(R"([{"type": "function", "function": {"name": "f", "description": "d",
         "parameters": {"type": "object", "properties": {}}}}])"));
     CHECK(r.chat.tool_choice == "auto");
     auto with_choice = [&](const std::string& tc) {

@@ -87,8 +87,8 @@ TEST_CASE("flat function tools and tool_choice become the chat's", "[responses]"
     ResponsesRequest r = parse_ok(R"({"model": "m", "input": "x",
         "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}, "strict": true}],
         "tool_choice": {"type": "function", "name": "f"}})");
-    REQUIRE(r.chat.tools);
-    CHECK(*r.chat.tools == ojson::parse(R"([{"type": "function", "function": {"name": "f", "description": "d",
+    REQUIRE(r.chat.tool_specs);
+    CHECK(*r.chat.tool_specs == ojson::parse(R"([{"type": "function", "function": {"name": "f", "description": "d",
         "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}}])"));
     CHECK(r.chat.tool_choice == "function");
     CHECK(r.chat.tool_choice_name == "f");
