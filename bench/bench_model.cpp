@@ -6,6 +6,8 @@
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
 //                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gpt-oss|gemma3]
 //                          [--plan] (measures the CPU plan, cpu/plan.h, instead of reading the cached one)
+//                          [--chunks] (then forwards of 8-48 tokens, the plan's stream/GEMM crossover
+//                          against the unplanned default, alternating in the same run)
 //   --arch qwen3moe: a ~0.9B mixture of experts (8 experts, 2 per token); gpt-oss: a ~0.7B gpt-oss
 //   (16 experts, 4 per token; its dtype mxfp4_moe); gemma3: Gemma 3 1B's shape.
 //   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
@@ -354,6 +356,35 @@ double bench_decode_at(CpuForward& fwd, KvStorage& kv, const std::vector<int32_t
     return best;
 }
 
+// Chunk forwards: n tokens of one sequence after kPromptTokens of context (a speculative step's
+// verification, a chunked prefill's piece, a batch of n decoding sequences' matmuls), tokens/s with
+// the CPU plan's stream/GEMM crossover (first) and without it (the kernel level's default: cpu/
+// kernels.h), alternating per rep so that a drift of the machine reaches both; best of reps each.
+std::pair<double, double> bench_chunk(CpuForward& fwd, KvStorage& kv, const std::vector<int32_t>& table, int n, int reps) {
+    const std::vector<int32_t> toks = prompt_tokens(fwd.model().params(), kPromptTokens + n);
+    std::vector<float> logits;
+    SeqInput ctx;
+    ctx.tokens = std::span<const int32_t>(toks.data(), kPromptTokens);
+    ctx.block_table = table;
+    fwd.forward(kv, std::span<const SeqInput>(&ctx, 1), logits).value();
+    int planned[kGemmClasses];
+    for (int c = 0; c < kGemmClasses; c++) planned[c] = g_gemm_from[c].load();
+    double best[2] = {0, 0};
+    for (int r = 0; r <= 2 * reps; r++)  // rep 0 warms up; short calls: twice the reps
+        for (int v = 0; v < 2; v++) {
+            for (int c = 0; c < kGemmClasses; c++) g_gemm_from[c].store(v == 0 ? planned[c] : 0);
+            SeqInput in;
+            in.n_past = kPromptTokens;
+            in.tokens = std::span<const int32_t>(toks.data() + kPromptTokens, (size_t)n);
+            in.block_table = table;
+            auto t0 = clk::now();
+            fwd.forward(kv, std::span<const SeqInput>(&in, 1), logits).value();
+            if (r > 0) best[v] = std::max(best[v], n / secs(t0, clk::now()));
+        }
+    for (int c = 0; c < kGemmClasses; c++) g_gemm_from[c].store(planned[c]);
+    return {best[0], best[1]};
+}
+
 struct Options {
     std::vector<std::string> dtypes{"f32", "f16", "q8_0", "q4_k_m", "q6_k"};
     std::vector<std::string> kv_types;  // --kv-types: the KV cache comparison instead of the weight-type table
@@ -362,7 +393,7 @@ struct Options {
     std::vector<int> threads{1, 2};
     std::string threads_s = "1,2";
     std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
-    bool peer = false, kernels = true, plan = false;
+    bool peer = false, kernels = true, plan = false, chunks = false;
     int reps = 3;
 };
 
@@ -412,6 +443,7 @@ int main(int argc, char** argv) {
         }
         else if (a == "--no-kernels") o.kernels = false;
         else if (a == "--plan") o.plan = true;
+        else if (a == "--chunks") o.chunks = true;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
         else if (a == "--kv-ctx" && i + 1 < argc) o.kv_ctx = std::max(0, std::atoi(argv[++i]));
         else if (a == "--model" && i + 1 < argc) o.model = argv[++i];
@@ -419,7 +451,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
+                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--chunks] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
@@ -529,6 +561,37 @@ int main(int argc, char** argv) {
     std::printf("\nunits: tokens/s; ratio = Steward / llama.cpp; roof%% = decode tokens/s x weight bytes per token / "
                 "read bandwidth at that thread count (peer%%: the same for llama.cpp); other%% = Steward's decode time outside "
                 "matmul (norms, RoPE, attention, argmax, barriers). KV cache F16 on both.\n");
+    if (o.chunks) {
+        constexpr int kChunks[] = {8, 16, 24, 32, 48};
+        std::printf("\nchunk forwards: n tokens of one sequence after %d in context, tokens/s with the CPU plan's "
+                    "stream/GEMM crossover (plan) and with the level's default (gemm from %d; k-quants %d on AVX-512), "
+                    "alternating, best of %d each\n%-7s %3s", kPromptTokens, kGemmMinTokens, kWideQuantGemmMinTokens, 2 * o.reps, "dtype", "thr");
+        for (int n : kChunks) std::printf("  %-18s", ("n=" + std::to_string(n) + " plan/default").c_str());
+        std::printf("\n");
+        for (const std::string& d : o.dtypes) {
+            const std::string path = model_file(o, d);
+            if (path.empty()) continue;
+            auto model = Model::load(path);
+            if (!model) continue;
+            const ModelParams& p = (*model)->params();
+            const int bs = 16, n_blocks = (kPromptTokens + kDecodeTokens) / bs;
+            KvStorage kv(KvStorage::config_for(p, n_blocks, bs, KvDtype::F16));
+            std::vector<int32_t> table(n_blocks);
+            for (int b = 0; b < n_blocks; b++) table[b] = b;
+            for (int nt : o.threads) {
+                CpuForward fwd(**model, nt, kPromptTokens);
+                std::printf("%-7s %3d", d.c_str(), nt);
+                for (int n : kChunks) {
+                    const auto [plan, dflt] = bench_chunk(fwd, kv, table, n, o.reps);
+                    char cell[64];
+                    std::snprintf(cell, sizeof cell, "%.0f/%.0f %.2fx", plan, dflt, plan / dflt);
+                    std::printf("  %-18s", cell);
+                    std::fflush(stdout);
+                }
+                std::printf("\n");
+            }
+        }
+    }
     std::printf("kernels (%s, level %s):\n", cpu_features().model_name.c_str(), cpu_level_name(cpu_level()));
     for (const std::string& v : variants) std::printf("  %s\n", v.c_str());
     if (!o.peer) std::printf("llama.cpp columns: run with --peer (builds it natively via %s).\n", o.peer_script.c_str());

@@ -337,9 +337,12 @@ struct TracingConfig {
 
 // [cpu]: the CPU plan's choices (runtime/cpu/plan.h), read at start (a reload keeps them).
 // prefetch_bytes: how far ahead the int8 decode kernels prefetch weight rows; 0 takes the plan
-// measured once per CPU model (cached), a value in [64, 65536] overrides it.
+// measured once per CPU model (cached), a value in [64, 65536] overrides it. gemm_min_tokens: from
+// how many tokens a matmul takes the tiled GEMM instead of the streaming kernel, every weight type
+// alike; 0 takes the plan's crossover per class of weight type, a value in [1, 4096] overrides it.
 struct CpuConfig {
     int prefetch_bytes = 0;
+    int gemm_min_tokens = 0;
 };
 
 // A whole config file, validated (every cross-reference resolves).

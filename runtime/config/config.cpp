@@ -350,6 +350,7 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
     if (const toml::table* t = top.sub("cpu")) {
         TableReader r(*t, src, "[cpu]");
         if (!r.get_in("prefetch_bytes", c.cpu.prefetch_bytes, 0, 65536, "in [0, 65536] bytes (0: the measured plan)") ||
+            !r.get_in("gemm_min_tokens", c.cpu.gemm_min_tokens, 0, 4096, "in [0, 4096] tokens (0: the measured plan)") ||
             !r.finish())
             return fail(r.err);
         if (c.cpu.prefetch_bytes > 0 && c.cpu.prefetch_bytes < 64)

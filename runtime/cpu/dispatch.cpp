@@ -113,6 +113,13 @@ bool set_cpu_level(CpuLevel level) {
 // --- kernels.h ---------------------------------------------------------------------------------
 
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
+
+int gemm_class(GgmlType t) {
+    if (t == GgmlType::F32) return (int)GemmClass::F32;
+    if (t == GgmlType::F16 || t == GgmlType::BF16) return (int)GemmClass::HALF;
+    if (!quant_dot_supported(t)) return -1;
+    return quant_block_elems(t) == kQKK ? (int)GemmClass::Q256 : (int)GemmClass::Q32;
+}
 std::string matmul_variant(GgmlType t) {
     WeightView w;
     w.type = t;

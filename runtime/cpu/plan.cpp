@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -68,20 +70,37 @@ bool cache_readable(const std::string& path) {
     return std::filesystem::is_regular_file(path, ec);
 }
 
-int read_cached() {
-    if (!cache_readable(cpu_plan_cache_path())) return 0;
+struct Cached {
+    int prefetch = 0;                  // 0: none
+    std::array<int, kGemmClasses> gemm{};  // all 0: none (a line of an older format)
+};
+
+Cached read_cached() {
+    Cached c;
+    if (!cache_readable(cpu_plan_cache_path())) return c;
     std::ifstream in(cpu_plan_cache_path());
     const std::string key = cache_key_prefix();
     std::string line;
     while (std::getline(in, line))
         if (line.rfind(key, 0) == 0) {
-            const int v = std::atoi(line.c_str() + key.size());
-            if (v >= 64 && v <= 65536) return v;
+            std::istringstream fields(line.substr(key.size()));
+            std::string distance, gemm;
+            std::getline(fields, distance, '\t');
+            std::getline(fields, gemm, '\t');
+            if (const int v = std::atoi(distance.c_str()); v >= 64 && v <= 65536) c.prefetch = v;
+            std::array<int, kGemmClasses> g{};
+            int n = 0;
+            std::istringstream list(gemm);
+            std::string item;
+            while (n < kGemmClasses && std::getline(list, item, ',')) g[(size_t)n++] = std::atoi(item.c_str());
+            bool ok = n == kGemmClasses;
+            for (int v : g) ok = ok && v >= 1 && v <= 4096;
+            if (ok) c.gemm = g;
         }
-    return 0;
+    return c;
 }
 
-void write_cached(int bytes) {
+void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm) {
     const std::string path = cpu_plan_cache_path(), key = cache_key_prefix();
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -92,7 +111,7 @@ void write_cached(int bytes) {
         while (std::getline(in, line))
             if (line.rfind(key, 0) != 0 && !line.empty()) out << line << "\n";
     }
-    out << key << bytes << "\n";
+    out << key << bytes << "\t" << gemm[0] << "," << gemm[1] << "," << gemm[2] << "," << gemm[3] << "\n";
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     std::ofstream f(tmp, std::ios::trunc);
     f << out.str();
@@ -101,6 +120,59 @@ void write_cached(int bytes) {
         std::remove(tmp.c_str());
         spdlog::warn("the CPU plan could not be cached at {} (it is measured again at the next start)", path);
     }
+}
+
+void set_gemm_from(const std::array<int, kGemmClasses>& g) {
+    for (int c = 0; c < kGemmClasses; c++) g_gemm_from[c].store(g[(size_t)c], std::memory_order_relaxed);
+}
+
+// The crossover's measurement: per class, its representative type on a 1024 x 768 matrix (the
+// shape of a small model's projections; 1.5-3 MiB, so the GEMM's compute, not the memory, decides),
+// both paths at every candidate token count on one thread, in rounds (the first warms up), each
+// trial's best of the rest.
+std::vector<CpuPlan::GemmTrial> measure_gemm(std::array<int, kGemmClasses>& from) {
+    constexpr int64_t K = 768, N = 1024;
+    constexpr int kMaxTok = 64;
+    const GgmlType reps[kGemmClasses] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K};
+    std::vector<float> x((size_t)(kMaxTok * K)), y((size_t)(kMaxTok * N));
+    for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
+    ThreadPool pool(1);
+    blas_set_threads(1);  // as CpuForward: its pool splits the rows, OpenBLAS runs one thread per slice
+    std::vector<CpuPlan::GemmTrial> trials;
+    constexpr int nc = (int)(sizeof kGemmCandidates / sizeof kGemmCandidates[0]);
+    for (int cls = 0; cls < kGemmClasses; cls++) {
+        const GgmlType t = reps[cls];
+        std::vector<uint8_t> w;
+        if (t == GgmlType::F32 || t == GgmlType::F16) {
+            w.resize((size_t)(N * K * (t == GgmlType::F32 ? 4 : 2)));
+            for (int64_t i = 0; i < N * K; i++) {
+                const float v = (float)((i * 53) % 97 - 48) / 480.0f;
+                if (t == GgmlType::F32) std::memcpy(w.data() + 4 * i, &v, 4);
+                else {
+                    const uint16_t h = f32_to_f16(v);
+                    std::memcpy(w.data() + 2 * i, &h, 2);
+                }
+            }
+        } else {
+            w = test_rows(t, N, K);
+        }
+        const WeightView W{t, w.data(), K, N};
+        std::vector<double> st((size_t)nc, 1e30), gt((size_t)nc, 1e30);
+        for (int round = 0; round < 3; round++)
+            for (int i = 0; i < nc; i++)
+                for (int g = 0; g < 2; g++) {
+                    const auto a = std::chrono::steady_clock::now();
+                    matmul(W, x.data(), kGemmCandidates[i], y.data(), pool, g ? MatmulPath::GEMM : MatmulPath::STREAM);
+                    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+                    if (round > 0) (g ? gt : st)[(size_t)i] = std::min((g ? gt : st)[(size_t)i], sec);
+                }
+        for (int i = 0; i < nc; i++) {
+            const double flop = 2.0 * (double)(N * K) * kGemmCandidates[i] / 1e9;
+            trials.push_back({cls, kGemmCandidates[i], flop / st[(size_t)i], flop / gt[(size_t)i]});
+        }
+        from[(size_t)cls] = gemm_from_trials(st, gt);
+    }
+    return trials;
 }
 
 }  // namespace
@@ -117,8 +189,29 @@ CpuPlan cpu_plan() {
     return g_plan;
 }
 
-CpuPlan measure_cpu_plan() {
-    const auto t0 = std::chrono::steady_clock::now();
+int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<double>& gemm_s) {
+    constexpr int nc = (int)(sizeof kGemmCandidates / sizeof kGemmCandidates[0]);
+    const int n = std::min({nc, (int)stream_s.size(), (int)gemm_s.size()});
+    int best_from = kGemmFromPastCandidates;
+    double best_cost = 1e300;
+    // Threshold j: the GEMM from candidate j on (j == n: from kGemmFromPastCandidates); ties go to
+    // the larger threshold only when strictly cheaper, so the smallest of equal costs wins.
+    for (int j = 0; j <= n; j++) {
+        double cost = 0;
+        for (int i = 0; i < n; i++) {
+            const double fastest = std::min(stream_s[(size_t)i], gemm_s[(size_t)i]);
+            if (!(fastest > 0)) continue;
+            cost += (i < j ? stream_s[(size_t)i] : gemm_s[(size_t)i]) / fastest;
+        }
+        if (cost < best_cost - 1e-9) best_cost = cost, best_from = j < n ? kGemmCandidates[j] : kGemmFromPastCandidates;
+    }
+    return best_from;
+}
+
+namespace {
+
+// The prefetch distance's measurement (into plan.prefetch_bytes and plan.trials).
+void measure_prefetch(CpuPlan& plan) {
     // 64 MiB in all: past the L2 and most of the L3 of the machines this serves, as a model's matrices.
     constexpr int64_t K = 4096;
     const int64_t rows_q4 = (int64_t)(32 << 20) / ggml_row_bytes(GgmlType::Q4_K, K);
@@ -129,8 +222,8 @@ CpuPlan measure_cpu_plan() {
     for (int64_t i = 0; i < K; i++) x[(size_t)i] = (float)((i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
     const int was = g_quant_prefetch_bytes.load(std::memory_order_relaxed);
-    CpuPlan plan;
     plan.source = "measured";
+    plan.trials.clear();
     const bool exact = exact_quant();
     set_exact_quant(false);
     // Rounds over every candidate (so a drift in the machine's speed reaches them all alike); the
@@ -154,40 +247,86 @@ CpuPlan measure_cpu_plan() {
     }
     set_exact_quant(exact);
     set_distance(was);
+}
+
+}  // namespace
+
+CpuPlan measure_cpu_plan() {
+    const auto t0 = std::chrono::steady_clock::now();
+    CpuPlan plan;
+    const bool exact = exact_quant();
+    set_exact_quant(false);
+    const std::array<int, kGemmClasses> was{g_gemm_from[0].load(), g_gemm_from[1].load(), g_gemm_from[2].load(), g_gemm_from[3].load()};
+    measure_prefetch(plan);
+    set_distance(plan.prefetch_bytes);  // the crossover's streaming kernels with the distance chosen
+    plan.gemm_trials = measure_gemm(plan.gemm_from);
+    plan.gemm_source = "measured";
+    set_gemm_from(was);
+    set_exact_quant(exact);
     plan.measure_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(g_mu);
     g_plan = plan;
     g_taken = true;
     set_distance(plan.prefetch_bytes);
+    set_gemm_from(plan.gemm_from);
     return plan;
 }
 
-CpuPlan start_cpu_plan(int prefetch_override) {
+CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
+    CpuPlan p;
+    bool measure_prefetch_now = false, measure_gemm_now = false;
     {
         std::lock_guard<std::mutex> lock(g_mu);
-        const bool same_override = prefetch_override <= 0 || (g_plan.source == "config" && g_plan.prefetch_bytes == prefetch_override);
-        if (g_taken && same_override) return g_plan;
+        const bool same_prefetch = prefetch_override <= 0 || (g_plan.source == "config" && g_plan.prefetch_bytes == prefetch_override);
+        const bool same_gemm = gemm_override <= 0 || (g_plan.gemm_source == "config" && g_plan.gemm_from[0] == gemm_override);
+        if (g_taken && same_prefetch && same_gemm) return g_plan;
+        p = g_taken ? g_plan : CpuPlan{};
+        const Cached cached = g_taken ? Cached{} : read_cached();
         if (prefetch_override > 0) {
-            g_plan = CpuPlan{std::clamp(prefetch_override, 64, 65536), "config", {}, 0};
-            g_taken = true;
-            set_distance(g_plan.prefetch_bytes);
-            return g_plan;
+            p.prefetch_bytes = std::clamp(prefetch_override, 64, 65536), p.source = "config", p.trials.clear();
+        } else if (const char* e = std::getenv("STEWARD_PREFETCH_BYTES"); e && std::atoi(e) > 0) {
+            p.prefetch_bytes = std::clamp(std::atoi(e), 64, 65536), p.source = "env", p.trials.clear();
+        } else if (g_taken) {
+            // kept as taken
+        } else if (cached.prefetch > 0) {
+            p.prefetch_bytes = cached.prefetch, p.source = "cached";
+        } else {
+            measure_prefetch_now = true;
         }
-        if (const char* e = std::getenv("STEWARD_PREFETCH_BYTES"); e && std::atoi(e) > 0) {
-            g_plan = CpuPlan{std::clamp(std::atoi(e), 64, 65536), "env", {}, 0};
-            g_taken = true;
-            set_distance(g_plan.prefetch_bytes);
-            return g_plan;
+        if (gemm_override > 0) {
+            p.gemm_from.fill(std::clamp(gemm_override, 1, 4096)), p.gemm_source = "config", p.gemm_trials.clear();
+        } else if (const char* e = std::getenv("STEWARD_GEMM_MIN_TOKENS"); e && std::atoi(e) > 0) {
+            p.gemm_from.fill(std::clamp(std::atoi(e), 1, 4096)), p.gemm_source = "env", p.gemm_trials.clear();
+        } else if (g_taken) {
+            // kept as taken
+        } else if (cached.gemm[0] > 0) {
+            p.gemm_from = cached.gemm, p.gemm_source = "cached";
+        } else {
+            measure_gemm_now = true;
         }
-        if (const int cached = read_cached()) {
-            g_plan = CpuPlan{cached, "cached", {}, 0};
+        if (!measure_prefetch_now && !measure_gemm_now) {
+            g_plan = p;
             g_taken = true;
-            set_distance(cached);
-            return g_plan;
+            set_distance(p.prefetch_bytes);
+            set_gemm_from(p.gemm_from);
+            return p;
         }
     }
-    CpuPlan p = measure_cpu_plan();
-    write_cached(p.prefetch_bytes);
+    // Something to measure: measure the whole plan (about 0.5 s, once per CPU model), keep what
+    // an override or the cache gave, and cache the measured values.
+    const CpuPlan m = measure_cpu_plan();
+    if (measure_prefetch_now) p.prefetch_bytes = m.prefetch_bytes, p.source = m.source, p.trials = m.trials;
+    if (measure_gemm_now) p.gemm_from = m.gemm_from, p.gemm_source = m.gemm_source, p.gemm_trials = m.gemm_trials;
+    p.measure_ms = m.measure_ms;
+    write_cached(measure_prefetch_now ? m.prefetch_bytes : (p.source == "cached" ? p.prefetch_bytes : m.prefetch_bytes),
+                 measure_gemm_now ? m.gemm_from : (p.gemm_source == "cached" ? p.gemm_from : m.gemm_from));
+    {
+        std::lock_guard<std::mutex> lock(g_mu);
+        g_plan = p;
+        g_taken = true;
+        set_distance(p.prefetch_bytes);
+        set_gemm_from(p.gemm_from);
+    }
     spdlog::info("CPU plan for {} ({}): {}", cpu_features().model_name, cpu_level_name(cpu_level()), describe_cpu_plan(p));
     return p;
 }
@@ -197,22 +336,42 @@ void forget_cpu_plan() {
     g_plan = CpuPlan{};
     g_taken = false;
     set_distance(g_plan.prefetch_bytes);
+    set_gemm_from(g_plan.gemm_from);
 }
 
 std::string describe_cpu_plan(const CpuPlan& p) {
     std::string s = "prefetch " + std::to_string(p.prefetch_bytes) + " bytes ahead (" + p.source;
     if (p.source == "cached") s += " in " + cpu_plan_cache_path();
+    char buf[96];
     if (!p.trials.empty()) {
         s += ":";
-        char buf[64];
         for (const auto& [c, g] : p.trials) {
             std::snprintf(buf, sizeof buf, " %d %.1f", c, g);
             s += buf;
         }
-        std::snprintf(buf, sizeof buf, " GB/s, %.0f ms", p.measure_ms);
+        s += " GB/s";
+    }
+    s += "); gemm from ";
+    const char* names[kGemmClasses] = {"F32", "F16/BF16", "Q8_0 and 32-wide blocks", "k-quants/IQ4_XS"};
+    for (int c = 0; c < kGemmClasses; c++) {
+        s += (c ? ", " : "") + std::string(names[c]) + " " + (p.gemm_from[(size_t)c] > 0 ? std::to_string(p.gemm_from[(size_t)c]) : "default");
+    }
+    s += " tokens (" + p.gemm_source;
+    if (!p.gemm_trials.empty()) {
+        s += ": stream/gemm GFLOP/s at";
+        int last = -1;
+        for (const auto& t : p.gemm_trials) {
+            if (t.cls != last) s += std::string(last >= 0 ? ";" : "") + " " + names[t.cls] + ":", last = t.cls;
+            std::snprintf(buf, sizeof buf, " %d %.0f/%.0f", t.n_tok, t.stream_gflops, t.gemm_gflops);
+            s += buf;
+        }
+    }
+    s += ")";
+    if (p.measure_ms > 0) {
+        std::snprintf(buf, sizeof buf, "; measured in %.0f ms", p.measure_ms);
         s += buf;
     }
-    return s + ")";
+    return s;
 }
 
 }  // namespace steward

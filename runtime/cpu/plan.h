@@ -1,8 +1,12 @@
 // The CPU plan: the kernel choices that depend on the microarchitecture rather than the ISA, chosen
-// by measuring them once per CPU model. Today one choice: how far ahead the int8 decode kernels
+// by measuring them once per CPU model. Two choices: how far ahead the int8 decode kernels
 // prefetch their weight rows (Zen 4 / 5 and Intel's cores prefetch differently; the best distance
-// on one is not the best on the other).
+// on one is not the best on the other), and from how many tokens a matmul leaves the streaming
+// kernel for the tiled GEMM, per class of weight type (cpu/kernels.h GemmClass: where the
+// crossover lies depends on the core's FMA and integer throughput, its caches and OpenBLAS's
+// kernels for it).
 #pragma once
+#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +21,29 @@ struct CpuPlan {
     // A measurement's trials: (distance, GB/s of the decode matvec over 64 MiB of Q4_K and Q8_0 rows
     // together, one thread, best of 3).
     std::vector<std::pair<int, double>> trials;
-    double measure_ms = 0;  // the measurement's wall time
+    double measure_ms = 0;  // the measurement's wall time (both choices)
+    // From how many tokens each GemmClass (F32, F16/BF16, 32-wide blocks, 256-wide blocks) takes the
+    // GEMM; 0: the kernel level's default (cpu/kernels.h). gemm_source as source ("default",
+    // "measured", "cached", "config": [cpu] gemm_min_tokens, "env": STEWARD_GEMM_MIN_TOKENS).
+    std::array<int, 4> gemm_from{0, 0, 0, 0};
+    std::string gemm_source = "default";
+    // A measurement's trials: class, token count, streaming and GEMM GFLOP/s (one thread, best of 2).
+    struct GemmTrial {
+        int cls = 0, n_tok = 0;
+        double stream_gflops = 0, gemm_gflops = 0;
+    };
+    std::vector<GemmTrial> gemm_trials;
 };
+
+// The token counts the crossover is measured at; a class whose streaming kernel wins at all of
+// them takes the GEMM from kGemmFromPastCandidates on.
+inline constexpr int kGemmCandidates[] = {8, 16, 24, 32, 48, 64};
+inline constexpr int kGemmFromPastCandidates = 80;
+
+// The crossover from one class's trials (time per token count of either path): the threshold
+// among the candidates (and kGemmFromPastCandidates) that minimises the summed time of the
+// trials, each relative to its faster path, so one noisy point does not move it far.
+int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<double>& gemm_s);
 
 // The plan in use.
 CpuPlan cpu_plan();
@@ -28,19 +53,24 @@ CpuPlan cpu_plan();
 // kernel level (cpu_plan_cache_path), else a measurement (about 0.2 s; written to the cache, which a
 // failure to write only logs). Later calls return the plan taken, unless an override differs.
 // Distances outside [64, 65536] bytes are refused by the config reader; here they are clamped.
-CpuPlan start_cpu_plan(int prefetch_override = 0);
+// The crossover likewise: gemm_override > 0 ([cpu] gemm_min_tokens) for every class, then
+// STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s).
+CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0);
 
-// Measures the candidates (1, 2, 4, 8 and 16 KiB) now, whatever is cached; sets and returns the best.
+// Measures the candidates (1, 2, 4, 8 and 16 KiB; the crossover at kGemmCandidates) now, whatever
+// is cached; sets and returns the best.
 CpuPlan measure_cpu_plan();
 
 // $STEWARD_CACHE_DIR, else $XDG_CACHE_HOME/steward, else $HOME/.cache/steward; plus "/cpu-plan.tsv"
-// (one line per CPU model and kernel level: level, model name, distance).
+// (one line per CPU model and kernel level: level, model name, distance, the four classes'
+// crossovers comma-separated; a line without them is measured again).
 std::string cpu_plan_cache_path();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.
 void forget_cpu_plan();
 
-// One line for reports: "prefetch 4096 bytes (measured: 1024 10.1, 2048 11.0, ... GB/s in 180 ms)".
+// One line for reports: "prefetch 4096 bytes (measured: 1024 10.1, 2048 11.0, ... GB/s in 180 ms);
+// gemm from 16 / 24 / 32 / 48 tokens (F32 / F16,BF16 / Q8_0.. / k-quants, measured)".
 std::string describe_cpu_plan(const CpuPlan& p);
 
 }  // namespace steward

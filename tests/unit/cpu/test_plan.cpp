@@ -104,3 +104,90 @@ TEST_CASE("[cpu] prefetch_bytes is read from the config and a distance under a c
     auto typo = parse_config(pool + "[cpu]\nprefetch = 10\n");
     REQUIRE_FALSE(typo.ok());
 }
+
+TEST_CASE("the GEMM crossover is the threshold that costs the trials least (one noisy point aside)", "[plan]") {
+    // Candidates 8, 16, 24, 32, 48, 64 (cpu/plan.h); seconds per trial of each path.
+    using V = std::vector<double>;
+    CHECK(gemm_from_trials(V{1, 1, 1, 1, 1, 1}, V{2, 2, 2, 2, 2, 2}) == kGemmFromPastCandidates);  // streaming wins throughout
+    CHECK(gemm_from_trials(V{2, 2, 2, 2, 2, 2}, V{1, 1, 1, 1, 1, 1}) == 8);                         // the GEMM wins throughout
+    CHECK(gemm_from_trials(V{1, 1, 1, 2, 2, 2}, V{2, 2, 2, 1, 1, 1}) == 32);                        // a clean crossover
+    // The GEMM barely ahead at 16 (noise), clearly behind at 24, ahead from 32: the first candidate
+    // where it wins would say 16 and cost 24's trial 50%; the least total says 32.
+    CHECK(gemm_from_trials(V{1, 1.01, 1, 2, 2, 2}, V{2, 1, 1.5, 1, 1, 1}) == 32);
+    // Equal paths: the smaller threshold (the GEMM from the first candidate).
+    CHECK(gemm_from_trials(V{1, 1, 1, 1, 1, 1}, V{1, 1, 1, 1, 1, 1}) == 8);
+}
+
+TEST_CASE("the planned crossover decides each weight class's path (the config and the exact path override it)", "[plan]") {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("steward-plan-gemm-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    ::setenv("STEWARD_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("STEWARD_PREFETCH_BYTES");
+    ::unsetenv("STEWARD_GEMM_MIN_TOKENS");
+    // A cache line of the older format (the distance only): the distance is read, the crossover
+    // measured and the line rewritten with it.
+    {
+        std::ofstream f(dir + "/cpu-plan.tsv");
+        f << cpu_level_name(cpu_level()) << "\t" << cpu_features().model_name << "\t2048\n";
+    }
+    forget_cpu_plan();
+    const CpuPlan p = start_cpu_plan();
+    CHECK(p.source == "cached");
+    CHECK(p.prefetch_bytes == 2048);
+    CHECK(p.gemm_source == "measured");
+    REQUIRE(p.gemm_trials.size() == 4 * std::size(kGemmCandidates));
+    for (const auto& t : p.gemm_trials) CHECK((t.stream_gflops > 0 && t.gemm_gflops > 0));
+    // Each class's crossover is what its own trials give.
+    for (int c = 0; c < kGemmClasses; c++) {
+        std::vector<double> st, gt;
+        for (const auto& t : p.gemm_trials)
+            if (t.cls == c) st.push_back(1 / t.stream_gflops), gt.push_back(1 / t.gemm_gflops);
+        CHECK(p.gemm_from[(size_t)c] == gemm_from_trials(st, gt));
+    }
+    std::ifstream in(dir + "/cpu-plan.tsv");
+    std::string line;
+    std::getline(in, line);
+    const std::string want = "\t2048\t" + std::to_string(p.gemm_from[0]) + "," + std::to_string(p.gemm_from[1]) + "," +
+                             std::to_string(p.gemm_from[2]) + "," + std::to_string(p.gemm_from[3]);
+    CHECK(line.size() > want.size());
+    CHECK(line.substr(line.size() - want.size()) == want);
+    // Read back whole by the next start.
+    forget_cpu_plan();
+    const CpuPlan c = start_cpu_plan();
+    CHECK(c.gemm_source == "cached");
+    CHECK(c.gemm_from == p.gemm_from);
+    // gemm_min_tokens follows the plan per class.
+    const std::vector<uint8_t> buf(1 << 20);
+    const WeightView f32{GgmlType::F32, buf.data(), 256, 16}, bf16{GgmlType::BF16, buf.data(), 256, 16},
+        q8{GgmlType::Q8_0, buf.data(), 256, 16}, q4k{GgmlType::Q4_K, buf.data(), 256, 16}, iq4{GgmlType::IQ4_XS, buf.data(), 256, 16};
+    CHECK(gemm_min_tokens(f32) == c.gemm_from[0]);
+    CHECK(gemm_min_tokens(bf16) == c.gemm_from[1]);
+    CHECK(gemm_min_tokens(q8) == c.gemm_from[2]);
+    CHECK(gemm_min_tokens(q4k) == c.gemm_from[3]);
+    CHECK(gemm_min_tokens(iq4) == c.gemm_from[3]);
+    {
+        ExactQuantScope exact;  // dequantizing rows is not the streaming kernel measured
+        CHECK(gemm_min_tokens(q4k) == kGemmMinTokens);
+        CHECK(gemm_min_tokens(f32) == c.gemm_from[0]);
+    }
+    // [cpu] gemm_min_tokens: every class alike.
+    const CpuPlan o = start_cpu_plan(0, 40);
+    CHECK(o.gemm_source == "config");
+    CHECK(o.source == "cached");
+    for (const WeightView* w : {&f32, &bf16, &q8, &q4k}) CHECK(gemm_min_tokens(*w) == 40);
+    forget_cpu_plan();
+    CHECK(gemm_min_tokens(q8) == kGemmMinTokens);  // no plan: the level's default
+    ::unsetenv("STEWARD_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("[cpu] gemm_min_tokens is read from the config and refused out of range", "[plan]") {
+    const std::string pool = "[[pool]]\nname = \"p\"\nmodel = \"m.gguf\"\n";
+    auto ok = parse_config(pool + "[cpu]\ngemm_min_tokens = 32\n");
+    REQUIRE(ok.ok());
+    CHECK(ok->cpu.gemm_min_tokens == 32);
+    auto big = parse_config(pool + "[cpu]\ngemm_min_tokens = 5000\n");
+    REQUIRE_FALSE(big.ok());
+    CHECK_THAT(big.error().message, Catch::Contains("gemm_min_tokens"));
+}
