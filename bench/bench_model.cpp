@@ -161,7 +161,8 @@ void bench_kernels(const std::vector<int>& threads, int reps) {
                 "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds), and "
                 "OpenBLAS sgemm (core %s) at 128\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s  %6s\n",
                 blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128", "blas");
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
+                          GgmlType::IQ4_XS}) {
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
         for (int nt : threads) {
