@@ -2,6 +2,8 @@
 #include "cpu/plan.h"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +71,26 @@ bool cache_readable(const std::string& path) {
     std::error_code ec;
     return std::filesystem::is_regular_file(path, ec);
 }
+
+// An exclusive flock on `path` for the object's life (created with its folder); none where the file
+// cannot be opened (a read-only home): the plan is then measured without it.
+class CacheLock {
+public:
+    explicit CacheLock(const std::string& path) {
+        std::error_code ec;
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+        fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) ::close(fd_), fd_ = -1;
+    }
+    ~CacheLock() {
+        if (fd_ >= 0) ::flock(fd_, LOCK_UN), ::close(fd_);
+    }
+    CacheLock(const CacheLock&) = delete;
+    CacheLock& operator=(const CacheLock&) = delete;
+
+private:
+    int fd_ = -1;
+};
 
 struct Cached {
     int prefetch = 0;                  // 0: none
@@ -312,14 +334,22 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
             return p;
         }
     }
-    // Something to measure: measure the whole plan (about 0.5 s, once per CPU model), keep what
-    // an override or the cache gave, and cache the measured values.
-    const CpuPlan m = measure_cpu_plan();
-    if (measure_prefetch_now) p.prefetch_bytes = m.prefetch_bytes, p.source = m.source, p.trials = m.trials;
-    if (measure_gemm_now) p.gemm_from = m.gemm_from, p.gemm_source = m.gemm_source, p.gemm_trials = m.gemm_trials;
-    p.measure_ms = m.measure_ms;
-    write_cached(measure_prefetch_now ? m.prefetch_bytes : (p.source == "cached" ? p.prefetch_bytes : m.prefetch_bytes),
-                 measure_gemm_now ? m.gemm_from : (p.gemm_source == "cached" ? p.gemm_from : m.gemm_from));
+    // Something to measure. Processes that start together on one machine (a test suite, a front and
+    // its workers) take the same plan: the first measures while it holds an exclusive lock beside
+    // the cache file and writes the cache; the others wait for the lock and read what it wrote.
+    CacheLock held(cpu_plan_cache_path() + ".lock");
+    const Cached again = read_cached();
+    if (measure_prefetch_now && again.prefetch > 0) p.prefetch_bytes = again.prefetch, p.source = "cached", measure_prefetch_now = false;
+    if (measure_gemm_now && again.gemm[0] > 0) p.gemm_from = again.gemm, p.gemm_source = "cached", measure_gemm_now = false;
+    if (measure_prefetch_now || measure_gemm_now) {
+        // The whole plan (about 0.35 s, once per CPU model); what an override or the cache gave is kept.
+        const CpuPlan m = measure_cpu_plan();
+        if (measure_prefetch_now) p.prefetch_bytes = m.prefetch_bytes, p.source = m.source, p.trials = m.trials;
+        if (measure_gemm_now) p.gemm_from = m.gemm_from, p.gemm_source = m.gemm_source, p.gemm_trials = m.gemm_trials;
+        p.measure_ms = m.measure_ms;
+        write_cached(p.source == "cached" || p.source == "measured" ? p.prefetch_bytes : m.prefetch_bytes,
+                     p.gemm_source == "cached" || p.gemm_source == "measured" ? p.gemm_from : m.gemm_from);
+    }
     {
         std::lock_guard<std::mutex> lock(g_mu);
         g_plan = p;

@@ -54,7 +54,9 @@ CpuPlan cpu_plan();
 // failure to write only logs). Later calls return the plan taken, unless an override differs.
 // Distances outside [64, 65536] bytes are refused by the config reader; here they are clamped.
 // The crossover likewise: gemm_override > 0 ([cpu] gemm_min_tokens) for every class, then
-// STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s).
+// STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s). A measurement holds an
+// exclusive lock (flock on the cache path + ".lock") and reads the cache again under it, so processes
+// starting together on one machine take the first one's plan rather than measuring each its own.
 CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0);
 
 // Measures the candidates (1, 2, 4, 8 and 16 KiB; the crossover at kGemmCandidates) now, whatever

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <steward/config.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -190,4 +192,53 @@ TEST_CASE("[cpu] gemm_min_tokens is read from the config and refused out of rang
     auto big = parse_config(pool + "[cpu]\ngemm_min_tokens = 5000\n");
     REQUIRE_FALSE(big.ok());
     CHECK_THAT(big.error().message, Catch::Contains("gemm_min_tokens"));
+}
+
+TEST_CASE("processes that start together take one plan: the first measures under the lock and the others read it", "[plan]") {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("steward-plan-lock-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    ::setenv("STEWARD_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("STEWARD_PREFETCH_BYTES");
+    ::unsetenv("STEWARD_GEMM_MIN_TOKENS");
+    constexpr int kProcs = 3;
+    int fds[kProcs][2];
+    pid_t pids[kProcs];
+    for (int i = 0; i < kProcs; i++) {
+        REQUIRE(::pipe(fds[i]) == 0);
+        pids[i] = ::fork();
+        REQUIRE(pids[i] >= 0);
+        if (pids[i] == 0) {
+            forget_cpu_plan();
+            const CpuPlan p = start_cpu_plan();
+            char line[128];
+            const int n = std::snprintf(line, sizeof line, "%d %d %d %d %d %s\n", p.prefetch_bytes, p.gemm_from[0], p.gemm_from[1],
+                                        p.gemm_from[2], p.gemm_from[3], p.gemm_source.c_str());
+            (void)!::write(fds[i][1], line, (size_t)n);
+            ::_exit(0);
+        }
+        ::close(fds[i][1]);
+    }
+    std::vector<std::string> got;
+    int n_measured = 0;
+    for (int i = 0; i < kProcs; i++) {
+        char buf[128] = {};
+        const ssize_t n = ::read(fds[i][0], buf, sizeof buf - 1);
+        ::close(fds[i][0]);
+        int status = 0;
+        ::waitpid(pids[i], &status, 0);
+        CHECK(WIFEXITED(status));
+        REQUIRE(n > 0);
+        std::string s(buf, (size_t)n);
+        if (s.find("measured") != std::string::npos) n_measured++;
+        got.push_back(s.substr(0, s.rfind(' ')));  // the values, without their source
+    }
+    CHECK(n_measured == 1);
+    for (const std::string& g : got) CHECK(g == got[0]);
+    std::ifstream in(dir + "/cpu-plan.tsv");
+    std::string line;
+    int n_lines = 0;
+    while (std::getline(in, line)) n_lines++;
+    CHECK(n_lines == 1);
+    ::unsetenv("STEWARD_CACHE_DIR");
+    std::filesystem::remove_all(dir);
 }
