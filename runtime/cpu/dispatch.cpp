@@ -118,6 +118,7 @@ int gemm_class(GgmlType t) {
     if (t == GgmlType::F32) return (int)GemmClass::F32;
     if (t == GgmlType::F16 || t == GgmlType::BF16) return (int)GemmClass::HALF;
     if (!quant_dot_supported(t)) return -1;
+    if (t == GgmlType::IQ4_XS || t == GgmlType::IQ4_NL || t == GgmlType::MXFP4) return (int)GemmClass::TABLE;
     return quant_block_elems(t) == kQKK ? (int)GemmClass::Q256 : (int)GemmClass::Q32;
 }
 std::string matmul_variant(GgmlType t) {

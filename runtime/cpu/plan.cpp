@@ -133,7 +133,9 @@ void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm) {
         while (std::getline(in, line))
             if (line.rfind(key, 0) != 0 && !line.empty()) out << line << "\n";
     }
-    out << key << bytes << "\t" << gemm[0] << "," << gemm[1] << "," << gemm[2] << "," << gemm[3] << "\n";
+    out << key << bytes << "\t";
+    for (int c = 0; c < kGemmClasses; c++) out << (c ? "," : "") << gemm[(size_t)c];
+    out << "\n";
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     std::ofstream f(tmp, std::ios::trunc);
     f << out.str();
@@ -155,7 +157,7 @@ void set_gemm_from(const std::array<int, kGemmClasses>& g) {
 std::vector<CpuPlan::GemmTrial> measure_gemm(std::array<int, kGemmClasses>& from) {
     constexpr int64_t K = 768, N = 1024;
     constexpr int kMaxTok = 64;
-    const GgmlType reps[kGemmClasses] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K};
+    const GgmlType reps[kGemmClasses] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ4_XS};
     std::vector<float> x((size_t)(kMaxTok * K)), y((size_t)(kMaxTok * N));
     for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
@@ -278,7 +280,8 @@ CpuPlan measure_cpu_plan() {
     CpuPlan plan;
     const bool exact = exact_quant();
     set_exact_quant(false);
-    const std::array<int, kGemmClasses> was{g_gemm_from[0].load(), g_gemm_from[1].load(), g_gemm_from[2].load(), g_gemm_from[3].load()};
+    std::array<int, kGemmClasses> was{};
+    for (int c = 0; c < kGemmClasses; c++) was[(size_t)c] = g_gemm_from[c].load();
     measure_prefetch(plan);
     set_distance(plan.prefetch_bytes);  // the crossover's streaming kernels with the distance chosen
     plan.gemm_trials = measure_gemm(plan.gemm_from);
@@ -382,7 +385,7 @@ std::string describe_cpu_plan(const CpuPlan& p) {
         s += " GB/s";
     }
     s += "); gemm from ";
-    const char* names[kGemmClasses] = {"F32", "F16/BF16", "Q8_0 and 32-wide blocks", "k-quants/IQ4_XS"};
+    const char* names[kGemmClasses] = {"F32", "F16/BF16", "Q8_0 and 32-wide blocks", "k-quants", "IQ4_XS/IQ4_NL/MXFP4"};
     for (int c = 0; c < kGemmClasses; c++) {
         s += (c ? ", " : "") + std::string(names[c]) + " " + (p.gemm_from[(size_t)c] > 0 ? std::to_string(p.gemm_from[(size_t)c]) : "default");
     }

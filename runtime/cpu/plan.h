@@ -22,10 +22,10 @@ struct CpuPlan {
     // together, one thread, best of 3).
     std::vector<std::pair<int, double>> trials;
     double measure_ms = 0;  // the measurement's wall time (both choices)
-    // From how many tokens each GemmClass (F32, F16/BF16, 32-wide blocks, 256-wide blocks) takes the
+    // From how many tokens each GemmClass (F32, F16/BF16, 32-wide blocks, k-quants, table types) takes the
     // GEMM; 0: the kernel level's default (cpu/kernels.h). gemm_source as source ("default",
     // "measured", "cached", "config": [cpu] gemm_min_tokens, "env": STEWARD_GEMM_MIN_TOKENS).
-    std::array<int, 4> gemm_from{0, 0, 0, 0};
+    std::array<int, 5> gemm_from{0, 0, 0, 0, 0};
     std::string gemm_source = "default";
     // A measurement's trials: class, token count, streaming and GEMM GFLOP/s (one thread, best of 2).
     struct GemmTrial {
@@ -64,7 +64,7 @@ CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0);
 CpuPlan measure_cpu_plan();
 
 // $STEWARD_CACHE_DIR, else $XDG_CACHE_HOME/steward, else $HOME/.cache/steward; plus "/cpu-plan.tsv"
-// (one line per CPU model and kernel level: level, model name, distance, the four classes'
+// (one line per CPU model and kernel level: level, model name, distance, the five classes'
 // crossovers comma-separated; a line without them is measured again).
 std::string cpu_plan_cache_path();
 

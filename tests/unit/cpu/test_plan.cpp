@@ -138,7 +138,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     CHECK(p.source == "cached");
     CHECK(p.prefetch_bytes == 2048);
     CHECK(p.gemm_source == "measured");
-    REQUIRE(p.gemm_trials.size() == 4 * std::size(kGemmCandidates));
+    REQUIRE(p.gemm_trials.size() == kGemmClasses * std::size(kGemmCandidates));
     for (const auto& t : p.gemm_trials) CHECK((t.stream_gflops > 0 && t.gemm_gflops > 0));
     // Each class's crossover is what its own trials give.
     for (int c = 0; c < kGemmClasses; c++) {
@@ -150,8 +150,8 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     std::ifstream in(dir + "/cpu-plan.tsv");
     std::string line;
     std::getline(in, line);
-    const std::string want = "\t2048\t" + std::to_string(p.gemm_from[0]) + "," + std::to_string(p.gemm_from[1]) + "," +
-                             std::to_string(p.gemm_from[2]) + "," + std::to_string(p.gemm_from[3]);
+    std::string want = "\t2048\t";
+    for (int k = 0; k < kGemmClasses; k++) want += (k ? "," : "") + std::to_string(p.gemm_from[(size_t)k]);
     CHECK(line.size() > want.size());
     CHECK(line.substr(line.size() - want.size()) == want);
     // Read back whole by the next start.
@@ -167,7 +167,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     CHECK(gemm_min_tokens(bf16) == c.gemm_from[1]);
     CHECK(gemm_min_tokens(q8) == c.gemm_from[2]);
     CHECK(gemm_min_tokens(q4k) == c.gemm_from[3]);
-    CHECK(gemm_min_tokens(iq4) == c.gemm_from[3]);
+    CHECK(gemm_min_tokens(iq4) == c.gemm_from[4]);
     {
         ExactQuantScope exact;  // dequantizing rows is not the streaming kernel measured
         CHECK(gemm_min_tokens(q4k) == kGemmMinTokens);
@@ -177,7 +177,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     const CpuPlan o = start_cpu_plan(0, 40);
     CHECK(o.gemm_source == "config");
     CHECK(o.source == "cached");
-    for (const WeightView* w : {&f32, &bf16, &q8, &q4k}) CHECK(gemm_min_tokens(*w) == 40);
+    for (const WeightView* w : {&f32, &bf16, &q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == 40);
     forget_cpu_plan();
     CHECK(gemm_min_tokens(q8) == kGemmMinTokens);  // no plan: the level's default
     ::unsetenv("STEWARD_CACHE_DIR");
@@ -211,8 +211,8 @@ TEST_CASE("processes that start together take one plan: the first measures under
             forget_cpu_plan();
             const CpuPlan p = start_cpu_plan();
             char line[128];
-            const int n = std::snprintf(line, sizeof line, "%d %d %d %d %d %s\n", p.prefetch_bytes, p.gemm_from[0], p.gemm_from[1],
-                                        p.gemm_from[2], p.gemm_from[3], p.gemm_source.c_str());
+            const int n = std::snprintf(line, sizeof line, "%d %d %d %d %d %d %s\n", p.prefetch_bytes, p.gemm_from[0], p.gemm_from[1],
+                                        p.gemm_from[2], p.gemm_from[3], p.gemm_from[4], p.gemm_source.c_str());
             (void)!::write(fds[i][1], line, (size_t)n);
             ::_exit(0);
         }
