@@ -234,7 +234,8 @@ int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<doub
 
 namespace {
 
-// The prefetch distance's measurement (into plan.prefetch_bytes and plan.trials).
+// The prefetch distance's measurement (into plan.prefetch_bytes and plan.trials); it leaves the
+// distance at the last candidate, and measure_cpu_plan (its caller) turns the exact path off around it.
 void measure_prefetch(CpuPlan& plan) {
     // 64 MiB in all: past the L2 and most of the L3 of the machines this serves, as a model's matrices.
     constexpr int64_t K = 4096;
@@ -245,11 +246,8 @@ void measure_prefetch(CpuPlan& plan) {
     std::vector<float> x((size_t)K), y((size_t)std::max(rows_q4, rows_q8));
     for (int64_t i = 0; i < K; i++) x[(size_t)i] = (float)((i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
-    const int was = g_quant_prefetch_bytes.load(std::memory_order_relaxed);
     plan.source = "measured";
     plan.trials.clear();
-    const bool exact = exact_quant();
-    set_exact_quant(false);
     // Rounds over every candidate (so a drift in the machine's speed reaches them all alike); the
     // first round warms up, then each candidate's best of 3.
     double best_s[kNc];
@@ -269,8 +267,6 @@ void measure_prefetch(CpuPlan& plan) {
         plan.trials.push_back({kCandidates[i], gbs});
         if (gbs > best) best = gbs, plan.prefetch_bytes = kCandidates[i];
     }
-    set_exact_quant(exact);
-    set_distance(was);
 }
 
 }  // namespace
@@ -280,19 +276,15 @@ CpuPlan measure_cpu_plan() {
     CpuPlan plan;
     const bool exact = exact_quant();
     set_exact_quant(false);
-    std::array<int, kGemmClasses> was{};
-    for (int c = 0; c < kGemmClasses; c++) was[(size_t)c] = g_gemm_from[c].load();
     measure_prefetch(plan);
     set_distance(plan.prefetch_bytes);  // the crossover's streaming kernels with the distance chosen
-    plan.gemm_trials = measure_gemm(plan.gemm_from);
+    plan.gemm_trials = measure_gemm(plan.gemm_from);  // both paths forced: the crossover in use does not matter
     plan.gemm_source = "measured";
-    set_gemm_from(was);
     set_exact_quant(exact);
     plan.measure_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(g_mu);
     g_plan = plan;
     g_taken = true;
-    set_distance(plan.prefetch_bytes);
     set_gemm_from(plan.gemm_from);
     return plan;
 }

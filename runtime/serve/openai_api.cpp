@@ -832,11 +832,10 @@ GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTar
 GenerationRequest to_generation_request(const OpenAiRequest& req, const ModelTarget& target, const std::string& tenant,
                                         const std::string& rendered_prompt) {
     GenerationRequest g = req;  // what the body asked of the run, parsed into it
-    if (!req.prompt_is_ids) g.prompt_ids.clear();
-    if (req.chat && !req.prompt_is_ids) g.prompt = rendered_prompt;
-    // The documents: the runtime puts them before a completion's text prompt; a chat's renderer
-    // has placed them (PoolPrompt::documents_begin / end). Either way the runtime keys their KV.
-    g.documents.clear();
+    if (req.chat) g.prompt = rendered_prompt;
+    // The documents (parsed as document_refs, resolved by the server): the runtime puts them before a
+    // completion's text prompt; a chat's renderer has placed them (PoolPrompt::documents_begin / end).
+    // Either way the runtime keys their KV.
     for (const auto& d : req.resolved_documents) g.documents.push_back({d->id, d->version});
     g.tenant = tenant;
     g.bucket_hint = target.bucket_hint;
