@@ -5,6 +5,7 @@
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
 //                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gpt-oss|gemma3]
+//                          [--kernels-only Q8_0,IQ4_XS] (only those rows of the kernel table, then stops)
 //                          [--plan] (measures the CPU plan, cpu/plan.h, instead of reading the cached one)
 //                          [--chunks] (then forwards of 8-48 tokens, the plan's stream/GEMM crossover
 //                          against the unplanned default, alternating in the same run)
@@ -126,7 +127,8 @@ double measure_pool_overhead_us(int n_threads) {
     return best;
 }
 
-// A [n_rows][n_cols] matrix of random weights in `type` (F32, F16, BF16 or Q8_0), bytes owned.
+// A [n_rows][n_cols] matrix of random weights in `type` (F32, F16, BF16, the quantizer's block types, or
+// IQ4_XS as random codes), bytes owned.
 struct BenchMatrix {
     std::vector<uint8_t> bytes;
     WeightView view;
@@ -145,8 +147,16 @@ struct BenchMatrix {
                 const uint16_t h = type == GgmlType::F16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
                 if (type == GgmlType::F16 || type == GgmlType::BF16) std::memcpy(dst + 2 * c, &h, 2);
             }
-            if (quant_block_elems(type) > 1 && !quantize_row(type, row.data(), n_cols, dst).ok())
+            if (type == GgmlType::IQ4_XS) {  // no quantizer of ours: random codes and scales, a sane d
+                auto* b = reinterpret_cast<BlockIq4Xs*>(dst);
+                for (int64_t i = 0; i < n_cols / kQKK; i++) {
+                    uint8_t* raw = reinterpret_cast<uint8_t*>(&b[i]);
+                    for (size_t j = 0; j < sizeof(BlockIq4Xs); j++) raw[j] = (uint8_t)((x = x * 1664525u + 1013904223u) >> 24);
+                    b[i].d = f32_to_f16(0.002f);
+                }
+            } else if (quant_block_elems(type) > 1 && !quantize_row(type, row.data(), n_cols, dst).ok()) {
                 std::fprintf(stderr, "bench_model: no quantizer for %s\n", ggml_type_name((uint32_t)type));
+            }
         }
         view.data = bytes.data();
     }
@@ -155,7 +165,7 @@ struct BenchMatrix {
 // Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix in
 // GB/s (25-100 MB: past L2, though a large L3 may hold it), and on 2048 x 768 the streaming kernel
 // against the sgemm path in GFLOP/s at a few token counts (how gemm_min_tokens is chosen); best of reps.
-void bench_kernels(const std::vector<int>& threads, int reps) {
+void bench_kernels(const std::vector<int>& threads, int reps, const std::vector<std::string>& only) {
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
     std::printf("\nkernels: matvec = 1 token over 32768 x 768; then stream/gemm GFLOP/s on 2048 x 768 at n_tok 4, 16, "
                 "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds), and "
@@ -163,6 +173,7 @@ void bench_kernels(const std::vector<int>& threads, int reps) {
                 blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128", "blas");
     for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
                           GgmlType::IQ4_XS}) {
+        if (!only.empty() && std::find(only.begin(), only.end(), ggml_type_name((uint32_t)type)) == only.end()) continue;
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
         for (int nt : threads) {
@@ -395,6 +406,7 @@ struct Options {
     std::string threads_s = "1,2";
     std::string model_dir = "models", q4km, peer_script = "../shared/peers/llama-bench.sh";
     bool peer = false, kernels = true, plan = false, chunks = false;
+    std::vector<std::string> kernels_only;  // --kernels-only Q8_0,IQ4_XS: that part of the kernel table, then stop
     int reps = 3;
 };
 
@@ -443,6 +455,7 @@ int main(int argc, char** argv) {
             }
         }
         else if (a == "--no-kernels") o.kernels = false;
+        else if (a == "--kernels-only" && i + 1 < argc) o.kernels_only = split_list(argv[++i]);
         else if (a == "--plan") o.plan = true;
         else if (a == "--chunks") o.chunks = true;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
@@ -453,6 +466,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
                          "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--chunks] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
+                         "       bench_model --kernels-only Q8_0,IQ4_XS,... [--threads 1,2] [--reps N]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
         }
@@ -516,7 +530,11 @@ int main(int argc, char** argv) {
         std::printf("read bandwidth, %d thread%s: %.1f GB/s (512 MiB buffer, best of 5); parallel_for overhead: %.2f us\n",
                     nt, nt == 1 ? "" : "s", bw[nt], measure_pool_overhead_us(nt));
     }
-    if (o.kernels) bench_kernels(o.threads, o.reps);
+    if (!o.kernels_only.empty()) {
+        bench_kernels(o.threads, o.reps, o.kernels_only);
+        return 0;
+    }
+    if (o.kernels) bench_kernels(o.threads, o.reps, {});
     std::printf("\n%-7s %3s %8s | %9s %9s %6s | %9s %9s %6s | %6s %6s %7s\n", "dtype", "thr", "MB/tok", "prefill", "llama.cpp",
                 "ratio", "decode", "llama.cpp", "ratio", "roof%", "peer%", "other%");
     std::vector<std::string> variants;  // per dtype run: the kernels each of its matrix types runs

@@ -40,7 +40,8 @@ namespace {
     X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0)     \
     X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
-    X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast)
+    X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast) X(quant_gemm_supported)        \
+    X(quant_gemm_rows)
 
 struct Kernels {
 #define STEWARD_FIELD(f) decltype(&scalar::f) f;
@@ -208,6 +209,10 @@ const uint8_t* quantize_activations_for(const WeightView& W, const float* X, int
 }
 bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, float* out) {
     return kernels().dequantize_row_fast(type, blocks, n_elems, out);
+}
+bool quant_gemm_supported(GgmlType type) { return kernels().quant_gemm_supported(type); }
+void quant_gemm_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin, int64_t r_end) {
+    kernels().quant_gemm_rows(W, acts, n_tok, Y, r_begin, r_end);
 }
 
 }  // namespace steward

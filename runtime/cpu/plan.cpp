@@ -63,7 +63,7 @@ std::string cache_key_prefix() {
     std::string model = cpu_features().model_name;
     for (char& c : model)
         if (c == '\t' || c == '\n') c = ' ';
-    return std::string(cpu_level_name(cpu_level())) + "\t" + model + "\t";
+    return cpu_plan_level_key() + "\t" + model + "\t";
 }
 
 // The cache is read only when it is a regular file (a FIFO there would block the start).
@@ -200,6 +200,8 @@ std::vector<CpuPlan::GemmTrial> measure_gemm(std::array<int, kGemmClasses>& from
 }
 
 }  // namespace
+
+std::string cpu_plan_level_key() { return std::string(cpu_level_name(cpu_level())) + "/r" + std::to_string(kCpuPlanRevision); }
 
 std::string cpu_plan_cache_path() {
     if (const char* d = std::getenv("STEWARD_CACHE_DIR"); d && *d) return std::string(d) + "/cpu-plan.tsv";

@@ -64,9 +64,16 @@ CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0);
 CpuPlan measure_cpu_plan();
 
 // $STEWARD_CACHE_DIR, else $XDG_CACHE_HOME/steward, else $HOME/.cache/steward; plus "/cpu-plan.tsv"
-// (one line per CPU model and kernel level: level, model name, distance, the five classes'
-// crossovers comma-separated; a line without them is measured again).
+// (one line per CPU model and kernel level: cpu_plan_level_key, model name, distance, the five
+// classes' crossovers comma-separated; a line without them is measured again).
 std::string cpu_plan_cache_path();
+
+// The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
+// AVX2 level's int8 panel GEMM for Q8_0 / Q4_0 / IQ4_NL / IQ4_XS), so that a line of another
+// revision is measured again rather than keeping a crossover timed against the old kernel.
+inline constexpr int kCpuPlanRevision = 2;
+// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r2".
+std::string cpu_plan_level_key();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.
 void forget_cpu_plan();

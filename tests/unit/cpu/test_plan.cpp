@@ -72,7 +72,7 @@ TEST_CASE("the CPU plan is measured once, cached per CPU model and level, and th
     int n_lines = 0;
     while (std::getline(in, line)) n_lines++, all += line;
     CHECK(n_lines == 1);
-    CHECK(all.rfind(std::string(cpu_level_name(cpu_level())) + "\t", 0) == 0);
+    CHECK(all.rfind(cpu_plan_level_key() + "\t", 0) == 0);
     forget_cpu_plan();
     const CpuPlan c = start_cpu_plan();
     CHECK(c.source == "cached");
@@ -131,7 +131,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     // measured and the line rewritten with it.
     {
         std::ofstream f(dir + "/cpu-plan.tsv");
-        f << cpu_level_name(cpu_level()) << "\t" << cpu_features().model_name << "\t2048\n";
+        f << cpu_plan_level_key() << "\t" << cpu_features().model_name << "\t2048\n";
     }
     forget_cpu_plan();
     const CpuPlan p = start_cpu_plan();
@@ -151,7 +151,10 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     std::string line;
     std::getline(in, line);
     std::string want = "\t2048\t";
-    for (int k = 0; k < kGemmClasses; k++) want += (k ? "," : "") + std::to_string(p.gemm_from[(size_t)k]);
+    for (int k = 0; k < kGemmClasses; k++) {
+        if (k > 0) want += ',';
+        want += std::to_string(p.gemm_from[(size_t)k]);
+    }
     CHECK(line.size() > want.size());
     CHECK(line.substr(line.size() - want.size()) == want);
     // Read back whole by the next start.

@@ -370,3 +370,97 @@ TEST_CASE("the fast k-quant and IQ4 dequantizers give the reference dequantizer'
     CHECK_FALSE(dequantize_row_fast(GgmlType::Q4_0, nullptr, 256, out.data()));
     CHECK_FALSE(dequantize_row_fast(GgmlType::Q4_K, nullptr, 100, out.data()));
 }
+
+namespace {
+// The dot product of a dequantized weight row with the activations as quantized (each code times
+// its block's scale), in double: what an int8 kernel computes before its own float rounding. For
+// Q4_1 / Q5_1 (value d q + m) the min's part is m times the block's s, as ggml's Q8_1 keeps it
+// (the scale times the codes' sum, rounded to F16).
+double quantized_act_dot(GgmlType t, const uint8_t* w_row, const uint8_t* act, int64_t n_cols) {
+    std::vector<float> w((size_t)n_cols);
+    REQUIRE(dequantize_row(t, w_row, n_cols, w.data()).ok());
+    double dot = 0.0;
+    if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1) {
+        const size_t bb = quant_block_bytes(t);
+        for (int64_t b = 0; b < n_cols / kQK; b++) {
+            uint16_t mh;
+            std::memcpy(&mh, w_row + (size_t)b * bb + 2, 2);  // d, then m
+            const double m = f16_to_f32(mh);
+            const ActBlock32& a = reinterpret_cast<const ActBlock32*>(act)[b];
+            for (int i = 0; i < kQK; i++) dot += ((double)w[b * kQK + i] - m) * ((double)a.d * a.qs[i]);
+            dot += m * a.s;
+        }
+        return dot;
+    }
+    for (int64_t i = 0; i < n_cols; i++) {
+        double x;
+        if (quant_block_elems(t) == kQKK) {
+            const ActBlock256& b = reinterpret_cast<const ActBlock256*>(act)[i / kQKK];
+            x = (double)b.d * b.qs[i % kQKK];
+        } else {
+            const ActBlock32& b = reinterpret_cast<const ActBlock32*>(act)[i / kQK];
+            x = (double)b.d * b.qs[i % kQK];
+        }
+        dot += (double)w[i] * x;
+    }
+    return dot;
+}
+}  // namespace
+
+TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its quantized activations",
+          "[quant_dot][kernels]") {
+    // Where the level has the panel GEMM (AVX2 without AVX-512), quant_gemm_rows against the
+    // reference dequantizer's rows times the quantized activations, for a row range that starts and
+    // ends inside a panel of 8 rows and token counts that leave a short tile of 4; outside the range
+    // Y keeps its sentinel. On every level, matmul's GEMM path stays within the activation rounding
+    // bound of the unquantized dot product.
+    std::mt19937 rng(31);
+    ThreadPool pool(2);
+    for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                             GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS}) {
+        for (const int64_t K : {256, 768}) {
+            const int64_t N = 37;
+            const std::vector<uint8_t> w = random_weights(t, N, K, rng);
+            WeightView W;
+            W.type = t;
+            W.data = w.data();
+            W.n_cols = K;
+            W.n_rows = N;
+            for (const int n_tok : {1, 3, 4, 5, 9, 33}) {
+                const std::vector<float> X = random_acts(n_tok * K, rng);
+                const size_t ab = quant_act_row_bytes(t, K);
+                std::vector<uint8_t> acts(ab * (size_t)n_tok);
+                for (int tk = 0; tk < n_tok; tk++) quantize_activation(t, X.data() + tk * K, K, acts.data() + tk * ab);
+                if (quant_gemm_supported(t)) {
+                    const int64_t rb = 5, re = 30;
+                    std::vector<float> Y((size_t)(n_tok * N), -12345.0f);
+                    quant_gemm_rows(W, acts.data(), n_tok, Y.data(), rb, re);
+                    for (int tk = 0; tk < n_tok; tk++)
+                        for (int64_t r = 0; r < N; r++) {
+                            INFO(ggml_type_name((uint32_t)t) << " K " << K << " n_tok " << n_tok << " token " << tk
+                                                             << " row " << r);
+                            if (r < rb || r >= re) {
+                                CHECK(Y[tk * N + r] == -12345.0f);
+                                continue;
+                            }
+                            const uint8_t* row = w.data() + r * W.row_bytes();
+                            const double want = quantized_act_dot(t, row, acts.data() + tk * ab, K);
+                            const Reference ref = reference_dot(t, row, X.data() + tk * K, K);
+                            CHECK(std::fabs(Y[tk * N + r] - want) <= 1e-5 * ref.magnitude);
+                        }
+                }
+                std::vector<float> G((size_t)(n_tok * N));
+                {
+                    ExactQuant off(false);
+                    matmul(W, X.data(), n_tok, G.data(), pool, MatmulPath::GEMM);
+                }
+                for (int tk = 0; tk < n_tok; tk++)
+                    for (int64_t r = 0; r < N; r++) {
+                        const Reference ref = reference_dot(t, w.data() + r * W.row_bytes(), X.data() + tk * K, K);
+                        INFO(ggml_type_name((uint32_t)t) << " matmul GEMM K " << K << " n_tok " << n_tok << " row " << r);
+                        CHECK(std::fabs(G[tk * N + r] - ref.dot) <= ref.act_bound + 2 * kFloatSlack * ref.magnitude);
+                    }
+            }
+        }
+    }
+}
