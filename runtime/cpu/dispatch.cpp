@@ -41,7 +41,7 @@ namespace {
     X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
     X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast) X(quant_gemm_supported)        \
-    X(quant_gemm_rows)
+    X(quant_gemm_acts) X(quant_gemm_rows)
 
 struct Kernels {
 #define STEWARD_FIELD(f) decltype(&scalar::f) f;
@@ -136,7 +136,9 @@ std::string matmul_variant(GgmlType t) {
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
-    const std::string gemm = l >= CpuLevel::AVX512 ? "tiled AVX-512 GEMM" : std::string("OpenBLAS sgemm (") + blas_core_name() + ")";
+    const std::string gemm = l >= CpuLevel::AVX512                        ? "tiled AVX-512 GEMM"
+                             : !exact_quant() && quant_gemm_supported(t) ? std::string("int8 panel GEMM, ") + isa
+                                                                         : std::string("OpenBLAS sgemm (") + blas_core_name() + ")";
     return "1-" + std::to_string(from - 1) + " tokens: " + dec + "; " + std::to_string(from) + "+: " + gemm;
 }
 
@@ -211,7 +213,10 @@ bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, flo
     return kernels().dequantize_row_fast(type, blocks, n_elems, out);
 }
 bool quant_gemm_supported(GgmlType type) { return kernels().quant_gemm_supported(type); }
-void quant_gemm_rows(const WeightView& W, const uint8_t* acts, int n_tok, float* Y, int64_t r_begin, int64_t r_end) {
+const void* quant_gemm_acts(const WeightView& W, const float* X, int n_tok, ThreadPool& pool) {
+    return kernels().quant_gemm_acts(W, X, n_tok, pool);
+}
+void quant_gemm_rows(const WeightView& W, const void* acts, int n_tok, float* Y, int64_t r_begin, int64_t r_end) {
     kernels().quant_gemm_rows(W, acts, n_tok, Y, r_begin, r_end);
 }
 

@@ -623,8 +623,10 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             pool_.parallel_for(n_tok, [&](int64_t t) {
                 geglu_ggml(gate_.data() + t * p.n_ff, up_.data() + t * p.n_ff, p.n_ff);
             });
-        } else {
-            swiglu(gate_.data(), up_.data(), (int64_t)n_tok * p.n_ff);
+        } else if (n_tok == 1) {
+            swiglu(gate_.data(), up_.data(), p.n_ff);
+        } else {  // a row of tokens per chunk across the pool (a prefill's n_tok * n_ff exps)
+            pool_.parallel_for(n_tok, [&](int64_t t) { swiglu(gate_.data() + t * p.n_ff, up_.data() + t * p.n_ff, p.n_ff); });
         }
         matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
         if (L.ffn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.ffn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());

@@ -69,10 +69,10 @@ CpuPlan measure_cpu_plan();
 std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
-// AVX2 level's int8 panel GEMM for Q8_0 / Q4_0 / IQ4_NL / IQ4_XS), so that a line of another
+// AVX2 level's int8 panel GEMM, 3 with the k-quants in it), so that a line of another
 // revision is measured again rather than keeping a crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 2;
-// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r2".
+inline constexpr int kCpuPlanRevision = 3;
+// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r3".
 std::string cpu_plan_level_key();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.

@@ -11,6 +11,8 @@
 
 namespace steward {
 
+class ThreadPool;
+
 // One activation block for the 32-wide weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), as
 // ggml's Q8_0 / Q8_1: x[j] ~= d * qs[j], |qs[j]| <= 127, d an F16 value; sum = sum of qs (the
 // offset of Q4_0 / Q5_0, in integers); s = the F32 scale times sum, rounded to F16 (Q8_1's s: the

@@ -417,7 +417,8 @@ TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its q
     std::mt19937 rng(31);
     ThreadPool pool(2);
     for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                             GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS}) {
+                             GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q4_K, GgmlType::Q5_K,
+                             GgmlType::Q6_K, GgmlType::Q2_K}) {
         for (const int64_t K : {256, 768}) {
             const int64_t N = 37;
             const std::vector<uint8_t> w = random_weights(t, N, K, rng);
@@ -434,7 +435,7 @@ TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its q
                 if (quant_gemm_supported(t)) {
                     const int64_t rb = 5, re = 30;
                     std::vector<float> Y((size_t)(n_tok * N), -12345.0f);
-                    quant_gemm_rows(W, acts.data(), n_tok, Y.data(), rb, re);
+                    quant_gemm_rows(W, quant_gemm_acts(W, X.data(), n_tok, pool), n_tok, Y.data(), rb, re);
                     for (int tk = 0; tk < n_tok; tk++)
                         for (int64_t r = 0; r < N; r++) {
                             INFO(ggml_type_name((uint32_t)t) << " K " << K << " n_tok " << n_tok << " token " << tk
