@@ -225,9 +225,9 @@ int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<doub
     for (int j = 0; j <= n; j++) {
         double cost = 0;
         for (int i = 0; i < n; i++) {
-            const double fastest = std::min(stream_s[(size_t)i], gemm_s[(size_t)i]);
+            const double gemm = gemm_s[(size_t)i] * kGemmMargin, fastest = std::min(stream_s[(size_t)i], gemm);
             if (!(fastest > 0)) continue;
-            cost += (i < j ? stream_s[(size_t)i] : gemm_s[(size_t)i]) / fastest;
+            cost += (i < j ? stream_s[(size_t)i] : gemm) / fastest;
         }
         if (cost < best_cost - 1e-9) best_cost = cost, best_from = j < n ? kGemmCandidates[j] : kGemmFromPastCandidates;
     }

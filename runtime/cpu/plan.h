@@ -40,9 +40,16 @@ struct CpuPlan {
 inline constexpr int kGemmCandidates[] = {8, 16, 24, 32, 48, 64};
 inline constexpr int kGemmFromPastCandidates = 80;
 
+// The GEMM's trial times count kGemmMargin times over: in a forward its per-call work (regrouping
+// the tokens, one parallel_for more, smaller matrices than the trial's) weighs more than on the
+// trial's matrix at one thread (Q8_0's int8 panel GEMM won its trial at 8 tokens by 15% and lost
+// 8-token forwards by 8-16%).
+inline constexpr double kGemmMargin = 1.1;
+
 // The crossover from one class's trials (time per token count of either path): the threshold
 // among the candidates (and kGemmFromPastCandidates) that minimises the summed time of the
-// trials, each relative to its faster path, so one noisy point does not move it far.
+// trials (the GEMM's times kGemmMargin), each relative to its faster path, so one noisy point does
+// not move it far.
 int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<double>& gemm_s);
 
 // The plan in use.
@@ -69,10 +76,10 @@ CpuPlan measure_cpu_plan();
 std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
-// AVX2 level's int8 panel GEMM, 3 with the k-quants in it), so that a line of another
+// AVX2 level's int8 panel GEMM, 3 with the k-quants in it, 4 kGemmMargin), so that a line of another
 // revision is measured again rather than keeping a crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 3;
-// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r3".
+inline constexpr int kCpuPlanRevision = 4;
+// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r4".
 std::string cpu_plan_level_key();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.

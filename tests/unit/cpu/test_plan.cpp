@@ -116,8 +116,12 @@ TEST_CASE("the GEMM crossover is the threshold that costs the trials least (one 
     // The GEMM barely ahead at 16 (noise), clearly behind at 24, ahead from 32: the first candidate
     // where it wins would say 16 and cost 24's trial 50%; the least total says 32.
     CHECK(gemm_from_trials(V{1, 1.01, 1, 2, 2, 2}, V{2, 1, 1.5, 1, 1, 1}) == 32);
-    // Equal paths: the smaller threshold (the GEMM from the first candidate).
-    CHECK(gemm_from_trials(V{1, 1, 1, 1, 1, 1}, V{1, 1, 1, 1, 1, 1}) == 8);
+    // Equal paths, or the GEMM ahead by less than kGemmMargin: the streaming kernel throughout; ahead
+    // by more from 24 on: 24.
+    CHECK(gemm_from_trials(V{1, 1, 1, 1, 1, 1}, V{1, 1, 1, 1, 1, 1}) == kGemmFromPastCandidates);
+    CHECK(gemm_from_trials(V{1, 1, 1, 1, 1, 1}, V{0.95, 0.95, 0.8, 0.8, 0.8, 0.8}) == 24);
+    // Equal costs after the margin: the smaller threshold.
+    CHECK(gemm_from_trials(V{1.1, 1.1, 1.1, 1.1, 1.1, 1.1}, V{1, 1, 1, 1, 1, 1}) == 8);
 }
 
 TEST_CASE("the planned crossover decides each weight class's path (the config and the exact path override it)", "[plan]") {
