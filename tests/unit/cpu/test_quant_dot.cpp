@@ -312,11 +312,7 @@ TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path 
     for (const GgmlType t : kTypes) {
         const int64_t K = 768, N = 37;  // 37 rows: three chunks of 16, the last short
         const std::vector<uint8_t> w = random_weights(t, N, K, rng);
-        WeightView W;
-        W.type = t;
-        W.data = w.data();
-        W.n_cols = K;
-        W.n_rows = N;
+        const WeightView W{t, w.data(), K, N};
         for (int n_tok = 1; n_tok <= 4; n_tok++) {
             const std::vector<float> X = random_acts(n_tok * K, rng);
             std::vector<float> fast((size_t)(n_tok * N)), exact((size_t)(n_tok * N));
@@ -422,11 +418,7 @@ TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its q
         for (const int64_t K : {256, 768}) {
             const int64_t N = 37;
             const std::vector<uint8_t> w = random_weights(t, N, K, rng);
-            WeightView W;
-            W.type = t;
-            W.data = w.data();
-            W.n_cols = K;
-            W.n_rows = N;
+            const WeightView W{t, w.data(), K, N};
             for (const int n_tok : {1, 3, 4, 5, 9, 33}) {
                 const std::vector<float> X = random_acts(n_tok * K, rng);
                 const size_t ab = quant_act_row_bytes(t, K);
