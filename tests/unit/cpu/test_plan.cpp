@@ -187,6 +187,17 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     for (const WeightView* w : {&f32, &bf16, &q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == 40);
     forget_cpu_plan();
     CHECK(gemm_min_tokens(q8) == kGemmMinTokens);  // no plan: the level's default
+    // A whole line measured on older kernels (the level without this revision, as lines were
+    // written before kCpuPlanRevision): not this machine's plan, so it is measured again.
+    {
+        std::ofstream f(dir + "/cpu-plan.tsv");
+        f << cpu_level_name(cpu_level()) << "\t" << cpu_features().model_name << "\t2048\t77,77,77,77,77\n";
+    }
+    const CpuPlan old = start_cpu_plan();
+    CHECK(old.source == "measured");
+    CHECK(old.gemm_source == "measured");
+    CHECK(old.gemm_from[0] != 77);  // 77 is no candidate
+    forget_cpu_plan();
     ::unsetenv("STEWARD_CACHE_DIR");
     std::filesystem::remove_all(dir);
 }
