@@ -185,6 +185,11 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     CHECK(o.gemm_source == "config");
     CHECK(o.source == "cached");
     for (const WeightView* w : {&f32, &bf16, &q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == 40);
+    {
+        ExactQuantScope exact;  // every block class, the table types too, keeps 16 on the exact path
+        for (const WeightView* w : {&q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == kGemmMinTokens);
+        CHECK(gemm_min_tokens(f32) == 40);
+    }
     forget_cpu_plan();
     CHECK(gemm_min_tokens(q8) == kGemmMinTokens);  // no plan: the level's default
     // A whole line measured on older kernels (the level without this revision, as lines were
