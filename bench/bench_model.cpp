@@ -165,14 +165,17 @@ struct BenchMatrix {
 // Kernel figures per weight type: the decode matvec (1 token) streaming a 32768 x 768 matrix in
 // GB/s (25-100 MB: past L2, though a large L3 may hold it), and on 2048 x 768 the streaming kernel
 // against the sgemm path in GFLOP/s at a few token counts (how gemm_min_tokens is chosen); best of reps.
+constexpr GgmlType kKernelTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,  GgmlType::Q8_0,
+                                     GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+
 void bench_kernels(const std::vector<int>& threads, int reps, const std::vector<std::string>& only) {
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
     std::printf("\nkernels: matvec = 1 token over 32768 x 768; then stream/gemm GFLOP/s on 2048 x 768 at n_tok 4, 16, "
-                "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds), and "
+                "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds, the int8 panel GEMM "
+                "for the block types on AVX2), and "
                 "OpenBLAS sgemm (core %s) at 128\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s  %6s\n",
                 blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128", "blas");
-    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
-                          GgmlType::IQ4_XS}) {
+    for (GgmlType type : kKernelTypes) {
         if (!only.empty() && std::find(only.begin(), only.end(), ggml_type_name((uint32_t)type)) == only.end()) continue;
         const BenchMatrix big(type, 768, 32768), ffn(type, 768, 2048);
         std::vector<float> X(128 * 768, 0.5f), Y(128 * 32768);
@@ -455,7 +458,20 @@ int main(int argc, char** argv) {
             }
         }
         else if (a == "--no-kernels") o.kernels = false;
-        else if (a == "--kernels-only" && i + 1 < argc) o.kernels_only = split_list(argv[++i]);
+        else if (a == "--kernels-only" && i + 1 < argc) {
+            o.kernels_only = split_list(argv[++i]);
+            if (o.kernels_only.empty()) {
+                std::fprintf(stderr, "bench_model: --kernels-only names no type (e.g. --kernels-only Q8_0,IQ4_XS)\n");
+                return 2;
+            }
+            for (const std::string& name : o.kernels_only)
+                if (std::none_of(std::begin(kKernelTypes), std::end(kKernelTypes),
+                                 [&](GgmlType t) { return name == ggml_type_name((uint32_t)t); })) {
+                    std::fprintf(stderr, "bench_model: --kernels-only: '%s' is not a type of the kernel table (F32, F16, "
+                                         "BF16, Q8_0, Q4_K, Q6_K, IQ4_XS)\n", name.c_str());
+                    return 2;
+                }
+        }
         else if (a == "--plan") o.plan = true;
         else if (a == "--chunks") o.chunks = true;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
