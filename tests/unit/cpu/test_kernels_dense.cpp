@@ -229,8 +229,8 @@ TEST_CASE("the many-row f16 dot and axpy kernels match plain double loops at eve
     for (int l = 0; l <= (int)cpu_level_supported(); l++) {
         REQUIRE(set_cpu_level((CpuLevel)l));
         INFO("kernel level " << cpu_level_name((CpuLevel)l));
-        for (int n : {8, 16, 64, 80, 128})
-            for (int n_rows : {1, 15, 16, 17, 40}) {
+        for (int n : {8, 12, 16, 24, 64, 80, 128})
+            for (int n_rows : {1, 7, 8, 15, 16, 17, 40}) {
                 INFO("n " << n << ", rows " << n_rows);
                 std::vector<uint16_t> buf((size_t)(n_rows * 3 + 2) * n);
                 for (auto& v : buf) v = f32_to_f16(u(rng));
