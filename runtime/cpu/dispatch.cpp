@@ -37,8 +37,8 @@ namespace {
 // Every function of kernels_api.inc and quant_dot_api.inc.
 #define STEWARD_CPU_KERNELS(X)                                                                          \
     X(gemm_min_tokens) X(matmul) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) X(dot_f32)       \
-    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0)     \
-    X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
+    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_f32_rows) X(axpy_f32_rows) \
+    X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0) X(axpy_q4_0) X(to_f16) X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                          \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
     X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast) X(quant_gemm_supported)        \
     X(quant_gemm_acts) X(quant_gemm_rows)
@@ -175,6 +175,12 @@ void dot_f16_rows(const float* a, const uint16_t* const* rows, int n_rows, int n
 }
 void axpy_f16_rows(const float* w, const uint16_t* const* rows, int n_rows, int n, float* y) {
     kernels().axpy_f16_rows(w, rows, n_rows, n, y);
+}
+void dot_f32_rows(const float* a, const float* const* rows, int n_rows, int n, float* out) {
+    kernels().dot_f32_rows(a, rows, n_rows, n, out);
+}
+void axpy_f32_rows(const float* w, const float* const* rows, int n_rows, int n, float* y) {
+    kernels().axpy_f32_rows(w, rows, n_rows, n, y);
 }
 void axpy_f32(float a, const float* x, float* y, int n) { kernels().axpy_f32(a, x, y, n); }
 void axpy_f16(float a, const uint16_t* x, float* y, int n) { kernels().axpy_f16(a, x, y, n); }

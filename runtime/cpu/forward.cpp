@@ -532,30 +532,38 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             sc.resize((size_t)(nh * n_s));
             const int n_rv = (g1 - g0) * HD;  // values of the range's KV heads in a slot row
             if (!kwhole || !vwhole) rows.resize((size_t)n_rv);
-            // An F16 cache (the default): 16 slots at a time per head through the many-row kernels,
-            // one call per head and group instead of one per head and slot (the calls and their
-            // reductions were most of a small model's decode time outside the matmuls).
+            // An F16 or F32 cache (F16 is llama.cpp's default, F32 a pool's): 16 slots at a time per
+            // head through the many-row kernels, one call per head and group instead of one per head
+            // and slot (the calls and their reductions were most of a small model's decode time
+            // outside the matmuls).
             const bool f16_rows = tk == KvDtype::F16 && tv == KvDtype::F16 && kwhole && vwhole;
+            const bool f32_rows = tk == KvDtype::F32 && tv == KvDtype::F32 && kwhole && vwhole;
             thread_local std::vector<const uint16_t*> ptr;  // f16_rows: [KV heads of the range][16] row pointers
+            thread_local std::vector<const float*> ptrf;    // f32_rows: the same
             const int nkv = g1 - g0;
             if (f16_rows) ptr.resize((size_t)nkv * 16);
-            // f16_rows: the range's key (or value) rows of slots [k0, k0 + cnt) into ptr.
+            if (f32_rows) ptrf.resize((size_t)nkv * 16);
+            // The range's key (or value) rows of slots [k0, k0 + cnt) into ptr (or ptrf).
             auto gather = [&](bool keys, int64_t k0, int cnt) {
                 const int64_t rb = keys ? krb : vrb;
                 for (int j = 0; j < cnt; j++) {
                     const int s = slots[k0 + j];
                     const uint8_t* base = (keys ? kv.k_slot(l, in.block_table[s / bs], s % bs)
                                                 : kv.v_slot(l, in.block_table[s / bs], s % bs)) + g0 * rb;
-                    for (int g = 0; g < nkv; g++) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
+                    for (int g = 0; g < nkv; g++) {
+                        if (f16_rows) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
+                        else ptrf[(size_t)g * 16 + j] = reinterpret_cast<const float*>(base + g * rb);
+                    }
                 }
             };
-            if (f16_rows) {
+            if (f16_rows || f32_rows) {
                 for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
                     const int cnt = (int)std::min<int64_t>(16, n_s - k0);
                     gather(true, k0, cnt);
                     for (int h = 0; h < nh; h++) {
                         float* sh = sc.data() + h * n_s + k0;
-                        dot_f16_rows(q0 + h * HD, ptr.data() + (h / gqa) * 16, cnt, HD, sh);
+                        if (f16_rows) dot_f16_rows(q0 + h * HD, ptr.data() + (h / gqa) * 16, cnt, HD, sh);
+                        else dot_f32_rows(q0 + h * HD, ptrf.data() + (h / gqa) * 16, cnt, HD, sh);
                         for (int j = 0; j < cnt; j++) sh[j] *= scale;
                     }
                 }
@@ -582,12 +590,14 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                                                   sinks ? sinks[g0 * gqa + h] : -INFINITY);
                 for (int64_t k = 0; k < n_s; k++) sj[k] *= inv;
             }
-            if (f16_rows) {
+            if (f16_rows || f32_rows) {
                 for (int64_t k0 = 0; k0 < n_s; k0 += 16) {
                     const int cnt = (int)std::min<int64_t>(16, n_s - k0);
                     gather(false, k0, cnt);
-                    for (int h = 0; h < nh; h++)
-                        axpy_f16_rows(sc.data() + h * n_s + k0, ptr.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
+                    for (int h = 0; h < nh; h++) {
+                        if (f16_rows) axpy_f16_rows(sc.data() + h * n_s + k0, ptr.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
+                        else axpy_f32_rows(sc.data() + h * n_s + k0, ptrf.data() + (h / gqa) * 16, cnt, HD, out0 + h * HD);
+                    }
                 }
             } else {
                 for (int64_t k = 0; k < n_s; k++) {

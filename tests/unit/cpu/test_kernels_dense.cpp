@@ -220,7 +220,7 @@ TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd 
 // against the reference loop at each level, and the integer paths of the block types against the
 // scalar level's plain loops (the same integer sums per block; only the float accumulation order
 // may differ). A level that is not this machine's best is exercised here too.
-TEST_CASE("the many-row f16 dot and axpy kernels match plain double loops at every kernel level", "[kernels][dispatch]") {
+TEST_CASE("the many-row f16 and f32 dot and axpy kernels match plain double loops at every kernel level", "[kernels][dispatch]") {
     // Rows scattered in one buffer (as a KV cache's slot rows are, block by block), row counts
     // around the 16-row group and lengths with and without a whole number of 16- and 64-wide steps.
     const CpuLevel was = cpu_level();
@@ -251,6 +251,22 @@ TEST_CASE("the many-row f16 dot and axpy kernels match plain double loops at eve
                     for (int i = 0; i < n; i++) want[(size_t)i] += (double)w[(size_t)r] * f16_to_f32(rows[(size_t)r][i]);
                 axpy_f16_rows(w.data(), rows.data(), n_rows, n, y.data());
                 for (int i = 0; i < n; i++) REQUIRE(std::abs(y[(size_t)i] - want[(size_t)i]) <= 1e-5 * n_rows);
+                // The F32 twins on the same values widened (exactly) to F32.
+                std::vector<float> fbuf(buf.size());
+                for (size_t i = 0; i < buf.size(); i++) fbuf[i] = f16_to_f32(buf[i]);
+                std::vector<const float*> frows((size_t)n_rows);
+                for (int r = 0; r < n_rows; r++) frows[(size_t)r] = fbuf.data() + (rows[(size_t)r] - buf.data());
+                std::fill(out.begin(), out.end(), NAN);
+                dot_f32_rows(a.data(), frows.data(), n_rows, n, out.data());
+                for (int r = 0; r < n_rows; r++) {
+                    double d = 0;
+                    for (int i = 0; i < n; i++) d += (double)a[(size_t)i] * frows[(size_t)r][i];
+                    REQUIRE(std::abs(out[(size_t)r] - d) <= 1e-5 * n);
+                }
+                for (int r = 0; r < n_rows; r++)
+                    for (int i = 0; i < n; i++) want[(size_t)i] += (double)w[(size_t)r] * frows[(size_t)r][i];
+                axpy_f32_rows(w.data(), frows.data(), n_rows, n, y.data());
+                for (int i = 0; i < n; i++) REQUIRE(std::abs(y[(size_t)i] - want[(size_t)i]) <= 2e-5 * n_rows);
             }
     }
     REQUIRE(set_cpu_level(was));
