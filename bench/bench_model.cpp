@@ -172,7 +172,7 @@ void bench_kernels(const std::vector<int>& threads, int reps, const std::vector<
     blas_set_threads(1);  // as CpuForward: our pool splits the rows, OpenBLAS runs one thread per slice
     std::printf("\nkernels: matvec = 1 token over 32768 x 768; then stream/gemm GFLOP/s on 2048 x 768 at n_tok 4, 16, "
                 "32, 48, 128 (AUTO: gemm from the 'from' column; gemm is our tiled kernel on AVX-512 builds, the int8 panel GEMM "
-                "for the block types on AVX2), and "
+                "for the block types and 4x3 register tiles for F16 on AVX2), and "
                 "OpenBLAS sgemm (core %s) at 128\n%-5s %3s %4s %12s  %-11s  %-11s  %-11s  %-11s  %-11s  %6s\n",
                 blas_core_name(), "type", "thr", "from", "matvec GB/s", "4", "16", "32", "48", "128", "blas");
     for (GgmlType type : kKernelTypes) {

@@ -136,8 +136,10 @@ std::string matmul_variant(GgmlType t) {
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
+    const bool half = t == GgmlType::F16;
     const std::string gemm = l >= CpuLevel::AVX512                        ? "tiled AVX-512 GEMM"
                              : !exact_quant() && quant_gemm_supported(t) ? std::string("int8 panel GEMM, ") + isa
+                             : half && l >= CpuLevel::AVX2               ? std::string("4x3 register tiles, ") + isa + " (weights converted in registers)"
                                                                          : std::string("OpenBLAS sgemm (") + blas_core_name() + ")";
     return "1-" + std::to_string(from - 1) + " tokens: " + dec + "; " + std::to_string(from) + "+: " + gemm;
 }

@@ -77,10 +77,10 @@ std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
 // AVX2 level's int8 panel GEMM, 3 with the k-quants in it, 4 kGemmMargin, 5 its integer
-// super-block sums, 6 the streaming kernels' prefetch of every line of a block), so that a line of another revision is measured again rather than keeping a
+// super-block sums, 6 the streaming kernels' prefetch of every line of a block, 7 the AVX2 level's F16 register tiles), so that a line of another revision is measured again rather than keeping a
 // crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 6;
-// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r6".
+inline constexpr int kCpuPlanRevision = 7;
+// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r7".
 std::string cpu_plan_level_key();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.
