@@ -117,7 +117,8 @@ int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); 
 
 int gemm_class(GgmlType t) {
     if (t == GgmlType::F32) return (int)GemmClass::F32;
-    if (t == GgmlType::F16 || t == GgmlType::BF16) return (int)GemmClass::HALF;
+    if (t == GgmlType::F16) return (int)GemmClass::HALF;
+    if (t == GgmlType::BF16) return (int)GemmClass::BF16;
     if (!quant_dot_supported(t)) return -1;
     if (t == GgmlType::IQ4_XS || t == GgmlType::IQ4_NL || t == GgmlType::MXFP4) return (int)GemmClass::TABLE;
     return quant_block_elems(t) == kQKK ? (int)GemmClass::Q256 : (int)GemmClass::Q32;

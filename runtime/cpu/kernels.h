@@ -19,17 +19,18 @@ constexpr int kGemmMinTokens = 16;
 // on 2048 x 768, measured); sgemm wins from about 64.
 constexpr int kWideQuantGemmMinTokens = 48;
 // The CPU plan (cpu/plan.h) measures where the tiled GEMM overtakes the streaming kernel on this
-// microarchitecture, per class of weight type (one representative each: F32; F16 for the 16-bit
-// floats; Q8_0 for the 32-wide block types; Q4_K for the k-quants; IQ4_XS for the types whose
-// codes index a table of levels, IQ4_XS, IQ4_NL and MXFP4, whose streaming kernels pay a lookup
-// per code and cross over earlier). gemm_min_tokens reads it;
+// microarchitecture, per class of weight type (one representative each: F32; F16; Q8_0 for the
+// 32-wide block types; Q4_K for the k-quants; IQ4_XS for the types whose codes index a table of
+// levels, IQ4_XS, IQ4_NL and MXFP4, whose streaming kernels pay a lookup per code and cross over
+// earlier; BF16, a class apart from F16 since the AVX2 level's F16 GEMM is its own register-tiled
+// kernel and BF16's is sgemm). gemm_min_tokens reads it;
 // 0 (no plan) leaves the level's default above. The exact quantized path (exact_quant) keeps
 // kGemmMinTokens: its streaming kernel dequantizes rows and is not the one measured.
-enum class GemmClass { F32, HALF, Q32, Q256, TABLE };
-inline constexpr int kGemmClasses = 5;
+enum class GemmClass { F32, HALF, Q32, Q256, TABLE, BF16 };  // HALF: F16
+inline constexpr int kGemmClasses = 6;
 // The class of a weight type; -1 for a type outside them (its default applies).
 int gemm_class(GgmlType t);
-inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0};
+inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
 // Which matmul path: AUTO picks by n_tok (gemm_min_tokens); the others force one, for the
 // kernel tests (every path at every n_tok) and the bench (stream vs gemm vs OpenBLAS, measured).
 // GEMM is our own tiled AVX-512 kernel where the kernel level has AVX-512 (kernels.cpp: OpenBLAS's

@@ -157,7 +157,7 @@ void set_gemm_from(const std::array<int, kGemmClasses>& g) {
 std::vector<CpuPlan::GemmTrial> measure_gemm(std::array<int, kGemmClasses>& from) {
     constexpr int64_t K = 768, N = 1024;
     constexpr int kMaxTok = 64;
-    const GgmlType reps[kGemmClasses] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ4_XS};
+    const GgmlType reps[kGemmClasses] = {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ4_XS, GgmlType::BF16};
     std::vector<float> x((size_t)(kMaxTok * K)), y((size_t)(kMaxTok * N));
     for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
@@ -167,13 +167,13 @@ std::vector<CpuPlan::GemmTrial> measure_gemm(std::array<int, kGemmClasses>& from
     for (int cls = 0; cls < kGemmClasses; cls++) {
         const GgmlType t = reps[cls];
         std::vector<uint8_t> w;
-        if (t == GgmlType::F32 || t == GgmlType::F16) {
+        if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16) {
             w.resize((size_t)(N * K * (t == GgmlType::F32 ? 4 : 2)));
             for (int64_t i = 0; i < N * K; i++) {
                 const float v = (float)((i * 53) % 97 - 48) / 480.0f;
                 if (t == GgmlType::F32) std::memcpy(w.data() + 4 * i, &v, 4);
                 else {
-                    const uint16_t h = f32_to_f16(v);
+                    const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
                     std::memcpy(w.data() + 2 * i, &h, 2);
                 }
             }
@@ -379,7 +379,7 @@ std::string describe_cpu_plan(const CpuPlan& p) {
         s += " GB/s";
     }
     s += "); gemm from ";
-    const char* names[kGemmClasses] = {"F32", "F16/BF16", "Q8_0 and 32-wide blocks", "k-quants", "IQ4_XS/IQ4_NL/MXFP4"};
+    const char* names[kGemmClasses] = {"F32", "F16", "Q8_0 and 32-wide blocks", "k-quants", "IQ4_XS/IQ4_NL/MXFP4", "BF16"};
     for (int c = 0; c < kGemmClasses; c++) {
         s += (c ? ", " : "") + std::string(names[c]) + " " + (p.gemm_from[(size_t)c] > 0 ? std::to_string(p.gemm_from[(size_t)c]) : "default");
     }

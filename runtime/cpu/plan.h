@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/kernels.h"
+
 namespace steward {
 
 struct CpuPlan {
@@ -22,10 +24,10 @@ struct CpuPlan {
     // together, one thread, best of 3).
     std::vector<std::pair<int, double>> trials;
     double measure_ms = 0;  // the measurement's wall time (both choices)
-    // From how many tokens each GemmClass (F32, F16/BF16, 32-wide blocks, k-quants, table types) takes the
+    // From how many tokens each GemmClass (F32, F16, 32-wide blocks, k-quants, table types, BF16) takes the
     // GEMM; 0: the kernel level's default (cpu/kernels.h). gemm_source as source ("default",
     // "measured", "cached", "config": [cpu] gemm_min_tokens, "env": STEWARD_GEMM_MIN_TOKENS).
-    std::array<int, 5> gemm_from{0, 0, 0, 0, 0};
+    std::array<int, kGemmClasses> gemm_from{};
     std::string gemm_source = "default";
     // A measurement's trials: class, token count, streaming and GEMM GFLOP/s (one thread, best of 2).
     struct GemmTrial {
@@ -77,10 +79,10 @@ std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
 // AVX2 level's int8 panel GEMM, 3 with the k-quants in it, 4 kGemmMargin, 5 its integer
-// super-block sums, 6 the streaming kernels' prefetch of every line of a block, 7 the AVX2 level's F16 register tiles), so that a line of another revision is measured again rather than keeping a
+// super-block sums, 6 the streaming kernels' prefetch of every line of a block, 7 the AVX2 level's F16 register tiles, 8 BF16 a class of its own), so that a line of another revision is measured again rather than keeping a
 // crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 7;
-// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r7".
+inline constexpr int kCpuPlanRevision = 8;
+// A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r8".
 std::string cpu_plan_level_key();
 
 // Tests: forgets the plan taken (the distance back to 4096), so the next start_cpu_plan takes it again.

@@ -168,10 +168,12 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     CHECK(c.gemm_from == p.gemm_from);
     // gemm_min_tokens follows the plan per class.
     const std::vector<uint8_t> buf(1 << 20);
-    const WeightView f32{GgmlType::F32, buf.data(), 256, 16}, bf16{GgmlType::BF16, buf.data(), 256, 16},
+    const WeightView f32{GgmlType::F32, buf.data(), 256, 16}, f16{GgmlType::F16, buf.data(), 256, 16},
+        bf16{GgmlType::BF16, buf.data(), 256, 16},
         q8{GgmlType::Q8_0, buf.data(), 256, 16}, q4k{GgmlType::Q4_K, buf.data(), 256, 16}, iq4{GgmlType::IQ4_XS, buf.data(), 256, 16};
     CHECK(gemm_min_tokens(f32) == c.gemm_from[0]);
-    CHECK(gemm_min_tokens(bf16) == c.gemm_from[1]);
+    CHECK(gemm_min_tokens(f16) == c.gemm_from[1]);
+    CHECK(gemm_min_tokens(bf16) == c.gemm_from[5]);
     CHECK(gemm_min_tokens(q8) == c.gemm_from[2]);
     CHECK(gemm_min_tokens(q4k) == c.gemm_from[3]);
     CHECK(gemm_min_tokens(iq4) == c.gemm_from[4]);
@@ -184,7 +186,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
     const CpuPlan o = start_cpu_plan(0, 40);
     CHECK(o.gemm_source == "config");
     CHECK(o.source == "cached");
-    for (const WeightView* w : {&f32, &bf16, &q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == 40);
+    for (const WeightView* w : {&f32, &f16, &bf16, &q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == 40);
     {
         ExactQuantScope exact;  // every block class, the table types too, keeps 16 on the exact path
         for (const WeightView* w : {&q8, &q4k, &iq4}) CHECK(gemm_min_tokens(*w) == kGemmMinTokens);
