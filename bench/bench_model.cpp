@@ -4,6 +4,8 @@
 // with --peer, llama.cpp's llama-bench on the same GGUF files, side by side.
 // Run: ./build/bench_model [--dtypes f32,f16,q8_0,q4_k_m,q6_k] [--threads 1,2] [--reps 3] [--q4km PATH]
 //                          [--peer] [--peer-script ../shared/peers/llama-bench.sh] [--model-dir DIR]
+//                          [--rounds N] (Steward and llama.cpp alternate N times per file; the ratio is the
+//                          median of the N same-round ratios, each side's figure its best)
 //                          [--no-kernels] (skips the per-type kernel table) [--arch llama|qwen3moe|gpt-oss|gemma3]
 //                          [--kernels-only Q8_0,IQ4_XS] (only those rows of the kernel table, then stops)
 //                          [--plan] (measures the CPU plan, cpu/plan.h, instead of reading the cached one)
@@ -257,7 +259,8 @@ DecodeFigures bench_decode(CpuForward& fwd, KvStorage& kv, const std::vector<int
     return best;
 }
 
-// llama.cpp's figures for one file: (n_threads, is_prompt) -> tokens/s. Empty if the peer failed.
+// llama.cpp's figures for one file: (n_threads, is_prompt) -> tokens/s, the best of its reps (after
+// its own warm-up run). Empty if the peer failed.
 // Its stderr (build progress, errors) goes to `log`.
 std::map<std::pair<int, bool>, double> run_peer(const std::string& script, const std::string& model,
                                                 const std::string& threads, int reps, const std::string& log) {
@@ -282,7 +285,13 @@ std::map<std::pair<int, bool>, double> run_peer(const std::string& script, const
     }
     for (const auto& row : j) {
         const int nt = row.value("n_threads", 0), np = row.value("n_prompt", 0), ng = row.value("n_gen", 0);
-        if (nt > 0 && (np > 0) != (ng > 0)) out[{nt, np > 0}] = row.value("avg_ts", 0.0);
+        if (nt <= 0 || (np > 0) == (ng > 0)) continue;
+        // Its best rep, as Steward's figure is its best rep (llama-bench's avg_ts is the mean).
+        double best = 0;
+        if (row.contains("samples_ts") && row["samples_ts"].is_array())
+            for (const auto& v : row["samples_ts"])
+                if (v.is_number()) best = std::max(best, v.get<double>());
+        out[{nt, np > 0}] = best > 0 ? best : row.value("avg_ts", 0.0);
     }
     return out;
 }
@@ -411,6 +420,7 @@ struct Options {
     bool peer = false, kernels = true, plan = false, chunks = false;
     std::vector<std::string> kernels_only;  // --kernels-only Q8_0,IQ4_XS: that part of the kernel table, then stop
     int reps = 3;
+    int rounds = 1;  // --rounds: Steward and the peer alternate this many times per file
 };
 
 // The GGUF for a weight type name: the file --q4km names for q4_k_m, else synthesised when our
@@ -447,6 +457,7 @@ int main(int argc, char** argv) {
             o.threads.clear();
             for (const auto& t : split_list(o.threads_s)) o.threads.push_back(std::max(1, std::atoi(t.c_str())));
         } else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--rounds" && i + 1 < argc) o.rounds = std::max(1, std::atoi(argv[++i]));
         else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
         else if (a == "--peer") o.peer = true;
@@ -481,7 +492,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: bench_model [--dtypes f32,f16,bf16,q8_0,q4_k_m,q6_k,...] [--threads 1,2] [--reps N] [--q4km PATH]\n"
-                         "                   [--peer] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--chunks] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
+                         "                   [--peer] [--rounds N] [--peer-script PATH] [--model-dir DIR] [--no-kernels] [--plan] [--chunks] [--arch llama|qwen3moe|gpt-oss|gemma3]\n"
                          "       bench_model --kernels-only Q8_0,IQ4_XS,... [--threads 1,2] [--reps N]\n"
                          "       bench_model --model FILE --kv-types f32,f16,bf16,q8_0,q4_0 [--kv-ctx N] [--threads 1,2] [--reps N]\n");
             return 2;
@@ -574,28 +585,73 @@ int main(int argc, char** argv) {
         std::vector<int32_t> table(n_blocks);
         for (int b = 0; b < n_blocks; b++) table[b] = b;
         const double mb = (*model)->weight_bytes_per_token() / 1e6;
-        const auto peer = o.peer ? run_peer(o.peer_script, path, o.threads_s, o.reps, o.model_dir + "/bench_model_peer.log") : std::map<std::pair<int, bool>, double>{};
+        // Rounds: Steward at every thread count, then llama.cpp at every thread count (the order flips
+        // each round), so that the VM's drift (the same binary moves 10-30% over minutes here) falls on
+        // both sides of a round alike. Each side's figure is its best over the rounds; the ratio is the
+        // median over rounds of the two sides' figures in the same round.
+        struct Round { double pf = 0, dc = 0, other = 0, ppf = 0, pdc = 0; };
+        std::map<int, std::vector<Round>> by_nt;
+        auto run_ours = [&](int round) {
+            for (int nt : o.threads) {
+                CpuForward fwd(**model, nt, kPromptTokens);
+                Round& r = by_nt[nt][round];
+                r.pf = bench_prefill(fwd, kv, table, o.reps);
+                const DecodeFigures dfig = bench_decode(fwd, kv, table, o.reps);
+                r.dc = dfig.tok_s, r.other = dfig.non_matmul;
+            }
+        };
+        auto run_theirs = [&](int round) {
+            if (!o.peer) return;
+            const auto peer = run_peer(o.peer_script, path, o.threads_s, o.reps, o.model_dir + "/bench_model_peer.log");
+            for (int nt : o.threads) {
+                auto fig = [&](bool prompt) { auto it = peer.find({nt, prompt}); return it == peer.end() ? 0.0 : it->second; };
+                by_nt[nt][round].ppf = fig(true), by_nt[nt][round].pdc = fig(false);
+            }
+        };
+        for (int nt : o.threads) by_nt[nt].resize((size_t)o.rounds);
+        for (int round = 0; round < o.rounds; round++) {
+            if (round % 2 == 0) run_ours(round), run_theirs(round);
+            else run_theirs(round), run_ours(round);
+        }
+        auto median = [](std::vector<double> v) {
+            if (v.empty()) return 0.0;
+            std::sort(v.begin(), v.end());
+            const size_t n = v.size();
+            return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        };
         for (int nt : o.threads) {
-            CpuForward fwd(**model, nt, kPromptTokens);
-            const double pf = bench_prefill(fwd, kv, table, o.reps);
-            const DecodeFigures dfig = bench_decode(fwd, kv, table, o.reps);
-            const double dc = dfig.tok_s;
+            const std::vector<Round>& rs = by_nt[nt];
+            double pf = 0, dc = 0, other = 0, ppf = 0, pdc = 0;
+            std::vector<double> pf_ratio, dc_ratio;
+            for (const Round& r : rs) {
+                pf = std::max(pf, r.pf), ppf = std::max(ppf, r.ppf), pdc = std::max(pdc, r.pdc);
+                if (r.dc > dc) dc = r.dc, other = r.other;
+                if (r.ppf > 0) pf_ratio.push_back(r.pf / r.ppf);
+                if (r.pdc > 0) dc_ratio.push_back(r.dc / r.pdc);
+            }
             const double roof = bw[nt] * 1e3 / mb;  // tokens/s if decode streamed weights at bandwidth
-            auto fig = [&](bool prompt) { auto it = peer.find({nt, prompt}); return it == peer.end() ? 0.0 : it->second; };
-            const double ppf = fig(true), pdc = fig(false);
             char r1[16] = "-", r2[16] = "-", pr[16] = "-", v1[16] = "-", v2[16] = "-";
-            if (ppf > 0) std::snprintf(v1, sizeof v1, "%.1f", ppf), std::snprintf(r1, sizeof r1, "%.2fx", pf / ppf);
-            if (pdc > 0)
-                std::snprintf(v2, sizeof v2, "%.1f", pdc), std::snprintf(r2, sizeof r2, "%.2fx", dc / pdc),
+            if (!pf_ratio.empty()) std::snprintf(v1, sizeof v1, "%.1f", ppf), std::snprintf(r1, sizeof r1, "%.2fx", median(pf_ratio));
+            if (!dc_ratio.empty())
+                std::snprintf(v2, sizeof v2, "%.1f", pdc), std::snprintf(r2, sizeof r2, "%.2fx", median(dc_ratio)),
                     std::snprintf(pr, sizeof pr, "%.0f%%", 100.0 * pdc / roof);
-            std::printf("%-7s %3d %8.1f | %9.1f %9s %6s | %9.1f %9s %6s | %5.0f%% %6s %6.1f%%\n", d.c_str(), nt, mb, pf, v1, r1,
-                        dc, v2, r2, 100.0 * dc / roof, pr, 100.0 * dfig.non_matmul);
+            std::printf("%-7s %3d %8.1f | %9.1f %9s %6s | %9.1f %9s %6s | %5.0f%% %6s %6.1f%%", d.c_str(), nt, mb, pf, v1, r1,
+                        dc, v2, r2, 100.0 * dc / roof, pr, 100.0 * other);
+            if (o.rounds > 1 && !pf_ratio.empty()) {  // every round's pair: how far the median can be trusted
+                std::printf("   rounds:");
+                for (size_t i = 0; i < pf_ratio.size(); i++)
+                    std::printf(" %.2f/%.2f", pf_ratio[i], i < dc_ratio.size() ? dc_ratio[i] : 0.0);
+            }
+            std::printf("\n");
             std::fflush(stdout);
         }
     }
-    std::printf("\nunits: tokens/s; ratio = Steward / llama.cpp; roof%% = decode tokens/s x weight bytes per token / "
+    std::printf("\nunits: tokens/s, each side's best rep (over %d round%s); ratio = Steward / llama.cpp, %s; roof%% = decode tokens/s x weight bytes per token / "
                 "read bandwidth at that thread count (peer%%: the same for llama.cpp); other%% = Steward's decode time outside "
-                "matmul (norms, RoPE, attention, argmax, barriers). KV cache F16 on both.\n");
+                "matmul (norms, RoPE, attention, argmax, barriers). KV cache F16 on both.%s\n",
+                o.rounds, o.rounds == 1 ? "" : "s",
+                o.rounds == 1 ? "the two figures beside it" : "the median over the rounds of the two sides' figures in the same round (they alternate)",
+                o.rounds > 1 && o.peer ? " rounds: each round's prefill/decode ratio." : "");
     if (o.chunks) {
         constexpr int kChunks[] = {8, 16, 24, 32, 48};
         std::printf("\nchunk forwards: n tokens of one sequence after %d in context, tokens/s with the CPU plan's "
