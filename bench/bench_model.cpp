@@ -16,6 +16,7 @@
 //   KV cache types side by side on one file: ./build/bench_model --model FILE.gguf --kv-types f16,q8_0,q4_0
 //                          [--kv-ctx 384] [--threads 1,2] (decode tokens/s after a kv-ctx-token prefill)
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -447,6 +448,18 @@ std::string model_file(const Options& o, const std::string& d) {
 
 }  // namespace
 
+// A count on the command line: a whole number in [lo, 100000], else a message naming the flag.
+std::optional<int> parse_count(const char* flag, const char* text, int lo) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < lo || v > 100000) {
+        std::fprintf(stderr, "bench_model: %s takes a whole number from %d (got '%s')\n", flag, lo, text);
+        return std::nullopt;
+    }
+    return (int)v;
+}
+
 int main(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; i++) {
@@ -455,9 +468,21 @@ int main(int argc, char** argv) {
         else if (a == "--threads" && i + 1 < argc) {
             o.threads_s = argv[++i];
             o.threads.clear();
-            for (const auto& t : split_list(o.threads_s)) o.threads.push_back(std::max(1, std::atoi(t.c_str())));
-        } else if (a == "--reps" && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
-        else if (a == "--rounds" && i + 1 < argc) o.rounds = std::max(1, std::atoi(argv[++i]));
+            for (const auto& t : split_list(o.threads_s)) {
+                const auto n = parse_count("--threads", t.c_str(), 1);
+                if (!n) return 2;
+                o.threads.push_back(*n);
+            }
+            if (o.threads.empty()) return parse_count("--threads", "", 1) ? 0 : 2;
+        } else if (a == "--reps" || a == "--rounds" || a == "--kv-ctx") {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "bench_model: %s needs a number\n", a.c_str());
+                return 2;
+            }
+            const auto n = parse_count(a.c_str(), argv[++i], a == "--kv-ctx" ? 0 : 1);
+            if (!n) return 2;
+            (a == "--reps" ? o.reps : a == "--rounds" ? o.rounds : o.kv_ctx) = *n;
+        }
         else if (a == "--model-dir" && i + 1 < argc) o.model_dir = argv[++i];
         else if (a == "--q4km" && i + 1 < argc) o.q4km = argv[++i];
         else if (a == "--peer") o.peer = true;
@@ -486,7 +511,6 @@ int main(int argc, char** argv) {
         else if (a == "--plan") o.plan = true;
         else if (a == "--chunks") o.chunks = true;
         else if (a == "--kv-types" && i + 1 < argc) o.kv_types = split_list(argv[++i]);
-        else if (a == "--kv-ctx" && i + 1 < argc) o.kv_ctx = std::max(0, std::atoi(argv[++i]));
         else if (a == "--model" && i + 1 < argc) o.model = argv[++i];
         else if (a == "--peer-script" && i + 1 < argc) o.peer_script = argv[++i];
         else {
