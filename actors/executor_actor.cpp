@@ -52,11 +52,12 @@ struct executor_state {
         spdlog::info("pool '{}' (simulated {}): {} steps, device busy {:.1f} s (simulated: GEMMs {:.1f}, attention {:.1f}, "
                      "all-reduce {:.1f}, overheads {:.1f}, drafts {:.1f}), median step {:.2f} ms, a stream's mean step {:.2f} ms, "
                      "a stream's step p50 {:.2f} ms, "
-                     "{} steps ({:.1f}%) overran their device time / dilation, by {:.1f} ms in all{}",
+                     "{} steps ({:.1f}%) overran their device time / dilation, by {:.1f} ms in all ({} of them with the "
+                     "host thread's own CPU time inside it: it waited, on another thread or for a core){}",
                      pool, engine->options().sim->device.name, es.n_steps, es.sim_device_s, es.sim_gemm_s, es.sim_attn_s,
                      es.sim_comm_s, es.sim_overhead_s, es.sim_draft_s, engine->sim_median_step_s() * 1e3,
                      es.sim_stream_step_s * 1e3, engine->sim_stream_step_p50_s() * 1e3, es.sim_overruns,
-                     100.0 * (double)es.sim_overruns / (double)es.n_steps, es.sim_overrun_s * 1e3,
+                     100.0 * (double)es.sim_overruns / (double)es.n_steps, es.sim_overrun_s * 1e3, es.sim_overruns_waiting,
                      es.sim_overruns * 10 > es.n_steps ? ": lower [sim] dilation for faithful latencies" : "");
     }
 };

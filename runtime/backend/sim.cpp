@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <thread>
 
@@ -153,6 +154,20 @@ double SimBackend::median_step_s() const {
     return v[v.size() / 2];
 }
 
+namespace {
+// The calling thread's CPU time (seconds); 0 where the clock is missing.
+double thread_cpu_s() {
+    timespec ts{};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+}  // namespace
+
+void SimBackend::begin_step() {
+    step_start_ = std::chrono::steady_clock::now();
+    step_start_cpu_s_ = thread_cpu_s();
+}
+
 Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<float>& logits) {
     logits.clear();
     decided_.clear();
@@ -197,11 +212,13 @@ Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<
     // Sleep until the step's start + its device time in real seconds; the host's work so far
     // (scheduling, KV calls, the previous step's events) overlaps it. A host slower than that is
     // an overrun: the simulated time then stretches.
+    const double budget_s = (draft_s + cost.total_s) / time_dilation();
     const auto until = step_start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                         std::chrono::duration<double>((draft_s + cost.total_s) / time_dilation()));
+                                         std::chrono::duration<double>(budget_s));
     if (const auto now = std::chrono::steady_clock::now(); now > until) {
         figures_.overruns++;
         figures_.overrun_s += std::chrono::duration<double>(now - until).count();
+        if (thread_cpu_s() - step_start_cpu_s_ < budget_s) figures_.overruns_waiting++;
     } else {
         std::this_thread::sleep_until(until);
     }

@@ -43,6 +43,9 @@ struct SimFigures {
     double gemm_s = 0, attn_s = 0, comm_s = 0, overhead_s = 0, draft_s = 0;
     int64_t overruns = 0;
     double overrun_s = 0;  // by how much they overran, summed (real seconds)
+    // Overruns whose host thread used less CPU time over the step's host work than the step's
+    // device time / dilation: its own work fitted, and it waited (on another thread, or for a core).
+    int64_t overruns_waiting = 0;
     // Each step's device time (drafts and target), the first 1M steps: a client's time between
     // tokens compares with their median, not with the mean, which the ramp's small batches pull down.
     std::vector<float> step_s;
@@ -65,7 +68,7 @@ public:
     // row in decided_tokens(); logits comes back empty.
     Expected<bool> forward(std::span<const SeqInput> batch, std::vector<float>& logits) override;
     std::span<const int32_t> decided_tokens() const override { return decided_; }
-    void begin_step() override { step_start_ = std::chrono::steady_clock::now(); }
+    void begin_step() override;
     double forward_time_s() const override { return last_device_s_; }  // the target forward's device time
     Expected<bool> copy_block_slots(int, int, int) override { return true; }
     Expected<bool> copy_slots(std::span<const int32_t>, std::span<const int32_t>, std::span<const int32_t>,
@@ -120,6 +123,7 @@ private:
     };
     std::unordered_map<uint64_t, StreamSteps> streams_;  // by request id (at most 1M kept)
     std::chrono::steady_clock::time_point step_start_ = std::chrono::steady_clock::now();
+    double step_start_cpu_s_ = 0;  // the calling thread's CPU time at begin_step
 };
 
 }  // namespace steward

@@ -1229,6 +1229,7 @@ EngineStats Engine::stats() const {
         st.sim_device_s = f.device_s;
         st.sim_overruns = f.overruns;
         st.sim_overrun_s = f.overrun_s;
+        st.sim_overruns_waiting = f.overruns_waiting;
         st.sim_stream_step_s = f.n_seq_steps > 0 ? f.seq_step_s / (double)f.n_seq_steps : 0;
         st.sim_gemm_s = f.gemm_s;
         st.sim_attn_s = f.attn_s;

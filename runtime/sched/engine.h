@@ -221,6 +221,7 @@ struct EngineStats {
     double sim_device_s = 0;
     int64_t sim_overruns = 0;
     double sim_overrun_s = 0;  // by how much they overran, summed (real seconds)
+    int64_t sim_overruns_waiting = 0;  // of those, the ones whose host thread's own CPU time fitted (it waited)
     double sim_stream_step_s = 0;  // a stream's mean step (SimFigures::seq_step_s / n_seq_steps); 0 without one
     // Of sim_device_s: the target forwards' weight GEMMs, attention, all-reduces and fixed
     // overheads, and the draft forwards (the cost model's terms, summed over steps).

@@ -5,8 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "model/model.h"
@@ -213,4 +216,51 @@ TEST_CASE("a stream's mean step weighs each step's device time by the sequences 
     REQUIRE(e.stats().sim_device_s == Approx(t1 + t2 + t3));
     // Request 1: (t2 + t3) / 2; request 2: t3; the median of two is the upper one.
     CHECK(e.sim_stream_step_p50_s() == Approx(std::max((t2 + t3) / 2, t3)));
+}
+
+namespace {
+double thread_cpu_s() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+struct FaultHookReset {
+    ~FaultHookReset() { set_forward_fault_hook(nullptr); }
+};
+}  // namespace
+
+TEST_CASE("an overrun step is told apart by whether the host thread worked or waited past the device time", "[sim][engine]") {
+    SimPoolConfig p = sim_config(0.7, 8);
+    p.draft.reset();
+    p.device.tflops_16 = 1, p.device.hbm_gbps = 2;  // slow: a decode step takes milliseconds
+    auto model = load(p.model);
+    Engine e(*model, options(p, 512, 32));
+    EngineRequest q;
+    q.id = 1;
+    q.prompt.assign(20, 400);
+    q.max_tokens = 10;
+    REQUIRE(e.submit(std::move(q)));
+    e.step(0.0);  // the prompt
+    const double step_s = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{1, 20, 1}}).total_s;
+    REQUIRE(step_s > 1e-3);
+    REQUIRE(step_s < 0.05);
+    FaultHookReset reset;
+    const double late_s = 2 * step_s + 0.01;  // the host part of the step, past its device time
+    // Host work before the forward that sleeps: the step overruns, and its thread waited.
+    const EngineStats s0 = e.stats();
+    set_forward_fault_hook([&](std::span<const uint64_t>) { std::this_thread::sleep_for(std::chrono::duration<double>(late_s)); });
+    e.step(0.0);
+    const EngineStats s1 = e.stats();
+    CHECK(s1.sim_overruns == s0.sim_overruns + 1);
+    CHECK(s1.sim_overruns_waiting == s0.sim_overruns_waiting + 1);
+    // Host work that spends its own CPU time past it: an overrun, not a wait.
+    set_forward_fault_hook([&](std::span<const uint64_t>) {
+        const double until = thread_cpu_s() + late_s;
+        while (thread_cpu_s() < until) {
+        }
+    });
+    e.step(0.0);
+    const EngineStats s2 = e.stats();
+    CHECK(s2.sim_overruns == s1.sim_overruns + 1);
+    CHECK(s2.sim_overruns_waiting == s1.sim_overruns_waiting);
 }
