@@ -71,6 +71,15 @@ Run run(Engine& e, uint64_t first, int n, bool speculate) {
     return r;
 }
 
+// A request of n_prompt copies of one token.
+EngineRequest request(uint64_t id, int n_prompt, int max_tokens) {
+    EngineRequest q;
+    q.id = id;
+    q.prompt.assign((size_t)n_prompt, 400);
+    q.max_tokens = max_tokens;
+    return q;
+}
+
 EngineOptions options(const SimPoolConfig& p, int n_blocks, int max_batch) {
     EngineOptions o;
     o.n_blocks = n_blocks;
@@ -170,11 +179,7 @@ TEST_CASE("a simulated step's device time is the cost model's for its batch", "[
     p.draft.reset();
     auto model = load(p.model);
     Engine e(*model, options(p, 512, 32));
-    EngineRequest q;
-    q.id = 1;
-    q.prompt.assign(100, 400);
-    q.max_tokens = 3;
-    REQUIRE(e.submit(std::move(q)));
+    REQUIRE(e.submit(request(1, 100, 3)));
     e.step(0.0);  // the prompt: 100 tokens, logits for the last
     const double prefill = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{100, 0, 1}}).total_s;
     CHECK(e.stats().sim_device_s == Approx(prefill));
@@ -192,13 +197,7 @@ TEST_CASE("a stream's mean step weighs each step's device time by the sequences 
     EngineOptions o = options(p, 512, 32);
     o.max_batch_tokens = 120;  // request 2's 200-token prompt goes in two chunks
     Engine e(*model, o);
-    for (uint64_t id : {1, 2}) {
-        EngineRequest q;
-        q.id = id;
-        q.prompt.assign(id == 1 ? 20 : 200, 400);
-        q.max_tokens = 4;
-        REQUIRE(e.submit(std::move(q)));
-    }
+    for (uint64_t id : {1, 2}) REQUIRE(e.submit(request(id, id == 1 ? 20 : 200, 4)));
     e.step(0.0);  // request 1's prompt (a token for it) and 100 of request 2's (none)
     e.step(0.0);  // request 1 decodes, request 2's last 100 prompt tokens (a token for each)
     const EngineStats s = e.stats();
@@ -235,11 +234,7 @@ TEST_CASE("an overrun step is told apart by whether the host thread worked or wa
     p.device.tflops_16 = 1, p.device.hbm_gbps = 2;  // slow: a decode step takes milliseconds
     auto model = load(p.model);
     Engine e(*model, options(p, 512, 32));
-    EngineRequest q;
-    q.id = 1;
-    q.prompt.assign(20, 400);
-    q.max_tokens = 10;
-    REQUIRE(e.submit(std::move(q)));
+    REQUIRE(e.submit(request(1, 20, 10)));
     e.step(0.0);  // the prompt
     const double step_s = sim_step_cost(p.device, p.model, 1, std::vector<SimSeqWork>{{1, 20, 1}}).total_s;
     REQUIRE(step_s > 1e-3);
