@@ -473,7 +473,10 @@ int main(int argc, char** argv) {
                 if (!n) return 2;
                 o.threads.push_back(*n);
             }
-            if (o.threads.empty()) return parse_count("--threads", "", 1) ? 0 : 2;
+            if (o.threads.empty()) {
+                std::fprintf(stderr, "bench_model: --threads names no thread count (e.g. --threads 1,2)\n");
+                return 2;
+            }
         } else if (a == "--reps" || a == "--rounds" || a == "--kv-ctx") {
             if (i + 1 >= argc) {
                 std::fprintf(stderr, "bench_model: %s needs a number\n", a.c_str());

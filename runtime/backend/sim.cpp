@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <map>
 #include <thread>
 
 #include "kv/block_hash.h"  // splitmix64
 #include "sim/cost_model.h"
 #include "sim/sim_clock.h"
+#include "util/thread_cpu.h"
 
 namespace steward {
 
@@ -154,18 +154,9 @@ double SimBackend::median_step_s() const {
     return v[v.size() / 2];
 }
 
-namespace {
-// The calling thread's CPU time (seconds); 0 where the clock is missing.
-double thread_cpu_s() {
-    timespec ts{};
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-}  // namespace
-
 void SimBackend::begin_step() {
     step_start_ = std::chrono::steady_clock::now();
-    step_start_cpu_s_ = thread_cpu_s();
+    step_start_cpu_s_ = thread_cpu_seconds();
 }
 
 Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<float>& logits) {
@@ -218,7 +209,7 @@ Expected<bool> SimBackend::forward(std::span<const SeqInput> batch, std::vector<
     if (const auto now = std::chrono::steady_clock::now(); now > until) {
         figures_.overruns++;
         figures_.overrun_s += std::chrono::duration<double>(now - until).count();
-        if (thread_cpu_s() - step_start_cpu_s_ < budget_s) figures_.overruns_waiting++;
+        if (thread_cpu_seconds() - step_start_cpu_s_ < budget_s) figures_.overruns_waiting++;
     } else {
         std::this_thread::sleep_until(until);
     }

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <map>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "sched/engine.h"
 #include "sim/cost_model.h"
 #include "sim/sim_model.h"
+#include "util/thread_cpu.h"
 
 using namespace steward;
 
@@ -218,11 +218,6 @@ TEST_CASE("a stream's mean step weighs each step's device time by the sequences 
 }
 
 namespace {
-double thread_cpu_s() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 struct FaultHookReset {
     ~FaultHookReset() { set_forward_fault_hook(nullptr); }
 };
@@ -250,8 +245,8 @@ TEST_CASE("an overrun step is told apart by whether the host thread worked or wa
     CHECK(s1.sim_overruns_waiting == s0.sim_overruns_waiting + 1);
     // Host work that spends its own CPU time past it: an overrun, not a wait.
     set_forward_fault_hook([&](std::span<const uint64_t>) {
-        const double until = thread_cpu_s() + late_s;
-        while (thread_cpu_s() < until) {
+        const double until = thread_cpu_seconds() + late_s;
+        while (thread_cpu_seconds() < until) {
         }
     });
     e.step(0.0);
