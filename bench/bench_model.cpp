@@ -454,7 +454,7 @@ std::optional<int> parse_count(const char* flag, const char* text, int lo) {
     errno = 0;
     const long v = std::strtol(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || v < lo || v > 100000) {
-        std::fprintf(stderr, "bench_model: %s takes a whole number from %d (got '%s')\n", flag, lo, text);
+        std::fprintf(stderr, "bench_model: %s takes a whole number from %d to 100000 (got '%s')\n", flag, lo, text);
         return std::nullopt;
     }
     return (int)v;
