@@ -18,6 +18,10 @@ constexpr int kGemmMinTokens = 16;
 // 85-90 GFLOP/s a core at 16-48 tokens against sgemm's 40-85 on the dequantized tile (Q4_K, Q6_K
 // on 2048 x 768, measured); sgemm wins from about 64.
 constexpr int kWideQuantGemmMinTokens = 48;
+// On the AVX2 level F16 weights take the 4x3 register tiles (converted in registers) below this many
+// tokens and the tiled GEMM (a block of rows converted to F32, then 4 rows x 24 tokens) from it:
+// the tiles lead at 16-32 tokens, the GEMM from 48-64 (kernels_body.inc, measured).
+constexpr int kAvx2TiledHalfFrom = 48;
 // The CPU plan (cpu/plan.h) measures where the tiled GEMM overtakes the streaming kernel on this
 // microarchitecture, per class of weight type (one representative each: F32; F16; Q8_0 for the
 // 32-wide block types; Q4_K for the k-quants; IQ4_XS for the types whose codes index a table of

@@ -131,9 +131,10 @@ TEST_CASE("both matmul paths, forced, match the reference for every type away fr
         }
 }
 
-// The tiled GEMM (AVX-512 builds; OpenBLAS elsewhere) packs tokens in panels of 48, converts rows in
-// groups of 16 and columns in blocks of 256: shapes on and around each edge, for every weight type it
-// converts (the block types through their dequantizers, a block of 256 columns at a time), against the
+// The tiled GEMM packs tokens in panels of 48 (AVX-512; up to 24 on AVX2, where F16 takes it from
+// kAvx2TiledHalfFrom tokens), converts rows in groups of 16 (groups of 8 in blocks of rows on AVX2)
+// and columns in blocks of 256: shapes on and around each edge, for every weight type it converts
+// (the block types through their dequantizers, a block of 256 columns at a time), against the
 // reference loop; and OpenBLAS's path (BLAS) on the same shapes.
 TEST_CASE("the tiled gemm and the OpenBLAS path match the reference on panel, row-group and column-block edges",
           "[kernels]") {
@@ -141,10 +142,11 @@ TEST_CASE("the tiled gemm and the OpenBLAS path match the reference on panel, ro
     std::mt19937 rng(18);
     for (int n_threads : {1, 2}) {
         ThreadPool pool(n_threads);
-        for (int n_tok : {16, 17, 47, 48, 49, 96, 130})
-            for (int64_t N : {1, 15, 16, 33, 70}) {
+        for (int n_tok : {7, 16, 17, 23, 24, 25, 47, 48, 49, 96, 130})
+            for (int64_t N : {1, 4, 9, 15, 16, 33, 70}) {
                 check_matmul(GgmlType::F32, 257, N, n_tok, pool, rng, MatmulPath::GEMM);
                 check_matmul(GgmlType::F16, 31, N, n_tok, pool, rng, MatmulPath::GEMM);
+                check_matmul(GgmlType::BF16, 33, N, n_tok, pool, rng, MatmulPath::GEMM);
             }
         for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
             check_matmul(type, 600, 50, 61, pool, rng, MatmulPath::BLAS);
