@@ -7,7 +7,7 @@
 # GGUF (-t 2 -np 8, prompt cache on, through ../shared/peers/llama-bench.sh), replays the same file
 # and prints both tables and the side-by-side ratios.
 #   bash scripts/bench_serve.sh [--peer] [--requests 40] [--seed 1] [--rate 2]
-#   STEWARD_BUILD=dir (default build), PORT (default 18180; the peer gets PORT+1), OUT (default out/bench_serve)
+#   STEWARD_BUILD=dir (default build), CONFIG (default configs/bench_serve.toml), PORT (default 18180; the peer gets PORT+1), OUT (default out/bench_serve)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 peer=0; requests=40; seed=1; rate=2
@@ -21,7 +21,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 build="${STEWARD_BUILD:-build}"; port="${PORT:-18180}"; out="${OUT:-out/bench_serve}"
-config=configs/bench_serve.toml
+config="${CONFIG:-configs/bench_serve.toml}"
 model=models/steward-large.gguf
 mkdir -p "$out"
 wl="$out/workload.jsonl"
