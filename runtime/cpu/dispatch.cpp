@@ -36,10 +36,10 @@ namespace {
 
 // Every function of kernels_api.inc and quant_dot_api.inc.
 #define STEWARD_CPU_KERNELS(X)                                                                          \
-    X(gemm_min_tokens) X(matmul) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) X(dot_f32)       \
-    X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_f32_rows) X(axpy_f32_rows) \
-    X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0) X(axpy_q4_0) X(to_f16) X(from_f16)      \
-    X(quant_dot_supported) X(quant_dot_wide)                                                              \
+    X(gemm_min_tokens) X(matmul) X(gemm_f32_tiled) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) \
+    X(dot_f32) X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_f32_rows)        \
+    X(axpy_f32_rows) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0) X(axpy_q4_0) X(to_f16) \
+    X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                                                  \
     X(quant_act_row_bytes) X(quantize_activation) X(vec_dot) X(quant_dot_path_available) X(vec_dot_on)   \
     X(quant_matmul_rows) X(quantize_activations_for) X(dequantize_row_fast) X(quant_gemm_supported)        \
     X(quant_gemm_acts) X(quant_gemm_rows)
@@ -167,6 +167,10 @@ void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool
     g_matmul_ns.fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
         std::memory_order_relaxed);
+}
+bool gemm_f32_tiled(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+                    float* C, int ldc) {
+    return kernels().gemm_f32_tiled(trans_b, m, n, k, alpha, A, lda, B, ldb, C, ldc);
 }
 void rmsnorm(const float* x, const float* w, float eps, int n, int n_tok, float* y) {
     kernels().rmsnorm(x, w, eps, n, n_tok, y);

@@ -113,6 +113,7 @@ const char* blas_core_name() {
 
 void gemm_f32(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
               float* C, int ldc) {
+    if (gemm_f32_tiled(trans_b, m, n, k, alpha, A, lda, B, ldb, C, ldc)) return;
     blas_ensure_core();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, 0.0f,
                 C, ldc);

@@ -45,7 +45,8 @@ enum class MatmulPath { AUTO, STREAM, GEMM, BLAS };
 #include "cpu/kernels_api.inc"
 
 // Row-major C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T ([n][k]) when trans_b, else B ([k][n]);
-// single-threaded sgemm (callers split the work on their pool).
+// single-threaded (callers split the work on their pool): the kernel level's own tiled kernel where
+// it has one (gemm_f32_tiled: AVX2, B^T), OpenBLAS's sgemm otherwise.
 void gemm_f32(bool trans_b, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
               float* C, int ldc);
 

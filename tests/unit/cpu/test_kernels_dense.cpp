@@ -274,6 +274,44 @@ TEST_CASE("the many-row f16 and f32 dot and axpy kernels match plain double loop
     REQUIRE(set_cpu_level(was));
 }
 
+// gemm_f32 (the attention's matrix products in prefill) at every kernel level: AVX2's own tiled
+// kernel, OpenBLAS's sgemm elsewhere. Both layouts of B, alpha, row strides wider than the rows,
+// shapes around the tile edges (4 / 8 rows, 8 / 24 tokens), against a double loop; the elements
+// between the rows of C (ldc > n) are left as they were.
+TEST_CASE("gemm_f32 matches a double loop for both layouts of B at every kernel level", "[kernels][dispatch]") {
+    const CpuLevel was = cpu_level();
+    std::mt19937 rng(33);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        for (bool trans_b : {true, false})
+            for (int m : {1, 7, 8, 9, 23, 25, 48, 130})
+                for (int n : {1, 4, 9, 64, 70})
+                    for (int k : {1, 9, 64, 300}) {
+                        const int lda = k + 3, ldb = (trans_b ? k : n) + 5, ldc = n + 2;
+                        const float alpha = 0.37f;
+                        std::vector<float> A((size_t)m * lda), B((size_t)(trans_b ? n : k) * ldb), C((size_t)m * ldc, 7.0f);
+                        for (auto& v : A) v = u(rng);
+                        for (auto& v : B) v = u(rng);
+                        gemm_f32(trans_b, m, n, k, alpha, A.data(), lda, B.data(), ldb, C.data(), ldc);
+                        INFO("level " << cpu_level_name((CpuLevel)l) << " trans_b " << trans_b << " m " << m << " n " << n << " k " << k);
+                        for (int i = 0; i < m; i++) {
+                            for (int j = 0; j < n; j++) {
+                                double want = 0, mag = 0;
+                                for (int c = 0; c < k; c++) {
+                                    const double b = trans_b ? B[(size_t)j * ldb + c] : B[(size_t)c * ldb + j];
+                                    want += (double)A[(size_t)i * lda + c] * b;
+                                    mag += std::abs((double)A[(size_t)i * lda + c] * b);
+                                }
+                                REQUIRE(std::abs(C[(size_t)i * ldc + j] - alpha * want) <= 1e-5 * alpha * mag + 1e-6);
+                            }
+                            for (int j = n; j < ldc; j++) REQUIRE(C[(size_t)i * ldc + j] == 7.0f);
+                        }
+                    }
+    }
+    REQUIRE(set_cpu_level(was));
+}
+
 TEST_CASE("every kernel level this CPU supports matches the reference loops", "[kernels][dispatch]") {
     const CpuLevel was = cpu_level();
     std::mt19937 rng(31);
