@@ -150,6 +150,9 @@ TEST_CASE("the tiled gemm and the OpenBLAS path match the reference on panel, ro
             }
         for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
             check_matmul(type, 600, 50, 61, pool, rng, MatmulPath::BLAS);
+        // Rows past one block (AVX2: 128 KiB of F32 rows, 32 rows at 1024 columns), the last partial.
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+            check_matmul(type, 1024, 300, 49, pool, rng, MatmulPath::GEMM);
     }
     ThreadPool pool(2);
     for (GgmlType type : {GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
@@ -287,7 +290,8 @@ TEST_CASE("gemm_f32 matches a double loop for both layouts of B at every kernel 
         for (bool trans_b : {true, false})
             for (int m : {1, 7, 8, 9, 23, 25, 48, 130})
                 for (int n : {1, 4, 9, 64, 70})
-                    for (int k : {1, 9, 64, 300}) {
+                    for (int k : {1, 9, 64, 300, 1024}) {
+                        if (k == 1024 && m > 25) continue;  // rows past one block (32 at 1024), once
                         const int lda = k + 3, ldb = (trans_b ? k : n) + 5, ldc = n + 2;
                         const float alpha = 0.37f;
                         std::vector<float> A((size_t)m * lda), B((size_t)(trans_b ? n : k) * ldb), C((size_t)m * ldc, 7.0f);
@@ -329,7 +333,7 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
         REQUIRE(cpu_level() == (CpuLevel)l);
         INFO("kernel level " << cpu_level_name((CpuLevel)l));
         for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
-            for (int n_tok : {1, 5, 20}) check_matmul(type, 161, 37, n_tok, pool, rng);
+            for (int n_tok : {1, 5, 8, 13, 20, 49}) check_matmul(type, 161, 37, n_tok, pool, rng);
         for (size_t i = 0; i < quantized.size(); i++) {
             const WeightView& W = quantized[i].view;
             INFO(ggml_type_name((uint32_t)W.type));
