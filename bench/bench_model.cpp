@@ -446,8 +446,6 @@ std::string model_file(const Options& o, const std::string& d) {
     return std::system(cmd.c_str()) == 0 && std::filesystem::exists(path) ? path : "";
 }
 
-}  // namespace
-
 // A count on the command line: a whole number in [lo, 100000], else a message naming the flag.
 std::optional<int> parse_count(const char* flag, const char* text, int lo) {
     char* end = nullptr;
@@ -459,6 +457,8 @@ std::optional<int> parse_count(const char* flag, const char* text, int lo) {
     }
     return (int)v;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
     Options o;
