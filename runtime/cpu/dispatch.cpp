@@ -36,7 +36,7 @@ namespace {
 
 // Every function of kernels_api.inc and quant_dot_api.inc.
 #define STEWARD_CPU_KERNELS(X)                                                                          \
-    X(gemm_min_tokens) X(matmul) X(gemm_f32_tiled) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) \
+    X(gemm_min_tokens) X(matmul) X(matmul_many) X(gemm_f32_tiled) X(rmsnorm) X(swiglu) X(exp_sub_sum) X(sum_exp_shifted) \
     X(dot_f32) X(dot_f16) X(axpy_f32) X(axpy_f16) X(dot_f16_rows) X(axpy_f16_rows) X(dot_f32_rows)        \
     X(axpy_f32_rows) X(dot_bf16) X(dot_q8_0) X(dot_q4_0) X(axpy_bf16) X(axpy_q8_0) X(axpy_q4_0) X(to_f16) \
     X(from_f16) X(quant_dot_supported) X(quant_dot_wide)                                                  \
@@ -164,6 +164,14 @@ void matmul(const WeightView& W, const float* X, int n_tok, float* Y, ThreadPool
     if (!g_matmul_timing.load(std::memory_order_relaxed)) return kernels().matmul(W, X, n_tok, Y, pool, path);
     const auto t0 = std::chrono::steady_clock::now();
     kernels().matmul(W, X, n_tok, Y, pool, path);
+    g_matmul_ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::memory_order_relaxed);
+}
+void matmul_many(const MatmulOut* outs, int n_outs, const float* X, int n_tok, ThreadPool& pool) {
+    if (!g_matmul_timing.load(std::memory_order_relaxed)) return kernels().matmul_many(outs, n_outs, X, n_tok, pool);
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels().matmul_many(outs, n_outs, X, n_tok, pool);
     g_matmul_ns.fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
         std::memory_order_relaxed);

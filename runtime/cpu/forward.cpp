@@ -322,8 +322,9 @@ void CpuForward::moe_ffn(const LayerWeights& L, int n_tok) {
         moe_d_.resize((size_t)n * E);
         for (int i = 0; i < n; i++)
             std::memcpy(moe_x_.data() + (size_t)i * E, xn_.data() + (size_t)group[(size_t)i].first * E, (size_t)E * 4);
-        matmul(expert_matrix(L.gate_exps, e, X), moe_x_.data(), n, moe_g_.data(), pool_);
-        matmul(expert_matrix(L.up_exps, e, X), moe_x_.data(), n, moe_u_.data(), pool_);
+        const WeightView eg = expert_matrix(L.gate_exps, e, X), eu = expert_matrix(L.up_exps, e, X);
+        const MatmulOut gate_up[] = {{&eg, moe_g_.data()}, {&eu, moe_u_.data()}};
+        matmul_many(gate_up, 2, moe_x_.data(), n, pool_);
         add_bias(moe_g_.data(), expert_matrix(L.gate_exps_b, e, X), F, n);
         add_bias(moe_u_.data(), expert_matrix(L.up_exps_b, e, X), F, n);
         if (p.swiglu_oai)
@@ -469,9 +470,10 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const float* sinks = L.attn_sinks ? static_cast<const float*>(L.attn_sinks.data) : nullptr;
         // -- attention block
         rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
-        matmul(L.wq, xn_.data(), n_tok, q_.data(), pool_);  // [n_tok][QD]
-        matmul(L.wk, xn_.data(), n_tok, k_.data(), pool_);  // [n_tok][KVD]
-        matmul(L.wv, xn_.data(), n_tok, v_.data(), pool_);  // [n_tok][KVD]
+        {  // q [n_tok][QD], k and v [n_tok][KVD]
+            const MatmulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
+            matmul_many(qkv, 3, xn_.data(), n_tok, pool_);
+        }
         add_bias(q_.data(), L.bq, QD, n_tok);
         add_bias(k_.data(), L.bk, KVD, n_tok);
         add_bias(v_.data(), L.bv, KVD, n_tok);
@@ -626,8 +628,10 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
             continue;
         }
-        matmul(L.w_gate, xn_.data(), n_tok, gate_.data(), pool_);  // [n_tok][n_ff]
-        matmul(L.w_up, xn_.data(), n_tok, up_.data(), pool_);      // [n_tok][n_ff]
+        {  // gate and up [n_tok][n_ff]
+            const MatmulOut gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
+            matmul_many(gate_up, 2, xn_.data(), n_tok, pool_);
+        }
         if (p.ffn_gelu) {
             // ggml_vec_geglu_f32, a row of tokens per chunk across the pool.
             pool_.parallel_for(n_tok, [&](int64_t t) {

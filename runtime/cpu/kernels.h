@@ -42,6 +42,12 @@ inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
 // is always OpenBLAS sgemm on tiles converted to F32.
 enum class MatmulPath { AUTO, STREAM, GEMM, BLAS };
 
+// One output of matmul_many: Y = W X, Y [n_tok][W->n_rows].
+struct MatmulOut {
+    const WeightView* W;
+    float* Y;
+};
+
 #include "cpu/kernels_api.inc"
 
 // Row-major C[m][n] = alpha * A[m][k] * op(B), op(B) = B^T ([n][k]) when trans_b, else B ([k][n]);

@@ -356,6 +356,56 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
     REQUIRE(set_cpu_level(was));
 }
 
+// matmul_many runs several products of one X in one parallel_for where they all stream their weights:
+// each output must hold what matmul gives it alone (bit for bit: the same row kernels on the same
+// quantized activations), and the dense ones the reference loop's sums, at every level, across the
+// token counts where some or all of them take a GEMM instead.
+TEST_CASE("matmul_many gives each output what matmul gives it alone at every kernel level", "[kernels][dispatch]") {
+    const CpuLevel was = cpu_level();
+    std::mt19937 rng(41);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t K = 512;
+    const std::vector<std::vector<GgmlType>> groups = {
+        {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K},  // a Q4_K_M layer's Q, K, V
+        {GgmlType::F32, GgmlType::F16, GgmlType::BF16},
+        {GgmlType::Q8_0, GgmlType::F32},
+        {GgmlType::MXFP4, GgmlType::Q4_0, GgmlType::Q5_K, GgmlType::Q8_0}};
+    const int64_t rows[] = {37, 200, 16, 133};
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        for (int n_threads : {1, 2}) {
+            ThreadPool pool(n_threads);
+            for (const auto& types : groups) {
+                std::vector<RandomWeights> ws;
+                for (size_t i = 0; i < types.size(); i++) ws.emplace_back(types[i], K, rows[i], rng);
+                for (int n_tok : {1, 3, 8, 15, 16, 30, 49}) {
+                    std::vector<float> X((size_t)n_tok * K);
+                    for (auto& v : X) v = u(rng);
+                    std::vector<std::vector<float>> alone(ws.size()), many(ws.size());
+                    std::vector<MatmulOut> outs;
+                    for (size_t i = 0; i < ws.size(); i++) {
+                        alone[i].assign((size_t)n_tok * rows[i], NAN);
+                        many[i].assign((size_t)n_tok * rows[i], NAN);
+                        matmul(ws[i].view, X.data(), n_tok, alone[i].data(), pool);
+                        outs.push_back({&ws[i].view, many[i].data()});
+                    }
+                    matmul_many(outs.data(), (int)outs.size(), X.data(), n_tok, pool);
+                    for (size_t i = 0; i < ws.size(); i++) {
+                        INFO("level " << cpu_level_name((CpuLevel)l) << " threads " << n_threads << " n_tok " << n_tok << " "
+                                      << ggml_type_name((uint32_t)types[i]) << " output " << i);
+                        REQUIRE(std::memcmp(alone[i].data(), many[i].data(), alone[i].size() * sizeof(float)) == 0);
+                        if (quant_block_elems(types[i]) > 1) continue;
+                        std::vector<double> ref, mag;
+                        reference_matmul(ws[i].view, X, n_tok, ref, mag);
+                        for (size_t j = 0; j < ref.size(); j++) REQUIRE(std::abs(many[i][j] - ref[j]) <= 1e-5 * mag[j] + 1e-6);
+                    }
+                }
+            }
+        }
+    }
+    REQUIRE(set_cpu_level(was));
+}
+
 TEST_CASE("GELU as ggml's CPU computes it: the tanh form at F16, and the table path equal to it", "[kernels][gelu]") {
     // ggml_vec_gelu_f32: 0 at x <= -10, x at x >= 10, else the tanh approximation at the input rounded
     // to F16, rounded to F16 (its table). Checked against that formula in double here: within F16's
