@@ -446,6 +446,20 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         }
     }
 
+    // Each visible slot's row in a layer's K and V (its block * block_size + its place in the
+    // block), beside vis / vis_swa: the same in every layer, so the single tokens' attention finds
+    // a slot's rows without a block-table look-up and two divisions per slot, layer and pass.
+    auto slot_rows = [&](const std::vector<int>& v, const std::vector<int>& off) {
+        std::vector<int64_t> at(v.size());
+        for (int t = 0; t + 1 < (int)off.size(); t++) {
+            const SeqInput& in = batch[refs[t].seq];
+            for (int k = off[t]; k < off[t + 1]; k++)
+                at[(size_t)k] = (int64_t)in.block_table[v[(size_t)k] / kc.block_size] * kc.block_size + v[(size_t)k] % kc.block_size;
+        }
+        return at;
+    };
+    const std::vector<int64_t> vis_at = slot_rows(vis, vis_off), vis_swa_at = slot_rows(vis_swa, vis_swa_off);
+
     // Which sequences' attention runs as matrix products (kAttnBlockMin new tokens or more), and
     // the tokens of the others, which attend one by one.
     std::vector<int> block_seqs, single_toks;
@@ -465,6 +479,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const bool swa = p.is_swa(l) && !vis_swa_off.empty();
         const std::vector<int>& lvis = swa ? vis_swa : vis;
         const std::vector<int>& lvis_off = swa ? vis_swa_off : vis_off;
+        const std::vector<int64_t>& lvis_at = swa ? vis_swa_at : vis_at;
         const std::vector<float>& lcos = swa && !rcos_swa.empty() ? rcos_swa : rcos;
         const std::vector<float>& lsin = swa && !rsin_swa.empty() ? rsin_swa : rsin;
         const float* sinks = L.attn_sinks ? static_cast<const float*>(L.attn_sinks.data) : nullptr;
@@ -524,8 +539,11 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             thread_local std::vector<float> rows;  // [KV heads of the range][HD]: one slot's rows in F32
             const int t = single_toks[it / n_ranges];
             const int g0 = (int)(it % n_ranges) * GH, g1 = std::min(NKV, g0 + GH), nh = (g1 - g0) * gqa;
-            const SeqInput& in = batch[refs[t].seq];
             const std::span<const int> slots(lvis.data() + lvis_off[t], lvis_off[t + 1] - lvis_off[t]);
+            const int64_t* at = lvis_at.data() + lvis_off[t];  // slots[k]'s row: k_rows + at[k] * k_slot_bytes
+            const uint8_t* k_rows = kv.k_slot(l, 0, 0);
+            const uint8_t* v_rows = kv.v_slot(l, 0, 0);
+            const int64_t ksb = kv.k_slot_bytes(), vsb = kv.v_slot_bytes();
             const int64_t n_s = (int64_t)slots.size();
             const float* q0 = q_.data() + (int64_t)t * QD + (int64_t)g0 * gqa * HD;  // [nh][HD]
             float* out0 = att_.data() + (int64_t)t * QD + (int64_t)g0 * gqa * HD;    // [nh][HD]
@@ -552,18 +570,15 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             // sequences from position 600, with and without, alternating in one process (AMD EPYC
             // Zen 3): 1.03x at one thread, 1.07x at two; from position 0 1.02x; the 110M model at
             // one sequence from 300 1.00x.
+            auto slot_row = [&](bool keys, int64_t k) { return keys ? k_rows + at[k] * ksb : v_rows + at[k] * vsb; };
             auto gather = [&](bool keys, int64_t k0, int cnt) {
                 const int64_t rb = keys ? krb : vrb;
                 for (int64_t j = k0 + cnt; j < std::min<int64_t>(n_s, k0 + cnt + 16); j++) {
-                    const int s = slots[j];
-                    const uint8_t* next = (keys ? kv.k_slot(l, in.block_table[s / bs], s % bs)
-                                                : kv.v_slot(l, in.block_table[s / bs], s % bs)) + g0 * rb;
+                    const uint8_t* next = slot_row(keys, j) + g0 * rb;
                     for (int64_t b = 0; b < nkv * rb; b += 64) __builtin_prefetch(next + b, 0, 3);
                 }
                 for (int j = 0; j < cnt; j++) {
-                    const int s = slots[k0 + j];
-                    const uint8_t* base = (keys ? kv.k_slot(l, in.block_table[s / bs], s % bs)
-                                                : kv.v_slot(l, in.block_table[s / bs], s % bs)) + g0 * rb;
+                    const uint8_t* base = slot_row(keys, k0 + j) + g0 * rb;
                     for (int g = 0; g < nkv; g++) {
                         if (f16_rows) ptr[(size_t)g * 16 + j] = reinterpret_cast<const uint16_t*>(base + g * rb);
                         else ptrf[(size_t)g * 16 + j] = reinterpret_cast<const float*>(base + g * rb);
@@ -583,8 +598,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                 }
             } else {
                 for (int64_t k = 0; k < n_s; k++) {
-                    const int s = slots[k];
-                    const uint8_t* ks = kv.k_slot(l, in.block_table[s / bs], s % bs);
+                    const uint8_t* ks = slot_row(true, k);
                     if (kwhole) {
                         const uint8_t* kp = ks + g0 * krb;
                         for (int h = 0; h < nh; h++)  // query head h of the range reads KV head h / gqa
@@ -615,8 +629,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                 }
             } else {
                 for (int64_t k = 0; k < n_s; k++) {
-                    const int s = slots[k];
-                    const uint8_t* vs = kv.v_slot(l, in.block_table[s / bs], s % bs);
+                    const uint8_t* vs = slot_row(false, k);
                     if (vwhole) {
                         const uint8_t* vp = vs + g0 * vrb;
                         for (int h = 0; h < nh; h++) kv_axpy(tv, sc[h * n_s + k], vp + (h / gqa) * vrb, out0 + h * HD, HD);
