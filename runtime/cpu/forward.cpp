@@ -75,6 +75,23 @@ inline float softmax_inv_sum(float* x, int n, float mx, float sink) {
     return 1.0f / (exp_sub_sum(x, n, mx) + std::exp(sink - mx));
 }
 
+// fn(t0, t1) over chunks of a step's n_tok tokens: across the pool once there are enough of them to
+// pay for a join (a prefill's chunk), on the caller otherwise (a decode step). For the per-token
+// work between the matmuls (norms, biases, RoPE, the KV writes, the residual adds), which ran on
+// the caller alone while the other threads waited. A 128-token prefill at 2 threads, with and
+// without, alternating in one process (AMD EPYC Zen 3): the 110M model in F16 1.018x, the serving
+// bench's model 1.021x, the logits the same bits.
+template <class F>
+void each_tokens(ThreadPool& pool, int n_tok, F&& fn) {
+    constexpr int kChunk = 16;
+    if (pool.n_threads() == 1 || n_tok < 2 * kChunk) {
+        fn(0, n_tok);
+        return;
+    }
+    pool.parallel_for((n_tok + kChunk - 1) / kChunk,
+                      [&](int64_t c) { fn((int)c * kChunk, std::min(n_tok, (int)(c + 1) * kChunk)); });
+}
+
 // Gemma's soft-capping: cap * tanh(s / cap), as ggml's scale, tanh, scale.
 inline float soft_cap(float s, float cap) { return cap * std::tanh(s * (1.0f / cap)); }
 
@@ -484,33 +501,43 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const std::vector<float>& lsin = swa && !rsin_swa.empty() ? rsin_swa : rsin;
         const float* sinks = L.attn_sinks ? static_cast<const float*>(L.attn_sinks.data) : nullptr;
         // -- attention block
-        rmsnorm(x, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, n_tok, xn_.data());
+        each_tokens(pool_, n_tok, [&](int t0, int t1) {
+            rmsnorm(x + (int64_t)t0 * E, static_cast<const float*>(L.attn_norm.data), p.rms_eps, E, t1 - t0,
+                    xn_.data() + (int64_t)t0 * E);
+        });
         {  // q [n_tok][QD], k and v [n_tok][KVD]
             const MatmulOut qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
             matmul_many(qkv, 3, xn_.data(), n_tok, pool_);
         }
-        add_bias(q_.data(), L.bq, QD, n_tok);
-        add_bias(k_.data(), L.bk, KVD, n_tok);
-        add_bias(v_.data(), L.bv, KVD, n_tok);
-        norm_heads(q_.data(), L.q_norm, p.rms_eps, HD, NH, n_tok);
-        norm_heads(k_.data(), L.k_norm, p.rms_eps, HD, NKV, n_tok);
-        for (int t = 0; t < n_tok; t++) {
-            const float* cs = lcos.data() + (size_t)t * half;
-            const float* sn = lsin.data() + (size_t)t * half;
-            for (int h = 0; h < NH; h++) rope_head(q_.data() + (int64_t)t * QD + h * HD, cs, sn, p.n_rot, p.rope_type);
-            for (int h = 0; h < NKV; h++) rope_head(k_.data() + (int64_t)t * KVD + h * HD, cs, sn, p.n_rot, p.rope_type);
-        }
-        // Write the new K/V into their slots. KV layout per slot: [n_head_kv][head_dim].
-        for (int t = 0; t < n_tok; t++) {
-            const SeqInput& in = batch[refs[t].seq];
-            const int slot = refs[t].slot;
-            const int blk = in.block_table[slot / bs];
-            // The slot row is whole blocks (check_kv_types): a block type quantizes its KVD values in
-            // one call, block by block (head by head when head_dim % 32 == 0; with head dim 16 or 8
-            // a block holds 2 or 4 heads).
-            kv_store_row(tk, k_.data() + (int64_t)t * KVD, kv.k_slot(l, blk, slot % bs), KVD);
-            kv_store_row(tv, v_.data() + (int64_t)t * KVD, kv.v_slot(l, blk, slot % bs), KVD);
-        }
+        each_tokens(pool_, n_tok, [&](int t0, int t1) {
+            const int n = t1 - t0;
+            float* q = q_.data() + (int64_t)t0 * QD;
+            float* k = k_.data() + (int64_t)t0 * KVD;
+            float* v = v_.data() + (int64_t)t0 * KVD;
+            add_bias(q, L.bq, QD, n);
+            add_bias(k, L.bk, KVD, n);
+            add_bias(v, L.bv, KVD, n);
+            norm_heads(q, L.q_norm, p.rms_eps, HD, NH, n);
+            norm_heads(k, L.k_norm, p.rms_eps, HD, NKV, n);
+            for (int t = t0; t < t1; t++) {
+                const float* cs = lcos.data() + (size_t)t * half;
+                const float* sn = lsin.data() + (size_t)t * half;
+                for (int h = 0; h < NH; h++) rope_head(q_.data() + (int64_t)t * QD + h * HD, cs, sn, p.n_rot, p.rope_type);
+                for (int h = 0; h < NKV; h++) rope_head(k_.data() + (int64_t)t * KVD + h * HD, cs, sn, p.n_rot, p.rope_type);
+            }
+            // Write the new K/V into their slots (each token its own). KV layout per slot:
+            // [n_head_kv][head_dim].
+            for (int t = t0; t < t1; t++) {
+                const SeqInput& in = batch[refs[t].seq];
+                const int slot = refs[t].slot;
+                const int blk = in.block_table[slot / bs];
+                // The slot row is whole blocks (check_kv_types): a block type quantizes its KVD values
+                // in one call, block by block (head by head when head_dim % 32 == 0; with head dim 16
+                // or 8 a block holds 2 or 4 heads).
+                kv_store_row(tk, k_.data() + (int64_t)t * KVD, kv.k_slot(l, blk, slot % bs), KVD);
+                kv_store_row(tv, v_.data() + (int64_t)t * KVD, kv.v_slot(l, blk, slot % bs), KVD);
+            }
+        });
         // Attention. Sequences with many new tokens: one work item per (sequence, KV head), as
         // matrix products (attend_block). The other tokens: one work item per (token, KV head)
         // over the token's visible slots; the gqa query heads that share a KV head are done
@@ -642,12 +669,17 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             }
         });
         matmul(L.wo, att_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
-        add_bias(tmp_.data(), L.bo, E, n_tok);
-        if (L.attn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.attn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());
-        for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+        each_tokens(pool_, n_tok, [&](int t0, int t1) {  // the residual, then the FFN's norm
+            const int n = t1 - t0;
+            float* o = tmp_.data() + (int64_t)t0 * E;
+            float* xt = x + (int64_t)t0 * E;
+            add_bias(o, L.bo, E, n);
+            if (L.attn_post_norm) rmsnorm(o, static_cast<const float*>(L.attn_post_norm.data), p.rms_eps, E, n, o);
+            for (int64_t i = 0; i < (int64_t)n * E; i++) xt[i] += o[i];
+            rmsnorm(xt, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n, xn_.data() + (int64_t)t0 * E);
+        });
 
         // -- feed-forward block
-        rmsnorm(x, static_cast<const float*>(L.ffn_norm.data), p.rms_eps, E, n_tok, xn_.data());
         if (p.is_moe()) {
             moe_ffn(L, n_tok);
             for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
@@ -668,8 +700,13 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             pool_.parallel_for(n_tok, [&](int64_t t) { swiglu(gate_.data() + t * p.n_ff, up_.data() + t * p.n_ff, p.n_ff); });
         }
         matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_);  // [n_tok][E]
-        if (L.ffn_post_norm) rmsnorm(tmp_.data(), static_cast<const float*>(L.ffn_post_norm.data), p.rms_eps, E, n_tok, tmp_.data());
-        for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+        each_tokens(pool_, n_tok, [&](int t0, int t1) {
+            const int n = t1 - t0;
+            float* o = tmp_.data() + (int64_t)t0 * E;
+            float* xt = x + (int64_t)t0 * E;
+            if (L.ffn_post_norm) rmsnorm(o, static_cast<const float*>(L.ffn_post_norm.data), p.rms_eps, E, n, o);
+            for (int64_t i = 0; i < (int64_t)n * E; i++) xt[i] += o[i];
+        });
     }
 
     if (hidden) {  // every token's state after the final norm, no output head
