@@ -368,9 +368,10 @@ TEST_CASE("matmul_many gives each output what matmul gives it alone at every ker
     const std::vector<std::vector<GgmlType>> groups = {
         {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K},  // a Q4_K_M layer's Q, K, V
         {GgmlType::F32, GgmlType::F16, GgmlType::BF16},
+        {GgmlType::F32, GgmlType::F32, GgmlType::F32},
         {GgmlType::Q8_0, GgmlType::F32},
         {GgmlType::MXFP4, GgmlType::Q4_0, GgmlType::Q5_K, GgmlType::Q8_0}};
-    const int64_t rows[] = {37, 200, 16, 133};
+    const int64_t rows[] = {37, 200, 16, 133};  // the outputs' rows: output i has rows[i]
     for (int l = 0; l <= (int)cpu_level_supported(); l++) {
         REQUIRE(set_cpu_level((CpuLevel)l));
         for (int n_threads : {1, 2}) {
@@ -378,7 +379,7 @@ TEST_CASE("matmul_many gives each output what matmul gives it alone at every ker
             for (const auto& types : groups) {
                 std::vector<RandomWeights> ws;
                 for (size_t i = 0; i < types.size(); i++) ws.emplace_back(types[i], K, rows[i], rng);
-                for (int n_tok : {1, 3, 8, 15, 16, 30, 49}) {
+                for (int n_tok : {1, 3, 8, 15, 16, 30, 49, 64, 130}) {
                     std::vector<float> X((size_t)n_tok * K);
                     for (auto& v : X) v = u(rng);
                     std::vector<std::vector<float>> alone(ws.size()), many(ws.size());
