@@ -463,19 +463,6 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         }
     }
 
-    // Each visible slot's row in a layer's K and V (its block * block_size + its place in the
-    // block), beside vis / vis_swa: the same in every layer, so the single tokens' attention finds
-    // a slot's rows without a block-table look-up and two divisions per slot, layer and pass.
-    auto slot_rows = [&](const std::vector<int>& v, const std::vector<int>& off) {
-        std::vector<int64_t> at(v.size());
-        for (int t = 0; t + 1 < (int)off.size(); t++) {
-            const SeqInput& in = batch[refs[t].seq];
-            for (int k = off[t]; k < off[t + 1]; k++)
-                at[(size_t)k] = (int64_t)in.block_table[v[(size_t)k] / kc.block_size] * kc.block_size + v[(size_t)k] % kc.block_size;
-        }
-        return at;
-    };
-    const std::vector<int64_t> vis_at = slot_rows(vis, vis_off), vis_swa_at = slot_rows(vis_swa, vis_swa_off);
 
     // Which sequences' attention runs as matrix products (kAttnBlockMin new tokens or more), and
     // the tokens of the others, which attend one by one.
@@ -486,6 +473,26 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         else
             for (int t = seq_start[s]; t < seq_start[s + 1]; t++) single_toks.push_back(t);
     }
+    // The single tokens' visible slots' rows in a layer's K and V (block * block_size + place in
+    // the block), token after token (single_toks[i]'s from at_off[i]): the same in every layer, so
+    // their attention finds a slot's rows without a block-table look-up and two divisions per slot,
+    // layer and pass.
+    auto slot_rows = [&](const std::vector<int>& v, const std::vector<int>& off, std::vector<int64_t>& at,
+                         std::vector<size_t>& at_off) {
+        if (off.empty()) return;
+        at_off.assign(single_toks.size() + 1, 0);
+        for (size_t i = 0; i < single_toks.size(); i++) {
+            const int t = single_toks[i];
+            const SeqInput& in = batch[refs[t].seq];
+            for (int k = off[t]; k < off[t + 1]; k++)
+                at.push_back((int64_t)in.block_table[v[(size_t)k] / kc.block_size] * kc.block_size + v[(size_t)k] % kc.block_size);
+            at_off[i + 1] = at.size();
+        }
+    };
+    std::vector<int64_t> vis_at, vis_swa_at;
+    std::vector<size_t> at_off, at_swa_off;
+    slot_rows(vis, vis_off, vis_at, at_off);
+    slot_rows(vis_swa, vis_swa_off, vis_swa_at, at_swa_off);
 
     const float scale = p.attention_scale(), softcap = p.attn_softcap;
     const int bs = kc.block_size;
@@ -497,6 +504,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         const std::vector<int>& lvis = swa ? vis_swa : vis;
         const std::vector<int>& lvis_off = swa ? vis_swa_off : vis_off;
         const std::vector<int64_t>& lvis_at = swa ? vis_swa_at : vis_at;
+        const std::vector<size_t>& lat_off = swa ? at_swa_off : at_off;
         const std::vector<float>& lcos = swa && !rcos_swa.empty() ? rcos_swa : rcos;
         const std::vector<float>& lsin = swa && !rsin_swa.empty() ? rsin_swa : rsin;
         const float* sinks = L.attn_sinks ? static_cast<const float*>(L.attn_sinks.data) : nullptr;
@@ -525,8 +533,9 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
                 for (int h = 0; h < NH; h++) rope_head(q_.data() + (int64_t)t * QD + h * HD, cs, sn, p.n_rot, p.rope_type);
                 for (int h = 0; h < NKV; h++) rope_head(k_.data() + (int64_t)t * KVD + h * HD, cs, sn, p.n_rot, p.rope_type);
             }
-            // Write the new K/V into their slots (each token its own). KV layout per slot:
-            // [n_head_kv][head_dim].
+            // Write the new K/V into their slots. KV layout per slot: [n_head_kv][head_dim]. Each
+            // token has a slot of its own (the engine gives a step's tokens distinct slots), so the
+            // chunks never write the same row.
             for (int t = t0; t < t1; t++) {
                 const SeqInput& in = batch[refs[t].seq];
                 const int slot = refs[t].slot;
@@ -567,7 +576,7 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             const int t = single_toks[it / n_ranges];
             const int g0 = (int)(it % n_ranges) * GH, g1 = std::min(NKV, g0 + GH), nh = (g1 - g0) * gqa;
             const std::span<const int> slots(lvis.data() + lvis_off[t], lvis_off[t + 1] - lvis_off[t]);
-            const int64_t* at = lvis_at.data() + lvis_off[t];  // slots[k]'s row: k_rows + at[k] * k_slot_bytes
+            const int64_t* at = lvis_at.data() + lat_off[it / n_ranges];  // slots[k]'s row: k_rows + at[k] * k_slot_bytes
             const uint8_t* k_rows = kv.k_slot(l, 0, 0);
             const uint8_t* v_rows = kv.v_slot(l, 0, 0);
             const int64_t ksb = kv.k_slot_bytes(), vsb = kv.v_slot_bytes();
@@ -682,7 +691,9 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         // -- feed-forward block
         if (p.is_moe()) {
             moe_ffn(L, n_tok);
-            for (int64_t i = 0; i < (int64_t)n_tok * E; i++) x[i] += tmp_[i];
+            each_tokens(pool_, n_tok, [&](int t0, int t1) {
+                for (int64_t i = (int64_t)t0 * E; i < (int64_t)t1 * E; i++) x[i] += tmp_[i];
+            });
             continue;
         }
         {  // gate and up [n_tok][n_ff]
