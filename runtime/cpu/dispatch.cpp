@@ -237,8 +237,8 @@ bool dequantize_row_fast(GgmlType type, const void* blocks, int64_t n_elems, flo
     return kernels().dequantize_row_fast(type, blocks, n_elems, out);
 }
 bool quant_gemm_supported(GgmlType type) { return kernels().quant_gemm_supported(type); }
-const void* quant_gemm_acts(const WeightView& W, const float* X, int n_tok, ThreadPool& pool) {
-    return kernels().quant_gemm_acts(W, X, n_tok, pool);
+const void* quant_gemm_acts(const WeightView& W, const float* X, int n_tok, ThreadPool& pool, int slot) {
+    return kernels().quant_gemm_acts(W, X, n_tok, pool, slot);
 }
 void quant_gemm_rows(const WeightView& W, const void* acts, int n_tok, float* Y, int64_t r_begin, int64_t r_end) {
     kernels().quant_gemm_rows(W, acts, n_tok, Y, r_begin, r_end);

@@ -37,6 +37,10 @@ static_assert(sizeof(ActBlock32) == 44 && sizeof(ActBlock256) == 292);
 // kernels, the best 256-bit ones for the other types) where the kernel level has them.
 enum class QuantDotPath { SCALAR, AVX2, VNNI, AVX512 };
 
+// Scratch slots of quant_gemm_acts: the most activation layouts one matmul_many call (kernels.h)
+// keeps at once, its most outputs.
+inline constexpr int kQuantGemmSlots = 4;
+
 #include "cpu/quant_dot_api.inc"
 
 inline float vec_dot_scalar(GgmlType type, const void* w_row, const void* act, int64_t n_cols) {
