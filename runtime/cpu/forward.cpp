@@ -463,7 +463,6 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         }
     }
 
-
     // Which sequences' attention runs as matrix products (kAttnBlockMin new tokens or more), and
     // the tokens of the others, which attend one by one.
     std::vector<int> block_seqs, single_toks;
