@@ -40,6 +40,12 @@ CpuFeatures detect() {
     CpuFeatures f;
     f.model_name = brand_string();
     unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) != 0) {
+        const unsigned regs[3] = {b, d, c};
+        char v[13] = {};
+        std::memcpy(v, regs, 12);
+        f.vendor = v;
+    }
     if (__get_cpuid(1, &a, &b, &c, &d) == 0) return f;
     const bool osxsave = bit(c, 27), avx = bit(c, 28);
     f.fma = bit(c, 12);

@@ -18,6 +18,7 @@ constexpr int kCpuLevelCount = 4;
 
 struct CpuFeatures {
     std::string model_name;  // cpuid's brand string, e.g. "AMD EPYC 9R14 96-Core Processor"
+    std::string vendor;      // cpuid leaf 0: "AuthenticAMD", "GenuineIntel", ...
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false, avx512cd = false;
     bool avx512vnni = false, avx512bf16 = false, amx_tile = false;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -89,7 +90,18 @@ CpuLevel initial_level() {
     return *asked;
 }
 
+// The streaming tile's rows (kernels.h g_stream_rows): STEWARD_STREAM_ROWS where it says 1 or 4,
+// else 1 on AMD's CPUs and 4 elsewhere.
+int initial_stream_rows() {
+    if (const char* e = std::getenv("STEWARD_STREAM_ROWS"); e != nullptr && *e != '\0') {
+        if (std::strcmp(e, "1") == 0 || std::strcmp(e, "4") == 0) return std::atoi(e);
+        spdlog::warn("STEWARD_STREAM_ROWS='{}': the streaming tile takes 1 or 4 rows; choosing from the CPU's vendor", e);
+    }
+    return cpu_features().vendor == "AuthenticAMD" ? 1 : 4;
+}
+
 const Kernels& kernels() {
+    [[maybe_unused]] static const bool rows_chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed), true);
     int level = g_level.load(std::memory_order_relaxed);
     if (level < 0) {
         int expected = -1;
@@ -114,6 +126,11 @@ bool set_cpu_level(CpuLevel level) {
 
 // --- kernels.h ---------------------------------------------------------------------------------
 
+int stream_tile_rows() {
+    kernels();
+    return g_stream_rows.load(std::memory_order_relaxed);
+}
+
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
 
 int gemm_class(GgmlType t) {
@@ -135,7 +152,8 @@ std::string matmul_variant(GgmlType t) {
         dec = std::string("int8 dot products, ") + isa + (quant_dot_wide(t) && l >= CpuLevel::AVX512 ? " 64-byte" : "") +
               " (activations to 8 bits)";
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
-        dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)");
+        dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
+              (l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 1 ? ", 1-2 tokens a row at a time" : ", 1-2 tokens in 4-row tiles") : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;

@@ -35,6 +35,16 @@ inline constexpr int kGemmClasses = 6;
 // The class of a weight type; -1 for a type outside them (its default applies).
 int gemm_class(GgmlType t);
 inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
+
+// Rows per tile of the AVX-512 levels' streaming kernel for the dense types (F32, F16, BF16) at one
+// and two tokens: 4 rows read side by side, the stream ahead asked for (Intel), or 1 row at a time
+// and no prefetch instructions (AMD, where Zen 4's prefetchers follow one row's stream and lose
+// four interleaved ones: the F32 matvec read 13-15 GB/s in 4-row tiles and 21-24 GB/s row by row,
+// against 23.7 GB/s of read bandwidth). Set at the first kernel call from the CPU's vendor;
+// STEWARD_STREAM_ROWS=1 or 4 overrides it. The sums are the same either way (each row's products
+// in the same order).
+inline std::atomic<int> g_stream_rows{4};
+int stream_tile_rows();
 // Which matmul path: AUTO picks by n_tok (gemm_min_tokens); the others force one, for the
 // kernel tests (every path at every n_tok) and the bench (stream vs gemm vs OpenBLAS, measured).
 // GEMM is our own tiled AVX-512 kernel where the kernel level has AVX-512 (kernels.cpp: OpenBLAS's

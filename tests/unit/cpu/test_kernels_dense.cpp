@@ -356,6 +356,43 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
     REQUIRE(set_cpu_level(was));
 }
 
+// The AVX-512 levels stream one and two tokens of the dense types either a row at a time (AMD) or in
+// 4-row tiles (kernels.h g_stream_rows): both must give the reference loop's sums, and the same bits
+// as each other (each row's products in the same order), at every level, on row counts that leave a
+// partial tile and across the two-token boundary.
+TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the reference and itself", "[kernels][dispatch]") {
+    const CpuLevel was = cpu_level();
+    const int rows_was = stream_tile_rows();
+    std::mt19937 rng(47);
+    ThreadPool pool(2);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        INFO("kernel level " << cpu_level_name((CpuLevel)l));
+        for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+            for (int n_tok : {1, 2, 3}) {
+                INFO(ggml_type_name((uint32_t)type) << " n_tok " << n_tok);
+                const RandomWeights w(type, 200, 39, rng);
+                std::vector<float> X((size_t)(n_tok * 200));
+                for (auto& v : X) v = u(rng);
+                std::vector<double> ref, mag;
+                reference_matmul(w.view, X, n_tok, ref, mag);
+                std::vector<float> y1((size_t)(n_tok * 39), NAN), y4((size_t)(n_tok * 39), NAN);
+                g_stream_rows.store(1);
+                matmul(w.view, X.data(), n_tok, y1.data(), pool, MatmulPath::STREAM);
+                g_stream_rows.store(4);
+                matmul(w.view, X.data(), n_tok, y4.data(), pool, MatmulPath::STREAM);
+                for (size_t i = 0; i < y1.size(); i++) {
+                    INFO("output " << i);
+                    REQUIRE(std::abs(y1[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
+                    REQUIRE(std::memcmp(&y1[i], &y4[i], sizeof(float)) == 0);
+                }
+            }
+    }
+    g_stream_rows.store(rows_was);
+    REQUIRE(set_cpu_level(was));
+}
+
 // matmul_many runs several products of one X in one parallel_for where they all stream their weights:
 // each output must hold what matmul gives it alone (bit for bit: the same row kernels on the same
 // quantized activations), and the dense ones the reference loop's sums, at every level, across the
