@@ -157,8 +157,8 @@ std::string matmul_variant(GgmlType t) {
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;
-    const std::string gemm = l >= CpuLevel::AVX512                        ? "tiled AVX-512 GEMM"
-                             : !exact_quant() && quant_gemm_supported(t) ? std::string("int8 panel GEMM, ") + isa
+    const std::string gemm = !exact_quant() && quant_gemm_supported(t) ? std::string("int8 panel GEMM, ") + isa
+                             : l >= CpuLevel::AVX512                     ? "tiled AVX-512 GEMM"
                              : half && l >= CpuLevel::AVX2               ? std::string("4x3 register tiles, ") + isa + " (weights converted in registers); " +
                                                                              std::to_string(kAvx2TiledHalfFrom) + "+: tiled GEMM, " + isa + " (4 rows x 24 tokens)"
                              : (t == GgmlType::F32 || t == GgmlType::BF16) && l >= CpuLevel::AVX2 ? std::string("tiled GEMM, ") + isa + " (4 rows x 24 tokens)"

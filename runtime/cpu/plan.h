@@ -81,9 +81,10 @@ std::string cpu_plan_cache_path();
 // AVX2 level's int8 panel GEMM, 3 with the k-quants in it, 4 kGemmMargin, 5 its integer
 // super-block sums, 6 the streaming kernels' prefetch of every line of a block, 7 the AVX2 level's
 // F16 register tiles, 8 BF16 a class of its own, 9 the AVX2 level's tiled GEMM for F32, BF16 and
-// F16 from 48 tokens, 10 its streaming kernels' 8-token tile), so that a line of another revision
+// F16 from 48 tokens, 10 its streaming kernels' 8-token tile, 11 the panel GEMM on the AVX-512
+// levels, with dpbusd on avx512vnni), so that a line of another revision
 // is measured again rather than keeping a crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 10;
+inline constexpr int kCpuPlanRevision = 11;
 // A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r10".
 std::string cpu_plan_level_key();
 

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/quant_dot.h"
 #include "cpu/thread_pool.h"
@@ -405,13 +406,18 @@ double quantized_act_dot(GgmlType t, const uint8_t* w_row, const uint8_t* act, i
 
 TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its quantized activations",
           "[quant_dot][kernels]") {
-    // Where the level has the panel GEMM (AVX2 without AVX-512), quant_gemm_rows against the
-    // reference dequantizer's rows times the quantized activations, for a row range that starts and
-    // ends inside a panel of 8 rows and token counts that leave a short tile of 4; outside the range
-    // Y keeps its sentinel. On every level, matmul's GEMM path stays within the activation rounding
+    // At every kernel level this CPU supports, where the level has the panel GEMM (AVX2 and above;
+    // avx512vnni sums with dpbusd, the others with maddubs), quant_gemm_rows against the reference
+    // dequantizer's rows times the quantized activations, for a row range that starts and ends
+    // inside a panel of 8 rows and token counts that leave a short tile of 4; outside the range Y
+    // keeps its sentinel. On every level, matmul's GEMM path stays within the activation rounding
     // bound of the unquantized dot product.
+    const CpuLevel was = cpu_level();
     std::mt19937 rng(31);
     ThreadPool pool(2);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+    REQUIRE(set_cpu_level((CpuLevel)l));
+    INFO("kernel level " << cpu_level_name((CpuLevel)l));
     for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                              GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::IQ4_XS, GgmlType::Q4_K, GgmlType::Q5_K,
                              GgmlType::Q6_K, GgmlType::Q2_K}) {
@@ -456,4 +462,6 @@ TEST_CASE("the int8 panel GEMM gives each row and token the dot product of its q
             }
         }
     }
+    }
+    REQUIRE(set_cpu_level(was));
 }
