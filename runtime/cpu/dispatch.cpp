@@ -100,8 +100,18 @@ int initial_stream_rows() {
     return cpu_features().vendor == "AuthenticAMD" ? 1 : 4;
 }
 
+// The BF16 GEMM's pairs (kernels.h g_gemm_bf16): where the CPU and OS have AVX512_BF16 and 512-bit
+// state, unless STEWARD_BF16_GEMM=f32.
+bool initial_gemm_bf16() {
+    const CpuFeatures& f = cpu_features();
+    if (!f.avx512bf16 || !f.os_zmm || !f.avx512f || !f.avx512bw) return false;
+    const char* e = std::getenv("STEWARD_BF16_GEMM");
+    return e == nullptr || std::strcmp(e, "f32") != 0;
+}
+
 const Kernels& kernels() {
-    [[maybe_unused]] static const bool rows_chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed), true);
+    [[maybe_unused]] static const bool rows_chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed),
+                                                      g_gemm_bf16.store(initial_gemm_bf16(), std::memory_order_relaxed), true);
     int level = g_level.load(std::memory_order_relaxed);
     if (level < 0) {
         int expected = -1;
@@ -126,6 +136,10 @@ bool set_cpu_level(CpuLevel level) {
 
 // --- kernels.h ---------------------------------------------------------------------------------
 
+bool gemm_bf16_pairs() {
+    kernels();
+    return g_gemm_bf16.load(std::memory_order_relaxed);
+}
 int stream_tile_rows() {
     kernels();
     return g_stream_rows.load(std::memory_order_relaxed);
@@ -158,7 +172,8 @@ std::string matmul_variant(GgmlType t) {
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;
     const std::string gemm = !exact_quant() && quant_gemm_supported(t) ? std::string("int8 panel GEMM, ") + isa
-                             : l >= CpuLevel::AVX512                     ? "tiled AVX-512 GEMM"
+                             : l >= CpuLevel::AVX512 ? std::string("tiled AVX-512 GEMM") +
+                                                           (t == GgmlType::BF16 && gemm_bf16_pairs() ? " (BF16 pairs, vdpbf16ps; tokens rounded to BF16)" : "")
                              : half && l >= CpuLevel::AVX2               ? std::string("4x3 register tiles, ") + isa + " (weights converted in registers); " +
                                                                              std::to_string(kAvx2TiledHalfFrom) + "+: tiled GEMM, " + isa + " (4 rows x 24 tokens)"
                              : (t == GgmlType::F32 || t == GgmlType::BF16) && l >= CpuLevel::AVX2 ? std::string("tiled GEMM, ") + isa + " (4 rows x 24 tokens)"

@@ -60,9 +60,13 @@ struct RandomWeights {
 };
 
 // Y[t][r] in double over rows dequantized by the reference dequantizer; also sum |w x| per
-// output, the scale of the rounding error a float kernel may make.
-void reference_matmul(const WeightView& W, const std::vector<float>& X, int n_tok, std::vector<double>& Y,
-                      std::vector<double>& mag) {
+// output, the scale of the rounding error a float kernel may make. round_bf16: the activations
+// rounded to BF16 first (to nearest even, f32_to_bf16), as the BF16 pair GEMM and llama.cpp round them.
+void reference_matmul(const WeightView& W, const std::vector<float>& X_in, int n_tok, std::vector<double>& Y,
+                      std::vector<double>& mag, bool round_bf16 = false) {
+    std::vector<float> X = X_in;
+    if (round_bf16)
+        for (auto& x : X) x = bf16_to_f32(f32_to_bf16(x));
     const int64_t K = W.n_cols, N = W.n_rows;
     Y.assign((size_t)(n_tok * N), 0.0);
     mag.assign((size_t)(n_tok * N), 0.0);
@@ -78,6 +82,13 @@ void reference_matmul(const WeightView& W, const std::vector<float>& X, int n_to
     }
 }
 
+// Whether matmul(W, n_tok tokens, path) takes the BF16 pair GEMM (kernels.h g_gemm_bf16): BF16
+// weights, many tokens, an AVX-512 level on a CPU with AVX512_BF16, outside the exact path.
+bool bf16_pairs(const WeightView& W, int n_tok, MatmulPath path) {
+    return W.type == GgmlType::BF16 && cpu_level() >= CpuLevel::AVX512 && gemm_bf16_pairs() && !exact_quant() &&
+           (path == MatmulPath::GEMM || (path == MatmulPath::AUTO && n_tok >= gemm_min_tokens(W)));
+}
+
 void check_matmul(GgmlType type, int64_t K, int64_t N, int n_tok, ThreadPool& pool, std::mt19937& rng,
                   MatmulPath path = MatmulPath::AUTO) {
     const RandomWeights w(type, K, N, rng);
@@ -87,7 +98,7 @@ void check_matmul(GgmlType type, int64_t K, int64_t N, int n_tok, ThreadPool& po
     std::vector<float> Y((size_t)(n_tok * N), NAN);
     matmul(w.view, X.data(), n_tok, Y.data(), pool, path);
     std::vector<double> ref, mag;
-    reference_matmul(w.view, X, n_tok, ref, mag);
+    reference_matmul(w.view, X, n_tok, ref, mag, bf16_pairs(w.view, n_tok, path));
     for (size_t i = 0; i < Y.size(); i++) {
         INFO(ggml_type_name((uint32_t)type) << " K=" << K << " N=" << N << " n_tok=" << n_tok << " threads=" << pool.n_threads() << " path=" << (int)path
                                   << " output " << i);
@@ -393,6 +404,46 @@ TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the r
     REQUIRE(set_cpu_level(was));
 }
 
+// BF16 weights' GEMM on the AVX-512 levels of a CPU with AVX512_BF16 (g_gemm_bf16): the tokens
+// rounded to BF16 and multiplied in pairs must give the double-loop sums of the rounded tokens, on
+// odd and even K (the last pair half empty), panel and row-group edges; with the pairs off, and on
+// the exact path, the F32 tiles give the sums of the unrounded tokens. Where the CPU lacks
+// AVX512_BF16 only the F32 half runs.
+TEST_CASE("the bf16 pair gemm matches a reference over bf16-rounded tokens, the f32 tiles one over exact ones", "[kernels][dispatch]") {
+    const bool pairs_was = gemm_bf16_pairs();
+    std::mt19937 rng(53);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    ThreadPool pool(2);
+    for (const int64_t K : {255, 256, 513})
+        for (const int64_t N : {16, 37})
+            for (const int n_tok : {16, 47, 49, 130}) {
+                const RandomWeights w(GgmlType::BF16, K, N, rng);
+                std::vector<float> X((size_t)(n_tok * K));
+                for (auto& v : X) v = u(rng);
+                for (const bool pairs : {false, true}) {
+                    if (pairs && !pairs_was) continue;
+                    g_gemm_bf16.store(pairs);
+                    std::vector<float> Y((size_t)(n_tok * N), NAN);
+                    matmul(w.view, X.data(), n_tok, Y.data(), pool, MatmulPath::GEMM);
+                    const bool rounded = pairs && cpu_level() >= CpuLevel::AVX512;
+                    std::vector<double> ref, mag;
+                    reference_matmul(w.view, X, n_tok, ref, mag, rounded);
+                    for (size_t i = 0; i < Y.size(); i++) {
+                        INFO("K " << K << " N " << N << " n_tok " << n_tok << " pairs " << pairs << " output " << i);
+                        REQUIRE(std::abs(Y[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
+                    }
+                    if (rounded) {  // the rounding is real: the unrounded sums differ somewhere
+                        std::vector<double> exact, emag;
+                        reference_matmul(w.view, X, n_tok, exact, emag, false);
+                        double worst = 0;
+                        for (size_t i = 0; i < Y.size(); i++) worst = std::max(worst, std::abs(Y[i] - exact[i]) / (emag[i] + 1e-6));
+                        CHECK(worst > 1e-4);
+                    }
+                }
+            }
+    g_gemm_bf16.store(pairs_was);
+}
+
 // matmul_many runs several products of one X in one parallel_for where they all stream their weights:
 // each output must hold what matmul gives it alone (bit for bit: the same row kernels on the same
 // quantized activations), and the dense ones the reference loop's sums, at every level, across the
@@ -434,7 +485,7 @@ TEST_CASE("matmul_many gives each output what matmul gives it alone at every ker
                         REQUIRE(std::memcmp(alone[i].data(), many[i].data(), alone[i].size() * sizeof(float)) == 0);
                         if (quant_block_elems(types[i]) > 1) continue;
                         std::vector<double> ref, mag;
-                        reference_matmul(ws[i].view, X, n_tok, ref, mag);
+                        reference_matmul(ws[i].view, X, n_tok, ref, mag, bf16_pairs(ws[i].view, n_tok, MatmulPath::AUTO));
                         for (size_t j = 0; j < ref.size(); j++) REQUIRE(std::abs(many[i][j] - ref[j]) <= 1e-5 * mag[j] + 1e-6);
                     }
                 }
