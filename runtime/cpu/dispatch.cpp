@@ -104,9 +104,13 @@ int initial_stream_rows() {
 // state, unless STEWARD_BF16_GEMM=f32.
 bool initial_gemm_bf16() {
     const CpuFeatures& f = cpu_features();
-    if (!f.avx512bf16 || !f.os_zmm || !f.avx512f || !f.avx512bw) return false;
+    const bool can = f.avx512bf16 && f.os_zmm && f.avx512f && f.avx512bw;
     const char* e = std::getenv("STEWARD_BF16_GEMM");
-    return e == nullptr || std::strcmp(e, "f32") != 0;
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "pairs") == 0) return can;
+    if (std::strcmp(e, "f32") == 0) return false;
+    spdlog::warn("STEWARD_BF16_GEMM='{}': the BF16 GEMM takes 'pairs' (vdpbf16ps where the CPU has AVX512_BF16) or 'f32'; using {}",
+                 e, can ? "pairs" : "f32");
+    return can;
 }
 
 const Kernels& kernels() {

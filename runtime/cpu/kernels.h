@@ -47,10 +47,11 @@ inline std::atomic<int> g_stream_rows{4};
 
 // BF16 weights' tiled GEMM on the AVX-512 levels with vdpbf16ps, the tokens rounded to BF16 as
 // llama.cpp rounds them (true), or the F32 tiles (false). Set at the first kernel call: true where
-// the CPU has AVX512_BF16, unless STEWARD_BF16_GEMM=f32 asks for the F32 tiles.
+// the CPU has AVX512_BF16, unless STEWARD_BF16_GEMM=f32 asks for the F32 tiles (=pairs: the default).
 inline std::atomic<bool> g_gemm_bf16{false};
 bool gemm_bf16_pairs();  // g_gemm_bf16, after the first kernel call's choice
-int stream_tile_rows();
+int stream_tile_rows();  // g_stream_rows, after the first kernel call's choice
+
 // Which matmul path: AUTO picks by n_tok (gemm_min_tokens); the others force one, for the
 // kernel tests (every path at every n_tok) and the bench (stream vs gemm vs OpenBLAS, measured).
 // GEMM is our own tiled AVX-512 kernel where the kernel level has AVX-512 (kernels.cpp: OpenBLAS's
