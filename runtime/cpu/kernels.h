@@ -36,13 +36,14 @@ inline constexpr int kGemmClasses = 6;
 int gemm_class(GgmlType t);
 inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
 
-// Rows per tile of the AVX-512 levels' streaming kernel for the dense types (F32, F16, BF16) at one
-// and two tokens: 4 rows read side by side, the stream ahead asked for (Intel), or 1 row at a time
-// and no prefetch instructions (AMD, where Zen 4's prefetchers follow one row's stream and lose
-// four interleaved ones: the F32 matvec read 13-15 GB/s in 4-row tiles and 21-24 GB/s row by row,
-// against 23.7 GB/s of read bandwidth). Set at the first kernel call from the CPU's vendor;
-// STEWARD_STREAM_ROWS=1 or 4 overrides it. The sums are the same either way (each row's products
-// in the same order).
+// The AVX-512 levels' streaming kernel for the dense types at one and two tokens: 4 (Intel): 4-row
+// tiles of 512-bit vectors, the stream ahead asked for; 1 (AMD): F32 one row at a time with no
+// prefetch instructions (Zen 4's prefetchers follow one row's stream and lose four interleaved
+// ones: the F32 matvec read 13-15 GB/s in 4-row tiles and 21-24 GB/s row by row, against 23.7 GB/s
+// of read bandwidth), F16 and BF16 in the AVX2 level's 4-row tiles of 256-bit vectors (1.3-1.4x
+// the 512-bit ones in decode there). Set at the first kernel call from the CPU's vendor;
+// STEWARD_STREAM_ROWS=1 or 4 overrides it. F32's sums are the same bits either way (each row's
+// products in the same order); F16's and BF16's are the AVX2 level's on AMD.
 inline std::atomic<int> g_stream_rows{4};
 
 // BF16 weights' tiled GEMM on the AVX-512 levels with vdpbf16ps, the tokens rounded to BF16 as
