@@ -113,11 +113,17 @@ bool initial_gemm_bf16() {
     return can;
 }
 
+// The choices by vendor and feature above, once per process: from the first kernel call or the
+// first set_cpu_level, whichever comes first (not on every kernel call).
+void choose_shapes_once() {
+    [[maybe_unused]] static const bool chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed),
+                                                 g_gemm_bf16.store(initial_gemm_bf16(), std::memory_order_relaxed), true);
+}
+
 const Kernels& kernels() {
-    [[maybe_unused]] static const bool rows_chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed),
-                                                      g_gemm_bf16.store(initial_gemm_bf16(), std::memory_order_relaxed), true);
     int level = g_level.load(std::memory_order_relaxed);
     if (level < 0) {
+        choose_shapes_once();
         int expected = -1;
         g_level.compare_exchange_strong(expected, (int)initial_level(), std::memory_order_relaxed);
         level = g_level.load(std::memory_order_relaxed);
@@ -134,6 +140,7 @@ CpuLevel cpu_level() {
 
 bool set_cpu_level(CpuLevel level) {
     if (level > cpu_level_supported()) return false;
+    choose_shapes_once();
     g_level.store((int)level, std::memory_order_relaxed);
     return true;
 }
