@@ -82,9 +82,10 @@ std::string cpu_plan_cache_path();
 // super-block sums, 6 the streaming kernels' prefetch of every line of a block, 7 the AVX2 level's
 // F16 register tiles, 8 BF16 a class of its own, 9 the AVX2 level's tiled GEMM for F32, BF16 and
 // F16 from 48 tokens, 10 its streaming kernels' 8-token tile, 11 the panel GEMM on the AVX-512
-// levels, with dpbusd on avx512vnni, 12 BF16's pair GEMM with vdpbf16ps), so that a line of another revision
-// is measured again rather than keeping a crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 12;
+// levels, with dpbusd on avx512vnni, 12 BF16's pair GEMM with vdpbf16ps, 13 the panel GEMM's
+// unsigned-weight dpbusd tiles and vector activation quantization), so that a line of another
+// revision is measured again rather than keeping a crossover timed against the old kernel.
+inline constexpr int kCpuPlanRevision = 13;
 // A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r10".
 std::string cpu_plan_level_key();
 

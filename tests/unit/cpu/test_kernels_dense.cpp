@@ -205,6 +205,37 @@ TEST_CASE("swiglu and the softmax body match std::exp on odd lengths", "[kernels
     }
 }
 
+TEST_CASE("rmsnorm matches a double loop at every kernel level, tokens and odd lengths included", "[kernels][dispatch]") {
+    // The scale 1 / sqrt(mean(x^2) + eps) from a double sum, rounded to float, then x * scale * w in
+    // float, as ggml's rms_norm and mul: within an ulp of the float products.
+    const CpuLevel was = cpu_level();
+    std::mt19937 rng(41);
+    std::normal_distribution<float> g(0.0f, 3.0f);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+        REQUIRE(set_cpu_level((CpuLevel)l));
+        INFO("kernel level " << cpu_level_name((CpuLevel)l));
+        for (const int n : {1, 7, 16, 23, 768, 1001}) {
+            const int n_tok = 3;
+            std::vector<float> x((size_t)(n * n_tok)), w((size_t)n), y((size_t)(n * n_tok), -1.0f);
+            for (float& v : x) v = g(rng);
+            for (float& v : w) v = 1.0f + 0.1f * g(rng);
+            x[(size_t)n * 2] = 1e4f;  // one token dominated by one value
+            rmsnorm(x.data(), w.data(), 1e-5f, n, n_tok, y.data());
+            for (int t = 0; t < n_tok; t++) {
+                double ss = 0.0;
+                for (int i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i];
+                const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+                for (int i = 0; i < n; i++) {
+                    INFO("n " << n << " token " << t << " i " << i);
+                    const double want = x[t * n + i] * scale * w[i];
+                    CHECK(std::fabs(y[t * n + i] - want) <= 3e-7 * std::fabs(want) + 1e-30);
+                }
+            }
+        }
+    }
+    REQUIRE(set_cpu_level(was));
+}
+
 TEST_CASE("the kv dot, axpy and f16 conversion kernels match plain loops on odd lengths in f32 and f16", "[kernels]") {
     std::mt19937 rng(16);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);

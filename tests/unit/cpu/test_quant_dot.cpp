@@ -185,6 +185,11 @@ TEST_CASE("activation blocks are ggml's Q8_0 / Q8_1 and Q8_K, bit for bit, ties 
     x[66] = -3.5f;
     for (int j = 0; j < 32; j++) x[96 + j] = 0.0f;
     x[300] = -1000.0f;  // the Q8_K block 1's largest |x| is negative: d > 0 there
+    // At every kernel level this CPU supports (the AVX2 and AVX-512 levels quantize in vectors).
+    const CpuLevel was = cpu_level();
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+    REQUIRE(set_cpu_level((CpuLevel)l));
+    INFO("kernel level " << cpu_level_name((CpuLevel)l));
     for (const GgmlType t : {GgmlType::Q4_1, GgmlType::Q4_K}) {
         const std::vector<uint8_t> a = quantized(t, x.data(), n);
         if (t == GgmlType::Q4_K) {
@@ -221,6 +226,8 @@ TEST_CASE("activation blocks are ggml's Q8_0 / Q8_1 and Q8_K, bit for bit, ties 
             CHECK(b[3].d == 0.0f);
         }
     }
+    }
+    REQUIRE(set_cpu_level(was));
 }
 
 TEST_CASE("vec_dot matches the reference dequantizer's dot product within the activation rounding bound",
