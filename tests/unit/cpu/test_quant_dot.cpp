@@ -315,8 +315,14 @@ TEST_CASE("every compiled vec_dot path agrees with the scalar twin up to float r
 
 TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path within the rounding bound",
           "[quant_dot][kernels]") {
+    // At every kernel level this CPU supports: one token takes the decode kernels (four rows a call
+    // where a type has such a kernel), each row exactly what vec_dot gives it alone.
+    const CpuLevel was = cpu_level();
     std::mt19937 rng(23);
     ThreadPool pool(2);
+    for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+    REQUIRE(set_cpu_level((CpuLevel)l));
+    INFO("kernel level " << cpu_level_name((CpuLevel)l));
     for (const GgmlType t : kTypes) {
         const int64_t K = 768, N = 37;  // 37 rows: three chunks of 16, the last short
         const std::vector<uint8_t> w = random_weights(t, N, K, rng);
@@ -346,6 +352,8 @@ TEST_CASE("matmul on quantized weights for 1 to 4 tokens matches the exact path 
                 }
         }
     }
+    }
+    REQUIRE(set_cpu_level(was));
 }
 
 TEST_CASE("the fast k-quant and IQ4 dequantizers give the reference dequantizer's values", "[quant_dot]") {
