@@ -178,7 +178,7 @@ std::string matmul_variant(GgmlType t) {
               " (activations to 8 bits)";
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
-              (l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : t == GgmlType::F32 ? ", 1-2 tokens a row at a time" : ", 1-2 tokens in 4-row 256-bit tiles") : "");
+              (l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : t == GgmlType::F32 ? ", 1-2 tokens a row at a time" : ", 1 token a 256-bit row at a time, 2 in 4-row 256-bit tiles") : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;

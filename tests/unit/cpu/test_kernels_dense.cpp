@@ -399,8 +399,8 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
 }
 
 // The AVX-512 levels stream one and two tokens of the dense types in 4-row 512-bit tiles (Intel) or
-// AMD's way (kernels.h g_stream_rows): F32 a row at a time, F16 and BF16 in the AVX2 level's 256-bit
-// tiles. Both must give the reference loop's sums at every level, on row counts that leave a
+// AMD's way (kernels.h g_stream_rows): F32 a row at a time, F16 and BF16 a 256-bit row at a time
+// (one token) or in the AVX2 level's 256-bit tiles (two). Both must give the reference loop's sums at every level, on row counts that leave a
 // partial tile and across the two-token boundary; F32 the same bits either way (each row's products
 // in the same order), F16 and BF16 on AMD's setting the AVX2 level's bits.
 TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the reference and itself", "[kernels][dispatch]") {
