@@ -42,9 +42,9 @@ inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
 // ones: the F32 matvec read 13-15 GB/s in 4-row tiles and 21-24 GB/s row by row, against 23.7 GB/s
 // of read bandwidth), F16 and BF16 one 256-bit row at a time at one token and in the AVX2 level's
 // 4-row tiles of 256-bit vectors at two (Zen 4 converts 16 halves at half the rate of 8; the
-// 256-bit code ran 1.3-1.4x the 512-bit in decode there). Set at the first kernel call from the CPU's vendor;
-// STEWARD_STREAM_ROWS=1 or 4 overrides it. F32's sums are the same bits either way (each row's
-// products in the same order); F16's and BF16's are the AVX2 level's on AMD.
+// 256-bit code ran 1.3-1.4x the 512-bit in decode there). Set at the first kernel call from the
+// CPU's vendor; STEWARD_STREAM_ROWS=1 or 4 overrides it. F32's sums are the same bits either way
+// (each row's products in the same order); F16's and BF16's are the AVX2 level's on AMD.
 inline std::atomic<int> g_stream_rows{4};
 
 // BF16 weights' tiled GEMM on the AVX-512 levels with vdpbf16ps, the tokens rounded to BF16 as
