@@ -103,6 +103,35 @@ TEST_CASE("greedy picks the argmax found by a plain loop, on a 150k vocabulary",
     CHECK(steward::argmax(logits) == static_cast<int32_t>(best));
 }
 
+TEST_CASE("argmax equals a plain strict-greater scan with ties, NaN, infinities and signed zeros",
+          "[sampling]") {
+    // The reference: the first id whose value is above every earlier one (NaN never is), 0 when
+    // nothing is above -inf.
+    auto plain = [](const std::vector<float>& v) {
+        int32_t best = 0;
+        float bv = -std::numeric_limits<float>::infinity();
+        for (size_t i = 0; i < v.size(); ++i)
+            if (v[i] > bv) bv = v[i], best = static_cast<int32_t>(i);
+        return best;
+    };
+    std::mt19937 rng(91);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, inf, -inf, nan, 7.0f, 7.0f};
+    for (int trial = 0; trial < 4000; ++trial) {
+        const size_t n = 1 + rng() % 70;  // every remainder of 4, vectors shorter and longer than a lane
+        std::vector<float> v(n);
+        for (float& f : v) f = pool[rng() % std::size(pool)];
+        if (trial % 3 == 0)  // mostly ordinary values, the maximum repeated
+            for (float& f : v) f = (float)(rng() % 5) - 2.0f;
+        INFO("trial " << trial << " n " << n);
+        CHECK(steward::argmax(v) == plain(v));
+    }
+    // All NaN, all -inf, empty: id 0, as the plain scan.
+    CHECK(steward::argmax(std::vector<float>(9, nan)) == 0);
+    CHECK(steward::argmax(std::vector<float>(9, -inf)) == 0);
+    CHECK(steward::argmax(std::vector<float>{}) == 0);
+}
+
 TEST_CASE("greedy breaks ties towards the lowest token id", "[sampling]") {
     const std::vector<float> logits = {0.0f, 3.0f, -1.0f, 3.0f, 3.0f};
     Sampler s(SamplingParams{.temperature = 0.0f});
