@@ -227,6 +227,17 @@ void attend_block(const KvStorage& kv, int l, std::span<const int32_t> block_tab
                 std::fill(si, si + n_slots, 0.0f);
                 continue;
             }
+            if (softcap == 0.0f && vs[n_vis - 1] == n_vis - 1) {
+                // The visible slots are 0 .. n_vis - 1 (vis is ascending, no repeats): a causal
+                // prefill's, without a tree mask or a window. The softmax in place, the rest 0
+                // (the serving model's 512- and 1024-token prefill, against the gather below,
+                // alternating in one process, AMD EPYC Zen 4: 1.01x, the same logits).
+                const float inv = softmax_inv_sum(si, n_vis, *std::max_element(si, si + n_vis),
+                                                  sinks ? sinks[g * gqa + j] : -INFINITY);
+                for (int k = 0; k < n_vis; k++) si[k] *= inv;
+                std::fill(si + n_vis, si + n_slots, 0.0f);
+                continue;
+            }
             float mx = -INFINITY;  // softmax over the visible slots only; the others get weight 0
             for (int k = 0; k < n_vis; k++) mx = std::max(mx, row[k] = softcap > 0.0f ? soft_cap(si[vs[k]], softcap) : si[vs[k]]);
             const float inv = softmax_inv_sum(row.data(), n_vis, mx, sinks ? sinks[g * gqa + j] : -INFINITY);
