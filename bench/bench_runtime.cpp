@@ -1,7 +1,7 @@
 // Runtime bench: what the actor path costs over the Engine and the bare CPU forward on the same
 // greedy batch, aggregate throughput at 1/4/16/32 concurrent streams, and TTFT of a 2048-token
 // prefix-cache hit vs miss. Synthetic llama (dim 256, 4 layers, 4/4 heads, ffn 688, vocab 4096, ctx 4096).
-// Run: ./build/bench_runtime [--threads N] [--streams N] [--model PATH] [--quick]
+// Run: ./build/bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
     int n_threads = 2, n_streams = 16;
     std::string model_path;
     bool quick = false;
+    int reps_arg = -1;  // --reps: rounds of the actor-path comparison (default 9, --quick 2)
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc)
@@ -246,15 +247,17 @@ int main(int argc, char** argv) {
             n_streams = std::atoi(argv[++i]);
         else if (a == "--model" && i + 1 < argc)
             model_path = argv[++i];
+        else if (a == "--reps" && i + 1 < argc)
+            reps_arg = std::atoi(argv[++i]);
         else if (a == "--quick")
             quick = true;
         else {
-            std::fprintf(stderr, "usage: bench_runtime [--threads N] [--streams N] [--model PATH] [--quick]\n");
+            std::fprintf(stderr, "usage: bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick]\n");
             return 2;
         }
     }
-    if (n_threads < 1 || n_streams < 1) {
-        std::fprintf(stderr, "bench_runtime: --threads and --streams must be >= 1\n");
+    if (n_threads < 1 || n_streams < 1 || reps_arg == 0 || reps_arg < -1) {
+        std::fprintf(stderr, "bench_runtime: --threads, --streams and --reps must be >= 1\n");
         return 2;
     }
     if (model_path.empty()) {
@@ -286,7 +289,7 @@ int main(int argc, char** argv) {
     const Model& model = **loaded;
     const ModelParams& mp = model.params();
 
-    const int n_prompt = 64, n_out = quick ? 32 : 128, reps = quick ? 2 : 9;
+    const int n_prompt = 64, n_out = quick ? 32 : 128, reps = reps_arg > 0 ? reps_arg : quick ? 2 : 9;
     const int bps = (n_prompt + n_out + kBlockSize - 1) / kBlockSize;
     const int stream_counts[4] = {1, 4, 16, 32};
     const int max_streams = std::max(32, n_streams);
