@@ -499,6 +499,18 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
             at_off[i + 1] = at.size();
         }
     };
+    // The single tokens longest first (their visible slots): the attention's work items are taken
+    // in that order, so a long context's token does not start last while the other threads idle.
+    // The serving model's decode at 8 sequences, one of 1500 tokens and seven of 150, the long one
+    // last in the batch, alternating in one process (AMD EPYC Zen 4, 2 threads): 1.10x and 1.13x;
+    // the 110M Q4_K_M model so at 8 sequences 1.14x, at 4 (two head ranges a token) 0.95-1.01x;
+    // equal lengths 0.99x; one thread 1.01x. Splitting each token into twice the ranges instead:
+    // 0.99x. The same logits either way.
+    std::vector<int> single_order(single_toks.size());
+    for (size_t i = 0; i < single_order.size(); i++) single_order[i] = (int)i;
+    std::stable_sort(single_order.begin(), single_order.end(), [&](int a, int b) {
+        return vis_off[single_toks[a] + 1] - vis_off[single_toks[a]] > vis_off[single_toks[b] + 1] - vis_off[single_toks[b]];
+    });
     std::vector<int64_t> vis_at, vis_swa_at;
     std::vector<size_t> at_off, at_swa_off;
     slot_rows(vis, vis_off, vis_at, at_off);
@@ -583,10 +595,11 @@ Expected<bool> CpuForward::run(KvStorage& kv, std::span<const SeqInput> batch, s
         pool_.parallel_for((int64_t)n_single * n_ranges, [&](int64_t it) {
             thread_local std::vector<float> sc;  // [heads of the range][n_slots] scores over the visible slots
             thread_local std::vector<float> rows;  // [KV heads of the range][HD]: one slot's rows in F32
-            const int t = single_toks[it / n_ranges];
+            const int i_tok = single_order[it / n_ranges];
+            const int t = single_toks[i_tok];
             const int g0 = (int)(it % n_ranges) * GH, g1 = std::min(NKV, g0 + GH), nh = (g1 - g0) * gqa;
             const std::span<const int> slots(lvis.data() + lvis_off[t], lvis_off[t + 1] - lvis_off[t]);
-            const int64_t* at = lvis_at.data() + lat_off[it / n_ranges];  // slots[k]'s row: k_rows + at[k] * k_slot_bytes
+            const int64_t* at = lvis_at.data() + lat_off[i_tok];  // slots[k]'s row: k_rows + at[k] * k_slot_bytes
             const uint8_t* k_rows = kv.k_slot(l, 0, 0);
             const uint8_t* v_rows = kv.v_slot(l, 0, 0);
             const int64_t ksb = kv.k_slot_bytes(), vsb = kv.v_slot_bytes();
