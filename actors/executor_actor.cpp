@@ -18,6 +18,7 @@
 #include "actors/actors.hpp"
 #include "actors/shared_state.hpp"
 #include "grammar/constraint.h"
+#include "sched/token_batcher.h"
 #include "sim/sim_clock.h"
 
 namespace steward {
@@ -40,6 +41,8 @@ struct executor_state {
     // id in each one's index: the runtime's own, and the fronts of a worker's pool.
     std::vector<std::pair<CacheActor, uint64_t>> caches;
     bool step_pending = false;
+    // Runs whose requester reads the tokens at the end: their events go merged (sched/token_batcher.h).
+    TokenBatcher batcher;
     double last_kv_sample = 0;
     std::set<std::string> kv_buckets;  // buckets with a KV reading so far: an idle one reads 0, not its last
     static inline const char* name = "executor";
@@ -132,17 +135,24 @@ void push_kv_sample(executor_state& st, double t) {
 void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::string& what) {
     auto& st = self->state;
     const double t = now_s();
-    StepOutput out;
+    std::vector<EngineEvent> ends;
     for (auto& [id, to] : st.reply_to) {
-        StepOutput::Item item;
-        item.to = to;
-        item.event.id = id;
-        item.event.finished = true;
-        item.event.finish = FinishReason::ERROR;
-        item.event.error = what + "; the request was abandoned, retry it";
-        item.event.t_s = t;
-        out.items.push_back(std::move(item));
+        EngineEvent e;
+        e.id = id;
+        e.finished = true;
+        e.finish = FinishReason::ERROR;
+        e.error = what + "; the request was abandoned, retry it";
+        e.t_s = t;
+        ends.push_back(std::move(e));
         st.engine->cancel(id);
+    }
+    st.batcher.apply(ends, t);  // a held run's tokens go with its end
+    StepOutput out;
+    for (EngineEvent& e : ends) {
+        StepOutput::Item item;
+        item.to = st.reply_to.at(e.id);
+        item.event = std::move(e);
+        out.items.push_back(std::move(item));
     }
     if (!out.items.empty()) self->send(st.relay, relay_atom::value, std::move(out));
     st.reply_to.clear();
@@ -209,6 +219,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                     }
                 }
             const uint64_t id = r.id;
+            const bool batch = r.batch_tokens;
             Expected<bool> ok = make_error("request ", std::to_string(id), ": not submitted");
             try {
                 auto g = compile_constraint((ConstraintKind)r.grammar_kind, r.grammar_text);  // cached
@@ -228,6 +239,7 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
                 return;
             }
             st.reply_to[id] = sender;
+            if (batch) st.batcher.add(id);
             publish_load(st);
             ensure_stepping(self);
         },
@@ -281,9 +293,10 @@ ExecutorActor::behavior_type executor_actor(ExecutorActor::stateful_pointer<exec
             // KV events first: whoever hears of a finish and then asks the cache sees this step's blocks.
             if (auto kv = st.engine->take_kv_events(); !kv.empty())
                 for (auto& [c, id] : st.caches) self->send(c, kv_events_atom::value, KvEventBatch{id, kv});
+            const double te = now_s();
+            st.batcher.apply(events, te);
             StepOutput out;
             out.items.reserve(events.size());
-            const double te = now_s();
             for (EngineEvent& ev : events) {
                 auto it = st.reply_to.find(ev.id);
                 if (it == st.reply_to.end() || (ev.tokens.empty() && !ev.finished)) continue;

@@ -190,7 +190,7 @@ typename Inspector::result_type inspect(Inspector& f, EngineRequest& x) {
     return f(caf::meta::type_name("EngineRequest"), x.id, x.tenant, x.tenant_name, x.salt, x.prompt, x.max_tokens,
              x.sampling, x.priority, x.arrival_s, x.deadline_s, x.session, x.stop_at_eos, x.kv_quota_blocks, x.bucket,
              x.bucket_index, x.generation, x.grammar_kind, x.grammar_text, x.reuse_priority_tokens, x.reuse_keyed_from,
-             x.reuse_keys);
+             x.reuse_keys, x.batch_tokens);
 }
 
 // executor_actor -> request_actor (event_atom): EngineEvent (sched/engine.h), a run's step as the
@@ -212,7 +212,7 @@ typename Inspector::result_type inspect(Inspector& f, RunFigures& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineEvent& x) {
     int32_t finish = static_cast<int32_t>(x.finish);
-    return f(caf::meta::type_name("EngineEvent"), x.id, x.tokens, x.top_logprobs, x.logprobs, x.finished, finish, x.error,
+    return f(caf::meta::type_name("EngineEvent"), x.id, x.tokens, x.top_logprobs, x.logprobs, x.token_t_s, x.finished, finish, x.error,
              x.first_scheduled_s, x.t_s, static_cast<RunFigures&>(x), caf::meta::load_callback([&]() -> caf::error {
                  if (finish < 0 || finish >= n_finish_reasons) return caf::sec::invalid_argument;
                  x.finish = static_cast<FinishReason>(finish);

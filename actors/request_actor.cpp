@@ -156,6 +156,7 @@ RequestSetup make_setup(const RequestContext& ctx, int32_t max_tokens) {
     s.sampling = sampling_of(req);
     s.stop = req.stop;
     s.reuse_keys = ctx.reuse_keys;
+    s.watched = ctx.cb.on_token || ctx.cb.on_logprobs;
     s.ignore_eos = req.ignore_eos;
     s.arrival_s = ctx.arrival_s;
     const double timeout = c.limits.request_timeout_ms;
@@ -314,6 +315,8 @@ void submit(self_ptr self, SubmitRun&& s) {
     }
     const int32_t pool_index = s.pool;
     EngineRequest m = std::move(s.run);
+    // A worker's clock is not ours: its runs' token times would not compare with the front's.
+    if (ph.remote()) m.batch_tokens = false;
     // The pool's own constraint: a rendering may bring one (a tool call in that pool's template's
     // format); check_request refused bad request fields, the prompts a grammar that does not compile.
     if (auto c = st.vocab->constraint(pool_index); c && c->active()) {
@@ -549,7 +552,7 @@ RequestActor::behavior_type request_actor(self_ptr self, std::shared_ptr<Request
         [=](event_atom, const EngineEvent& ev) {
             const RunRole role = run_role_of(ev.id);
             if (!from_current_run(self, role)) return;
-            if (!ev.tokens.empty()) execute(self, self->state.core->on_tokens(role, ev.tokens, ev.logprobs, now_s(), ev.top_logprobs));
+            if (!ev.tokens.empty()) execute(self, self->state.core->on_tokens(role, ev.tokens, ev.logprobs, now_s(), ev.top_logprobs, ev.token_t_s));
             if (ev.finished) run_end(self, role, ev);
         },
         [=](admit_atom, const AdmitAnswer& a) {

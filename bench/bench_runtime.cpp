@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -218,6 +219,35 @@ R on_thread(const std::function<R()>& f) {
     return r;
 }
 
+// The actor system's own threads (CAF names them "caf.*"): their CPU time and how often they went
+// to sleep, and how often the executor thread ("steward-exec") was switched out while runnable. Read
+// from /proc around each actor-path run: what the messages cost the forward on a small machine.
+struct ThreadUse {
+    double caf_cpu_s = 0;
+    int64_t caf_sleeps = 0, exec_preempted = 0;
+};
+ThreadUse thread_use() {
+    ThreadUse u;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+        std::ifstream comm(e.path() / "comm"), sched(e.path() / "schedstat"), status(e.path() / "status");
+        std::string name;
+        std::getline(comm, name);
+        const bool caf = name.rfind("caf.", 0) == 0, exec = name == "steward-exec";
+        if (!caf && !exec) continue;
+        double run_ns = 0;
+        sched >> run_ns;
+        int64_t vol = 0, nonvol = 0;
+        for (std::string line; std::getline(status, line);) {
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) vol = std::atoll(line.c_str() + 24);
+            if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) nonvol = std::atoll(line.c_str() + 27);
+        }
+        if (caf) u.caf_cpu_s += run_ns / 1e9, u.caf_sleeps += vol;
+        if (exec) u.exec_preempted += nonvol;
+    }
+    return u;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
@@ -323,14 +353,25 @@ int main(int argc, char** argv) {
         Run direct, engine;
         RuntimeRun actor;
         std::vector<double> tps[3], paired;
+        ThreadUse use;  // summed over the actor-path runs
+        double actor_wall = 0;
         for (int r = 0; r < reps; r++) {
             Run d, e;
             RuntimeRun a;
-            if (r % 2) a = run_runtime(*rt, prompts, n_out);
+            auto actor_run = [&] {
+                const ThreadUse u0 = thread_use();
+                a = run_runtime(*rt, prompts, n_out);
+                const ThreadUse u1 = thread_use();
+                use.caf_cpu_s += u1.caf_cpu_s - u0.caf_cpu_s;
+                use.caf_sleeps += u1.caf_sleeps - u0.caf_sleeps;
+                use.exec_preempted += u1.exec_preempted - u0.exec_preempted;
+                actor_wall += a.wall_s;
+            };
+            if (r % 2) actor_run();
             else d = on_thread<Run>([&] { return run_direct(model, prompts, n_out, n_threads); });
             e = on_thread<Run>([&] { return run_engine(model, prompts, n_out, n_threads, n_blocks); });
             if (r % 2) d = on_thread<Run>([&] { return run_direct(model, prompts, n_out, n_threads); });
-            else a = run_runtime(*rt, prompts, n_out);
+            else actor_run();
             if (a.n_failed) {
                 std::fprintf(stderr, "bench_runtime: %d runtime requests failed (%s)\n", a.n_failed,
                              a.first_error.c_str());
@@ -370,6 +411,12 @@ int main(int argc, char** argv) {
         std::printf("actor-path overhead (paired, per round vs the engine's run beside it):");
         for (double p : paired) std::printf(" %+.1f%%", 100.0 * p);
         std::printf("; median %+.1f%%\n", 100.0 * median(paired));
+        // What the actor path adds beside the forward, in counts a noisy machine barely moves.
+        std::printf(
+            "actor system threads per actor-path run: %.1f ms CPU (%.1f%% of its wall time), %.0f sleeps and wake-ups; "
+            "the executor thread switched out %.0f times while runnable\n",
+            1e3 * use.caf_cpu_s / reps, 100.0 * use.caf_cpu_s / actor_wall, (double)use.caf_sleeps / reps,
+            (double)use.exec_preempted / reps);
         // A share of one path's own time, so it holds on a loaded machine where the wall-time
         // comparisons above swing by +-20% between runs.
         if (engine.step_s > 0)

@@ -56,14 +56,17 @@ RequestActions RequestFsm::on_refused(const std::string& error, double now) {
 }
 
 RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
-                                     double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs) {
+                                     double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs,
+                                     const std::vector<double>& token_t_s) {
     RequestActions out;
     Run& r = run(role);
     if (done_ || !r.active) return out;
-    if (r.t_first < 0) r.t_first = now;
-    r.t_last = now;
+    const bool timed = !tokens.empty() && token_t_s.size() == tokens.size();
+    if (r.t_first < 0) r.t_first = timed ? token_t_s.front() : now;
+    r.t_last = timed ? token_t_s.back() : now;
     for (size_t i = 0; i < tokens.size(); i++) {
         r.tokens.push_back(tokens[i]);
+        r.times.push_back(timed ? token_t_s[i] : now);
         r.logprobs.push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
         if (i < top_logprobs.size()) r.top_logprobs.push_back(top_logprobs[i]);
     }
@@ -168,6 +171,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     r.t_submit = now;
     if (continue_from) {  // what the caller has (or is held back) stays; the new run goes on from it
         r.tokens = continue_from->tokens;
+        r.times = continue_from->times;
         r.logprobs = continue_from->logprobs;
         r.top_logprobs = continue_from->top_logprobs;
         r.t_first = continue_from->t_first;
@@ -213,6 +217,9 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
         e.max_tokens -= r.n_carried;
     }
     e.sampling = setup_.sampling;
+    // Nobody reads this run's tokens one by one: the executor may send them merged, with their times.
+    e.batch_tokens = !setup_.watched && setup_.stop.empty() && !(route_.upgrade_pool >= 0 && route_.check_after_tokens > 0);
+    r.batched = e.batch_tokens;
     e.stop_at_eos = !setup_.ignore_eos;
     e.priority = route_.priority;
     e.arrival_s = setup_.arrival_s;
@@ -267,7 +274,7 @@ void RequestFsm::stream(double now, RequestActions& out) {
             result_.top_logprobs.push_back(r.top_logprobs[i]);
             st.top.push_back(r.top_logprobs[i]);
         }
-        token_times_.push_back(now);
+        token_times_.push_back(r.batched && i < r.times.size() ? r.times[i] : now);
         decoded += decoder_->push(r.tokens[i]);
     }
     n_streamed_ = r.tokens.size();

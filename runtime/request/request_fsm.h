@@ -51,6 +51,9 @@ struct RequestSetup {
     std::vector<RequestPool> pools;    // the generation's pools, in its order (RouteDecision indexes them)
     std::vector<std::string> stop;     // stop strings: the answer ends (STOP) before the first one
     std::vector<uint64_t> reuse_keys;  // its documents' keys (reuse::document_key); empty: none
+    // The caller takes tokens as they come (a token or logprobs callback). Without one, and without
+    // stop strings or a cascade check, a run's tokens may come merged (EngineRequest::batch_tokens).
+    bool watched = true;
 };
 
 // Turns one run's ids into text, never half a UTF-8 character (StreamDecoder over the pool's
@@ -134,9 +137,11 @@ public:
     // The request is refused before routing (an invalid field): it finishes with ERROR and `error`.
     RequestActions on_refused(const std::string& error, double now);
     RequestActions on_route_failed(const std::string& why, double now);
-    // top_logprobs: per token, its alternatives (when the request asked for them).
+    // top_logprobs: per token, its alternatives (when the request asked for them). token_t_s: when
+    // each token was made (a merged event of a batch_tokens run); empty: each token's time is `now`.
     RequestActions on_tokens(RunRole role, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs,
-                             double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs = {});
+                             double now, const std::vector<std::vector<TokenLogprob>>& top_logprobs = {},
+                             const std::vector<double>& token_t_s = {});
     RequestActions on_run_end(RunRole role, const EngineEvent& end, double now);
     // Run `role`'s pool was lost with its worker (`end` says how: ERROR and why). With retry_pool >= 0
     // (a pool of the same vocabulary) the answer run continues there from the prompt and the tokens
@@ -158,7 +163,9 @@ private:
         bool active = false;  // submitted and not ended
         bool ended = false;
         double t_submit = 0, t_first = -1, t_last = -1;
+        bool batched = false;        // submitted with batch_tokens: token times are `times`
         std::vector<int32_t> tokens;
+        std::vector<double> times;   // per token: when it was made (token_t_s) or reached the caller
         std::vector<float> logprobs;
         std::vector<std::vector<TokenLogprob>> top_logprobs;
         EngineEvent end;

@@ -127,6 +127,9 @@ struct EngineRequest {
     int32_t reuse_priority_tokens = 0;
     int32_t reuse_keyed_from = 0;
     std::vector<uint64_t> reuse_keys;
+    // The requester reads the tokens only at the end (no streaming callback, stop strings or cascade
+    // check): the executor may hold its events back and send them merged (sched/token_batcher.h).
+    bool batch_tokens = false;
 
     // ---- resolved on the pool, not carried:
     // The bucket's eviction policy: reclaims cached blocks when this request needs room (null: LRU).
@@ -164,6 +167,9 @@ struct EngineEvent : RunFigures {
     std::vector<int32_t> tokens;  // new tokens this step (0 or 1; speculating, up to its accepted drafts + 1)
     std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.n_top_logprobs > 0
     std::vector<float> logprobs;
+    // When each token's step ended (the executor's clock), for a run whose events a TokenBatcher
+    // merged (EngineRequest::batch_tokens); empty otherwise (each token's time is the event's arrival).
+    std::vector<double> token_t_s;
     bool finished = false;
     FinishReason finish = FinishReason::STOP;  // meaningful when finished
     std::string error;             // set with ERROR / TIMEOUT / CANCELLED

@@ -242,6 +242,33 @@ TEST_CASE("greedy outputs through the runtime equal the single-sequence Generato
     }
 }
 
+TEST_CASE("a streaming caller gets each token in its own step and a caller without token callbacks the same tokens merged",
+          "[runtime]") {
+    auto rt = start_runtime();
+    // 40 tokens: more than a merged event holds (16), so a batched stream would show it.
+    const std::vector<int32_t> prompt = long_running_prompt(40, 12);
+    const std::vector<int32_t> expected = reference_greedy(prompt, 40);
+    std::vector<std::vector<int32_t>> pieces;  // the streaming caller's on_token calls
+    std::promise<GenerationResult> streamed;
+    RequestCallbacks cb;
+    cb.on_token = [&](const std::string&, const std::vector<int32_t>& ids) { pieces.push_back(ids); };
+    cb.on_finish = [&](const GenerationResult& r) { streamed.set_value(r); };
+    rt->submit(ids_request(prompt, 40), std::move(cb));
+    const GenerationResult s = await(streamed.get_future());
+    REQUIRE(s.ok());
+    CHECK(s.tokens == expected);
+    CHECK(pieces.size() == expected.size());  // one call a token: nothing was held back
+    for (const auto& p : pieces) CHECK(p.size() == 1);
+
+    const GenerationResult b = rt->generate(ids_request(prompt, 40));  // on_finish only: batched
+    REQUIRE(b.ok());
+    CHECK(b.tokens == expected);
+    CHECK(b.logprobs.size() == expected.size());
+    CHECK(b.metrics.ttft_ms > 0);
+    CHECK(b.metrics.tpot_ms > 0);  // per-token times, not one arrival time for a merged event
+    CHECK(b.metrics.ttft_ms <= b.metrics.e2e_ms);
+}
+
 TEST_CASE("a request cancelled mid-generation finishes once, as cancelled", "[runtime]") {
     auto rt = start_runtime();
     const int n = 500;  // 9 + 500 tokens: nearly the whole 512-token context

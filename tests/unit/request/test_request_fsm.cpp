@@ -586,3 +586,38 @@ TEST_CASE("a lost run without a retry pool, or a lost shadow, ends with the loss
     CHECK(all_of<RequestDone>(p).size() == 1);
     CHECK(core.on_run_lost(RunRole::PRIMARY, lost, 1, 100.3).empty());  // over: nothing more
 }
+
+TEST_CASE("a run nobody reads token by token is submitted batched, and its tokens keep the times they were made",
+          "[request_fsm]") {
+    FakeVocab vocab;
+    FakeRouting routing;
+    RouteDecision plain;
+    plain.pool = 0;
+    auto submitted = [&](RequestSetup s, const RouteDecision& r) {
+        RequestFsm fsm(std::move(s), vocab, routing);
+        return all_of<SubmitRun>(fsm.on_route(r, 100.0)).at(0).run.batch_tokens;
+    };
+    RequestSetup s = setup();
+    s.watched = false;
+    CHECK(submitted(s, plain));
+    CHECK_FALSE(submitted(setup(), plain));  // a token callback: every step
+    RequestSetup with_stop = s;
+    with_stop.stop = {"\n"};
+    CHECK_FALSE(submitted(with_stop, plain));  // stop strings are matched as tokens come
+    CHECK_FALSE(submitted(s, cascade(3)));     // the cascade checks the first tokens
+
+    // Merged events: four tokens made at 100.2, 100.3, 100.35 and 100.5, received at 100.51 and later.
+    RequestFsm fsm(s, vocab, routing);
+    fsm.on_route(plain, 100.0);
+    fsm.on_tokens(RunRole::PRIMARY, {11}, {}, 100.21, {}, {100.2});
+    fsm.on_tokens(RunRole::PRIMARY, {12, 13, 14}, {}, 100.51, {}, {100.3, 100.35, 100.5});
+    const FinishRequest f =
+        all_of<FinishRequest>(fsm.on_run_end(RunRole::PRIMARY, end_with(FinishReason::LENGTH, 3, 0, 100.5), 100.52)).at(0);
+    CHECK(f.result.tokens == std::vector<int32_t>{11, 12, 13, 14});
+    CHECK(f.result.metrics.ttft_ms == Approx(200.0));
+    CHECK(f.result.metrics.tpot_ms == Approx((100.5 - 100.2) * 1e3 / 3));
+    REQUIRE(f.record.itl_s.size() == 3);
+    CHECK(f.record.itl_s[0] == Approx(0.1));
+    CHECK(f.record.itl_s[1] == Approx(0.05));
+    CHECK(f.record.itl_s[2] == Approx(0.15));
+}
