@@ -1,6 +1,7 @@
 // executor_actor: one per pool, detached. Owns the pool's Engine (scheduler + KV + forward); a
 // step is one forward over the whole batch, then ONE message with every request's new tokens and
-// ends to the executor's relay, which sends them on to the request actors from CAF's scheduler.
+// ends to the executor's relay, which sends them on to the request actors from CAF's scheduler
+// (a run nobody reads token by token gets its tokens merged: sched/token_batcher.h).
 // Block allocation and the prefix match live inside the Engine's KvManager: they are on the step's
 // critical path, so they are calls there, not messages (vLLM's scheduler does the same). Above the
 // pool, each step's block stored / removed events go to the cache actor, and admission is the pool's

@@ -195,7 +195,8 @@ typename Inspector::result_type inspect(Inspector& f, EngineRequest& x) {
 
 // executor_actor -> request_actor (event_atom): EngineEvent (sched/engine.h), a run's step as the
 // engine reported it: the tokens it produced, and, when finished, how the run ended and its figures
-// (RunFigures). One message per run per step; unchanged from the engine to the request core.
+// (RunFigures). One message per run per step, or, for a batch_tokens run, several steps' tokens
+// merged with their times (sched/token_batcher.h); unchanged from the executor to the request core.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
     return f(caf::meta::type_name("TokenLogprob"), x.id, x.logprob);
