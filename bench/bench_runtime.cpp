@@ -1,7 +1,7 @@
 // Runtime bench: what the actor path costs over the Engine and the bare CPU forward on the same
 // greedy batch, aggregate throughput at 1/4/16/32 concurrent streams, and TTFT of a 2048-token
 // prefix-cache hit vs miss. Synthetic llama (dim 256, 4 layers, 4/4 heads, ffn 688, vocab 4096, ctx 4096).
-// Run: ./build/bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick]
+// Run: ./build/bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick] [--overhead-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -267,7 +267,7 @@ double mean_of(const std::vector<RequestMetrics>& ms, double RequestMetrics::*f)
 int main(int argc, char** argv) {
     int n_threads = 2, n_streams = 16;
     std::string model_path;
-    bool quick = false;
+    bool quick = false, overhead_only = false;
     int reps_arg = -1;  // --reps: rounds of the actor-path comparison (default 9, --quick 2)
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -281,8 +281,11 @@ int main(int argc, char** argv) {
             reps_arg = std::atoi(argv[++i]);
         else if (a == "--quick")
             quick = true;
+        else if (a == "--overhead-only")
+            overhead_only = true;
         else {
-            std::fprintf(stderr, "usage: bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick]\n");
+            std::fprintf(stderr,
+                         "usage: bench_runtime [--threads N] [--streams N] [--model PATH] [--reps N] [--quick] [--overhead-only]\n");
             return 2;
         }
     }
@@ -424,6 +427,8 @@ int main(int argc, char** argv) {
                         100.0 * (engine.step_s - engine.forward_s) / engine.step_s);
         std::printf("\n");
         std::fflush(stdout);
+
+        if (overhead_only) return 0;  // section 1 alone (scripts/bench_runtime_pooled.sh runs it in several processes)
 
         // ---- 2. aggregate throughput vs concurrency
         std::printf("2. aggregate throughput through the Runtime: %d-token prompts, %d output tokens per stream\n",
