@@ -150,8 +150,10 @@ void fail_all(ExecutorActor::stateful_pointer<executor_state> self, const std::s
     st.batcher.apply(ends, t);  // a held run's tokens go with its end
     StepOutput out;
     for (EngineEvent& e : ends) {
+        auto to = st.reply_to.find(e.id);
+        if (to == st.reply_to.end()) continue;
         StepOutput::Item item;
-        item.to = st.reply_to.at(e.id);
+        item.to = to->second;
         item.event = std::move(e);
         out.items.push_back(std::move(item));
     }
