@@ -31,7 +31,7 @@ RequestActions RequestFsm::on_route(const RouteDecision& route, double now) {
         return out;
     }
     decoder_ = vocab_.text_decoder(route.pool);
-    holding_ = route.upgrade_pool >= 0 && route.check_after_tokens > 0;
+    holding_ = checks_cascade();
     submit(RunRole::PRIMARY, route.pool, now, out);
     if (route.shadow_pool >= 0) submit(RunRole::SHADOW, route.shadow_pool, now, out);
     drain_deferred(now, out);
@@ -61,9 +61,7 @@ RequestActions RequestFsm::on_tokens(RunRole role, const std::vector<int32_t>& t
     RequestActions out;
     Run& r = run(role);
     if (done_ || !r.active) return out;
-    const bool timed = !tokens.empty() && token_t_s.size() == tokens.size();
-    if (r.t_first < 0) r.t_first = timed ? token_t_s.front() : now;
-    r.t_last = timed ? token_t_s.back() : now;
+    const bool timed = token_t_s.size() == tokens.size();
     for (size_t i = 0; i < tokens.size(); i++) {
         r.tokens.push_back(tokens[i]);
         r.times.push_back(timed ? token_t_s[i] : now);
@@ -174,8 +172,6 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
         r.times = continue_from->times;
         r.logprobs = continue_from->logprobs;
         r.top_logprobs = continue_from->top_logprobs;
-        r.t_first = continue_from->t_first;
-        r.t_last = continue_from->t_last;
         r.t_submit = continue_from->t_submit;
         r.n_carried = (int32_t)r.tokens.size();
     }
@@ -218,7 +214,7 @@ void RequestFsm::submit(RunRole role, int32_t pool, double now, RequestActions& 
     }
     e.sampling = setup_.sampling;
     // Nobody reads this run's tokens one by one: the executor may send them merged, with their times.
-    e.batch_tokens = !setup_.watched && setup_.stop.empty() && !(route_.upgrade_pool >= 0 && route_.check_after_tokens > 0);
+    e.batch_tokens = !setup_.watched && setup_.stop.empty() && !checks_cascade();
     r.batched = e.batch_tokens;
     e.stop_at_eos = !setup_.ignore_eos;
     e.priority = route_.priority;
@@ -392,10 +388,10 @@ PoolSample RequestFsm::pool_sample(const Run& r, bool failed) const {
     PoolSample s;
     s.pool = r.pool;
     s.failed = failed;
-    if (r.t_first >= 0 && r.ended)
-        s.prefill_ms_per_token = (r.t_first - r.t_submit) * 1e3 / (double)std::max<int64_t>(1, r.end.n_prompt_tokens - r.end.n_cached_prompt_tokens);
-    if (r.tokens.size() >= 2 && r.t_last > r.t_first)
-        s.tpot_ms = (r.t_last - r.t_first) * 1e3 / (double)(r.tokens.size() - 1);
+    if (!r.times.empty() && r.ended)
+        s.prefill_ms_per_token = (r.times.front() - r.t_submit) * 1e3 / (double)std::max<int64_t>(1, r.end.n_prompt_tokens - r.end.n_cached_prompt_tokens);
+    if (r.tokens.size() >= 2 && r.times.back() > r.times.front())
+        s.tpot_ms = (r.times.back() - r.times.front()) * 1e3 / (double)(r.tokens.size() - 1);
     return s;
 }
 

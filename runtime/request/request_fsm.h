@@ -162,7 +162,7 @@ private:
         int32_t pool = -1;
         bool active = false;  // submitted and not ended
         bool ended = false;
-        double t_submit = 0, t_first = -1, t_last = -1;
+        double t_submit = 0;
         bool batched = false;        // submitted with batch_tokens: token times are `times`
         std::vector<int32_t> tokens;
         std::vector<double> times;   // per token: when it was made (token_t_s) or reached the caller
@@ -178,6 +178,8 @@ private:
     void stream(double now, RequestActions& out);
     // The routing policy's cascade check (the one place the core calls it); true: upgraded.
     bool check_cascade(bool primary_ended, double now, RequestActions& out);
+    // The route asks for a cascade check after its first tokens (they are held back until then).
+    bool checks_cascade() const { return route_.upgrade_pool >= 0 && route_.check_after_tokens > 0; }
     void finish(const EngineEvent& end, double now, RequestActions& out);
     // The request's record from the answer run's end and what the request did before it.
     RequestRecord make_record(const EngineEvent& end, double t_finish) const;

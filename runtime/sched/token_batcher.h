@@ -38,10 +38,10 @@ public:
 private:
     struct Held {
         bool first_sent = false;
-        bool holding = false;
-        EngineEvent ev;  // the held tokens, with the latest event's other fields
+        EngineEvent ev;  // the held tokens (none: nothing held), with the latest event's other fields
     };
-    static void append(EngineEvent& into, EngineEvent&& from);
+    // `next` with `held`'s tokens before its own; `held` is left empty.
+    static void prepend(EngineEvent& held, EngineEvent& next);
     Limits limits_;
     std::unordered_map<uint64_t, Held> runs_;
 };
