@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-16}
 reps=${2:-41}
-if ! [[ "$n" =~ ^[1-9][0-9]*$ && "$reps" =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: bash scripts/bench_runtime_pooled.sh [PROCESSES >= 1] [ROUNDS EACH >= 1]" >&2
+if ! [[ "$n" =~ ^[1-9][0-9]{0,2}$ && "$reps" =~ ^[1-9][0-9]{0,3}$ ]]; then
+  echo "usage: bash scripts/bench_runtime_pooled.sh [PROCESSES 1-999] [ROUNDS EACH 1-9999]" >&2
   exit 2
 fi
 [ -x build/bench_runtime ] || { echo "build/bench_runtime is missing: run bash scripts/build.sh first" >&2; exit 1; }
