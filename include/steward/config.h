@@ -340,9 +340,12 @@ struct TracingConfig {
 // measured once per CPU model (cached), a value in [64, 65536] overrides it. gemm_min_tokens: from
 // how many tokens a matmul takes the tiled GEMM instead of the streaming kernel, every weight type
 // alike; 0 takes the plan's crossover per class of weight type, a value in [1, 4096] overrides it.
+// f32_stream_rows: F32 weights at one token a row at a time (1) or in 4-row tiles (4); 0 takes the
+// plan's measured choice.
 struct CpuConfig {
     int prefetch_bytes = 0;
     int gemm_min_tokens = 0;
+    int f32_stream_rows = 0;
 };
 
 // A whole config file, validated (every cross-reference resolves).

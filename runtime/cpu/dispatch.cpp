@@ -117,6 +117,7 @@ bool initial_gemm_bf16() {
 // first set_cpu_level, whichever comes first (not on every kernel call).
 void choose_shapes_once() {
     [[maybe_unused]] static const bool chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed),
+                                                 g_f32_row_bytes.store(vendor_f32_row_bytes(), std::memory_order_relaxed),
                                                  g_gemm_bf16.store(initial_gemm_bf16(), std::memory_order_relaxed), true);
 }
 
@@ -155,6 +156,11 @@ int stream_tile_rows() {
     kernels();
     return g_stream_rows.load(std::memory_order_relaxed);
 }
+int64_t vendor_f32_row_bytes() {
+    if (const char* e = std::getenv("STEWARD_STREAM_ROWS"); e != nullptr && (std::strcmp(e, "1") == 0 || std::strcmp(e, "4") == 0))
+        return e[0] == '1' ? kEveryRowLength : 0;
+    return cpu_features().vendor == "AuthenticAMD" ? 8192 : 0;
+}
 
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
 
@@ -166,6 +172,19 @@ int gemm_class(GgmlType t) {
     if (t == GgmlType::IQ4_XS || t == GgmlType::IQ4_NL || t == GgmlType::MXFP4) return (int)GemmClass::TABLE;
     return quant_block_elems(t) == kQKK ? (int)GemmClass::Q256 : (int)GemmClass::Q32;
 }
+namespace {
+// F32's streaming rows in matmul_variant: ", 1-2 tokens a row at a time up to 8192-byte rows, longer
+// in 4-row tiles".
+std::string f32_rows_text(CpuLevel l) {
+    kernels();
+    const int64_t b = g_f32_row_bytes.load(std::memory_order_relaxed);
+    const std::string toks = l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ";
+    if (b >= kEveryRowLength) return toks + "a row at a time";
+    if (b <= 0) return toks + "in 4-row tiles";
+    return toks + "a row at a time up to " + std::to_string(b) + "-byte rows, longer in 4-row tiles";
+}
+}  // namespace
+
 std::string matmul_variant(GgmlType t) {
     WeightView w;
     w.type = t;
@@ -178,7 +197,9 @@ std::string matmul_variant(GgmlType t) {
               " (activations to 8 bits)";
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
-              (l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : t == GgmlType::F32 ? ", 1-2 tokens a row at a time" : ", 1 token a 256-bit row at a time, 2 in 4-row 256-bit tiles") : "");
+              (t == GgmlType::F32 && l >= CpuLevel::AVX2 ? f32_rows_text(l)
+               : l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : ", 1 token a 256-bit row at a time, 2 in 4-row 256-bit tiles")
+                                                              : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;

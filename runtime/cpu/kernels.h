@@ -36,16 +36,28 @@ inline constexpr int kGemmClasses = 6;
 int gemm_class(GgmlType t);
 inline std::atomic<int> g_gemm_from[kGemmClasses] = {0, 0, 0, 0, 0, 0};
 
-// The AVX-512 levels' streaming kernel for the dense types at one and two tokens: 4 (Intel): 4-row
-// tiles of 512-bit vectors, the stream ahead asked for; 1 (AMD): F32 one row at a time with no
-// prefetch instructions (Zen 4's prefetchers follow one row's stream and lose four interleaved
-// ones: the F32 matvec read 13-15 GB/s in 4-row tiles and 21-24 GB/s row by row, against 23.7 GB/s
-// of read bandwidth), F16 and BF16 one 256-bit row at a time at one token and in the AVX2 level's
+// The AVX-512 levels' streaming kernel for F16 and BF16 at one and two tokens (F32: g_f32_row_bytes
+// below): 4 (Intel): 4-row tiles of 512-bit vectors, the stream ahead asked for; 1 (AMD): one
+// 256-bit row at a time at one token and in the AVX2 level's
 // 4-row tiles of 256-bit vectors at two (Zen 4 converts 16 halves at half the rate of 8; the
 // 256-bit code ran 1.3-1.4x the 512-bit in decode there). Set at the first kernel call from the
-// CPU's vendor; STEWARD_STREAM_ROWS=1 or 4 overrides it. F32's sums are the same bits either way
-// (each row's products in the same order); F16's and BF16's are the AVX2 level's on AMD.
+// CPU's vendor; STEWARD_STREAM_ROWS=1 or 4 overrides it. F16's and BF16's sums are the AVX2
+// level's on AMD.
 inline std::atomic<int> g_stream_rows{4};
+// F32 weights at one and two tokens (the AVX2 level: at one, where a row's sums keep their order
+// either way): rows of at most g_f32_row_bytes bytes a row at a time, with prefetch_far's stream
+// alone; longer rows in 4-row tiles, the stream ahead asked for. The same bits either way. Which is
+// faster depends on the core's prefetchers and on the row's length: on Zen 4 (one thread, 32 MiB
+// of rows) a row at a time read 27-29 GB/s against the tiles' 19-24 at 512-1376 columns, the same
+// at 2048, and 17-21 against 26-29 at 4096-8192; the 110M model's F32 decode (768 columns) at the
+// AVX2 level 42.7 tok/s in tiles, 75 a row at a time. Set at the first kernel call from the vendor
+// (vendor_f32_row_bytes), then by the CPU plan (cpu/plan.h), which times both ways at five row
+// lengths on this CPU model and level.
+inline constexpr int64_t kEveryRowLength = int64_t(1) << 40;  // every row a row at a time
+inline std::atomic<int64_t> g_f32_row_bytes{0};
+// STEWARD_STREAM_ROWS=1: kEveryRowLength; =4: 0 (every row in tiles); else 8192 on AMD's CPUs (Zen
+// 4's crossover above) and 0 elsewhere.
+int64_t vendor_f32_row_bytes();
 
 // BF16 weights' tiled GEMM on the AVX-512 levels with vdpbf16ps, the tokens rounded to BF16 as
 // llama.cpp rounds them (true), or the F32 tiles (false). Set at the first kernel call: true where

@@ -36,6 +36,17 @@ constexpr int kNc = (int)(sizeof kCandidates / sizeof kCandidates[0]);
 
 void set_distance(int bytes) { g_quant_prefetch_bytes.store(std::clamp(bytes, 64, 65536), std::memory_order_relaxed); }
 
+// F32's row limit (kernels.h g_f32_row_bytes); a negative one puts back the vendor's. The kernels'
+// first call sets it from the vendor (dispatch.cpp), so that call is made first here.
+void set_f32_rows(int64_t row_bytes) {
+    (void)stream_tile_rows();
+    g_f32_row_bytes.store(row_bytes >= 0 ? std::min(row_bytes, kEveryRowLength) : vendor_f32_row_bytes(), std::memory_order_relaxed);
+}
+
+// [cpu] f32_stream_rows and STEWARD_STREAM_ROWS: 1 every row a row at a time, 4 every row in tiles;
+// -1 for anything else (no override).
+int64_t rows_limit_of(int rows) { return rows == 1 ? kEveryRowLength : rows == 4 ? 0 : -1; }
+
 // n_rows rows of K weights of type t: pseudo-random codes, every block's F16 scale(s) small, so the
 // kernels see the bytes a real matrix has.
 std::vector<uint8_t> test_rows(GgmlType t, int64_t n_rows, int64_t K) {
@@ -95,6 +106,7 @@ private:
 struct Cached {
     int prefetch = 0;                  // 0: none
     std::array<int, kGemmClasses> gemm{};  // all 0: none (a line of an older format)
+    int64_t f32_row_bytes = -1;        // -1: none (a line of an older format)
 };
 
 Cached read_cached() {
@@ -106,10 +118,14 @@ Cached read_cached() {
     while (std::getline(in, line))
         if (line.rfind(key, 0) == 0) {
             std::istringstream fields(line.substr(key.size()));
-            std::string distance, gemm;
+            std::string distance, gemm, rows;
             std::getline(fields, distance, '\t');
             std::getline(fields, gemm, '\t');
+            std::getline(fields, rows, '\t');
             if (const int v = std::atoi(distance.c_str()); v >= 64 && v <= 65536) c.prefetch = v;
+            char* end = nullptr;
+            const long long limit = rows.empty() ? -1 : std::strtoll(rows.c_str(), &end, 10);
+            if (end != nullptr && *end == '\0' && limit >= 0 && limit <= kEveryRowLength) c.f32_row_bytes = limit;
             std::array<int, kGemmClasses> g{};
             int n = 0;
             std::istringstream list(gemm);
@@ -122,7 +138,7 @@ Cached read_cached() {
     return c;
 }
 
-void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm) {
+void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm, int64_t f32_row_bytes) {
     const std::string path = cpu_plan_cache_path(), key = cache_key_prefix();
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -135,7 +151,7 @@ void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm) {
     }
     out << key << bytes << "\t";
     for (int c = 0; c < kGemmClasses; c++) out << (c ? "," : "") << gemm[(size_t)c];
-    out << "\n";
+    out << "\t" << f32_row_bytes << "\n";
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     std::ofstream f(tmp, std::ios::trunc);
     f << out.str();
@@ -234,6 +250,23 @@ int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<doub
     return best_from;
 }
 
+int64_t f32_row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials) {
+    const int n = (int)trials.size();
+    int64_t best_limit = 0;
+    double best_cost = 1e300;
+    // Threshold j: a row at a time for trials [0, j), tiles from j on.
+    for (int j = 0; j <= n; j++) {
+        double cost = 0;
+        for (int i = 0; i < n; i++) {
+            const double single = trials[(size_t)i].single_gbs, tiles = trials[(size_t)i].tiles_gbs, fastest = std::max(single, tiles);
+            if (!(single > 0 && tiles > 0)) continue;
+            cost += fastest / (i < j ? single : tiles);  // time relative to the faster way
+        }
+        if (cost < best_cost - 1e-9) best_cost = cost, best_limit = j == 0 ? 0 : j == n ? kEveryRowLength : trials[(size_t)j - 1].row_bytes;
+    }
+    return best_limit;
+}
+
 namespace {
 
 // The prefetch distance's measurement (into plan.prefetch_bytes and plan.trials); it leaves the
@@ -271,6 +304,36 @@ void measure_prefetch(CpuPlan& plan) {
     }
 }
 
+// F32's row limit (into plan.f32_row_bytes and plan.rows_trials): at each kRowsCandidates length,
+// the one-token matvec over 32 MiB of F32 rows (a model's matrices come from memory), one thread, a
+// row at a time and in 4-row tiles in rounds (the first warms up), each's best of 3. It leaves
+// g_f32_row_bytes at the last trial's.
+void measure_rows(CpuPlan& plan) {
+    constexpr int64_t kBytes = 32 << 20;
+    std::vector<float> w((size_t)(kBytes / 4)), y((size_t)(kBytes / 4 / (kRowsCandidates[0] / 4)));
+    std::vector<float> x((size_t)(std::size(kRowsCandidates) > 0 ? kRowsCandidates[std::size(kRowsCandidates) - 1] / 4 : 0));
+    for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(i * 53) % 97 - 48) / 480.0f;
+    for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
+    ThreadPool pool(1);
+    plan.rows_trials.clear();
+    for (const int64_t row_bytes : kRowsCandidates) {
+        const int64_t K = row_bytes / 4, N = kBytes / row_bytes;
+        const WeightView W{GgmlType::F32, w.data(), K, N};
+        double best_s[2] = {1e30, 1e30};  // a row at a time, tiles
+        for (int round = 0; round < 4; round++)
+            for (int i = 0; i < 2; i++) {
+                set_f32_rows(i == 0 ? kEveryRowLength : 0);
+                const auto a = std::chrono::steady_clock::now();
+                matmul(W, x.data(), 1, y.data(), pool, MatmulPath::STREAM);
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+                if (round > 0) best_s[i] = std::min(best_s[i], s);
+            }
+        plan.rows_trials.push_back({row_bytes, (double)kBytes / best_s[0] / 1e9, (double)kBytes / best_s[1] / 1e9});
+    }
+    plan.f32_row_bytes = f32_row_bytes_from_trials(plan.rows_trials);
+    plan.rows_source = "measured";
+}
+
 }  // namespace
 
 CpuPlan measure_cpu_plan() {
@@ -282,23 +345,29 @@ CpuPlan measure_cpu_plan() {
     set_distance(plan.prefetch_bytes);  // the crossover's streaming kernels with the distance chosen
     plan.gemm_trials = measure_gemm(plan.gemm_from);  // both paths forced: the crossover in use does not matter
     plan.gemm_source = "measured";
+    measure_rows(plan);
     set_exact_quant(exact);
     plan.measure_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(g_mu);
     g_plan = plan;
     g_taken = true;
     set_gemm_from(plan.gemm_from);
+    set_f32_rows(plan.f32_row_bytes);
     return plan;
 }
 
-CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
+CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_override) {
     CpuPlan p;
-    bool measure_prefetch_now = false, measure_gemm_now = false;
+    bool measure_prefetch_now = false, measure_gemm_now = false, measure_rows_now = false;
+    const int64_t rows_config = rows_limit_of(rows_override);
+    const char* rows_env = std::getenv("STEWARD_STREAM_ROWS");
+    const int64_t rows_env_limit = rows_env == nullptr ? -1 : rows_limit_of(std::strcmp(rows_env, "1") == 0 ? 1 : std::strcmp(rows_env, "4") == 0 ? 4 : 0);
     {
         std::lock_guard<std::mutex> lock(g_mu);
         const bool same_prefetch = prefetch_override <= 0 || (g_plan.source == "config" && g_plan.prefetch_bytes == prefetch_override);
         const bool same_gemm = gemm_override <= 0 || (g_plan.gemm_source == "config" && g_plan.gemm_from[0] == gemm_override);
-        if (g_taken && same_prefetch && same_gemm) return g_plan;
+        const bool same_rows = rows_config < 0 || (g_plan.rows_source == "config" && g_plan.f32_row_bytes == rows_config);
+        if (g_taken && same_prefetch && same_gemm && same_rows) return g_plan;
         p = g_taken ? g_plan : CpuPlan{};
         const Cached cached = g_taken ? Cached{} : read_cached();
         if (prefetch_override > 0) {
@@ -323,11 +392,23 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
         } else {
             measure_gemm_now = true;
         }
-        if (!measure_prefetch_now && !measure_gemm_now) {
+        if (rows_config >= 0) {
+            p.f32_row_bytes = rows_config, p.rows_source = "config", p.rows_trials.clear();
+        } else if (rows_env_limit >= 0) {
+            p.f32_row_bytes = rows_env_limit, p.rows_source = "env", p.rows_trials.clear();
+        } else if (g_taken) {
+            // kept as taken
+        } else if (cached.f32_row_bytes >= 0) {
+            p.f32_row_bytes = cached.f32_row_bytes, p.rows_source = "cached";
+        } else {
+            measure_rows_now = true;
+        }
+        if (!measure_prefetch_now && !measure_gemm_now && !measure_rows_now) {
             g_plan = p;
             g_taken = true;
             set_distance(p.prefetch_bytes);
             set_gemm_from(p.gemm_from);
+            set_f32_rows(p.f32_row_bytes);
             return p;
         }
     }
@@ -338,14 +419,17 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
     const Cached again = read_cached();
     if (measure_prefetch_now && again.prefetch > 0) p.prefetch_bytes = again.prefetch, p.source = "cached", measure_prefetch_now = false;
     if (measure_gemm_now && again.gemm[0] > 0) p.gemm_from = again.gemm, p.gemm_source = "cached", measure_gemm_now = false;
-    if (measure_prefetch_now || measure_gemm_now) {
-        // The whole plan (about 0.35 s, once per CPU model); what an override or the cache gave is kept.
+    if (measure_rows_now && again.f32_row_bytes >= 0) p.f32_row_bytes = again.f32_row_bytes, p.rows_source = "cached", measure_rows_now = false;
+    if (measure_prefetch_now || measure_gemm_now || measure_rows_now) {
+        // The whole plan (about 0.4 s, once per CPU model); what an override or the cache gave is kept.
         const CpuPlan m = measure_cpu_plan();
         if (measure_prefetch_now) p.prefetch_bytes = m.prefetch_bytes, p.source = m.source, p.trials = m.trials;
         if (measure_gemm_now) p.gemm_from = m.gemm_from, p.gemm_source = m.gemm_source, p.gemm_trials = m.gemm_trials;
+        if (measure_rows_now) p.f32_row_bytes = m.f32_row_bytes, p.rows_source = m.rows_source, p.rows_trials = m.rows_trials;
         p.measure_ms = m.measure_ms;
-        write_cached(p.source == "cached" || p.source == "measured" ? p.prefetch_bytes : m.prefetch_bytes,
-                     p.gemm_source == "cached" || p.gemm_source == "measured" ? p.gemm_from : m.gemm_from);
+        auto kept = [](const std::string& source) { return source == "cached" || source == "measured"; };
+        write_cached(kept(p.source) ? p.prefetch_bytes : m.prefetch_bytes, kept(p.gemm_source) ? p.gemm_from : m.gemm_from,
+                     kept(p.rows_source) ? p.f32_row_bytes : m.f32_row_bytes);
     }
     {
         std::lock_guard<std::mutex> lock(g_mu);
@@ -353,6 +437,7 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override) {
         g_taken = true;
         set_distance(p.prefetch_bytes);
         set_gemm_from(p.gemm_from);
+        set_f32_rows(p.f32_row_bytes);
     }
     spdlog::info("CPU plan for {} ({}): {}", cpu_features().model_name, cpu_level_name(cpu_level()), describe_cpu_plan(p));
     return p;
@@ -364,6 +449,7 @@ void forget_cpu_plan() {
     g_taken = false;
     set_distance(g_plan.prefetch_bytes);
     set_gemm_from(g_plan.gemm_from);
+    set_f32_rows(-1);
 }
 
 std::string describe_cpu_plan(const CpuPlan& p) {
@@ -390,6 +476,19 @@ std::string describe_cpu_plan(const CpuPlan& p) {
         for (const auto& t : p.gemm_trials) {
             if (t.cls != last) s += std::string(last >= 0 ? ";" : "") + " " + names[t.cls] + ":", last = t.cls;
             std::snprintf(buf, sizeof buf, " %d %.0f/%.0f", t.n_tok, t.stream_gflops, t.gemm_gflops);
+            s += buf;
+        }
+    }
+    s += "); F32 at one token ";
+    s += p.f32_row_bytes < 0                 ? "by the vendor's default"
+         : p.f32_row_bytes >= kEveryRowLength ? "a row at a time"
+         : p.f32_row_bytes == 0               ? "in 4-row tiles"
+                                              : "a row at a time up to " + std::to_string(p.f32_row_bytes) + "-byte rows, longer in 4-row tiles";
+    s += " (" + p.rows_source;
+    if (!p.rows_trials.empty()) {
+        s += ": row bytes a-row/tiles GB/s at";
+        for (const auto& t : p.rows_trials) {
+            std::snprintf(buf, sizeof buf, " %lld %.1f/%.1f", (long long)t.row_bytes, t.single_gbs, t.tiles_gbs);
             s += buf;
         }
     }

@@ -35,7 +35,28 @@ struct CpuPlan {
         double stream_gflops = 0, gemm_gflops = 0;
     };
     std::vector<GemmTrial> gemm_trials;
+    // F32's streaming kernel at one token (kernels.h g_f32_row_bytes): rows of at most f32_row_bytes
+    // bytes a row at a time, longer ones in 4-row tiles (kEveryRowLength: every row a row at a time);
+    // -1: none taken (the vendor's). rows_source as source ("config": [cpu] f32_stream_rows, "env":
+    // STEWARD_STREAM_ROWS). A measurement's trials: per row length, GB/s of the F32 matvec over 32
+    // MiB a row at a time and in tiles (one thread, best of 3).
+    int64_t f32_row_bytes = -1;
+    std::string rows_source = "default";
+    struct RowsTrial {
+        int64_t row_bytes = 0;
+        double single_gbs = 0, tiles_gbs = 0;
+    };
+    std::vector<RowsTrial> rows_trials;
 };
+
+// The row lengths (bytes: 512 to 8192 F32 columns) F32's streaming rows are timed at.
+inline constexpr int64_t kRowsCandidates[] = {2048, 4096, 8192, 16384, 32768};
+
+// F32's row limit from the trials (one per kRowsCandidates length, in order): the threshold that
+// costs the trials least, each trial's time relative to its faster way (a row at a time below it,
+// tiles from it on), so one noisy length does not move it far: 0 (tiles throughout), a candidate's
+// length, or kEveryRowLength (a row at a time throughout); equal costs take the smaller limit.
+int64_t f32_row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials);
 
 // The token counts the crossover is measured at; a class whose streaming kernel wins at all of
 // them takes the GEMM from kGemmFromPastCandidates on.
@@ -63,18 +84,21 @@ CpuPlan cpu_plan();
 // failure to write only logs). Later calls return the plan taken, unless an override differs.
 // Distances outside [64, 65536] bytes are refused by the config reader; here they are clamped.
 // The crossover likewise: gemm_override > 0 ([cpu] gemm_min_tokens) for every class, then
-// STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s). A measurement holds an
+// STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s). F32's streaming rows
+// likewise: rows_override 1 (every row a row at a time) or 4 (every row in tiles; [cpu]
+// f32_stream_rows), then STEWARD_STREAM_ROWS, then the cache, else a measurement (about 0.1 s). A
+// measurement holds an
 // exclusive lock (flock on the cache path + ".lock") and reads the cache again under it, so processes
 // starting together on one machine take the first one's plan rather than measuring each its own.
-CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0);
+CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0, int rows_override = 0);
 
 // Measures the candidates (1, 2, 4, 8 and 16 KiB; the crossover at kGemmCandidates) now, whatever
 // is cached; sets and returns the best.
 CpuPlan measure_cpu_plan();
 
 // $STEWARD_CACHE_DIR, else $XDG_CACHE_HOME/steward, else $HOME/.cache/steward; plus "/cpu-plan.tsv"
-// (one line per CPU model and kernel level: cpu_plan_level_key, model name, distance, the five
-// classes' crossovers comma-separated; a line without them is measured again).
+// (one line per CPU model and kernel level: cpu_plan_level_key, model name, distance, the six
+// classes' crossovers comma-separated, F32's row limit; a line without them is measured again).
 std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
@@ -83,9 +107,10 @@ std::string cpu_plan_cache_path();
 // F16 register tiles, 8 BF16 a class of its own, 9 the AVX2 level's tiled GEMM for F32, BF16 and
 // F16 from 48 tokens, 10 its streaming kernels' 8-token tile, 11 the panel GEMM on the AVX-512
 // levels, with dpbusd on avx512vnni, 12 BF16's pair GEMM with vdpbf16ps, 13 the panel GEMM's
-// unsigned-weight dpbusd tiles and vector activation quantization), so that a line of another
-// revision is measured again rather than keeping a crossover timed against the old kernel.
-inline constexpr int kCpuPlanRevision = 13;
+// unsigned-weight dpbusd tiles and vector activation quantization, 14 F32's row limit), so
+// that a line of another revision is measured again rather than keeping a crossover timed against
+// the old kernel.
+inline constexpr int kCpuPlanRevision = 14;
 // A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r10".
 std::string cpu_plan_level_key();
 

@@ -399,8 +399,9 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
 }
 
 // The AVX-512 levels stream one and two tokens of the dense types in 4-row 512-bit tiles (Intel) or
-// AMD's way (kernels.h g_stream_rows): F32 a row at a time, F16 and BF16 a 256-bit row at a time
-// (one token) or in the AVX2 level's 256-bit tiles (two). Both must give the reference loop's sums at every level, on row counts that leave a
+// AMD's way (kernels.h g_stream_rows): F16 and BF16 a 256-bit row at a time (one token) or in the
+// AVX2 level's 256-bit tiles (two); F32 a row at a time or in 4-row tiles as g_f32_row_bytes says
+// (the CPU plan's choice), on the AVX2 level too at one token. Both must give the reference loop's sums at every level, on row counts that leave a
 // partial tile and across the two-token boundary; F32 the same bits either way (each row's products
 // in the same order), F16 and BF16 on AMD's setting at two tokens the AVX2 level's bits (its 256-bit
 // tiles; at one token the AVX-512 levels' single rows sum in four chains where the AVX2 level's sum
@@ -408,6 +409,7 @@ TEST_CASE("every kernel level this CPU supports matches the reference loops", "[
 TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the reference and itself", "[kernels][dispatch]") {
     const CpuLevel was = cpu_level();
     const int rows_was = stream_tile_rows();
+    const int64_t f32_rows_was = g_f32_row_bytes.load();
     std::mt19937 rng(47);
     ThreadPool pool(2);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -423,9 +425,9 @@ TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the r
                 REQUIRE(set_cpu_level((CpuLevel)l));
                 INFO("kernel level " << cpu_level_name((CpuLevel)l) << " " << ggml_type_name((uint32_t)type) << " n_tok " << n_tok);
                 std::vector<float> y1((size_t)(n_tok * 39), NAN), y4((size_t)(n_tok * 39), NAN);
-                g_stream_rows.store(1);
+                g_stream_rows.store(1), g_f32_row_bytes.store(kEveryRowLength);
                 matmul(w.view, X.data(), n_tok, y1.data(), pool, MatmulPath::STREAM);
-                g_stream_rows.store(4);
+                g_stream_rows.store(4), g_f32_row_bytes.store(0);
                 matmul(w.view, X.data(), n_tok, y4.data(), pool, MatmulPath::STREAM);
                 if (l == (int)CpuLevel::AVX2) at_avx2 = y4;
                 const bool amd_half = l >= (int)CpuLevel::AVX512 && type != GgmlType::F32 && n_tok == 2;
@@ -438,7 +440,7 @@ TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the r
                 }
             }
         }
-    g_stream_rows.store(rows_was);
+    g_stream_rows.store(rows_was), g_f32_row_bytes.store(f32_rows_was);
     REQUIRE(set_cpu_level(was));
 }
 

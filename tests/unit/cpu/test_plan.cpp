@@ -159,6 +159,8 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
         if (k > 0) want += ',';
         want += std::to_string(p.gemm_from[(size_t)k]);
     }
+    want += '\t';
+    want += std::to_string(p.f32_row_bytes);
     CHECK(line.size() > want.size());
     CHECK(line.substr(line.size() - want.size()) == want);
     // Read back whole by the next start.
@@ -266,4 +268,108 @@ TEST_CASE("processes that start together take one plan: the first measures under
     CHECK(n_lines == 1);
     ::unsetenv("STEWARD_CACHE_DIR");
     std::filesystem::remove_all(dir);
+}
+
+// F32's row limit (kernels.h g_f32_row_bytes): the plan times the one-token F32 matvec a row at a
+// time and in 4-row tiles at five row lengths and takes the limit that costs those trials least; the
+// cache, STEWARD_STREAM_ROWS and [cpu] f32_stream_rows as for the other choices. Either way gives the
+// same bits (the kernel test "the streaming kernel a row at a time and in 4-row tiles ...").
+TEST_CASE("F32's row limit is the threshold that costs the trials least (one noisy length aside)", "[plan]") {
+    auto trials = [](std::vector<std::pair<double, double>> gbs) {  // (a row at a time, tiles) per candidate
+        std::vector<CpuPlan::RowsTrial> t;
+        for (size_t i = 0; i < gbs.size(); i++) t.push_back({kRowsCandidates[i], gbs[i].first, gbs[i].second});
+        return t;
+    };
+    CHECK(f32_row_bytes_from_trials(trials({{2, 1}, {2, 1}, {2, 1}, {2, 1}, {2, 1}})) == kEveryRowLength);
+    CHECK(f32_row_bytes_from_trials(trials({{1, 2}, {1, 2}, {1, 2}, {1, 2}, {1, 2}})) == 0);
+    // Zen 4's shape: a row at a time ahead to 8192 bytes, the tiles from 16384.
+    CHECK(f32_row_bytes_from_trials(trials({{29, 23}, {28, 21}, {28, 26}, {19, 26}, {16, 29}})) == 8192);
+    // A near tie at 4096 that goes to the tiles by a hair does not cut the limit there.
+    CHECK(f32_row_bytes_from_trials(trials({{29, 23}, {26.9, 27.0}, {28, 24}, {19, 26}, {16, 29}})) == 8192);
+    // Equal throughout: the smaller limit (tiles).
+    CHECK(f32_row_bytes_from_trials(trials({{1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}})) == 0);
+}
+
+TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the config and environment override it", "[plan]") {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("steward-plan-rows-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    ::setenv("STEWARD_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("STEWARD_PREFETCH_BYTES");
+    ::unsetenv("STEWARD_GEMM_MIN_TOKENS");
+    ::unsetenv("STEWARD_STREAM_ROWS");
+    forget_cpu_plan();
+    CHECK(g_f32_row_bytes.load() == vendor_f32_row_bytes());  // no plan: the vendor's
+    const CpuPlan m = start_cpu_plan();
+    CHECK(m.rows_source == "measured");
+    REQUIRE(m.rows_trials.size() == std::size(kRowsCandidates));
+    for (size_t i = 0; i < m.rows_trials.size(); i++) {
+        CHECK(m.rows_trials[i].row_bytes == kRowsCandidates[i]);
+        CHECK((m.rows_trials[i].single_gbs > 0 && m.rows_trials[i].tiles_gbs > 0));
+    }
+    CHECK(m.f32_row_bytes == f32_row_bytes_from_trials(m.rows_trials));
+    CHECK(g_f32_row_bytes.load() == m.f32_row_bytes);
+    CHECK_THAT(describe_cpu_plan(m), Catch::Contains("F32 at one token ") && Catch::Contains("(measured: row bytes a-row/tiles GB/s at 2048 "));
+    // Another limit in the cache is read back as it is.
+    const int64_t other = m.f32_row_bytes == 4096 ? 16384 : 4096;
+    auto rewrite_limit = [&](const std::string& limit) {
+        std::ifstream in(dir + "/cpu-plan.tsv");
+        std::string line;
+        std::getline(in, line);
+        const size_t tab = line.rfind('\t');
+        REQUIRE(tab != std::string::npos);
+        CHECK(line.substr(tab + 1) == std::to_string(m.f32_row_bytes));
+        in.close();
+        std::ofstream out(dir + "/cpu-plan.tsv");
+        out << line.substr(0, tab + 1) << limit << "\n";
+    };
+    rewrite_limit(std::to_string(other));
+    forget_cpu_plan();
+    const CpuPlan c = start_cpu_plan();
+    CHECK(c.rows_source == "cached");
+    CHECK(c.source == "cached");
+    CHECK(c.f32_row_bytes == other);
+    CHECK(g_f32_row_bytes.load() == other);
+    CHECK_THAT(matmul_variant(GgmlType::F32), Catch::Contains("a row at a time up to " + std::to_string(other) + "-byte rows, longer in 4-row tiles"));
+    // A limit that is no number is no plan: measured again (and the line rewritten with it).
+    forget_cpu_plan();
+    {
+        std::ifstream in(dir + "/cpu-plan.tsv");
+        std::string line;
+        std::getline(in, line);
+        in.close();
+        std::ofstream out(dir + "/cpu-plan.tsv");
+        out << line.substr(0, line.rfind('\t') + 1) << "lots\n";
+    }
+    CHECK(start_cpu_plan().rows_source == "measured");
+    // The environment over the cache, the config over both.
+    forget_cpu_plan();
+    ::setenv("STEWARD_STREAM_ROWS", "4", 1);
+    const CpuPlan e = start_cpu_plan();
+    CHECK(e.rows_source == "env");
+    CHECK(g_f32_row_bytes.load() == 0);
+    const CpuPlan o = start_cpu_plan(0, 0, 1);
+    CHECK(o.rows_source == "config");
+    CHECK(o.f32_row_bytes == kEveryRowLength);
+    CHECK(g_f32_row_bytes.load() == kEveryRowLength);
+    ::unsetenv("STEWARD_STREAM_ROWS");
+    forget_cpu_plan();
+    CHECK(g_f32_row_bytes.load() == vendor_f32_row_bytes());
+    ::unsetenv("STEWARD_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("[cpu] f32_stream_rows is read from the config and a tile the kernels lack is refused", "[plan]") {
+    const std::string pool = "[[pool]]\nname = \"p\"\nmodel = \"m.gguf\"\n";
+    auto ok = parse_config(pool + "[cpu]\nf32_stream_rows = 4\n");
+    REQUIRE(ok.ok());
+    CHECK(ok->cpu.f32_stream_rows == 4);
+    auto none = parse_config(pool);
+    REQUIRE(none.ok());
+    CHECK(none->cpu.f32_stream_rows == 0);
+    for (const char* bad : {"2", "8", "-1", "\"one\""}) {
+        INFO(bad);
+        auto r = parse_config(pool + "[cpu]\nf32_stream_rows = " + bad + "\n");
+        REQUIRE_FALSE(r.ok());
+        CHECK_THAT(r.error().message, Catch::Contains("f32_stream_rows"));
+    }
 }
