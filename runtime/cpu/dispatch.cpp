@@ -156,10 +156,18 @@ int stream_tile_rows() {
     kernels();
     return g_stream_rows.load(std::memory_order_relaxed);
 }
+int64_t env_f32_row_bytes() {
+    const char* e = std::getenv("STEWARD_STREAM_ROWS");
+    return e == nullptr ? -1 : std::strcmp(e, "1") == 0 ? kEveryRowLength : std::strcmp(e, "4") == 0 ? 0 : -1;
+}
 int64_t vendor_f32_row_bytes() {
-    if (const char* e = std::getenv("STEWARD_STREAM_ROWS"); e != nullptr && (std::strcmp(e, "1") == 0 || std::strcmp(e, "4") == 0))
-        return e[0] == '1' ? kEveryRowLength : 0;
+    if (const int64_t e = env_f32_row_bytes(); e >= 0) return e;
     return cpu_features().vendor == "AuthenticAMD" ? 8192 : 0;
+}
+std::string describe_f32_row_bytes(int64_t row_bytes) {
+    if (row_bytes >= kEveryRowLength) return "a row at a time";
+    if (row_bytes <= 0) return "in 4-row tiles";
+    return "a row at a time up to " + std::to_string(row_bytes) + "-byte rows, longer in 4-row tiles";
 }
 
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
@@ -177,11 +185,7 @@ namespace {
 // in 4-row tiles".
 std::string f32_rows_text(CpuLevel l) {
     kernels();
-    const int64_t b = g_f32_row_bytes.load(std::memory_order_relaxed);
-    const std::string toks = l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ";
-    if (b >= kEveryRowLength) return toks + "a row at a time";
-    if (b <= 0) return toks + "in 4-row tiles";
-    return toks + "a row at a time up to " + std::to_string(b) + "-byte rows, longer in 4-row tiles";
+    return (l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ") + describe_f32_row_bytes(g_f32_row_bytes.load(std::memory_order_relaxed));
 }
 }  // namespace
 

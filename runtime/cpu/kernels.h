@@ -58,6 +58,11 @@ inline std::atomic<int64_t> g_f32_row_bytes{0};
 // STEWARD_STREAM_ROWS=1: kEveryRowLength; =4: 0 (every row in tiles); else 8192 on AMD's CPUs (Zen
 // 4's crossover above) and 0 elsewhere.
 int64_t vendor_f32_row_bytes();
+// STEWARD_STREAM_ROWS's limit alone: kEveryRowLength for 1, 0 for 4, -1 when it is unset or other.
+int64_t env_f32_row_bytes();
+// A row limit in words, for the plan's line and the kernels line: "a row at a time", "in 4-row
+// tiles" or "a row at a time up to 8192-byte rows, longer in 4-row tiles".
+std::string describe_f32_row_bytes(int64_t row_bytes);
 
 // BF16 weights' tiled GEMM on the AVX-512 levels with vdpbf16ps, the tokens rounded to BF16 as
 // llama.cpp rounds them (true), or the F32 tiles (false). Set at the first kernel call: true where

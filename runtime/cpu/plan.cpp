@@ -43,8 +43,8 @@ void set_f32_rows(int64_t row_bytes) {
     g_f32_row_bytes.store(row_bytes >= 0 ? std::min(row_bytes, kEveryRowLength) : vendor_f32_row_bytes(), std::memory_order_relaxed);
 }
 
-// [cpu] f32_stream_rows and STEWARD_STREAM_ROWS: 1 every row a row at a time, 4 every row in tiles;
-// -1 for anything else (no override).
+// [cpu] f32_stream_rows: 1 every row a row at a time, 4 every row in tiles; -1 for anything else
+// (no override).
 int64_t rows_limit_of(int rows) { return rows == 1 ? kEveryRowLength : rows == 4 ? 0 : -1; }
 
 // n_rows rows of K weights of type t: pseudo-random codes, every block's F16 scale(s) small, so the
@@ -311,7 +311,7 @@ void measure_prefetch(CpuPlan& plan) {
 void measure_rows(CpuPlan& plan) {
     constexpr int64_t kBytes = 32 << 20;
     std::vector<float> w((size_t)(kBytes / 4)), y((size_t)(kBytes / 4 / (kRowsCandidates[0] / 4)));
-    std::vector<float> x((size_t)(std::size(kRowsCandidates) > 0 ? kRowsCandidates[std::size(kRowsCandidates) - 1] / 4 : 0));
+    std::vector<float> x((size_t)(kRowsCandidates[std::size(kRowsCandidates) - 1] / 4));  // the longest row's columns
     for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(i * 53) % 97 - 48) / 480.0f;
     for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
@@ -359,9 +359,7 @@ CpuPlan measure_cpu_plan() {
 CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_override) {
     CpuPlan p;
     bool measure_prefetch_now = false, measure_gemm_now = false, measure_rows_now = false;
-    const int64_t rows_config = rows_limit_of(rows_override);
-    const char* rows_env = std::getenv("STEWARD_STREAM_ROWS");
-    const int64_t rows_env_limit = rows_env == nullptr ? -1 : rows_limit_of(std::strcmp(rows_env, "1") == 0 ? 1 : std::strcmp(rows_env, "4") == 0 ? 4 : 0);
+    const int64_t rows_config = rows_limit_of(rows_override), rows_env_limit = env_f32_row_bytes();
     {
         std::lock_guard<std::mutex> lock(g_mu);
         const bool same_prefetch = prefetch_override <= 0 || (g_plan.source == "config" && g_plan.prefetch_bytes == prefetch_override);
@@ -480,10 +478,7 @@ std::string describe_cpu_plan(const CpuPlan& p) {
         }
     }
     s += "); F32 at one token ";
-    s += p.f32_row_bytes < 0                 ? "by the vendor's default"
-         : p.f32_row_bytes >= kEveryRowLength ? "a row at a time"
-         : p.f32_row_bytes == 0               ? "in 4-row tiles"
-                                              : "a row at a time up to " + std::to_string(p.f32_row_bytes) + "-byte rows, longer in 4-row tiles";
+    s += p.f32_row_bytes < 0 ? "by the vendor's default" : describe_f32_row_bytes(p.f32_row_bytes);
     s += " (" + p.rows_source;
     if (!p.rows_trials.empty()) {
         s += ": row bytes a-row/tiles GB/s at";
