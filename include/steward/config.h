@@ -341,11 +341,13 @@ struct TracingConfig {
 // how many tokens a matmul takes the tiled GEMM instead of the streaming kernel, every weight type
 // alike; 0 takes the plan's crossover per class of weight type, a value in [1, 4096] overrides it.
 // f32_stream_rows: F32 weights at one token a row at a time (1) or in 4-row tiles (4); 0 takes the
-// plan's measured choice.
+// plan's measured choice. half_stream_rows: F16 and BF16 weights likewise, where the kernels stream
+// them a row at a time (AMD's CPUs).
 struct CpuConfig {
     int prefetch_bytes = 0;
     int gemm_min_tokens = 0;
     int f32_stream_rows = 0;
+    int half_stream_rows = 0;
 };
 
 // A whole config file, validated (every cross-reference resolves).

@@ -352,11 +352,12 @@ Expected<Config> parse_config(const std::string& text, const std::string& src) {
         if (!r.get_in("prefetch_bytes", c.cpu.prefetch_bytes, 0, 65536, "in [0, 65536] bytes (0: the measured plan)") ||
             !r.get_in("gemm_min_tokens", c.cpu.gemm_min_tokens, 0, 4096, "in [0, 4096] tokens (0: the measured plan)") ||
             !r.get_in("f32_stream_rows", c.cpu.f32_stream_rows, 0, 4, "0 (the measured plan), 1 or 4 rows") ||
-            !r.finish())
+            !r.get_in("half_stream_rows", c.cpu.half_stream_rows, 0, 4, "0 (the measured plan), 1 or 4 rows") || !r.finish())
             return fail(r.err);
-        if (c.cpu.f32_stream_rows != 0 && c.cpu.f32_stream_rows != 1 && c.cpu.f32_stream_rows != 4)
-            return fail(where(src, t->source()) + ": [cpu] f32_stream_rows " + std::to_string(c.cpu.f32_stream_rows) +
-                        " is no tile the kernels have; give 0 (the measured plan), 1 (a row at a time) or 4 (4-row tiles)");
+        for (const auto& [key, v] : {std::pair<const char*, int>{"f32_stream_rows", c.cpu.f32_stream_rows}, {"half_stream_rows", c.cpu.half_stream_rows}})
+            if (v != 0 && v != 1 && v != 4)
+                return fail(where(src, t->source()) + ": [cpu] " + key + " " + std::to_string(v) +
+                            " is no tile the kernels have; give 0 (the measured plan), 1 (a row at a time) or 4 (4-row tiles)");
         if (c.cpu.prefetch_bytes > 0 && c.cpu.prefetch_bytes < 64)
             return fail(where(src, t->source()) + ": [cpu] prefetch_bytes " + std::to_string(c.cpu.prefetch_bytes) +
                         " is under a cache line; give 0 (the measured plan) or 64 to 65536");

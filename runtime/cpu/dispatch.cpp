@@ -118,6 +118,7 @@ bool initial_gemm_bf16() {
 void choose_shapes_once() {
     [[maybe_unused]] static const bool chosen = (g_stream_rows.store(initial_stream_rows(), std::memory_order_relaxed),
                                                  g_f32_row_bytes.store(vendor_f32_row_bytes(), std::memory_order_relaxed),
+                                                 g_half_row_bytes.store(vendor_half_row_bytes(), std::memory_order_relaxed),
                                                  g_gemm_bf16.store(initial_gemm_bf16(), std::memory_order_relaxed), true);
 }
 
@@ -156,18 +157,21 @@ int stream_tile_rows() {
     kernels();
     return g_stream_rows.load(std::memory_order_relaxed);
 }
-int64_t env_f32_row_bytes() {
+int64_t env_row_bytes() {
     const char* e = std::getenv("STEWARD_STREAM_ROWS");
     return e == nullptr ? -1 : std::strcmp(e, "1") == 0 ? kEveryRowLength : std::strcmp(e, "4") == 0 ? 0 : -1;
 }
 int64_t vendor_f32_row_bytes() {
-    if (const int64_t e = env_f32_row_bytes(); e >= 0) return e;
+    if (const int64_t e = env_row_bytes(); e >= 0) return e;
     return cpu_features().vendor == "AuthenticAMD" ? 8192 : 0;
 }
-std::string describe_f32_row_bytes(int64_t row_bytes) {
+int64_t vendor_half_row_bytes() { return vendor_f32_row_bytes(); }  // Zen 4's crossover is F32's (kernels.h)
+int half_tile_rows() { return cpu_level() >= CpuLevel::AVX512 ? 6 : 4; }
+std::string describe_row_bytes(int64_t row_bytes, int tile_rows) {
+    const std::string tiles = std::to_string(tile_rows) + "-row tiles";
     if (row_bytes >= kEveryRowLength) return "a row at a time";
-    if (row_bytes <= 0) return "in 4-row tiles";
-    return "a row at a time up to " + std::to_string(row_bytes) + "-byte rows, longer in 4-row tiles";
+    if (row_bytes <= 0) return "in " + tiles;
+    return "a row at a time up to " + std::to_string(row_bytes) + "-byte rows, longer in " + tiles;
 }
 
 int gemm_min_tokens(const WeightView& W) { return kernels().gemm_min_tokens(W); }
@@ -185,7 +189,12 @@ namespace {
 // in 4-row tiles".
 std::string f32_rows_text(CpuLevel l) {
     kernels();
-    return (l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ") + describe_f32_row_bytes(g_f32_row_bytes.load(std::memory_order_relaxed));
+    return (l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ") + describe_row_bytes(g_f32_row_bytes.load(std::memory_order_relaxed));
+}
+// The half types' at one token: "a row at a time up to 8192-byte rows, longer in 4-row tiles".
+std::string half_rows_text() {
+    kernels();
+    return describe_row_bytes(g_half_row_bytes.load(std::memory_order_relaxed), half_tile_rows());
 }
 }  // namespace
 
@@ -202,8 +211,11 @@ std::string matmul_variant(GgmlType t) {
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
               (t == GgmlType::F32 && l >= CpuLevel::AVX2 ? f32_rows_text(l)
-               : l >= CpuLevel::AVX512 && t != GgmlType::Q8_0 ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : ", 1 token a 256-bit row at a time, 2 in 4-row 256-bit tiles")
-                                                              : "");
+               : t != GgmlType::F16 && t != GgmlType::BF16 ? ""
+               : stream_tile_rows() == 1 ? std::string(", 1 token ") + (l >= CpuLevel::AVX512 ? "256-bit, " : "") + half_rows_text() +
+                                              (l >= CpuLevel::AVX512 ? ", 2 in 4-row 256-bit tiles" : "")
+               : l >= CpuLevel::AVX512 ? ", 1-2 tokens in 4-row tiles"
+                                       : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;

@@ -43,7 +43,13 @@ void set_f32_rows(int64_t row_bytes) {
     g_f32_row_bytes.store(row_bytes >= 0 ? std::min(row_bytes, kEveryRowLength) : vendor_f32_row_bytes(), std::memory_order_relaxed);
 }
 
-// [cpu] f32_stream_rows: 1 every row a row at a time, 4 every row in tiles; -1 for anything else
+// The half types' row limit (kernels.h g_half_row_bytes) likewise.
+void set_half_rows(int64_t row_bytes) {
+    (void)stream_tile_rows();
+    g_half_row_bytes.store(row_bytes >= 0 ? std::min(row_bytes, kEveryRowLength) : vendor_half_row_bytes(), std::memory_order_relaxed);
+}
+
+// [cpu] f32_stream_rows and half_stream_rows: 1 every row a row at a time, 4 every row in tiles; -1 for anything else
 // (no override).
 int64_t rows_limit_of(int rows) { return rows == 1 ? kEveryRowLength : rows == 4 ? 0 : -1; }
 
@@ -107,6 +113,7 @@ struct Cached {
     int prefetch = 0;                  // 0: none
     std::array<int, kGemmClasses> gemm{};  // all 0: none (a line of an older format)
     int64_t f32_row_bytes = -1;        // -1: none (a line of an older format)
+    int64_t half_row_bytes = -1;       // likewise
 };
 
 Cached read_cached() {
@@ -118,14 +125,19 @@ Cached read_cached() {
     while (std::getline(in, line))
         if (line.rfind(key, 0) == 0) {
             std::istringstream fields(line.substr(key.size()));
-            std::string distance, gemm, rows;
+            std::string distance, gemm, rows, half_rows;
             std::getline(fields, distance, '\t');
             std::getline(fields, gemm, '\t');
             std::getline(fields, rows, '\t');
+            std::getline(fields, half_rows, '\t');
             if (const int v = std::atoi(distance.c_str()); v >= 64 && v <= 65536) c.prefetch = v;
-            char* end = nullptr;
-            const long long limit = rows.empty() ? -1 : std::strtoll(rows.c_str(), &end, 10);
-            if (end != nullptr && *end == '\0' && limit >= 0 && limit <= kEveryRowLength) c.f32_row_bytes = limit;
+            auto limit_of = [](const std::string& f) -> int64_t {  // -1 unless a whole number in [0, kEveryRowLength]
+                char* end = nullptr;
+                const long long limit = f.empty() ? -1 : std::strtoll(f.c_str(), &end, 10);
+                return end != nullptr && *end == '\0' && limit >= 0 && limit <= kEveryRowLength ? limit : -1;
+            };
+            c.f32_row_bytes = limit_of(rows);
+            c.half_row_bytes = limit_of(half_rows);
             std::array<int, kGemmClasses> g{};
             int n = 0;
             std::istringstream list(gemm);
@@ -138,7 +150,7 @@ Cached read_cached() {
     return c;
 }
 
-void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm, int64_t f32_row_bytes) {
+void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm, int64_t f32_row_bytes, int64_t half_row_bytes) {
     const std::string path = cpu_plan_cache_path(), key = cache_key_prefix();
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -151,7 +163,7 @@ void write_cached(int bytes, const std::array<int, kGemmClasses>& gemm, int64_t 
     }
     out << key << bytes << "\t";
     for (int c = 0; c < kGemmClasses; c++) out << (c ? "," : "") << gemm[(size_t)c];
-    out << "\t" << f32_row_bytes << "\n";
+    out << "\t" << f32_row_bytes << "\t" << half_row_bytes << "\n";
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
     std::ofstream f(tmp, std::ios::trunc);
     f << out.str();
@@ -250,7 +262,7 @@ int gemm_from_trials(const std::vector<double>& stream_s, const std::vector<doub
     return best_from;
 }
 
-int64_t f32_row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials) {
+int64_t row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials) {
     const int n = (int)trials.size();
     int64_t best_limit = 0;
     double best_cost = 1e300;
@@ -304,34 +316,59 @@ void measure_prefetch(CpuPlan& plan) {
     }
 }
 
-// F32's row limit (into plan.f32_row_bytes and plan.rows_trials): at each kRowsCandidates length,
-// the one-token matvec over 32 MiB of F32 rows (a model's matrices come from memory), one thread, a
-// row at a time and in 4-row tiles in rounds (the first warms up), each's best of 3. It leaves
-// g_f32_row_bytes at the last trial's.
-void measure_rows(CpuPlan& plan) {
-    constexpr int64_t kBytes = 32 << 20;
-    std::vector<float> w((size_t)(kBytes / 4)), y((size_t)(kBytes / 4 / (kRowsCandidates[0] / 4)));
-    std::vector<float> x((size_t)(kRowsCandidates[std::size(kRowsCandidates) - 1] / 4));  // the longest row's columns
-    for (size_t i = 0; i < w.size(); i++) w[i] = (float)((int64_t)(i * 53) % 97 - 48) / 480.0f;
+// A row limit's trials: at each kRowsCandidates length, the one-token matvec over 32 MiB of rows of
+// type t (a model's matrices come from memory), one thread, a row at a time and in 4-row tiles
+// (set_limit with kEveryRowLength or 0) in rounds (the first warms up), each's best of 3. It leaves
+// the limit at the last trial's. The half types at the scalar level go over 8 MiB: converting each
+// half in plain code (1-2 GB/s there), not the memory, sets their pace, and 32 MiB took 2 s.
+std::vector<CpuPlan::RowsTrial> time_rows(GgmlType t, void (*set_limit)(int64_t)) {
+    const int64_t elem = t == GgmlType::F32 ? 4 : 2;
+    const int64_t kBytes = elem == 2 && cpu_level() == CpuLevel::SCALAR ? 8 << 20 : 32 << 20;
+    std::vector<uint8_t> w((size_t)kBytes);
+    for (int64_t i = 0; i < kBytes / elem; i++) {
+        const float v = (float)((i * 53) % 97 - 48) / 480.0f;
+        if (t == GgmlType::F32) std::memcpy(w.data() + 4 * i, &v, 4);
+        else {
+            const uint16_t h = t == GgmlType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+            std::memcpy(w.data() + 2 * i, &h, 2);
+        }
+    }
+    std::vector<float> x((size_t)(kRowsCandidates[std::size(kRowsCandidates) - 1] / elem));  // the longest row's columns
+    std::vector<float> y((size_t)(kBytes / kRowsCandidates[0]));
     for (size_t i = 0; i < x.size(); i++) x[i] = (float)((int64_t)(i * 37) % 101 - 50) / 50.0f;
     ThreadPool pool(1);
-    plan.rows_trials.clear();
+    std::vector<CpuPlan::RowsTrial> trials;
     for (const int64_t row_bytes : kRowsCandidates) {
-        const int64_t K = row_bytes / 4, N = kBytes / row_bytes;
-        const WeightView W{GgmlType::F32, w.data(), K, N};
+        const WeightView W{t, w.data(), row_bytes / elem, kBytes / row_bytes};
         double best_s[2] = {1e30, 1e30};  // a row at a time, tiles
         for (int round = 0; round < 4; round++)
             for (int i = 0; i < 2; i++) {
-                set_f32_rows(i == 0 ? kEveryRowLength : 0);
+                set_limit(i == 0 ? kEveryRowLength : 0);
                 const auto a = std::chrono::steady_clock::now();
                 matmul(W, x.data(), 1, y.data(), pool, MatmulPath::STREAM);
                 const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
                 if (round > 0) best_s[i] = std::min(best_s[i], s);
             }
-        plan.rows_trials.push_back({row_bytes, (double)kBytes / best_s[0] / 1e9, (double)kBytes / best_s[1] / 1e9});
+        trials.push_back({row_bytes, (double)kBytes / best_s[0] / 1e9, (double)kBytes / best_s[1] / 1e9});
     }
-    plan.f32_row_bytes = f32_row_bytes_from_trials(plan.rows_trials);
+    return trials;
+}
+
+// Both row limits (into plan.f32_row_bytes, plan.half_row_bytes and their trials). The half types'
+// is timed where the kernels read it (stream_tile_rows() 1); elsewhere every row is in tiles.
+void measure_rows(CpuPlan& plan) {
+    plan.rows_trials = time_rows(GgmlType::F32, set_f32_rows);
+    plan.f32_row_bytes = row_bytes_from_trials(plan.rows_trials);
     plan.rows_source = "measured";
+    if (stream_tile_rows() == 1) {
+        plan.half_rows_trials = time_rows(GgmlType::F16, set_half_rows);
+        plan.half_row_bytes = row_bytes_from_trials(plan.half_rows_trials);
+        plan.half_rows_source = "measured";
+    } else {
+        plan.half_rows_trials.clear();
+        plan.half_row_bytes = 0;
+        plan.half_rows_source = "tiles";
+    }
 }
 
 }  // namespace
@@ -353,19 +390,22 @@ CpuPlan measure_cpu_plan() {
     g_taken = true;
     set_gemm_from(plan.gemm_from);
     set_f32_rows(plan.f32_row_bytes);
+    set_half_rows(plan.half_row_bytes);
     return plan;
 }
 
-CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_override) {
+CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_override, int half_rows_override) {
     CpuPlan p;
-    bool measure_prefetch_now = false, measure_gemm_now = false, measure_rows_now = false;
-    const int64_t rows_config = rows_limit_of(rows_override), rows_env_limit = env_f32_row_bytes();
+    bool measure_prefetch_now = false, measure_gemm_now = false, measure_rows_now = false, measure_half_now = false;
+    const int64_t rows_config = rows_limit_of(rows_override), rows_env_limit = env_row_bytes();
+    const int64_t half_config = rows_limit_of(half_rows_override);
     {
         std::lock_guard<std::mutex> lock(g_mu);
         const bool same_prefetch = prefetch_override <= 0 || (g_plan.source == "config" && g_plan.prefetch_bytes == prefetch_override);
         const bool same_gemm = gemm_override <= 0 || (g_plan.gemm_source == "config" && g_plan.gemm_from[0] == gemm_override);
         const bool same_rows = rows_config < 0 || (g_plan.rows_source == "config" && g_plan.f32_row_bytes == rows_config);
-        if (g_taken && same_prefetch && same_gemm && same_rows) return g_plan;
+        const bool same_half = half_config < 0 || (g_plan.half_rows_source == "config" && g_plan.half_row_bytes == half_config);
+        if (g_taken && same_prefetch && same_gemm && same_rows && same_half) return g_plan;
         p = g_taken ? g_plan : CpuPlan{};
         const Cached cached = g_taken ? Cached{} : read_cached();
         if (prefetch_override > 0) {
@@ -401,12 +441,24 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_overri
         } else {
             measure_rows_now = true;
         }
-        if (!measure_prefetch_now && !measure_gemm_now && !measure_rows_now) {
+        if (half_config >= 0) {
+            p.half_row_bytes = half_config, p.half_rows_source = "config", p.half_rows_trials.clear();
+        } else if (rows_env_limit >= 0) {
+            p.half_row_bytes = rows_env_limit, p.half_rows_source = "env", p.half_rows_trials.clear();
+        } else if (g_taken) {
+            // kept as taken
+        } else if (cached.half_row_bytes >= 0) {
+            p.half_row_bytes = cached.half_row_bytes, p.half_rows_source = "cached";
+        } else {
+            measure_half_now = true;
+        }
+        if (!measure_prefetch_now && !measure_gemm_now && !measure_rows_now && !measure_half_now) {
             g_plan = p;
             g_taken = true;
             set_distance(p.prefetch_bytes);
             set_gemm_from(p.gemm_from);
             set_f32_rows(p.f32_row_bytes);
+            set_half_rows(p.half_row_bytes);
             return p;
         }
     }
@@ -418,16 +470,20 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_overri
     if (measure_prefetch_now && again.prefetch > 0) p.prefetch_bytes = again.prefetch, p.source = "cached", measure_prefetch_now = false;
     if (measure_gemm_now && again.gemm[0] > 0) p.gemm_from = again.gemm, p.gemm_source = "cached", measure_gemm_now = false;
     if (measure_rows_now && again.f32_row_bytes >= 0) p.f32_row_bytes = again.f32_row_bytes, p.rows_source = "cached", measure_rows_now = false;
-    if (measure_prefetch_now || measure_gemm_now || measure_rows_now) {
-        // The whole plan (about 0.4 s, once per CPU model); what an override or the cache gave is kept.
+    if (measure_half_now && again.half_row_bytes >= 0) p.half_row_bytes = again.half_row_bytes, p.half_rows_source = "cached", measure_half_now = false;
+    if (measure_prefetch_now || measure_gemm_now || measure_rows_now || measure_half_now) {
+        // The whole plan (about 0.5 s, once per CPU model); what an override or the cache gave is kept.
         const CpuPlan m = measure_cpu_plan();
         if (measure_prefetch_now) p.prefetch_bytes = m.prefetch_bytes, p.source = m.source, p.trials = m.trials;
         if (measure_gemm_now) p.gemm_from = m.gemm_from, p.gemm_source = m.gemm_source, p.gemm_trials = m.gemm_trials;
         if (measure_rows_now) p.f32_row_bytes = m.f32_row_bytes, p.rows_source = m.rows_source, p.rows_trials = m.rows_trials;
+        if (measure_half_now)
+            p.half_row_bytes = m.half_row_bytes, p.half_rows_source = m.half_rows_source, p.half_rows_trials = m.half_rows_trials;
         p.measure_ms = m.measure_ms;
-        auto kept = [](const std::string& source) { return source == "cached" || source == "measured"; };
+        auto kept = [](const std::string& source) { return source == "cached" || source == "measured" || source == "tiles"; };
         write_cached(kept(p.source) ? p.prefetch_bytes : m.prefetch_bytes, kept(p.gemm_source) ? p.gemm_from : m.gemm_from,
-                     kept(p.rows_source) ? p.f32_row_bytes : m.f32_row_bytes);
+                     kept(p.rows_source) ? p.f32_row_bytes : m.f32_row_bytes,
+                     kept(p.half_rows_source) ? p.half_row_bytes : m.half_row_bytes);
     }
     {
         std::lock_guard<std::mutex> lock(g_mu);
@@ -436,6 +492,7 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_overri
         set_distance(p.prefetch_bytes);
         set_gemm_from(p.gemm_from);
         set_f32_rows(p.f32_row_bytes);
+        set_half_rows(p.half_row_bytes);
     }
     spdlog::info("CPU plan for {} ({}): {}", cpu_features().model_name, cpu_level_name(cpu_level()), describe_cpu_plan(p));
     return p;
@@ -448,6 +505,7 @@ void forget_cpu_plan() {
     set_distance(g_plan.prefetch_bytes);
     set_gemm_from(g_plan.gemm_from);
     set_f32_rows(-1);
+    set_half_rows(-1);
 }
 
 std::string describe_cpu_plan(const CpuPlan& p) {
@@ -477,17 +535,23 @@ std::string describe_cpu_plan(const CpuPlan& p) {
             s += buf;
         }
     }
-    s += "); F32 at one token ";
-    s += p.f32_row_bytes < 0 ? "by the vendor's default" : describe_f32_row_bytes(p.f32_row_bytes);
-    s += " (" + p.rows_source;
-    if (!p.rows_trials.empty()) {
-        s += ": row bytes a-row/tiles GB/s at";
-        for (const auto& t : p.rows_trials) {
-            std::snprintf(buf, sizeof buf, " %lld %.1f/%.1f", (long long)t.row_bytes, t.single_gbs, t.tiles_gbs);
-            s += buf;
+    // A row limit: "F32 at one token a row at a time up to 8192-byte rows, longer in 4-row tiles
+    // (measured: row bytes a-row/tiles GB/s at 2048 26.3/17.0 ...)".
+    auto rows = [&](const char* what, int64_t limit, int tile_rows, const std::string& source, const std::vector<CpuPlan::RowsTrial>& trials) {
+        s += std::string("; ") + what + " at one token " +
+             (source == "tiles" ? "in 4-row tiles" : limit < 0 ? "by the vendor's default" : describe_row_bytes(limit, tile_rows)) + " (" + source;
+        if (!trials.empty()) {
+            s += ": row bytes a-row/tiles GB/s at";
+            for (const auto& t : trials) {
+                std::snprintf(buf, sizeof buf, " %lld %.1f/%.1f", (long long)t.row_bytes, t.single_gbs, t.tiles_gbs);
+                s += buf;
+            }
         }
-    }
+        s += ")";
+    };
     s += ")";
+    rows("F32", p.f32_row_bytes, 4, p.rows_source, p.rows_trials);
+    rows("F16/BF16", p.half_row_bytes, half_tile_rows(), p.half_rows_source, p.half_rows_trials);
     if (p.measure_ms > 0) {
         std::snprintf(buf, sizeof buf, "; measured in %.0f ms", p.measure_ms);
         s += buf;

@@ -1,10 +1,11 @@
 // The CPU plan: the kernel choices that depend on the microarchitecture rather than the ISA, chosen
-// by measuring them once per CPU model. Two choices: how far ahead the int8 decode kernels
+// by measuring them once per CPU model. Four choices: how far ahead the int8 decode kernels
 // prefetch their weight rows (Zen 4 / 5 and Intel's cores prefetch differently; the best distance
-// on one is not the best on the other), and from how many tokens a matmul leaves the streaming
+// on one is not the best on the other); from how many tokens a matmul leaves the streaming
 // kernel for the tiled GEMM, per class of weight type (cpu/kernels.h GemmClass: where the
 // crossover lies depends on the core's FMA and integer throughput, its caches and OpenBLAS's
-// kernels for it).
+// kernels for it); and up to which row length F32, and F16 / BF16, weights at one token stream a
+// row at a time rather than in 4-row tiles (the core's prefetchers and the row's length decide).
 #pragma once
 #include <array>
 #include <string>
@@ -47,16 +48,23 @@ struct CpuPlan {
         double single_gbs = 0, tiles_gbs = 0;
     };
     std::vector<RowsTrial> rows_trials;
+    // F16's and BF16's at one token where the kernels stream them a row at a time (kernels.h
+    // g_half_row_bytes, stream_tile_rows() 1: AMD's), likewise, timed with F16 over 32 MiB; -1:
+    // none taken. half_rows_source as rows_source ("config": [cpu] half_stream_rows); "tiles" where
+    // stream_tile_rows() is 4 (every row in tiles, nothing to time).
+    int64_t half_row_bytes = -1;
+    std::string half_rows_source = "default";
+    std::vector<RowsTrial> half_rows_trials;
 };
 
-// The row lengths (bytes: 512 to 8192 F32 columns) F32's streaming rows are timed at.
+// The row lengths (bytes: 512 to 8192 F32 columns, 1024 to 16384 F16) the streaming rows are timed at.
 inline constexpr int64_t kRowsCandidates[] = {2048, 4096, 8192, 16384, 32768};
 
-// F32's row limit from the trials (one per kRowsCandidates length, in order): the threshold that
+// A row limit (F32's or the half types') from the trials (one per kRowsCandidates length, in order): the threshold that
 // costs the trials least, each trial's time relative to its faster way (a row at a time below it,
 // tiles from it on), so one noisy length does not move it far: 0 (tiles throughout), a candidate's
 // length, or kEveryRowLength (a row at a time throughout); equal costs take the smaller limit.
-int64_t f32_row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials);
+int64_t row_bytes_from_trials(const std::vector<CpuPlan::RowsTrial>& trials);
 
 // The token counts the crossover is measured at; a class whose streaming kernel wins at all of
 // them takes the GEMM from kGemmFromPastCandidates on.
@@ -86,11 +94,11 @@ CpuPlan cpu_plan();
 // The crossover likewise: gemm_override > 0 ([cpu] gemm_min_tokens) for every class, then
 // STEWARD_GEMM_MIN_TOKENS, then the cache, else a measurement (about 0.3 s). F32's streaming rows
 // likewise: rows_override 1 (every row a row at a time) or 4 (every row in tiles; [cpu]
-// f32_stream_rows), then STEWARD_STREAM_ROWS, then the cache, else a measurement (about 0.1 s). A
-// measurement holds an
+// f32_stream_rows), then STEWARD_STREAM_ROWS, then the cache, else a measurement (about 0.1 s); the
+// half types' with half_rows_override ([cpu] half_stream_rows) likewise. A measurement holds an
 // exclusive lock (flock on the cache path + ".lock") and reads the cache again under it, so processes
 // starting together on one machine take the first one's plan rather than measuring each its own.
-CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0, int rows_override = 0);
+CpuPlan start_cpu_plan(int prefetch_override = 0, int gemm_override = 0, int rows_override = 0, int half_rows_override = 0);
 
 // Measures the candidates (1, 2, 4, 8 and 16 KiB; the crossover at kGemmCandidates) now, whatever
 // is cached; sets and returns the best.
@@ -98,7 +106,8 @@ CpuPlan measure_cpu_plan();
 
 // $STEWARD_CACHE_DIR, else $XDG_CACHE_HOME/steward, else $HOME/.cache/steward; plus "/cpu-plan.tsv"
 // (one line per CPU model and kernel level: cpu_plan_level_key, model name, distance, the six
-// classes' crossovers comma-separated, F32's row limit; a line without them is measured again).
+// classes' crossovers comma-separated, F32's row limit, the half types'; a line without them is
+// measured again).
 std::string cpu_plan_cache_path();
 
 // The kernels a cached plan was measured on: raised when a kernel the plan times changes (2: the
@@ -107,10 +116,11 @@ std::string cpu_plan_cache_path();
 // F16 register tiles, 8 BF16 a class of its own, 9 the AVX2 level's tiled GEMM for F32, BF16 and
 // F16 from 48 tokens, 10 its streaming kernels' 8-token tile, 11 the panel GEMM on the AVX-512
 // levels, with dpbusd on avx512vnni, 12 BF16's pair GEMM with vdpbf16ps, 13 the panel GEMM's
-// unsigned-weight dpbusd tiles and vector activation quantization, 14 F32's row limit), so
+// unsigned-weight dpbusd tiles and vector activation quantization, 14 F32's row limit, 15 the half
+// types' row limit), so
 // that a line of another revision is measured again rather than keeping a crossover timed against
 // the old kernel.
-inline constexpr int kCpuPlanRevision = 14;
+inline constexpr int kCpuPlanRevision = 15;
 // A cache line's first field: the kernel level and kCpuPlanRevision, "avx2/r10".
 std::string cpu_plan_level_key();
 

@@ -444,6 +444,51 @@ TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the r
     REQUIRE(set_cpu_level(was));
 }
 
+// F16 and BF16 at one token where the kernels stream them a row at a time (g_stream_rows 1, AMD's):
+// rows up to g_half_row_bytes a row at a time, longer ones in tiles (6 rows on the AVX-512 levels, 4
+// on AVX2), neither with prefetch instructions. Both ways must give the reference loop's sums and the
+// same bits (a tile sums each row in the chains a single row has), at every level, on 39 rows (per
+// chunk of 16 rows: 6 + 6 + 4, or 4 x 4; the last chunk's 7: 6 + 1, or 4 + 3 single rows) and a
+// column count with and without a scalar tail. Mutation: the AVX-512 tiles' one-token chains back at
+// two (the U of R * NT <= 4) fails the bit check.
+TEST_CASE("F16 and BF16 at one token a row at a time and in 4-row tiles give the reference's and the same sums", "[kernels][dispatch]") {
+    const CpuLevel was = cpu_level();
+    const int rows_was = stream_tile_rows();
+    const int64_t half_was = g_half_row_bytes.load();
+    std::mt19937 rng(61);
+    ThreadPool pool(2);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (GgmlType type : {GgmlType::F16, GgmlType::BF16})
+        for (int64_t K : {200, 203}) {
+            const RandomWeights w(type, K, 39, rng);
+            std::vector<float> X((size_t)K);
+            for (auto& v : X) v = u(rng);
+            std::vector<double> ref, mag;
+            reference_matmul(w.view, X, 1, ref, mag);
+            for (int l = 0; l <= (int)cpu_level_supported(); l++) {
+                REQUIRE(set_cpu_level((CpuLevel)l));
+                INFO("kernel level " << cpu_level_name((CpuLevel)l) << " " << ggml_type_name((uint32_t)type) << " K " << K);
+                std::vector<float> rows((size_t)39, NAN), tiles((size_t)39, NAN), at_limit((size_t)39, NAN);
+                g_stream_rows.store(1);
+                g_half_row_bytes.store(kEveryRowLength);
+                matmul(w.view, X.data(), 1, rows.data(), pool, MatmulPath::STREAM);
+                g_half_row_bytes.store(0);
+                matmul(w.view, X.data(), 1, tiles.data(), pool, MatmulPath::STREAM);
+                g_half_row_bytes.store(w.view.row_bytes());  // the limit is inclusive: a row at a time
+                matmul(w.view, X.data(), 1, at_limit.data(), pool, MatmulPath::STREAM);
+                for (size_t i = 0; i < rows.size(); i++) {
+                    INFO("row " << i);
+                    REQUIRE(std::abs(rows[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
+                    REQUIRE(std::abs(tiles[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6);
+                    REQUIRE(std::memcmp(&rows[i], &tiles[i], sizeof(float)) == 0);
+                    REQUIRE(std::memcmp(&rows[i], &at_limit[i], sizeof(float)) == 0);
+                }
+            }
+        }
+    g_stream_rows.store(rows_was), g_half_row_bytes.store(half_was);
+    REQUIRE(set_cpu_level(was));
+}
+
 // Eight tokens stream in 3-row tiles on the AVX-512 levels (a row at a time on AVX2 and scalar),
 // the rows past the last whole tile one at a time. Every row must give the reference loop's sums, and a row the same
 // bits whether a tile or a one-row tail computes it: a matrix of that row alone goes through the

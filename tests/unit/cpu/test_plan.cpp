@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -160,7 +161,7 @@ TEST_CASE("the planned crossover decides each weight class's path (the config an
         want += std::to_string(p.gemm_from[(size_t)k]);
     }
     want += '\t';
-    want += std::to_string(p.f32_row_bytes);
+    want += std::to_string(p.f32_row_bytes) + '\t' + std::to_string(p.half_row_bytes);
     CHECK(line.size() > want.size());
     CHECK(line.substr(line.size() - want.size()) == want);
     // Read back whole by the next start.
@@ -280,14 +281,14 @@ TEST_CASE("F32's row limit is the threshold that costs the trials least (one noi
         for (size_t i = 0; i < gbs.size(); i++) t.push_back({kRowsCandidates[i], gbs[i].first, gbs[i].second});
         return t;
     };
-    CHECK(f32_row_bytes_from_trials(trials({{2, 1}, {2, 1}, {2, 1}, {2, 1}, {2, 1}})) == kEveryRowLength);
-    CHECK(f32_row_bytes_from_trials(trials({{1, 2}, {1, 2}, {1, 2}, {1, 2}, {1, 2}})) == 0);
+    CHECK(row_bytes_from_trials(trials({{2, 1}, {2, 1}, {2, 1}, {2, 1}, {2, 1}})) == kEveryRowLength);
+    CHECK(row_bytes_from_trials(trials({{1, 2}, {1, 2}, {1, 2}, {1, 2}, {1, 2}})) == 0);
     // Zen 4's shape: a row at a time ahead to 8192 bytes, the tiles from 16384.
-    CHECK(f32_row_bytes_from_trials(trials({{29, 23}, {28, 21}, {28, 26}, {19, 26}, {16, 29}})) == 8192);
+    CHECK(row_bytes_from_trials(trials({{29, 23}, {28, 21}, {28, 26}, {19, 26}, {16, 29}})) == 8192);
     // A near tie at 4096 that goes to the tiles by a hair does not cut the limit there.
-    CHECK(f32_row_bytes_from_trials(trials({{29, 23}, {26.9, 27.0}, {28, 24}, {19, 26}, {16, 29}})) == 8192);
+    CHECK(row_bytes_from_trials(trials({{29, 23}, {26.9, 27.0}, {28, 24}, {19, 26}, {16, 29}})) == 8192);
     // Equal throughout: the smaller limit (tiles).
-    CHECK(f32_row_bytes_from_trials(trials({{1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}})) == 0);
+    CHECK(row_bytes_from_trials(trials({{1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}})) == 0);
 }
 
 TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the config and environment override it", "[plan]") {
@@ -306,23 +307,23 @@ TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the co
         CHECK(m.rows_trials[i].row_bytes == kRowsCandidates[i]);
         CHECK((m.rows_trials[i].single_gbs > 0 && m.rows_trials[i].tiles_gbs > 0));
     }
-    CHECK(m.f32_row_bytes == f32_row_bytes_from_trials(m.rows_trials));
+    CHECK(m.f32_row_bytes == row_bytes_from_trials(m.rows_trials));
     CHECK(g_f32_row_bytes.load() == m.f32_row_bytes);
     CHECK_THAT(describe_cpu_plan(m), Catch::Contains("F32 at one token ") && Catch::Contains("(measured: row bytes a-row/tiles GB/s at 2048 "));
     // Another limit in the cache is read back as it is.
     const int64_t other = m.f32_row_bytes == 4096 ? 16384 : 4096;
-    auto rewrite_limit = [&](const std::string& limit) {
+    auto rewrite_limit = [&](int64_t was, const std::string& limit) {  // F32's, the line's fifth field (the half types' follows)
         std::ifstream in(dir + "/cpu-plan.tsv");
         std::string line;
         std::getline(in, line);
-        const size_t tab = line.rfind('\t');
-        REQUIRE(tab != std::string::npos);
-        CHECK(line.substr(tab + 1) == std::to_string(m.f32_row_bytes));
+        const size_t last = line.rfind('\t'), tab = line.rfind('\t', last - 1);
+        REQUIRE((last != std::string::npos && tab != std::string::npos));
+        CHECK(line.substr(tab + 1, last - tab - 1) == std::to_string(was));
         in.close();
         std::ofstream out(dir + "/cpu-plan.tsv");
-        out << line.substr(0, tab + 1) << limit << "\n";
+        out << line.substr(0, tab + 1) << limit << line.substr(last) << "\n";
     };
-    rewrite_limit(std::to_string(other));
+    rewrite_limit(m.f32_row_bytes, std::to_string(other));
     forget_cpu_plan();
     const CpuPlan c = start_cpu_plan();
     CHECK(c.rows_source == "cached");
@@ -333,14 +334,7 @@ TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the co
         CHECK_THAT(matmul_variant(GgmlType::F32), Catch::Contains("a row at a time up to " + std::to_string(other) + "-byte rows, longer in 4-row tiles"));
     // A limit that is no number is no plan: measured again (and the line rewritten with it).
     forget_cpu_plan();
-    {
-        std::ifstream in(dir + "/cpu-plan.tsv");
-        std::string line;
-        std::getline(in, line);
-        in.close();
-        std::ofstream out(dir + "/cpu-plan.tsv");
-        out << line.substr(0, line.rfind('\t') + 1) << "lots\n";
-    }
+    rewrite_limit(other, "lots");
     CHECK(start_cpu_plan().rows_source == "measured");
     // The environment over the cache, the config over both.
     forget_cpu_plan();
@@ -359,18 +353,118 @@ TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the co
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("[cpu] f32_stream_rows is read from the config and a tile the kernels lack is refused", "[plan]") {
+TEST_CASE("[cpu] f32_stream_rows and half_stream_rows are read from the config and a tile the kernels lack is refused", "[plan]") {
     const std::string pool = "[[pool]]\nname = \"p\"\nmodel = \"m.gguf\"\n";
-    auto ok = parse_config(pool + "[cpu]\nf32_stream_rows = 4\n");
+    auto ok = parse_config(pool + "[cpu]\nf32_stream_rows = 4\nhalf_stream_rows = 1\n");
     REQUIRE(ok.ok());
     CHECK(ok->cpu.f32_stream_rows == 4);
+    CHECK(ok->cpu.half_stream_rows == 1);
     auto none = parse_config(pool);
     REQUIRE(none.ok());
     CHECK(none->cpu.f32_stream_rows == 0);
-    for (const char* bad : {"2", "8", "-1", "\"one\""}) {
-        INFO(bad);
-        auto r = parse_config(pool + "[cpu]\nf32_stream_rows = " + bad + "\n");
-        REQUIRE_FALSE(r.ok());
-        CHECK_THAT(r.error().message, Catch::Contains("f32_stream_rows"));
+    CHECK(none->cpu.half_stream_rows == 0);
+    for (const std::string key : {"f32_stream_rows", "half_stream_rows"})
+        for (const char* bad : {"2", "8", "-1", "\"one\""}) {
+            INFO(key << " = " << bad);
+            auto r = parse_config(pool + "[cpu]\n" + key + " = " + bad + "\n");
+            REQUIRE_FALSE(r.ok());
+            CHECK_THAT(r.error().message, Catch::Contains("[cpu]") && Catch::Contains(key));
+        }
+}
+
+// The half types' row limit (kernels.h g_half_row_bytes): where the kernels stream F16 and BF16 a row
+// at a time (stream_tile_rows() 1, AMD's), the plan times the one-token F16 matvec both ways at the
+// same five lengths and takes the limit as F32's; where they stream in tiles (4) there is nothing to
+// time. Cached as the line's sixth field; STEWARD_STREAM_ROWS and [cpu] half_stream_rows override it.
+// Either way gives the same bits (the kernel test "F16 and BF16 at one token a row at a time ...").
+TEST_CASE("the plan takes the half types' row limit from its trials, caches it, and the config and environment override it", "[plan]") {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("steward-plan-half-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    ::setenv("STEWARD_CACHE_DIR", dir.c_str(), 1);
+    ::unsetenv("STEWARD_PREFETCH_BYTES");
+    ::unsetenv("STEWARD_GEMM_MIN_TOKENS");
+    ::unsetenv("STEWARD_STREAM_ROWS");
+    const int rows_was = stream_tile_rows();
+    auto fields = [&] {  // the cache line's tab-separated fields
+        std::ifstream in(dir + "/cpu-plan.tsv");
+        std::string line, f;
+        std::getline(in, line);
+        std::vector<std::string> out;
+        std::istringstream split(line);
+        while (std::getline(split, f, '\t')) out.push_back(f);
+        return out;
+    };
+    g_stream_rows.store(1);
+    forget_cpu_plan();
+    CHECK(g_half_row_bytes.load() == vendor_half_row_bytes());  // no plan: the vendor's
+    const CpuPlan m = start_cpu_plan();
+    CHECK(m.half_rows_source == "measured");
+    REQUIRE(m.half_rows_trials.size() == std::size(kRowsCandidates));
+    for (size_t i = 0; i < m.half_rows_trials.size(); i++) {
+        CHECK(m.half_rows_trials[i].row_bytes == kRowsCandidates[i]);
+        CHECK((m.half_rows_trials[i].single_gbs > 0 && m.half_rows_trials[i].tiles_gbs > 0));
     }
+    CHECK(m.half_row_bytes == row_bytes_from_trials(m.half_rows_trials));
+    CHECK(g_half_row_bytes.load() == m.half_row_bytes);
+    CHECK_THAT(describe_cpu_plan(m), Catch::Contains("F16/BF16 at one token ") && Catch::Contains("(measured: row bytes a-row/tiles GB/s at 2048 "));
+    std::vector<std::string> f = fields();
+    REQUIRE(f.size() == 6);
+    CHECK(f[5] == std::to_string(m.half_row_bytes));
+    // Another limit in the cache is read back as it is, and the kernels line says it.
+    const int64_t other = m.half_row_bytes == 4096 ? 16384 : 4096;
+    f[5] = std::to_string(other);
+    auto write = [&] {
+        std::ofstream out(dir + "/cpu-plan.tsv");
+        for (size_t i = 0; i < f.size(); i++) out << (i ? "\t" : "") << f[i];
+        out << "\n";
+    };
+    write();
+    forget_cpu_plan();
+    const CpuPlan c = start_cpu_plan();
+    CHECK(c.half_rows_source == "cached");
+    CHECK(c.rows_source == "cached");
+    CHECK(c.half_row_bytes == other);
+    CHECK(g_half_row_bytes.load() == other);
+    CHECK_THAT(matmul_variant(GgmlType::BF16), Catch::Contains("1 token ") && Catch::Contains("a row at a time up to " + std::to_string(other) + "-byte rows, longer in " +
+                                                                                                  std::to_string(half_tile_rows()) + "-row tiles"));
+    // A line of the previous format (no sixth field) or one whose limit is no number: measured again.
+    for (const std::string bad : {"", "-3", "8k"}) {
+        INFO("the sixth field '" << bad << "'");
+        f = fields();
+        if (bad.empty()) f.resize(5);
+        else f[5] = bad;
+        write();
+        forget_cpu_plan();
+        const CpuPlan again = start_cpu_plan();
+        CHECK(again.half_rows_source == "measured");
+        CHECK(again.rows_source == "cached");
+        CHECK(fields().size() == 6);
+    }
+    // The environment over the cache, the config over both.
+    forget_cpu_plan();
+    ::setenv("STEWARD_STREAM_ROWS", "1", 1);
+    const CpuPlan e = start_cpu_plan();
+    CHECK(e.half_rows_source == "env");
+    CHECK(g_half_row_bytes.load() == kEveryRowLength);
+    const CpuPlan o = start_cpu_plan(0, 0, 0, 4);
+    CHECK(o.half_rows_source == "config");
+    CHECK(o.half_row_bytes == 0);
+    CHECK(g_half_row_bytes.load() == 0);
+    CHECK(o.rows_source == "env");
+    ::unsetenv("STEWARD_STREAM_ROWS");
+    // Where the half types stream in tiles there is nothing to time: "tiles", cached as 0.
+    std::filesystem::remove_all(dir);
+    g_stream_rows.store(4);
+    forget_cpu_plan();
+    const CpuPlan t = start_cpu_plan();
+    CHECK(t.half_rows_source == "tiles");
+    CHECK(t.half_rows_trials.empty());
+    CHECK(t.half_row_bytes == 0);
+    CHECK_THAT(describe_cpu_plan(t), Catch::Contains("F16/BF16 at one token in 4-row tiles (tiles)"));
+    CHECK(fields().at(5) == "0");
+    g_stream_rows.store(rows_was);
+    forget_cpu_plan();
+    CHECK(g_half_row_bytes.load() == vendor_half_row_bytes());
+    ::unsetenv("STEWARD_CACHE_DIR");
+    std::filesystem::remove_all(dir);
 }
