@@ -166,7 +166,6 @@ int64_t vendor_f32_row_bytes() {
     return cpu_features().vendor == "AuthenticAMD" ? 8192 : 0;
 }
 int64_t vendor_half_row_bytes() { return vendor_f32_row_bytes(); }  // Zen 4's crossover is F32's (kernels.h)
-int half_tile_rows() { return cpu_level() >= CpuLevel::AVX512 ? 6 : 4; }
 std::string describe_row_bytes(int64_t row_bytes, int tile_rows) {
     const std::string tiles = std::to_string(tile_rows) + "-row tiles";
     if (row_bytes >= kEveryRowLength) return "a row at a time";
@@ -194,7 +193,7 @@ std::string f32_rows_text(CpuLevel l) {
 // The half types' at one token: "a row at a time up to 8192-byte rows, longer in 4-row tiles".
 std::string half_rows_text() {
     kernels();
-    return describe_row_bytes(g_half_row_bytes.load(std::memory_order_relaxed), half_tile_rows());
+    return describe_row_bytes(g_half_row_bytes.load(std::memory_order_relaxed), 6);
 }
 }  // namespace
 
@@ -211,11 +210,9 @@ std::string matmul_variant(GgmlType t) {
     else if (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0)
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
               (t == GgmlType::F32 && l >= CpuLevel::AVX2 ? f32_rows_text(l)
-               : t != GgmlType::F16 && t != GgmlType::BF16 ? ""
-               : stream_tile_rows() == 1 ? std::string(", 1 token ") + (l >= CpuLevel::AVX512 ? "256-bit, " : "") + half_rows_text() +
-                                              (l >= CpuLevel::AVX512 ? ", 2 in 4-row 256-bit tiles" : "")
-               : l >= CpuLevel::AVX512 ? ", 1-2 tokens in 4-row tiles"
-                                       : "");
+               : l >= CpuLevel::AVX512 && t != GgmlType::Q8_0
+                   ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : ", 1 token 256-bit, " + half_rows_text() + ", 2 in 4-row 256-bit tiles")
+                   : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";
     const bool half = t == GgmlType::F16;

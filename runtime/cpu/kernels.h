@@ -58,23 +58,22 @@ inline std::atomic<int64_t> g_f32_row_bytes{0};
 // STEWARD_STREAM_ROWS=1: kEveryRowLength; =4: 0 (every row in tiles); else 8192 on AMD's CPUs (Zen
 // 4's crossover above) and 0 elsewhere.
 int64_t vendor_f32_row_bytes();
-// F16 and BF16 weights at one token where g_stream_rows is 1 (AMD's), at every level: rows of at
-// most g_half_row_bytes bytes a row at a time, longer rows in tiles (half_tile_rows: 6 rows on the
-// AVX-512 levels, 4 on AVX2 and scalar), neither with prefetch instructions (the hardware's
-// prefetchers follow several long rows at once; at short rows the tiles without them read half as
-// fast). The same bits either way. Zen 4, one thread, 32-48 MiB of F16 rows: a row at a time 21-35
-// GB/s against the 4-row tiles' 10-23 up to 8 KiB rows, 11-13 against 19-24 at 16-32 KiB (the AVX2
-// level alike). Set at the first kernel call from the vendor (vendor_half_row_bytes), then
-// by the CPU plan, as F32's. Where g_stream_rows is 4 the half types keep the tiles with the stream
-// ahead asked for, whatever the limit.
+// F16 and BF16 weights at one token on the AVX-512 levels where g_stream_rows is 1 (AMD's): rows of
+// at most g_half_row_bytes bytes a row at a time (256-bit, four chains), longer rows in 6-row tiles
+// of the same chains, neither with prefetch instructions (the hardware's prefetchers follow several
+// long rows at once; at short rows those tiles read half as fast). The same bits either way. Zen 4,
+// one thread, 32-48 MiB of F16 rows: a row at a time 21-35 GB/s against the tiles' 10-23 up to 8
+// KiB rows, 11-13 against 18-24 at 14-32 KiB. Set at the first kernel call from the vendor
+// (vendor_half_row_bytes), then by the CPU plan, as F32's. Where g_stream_rows is 4, and at the
+// AVX2 and scalar levels, the half types stream in 4-row tiles with the stream ahead asked for,
+// whatever the limit (at the AVX2 level those tiles read as fast as single rows or faster up to
+// 2304-byte rows, 1.1-1.3x at two threads).
 inline std::atomic<int64_t> g_half_row_bytes{0};
 // STEWARD_STREAM_ROWS=1: kEveryRowLength; =4: 0; else 8192 on AMD's CPUs and 0 elsewhere.
 int64_t vendor_half_row_bytes();
 // STEWARD_STREAM_ROWS's limit alone (F32's and the half types'): kEveryRowLength for 1, 0 for 4, -1
 // when it is unset or other.
 int64_t env_row_bytes();
-// The half types' tile rows past g_half_row_bytes at the kernel level in use (6 or 4).
-int half_tile_rows();
 // A row limit in words, for the plan's line and the kernels line: "a row at a time", "in 4-row
 // tiles" or "a row at a time up to 8192-byte rows, longer in 4-row tiles" (tile_rows: the 4).
 std::string describe_row_bytes(int64_t row_bytes, int tile_rows = 4);

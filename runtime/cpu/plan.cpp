@@ -319,11 +319,10 @@ void measure_prefetch(CpuPlan& plan) {
 // A row limit's trials: at each kRowsCandidates length, the one-token matvec over 32 MiB of rows of
 // type t (a model's matrices come from memory), one thread, a row at a time and in 4-row tiles
 // (set_limit with kEveryRowLength or 0) in rounds (the first warms up), each's best of 3. It leaves
-// the limit at the last trial's. The half types at the scalar level go over 8 MiB: converting each
-// half in plain code (1-2 GB/s there), not the memory, sets their pace, and 32 MiB took 2 s.
+// the limit at the last trial's.
 std::vector<CpuPlan::RowsTrial> time_rows(GgmlType t, void (*set_limit)(int64_t)) {
     const int64_t elem = t == GgmlType::F32 ? 4 : 2;
-    const int64_t kBytes = elem == 2 && cpu_level() == CpuLevel::SCALAR ? 8 << 20 : 32 << 20;
+    constexpr int64_t kBytes = 32 << 20;
     std::vector<uint8_t> w((size_t)kBytes);
     for (int64_t i = 0; i < kBytes / elem; i++) {
         const float v = (float)((i * 53) % 97 - 48) / 480.0f;
@@ -355,12 +354,13 @@ std::vector<CpuPlan::RowsTrial> time_rows(GgmlType t, void (*set_limit)(int64_t)
 }
 
 // Both row limits (into plan.f32_row_bytes, plan.half_row_bytes and their trials). The half types'
-// is timed where the kernels read it (stream_tile_rows() 1); elsewhere every row is in tiles.
+// is timed where the kernels read it (the AVX-512 levels with stream_tile_rows() 1); elsewhere
+// every row is in tiles.
 void measure_rows(CpuPlan& plan) {
     plan.rows_trials = time_rows(GgmlType::F32, set_f32_rows);
     plan.f32_row_bytes = row_bytes_from_trials(plan.rows_trials);
     plan.rows_source = "measured";
-    if (stream_tile_rows() == 1) {
+    if (stream_tile_rows() == 1 && cpu_level() >= CpuLevel::AVX512) {
         plan.half_rows_trials = time_rows(GgmlType::F16, set_half_rows);
         plan.half_row_bytes = row_bytes_from_trials(plan.half_rows_trials);
         plan.half_rows_source = "measured";
@@ -538,8 +538,11 @@ std::string describe_cpu_plan(const CpuPlan& p) {
     // A row limit: "F32 at one token a row at a time up to 8192-byte rows, longer in 4-row tiles
     // (measured: row bytes a-row/tiles GB/s at 2048 26.3/17.0 ...)".
     auto rows = [&](const char* what, int64_t limit, int tile_rows, const std::string& source, const std::vector<CpuPlan::RowsTrial>& trials) {
-        s += std::string("; ") + what + " at one token " +
-             (source == "tiles" ? "in 4-row tiles" : limit < 0 ? "by the vendor's default" : describe_row_bytes(limit, tile_rows)) + " (" + source;
+        if (source == "tiles") {  // nothing timed
+            s += std::string("; ") + what + " at one token in 4-row tiles, the stream ahead asked for (not timed at this level and vendor)";
+            return;
+        }
+        s += std::string("; ") + what + " at one token " + (limit < 0 ? "by the vendor's default" : describe_row_bytes(limit, tile_rows)) + " (" + source;
         if (!trials.empty()) {
             s += ": row bytes a-row/tiles GB/s at";
             for (const auto& t : trials) {
@@ -551,7 +554,7 @@ std::string describe_cpu_plan(const CpuPlan& p) {
     };
     s += ")";
     rows("F32", p.f32_row_bytes, 4, p.rows_source, p.rows_trials);
-    rows("F16/BF16", p.half_row_bytes, half_tile_rows(), p.half_rows_source, p.half_rows_trials);
+    rows("F16/BF16", p.half_row_bytes, 6, p.half_rows_source, p.half_rows_trials);
     if (p.measure_ms > 0) {
         std::snprintf(buf, sizeof buf, "; measured in %.0f ms", p.measure_ms);
         s += buf;

@@ -49,9 +49,9 @@ struct CpuPlan {
     };
     std::vector<RowsTrial> rows_trials;
     // F16's and BF16's at one token where the kernels stream them a row at a time (kernels.h
-    // g_half_row_bytes, stream_tile_rows() 1: AMD's), likewise, timed with F16 over 32 MiB; -1:
-    // none taken. half_rows_source as rows_source ("config": [cpu] half_stream_rows); "tiles" where
-    // stream_tile_rows() is 4 (every row in tiles, nothing to time).
+    // g_half_row_bytes: the AVX-512 levels with stream_tile_rows() 1, AMD's), likewise, timed with
+    // F16 over 32 MiB; -1: none taken. half_rows_source as rows_source ("config": [cpu]
+    // half_stream_rows); "tiles" elsewhere (every row in tiles, nothing to time).
     int64_t half_row_bytes = -1;
     std::string half_rows_source = "default";
     std::vector<RowsTrial> half_rows_trials;

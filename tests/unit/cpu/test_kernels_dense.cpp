@@ -444,13 +444,13 @@ TEST_CASE("the streaming kernel a row at a time and in 4-row tiles matches the r
     REQUIRE(set_cpu_level(was));
 }
 
-// F16 and BF16 at one token where the kernels stream them a row at a time (g_stream_rows 1, AMD's):
-// rows up to g_half_row_bytes a row at a time, longer ones in tiles (6 rows on the AVX-512 levels, 4
-// on AVX2), neither with prefetch instructions. Both ways must give the reference loop's sums and the
-// same bits (a tile sums each row in the chains a single row has), at every level, on 39 rows (per
-// chunk of 16 rows: 6 + 6 + 4, or 4 x 4; the last chunk's 7: 6 + 1, or 4 + 3 single rows) and a
-// column count with and without a scalar tail. Mutation: the AVX-512 tiles' one-token chains back at
-// two (the U of R * NT <= 4) fails the bit check.
+// F16 and BF16 at one token where the kernels stream them a row at a time (the AVX-512 levels with
+// g_stream_rows 1, AMD's): rows up to g_half_row_bytes a row at a time, longer ones in 6-row tiles,
+// neither with prefetch instructions. Both ways must give the reference loop's sums and the same bits
+// (a tile sums each row in the chains a single row has), at every level (AVX2 and scalar stream in
+// tiles either way), on 39 rows (per chunk of 16 rows 6 + 6 + 4, the last chunk's 7 rows 6 + 1) and
+// a column count with and without a scalar tail. Mutation: the 6-row tile's one-token chains back at
+// one (the U of R * NT <= 4) fails the bit check.
 TEST_CASE("F16 and BF16 at one token a row at a time and in 4-row tiles give the reference's and the same sums", "[kernels][dispatch]") {
     const CpuLevel was = cpu_level();
     const int rows_was = stream_tile_rows();
