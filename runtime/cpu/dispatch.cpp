@@ -190,7 +190,7 @@ std::string f32_rows_text(CpuLevel l) {
     kernels();
     return (l >= CpuLevel::AVX512 ? ", 1-2 tokens " : ", 1 token ") + describe_row_bytes(g_f32_row_bytes.load(std::memory_order_relaxed));
 }
-// The half types' at one token: "a row at a time up to 8192-byte rows, longer in 4-row tiles".
+// The half types' at one token: "a row at a time up to 8192-byte rows, longer in 6-row tiles".
 std::string half_rows_text() {
     kernels();
     return describe_row_bytes(g_half_row_bytes.load(std::memory_order_relaxed), 6);

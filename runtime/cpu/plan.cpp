@@ -430,28 +430,18 @@ CpuPlan start_cpu_plan(int prefetch_override, int gemm_override, int rows_overri
         } else {
             measure_gemm_now = true;
         }
-        if (rows_config >= 0) {
-            p.f32_row_bytes = rows_config, p.rows_source = "config", p.rows_trials.clear();
-        } else if (rows_env_limit >= 0) {
-            p.f32_row_bytes = rows_env_limit, p.rows_source = "env", p.rows_trials.clear();
-        } else if (g_taken) {
-            // kept as taken
-        } else if (cached.f32_row_bytes >= 0) {
-            p.f32_row_bytes = cached.f32_row_bytes, p.rows_source = "cached";
-        } else {
-            measure_rows_now = true;
-        }
-        if (half_config >= 0) {
-            p.half_row_bytes = half_config, p.half_rows_source = "config", p.half_rows_trials.clear();
-        } else if (rows_env_limit >= 0) {
-            p.half_row_bytes = rows_env_limit, p.half_rows_source = "env", p.half_rows_trials.clear();
-        } else if (g_taken) {
-            // kept as taken
-        } else if (cached.half_row_bytes >= 0) {
-            p.half_row_bytes = cached.half_row_bytes, p.half_rows_source = "cached";
-        } else {
-            measure_half_now = true;
-        }
+        // A row limit (F32's or the half types'): the config, then STEWARD_STREAM_ROWS, then the plan
+        // taken, then the cache; true when it is to be measured.
+        auto take_rows = [&](int64_t config, int64_t cached_limit, int64_t& limit, std::string& source, std::vector<CpuPlan::RowsTrial>& trials) {
+            if (config >= 0) limit = config, source = "config", trials.clear();
+            else if (rows_env_limit >= 0) limit = rows_env_limit, source = "env", trials.clear();
+            else if (g_taken) return false;  // kept as taken
+            else if (cached_limit >= 0) limit = cached_limit, source = "cached";
+            else return true;
+            return false;
+        };
+        measure_rows_now = take_rows(rows_config, cached.f32_row_bytes, p.f32_row_bytes, p.rows_source, p.rows_trials);
+        measure_half_now = take_rows(half_config, cached.half_row_bytes, p.half_row_bytes, p.half_rows_source, p.half_rows_trials);
         if (!measure_prefetch_now && !measure_gemm_now && !measure_rows_now && !measure_half_now) {
             g_plan = p;
             g_taken = true;
