@@ -478,7 +478,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::start_with(const Config& config, Run
     // (1 without it). Set before any actor reads the clock; a reload keeps it.
     set_time_dilation(config.sim.dilation);
     // The CPU plan before any pool runs a forward: [cpu] prefetch_bytes and gemm_min_tokens, else the
-    // measurement cached for this CPU model, else measured now (~0.4 s, once per machine).
+    // measurement cached for this CPU model, else measured now (~0.5 s, once per machine).
     start_cpu_plan(config.cpu.prefetch_bytes, config.cpu.gemm_min_tokens, config.cpu.f32_stream_rows, config.cpu.half_stream_rows);
     if (config.cluster.tls())  // checked here: CAF's TLS layer would abort on a bad file in the middle of a connect
         if (std::string e = tls_files_error(config.cluster.tls_cert, config.cluster.tls_key, config.cluster.tls_ca); !e.empty())

@@ -166,6 +166,7 @@ int64_t vendor_f32_row_bytes() {
     return cpu_features().vendor == "AuthenticAMD" ? 8192 : 0;
 }
 int64_t vendor_half_row_bytes() { return vendor_f32_row_bytes(); }  // Zen 4's crossover is F32's (kernels.h)
+bool half_row_limit_used() { return cpu_level() >= CpuLevel::AVX512 && stream_tile_rows() == 1; }
 std::string describe_row_bytes(int64_t row_bytes, int tile_rows) {
     const std::string tiles = std::to_string(tile_rows) + "-row tiles";
     if (row_bytes >= kEveryRowLength) return "a row at a time";
@@ -211,7 +212,7 @@ std::string matmul_variant(GgmlType t) {
         dec = std::string("streaming dot products, ") + isa + (t == GgmlType::F32 ? "" : " (weights converted in registers)") +
               (t == GgmlType::F32 && l >= CpuLevel::AVX2 ? f32_rows_text(l)
                : l >= CpuLevel::AVX512 && t != GgmlType::Q8_0
-                   ? (stream_tile_rows() == 4 ? ", 1-2 tokens in 4-row tiles" : ", 1 token 256-bit, " + half_rows_text() + ", 2 in 4-row 256-bit tiles")
+                   ? (half_row_limit_used() ? ", 1 token 256-bit, " + half_rows_text() + ", 2 in 4-row 256-bit tiles" : ", 1-2 tokens in 4-row tiles")
                    : "");
     else
         dec = std::string("dequantized rows, ") + isa + " (exact path)";

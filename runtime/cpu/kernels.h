@@ -71,6 +71,9 @@ int64_t vendor_f32_row_bytes();
 inline std::atomic<int64_t> g_half_row_bytes{0};
 // STEWARD_STREAM_ROWS=1: kEveryRowLength; =4: 0; else 8192 on AMD's CPUs and 0 elsewhere.
 int64_t vendor_half_row_bytes();
+// Whether the kernels read g_half_row_bytes at the level in use: an AVX-512 level with
+// g_stream_rows 1 (elsewhere the half types stream in 4-row tiles whatever the limit).
+bool half_row_limit_used();
 // STEWARD_STREAM_ROWS's limit alone (F32's and the half types'): kEveryRowLength for 1, 0 for 4, -1
 // when it is unset or other.
 int64_t env_row_bytes();

@@ -360,7 +360,7 @@ void measure_rows(CpuPlan& plan) {
     plan.rows_trials = time_rows(GgmlType::F32, set_f32_rows);
     plan.f32_row_bytes = row_bytes_from_trials(plan.rows_trials);
     plan.rows_source = "measured";
-    if (stream_tile_rows() == 1 && cpu_level() >= CpuLevel::AVX512) {
+    if (half_row_limit_used()) {
         plan.half_rows_trials = time_rows(GgmlType::F16, set_half_rows);
         plan.half_row_bytes = row_bytes_from_trials(plan.half_rows_trials);
         plan.half_rows_source = "measured";
@@ -527,8 +527,10 @@ std::string describe_cpu_plan(const CpuPlan& p) {
     }
     // A row limit: "F32 at one token a row at a time up to 8192-byte rows, longer in 4-row tiles
     // (measured: row bytes a-row/tiles GB/s at 2048 26.3/17.0 ...)".
-    auto rows = [&](const char* what, int64_t limit, int tile_rows, const std::string& source, const std::vector<CpuPlan::RowsTrial>& trials) {
-        if (source == "tiles") {  // nothing timed
+    // Where the kernels do not read the limit (the half types off AMD's AVX-512 path), whatever was
+    // cached, configured or measured: the tiles they run.
+    auto rows = [&](const char* what, int64_t limit, int tile_rows, bool used, const std::string& source, const std::vector<CpuPlan::RowsTrial>& trials) {
+        if (!used) {
             s += std::string("; ") + what + " at one token in 4-row tiles, the stream ahead asked for (not timed at this level and vendor)";
             return;
         }
@@ -543,8 +545,8 @@ std::string describe_cpu_plan(const CpuPlan& p) {
         s += ")";
     };
     s += ")";
-    rows("F32", p.f32_row_bytes, 4, p.rows_source, p.rows_trials);
-    rows("F16/BF16", p.half_row_bytes, 6, p.half_rows_source, p.half_rows_trials);
+    rows("F32", p.f32_row_bytes, 4, true, p.rows_source, p.rows_trials);
+    rows("F16/BF16", p.half_row_bytes, 6, half_row_limit_used(), p.half_rows_source, p.half_rows_trials);
     if (p.measure_ms > 0) {
         std::snprintf(buf, sizeof buf, "; measured in %.0f ms", p.measure_ms);
         s += buf;

@@ -5,7 +5,7 @@
 // kernel for the tiled GEMM, per class of weight type (cpu/kernels.h GemmClass: where the
 // crossover lies depends on the core's FMA and integer throughput, its caches and OpenBLAS's
 // kernels for it); and up to which row length F32, and F16 / BF16, weights at one token stream a
-// row at a time rather than in 4-row tiles (the core's prefetchers and the row's length decide).
+// row at a time rather than in row tiles (the core's prefetchers and the row's length decide).
 #pragma once
 #include <array>
 #include <string>

@@ -291,6 +291,17 @@ TEST_CASE("F32's row limit is the threshold that costs the trials least (one noi
     CHECK(row_bytes_from_trials(trials({{1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}})) == 0);
 }
 
+// A measured row limit: one trial per candidate length, in order, both ways timed, and the limit
+// the one its own trials give.
+static void check_rows_trials(const std::vector<CpuPlan::RowsTrial>& trials, int64_t limit) {
+    REQUIRE(trials.size() == std::size(kRowsCandidates));
+    for (size_t i = 0; i < trials.size(); i++) {
+        CHECK(trials[i].row_bytes == kRowsCandidates[i]);
+        CHECK((trials[i].single_gbs > 0 && trials[i].tiles_gbs > 0));
+    }
+    CHECK(limit == row_bytes_from_trials(trials));
+}
+
 TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the config and environment override it", "[plan]") {
     const std::string dir = (std::filesystem::temp_directory_path() / ("steward-plan-rows-" + std::to_string(::getpid()))).string();
     std::filesystem::remove_all(dir);
@@ -302,12 +313,7 @@ TEST_CASE("the plan takes F32's row limit from its trials, caches it, and the co
     CHECK(g_f32_row_bytes.load() == vendor_f32_row_bytes());  // no plan: the vendor's
     const CpuPlan m = start_cpu_plan();
     CHECK(m.rows_source == "measured");
-    REQUIRE(m.rows_trials.size() == std::size(kRowsCandidates));
-    for (size_t i = 0; i < m.rows_trials.size(); i++) {
-        CHECK(m.rows_trials[i].row_bytes == kRowsCandidates[i]);
-        CHECK((m.rows_trials[i].single_gbs > 0 && m.rows_trials[i].tiles_gbs > 0));
-    }
-    CHECK(m.f32_row_bytes == row_bytes_from_trials(m.rows_trials));
+    check_rows_trials(m.rows_trials, m.f32_row_bytes);
     CHECK(g_f32_row_bytes.load() == m.f32_row_bytes);
     CHECK_THAT(describe_cpu_plan(m), Catch::Contains("F32 at one token ") && Catch::Contains("(measured: row bytes a-row/tiles GB/s at 2048 "));
     // Another limit in the cache is read back as it is.
@@ -403,12 +409,7 @@ TEST_CASE("the plan takes the half types' row limit from its trials, caches it, 
         CHECK(m.half_rows_trials.empty());
     } else {
         CHECK(m.half_rows_source == "measured");
-        REQUIRE(m.half_rows_trials.size() == std::size(kRowsCandidates));
-        for (size_t i = 0; i < m.half_rows_trials.size(); i++) {
-            CHECK(m.half_rows_trials[i].row_bytes == kRowsCandidates[i]);
-            CHECK((m.half_rows_trials[i].single_gbs > 0 && m.half_rows_trials[i].tiles_gbs > 0));
-        }
-        CHECK(m.half_row_bytes == row_bytes_from_trials(m.half_rows_trials));
+        check_rows_trials(m.half_rows_trials, m.half_row_bytes);
         CHECK(g_half_row_bytes.load() == m.half_row_bytes);
         CHECK_THAT(describe_cpu_plan(m), Catch::Contains("F16/BF16 at one token ") && Catch::Contains("(measured: row bytes a-row/tiles GB/s at 2048 "));
         std::vector<std::string> f = fields();
@@ -466,6 +467,13 @@ TEST_CASE("the plan takes the half types' row limit from its trials, caches it, 
     CHECK(t.half_row_bytes == 0);
     CHECK_THAT(describe_cpu_plan(t), Catch::Contains("F16/BF16 at one token in 4-row tiles, the stream ahead asked for (not timed at this level and vendor)"));
     CHECK(fields().at(5) == "0");
+    // Read back from the cache (or set by the config), the unused limit still reads as those tiles.
+    forget_cpu_plan();
+    const CpuPlan back = start_cpu_plan();
+    CHECK(back.half_rows_source == "cached");
+    CHECK_THAT(describe_cpu_plan(back), Catch::Contains("F16/BF16 at one token in 4-row tiles, the stream ahead asked for (not timed"));
+    CHECK_THAT(describe_cpu_plan(start_cpu_plan(0, 0, 0, 1)), Catch::Contains("F16/BF16 at one token in 4-row tiles, the stream ahead asked for (not timed"));
+    if (cpu_level() >= CpuLevel::AVX512) CHECK_THAT(matmul_variant(GgmlType::F16), Catch::Contains("1-2 tokens in 4-row tiles"));
     g_stream_rows.store(rows_was);
     forget_cpu_plan();
     CHECK(g_half_row_bytes.load() == vendor_half_row_bytes());
